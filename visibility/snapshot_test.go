@@ -29,12 +29,12 @@ func TestXidVisible(t *testing.T) {
 		xid, cur uint64
 		want     bool
 	}{
-		{10, 0, true},   // committed before the snapshot
-		{11, 0, false},  // aborted or crashed
-		{15, 0, false},  // running at snapshot time, even if it commits later
-		{15, 15, true},  // own writes
-		{16, 0, true},   // committed, not in xip
-		{25, 0, false},  // not yet assigned
+		{10, 0, true},  // committed before the snapshot
+		{11, 0, false}, // aborted or crashed
+		{15, 0, false}, // running at snapshot time, even if it commits later
+		{15, 15, true}, // own writes
+		{16, 0, true},  // committed, not in xip
+		{25, 0, false}, // not yet assigned
 		{FrozenXid, 0, true},
 		{InvalidXid, 0, false},
 	}
