@@ -1,0 +1,2 @@
+// Package wal is mvkv's write-ahead log: placeholder doc, replaced below.
+package wal

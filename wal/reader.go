@@ -1,0 +1,351 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+
+	"mvkv/internal/vfs"
+)
+
+// readChunk is how many bytes the Reader fetches from a segment per read.
+const readChunk = 256 << 10
+
+// Reader reads records in LSN order, crossing segment boundaries, and finds
+// the end of the valid log the way PostgreSQL's recovery does: the first
+// record whose length, self-LSN or CRC does not check out, a missing next
+// segment, or a next segment whose header does not match its name ends the
+// log (io.EOF). Every length read from disk is bounded before use.
+//
+// A Reader is not safe for concurrent use.
+type Reader struct {
+	fs  vfs.FS
+	dir string
+
+	segSize    int64
+	maxPayload int
+	seg        LSN      // start LSN of the segment being read
+	f          vfs.File // open file of seg; nil once at EOF
+	pos        LSN      // where the next record starts
+
+	buf    []byte // bytes of f from file offset bufOff
+	bufOff int64
+
+	eof     bool
+	err     error // sticky error other than io.EOF
+	dropped int64
+}
+
+// NewReader opens the log in dir for reading from start, which must be the
+// LSN of a record or the End of a previous read; 0 means the first record of
+// the oldest segment present. An empty directory yields a Reader whose first
+// Next returns io.EOF and whose End is start.
+//
+// NewReader returns an error wrapping fs.ErrNotExist when start precedes the
+// oldest segment (it was removed), and ErrCorrupt, naming the file, when the
+// header of the segment start lies in is invalid.
+func NewReader(fsys vfs.FS, dir string, start LSN) (*Reader, error) {
+	r := &Reader{fs: fsys, dir: dir, pos: start}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: list %s: %w", dir, err)
+	}
+	var segs []LSN // ascending, since ReadDir sorts and names are fixed-width
+	for _, n := range names {
+		if s, ok := parseSegmentName(n); ok {
+			segs = append(segs, s)
+		}
+	}
+	if len(segs) == 0 {
+		r.eof = true
+		return r, nil
+	}
+	// Pick the segment holding start: the last one named at or below it.
+	i := len(segs) - 1
+	if start != 0 {
+		for i >= 0 && segs[i] > start {
+			i--
+		}
+		if i < 0 {
+			return nil, fmt.Errorf("wal: start %s precedes the oldest segment %s in %s: %w",
+				start, segmentName(segs[0]), dir, fs.ErrNotExist)
+		}
+	} else {
+		i = 0
+	}
+	// A start on a segment boundary is the End of a full previous segment;
+	// read from there so a bad next segment is an end, not an error.
+	if start != 0 && segs[i] == start && i > 0 {
+		if h, err := r.peekHeader(segs[i-1]); err == nil && h.start+LSN(h.size) == start {
+			i--
+		}
+	}
+	if err := r.openSegment(segs[i]); err != nil {
+		return nil, err
+	}
+	if start == 0 || r.pos < r.seg+segHeaderSize {
+		r.pos = r.seg + segHeaderSize
+	}
+	if r.pos > r.seg+LSN(r.segSize) {
+		r.closeFile()
+		return nil, fmt.Errorf("wal: start %s lies beyond segment %s of %d bytes: %w",
+			start, segmentName(r.seg), r.segSize, fs.ErrNotExist)
+	}
+	return r, nil
+}
+
+// peekHeader reads and checks the header of the segment named by start.
+func (r *Reader) peekHeader(start LSN) (segHeader, error) {
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(start)))
+	if err != nil {
+		return segHeader{}, err
+	}
+	defer f.Close()
+	return readSegHeader(f, start, 0)
+}
+
+// readSegHeader reads the header of f and checks that it names start and,
+// when size is non-zero, that it has that segment size. The error wraps
+// ErrCorrupt and names the file and offset.
+func readSegHeader(f vfs.File, start LSN, size int64) (segHeader, error) {
+	var b [segHeaderSize]byte
+	if _, err := f.ReadAt(b[:], 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			return segHeader{}, fmt.Errorf("%w: %s at offset 0: short segment header", ErrCorrupt, f.Name())
+		}
+		return segHeader{}, fmt.Errorf("wal: read %s: %w", f.Name(), err)
+	}
+	h, err := decodeSegHeader(b[:])
+	if err != nil {
+		return segHeader{}, fmt.Errorf("%w: %s at offset 0: %v", ErrCorrupt, f.Name(), err)
+	}
+	if h.start != start {
+		return segHeader{}, fmt.Errorf("%w: %s at offset 0: header names segment %s", ErrCorrupt, f.Name(), segmentName(h.start))
+	}
+	if size != 0 && h.size != size {
+		return segHeader{}, fmt.Errorf("%w: %s at offset 0: segment size %d, want %d", ErrCorrupt, f.Name(), h.size, size)
+	}
+	return h, nil
+}
+
+// openSegment opens the segment starting at start as the first one read,
+// learning the segment size from its header.
+func (r *Reader) openSegment(start LSN) error {
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(start)))
+	if err != nil {
+		return fmt.Errorf("wal: open segment: %w", err)
+	}
+	h, err := readSegHeader(f, start, 0)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	r.f, r.seg, r.segSize = f, start, h.size
+	r.maxPayload = MaxPayload(h.size)
+	r.buf = r.buf[:0]
+	return nil
+}
+
+// Next returns the next record. At the end of the valid log it returns
+// io.EOF, after which End and DroppedBytes describe where the log ends; other
+// errors are I/O errors or ErrCorrupt. Segment-switch records are consumed
+// silently. The returned Data is a fresh slice the caller owns.
+func (r *Reader) Next() (Record, error) {
+	for {
+		if r.err != nil {
+			return Record{}, r.err
+		}
+		if r.eof {
+			return Record{}, io.EOF
+		}
+		off := int64(r.pos - r.seg)
+		room := r.segSize - off
+		if room < recHeaderSize {
+			// Too little room for a header: an implicit segment switch.
+			r.advance()
+			continue
+		}
+		hb, err := r.bytesAt(off, recHeaderSize)
+		if err != nil {
+			return Record{}, r.fail(err)
+		}
+		h, ok := decodeRecHeader(hb, r.pos, room, r.maxPayload)
+		if !ok {
+			r.finish()
+			continue
+		}
+		hdr := [recHeaderSize]byte(hb)
+		body, err := r.bytesAt(off+recHeaderSize, h.n)
+		if err != nil {
+			return Record{}, r.fail(err)
+		}
+		if len(body) < h.n || !checkRecord(hdr[:], body, h) {
+			r.finish()
+			continue
+		}
+		size := recordSize(h.n)
+		if h.typ == typeSwitch {
+			r.pos = r.seg + LSN(r.segSize)
+			r.advance()
+			continue
+		}
+		rec := Record{
+			LSN:   r.pos,
+			End:   r.pos + LSN(size),
+			Type:  h.typ,
+			Flags: h.flags,
+			XID:   h.xid,
+			Data:  append([]byte(nil), body...),
+		}
+		r.pos = rec.End
+		return rec, nil
+	}
+}
+
+// bytesAt returns up to n bytes of the current segment at file offset off,
+// fewer only where the file ends. The slice aliases the read buffer.
+func (r *Reader) bytesAt(off int64, n int) ([]byte, error) {
+	if off >= r.bufOff && off+int64(n) <= r.bufOff+int64(len(r.buf)) {
+		return r.buf[off-r.bufOff : off-r.bufOff+int64(n)], nil
+	}
+	want := max(n, readChunk)
+	if rest := r.segSize - off; int64(want) > rest {
+		want = int(rest)
+	}
+	if cap(r.buf) < want {
+		r.buf = make([]byte, want)
+	}
+	r.buf = r.buf[:want]
+	got, err := r.f.ReadAt(r.buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.buf = r.buf[:0]
+		return nil, fmt.Errorf("wal: read %s at offset %d: %w", r.f.Name(), off, err)
+	}
+	r.buf, r.bufOff = r.buf[:got], off
+	if got < n {
+		return r.buf, nil
+	}
+	return r.buf[:n], nil
+}
+
+func (r *Reader) fail(err error) error {
+	r.err = err
+	r.closeFile()
+	return err
+}
+
+// advance moves to the next segment after the current one is used up. A
+// missing next segment, or one whose header does not name it, ends the log
+// at r.pos.
+func (r *Reader) advance() {
+	next := r.seg + LSN(r.segSize)
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(next)))
+	if err != nil {
+		r.finish()
+		return
+	}
+	if _, err := readSegHeader(f, next, r.segSize); err != nil {
+		f.Close()
+		if cerr := r.checkLaterSegment(next); cerr != nil {
+			r.err = cerr
+			r.closeFile()
+			return
+		}
+		r.finish()
+		return
+	}
+	r.closeFile()
+	r.f, r.seg, r.pos = f, next, next+segHeaderSize
+	r.buf, r.bufOff = r.buf[:0], 0
+}
+
+// checkLaterSegment is called when the segment at bad has an invalid
+// header. If the segment after it holds a valid first record, the log
+// demonstrably went on past bad, so bad is corruption rather than the end.
+func (r *Reader) checkLaterSegment(bad LSN) error {
+	later := bad + LSN(r.segSize)
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(later)))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if _, err := readSegHeader(f, later, r.segSize); err != nil {
+		return nil
+	}
+	hb := make([]byte, recHeaderSize)
+	if _, err := f.ReadAt(hb, segHeaderSize); err != nil {
+		return nil
+	}
+	h, ok := decodeRecHeader(hb, later+segHeaderSize, r.segSize-segHeaderSize, r.maxPayload)
+	if !ok {
+		return nil
+	}
+	body := make([]byte, h.n)
+	if _, err := f.ReadAt(body, segHeaderSize+recHeaderSize); err != nil && !(errors.Is(err, io.EOF) && h.n == 0) {
+		return nil
+	}
+	if !checkRecord(hb, body, h) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s at offset 0: bad segment header followed by valid segment %s",
+		ErrCorrupt, path.Join(r.dir, segmentName(bad)), segmentName(later))
+}
+
+// finish ends the log at r.pos and counts the non-zero bytes that follow it
+// in its segment: the torn or stale tail that recovery cuts off.
+func (r *Reader) finish() {
+	r.eof = true
+	if r.f == nil {
+		return
+	}
+	off := int64(r.pos - r.seg)
+	var n int64
+	for off < r.segSize {
+		b, err := r.bytesAt(off, int(min(readChunk, r.segSize-off)))
+		if err != nil || len(b) == 0 {
+			break
+		}
+		for _, c := range b {
+			if c != 0 {
+				n++
+			}
+		}
+		off += int64(len(b))
+	}
+	r.dropped = n
+	r.closeFile()
+}
+
+func (r *Reader) closeFile() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
+}
+
+// End returns, after Next has returned io.EOF, the LSN where the next record
+// would go: the end of the valid log, to pass to OpenWriter. It may equal a
+// segment boundary (the previous segment is full). Before EOF it returns the
+// position of the next record to be read.
+func (r *Reader) End() LSN { return r.pos }
+
+// DroppedBytes returns, after io.EOF, how many non-zero bytes were found past
+// End in the segment End lies in: the torn tail the log was cut at. Zero
+// means the log ended cleanly.
+func (r *Reader) DroppedBytes() int64 { return r.dropped }
+
+// SegmentSize returns the segment size in bytes learned from the segment
+// headers, or 0 if the directory held no segment.
+func (r *Reader) SegmentSize() int64 { return r.segSize }
+
+// Close releases the open segment file. Further calls to Next return
+// ErrClosed.
+func (r *Reader) Close() error {
+	r.closeFile()
+	if r.err == nil {
+		r.err = ErrClosed
+	}
+	return nil
+}

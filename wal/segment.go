@@ -1,0 +1,104 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	"mvkv/internal/vfs"
+)
+
+// tempSuffix marks a segment being prepared; such files are never read and
+// are removed when a Writer opens the directory.
+const tempSuffix = ".tmp"
+
+// zeroChunk is the size of the zero buffer used to fill segments (bytes).
+const zeroChunk = 1 << 20
+
+// createSegment makes the segment starting at start durable under its final
+// name: it writes the header and zeros to the full segment size into a
+// temporary file, fsyncs it, renames it into place and fsyncs the directory
+// (rule 9: a created file is followed by a directory fsync before anything
+// depends on it). Because the rename is the last step, a segment file under
+// its final name is always complete. stop, if non-nil, aborts the work
+// between chunks (the file is then removed).
+func createSegment(fsys vfs.FS, dir string, start LSN, size int64, stop <-chan struct{}) error {
+	final := path.Join(dir, segmentName(start))
+	tmp := final + tempSuffix
+	f, err := fsys.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("wal: create %s: %w", tmp, err)
+	}
+	fail := func(err error) error {
+		f.Close()
+		fsys.Remove(tmp)
+		return err
+	}
+	buf := make([]byte, min(zeroChunk, size))
+	encodeSegHeader(buf, segHeader{size: size, start: start})
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		if stop != nil {
+			select {
+			case <-stop:
+				return fail(errStopped)
+			default:
+			}
+		}
+		if _, err := f.WriteAt(buf, off); err != nil {
+			return fail(fmt.Errorf("wal: write %s at offset %d: %w", tmp, off, err))
+		}
+		if off == 0 {
+			clear(buf[:segHeaderSize])
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fail(fmt.Errorf("wal: fsync %s: %w", tmp, err))
+	}
+	if err := f.Close(); err != nil {
+		fsys.Remove(tmp)
+		return fmt.Errorf("wal: close %s: %w", tmp, err)
+	}
+	if err := fsys.Rename(tmp, final); err != nil {
+		fsys.Remove(tmp)
+		return fmt.Errorf("wal: rename %s: %w", tmp, err)
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return fmt.Errorf("wal: fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+var errStopped = errors.New("wal: segment preparation stopped")
+
+// segmentReady reports whether a complete segment file exists for start.
+// Only the Writer's own preparation creates files under final names while it
+// runs (OpenWriter removed every later segment), so existence and full size
+// mean it is ready.
+func segmentReady(fsys vfs.FS, dir string, start LSN, size int64) bool {
+	n, err := fsys.Stat(path.Join(dir, segmentName(start)))
+	return err == nil && n == size
+}
+
+// listSegments returns the start LSNs of the segment files in dir, ascending,
+// and the names of leftover temporary files.
+func listSegments(fsys vfs.FS, dir string) (segs []LSN, temps []string, err error) {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("wal: list %s: %w", dir, err)
+	}
+	for _, n := range names {
+		if s, ok := parseSegmentName(n); ok {
+			segs = append(segs, s)
+		} else if strings.HasSuffix(n, tempSuffix) {
+			if _, ok := parseSegmentName(strings.TrimSuffix(n, tempSuffix)); ok {
+				temps = append(temps, n)
+			}
+		}
+	}
+	return segs, temps, nil
+}

@@ -1,0 +1,760 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"mvkv/internal/vfs"
+)
+
+// FlusherPolicy names how concurrent Flush calls share write+sync rounds.
+type FlusherPolicy string
+
+const (
+	// FlusherSerial is PostgreSQL's XLogFlush scheme: one write+sync at a
+	// time; whoever finds its LSN unflushed becomes the leader and flushes
+	// everything inserted so far, the rest wait and find themselves flushed.
+	FlusherSerial FlusherPolicy = "serial"
+	// FlusherNone gives every Flush call its own write+sync round, one at a
+	// time, never sharing one: the baseline group commit is measured against.
+	FlusherNone FlusherPolicy = "none"
+	// FlusherPipelined overlaps the next round's write with the previous
+	// round's sync. Not implemented yet: OpenWriter rejects it.
+	FlusherPipelined FlusherPolicy = "pipelined"
+)
+
+// Options configure a Writer. The zero value gives the defaults. Options are
+// copied by OpenWriter; CommitDelay and CommitSiblings can be changed later
+// with SetCommitDelay and SetCommitSiblings.
+type Options struct {
+	// SegmentSize is the size of every segment file in bytes: a power of
+	// two in [1 MiB, 1 GiB]; 0 means 16 MiB. It must match the existing
+	// segments.
+	SegmentSize int64
+	// Flusher is the group-commit policy; "" means "serial".
+	Flusher FlusherPolicy
+	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):
+	// how long a flush leader waits for more commits to join its round.
+	CommitDelay int
+	// CommitSiblings is PostgreSQL's commit_siblings: the delay applies only
+	// when at least this many other transactions are active. 0 means 5 (use
+	// SetCommitSiblings(0) to make the delay unconditional).
+	CommitSiblings int
+	// ActiveTransactions returns how many transactions are running now,
+	// counting the committing one (it is still running while it waits for
+	// its commit record to be flushed). nil counts 0. It may be called on
+	// every flush round, so it must be cheap and must not call the Writer.
+	ActiveTransactions func() int
+	// WALWriterDelay is PostgreSQL's wal_writer_delay: how often a
+	// background goroutine flushes whatever has been inserted (it makes
+	// asynchronous commits durable). 0 means 200ms.
+	WALWriterDelay time.Duration
+	// Logger receives background errors (segment preparation, WAL writer).
+	// nil discards them.
+	Logger *slog.Logger
+}
+
+func (o *Options) normalize() error {
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	if !validSegmentSize(o.SegmentSize) {
+		return fmt.Errorf("wal: segment size %d is not a power of two in [%d, %d]", o.SegmentSize, MinSegmentSize, MaxSegmentSize)
+	}
+	switch o.Flusher {
+	case "":
+		o.Flusher = FlusherSerial
+	case FlusherSerial, FlusherNone:
+	case FlusherPipelined:
+		return fmt.Errorf("wal: flusher policy %q is not implemented yet", o.Flusher)
+	default:
+		return fmt.Errorf("wal: unknown flusher policy %q", o.Flusher)
+	}
+	if o.CommitDelay < 0 || o.CommitDelay > 100000 {
+		return fmt.Errorf("wal: commit delay %d µs outside 0..100000", o.CommitDelay)
+	}
+	if o.CommitSiblings < 0 || o.CommitSiblings > 1000 {
+		return fmt.Errorf("wal: commit siblings %d outside 0..1000", o.CommitSiblings)
+	}
+	if o.CommitSiblings == 0 {
+		o.CommitSiblings = 5
+	}
+	if o.WALWriterDelay < 0 {
+		return fmt.Errorf("wal: negative WAL writer delay %v", o.WALWriterDelay)
+	}
+	if o.WALWriterDelay == 0 {
+		o.WALWriterDelay = 200 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// extent is a run of inserted but unwritten log bytes inside one segment.
+type extent struct {
+	seg   LSN // start LSN of the segment
+	start LSN // LSN of buf[0]
+	buf   []byte
+}
+
+type failure struct{ err error }
+
+// Writer appends records to the log and makes them durable with group
+// commit.
+//
+// Insertion and flushing are separate, as in PostgreSQL. Insert reserves
+// the LSN range and copies the framed record into an in-memory extent under
+// mu; it does no I/O. Flush(upTo) follows XLogFlush:
+//
+//	if flushed >= upTo: return
+//	loop:
+//	    try to take the flusher role, or wait until its holder lets it go
+//	        (LWLockAcquireOrWait on WALWriteLock)
+//	    if flushed >= upTo: return            (someone flushed us meanwhile)
+//	    if we hold the role: break
+//	if commit_delay > 0 and enough siblings are active: wait commit_delay
+//	take every pending extent and the insert position P (under mu)
+//	for each segment touched, oldest first: WriteAt, then fdatasync
+//	flushed = P; give up the role; wake all waiters
+//
+// Every waiter re-checks its own LSN against flushed after waking, so a
+// waiter is released only by a round that covered it; the leader's round
+// covers at least its own LSN because P is read after upTo was inserted.
+// Syncing the old segment before writing the new one keeps rule 9: a commit
+// in the next segment is never acknowledged before the previous one is
+// durable. A write or fsync failure is sticky (ErrSyncFailed).
+//
+// The next segment is prepared by a background goroutine as soon as the
+// flusher opens a segment, so a switch normally only opens a ready file. A
+// second goroutine, the WAL writer, flushes every WALWriterDelay.
+//
+// All methods are safe for concurrent use.
+type Writer struct {
+	fs         vfs.FS
+	dir        string
+	segSize    int64
+	maxPayload int
+	policy     FlusherPolicy
+	logger     *slog.Logger
+	activeTxns func() int
+	now        func() time.Time    // injected clock, for the commit_delay wait
+	sleep      func(time.Duration) // injected sleep, for delays of 1ms and more
+
+	commitDelay    atomic.Int64 // microseconds
+	commitSiblings atomic.Int64
+
+	mu      sync.Mutex // the insertion lock
+	pos     LSN        // guarded by mu: end of the last inserted record
+	pending []extent   // guarded by mu: inserted, not yet handed to a flusher
+	spare   [][]byte   // guarded by mu: emptied extent buffers for reuse
+	closing bool       // guarded by mu: Close has begun; inserts refused
+
+	insertLSN atomic.Uint64 // pos, for readers that do not take mu
+	flushed   atomic.Uint64 // everything below is durable
+	failed    atomic.Pointer[failure]
+
+	fmu      sync.Mutex // guards flushing, waiters and closed; fcond's lock
+	fcond    sync.Cond
+	flushing bool // guarded by fmu: someone holds the flusher role
+	waiters  atomic.Int64
+	closed   bool // guarded by fmu: files are closed
+
+	// Owned by the holder of the flusher role (or Close once closed).
+	cur    vfs.File
+	curSeg LSN
+
+	curSegA atomic.Uint64 // curSeg, for RemoveSegmentsBefore
+
+	prepMu  sync.Mutex // serializes segment creation (preparer vs inline)
+	prepReq chan LSN
+	stop    chan struct{}
+	bg      sync.WaitGroup
+
+	c counters
+}
+
+// OpenWriter opens the log in dir for appending at end, the value of
+// Reader.End after reading the log to io.EOF (0, or FirstLSN, for a new
+// log in an empty or missing directory).
+//
+// Before accepting records it makes the log past end durably invalid: it
+// removes leftover temporary files and every segment after the one end lies
+// in (fsyncing the directory), and zero-fills the rest of that segment
+// (fsyncing it), so no torn or stale record past end can ever resurface
+// behind new ones. It returns ErrCorrupt when end's segment has a bad header.
+func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	segSize := opts.SegmentSize
+	if err := fsys.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	segs, temps, err := listSegments(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range temps {
+		if err := fsys.Remove(path.Join(dir, t)); err != nil {
+			return nil, fmt.Errorf("wal: remove %s: %w", t, err)
+		}
+	}
+	if len(segs) == 0 {
+		if end != 0 && end != FirstLSN(segSize) {
+			return nil, fmt.Errorf("wal: no segments in %s to continue at %s", dir, end)
+		}
+		end = FirstLSN(segSize)
+		if err := createSegment(fsys, dir, LSN(segSize), segSize, nil); err != nil {
+			return nil, err
+		}
+		segs = []LSN{LSN(segSize)}
+	} else if end == 0 {
+		return nil, fmt.Errorf("wal: end LSN 0 given for a non-empty log in %s", dir)
+	}
+	if end%alignment != 0 {
+		return nil, fmt.Errorf("wal: end %s is not %d-byte aligned", end, alignment)
+	}
+	// end on a segment boundary means the previous segment is full.
+	cur := LSN(uint64(end-1) &^ uint64(segSize-1))
+	if end-cur < segHeaderSize {
+		return nil, fmt.Errorf("wal: end %s lies inside a segment header", end)
+	}
+	name := path.Join(dir, segmentName(cur))
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("wal: open segment for end %s: %w", end, err)
+	}
+	if _, err := readSegHeader(f, cur, segSize); err != nil {
+		f.Close()
+		return nil, err
+	}
+	removed := false
+	for _, s := range segs {
+		if s > cur {
+			if err := fsys.Remove(path.Join(dir, segmentName(s))); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("wal: remove stale segment: %w", err)
+			}
+			removed = true
+		}
+	}
+	if removed || len(temps) > 0 {
+		if err := fsys.SyncDir(dir); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("wal: fsync directory %s: %w", dir, err)
+		}
+	}
+	if err := zeroTail(f, int64(end-cur), segSize); err != nil {
+		f.Close()
+		return nil, err
+	}
+
+	w := &Writer{
+		fs:         fsys,
+		dir:        dir,
+		segSize:    segSize,
+		maxPayload: MaxPayload(segSize),
+		policy:     opts.Flusher,
+		logger:     opts.Logger,
+		activeTxns: opts.ActiveTransactions,
+		now:        time.Now,
+		sleep:      time.Sleep,
+		pos:        end,
+		cur:        f,
+		curSeg:     cur,
+		prepReq:    make(chan LSN, 1),
+		stop:       make(chan struct{}),
+	}
+	w.fcond.L = &w.fmu
+	w.commitDelay.Store(int64(opts.CommitDelay))
+	w.commitSiblings.Store(int64(opts.CommitSiblings))
+	w.insertLSN.Store(uint64(end))
+	w.flushed.Store(uint64(end))
+	w.curSegA.Store(uint64(cur))
+	w.bg.Add(2)
+	go w.preparer()
+	go w.walWriter(opts.WALWriterDelay)
+	w.requestPrepare(cur + LSN(segSize))
+	return w, nil
+}
+
+// zeroTail overwrites with zeros every chunk of f from off to size that is
+// not already all zeros, then fsyncs f if it wrote anything.
+func zeroTail(f vfs.File, off, size int64) error {
+	buf := make([]byte, zeroChunk)
+	zeros := make([]byte, zeroChunk)
+	wrote := false
+	for off < size {
+		n := min(int64(zeroChunk), size-off)
+		got, err := f.ReadAt(buf[:n], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("wal: read %s at offset %d: %w", f.Name(), off, err)
+		}
+		dirty := int64(got) < n
+		for _, c := range buf[:got] {
+			if c != 0 {
+				dirty = true
+				break
+			}
+		}
+		if dirty {
+			if _, err := f.WriteAt(zeros[:n], off); err != nil {
+				return fmt.Errorf("wal: zero %s at offset %d: %w", f.Name(), off, err)
+			}
+			wrote = true
+		}
+		off += n
+	}
+	if wrote {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("%w: fsync %s: %w", ErrSyncFailed, f.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Insert appends a record with flags 0; see InsertFlags.
+func (w *Writer) Insert(typ RecordType, xid uint64, data []byte) (start, end LSN, err error) {
+	return w.InsertFlags(typ, 0, xid, data)
+}
+
+// InsertFlags appends a record of type typ (16..255) for transaction xid and
+// returns its LSN range: start is the record's LSN, end the LSN to Flush up
+// to for it to be durable. data is copied. It does no I/O. It returns
+// ErrRecordTooLarge for a payload above MaxPayload(SegmentSize), the
+// sticky ErrSyncFailed after a failed flush, and ErrClosed after Close.
+func (w *Writer) InsertFlags(typ RecordType, flags uint8, xid uint64, data []byte) (start, end LSN, err error) {
+	if typ < MinUserRecordType {
+		return 0, 0, fmt.Errorf("wal: record type %d is reserved", typ)
+	}
+	if len(data) > w.maxPayload {
+		return 0, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(data), w.maxPayload)
+	}
+	pcrc := payloadCRC(data)
+	size := recordSize(len(data))
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if f := w.failed.Load(); f != nil {
+		return 0, 0, f.err
+	}
+	if w.closing {
+		return 0, 0, ErrClosed
+	}
+	seg := w.segOf(w.pos)
+	off := int64(w.pos - seg)
+	if off+size > w.segSize {
+		// A record never spans segments. Mark the early end explicitly
+		// when a header fits; otherwise the reader treats the remainder
+		// as an implicit switch.
+		if w.segSize-off >= recHeaderSize {
+			w.appendLocked(seg, w.pos, typeSwitch, 0, 0, nil, payloadCRC(nil))
+		}
+		seg += LSN(w.segSize)
+		w.pos = seg + segHeaderSize
+		w.c.switches.Add(1)
+	}
+	start = w.pos
+	w.appendLocked(seg, start, typ, flags, xid, data, pcrc)
+	w.pos = start + LSN(size)
+	w.insertLSN.Store(uint64(w.pos))
+	w.c.records.Add(1)
+	w.c.bytes.Add(uint64(size))
+	return start, w.pos, nil
+}
+
+// segOf returns the start of the segment an insert position belongs to; a
+// position on a boundary belongs to the full segment before it.
+func (w *Writer) segOf(pos LSN) LSN {
+	return LSN(uint64(pos-1) &^ uint64(w.segSize-1))
+}
+
+// appendLocked frames a record at lsn into the pending extent of seg.
+func (w *Writer) appendLocked(seg, lsn LSN, typ RecordType, flags uint8, xid uint64, data []byte, pcrc uint32) {
+	var e *extent
+	if n := len(w.pending); n > 0 {
+		last := &w.pending[n-1]
+		if last.seg == seg && last.start+LSN(len(last.buf)) == lsn {
+			e = last
+		}
+	}
+	if e == nil {
+		var buf []byte
+		if n := len(w.spare); n > 0 {
+			buf, w.spare = w.spare[n-1], w.spare[:n-1]
+		}
+		w.pending = append(w.pending, extent{seg: seg, start: lsn, buf: buf})
+		e = &w.pending[len(w.pending)-1]
+	}
+	size := int(recordSize(len(data)))
+	if typ == typeSwitch {
+		size = recHeaderSize
+	}
+	old := len(e.buf)
+	e.buf = append(e.buf, make([]byte, size)...)
+	rec := e.buf[old:]
+	encodeRecHeader(rec, lsn, typ, flags, xid, len(data), pcrc)
+	n := copy(rec[recHeaderSize:], data)
+	clear(rec[recHeaderSize+n:])
+}
+
+// Flush returns once every record ending at or below upTo is durable. It
+// returns an error wrapping ErrSyncFailed if a write or fsync failed (now or
+// before), ErrClosed if the Writer was closed first, and an error if upTo
+// lies beyond InsertLSN.
+func (w *Writer) Flush(upTo LSN) error {
+	w.c.flushRequests.Add(1)
+	return w.flush(upTo, true)
+}
+
+// FlushAll flushes everything inserted so far.
+func (w *Writer) FlushAll() error {
+	return w.Flush(w.InsertLSN())
+}
+
+// flush implements Flush; commit says whether the caller is a committer
+// (counted, and subject to commit_delay) rather than the WAL writer.
+func (w *Writer) flush(upTo LSN, commit bool) error {
+	if f := w.failed.Load(); f != nil {
+		return f.err
+	}
+	if w.policy != FlusherNone && LSN(w.flushed.Load()) >= upTo {
+		return nil
+	}
+	if ins := w.InsertLSN(); upTo > ins {
+		return fmt.Errorf("wal: flush request %s is beyond the insert position %s", upTo, ins)
+	}
+	if commit {
+		w.c.flushWaits.Add(1)
+	}
+	waited := false
+	w.fmu.Lock()
+	for {
+		if f := w.failed.Load(); f != nil {
+			w.fmu.Unlock()
+			return f.err
+		}
+		if w.policy != FlusherNone && LSN(w.flushed.Load()) >= upTo {
+			w.fmu.Unlock()
+			if waited && commit {
+				w.c.grouped.Add(1)
+			}
+			return nil
+		}
+		if w.closed {
+			w.fmu.Unlock()
+			return ErrClosed
+		}
+		if !w.flushing {
+			w.flushing = true
+			break
+		}
+		waited = true
+		w.waiters.Add(1)
+		w.fcond.Wait()
+		w.waiters.Add(-1)
+	}
+	w.fmu.Unlock()
+
+	err := w.lead(commit)
+
+	w.fmu.Lock()
+	w.flushing = false
+	w.fcond.Broadcast()
+	w.fmu.Unlock()
+	return err
+}
+
+// lead performs one write+sync round; the caller holds the flusher role.
+func (w *Writer) lead(commit bool) error {
+	if commit {
+		w.commitDelayWait()
+	}
+	w.mu.Lock()
+	exts := w.pending
+	w.pending = nil
+	target := w.pos
+	w.mu.Unlock()
+
+	w.c.flushes.Add(1)
+	err := w.writeAndSync(exts)
+	if err != nil {
+		err = w.fail(err)
+	} else {
+		w.flushed.Store(uint64(target))
+	}
+
+	w.mu.Lock()
+	for _, e := range exts {
+		if cap(e.buf) <= 4*MaxRecordSize && len(w.spare) < 8 {
+			w.spare = append(w.spare, e.buf[:0])
+		}
+	}
+	w.mu.Unlock()
+	return err
+}
+
+// fail records the first write or sync failure; every later call sees it.
+func (w *Writer) fail(err error) error {
+	f := &failure{fmt.Errorf("%w: %w", ErrSyncFailed, err)}
+	if !w.failed.CompareAndSwap(nil, f) {
+		f = w.failed.Load()
+	}
+	w.logger.Error("wal: flushing failed; the log accepts no more records", "err", f.err)
+	return f.err
+}
+
+// commitDelayWait is PostgreSQL's commit_delay: the leader gives other
+// committers a chance to insert their commit records before it writes.
+// Go's timers round sleeps below about a millisecond up to about a
+// millisecond, so shorter delays are waited by checking the clock between
+// yields; the wait also ends as soon as every other active transaction is
+// already waiting on this round, since nobody else could join it.
+func (w *Writer) commitDelayWait() {
+	us := w.commitDelay.Load()
+	if us <= 0 {
+		return
+	}
+	active := 0
+	if w.activeTxns != nil {
+		active = w.activeTxns()
+	}
+	others := int64(active - 1) // the committing transaction is still active
+	if others < w.commitSiblings.Load() {
+		return
+	}
+	w.c.commitDelay.Add(1)
+	d := time.Duration(us) * time.Microsecond
+	if d >= time.Millisecond {
+		w.sleep(d)
+		return
+	}
+	deadline := w.now().Add(d)
+	for w.now().Before(deadline) {
+		if others > 0 && w.waiters.Load() >= others {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// writeAndSync writes the extents, segment by segment in LSN order, and
+// fdatasyncs each segment before touching the next one.
+func (w *Writer) writeAndSync(exts []extent) error {
+	if len(exts) == 0 && w.policy == FlusherNone {
+		return w.sync(w.cur)
+	}
+	for i := 0; i < len(exts); {
+		seg := exts[i].seg
+		f, err := w.fileFor(seg)
+		if err != nil {
+			return err
+		}
+		for ; i < len(exts) && exts[i].seg == seg; i++ {
+			e := exts[i]
+			off := int64(e.start - seg)
+			if _, err := f.WriteAt(e.buf, off); err != nil {
+				return fmt.Errorf("write %s at offset %d: %w", f.Name(), off, err)
+			}
+			w.c.writes.Add(1)
+			w.c.writtenBytes.Add(uint64(len(e.buf)))
+		}
+		if err := w.sync(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Writer) sync(f vfs.File) error {
+	t0 := w.now()
+	err := f.Datasync()
+	w.c.syncNanos.Add(uint64(w.now().Sub(t0)))
+	w.c.syncs.Add(1)
+	if err != nil {
+		return fmt.Errorf("fdatasync %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// fileFor returns the open file of segment seg, switching to it if needed.
+// The previous segment has been synced by then.
+func (w *Writer) fileFor(seg LSN) (vfs.File, error) {
+	if seg == w.curSeg {
+		return w.cur, nil
+	}
+	if seg < w.curSeg {
+		return nil, fmt.Errorf("segment %s precedes the open segment %s", segmentName(seg), segmentName(w.curSeg))
+	}
+	w.prepMu.Lock()
+	if segmentReady(w.fs, w.dir, seg, w.segSize) {
+		w.c.prepped.Add(1)
+	} else {
+		if err := createSegment(w.fs, w.dir, seg, w.segSize, nil); err != nil {
+			w.prepMu.Unlock()
+			return nil, err
+		}
+		w.c.inline.Add(1)
+	}
+	f, err := w.fs.Open(path.Join(w.dir, segmentName(seg)))
+	w.prepMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("open segment: %w", err)
+	}
+	if _, err := readSegHeader(f, seg, w.segSize); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := w.cur.Close(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("close %s: %w", w.cur.Name(), err)
+	}
+	w.cur, w.curSeg = f, seg
+	w.curSegA.Store(uint64(seg))
+	w.requestPrepare(seg + LSN(w.segSize))
+	return f, nil
+}
+
+// requestPrepare asks the preparer for segment seg, replacing any older
+// request still queued.
+func (w *Writer) requestPrepare(seg LSN) {
+	select {
+	case <-w.prepReq:
+	default:
+	}
+	select {
+	case w.prepReq <- seg:
+	default:
+	}
+}
+
+// preparer creates requested segments off the commit path.
+func (w *Writer) preparer() {
+	defer w.bg.Done()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case seg := <-w.prepReq:
+			w.prepMu.Lock()
+			if !segmentReady(w.fs, w.dir, seg, w.segSize) {
+				err := createSegment(w.fs, w.dir, seg, w.segSize, w.stop)
+				if err != nil && !errors.Is(err, errStopped) {
+					w.logger.Warn("wal: preparing the next segment failed; it will be created on switch", "segment", segmentName(seg), "err", err)
+				}
+			}
+			w.prepMu.Unlock()
+		}
+	}
+}
+
+// walWriter flushes everything inserted every delay, as PostgreSQL's WAL
+// writer does for asynchronous commits.
+func (w *Writer) walWriter(delay time.Duration) {
+	defer w.bg.Done()
+	t := time.NewTicker(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			ins := w.InsertLSN()
+			if ins <= w.FlushedLSN() || w.failed.Load() != nil {
+				continue
+			}
+			if err := w.flush(ins, false); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrSyncFailed) {
+				w.logger.Warn("wal: background flush failed", "err", err)
+			}
+		}
+	}
+}
+
+// FlushedLSN returns the LSN below which everything is durable.
+func (w *Writer) FlushedLSN() LSN { return LSN(w.flushed.Load()) }
+
+// InsertLSN returns the end of the last inserted record.
+func (w *Writer) InsertLSN() LSN { return LSN(w.insertLSN.Load()) }
+
+// SegmentSize returns the segment size in bytes.
+func (w *Writer) SegmentSize() int64 { return w.segSize }
+
+// SetCommitDelay sets commit_delay in microseconds (clamped to 0..100000).
+// Safe for concurrent use; the next flush round sees it.
+func (w *Writer) SetCommitDelay(us int) {
+	w.commitDelay.Store(int64(min(max(us, 0), 100000)))
+}
+
+// SetCommitSiblings sets commit_siblings (clamped to 0..1000). Safe for
+// concurrent use.
+func (w *Writer) SetCommitSiblings(n int) {
+	w.commitSiblings.Store(int64(min(max(n, 0), 1000)))
+}
+
+// Stats returns a snapshot of the counters.
+func (w *Writer) Stats() Stats { return w.c.snapshot() }
+
+// RemoveSegmentsBefore deletes the segments that end at or below lsn
+// (typically the redo LSN of the last checkpoint), never the segment the
+// flusher has open or any later one, then fsyncs the directory.
+func (w *Writer) RemoveSegmentsBefore(lsn LSN) error {
+	cur := LSN(w.curSegA.Load())
+	segs, _, err := listSegments(w.fs, w.dir)
+	if err != nil {
+		return err
+	}
+	removed := false
+	for _, s := range segs {
+		if s >= cur || s+LSN(w.segSize) > lsn {
+			break
+		}
+		if err := w.fs.Remove(path.Join(w.dir, segmentName(s))); err != nil {
+			return fmt.Errorf("wal: remove segment: %w", err)
+		}
+		removed = true
+	}
+	if removed {
+		if err := w.fs.SyncDir(w.dir); err != nil {
+			return fmt.Errorf("wal: fsync directory %s: %w", w.dir, err)
+		}
+	}
+	return nil
+}
+
+// Close flushes everything inserted, stops the background goroutines and
+// closes the files. Inserts after Close return ErrClosed. It returns the
+// flush error, if any (ErrSyncFailed after a failure); a second Close
+// returns ErrClosed.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.closing = true
+	w.mu.Unlock()
+
+	close(w.stop)
+	w.bg.Wait()
+	err := w.flush(w.InsertLSN(), false)
+
+	w.fmu.Lock()
+	for w.flushing {
+		w.fcond.Wait()
+	}
+	w.closed = true
+	w.fcond.Broadcast()
+	w.fmu.Unlock()
+	if cerr := w.cur.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("wal: close %s: %w", w.cur.Name(), cerr)
+	}
+	return err
+}
