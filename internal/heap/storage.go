@@ -1,0 +1,276 @@
+package heap
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"mvkv/internal/vfs"
+)
+
+// SegmentBlocks is the number of blocks in one segment file: 1 GiB of 8 KiB
+// blocks, as PostgreSQL's RELSEG_SIZE.
+const SegmentBlocks = 1 << 30 / PageSize
+
+// ErrClosed is returned by Storage methods called after Close.
+var ErrClosed = errors.New("heap: storage closed")
+
+// Storage is the heap relation on disk, as PostgreSQL's md.c: block b lives
+// in segment file b/SegmentBlocks (named with 8 decimal digits, "00000000",
+// "00000001", ...) in dir, at byte offset (b%SegmentBlocks)*PageSize.
+//
+// Blocks may be written in any order (the buffer pool evicts them so), so a
+// segment may have holes, and a segment below the last may be shorter than
+// 1 GiB; every block that was never written reads as zeros, which
+// VerifyPage accepts as a new page. All methods are safe for concurrent use.
+type Storage struct {
+	fs  vfs.FS
+	dir string
+
+	// nblocks is one past the highest block present in any segment file.
+	nblocks atomic.Uint32
+
+	// syncMu serializes Sync, so that a Sync that returns has covered every
+	// write completed before it was called, even with another Sync running.
+	syncMu sync.Mutex
+
+	mu sync.RWMutex
+	// segs maps a segment number to its open file; guarded by mu.
+	segs map[uint32]vfs.File
+	// dirty holds the segments written since their last fsync; guarded by mu.
+	dirty map[uint32]struct{}
+	// failed is the first fsync error; once set, Sync returns it forever,
+	// because after a failed fsync the kernel may have dropped the dirty
+	// pages and a retry can succeed without writing them (PostgreSQL's
+	// data_sync_retry=off). Guarded by mu.
+	failed error
+	closed bool // guarded by mu
+}
+
+func segName(seg uint32) string { return fmt.Sprintf("%08d", seg) }
+
+// parseSegName returns the segment number of a file name made of exactly 8
+// decimal digits; other names (temporary files) are not segments.
+func parseSegName(name string) (uint32, bool) {
+	if len(name) != 8 {
+		return 0, false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < '0' || name[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(name, 10, 32)
+	if err != nil || n > (1<<32-1)/SegmentBlocks {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// OpenStorage opens (creating if needed) the heap relation in dir and
+// computes NBlocks from the sizes of its segment files. A trailing partial
+// block (a torn extension) is not counted and reads as zeros. It fails with
+// an error wrapping ErrCorrupt if a segment is larger than 1 GiB.
+func OpenStorage(fs vfs.FS, dir string) (*Storage, error) {
+	if err := fs.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("heap: create %s: %w", dir, err)
+	}
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("heap: list %s: %w", dir, err)
+	}
+	s := &Storage{fs: fs, dir: dir, segs: make(map[uint32]vfs.File), dirty: make(map[uint32]struct{})}
+	var nblocks uint64
+	for _, name := range names {
+		seg, ok := parseSegName(name)
+		if !ok {
+			continue
+		}
+		f, err := fs.Open(path.Join(dir, name))
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("heap: open segment: %w", err)
+		}
+		s.segs[seg] = f
+		size, err := f.Size()
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("heap: size of %s: %w", f.Name(), err)
+		}
+		if size > SegmentBlocks*PageSize {
+			s.Close()
+			return nil, fmt.Errorf("%w: segment %s is %d bytes, more than %d", ErrCorrupt, f.Name(), size, SegmentBlocks*PageSize)
+		}
+		if n := uint64(seg)*SegmentBlocks + uint64(size/PageSize); size >= PageSize && n > nblocks {
+			nblocks = n
+		}
+	}
+	s.nblocks.Store(uint32(min(nblocks, 1<<32-1)))
+	return s, nil
+}
+
+// NBlocks returns one past the highest block present on disk, from the file
+// sizes at open and the writes since. It does not count blocks only extended
+// in the buffer pool.
+func (s *Storage) NBlocks() uint32 { return s.nblocks.Load() }
+
+func (s *Storage) segment(seg uint32) (vfs.File, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return s.segs[seg], nil
+}
+
+// ReadBlock reads block into p (PageSize bytes) and verifies it with
+// VerifyPage. A block that was never written (beyond the end of its segment,
+// in a hole, or in a missing segment) reads as all zeros. A page that fails
+// verification gives an error wrapping ErrCorrupt that names the file, the
+// byte offset and the block.
+func (s *Storage) ReadBlock(block uint32, p []byte) error {
+	if len(p) != PageSize {
+		return fmt.Errorf("heap: read block %d: buffer is %d bytes, want %d", block, len(p), PageSize)
+	}
+	f, err := s.segment(block / SegmentBlocks)
+	if err != nil {
+		return err
+	}
+	if f == nil {
+		clear(p)
+		return nil
+	}
+	off := int64(block%SegmentBlocks) * PageSize
+	n, err := f.ReadAt(p, off)
+	if n < PageSize {
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("heap: read %s at offset %d (block %d): %w", f.Name(), off, block, err)
+		}
+		// Past the end of the file, or a partial last block left by a
+		// torn extension: never completely written, so new. Redo rewrites
+		// it from a full-page image if it mattered.
+		clear(p)
+		return nil
+	}
+	if err := VerifyPage(p, block); err != nil {
+		return fmt.Errorf("heap: %s at offset %d (block %d): %w", f.Name(), off, block, err)
+	}
+	return nil
+}
+
+// WriteBlock sets the checksum in p (PageSize bytes; the caller's copy is
+// modified) and writes it at block's place, extending or creating the
+// segment file as needed. A new segment file is made durable in its
+// directory (fsync of dir) before WriteBlock returns. The data itself is
+// durable only after Sync. The caller must have flushed the WAL up to the
+// page's LSN first.
+func (s *Storage) WriteBlock(block uint32, p []byte) error {
+	if len(p) != PageSize {
+		return fmt.Errorf("heap: write block %d: buffer is %d bytes, want %d", block, len(p), PageSize)
+	}
+	seg := block / SegmentBlocks
+	f, err := s.segment(seg)
+	if err != nil {
+		return err
+	}
+	if f == nil {
+		if f, err = s.createSegment(seg); err != nil {
+			return err
+		}
+	}
+	SetChecksum(p, block)
+	off := int64(block%SegmentBlocks) * PageSize
+	if _, err := f.WriteAt(p, off); err != nil {
+		return fmt.Errorf("heap: write %s at offset %d (block %d): %w", f.Name(), off, block, err)
+	}
+	s.mu.Lock()
+	s.dirty[seg] = struct{}{}
+	s.mu.Unlock()
+	for {
+		n := s.nblocks.Load()
+		if block < n || s.nblocks.CompareAndSwap(n, block+1) {
+			break
+		}
+	}
+	return nil
+}
+
+// createSegment creates segment seg and fsyncs the directory, so that the
+// file (and what is later synced into it) survives a crash.
+func (s *Storage) createSegment(seg uint32) (vfs.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if f := s.segs[seg]; f != nil {
+		return f, nil
+	}
+	name := path.Join(s.dir, segName(seg))
+	f, err := s.fs.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("heap: create segment: %w", err)
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("heap: sync directory %s after creating %s: %w", s.dir, name, err)
+	}
+	s.segs[seg] = f
+	return f, nil
+}
+
+// Sync fsyncs every segment written since the last successful Sync, so that
+// every WriteBlock that returned before Sync was called is durable. Once an
+// fsync fails, Sync keeps returning that error: the engine must stop and let
+// recovery redo from the last checkpoint (DESIGN rule 6).
+func (s *Storage) Sync() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	if s.failed != nil {
+		s.mu.Unlock()
+		return s.failed
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	files := make([]vfs.File, 0, len(s.dirty))
+	for seg := range s.dirty {
+		files = append(files, s.segs[seg])
+	}
+	clear(s.dirty)
+	s.mu.Unlock()
+	for _, f := range files {
+		if err := f.Sync(); err != nil {
+			err = fmt.Errorf("heap: fsync %s: %w", f.Name(), err)
+			s.mu.Lock()
+			s.failed = err
+			s.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes every segment file without syncing; call Sync first for
+// durability. Later calls of any method return ErrClosed.
+func (s *Storage) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	var first error
+	for _, f := range s.segs {
+		if err := f.Close(); err != nil && first == nil {
+			first = fmt.Errorf("heap: close %s: %w", f.Name(), err)
+		}
+	}
+	return first
+}
