@@ -1,0 +1,412 @@
+package clog
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"sync/atomic"
+
+	"mvkv/internal/vfs"
+)
+
+// Status is a transaction's 2-bit status, as PostgreSQL's XidStatus.
+type Status uint8
+
+// The four statuses. The values are stored on disk; do not change them.
+const (
+	// StatusInProgress is the status of every xid not yet set, including
+	// every xid on a page never written.
+	StatusInProgress Status = 0
+	// StatusCommitted marks a committed transaction.
+	StatusCommitted Status = 1
+	// StatusAborted marks an aborted transaction.
+	StatusAborted Status = 2
+	// StatusSubCommitted marks a subtransaction whose parent has not yet
+	// committed (PostgreSQL's TRANSACTION_STATUS_SUB_COMMITTED).
+	StatusSubCommitted Status = 3
+
+	statusMask Status = 3
+)
+
+// String returns the status name as PostgreSQL's pg_xact_status spells it.
+func (s Status) String() string {
+	switch s {
+	case StatusInProgress:
+		return "in progress"
+	case StatusCommitted:
+		return "committed"
+	case StatusAborted:
+		return "aborted"
+	case StatusSubCommitted:
+		return "sub-committed"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+var (
+	// ErrCorrupt is wrapped by every error about a CLOG page whose bytes on
+	// disk do not check out; the wrapping error names the segment file and
+	// the byte offset of the page within it.
+	ErrCorrupt = errors.New("clog: corrupt page")
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("clog: closed")
+	// ErrInvalidStatus is returned by SetStatus for a Status above 3.
+	ErrInvalidStatus = errors.New("clog: invalid status")
+)
+
+// Default and minimum SLRU sizes, in pages.
+const (
+	DefaultBuffers = 128
+	MinBuffers     = 16
+	// MaxBuffers bounds the pool at 1 GiB of pages.
+	MaxBuffers = 1 << 17
+)
+
+// Options configure a CLOG. They are copied at Open.
+type Options struct {
+	// Buffers is the number of SLRU buffer slots, each holding one 8 KiB
+	// page (PostgreSQL's transaction_buffers). Zero means DefaultBuffers;
+	// values below MinBuffers are raised to it, above MaxBuffers lowered.
+	Buffers int
+	// FlushWAL must be non-nil. It makes the WAL durable up to at least lsn
+	// (a byte position in the WAL) and returns only when it is, as
+	// PostgreSQL's XLogFlush. The CLOG calls it before it writes a page
+	// whose group LSN is above the highest LSN FlushWAL has already
+	// returned nil for: WAL before data. It is called without any CLOG lock
+	// held, possibly from several goroutines at once.
+	FlushWAL func(lsn uint64) error
+	// Logger receives warnings (a torn page accepted during recovery). Nil
+	// discards them.
+	Logger *slog.Logger
+	// Recovery is set by the caller while WAL redo after a crash will
+	// replay every SetStatus since the last checkpoint. A page that fails
+	// its checksum is then taken to be torn by the crash: its status bits
+	// are used as they are (each 512-byte sector holds either its old or
+	// its new contents, and redo rewrites every status set since the
+	// checkpoint), it is logged, and it is marked dirty so the next
+	// Checkpoint writes it back whole. Without Recovery such a page is an
+	// ErrCorrupt error.
+	Recovery bool
+}
+
+// Stats counts CLOG activity since Open. It is a value; use Sub to get the
+// activity between two snapshots (as bbolt's Stats).
+type Stats struct {
+	Lookups    uint64 // Status and SetStatus calls that looked a page up
+	Hits       uint64 // lookups that found their page in a buffer
+	Misses     uint64 // lookups that had to load their page
+	PageReads  uint64 // pages read from segment files (missing files included)
+	PageWrites uint64 // pages written to segment files
+	FileSyncs  uint64 // fsyncs of segment files and of the directory
+	LockWaits  uint64 // bank lock acquisitions that found the lock taken
+	IOWaits    uint64 // waits for another goroutine's page read or write
+}
+
+// Sub returns s minus prev, field by field.
+func (s Stats) Sub(prev Stats) Stats {
+	return Stats{
+		Lookups:    s.Lookups - prev.Lookups,
+		Hits:       s.Hits - prev.Hits,
+		Misses:     s.Misses - prev.Misses,
+		PageReads:  s.PageReads - prev.PageReads,
+		PageWrites: s.PageWrites - prev.PageWrites,
+		FileSyncs:  s.FileSyncs - prev.FileSyncs,
+		LockWaits:  s.LockWaits - prev.LockWaits,
+		IOWaits:    s.IOWaits - prev.IOWaits,
+	}
+}
+
+// stats holds the counters behind Stats.
+type stats struct {
+	lookups, hits, misses, pageReads, pageWrites, fileSyncs, lockWaits, ioWaits atomic.Uint64
+}
+
+// CLOG is the commit log: two status bits per 64-bit transaction id, kept in
+// 8 KiB pages in segment files under one directory and cached in an SLRU
+// buffer pool (PostgreSQL's clog.c over slru.c).
+//
+// Locking: a page's slot is found and changed under its bank's lock (one bank
+// for now; see doc.go). No lock is held across a call to FlushWAL or across
+// file I/O; a slot in I/O is marked so no other goroutine reloads, rewrites or
+// evicts it meanwhile. File handles have their own lock (files.mu), always
+// taken after, never while waiting for, a bank lock.
+//
+// All methods are safe for concurrent use, except that Close must not run
+// concurrently with any other method.
+type CLOG struct {
+	fs   vfs.FS
+	dir  string
+	opts Options
+	log  *slog.Logger
+
+	banks []bank // fixed at Open
+
+	// latestPage is one more than the highest page SetStatus has touched
+	// (0: none yet). That page is the one new xids are being written to and
+	// is never chosen as a victim (as PostgreSQL's latest_page_number).
+	latestPage atomic.Uint64
+
+	// flushed is the highest LSN FlushWAL has returned nil for; pages whose
+	// group LSN is at or below it are written without calling FlushWAL.
+	flushed atomic.Uint64
+
+	files segFiles
+
+	// failed holds the first write or fsync error. Once set, no page is
+	// written and Checkpoint returns it: after a failed fsync the kernel may
+	// have dropped the dirty data, so a later fsync that succeeds proves
+	// nothing (the PostgreSQL fsync-gate lesson). Reads continue.
+	failed atomic.Pointer[error]
+
+	closed atomic.Bool
+
+	stats stats
+}
+
+// Open opens the CLOG kept in dir (DATA/clog), creating the directory if it
+// is missing (and syncing its parent so the creation is durable). Segment
+// files are opened lazily. Open reads no pages: corruption is reported by the
+// call that first needs the page. It returns an error if opts.FlushWAL is nil
+// or the directory cannot be created.
+func Open(fsys vfs.FS, dir string, opts Options) (*CLOG, error) {
+	if opts.FlushWAL == nil {
+		return nil, errors.New("clog: Options.FlushWAL is nil")
+	}
+	switch {
+	case opts.Buffers == 0:
+		opts.Buffers = DefaultBuffers
+	case opts.Buffers < MinBuffers:
+		opts.Buffers = MinBuffers
+	case opts.Buffers > MaxBuffers:
+		opts.Buffers = MaxBuffers
+	}
+	c := &CLOG{fs: fsys, dir: dir, opts: opts, log: opts.Logger}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := fsys.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := fsys.MkdirAll(dir); err != nil {
+			return nil, fmt.Errorf("clog: create %s: %w", dir, err)
+		}
+		if err := fsys.SyncDir(path.Dir(dir)); err != nil {
+			return nil, fmt.Errorf("clog: sync parent of %s: %w", dir, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("clog: stat %s: %w", dir, err)
+	}
+	c.files.init()
+	c.banks = make([]bank, nbanks)
+	per := opts.Buffers / nbanks
+	for i := range c.banks {
+		c.banks[i].init(per)
+	}
+	return c, nil
+}
+
+// bankFor returns the bank that caches pageno.
+func (c *CLOG) bankFor(pageno uint64) *bank {
+	return &c.banks[pageno%uint64(len(c.banks))]
+}
+
+// SetStatus records xid's status. lsn is the end LSN of the commit or abort
+// record that decided it, or 0 when the record is already durable (a
+// synchronous commit) or unknown; the page remembers the highest such LSN
+// (its group LSN, as PostgreSQL's group_lsn for asynchronous commits) and is
+// never written before FlushWAL has covered it. The status is visible to
+// Status calls as soon as SetStatus returns; it is durable after the next
+// Checkpoint. Errors: ErrInvalidStatus, ErrClosed, ErrCorrupt (loading the
+// page), or an I/O or FlushWAL error (evicting a dirty page to make room).
+func (c *CLOG) SetStatus(xid uint64, s Status, lsn uint64) error {
+	if s > statusMask {
+		return fmt.Errorf("%w: %d", ErrInvalidStatus, uint8(s))
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	pageno := xidPage(xid)
+	c.noteLatest(pageno)
+	c.stats.lookups.Add(1)
+	b := c.bankFor(pageno)
+	c.lock(b)
+	defer b.mu.Unlock()
+	i, hit, err := c.slotForLocked(b, pageno)
+	if err != nil {
+		return err
+	}
+	if hit {
+		c.stats.hits.Add(1)
+	} else {
+		c.stats.misses.Add(1)
+	}
+	sl := &b.slots[i]
+	if setStatus(sl.buf[:], xid, s) {
+		sl.dirty = true
+	}
+	if lsn > sl.lsn {
+		sl.lsn = lsn
+	}
+	sl.lastUse.Store(b.clock.Add(1))
+	return nil
+}
+
+// noteLatest raises latestPage to cover pageno.
+func (c *CLOG) noteLatest(pageno uint64) {
+	for {
+		cur := c.latestPage.Load()
+		if cur > pageno || c.latestPage.CompareAndSwap(cur, pageno+1) {
+			return
+		}
+	}
+}
+
+// isLatest reports whether pageno is the page new xids are written to.
+func (c *CLOG) isLatest(pageno uint64) bool { return c.latestPage.Load() == pageno+1 }
+
+// Status returns xid's status. An xid never set reads as StatusInProgress.
+// A hit takes the bank lock shared; a miss loads the page (evicting another,
+// perhaps writing it first). Errors: ErrClosed, ErrCorrupt, or an I/O or
+// FlushWAL error.
+func (c *CLOG) Status(xid uint64) (Status, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	pageno := xidPage(xid)
+	c.stats.lookups.Add(1)
+	b := c.bankFor(pageno)
+
+	c.rlock(b)
+	if i, ok := b.index[pageno]; ok && b.slots[i].state == slotValid {
+		sl := &b.slots[i]
+		st := getStatus(sl.buf[:], xid)
+		sl.lastUse.Store(b.clock.Add(1))
+		b.mu.RUnlock()
+		c.stats.hits.Add(1)
+		return st, nil
+	}
+	b.mu.RUnlock()
+
+	c.lock(b)
+	defer b.mu.Unlock()
+	i, hit, err := c.slotForLocked(b, pageno)
+	if err != nil {
+		return 0, err
+	}
+	if hit {
+		c.stats.hits.Add(1)
+	} else {
+		c.stats.misses.Add(1)
+	}
+	sl := &b.slots[i]
+	sl.lastUse.Store(b.clock.Add(1))
+	return getStatus(sl.buf[:], xid), nil
+}
+
+// Checkpoint makes every status set before it was called durable: it writes
+// every dirty page (calling FlushWAL with the page's group LSN first), waits
+// for page writes already under way, then fsyncs every segment file written
+// since the last Checkpoint. New segment files had their directory entry
+// synced when they were created. After a write or fsync error the CLOG writes
+// nothing more and every later Checkpoint returns that error.
+func (c *CLOG) Checkpoint() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return c.checkpoint()
+}
+
+func (c *CLOG) checkpoint() error {
+	if err := c.failure(); err != nil {
+		return err
+	}
+	for bi := range c.banks {
+		if err := c.flushBank(&c.banks[bi]); err != nil {
+			return err
+		}
+	}
+	if err := c.syncFiles(); err != nil {
+		return c.fail(err)
+	}
+	return nil
+}
+
+// flushBank writes every dirty page of b and waits out writes in progress.
+func (c *CLOG) flushBank(b *bank) error {
+	c.lock(b)
+	defer b.mu.Unlock()
+	for i := range b.slots {
+		sl := &b.slots[i]
+		for sl.writing {
+			c.stats.ioWaits.Add(1)
+			b.ioDone.Wait()
+		}
+		if sl.state == slotValid && sl.dirty {
+			if err := c.writeSlotLocked(b, i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Close checkpoints and then closes every segment file. The CLOG must not be
+// used concurrently with or after Close; later calls return ErrClosed. The
+// files are closed even when the checkpoint fails, whose error is returned.
+func (c *CLOG) Close() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	err := c.checkpoint()
+	c.closed.Store(true)
+	if cerr := c.files.closeAll(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Stats returns a snapshot of the counters. Each field is read atomically;
+// the fields are not read at one instant.
+func (c *CLOG) Stats() Stats {
+	return Stats{
+		Lookups:    c.stats.lookups.Load(),
+		Hits:       c.stats.hits.Load(),
+		Misses:     c.stats.misses.Load(),
+		PageReads:  c.stats.pageReads.Load(),
+		PageWrites: c.stats.pageWrites.Load(),
+		FileSyncs:  c.stats.fileSyncs.Load(),
+		LockWaits:  c.stats.lockWaits.Load(),
+		IOWaits:    c.stats.ioWaits.Load(),
+	}
+}
+
+// failure returns the sticky I/O error, if any.
+func (c *CLOG) failure() error {
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records err as the sticky I/O error (the first one wins) and returns
+// the recorded error.
+func (c *CLOG) fail(err error) error {
+	c.failed.CompareAndSwap(nil, &err)
+	return c.failure()
+}
+
+// lock takes b's lock exclusively, counting a wait when it is taken.
+func (c *CLOG) lock(b *bank) {
+	if !b.mu.TryLock() {
+		c.stats.lockWaits.Add(1)
+		b.mu.Lock()
+	}
+}
+
+// rlock takes b's lock shared, counting a wait when it is held exclusively.
+func (c *CLOG) rlock(b *bank) {
+	if !b.mu.TryRLock() {
+		c.stats.lockWaits.Add(1)
+		b.mu.RLock()
+	}
+}

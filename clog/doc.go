@@ -1,0 +1,108 @@
+// Package clog is the commit log: the status of every transaction, two bits
+// per 64-bit xid, in 8 KiB pages cached in an SLRU buffer pool, as
+// PostgreSQL's clog.c (pg_xact) over slru.c.
+//
+// # Statuses
+//
+// A status is in progress (0), committed (1), aborted (2) or sub-committed
+// (3). Zero is in progress so that a page never written, a hole in a file, or
+// a missing segment all mean "nobody has decided yet": the CLOG needs no
+// extension step and no zeroing WAL record (PostgreSQL logs CLOG_ZEROPAGE;
+// with checksummed all-zero pages defined as valid, there is nothing to log).
+// xids are 64-bit (FullTransactionId) and never wrap, so the page of an xid
+// is simply xid / XidsPerPage.
+//
+// # On-disk format
+//
+// The CLOG lives in DATA/clog as segment files of 32 pages (256 KiB). A
+// segment is named by its number in 12 upper-case hex digits: segment s holds
+// pages 32s .. 32s+31, page p at byte offset (p mod 32) * 8192 of file
+// s = p / 32, and page p holds xids p*32704 .. p*32704+32703. Files may be
+// short or absent; whatever lies beyond the end of a file reads as zeros.
+//
+// A page, part of the format; do not change:
+//
+//	 0       4                       12    13          16                       8192
+//	+-------+-----------------------+-----+-----------+--------- ... ----------+
+//	| CRC   | page number           | ver | reserved  | status bits            |
+//	+-------+-----------------------+-----+-----------+--------- ... ----------+
+//	  uint32  uint64                  = 1   zero        8176 bytes, 32704 xids
+//
+//	CRC          CRC-32C (Castagnoli), little-endian, of bytes 4..8191.
+//	page number  little-endian; the page's own number, so a page written at
+//	             the wrong offset or left over from another file is caught.
+//	ver          format version, 1.
+//	reserved     three zero bytes.
+//	status bits  xid x of the page is byte 16 + (x mod 32704)/4, bits
+//	             2*(x mod 4) and 2*(x mod 4)+1: the lowest xid of a byte takes
+//	             its two lowest bits, as in PostgreSQL.
+//
+// A page whose 8192 bytes are all zero is valid and means every xid on it is
+// in progress; every other page must match its CRC, page number, version and
+// reserved bytes, or reading it fails with an error wrapping ErrCorrupt that
+// names the file and byte offset.
+//
+// # Buffers and locking
+//
+// Pages are cached in Options.Buffers slots held by banks; a page belongs to
+// bank pageno mod nbanks. There is one bank today: a single lock, like
+// PostgreSQL's CLogControlLock before version 17. The code never takes two
+// bank locks, so splitting the pool into banks is a change of one constant.
+//
+//	Status(xid):    bank.RLock; hit -> read bits, RUnlock
+//	                miss -> RUnlock; bank.Lock; load (below); read bits
+//	SetStatus(xid): bank.Lock; load if missing; set bits, dirty,
+//	                group LSN = max(group LSN, lsn)
+//	load(page):     if the page is in a slot being read -> wait on ioDone
+//	                victim = empty slot, else LRU valid slot not in I/O and
+//	                  not the latest page
+//	                dirty victim -> write it (below), then start over
+//	                claim victim as "reading" in the index, Unlock, read and
+//	                  check the page, Lock, mark valid, Broadcast
+//	write(slot):    mark "writing", copy the image, Unlock,
+//	                FlushWAL(group LSN) unless already flushed that far,
+//	                stamp header and CRC on the copy, WriteAt, Lock,
+//	                clear "writing", Broadcast
+//
+// No lock is held across I/O or FlushWAL. A slot being read is in the index,
+// so a second goroutine missing the same page waits for the first one's read
+// instead of loading the page into a second slot. A slot being written stays
+// readable and settable; the write carries a copy taken under the lock, so
+// its CRC always matches its bits, and a change made during the write
+// re-dirties the slot for the next one. The page holding the newest xids is
+// never evicted, so committers do not read back the page they keep writing.
+//
+// # Invariants
+//
+//  1. WAL before data: a page image reaches its file only after FlushWAL
+//     returned for an LSN at or above every lsn passed to SetStatus for the
+//     bits in that image (the per-page group LSN; PostgreSQL keeps one per 32
+//     xids, which makes asynchronous commits wait less and may come later).
+//  2. A page is in at most one slot.
+//  3. A status set by SetStatus is seen by every Status that starts after
+//     SetStatus returns.
+//
+// # Crash contract
+//
+// Checkpoint makes every status set before it durable: it writes every dirty
+// page, waits for writes in progress, and fsyncs every segment file written
+// since the previous Checkpoint. A new segment file's directory entry is
+// synced when the file is created, before any page is written into it. After
+// a crash, statuses set after the last Checkpoint may be lost, and a page
+// written after it may be torn; WAL redo from the checkpoint's redo point
+// sets them again (after-images, so replaying twice is harmless). Redo runs
+// with Options.Recovery, which accepts a page failing its CRC as torn (each
+// sector holds its old or new bits, and redo rewrites the new ones) and
+// rewrites it whole at the next Checkpoint. A page that fails its CRC
+// outside recovery is corruption.
+//
+// A failed page write or fsync is not retried: the CLOG records the error,
+// writes nothing more, and every later Checkpoint returns it; the engine must
+// stop taking writes and redo from its last checkpoint on reopen. Status
+// reads of cached pages continue.
+//
+// # Not yet here
+//
+// Group update of statuses under contention (PostgreSQL 11), several banks,
+// per-32-xid group LSNs, and truncation of segments below the frozen horizon.
+package clog

@@ -1,0 +1,156 @@
+package clog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sync"
+	"sync/atomic"
+
+	"mvkv/internal/vfs"
+)
+
+// segFiles caches the open segment files. A segment is opened at its first
+// read or write and stays open until Close.
+type segFiles struct {
+	// mu guards open, and serializes opening and creating files so a
+	// segment is created (and its directory entry synced) exactly once.
+	mu   sync.Mutex
+	open map[uint64]*segFile
+}
+
+// segFile is one open segment file.
+type segFile struct {
+	f    vfs.File
+	name string
+	// needsSync is set before every write and cleared just before the
+	// fsync that covers it, so a write racing a Checkpoint's fsync is
+	// synced by the next one.
+	needsSync atomic.Bool
+}
+
+func (s *segFiles) init() { s.open = make(map[uint64]*segFile) }
+
+// segment returns the open file of segment segno. When the file does not
+// exist it returns nil if create is false; otherwise it creates the file and
+// syncs the directory before returning, so that no page write (and no
+// Checkpoint fsync) can depend on a directory entry that a crash would lose
+// (DESIGN rule 9).
+func (c *CLOG) segment(segno uint64, create bool) (*segFile, error) {
+	s := &c.files
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sf, ok := s.open[segno]; ok {
+		return sf, nil
+	}
+	name := path.Join(c.dir, segmentName(segno))
+	f, err := c.fs.Open(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !create:
+		return nil, nil
+	case errors.Is(err, fs.ErrNotExist):
+		f, err = c.fs.Create(name)
+		if err != nil {
+			return nil, fmt.Errorf("clog: create %s: %w", name, err)
+		}
+		c.stats.fileSyncs.Add(1)
+		if err := c.fs.SyncDir(c.dir); err != nil {
+			f.Close()
+			return nil, c.fail(fmt.Errorf("clog: sync directory %s after creating %s: %w", c.dir, name, err))
+		}
+	case err != nil:
+		return nil, fmt.Errorf("clog: open %s: %w", name, err)
+	}
+	sf := &segFile{f: f, name: name}
+	s.open[segno] = sf
+	return sf, nil
+}
+
+// readPage fills buf (len PageSize) with page pageno from disk. A missing
+// segment file, or a page at or beyond the end of its file, reads as zeros
+// (all in progress); a page cut short by the end of the file is padded with
+// zeros and then checked like any other. A page that fails decodePage is an
+// ErrCorrupt error naming the file and offset, except under
+// Options.Recovery, where its status bits are kept and torn is true.
+func (c *CLOG) readPage(pageno uint64, buf []byte) (torn bool, err error) {
+	segno, off := pageSegment(pageno)
+	c.stats.pageReads.Add(1)
+	sf, err := c.segment(segno, false)
+	if err != nil {
+		return false, err
+	}
+	if sf == nil {
+		clear(buf)
+		return false, nil
+	}
+	n, err := sf.f.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("clog: read %s at offset %d: %w", sf.name, off, err)
+	}
+	clear(buf[n:])
+	if derr := decodePage(buf, pageno); derr != nil {
+		if !c.opts.Recovery {
+			return false, fmt.Errorf("%w: %s at offset %d (page %d): %v", ErrCorrupt, sf.name, off, pageno, derr)
+		}
+		c.log.Warn("clog: accepting torn page during recovery",
+			"file", sf.name, "offset", off, "page", pageno, "problem", derr.Error())
+		clear(buf[:headerSize])
+		return true, nil
+	}
+	return false, nil
+}
+
+// writePage writes the stamped page image img as page pageno, creating its
+// segment file if needed.
+func (c *CLOG) writePage(pageno uint64, img []byte) error {
+	segno, off := pageSegment(pageno)
+	sf, err := c.segment(segno, true)
+	if err != nil {
+		return err
+	}
+	sf.needsSync.Store(true)
+	c.stats.pageWrites.Add(1)
+	if _, err := sf.f.WriteAt(img, off); err != nil {
+		return fmt.Errorf("clog: write %s at offset %d: %w", sf.name, off, err)
+	}
+	return nil
+}
+
+// syncFiles fsyncs every segment file written since its last fsync.
+func (c *CLOG) syncFiles() error {
+	s := &c.files
+	s.mu.Lock()
+	var todo []*segFile
+	for _, sf := range s.open {
+		if sf.needsSync.Load() {
+			todo = append(todo, sf)
+		}
+	}
+	s.mu.Unlock()
+	for _, sf := range todo {
+		if !sf.needsSync.CompareAndSwap(true, false) {
+			continue
+		}
+		c.stats.fileSyncs.Add(1)
+		if err := sf.f.Sync(); err != nil {
+			return fmt.Errorf("clog: fsync %s: %w", sf.name, err)
+		}
+	}
+	return nil
+}
+
+// closeAll closes every open segment file and returns the first error.
+func (s *segFiles) closeAll() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first error
+	for segno, sf := range s.open {
+		if err := sf.f.Close(); err != nil && first == nil {
+			first = fmt.Errorf("clog: close %s: %w", sf.name, err)
+		}
+		delete(s.open, segno)
+	}
+	return first
+}
