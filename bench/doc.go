@@ -1,0 +1,100 @@
+// Package bench is mvkv's pgbench: it loads pgbench's four tables into a
+// key-value store and runs pgbench's builtin transactions against it from
+// many concurrent clients, then reports in pgbench 15's words.
+//
+// # Why a pgbench clone
+//
+// The experiments mvkv re-runs (group commit, commit_delay, CLOG contention,
+// the crash-safe visibility map) were all argued on pgsql-hackers with
+// pgbench numbers. Reproducing their shape needs the same transaction mix,
+// the same key distribution and the same report, so results can be read
+// side by side with the threads. The same keys, values and transaction
+// shapes are used on every target, so the embedded engine and pebble (the
+// baseline) do identical logical work.
+//
+// # Data model
+//
+// pgbench's tables become key prefixes. Keys are ASCII so that a RESP client
+// can read them; numbers are zero-padded to 10 digits so that key order is
+// numeric order and a prefix scan visits a table in id order.
+//
+//	accounts   "a:" + aid (10 digits, 1-based)      100,000 per scale unit
+//	tellers    "t:" + tid (10 digits, 1-based)           10 per scale unit
+//	branches   "b:" + bid (10 digits, 1-based)            1 per scale unit
+//	history    "h:" + run start (20 digits, Unix ns) + "-" + client (5 digits)
+//	                + "-" + sequence (10 digits)
+//
+// The history suffix never collides across runs on one directory: the data
+// directory admits one process at a time and each run has its own start time.
+//
+// Values (little-endian; part of the format; do not change, since loaded
+// directories are reused across runs):
+//
+//	account, 96 bytes (pgbench_accounts: aid, bid, abalance, filler char(84))
+//	+--------------------+----------+------------------------------+
+//	| balance int64 (8)  | bid (4)  | filler, 84 spaces            |
+//	+--------------------+----------+------------------------------+
+//
+//	teller, 96 bytes (pgbench_tellers: tid, bid, tbalance, filler char(84))
+//	+--------------------+----------+------------------------------+
+//	| balance int64 (8)  | bid (4)  | filler, 84 spaces            |
+//	+--------------------+----------+------------------------------+
+//
+//	branch, 96 bytes (pgbench_branches: bid, bbalance, filler char(88))
+//	+--------------------+-----------------------------------------+
+//	| balance int64 (8)  | filler, 88 spaces                       |
+//	+--------------------+-----------------------------------------+
+//
+//	history, 32 bytes (pgbench_history: tid, bid, aid, delta, mtime)
+//	+---------+---------+-----------+-------------+----------------+
+//	| tid (4) | bid (4) | aid (8)   | delta (8)   | mtime (8)      |
+//	+---------+---------+-----------+-------------+----------------+
+//	  mtime is Unix microseconds; bid, tid are uint32; aid, delta int64.
+//
+// A loaded directory's scale is found by counting branches, as pgbench
+// counts pgbench_branches; no meta key is stored.
+//
+// # Transactions
+//
+// As pgbench's builtin scripts, with aid, tid, bid, delta uniform in
+// [1, accounts*scale], [1, 10*scale], [1, scale], [-5000, 5000]:
+//
+//	TPC-B (sort of): update account += delta; read account; update teller;
+//	                 update branch; insert history; commit
+//	simple update:   update account; read account; insert history; commit
+//	select only:     read account (a read-only transaction)
+//
+// On the engine each transaction runs at READ COMMITTED; an update is one
+// Txn.Update read-modify-write, which re-applies itself to the newest version
+// if a concurrent transaction committed first (PostgreSQL's EvalPlanQual).
+// On pebble, which has no row locks, a transaction takes striped key locks in
+// stripe order, reads through an indexed batch and commits the batch while
+// still holding them, so its read-modify-writes are atomic the same way.
+//
+// Serialization failures and deadlocks are rolled back and counted as failed
+// transactions, not retried (pgbench 15 with --max-tries=1). Any other error
+// aborts its client, as pgbench does; the run then ends with ErrAborted after
+// the report is printed.
+//
+// # The invariant
+//
+// Every transaction that changes an account adds the same delta to a history
+// row, and every TPC-B transaction adds it to one teller and one branch too.
+// So after any mix of runs on a directory:
+//
+//	sum(account balances) == sum(history deltas)
+//	sum(teller balances)  == sum(branch balances)
+//
+// and if only TPC-B runs ever touched the directory all four sums are equal.
+// The sums are read after the run in one REPEATABLE READ transaction (one
+// pebble iterator snapshot on pebble). A mismatch means a lost or torn update,
+// i.e. a bug in the target; Main then returns ErrInvariantViolated.
+//
+// # Workers
+//
+// pgbench's -j threads each multiplex several connections. Here every client
+// is its own goroutine (the Go scheduler already spreads them over the
+// cores); -j groups clients into workers that share one statistics
+// accumulator, as pgbench's threads do, so the hot path takes an uncontended
+// lock per worker rather than one global lock.
+package bench

@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"mvkv/engine"
+)
+
+// engineTarget runs the benchmark on the embedded engine.
+type engineTarget struct {
+	db   *engine.DB
+	opts engine.TxnOptions // READ COMMITTED, synchronous commit as configured
+}
+
+func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
+	sc := engine.SyncCommitOn
+	if !o.SynchronousCommit {
+		sc = engine.SyncCommitOff
+	}
+	db, err := engine.Open(dir, engine.Options{
+		SharedBuffers:     o.SharedBuffers,
+		SynchronousCommit: sc,
+		CommitDelay:       o.CommitDelay,
+		CommitSiblings:    o.CommitSiblings,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)
+	}
+	return &engineTarget{
+		db:   db,
+		opts: engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &sc},
+	}, nil
+}
+
+func (t *engineTarget) Name() string { return "engine" }
+
+func (t *engineTarget) Close() error { return t.db.Close() }
+
+func (t *engineTarget) CommitStats() CommitStats {
+	s := t.db.Stats()
+	return CommitStats{Commits: s.Commits, WALSyncs: s.WALSyncs}
+}
+
+func (t *engineTarget) DetectScale(ctx context.Context) (int, error) {
+	txn, err := t.db.Begin(ctx, engine.TxnOptions{Isolation: engine.RepeatableRead, ReadOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	defer txn.Rollback()
+	n := 0
+	if err := txn.Scan([]byte(prefixBranch), prefixEnd(prefixBranch), func(_, _ []byte) bool {
+		n++
+		return true
+	}); err != nil {
+		return 0, err
+	}
+	return n, txn.Commit()
+}
+
+func (t *engineTarget) LoadBatch(ctx context.Context, rows []KV, durable bool) error {
+	sc := engine.SyncCommitOff
+	if durable {
+		sc = engine.SyncCommitOn
+	}
+	txn, err := t.db.Begin(ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &sc})
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if err := txn.Put(r.Key, r.Value); err != nil {
+			txn.Rollback()
+			return fmt.Errorf("bench: load %q: %w", r.Key, err)
+		}
+	}
+	return txn.Commit()
+}
+
+func (t *engineTarget) FinishLoad(ctx context.Context) error { return t.db.Checkpoint() }
+
+func (t *engineTarget) Sums(ctx context.Context) (Sums, error) {
+	var s Sums
+	txn, err := t.db.Begin(ctx, engine.TxnOptions{Isolation: engine.RepeatableRead, ReadOnly: true})
+	if err != nil {
+		return s, err
+	}
+	defer txn.Rollback()
+	var derr error
+	sum := func(prefix string, size int, dst *int64) error {
+		return txn.Scan([]byte(prefix), prefixEnd(prefix), func(k, v []byte) bool {
+			b, err := decodeBalance(k, v, size)
+			if err != nil {
+				derr = err
+				return false
+			}
+			*dst += b
+			return true
+		})
+	}
+	for _, p := range []struct {
+		prefix string
+		size   int
+		dst    *int64
+	}{
+		{prefixAccount, accountValueSize, &s.Accounts},
+		{prefixTeller, tellerValueSize, &s.Tellers},
+		{prefixBranch, branchValueSize, &s.Branches},
+	} {
+		if err := sum(p.prefix, p.size, p.dst); err != nil {
+			return s, err
+		}
+		if derr != nil {
+			return s, derr
+		}
+	}
+	err = txn.Scan([]byte(prefixHistory), prefixEnd(prefixHistory), func(k, v []byte) bool {
+		h, err := decodeHistory(k, v)
+		if err != nil {
+			derr = err
+			return false
+		}
+		s.History += h.Delta
+		s.HistoryRows++
+		return true
+	})
+	if err != nil {
+		return s, err
+	}
+	if derr != nil {
+		return s, derr
+	}
+	return s, txn.Commit()
+}
+
+func (t *engineTarget) NewClient(ctx context.Context) (Client, error) {
+	return &engineClient{db: t.db, opts: t.opts}, nil
+}
+
+// engineClient is one session on the embedded engine.
+type engineClient struct {
+	db   *engine.DB
+	opts engine.TxnOptions
+}
+
+func (c *engineClient) Close() error { return nil }
+
+// update is pgbench's "UPDATE t SET balance = balance + :delta WHERE id = :id"
+// as one read-modify-write; fn may run more than once (EvalPlanQual), so it
+// only records the balance of its last run.
+func (c *engineClient) update(txn *engine.Txn, key []byte, size int, delta int64) (int64, error) {
+	var bal int64
+	err := txn.Update(key, func(old []byte, found bool) ([]byte, error) {
+		if !found {
+			return nil, fmt.Errorf("%w: %q", errMissingRow, key)
+		}
+		nv, b, err := addBalance(key, old, size, delta)
+		bal = b
+		return nv, err
+	})
+	return bal, err
+}
+
+func (c *engineClient) TPCB(ctx context.Context, p *TxnParams, simple bool) (err error) {
+	txn, err := c.db.Begin(ctx, c.opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// A failed Commit has already ended the transaction.
+			if rerr := txn.Rollback(); rerr != nil && !errors.Is(rerr, engine.ErrTxnDone) {
+				err = errors.Join(err, rerr)
+			}
+		}
+	}()
+	ak := accountKey(p.AID)
+	bal, err := c.update(txn, ak, accountValueSize, p.Delta)
+	if err != nil {
+		return err
+	}
+	v, err := txn.Get(ak)
+	if err != nil {
+		return err
+	}
+	got, err := decodeBalance(ak, v, accountValueSize)
+	if err != nil {
+		return err
+	}
+	if got != bal {
+		return fmt.Errorf("%w: %q wrote %d, read %d", errReadMismatch, ak, bal, got)
+	}
+	if !simple {
+		if _, err := c.update(txn, tellerKey(p.TID), tellerValueSize, p.Delta); err != nil {
+			return err
+		}
+		if _, err := c.update(txn, branchKey(p.BID), branchValueSize, p.Delta); err != nil {
+			return err
+		}
+	}
+	if err := txn.Put(bytes.Clone(p.HistoryKey), p.historyValue()); err != nil {
+		return err
+	}
+	return txn.Commit()
+}
+
+func (c *engineClient) SelectOnly(ctx context.Context, aid int64) (err error) {
+	opts := c.opts
+	opts.ReadOnly = true
+	txn, err := c.db.Begin(ctx, opts)
+	if err != nil {
+		return err
+	}
+	ak := accountKey(aid)
+	v, err := txn.Get(ak)
+	if err == nil {
+		_, err = decodeBalance(ak, v, accountValueSize)
+	}
+	if err != nil {
+		if errors.Is(err, engine.ErrNotFound) {
+			err = fmt.Errorf("%w: %q", errMissingRow, ak)
+		}
+		txn.Rollback()
+		return err
+	}
+	return txn.Commit()
+}

@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// loadBatchRows is how many rows go into one load transaction.
+const loadBatchRows = 10000
+
+// Load fills an empty target with scale branches, 10*scale tellers and
+// accounts*scale accounts (accounts <= 0 means pgbench's 100,000), all
+// balances zero, in transactions of 10,000 rows, then runs the target's
+// FinishLoad. Progress goes to log in pgbench -i's words. The last batch is
+// durable; FinishLoad makes the rest durable on both targets.
+func Load(ctx context.Context, t Target, scale, accounts int, log io.Writer) error {
+	if scale < 1 {
+		return fmt.Errorf("bench: scale %d: must be at least 1", scale)
+	}
+	if accounts <= 0 {
+		accounts = defaultAccounts
+	}
+	start := time.Now()
+	fmt.Fprintf(log, "generating data (client-side)...\n")
+	rows := make([]KV, 0, loadBatchRows)
+	for bid := int64(1); bid <= int64(scale); bid++ {
+		rows = append(rows, KV{branchKey(bid), branchValue(0)})
+	}
+	for tid := int64(1); tid <= int64(tellersPerScale*scale); tid++ {
+		rows = append(rows, KV{tellerKey(tid), tellerValue(0, (tid-1)/tellersPerScale+1)})
+	}
+	if err := t.LoadBatch(ctx, rows, false); err != nil {
+		return err
+	}
+	total := int64(accounts) * int64(scale)
+	// pgbench reports every 100,000 rows; tests use tiny tables, so also
+	// report at the end.
+	const reportEvery = 100000
+	rows = rows[:0]
+	for aid := int64(1); aid <= total; aid++ {
+		rows = append(rows, KV{accountKey(aid), accountValue(0, (aid-1)/int64(accounts)+1)})
+		if len(rows) == loadBatchRows || aid == total {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := t.LoadBatch(ctx, rows, aid == total); err != nil {
+				return err
+			}
+			rows = rows[:0]
+		}
+		if aid%reportEvery == 0 || aid == total {
+			el := time.Since(start).Seconds()
+			fmt.Fprintf(log, "%d of %d tuples (%d%%) done (elapsed %.2f s, remaining %.2f s)\n",
+				aid, total, aid*100/total, el, el/float64(aid)*float64(total-aid))
+		}
+	}
+	gen := time.Since(start)
+	fmt.Fprintf(log, "checkpointing...\n")
+	fstart := time.Now()
+	if err := t.FinishLoad(ctx); err != nil {
+		return fmt.Errorf("bench: finish load: %w", err)
+	}
+	fin := time.Since(fstart)
+	fmt.Fprintf(log, "done in %.2f s (client-side generate %.2f s, checkpoint %.2f s).\n",
+		time.Since(start).Seconds(), gen.Seconds(), fin.Seconds())
+	return nil
+}

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Errors Main returns after printing its report, so a command can pick its
+// exit status.
+var (
+	// ErrAborted: at least one client stopped on an error that is not a
+	// serialization failure or deadlock (pgbench: "Run was aborted").
+	ErrAborted = errors.New("bench: run was aborted; the above results are incomplete")
+	// ErrInvariantViolated: the post-run balance sums disagree.
+	ErrInvariantViolated = errors.New("bench: invariant violated")
+	// ErrAlreadyLoaded: -i on a directory that already holds data.
+	ErrAlreadyLoaded = errors.New("bench: directory is already initialized")
+)
+
+// Config is everything `mvkv bench` takes; see the command's usage for the
+// pgbench flag each field mirrors.
+type Config struct {
+	Target  string // "engine" or "pebble"
+	Dir     string // data directory; must be set
+	Options TargetOptions
+
+	// Initialize loads Scale into an empty Dir and returns (pgbench -i).
+	Initialize bool
+	// Scale is used to load an empty Dir; a loaded Dir's scale is detected.
+	Scale int
+	// ScaleSet says Scale was given explicitly, so ignoring it deserves a
+	// notice.
+	ScaleSet bool
+	// Accounts per scale unit; 0 means 100,000. For tests.
+	Accounts int
+
+	Workload     Workload
+	Clients      int
+	Threads      int
+	Transactions int
+	Duration     time.Duration
+	Progress     time.Duration
+	Seed         uint64
+}
+
+// Main does what one `mvkv bench` invocation does: open the target on
+// cfg.Dir, load it if empty (and stop there for Initialize), run, check the
+// invariant and write the report to out. Load messages, notices and progress
+// lines go to log. After a complete report it may return ErrAborted or
+// ErrInvariantViolated; other errors mean no report was written.
+func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
+	t, err := OpenTarget(cfg.Target, cfg.Dir, cfg.Options)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := t.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench: close %s: %w", cfg.Target, cerr)
+		}
+	}()
+	scale, err := t.DetectScale(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: detect scale: %w", err)
+	}
+	if cfg.Initialize {
+		if scale > 0 {
+			return fmt.Errorf("%w: %s holds %d branches; remove it or choose another directory", ErrAlreadyLoaded, cfg.Dir, scale)
+		}
+		return Load(ctx, t, cfg.Scale, cfg.Accounts, log)
+	}
+	switch {
+	case scale == 0:
+		if err := Load(ctx, t, cfg.Scale, cfg.Accounts, log); err != nil {
+			return err
+		}
+		scale = cfg.Scale
+	case cfg.ScaleSet && cfg.Scale != scale:
+		fmt.Fprintf(log, "scale option ignored, using count from branches (%d)\n", scale)
+	}
+	r, err := Run(ctx, t, RunConfig{
+		Workload:     cfg.Workload,
+		Scale:        scale,
+		Accounts:     cfg.Accounts,
+		Clients:      cfg.Clients,
+		Threads:      cfg.Threads,
+		Transactions: cfg.Transactions,
+		Duration:     cfg.Duration,
+		Progress:     cfg.Progress,
+		Seed:         cfg.Seed,
+		Log:          log,
+	})
+	if err != nil {
+		return err
+	}
+	sums, err := t.Sums(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: invariant check: %w", err)
+	}
+	r.Invariant = CheckInvariant(sums)
+	if err := WriteReport(out, r); err != nil {
+		return err
+	}
+	switch {
+	case r.Aborted > 0:
+		return ErrAborted
+	case !r.Invariant.OK:
+		return ErrInvariantViolated
+	}
+	return nil
+}

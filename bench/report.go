@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+)
+
+// Invariant is the outcome of the post-run balance check (see the package
+// doc): accounts == history and tellers == branches.
+type Invariant struct {
+	Sums Sums
+	OK   bool
+}
+
+// CheckInvariant compares the sums that must agree after any mix of
+// workloads: every account change has its history row, and tellers and
+// branches are always updated together.
+func CheckInvariant(s Sums) *Invariant {
+	return &Invariant{Sums: s, OK: s.Accounts == s.History && s.Tellers == s.Branches}
+}
+
+// WriteReport writes r in pgbench 15's words, followed by the target's
+// commit statistics and the invariant line when r has them. Only write
+// errors are returned.
+func WriteReport(w io.Writer, r *Results) error {
+	ew := &errWriter{w: w}
+	p := ew.printf
+	p("target: %s\n", r.Target)
+	p("transaction type: %s\n", r.Workload)
+	p("scaling factor: %d\n", r.Scale)
+	p("query mode: simple\n")
+	p("number of clients: %d\n", r.Clients)
+	p("number of threads: %d\n", r.Threads)
+	p("maximum number of tries: 1\n")
+	if r.Duration > 0 {
+		p("duration: %d s\n", int64(r.Duration.Seconds()))
+		p("number of transactions actually processed: %d\n", r.Processed)
+	} else {
+		p("number of transactions per client: %d\n", r.Transactions)
+		p("number of transactions actually processed: %d/%d\n", r.Processed, int64(r.Transactions)*int64(r.Clients))
+	}
+	pct := 0.0
+	if n := r.Processed + r.Failed; n > 0 {
+		pct = 100 * float64(r.Failed) / float64(n)
+	}
+	p("number of failed transactions: %d (%.3f%%)\n", r.Failed, pct)
+	// As pgbench: the remaining figures mean nothing without a transaction.
+	if r.Processed > 0 {
+		p("latency average = %.3f ms\n", r.LatencyAvg)
+		p("latency stddev = %.3f ms\n", r.LatencyStddev)
+		p("initial connection time = %.3f ms\n", r.ConnTime)
+		p("tps = %f (without initial connection time)\n", r.TPS)
+	}
+	if c := r.Commit; c != nil {
+		if c.WALSyncs > 0 {
+			p("WAL syncs during run: %d (%.2f commits per sync)\n", c.WALSyncs, float64(c.Commits)/float64(c.WALSyncs))
+		} else {
+			p("WAL syncs during run: 0 (%d commits)\n", c.Commits)
+		}
+	}
+	if r.Aborted > 0 {
+		p("number of aborted clients: %d\n", r.Aborted)
+	}
+	if inv := r.Invariant; inv != nil {
+		word := "ok"
+		if !inv.OK {
+			word = "VIOLATED"
+		}
+		s := inv.Sums
+		p("invariant: %s (accounts=%d, tellers=%d, branches=%d, history=%d)\n",
+			word, s.Accounts, s.Tellers, s.Branches, s.History)
+	}
+	return ew.err
+}
+
+// errWriter keeps the first write error so the report reads top to bottom.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}

@@ -1,0 +1,320 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"mvkv/engine"
+)
+
+// Workload is one of pgbench's builtin scripts.
+type Workload int
+
+const (
+	// TPCB is pgbench's default "TPC-B (sort of)".
+	TPCB Workload = iota
+	// SimpleUpdate is pgbench -N: TPC-B without the teller and branch updates.
+	SimpleUpdate
+	// SelectOnly is pgbench -S: one account read.
+	SelectOnly
+)
+
+// String returns pgbench's description of the script, as printed in the
+// report's "transaction type" line.
+func (w Workload) String() string {
+	switch w {
+	case TPCB:
+		return "<builtin: TPC-B (sort of)>"
+	case SimpleUpdate:
+		return "<builtin: simple update>"
+	case SelectOnly:
+		return "<builtin: select only>"
+	}
+	return "<unknown>"
+}
+
+// RunConfig describes one measured run on an already loaded target.
+type RunConfig struct {
+	// Workload is the transaction script.
+	Workload Workload
+	// Scale is the scale the target was loaded with (from DetectScale).
+	Scale int
+	// Accounts is the number of accounts per scale unit the target was
+	// loaded with; 0 means 100,000. Only tests use other values.
+	Accounts int
+	// Clients is pgbench -c, at least 1.
+	Clients int
+	// Threads is pgbench -j: clients are split into this many workers
+	// sharing statistics; clamped to [1, Clients].
+	Threads int
+	// Transactions is pgbench -t, per client, used when Duration is 0.
+	// Failed transactions count toward it, as in pgbench 15.
+	Transactions int
+	// Duration is pgbench -T; when positive Transactions is ignored.
+	Duration time.Duration
+	// Progress is pgbench -P: when positive, a progress line is written to
+	// Log at this interval.
+	Progress time.Duration
+	// Seed seeds the clients' random generators; 0 takes the clock.
+	Seed uint64
+	// Log receives progress lines and client abort messages (pgbench's
+	// stderr); nil discards them.
+	Log io.Writer
+}
+
+// Results are what the report prints. Latencies are in milliseconds over
+// successful transactions only.
+type Results struct {
+	Target        string
+	Workload      Workload
+	Scale         int
+	Clients       int
+	Threads       int
+	Transactions  int           // per client, when Duration == 0
+	Duration      time.Duration // when positive, a -T run
+	Processed     int64         // committed transactions
+	Failed        int64         // serialization failures and deadlocks
+	Aborted       int           // clients aborted by other errors
+	LatencyAvg    float64       // ms
+	LatencyStddev float64       // ms
+	ConnTime      float64       // ms, opening all clients
+	Elapsed       time.Duration // from the first transaction to the last
+	TPS           float64       // Processed / Elapsed
+	// Commit holds WAL syncs over the run when the target counts them.
+	Commit *CommitStats
+	// Invariant is the post-run check, when it was made.
+	Invariant *Invariant
+}
+
+// stats accumulate one worker's transactions (pgbench's StatsData).
+type stats struct {
+	mu     sync.Mutex
+	cnt    int64   // guarded by mu: committed
+	failed int64   // guarded by mu
+	sum    float64 // guarded by mu: latency sum, µs
+	sum2   float64 // guarded by mu: latency sum of squares, µs²
+}
+
+type snapshot struct {
+	cnt, failed int64
+	sum, sum2   float64
+}
+
+func (s *stats) add(lat time.Duration, failed bool) {
+	us := float64(lat) / float64(time.Microsecond)
+	s.mu.Lock()
+	if failed {
+		s.failed++
+	} else {
+		s.cnt++
+		s.sum += us
+		s.sum2 += us * us
+	}
+	s.mu.Unlock()
+}
+
+func (s *stats) read() snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return snapshot{s.cnt, s.failed, s.sum, s.sum2}
+}
+
+func total(ws []*stats) snapshot {
+	var t snapshot
+	for _, w := range ws {
+		s := w.read()
+		t.cnt += s.cnt
+		t.failed += s.failed
+		t.sum += s.sum
+		t.sum2 += s.sum2
+	}
+	return t
+}
+
+// avgStddev returns mean and standard deviation in ms of n samples whose
+// sum and sum of squares in µs are given.
+func avgStddev(n int64, sum, sum2 float64) (float64, float64) {
+	if n <= 0 {
+		return 0, 0
+	}
+	avg := sum / float64(n)
+	v := sum2/float64(n) - avg*avg
+	if v < 0 { // rounding
+		v = 0
+	}
+	return avg / 1000, math.Sqrt(v) / 1000
+}
+
+// IsFailure reports whether err is a transaction failure pgbench 15 counts
+// and does not abort the client for: a serialization failure or deadlock.
+func IsFailure(err error) bool {
+	return errors.Is(err, engine.ErrSerializationFailure) || errors.Is(err, engine.ErrDeadlock)
+}
+
+// Run drives cfg.Clients clients against t and returns the results. The
+// target must be loaded at cfg.Scale. A client whose transaction fails with
+// an error other than IsFailure stops (pgbench's "client aborted"); the run
+// goes on with the others and Results.Aborted counts it. Run returns an
+// error only when clients cannot be opened.
+func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
+	if cfg.Clients < 1 {
+		return nil, fmt.Errorf("bench: %d clients: need at least 1", cfg.Clients)
+	}
+	if cfg.Scale < 1 {
+		return nil, fmt.Errorf("bench: scale %d: need at least 1", cfg.Scale)
+	}
+	threads := min(max(cfg.Threads, 1), cfg.Clients)
+	accounts := int64(cfg.Accounts)
+	if accounts <= 0 {
+		accounts = defaultAccounts
+	}
+	log := cfg.Log
+	if log == nil {
+		log = io.Discard
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	var before CommitStats
+	cs, hasStats := t.(CommitStatser)
+	if hasStats {
+		before = cs.CommitStats()
+	}
+
+	connStart := time.Now()
+	clients := make([]Client, cfg.Clients)
+	for i := range clients {
+		c, err := t.NewClient(ctx)
+		if err != nil {
+			for _, c := range clients[:i] {
+				c.Close()
+			}
+			return nil, fmt.Errorf("bench: connect client %d: %w", i, err)
+		}
+		clients[i] = c
+	}
+	connTime := time.Since(connStart)
+
+	workers := make([]*stats, threads)
+	for i := range workers {
+		workers[i] = new(stats)
+	}
+	var (
+		logMu sync.Mutex // serializes writes to log
+		wg    sync.WaitGroup
+	)
+	aborted := make([]bool, cfg.Clients)
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	runStart := start.UnixNano()
+	for i, c := range clients {
+		// Contiguous blocks of clients per worker, as pgbench assigns them.
+		w := workers[i*threads/cfg.Clients]
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			p := TxnParams{}
+			for n := int64(0); ; n++ {
+				if cfg.Duration > 0 {
+					if !time.Now().Before(deadline) {
+						return
+					}
+				} else if n >= int64(cfg.Transactions) {
+					return
+				}
+				p.AID = 1 + rng.Int64N(accounts*int64(cfg.Scale))
+				p.TID = 1 + rng.Int64N(tellersPerScale*int64(cfg.Scale))
+				p.BID = 1 + rng.Int64N(int64(cfg.Scale))
+				p.Delta = rng.Int64N(10001) - 5000
+				t0 := time.Now()
+				var err error
+				switch cfg.Workload {
+				case SelectOnly:
+					err = c.SelectOnly(ctx, p.AID)
+				default:
+					p.MTime = t0.UnixMicro()
+					p.HistoryKey = historyKey(runStart, i, n)
+					err = c.TPCB(ctx, &p, cfg.Workload == SimpleUpdate)
+				}
+				lat := time.Since(t0)
+				if err != nil && !IsFailure(err) {
+					aborted[i] = true
+					logMu.Lock()
+					fmt.Fprintf(log, "client %d aborted in transaction %d: %v\n", i, n, err)
+					logMu.Unlock()
+					return
+				}
+				w.add(lat, err != nil)
+			}
+		})
+	}
+
+	done := make(chan struct{})
+	var pwg sync.WaitGroup
+	if cfg.Progress > 0 {
+		pwg.Go(func() {
+			tick := time.NewTicker(cfg.Progress)
+			defer tick.Stop()
+			last, lastAt := snapshot{}, start
+			for {
+				select {
+				case <-done:
+					return
+				case now := <-tick.C:
+					cur := total(workers)
+					n := cur.cnt - last.cnt
+					lat, sd := avgStddev(n, cur.sum-last.sum, cur.sum2-last.sum2)
+					logMu.Lock()
+					fmt.Fprintf(log, "progress: %.1f s, %.1f tps, lat %.3f ms stddev %.3f, %d failed\n",
+						now.Sub(start).Seconds(), float64(n)/now.Sub(lastAt).Seconds(), lat, sd, cur.failed-last.failed)
+					logMu.Unlock()
+					last, lastAt = cur, now
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(done)
+	pwg.Wait()
+	for _, c := range clients {
+		c.Close()
+	}
+
+	tot := total(workers)
+	avg, sd := avgStddev(tot.cnt, tot.sum, tot.sum2)
+	r := &Results{
+		Target:        t.Name(),
+		Workload:      cfg.Workload,
+		Scale:         cfg.Scale,
+		Clients:       cfg.Clients,
+		Threads:       threads,
+		Transactions:  cfg.Transactions,
+		Duration:      cfg.Duration,
+		Processed:     tot.cnt,
+		Failed:        tot.failed,
+		LatencyAvg:    avg,
+		LatencyStddev: sd,
+		ConnTime:      float64(connTime) / float64(time.Millisecond),
+		Elapsed:       elapsed,
+	}
+	if elapsed > 0 {
+		r.TPS = float64(tot.cnt) / elapsed.Seconds()
+	}
+	for _, a := range aborted {
+		if a {
+			r.Aborted++
+		}
+	}
+	if hasStats {
+		d := cs.CommitStats()
+		r.Commit = &CommitStats{Commits: d.Commits - before.Commits, WALSyncs: d.WALSyncs - before.WALSyncs}
+	}
+	return r, nil
+}

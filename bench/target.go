@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrUnknownTarget is returned by OpenTarget for a target name it does not know.
+var ErrUnknownTarget = errors.New("bench: unknown target")
+
+// errMissingRow is returned by a client when a row the transaction must
+// update does not exist: the directory was loaded with another account count
+// or is damaged. It aborts the client.
+var errMissingRow = errors.New("bench: row not found")
+
+// errReadMismatch is returned when a transaction does not read back the
+// balance it has just written: a read-your-own-writes bug in the target.
+var errReadMismatch = errors.New("bench: read of own update returned another balance")
+
+// KV is one row to load.
+type KV struct {
+	Key, Value []byte
+}
+
+// Sums are the balance totals the invariant compares.
+type Sums struct {
+	Accounts, Tellers, Branches, History int64
+	HistoryRows                          int64
+}
+
+// CommitStats are group-commit counters over an interval: transactions
+// committed and WAL syncs (fsyncs) that made them durable.
+type CommitStats struct {
+	Commits, WALSyncs uint64
+}
+
+// Target is a store the benchmark runs against. Implementations exist for
+// the embedded engine and for pebble; a RESP server and PostgreSQL are meant
+// to follow. A Target is safe for concurrent use by its Clients; LoadBatch,
+// FinishLoad, DetectScale and Sums are called with no clients running.
+type Target interface {
+	// Name is the target's name as given to OpenTarget ("engine", "pebble").
+	Name() string
+	// DetectScale counts branches, as pgbench counts pgbench_branches; 0
+	// means the directory was never loaded.
+	DetectScale(ctx context.Context) (int, error)
+	// LoadBatch writes rows atomically. durable asks for the batch (and all
+	// batches before it) to be on stable storage when LoadBatch returns;
+	// other batches may be written without a sync.
+	LoadBatch(ctx context.Context, rows []KV, durable bool) error
+	// FinishLoad runs after the last batch, like pgbench's vacuum step: a
+	// checkpoint on the engine, a memtable flush on pebble.
+	FinishLoad(ctx context.Context) error
+	// NewClient opens one client connection.
+	NewClient(ctx context.Context) (Client, error)
+	// Sums reads the four balance totals from one consistent snapshot.
+	Sums(ctx context.Context) (Sums, error)
+	// Close releases the target.
+	Close() error
+}
+
+// CommitStatser is implemented by targets that can count WAL syncs. The
+// counters are cumulative; the driver subtracts two readings.
+type CommitStatser interface {
+	CommitStats() CommitStats
+}
+
+// TxnParams are the random values of one transaction, drawn by the driver.
+type TxnParams struct {
+	AID, TID, BID int64
+	Delta         int64
+	HistoryKey    []byte
+	MTime         int64 // Unix microseconds
+}
+
+func (p *TxnParams) historyValue() []byte {
+	return history{TID: uint32(p.TID), BID: uint32(p.BID), AID: p.AID, Delta: p.Delta, MTime: p.MTime}.encode()
+}
+
+// Client runs pgbench's builtin transactions. A Client is used by one
+// goroutine at a time. Each method returns nil after a commit, or an error
+// after rolling the transaction back.
+type Client interface {
+	// TPCB is the builtin "TPC-B (sort of)"; simple leaves out the teller
+	// and branch updates ("simple update", pgbench -N).
+	TPCB(ctx context.Context, p *TxnParams, simple bool) error
+	// SelectOnly reads one account's balance (pgbench -S).
+	SelectOnly(ctx context.Context, aid int64) error
+	// Close ends the client.
+	Close() error
+}
+
+// TargetOptions are the knobs passed to a target at open. Fields a target
+// has no use for are ignored.
+type TargetOptions struct {
+	// SynchronousCommit is synchronous_commit: true waits for the commit's
+	// WAL sync (pebble.Sync on pebble).
+	SynchronousCommit bool
+	// CommitDelay is commit_delay in microseconds (engine only).
+	CommitDelay int
+	// CommitSiblings is commit_siblings (engine only).
+	CommitSiblings int
+	// SharedBuffers is the buffer pool (engine) or block cache (pebble) size
+	// in bytes; 0 means the target's default.
+	SharedBuffers int64
+}
+
+// OpenTarget opens the named target ("engine" or "pebble") on dir, creating
+// the directory if needed. It returns an error wrapping ErrUnknownTarget for
+// any other name, or the target's open error.
+func OpenTarget(name, dir string, o TargetOptions) (Target, error) {
+	switch name {
+	case "engine":
+		return openEngine(dir, o)
+	case "pebble":
+		return openPebble(dir, o)
+	}
+	return nil, fmt.Errorf("%w %q (want engine or pebble)", ErrUnknownTarget, name)
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"mvkv/bench"
+)
+
+const benchUsage = `mvkv bench is a benchmarking tool for mvkv, after pgbench.
+
+Usage:
+  mvkv bench [OPTION]...
+
+Initialization options:
+  -i, --initialize         invokes initialization mode (needs --dir)
+  -s, --scale=NUM          scaling factor (default: 1): 100000 accounts,
+                           10 tellers and 1 branch per unit
+
+Options to select what to run:
+  -N, --skip-some-updates  skip updates of tellers and branches
+                           (builtin "simple update")
+  -S, --select-only        perform SELECT-only transactions
+                           (builtin "select only")
+
+Benchmarking options:
+  -c, --client=NUM         number of concurrent database clients (default: 1)
+  -j, --jobs=NUM           number of threads (default: 1)
+  -P, --progress=NUM       show thread progress report every NUM seconds
+  -s, --scale=NUM          scale to load into an empty directory; a loaded
+                           directory's scale is counted from its branches
+  -t, --transactions=NUM   number of transactions each client runs (default: 10)
+  -T, --time=NUM           duration of benchmark test in seconds
+  --random-seed=NUM        seed the random generators (default: the clock)
+
+Target options:
+  --target=engine|pebble   store to benchmark (default: engine)
+  --dir=DIR                data directory (default: a temporary directory,
+                           removed afterwards); loaded first if empty
+  --synchronous-commit=on|off
+                           wait for the WAL sync at commit (default: on)
+  --commit-delay=NUM       commit_delay in microseconds (default: 0)
+  --commit-siblings=NUM    commit_siblings (default: 5)
+  --shared-buffers=SIZE    buffer pool (engine) or block cache (pebble), e.g.
+                           128MB; units B, kB, MB, GB, TB; a bare number counts
+                           8kB pages, as PostgreSQL (default: 128MB)
+  --cpuprofile=FILE        write a CPU profile of the run to FILE
+
+Common options:
+  -h, --help               show this help, then exit
+`
+
+// benchMain is `mvkv bench`. Exit status: 0 on success, 1 on an error or a
+// violated invariant, 2 on a usage error or an aborted run (as pgbench).
+func benchMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mvkv bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), benchUsage) }
+
+	var (
+		init, simple, selectOnly        bool
+		scale, clients, jobs, txns      int
+		seconds, progress               int
+		target, dir, syncCommit, shared string
+		cpuprofile                      string
+		commitDelay, commitSiblings     int
+		seed                            uint64
+	)
+	boolVar := func(p *bool, short, long string) {
+		fs.BoolVar(p, short, false, "")
+		fs.BoolVar(p, long, false, "")
+	}
+	intVar := func(p *int, short, long string, def int) {
+		fs.IntVar(p, short, def, "")
+		fs.IntVar(p, long, def, "")
+	}
+	boolVar(&init, "i", "initialize")
+	boolVar(&simple, "N", "skip-some-updates")
+	boolVar(&selectOnly, "S", "select-only")
+	intVar(&scale, "s", "scale", 1)
+	intVar(&clients, "c", "client", 1)
+	intVar(&jobs, "j", "jobs", 1)
+	intVar(&txns, "t", "transactions", 10)
+	intVar(&seconds, "T", "time", 0)
+	intVar(&progress, "P", "progress", 0)
+	fs.StringVar(&target, "target", "engine", "")
+	fs.StringVar(&dir, "dir", "", "")
+	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
+	fs.IntVar(&commitDelay, "commit-delay", 0, "")
+	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
+	fs.StringVar(&shared, "shared-buffers", "128MB", "")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
+	fs.Uint64Var(&seed, "random-seed", 0, "")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "mvkv bench: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "Try \"mvkv bench --help\" for more information.\n")
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("too many command-line arguments (first is %q)", fs.Arg(0))
+	}
+	if (set["t"] || set["transactions"]) && (set["T"] || set["time"]) {
+		return fail("specify either a number of transactions (-t) or a duration (-T), not both")
+	}
+	if simple && selectOnly {
+		return fail("-N and -S are mutually exclusive")
+	}
+	switch {
+	case scale < 1:
+		return fail("invalid scaling factor: %d", scale)
+	case clients < 1:
+		return fail("invalid number of clients: %d", clients)
+	case jobs < 1:
+		return fail("invalid number of threads: %d", jobs)
+	case txns < 1:
+		return fail("invalid number of transactions: %d", txns)
+	case seconds < 0:
+		return fail("invalid duration: %d", seconds)
+	case progress < 0:
+		return fail("invalid thread progress delay: %d", progress)
+	case commitDelay < 0 || commitDelay > 100000:
+		return fail("invalid commit delay: %d (0..100000 microseconds)", commitDelay)
+	case commitSiblings < 0:
+		return fail("invalid commit siblings: %d", commitSiblings)
+	}
+	var syncOn bool
+	switch strings.ToLower(syncCommit) {
+	case "on", "true", "1", "yes":
+		syncOn = true
+	case "off", "false", "0", "no":
+	default:
+		return fail("invalid --synchronous-commit %q (want on or off)", syncCommit)
+	}
+	sharedBytes, err := parseSize(shared)
+	if err != nil {
+		return fail("invalid --shared-buffers: %v", err)
+	}
+	if jobs > clients {
+		return fail("number of threads (%d) must not exceed number of clients (%d)", jobs, clients)
+	}
+	if init && dir == "" {
+		return fail("-i needs --dir: a temporary directory would be removed right away")
+	}
+
+	workload := bench.TPCB
+	switch {
+	case simple:
+		workload = bench.SimpleUpdate
+	case selectOnly:
+		workload = bench.SelectOnly
+	}
+	cfg := bench.Config{
+		Target: target,
+		Dir:    dir,
+		Options: bench.TargetOptions{
+			SynchronousCommit: syncOn,
+			CommitDelay:       commitDelay,
+			CommitSiblings:    commitSiblings,
+			SharedBuffers:     sharedBytes,
+		},
+		Initialize:   init,
+		Scale:        scale,
+		ScaleSet:     set["s"] || set["scale"],
+		Workload:     workload,
+		Clients:      clients,
+		Threads:      jobs,
+		Transactions: txns,
+		Duration:     time.Duration(seconds) * time.Second,
+		Progress:     time.Duration(progress) * time.Second,
+		Seed:         seed,
+	}
+	if cfg.Dir == "" {
+		tmp, err := os.MkdirTemp("", "mvkv-bench-")
+		if err != nil {
+			fmt.Fprintf(stderr, "mvkv: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		cfg.Dir = tmp
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			fmt.Fprintf(stderr, "mvkv: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "mvkv: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	err = bench.Main(ctx, cfg, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, bench.ErrAborted):
+		fmt.Fprintf(stderr, "mvkv bench: fatal: Run was aborted; the above results are incomplete.\n")
+		return 2
+	default:
+		fmt.Fprintf(stderr, "mvkv: %v\n", err)
+		return 1
+	}
+}
+
+// parseSize reads a PostgreSQL memory setting: a number with a unit B, kB,
+// MB, GB or TB (1024-based, as PostgreSQL), or a bare number of 8 kB pages.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: not a size", s)
+	}
+	var mult int64
+	switch strings.TrimSpace(s[i:]) {
+	case "":
+		mult = 8 << 10
+	case "B":
+		mult = 1
+	case "kB":
+		mult = 1 << 10
+	case "MB":
+		mult = 1 << 20
+	case "GB":
+		mult = 1 << 30
+	case "TB":
+		mult = 1 << 40
+	default:
+		return 0, fmt.Errorf("%q: unit must be B, kB, MB, GB or TB", s)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q: too large", s)
+	}
+	return n * mult, nil
+}

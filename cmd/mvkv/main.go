@@ -1,0 +1,42 @@
+// Command mvkv is mvkv's one binary. Subcommands live one per file:
+//
+//	mvkv bench   pgbench-like driver (bench.go)
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `mvkv is a miniature transactional key-value storage engine.
+
+Usage:
+  mvkv COMMAND [OPTION]...
+
+Commands:
+  bench       run a pgbench-like benchmark against the engine or pebble
+
+Run "mvkv COMMAND -h" for a command's options.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches to a subcommand and returns the process exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "bench":
+		return benchMain(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "-?", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "mvkv: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
