@@ -575,9 +575,9 @@ func (w *Writer) writeAndSync(exts []extent) error {
 }
 
 func (w *Writer) sync(f vfs.File) error {
-	t0 := w.now()
+	t0 := time.Now()
 	err := f.Datasync()
-	w.c.syncNanos.Add(uint64(w.now().Sub(t0)))
+	w.c.syncNanos.Add(uint64(time.Since(t0)))
 	w.c.syncs.Add(1)
 	if err != nil {
 		return fmt.Errorf("fdatasync %s: %w", f.Name(), err)
