@@ -1,0 +1,474 @@
+package bufpool
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// PageSize is the size in bytes of one frame (heap.PageSize).
+const PageSize = 8192
+
+// maxUsage caps a frame's clock-sweep usage count, as PostgreSQL's
+// BM_MAX_USAGE_COUNT: a page must go unused for up to this many sweeps
+// before it is evicted.
+const maxUsage = 5
+
+// numShards is the number of page-table partitions (PostgreSQL's
+// NUM_BUFFER_PARTITIONS), so that hits on different blocks rarely meet on
+// one mutex.
+const numShards = 64
+
+var (
+	// ErrNoFreeBuffer is returned by Get and Extend when every frame is
+	// pinned, so no victim can be chosen.
+	ErrNoFreeBuffer = errors.New("bufpool: no unpinned buffer available")
+	// ErrRelationFull is returned by Extend when the block number would
+	// overflow uint32.
+	ErrRelationFull = errors.New("bufpool: relation has the maximum number of blocks")
+)
+
+// Storage is what the pool reads pages from and writes them to
+// (*heap.Storage). Its methods must be safe for concurrent use; WriteBlock
+// may modify the page it is given (it gets a private copy).
+type Storage interface {
+	ReadBlock(block uint32, p []byte) error
+	WriteBlock(block uint32, p []byte) error
+	NBlocks() uint32
+	Sync() error
+}
+
+// Stats counts buffer pool events since New. It is a value; Sub gives the
+// difference between two snapshots.
+type Stats struct {
+	Hits      uint64 // Get found the block in the pool
+	Misses    uint64 // Get had to load (or wait for another goroutine loading) the block
+	Reads     uint64 // pages read from Storage
+	Writes    uint64 // pages written to Storage (eviction and FlushAll)
+	Evictions uint64 // frames taken from one block for another
+}
+
+// Sub returns s - o, field by field.
+func (s Stats) Sub(o Stats) Stats {
+	return Stats{
+		Hits:      s.Hits - o.Hits,
+		Misses:    s.Misses - o.Misses,
+		Reads:     s.Reads - o.Reads,
+		Writes:    s.Writes - o.Writes,
+		Evictions: s.Evictions - o.Evictions,
+	}
+}
+
+// ioState is one read in progress into a frame. Goroutines that find the
+// frame in the page table while io is set wait on done and then read err.
+type ioState struct {
+	done chan struct{}
+	err  error // written before done is closed
+}
+
+// Buffer is one frame of the pool and the handle callers use while it is
+// pinned (PostgreSQL's BufferDesc plus its block). A Buffer is valid from
+// Get or Extend until the matching Release; after that it may hold another
+// block.
+type Buffer struct {
+	pool *Pool
+	id   int32  // index in pool.frames; immutable
+	page []byte // PageSize bytes of the pool's arena; immutable slice
+
+	// content is the page content lock (PostgreSQL's content_lock).
+	content sync.RWMutex
+	// writeMu is held while a copy of the page is taken and written, so
+	// that two writers of the same frame (eviction and FlushAll) cannot
+	// reach the disk out of order.
+	writeMu sync.Mutex
+
+	pins  atomic.Int32  // pin count (refcount)
+	usage atomic.Uint32 // clock-sweep usage count, at most maxUsage
+	dirty atomic.Bool   // set under content.Lock; cleared under content.RLock+writeMu
+
+	// block and tagged say which block the frame holds. They are written
+	// only by a goroutine that holds the frame's sole pin while the frame
+	// is absent from the page table, and read by pinners.
+	block  uint32
+	tagged bool
+	// io is the read in progress into the frame; guarded by the mutex of
+	// the shard of block.
+	io *ioState
+}
+
+type shard struct {
+	mu sync.Mutex
+	// table maps a block to the index of its frame; guarded by mu.
+	table map[uint32]int32
+	hits  atomic.Uint64
+	_     [64]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// Pool is a fixed set of page frames caching the blocks of one Storage,
+// with PostgreSQL's clock-sweep replacement. All methods are safe for
+// concurrent use. See the package documentation for the protocol.
+type Pool struct {
+	st       Storage
+	flushWAL func(lsn uint64) error
+	pageLSN  func(p []byte) uint64
+
+	frames []Buffer
+	shards [numShards]shard
+	hand   atomic.Uint64 // clock hand: next frame to consider, modulo len(frames)
+
+	// nblocks is the logical relation size in blocks.
+	nblocks atomic.Uint32
+	// extendMu serializes Extend and EnsureBlocks.
+	extendMu sync.Mutex
+
+	copies sync.Pool // of *[PageSize]byte, page copies being written
+
+	misses, reads, writes, evictions atomic.Uint64
+}
+
+// New returns a pool of nframes page frames (nframes*8 KiB of memory) over
+// st. flushWAL(lsn) must make the WAL durable up to lsn; the pool calls it
+// before writing a page whose LSN (read with pageLSN) is lsn, which is what
+// keeps DESIGN rule 1 (WAL before data). nframes below 1 is taken as 1.
+func New(st Storage, nframes int, flushWAL func(lsn uint64) error, pageLSN func(p []byte) uint64) *Pool {
+	nframes = max(nframes, 1)
+	p := &Pool{st: st, flushWAL: flushWAL, pageLSN: pageLSN, frames: make([]Buffer, nframes)}
+	arena := make([]byte, nframes*PageSize)
+	for i := range p.frames {
+		f := &p.frames[i]
+		f.pool = p
+		f.id = int32(i)
+		f.page = arena[i*PageSize : (i+1)*PageSize : (i+1)*PageSize]
+	}
+	for i := range p.shards {
+		p.shards[i].table = make(map[uint32]int32, nframes/numShards+1)
+	}
+	p.nblocks.Store(st.NBlocks())
+	p.copies.New = func() any { return new([PageSize]byte) }
+	return p
+}
+
+func (p *Pool) shard(block uint32) *shard {
+	// Multiplicative hash so that runs of consecutive blocks spread out.
+	return &p.shards[(block*2654435761)>>26%numShards]
+}
+
+// Get returns block pinned, reading it from storage on a miss (a block past
+// the end of storage reads as a zero page). If another goroutine is reading
+// the same block, Get waits for that read instead of issuing its own. The
+// caller must call Release exactly once, and take the content lock to look
+// at the page. Errors: ErrNoFreeBuffer, or the error of the read (for
+// example wrapping heap.ErrCorrupt) or of writing out a dirty victim.
+func (p *Pool) Get(block uint32) (*Buffer, error) {
+	sh := p.shard(block)
+	sh.mu.Lock()
+	if id, ok := sh.table[block]; ok {
+		f := &p.frames[id]
+		f.pins.Add(1)
+		io := f.io
+		sh.mu.Unlock()
+		sh.hits.Add(1)
+		return f, f.hit(io)
+	}
+	sh.mu.Unlock()
+	p.misses.Add(1)
+	return p.load(block, true)
+}
+
+// hit finishes pinning a frame found in the page table: it bumps the usage
+// count and waits for a read in progress. On a failed read it unpins.
+func (f *Buffer) hit(io *ioState) error {
+	if u := f.usage.Load(); u < maxUsage {
+		f.usage.CompareAndSwap(u, u+1)
+	}
+	if io != nil {
+		<-io.done
+		if io.err != nil {
+			f.unpin()
+			return io.err
+		}
+	}
+	return nil
+}
+
+// load puts block into a frame, reading it from storage if read is set or
+// zero-filling it (and marking it dirty) for Extend otherwise.
+func (p *Pool) load(block uint32, read bool) (*Buffer, error) {
+	for {
+		f, err := p.victim()
+		if err != nil {
+			return nil, err
+		}
+		ok, err := p.reclaim(f)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // someone pinned or dirtied it meanwhile; sweep on
+		}
+		// f is ours alone: pinned once, in no page table.
+		if !read {
+			clear(f.page)
+			f.dirty.Store(true)
+		}
+		sh := p.shard(block)
+		sh.mu.Lock()
+		if id, ok := sh.table[block]; ok {
+			// Another goroutine loaded the block while we looked for a
+			// frame: use its frame and give ours back.
+			g := &p.frames[id]
+			g.pins.Add(1)
+			io := g.io
+			sh.mu.Unlock()
+			f.dirty.Store(false)
+			f.unpin()
+			return g, g.hit(io)
+		}
+		f.block, f.tagged = block, true
+		f.usage.Store(1)
+		var io *ioState
+		if read {
+			io = &ioState{done: make(chan struct{})}
+			f.io = io
+		}
+		sh.table[block] = f.id
+		sh.mu.Unlock()
+		if !read {
+			return f, nil
+		}
+
+		err = p.st.ReadBlock(block, f.page)
+		sh.mu.Lock()
+		f.io = nil
+		if err != nil {
+			delete(sh.table, block)
+			f.tagged = false
+		}
+		sh.mu.Unlock()
+		io.err = err
+		close(io.done)
+		if err != nil {
+			f.unpin()
+			return nil, err
+		}
+		p.reads.Add(1)
+		return f, nil
+	}
+}
+
+// victim runs the clock sweep and returns a frame it pinned (0 -> 1): the
+// first unpinned frame whose usage count is zero, decrementing the counts of
+// the unpinned frames it passes (PostgreSQL's StrategyGetBuffer). After a
+// full turn of pinned frames with no count to decrement it gives up.
+func (p *Pool) victim() (*Buffer, error) {
+	n := uint64(len(p.frames))
+	tries := uint64(0)
+	for {
+		f := &p.frames[p.hand.Add(1)%n]
+		if f.pins.Load() == 0 {
+			if u := f.usage.Load(); u > 0 {
+				f.usage.CompareAndSwap(u, u-1)
+				tries = 0
+				continue
+			}
+			if f.pins.CompareAndSwap(0, 1) {
+				return f, nil
+			}
+		}
+		tries++
+		if tries >= n {
+			return nil, ErrNoFreeBuffer
+		}
+	}
+}
+
+// reclaim makes a frame pinned by victim free for a new block: it writes
+// the page if dirty, then removes the frame from the page table if nobody
+// else pinned or dirtied it meanwhile. It reports false (and unpins) when
+// the frame got used again, so the sweep must go on.
+func (p *Pool) reclaim(f *Buffer) (bool, error) {
+	if !f.tagged {
+		return true, nil
+	}
+	if f.dirty.Load() {
+		if err := p.write(f); err != nil {
+			f.unpin()
+			return false, err
+		}
+	}
+	sh := p.shard(f.block)
+	sh.mu.Lock()
+	if f.pins.Load() != 1 || f.dirty.Load() {
+		sh.mu.Unlock()
+		f.unpin()
+		return false, nil
+	}
+	if id, ok := sh.table[f.block]; ok && id == f.id {
+		delete(sh.table, f.block)
+	}
+	f.tagged = false
+	sh.mu.Unlock()
+	p.evictions.Add(1)
+	return true, nil
+}
+
+// write writes f's page out if it is dirty. The caller holds a pin. The page
+// is copied under the shared content lock, so writers wait only for the copy,
+// not the I/O; the copy is what reaches the disk, so a page changing during
+// the write cannot tear it or get a checksum that does not match. The WAL is
+// flushed up to the copy's LSN first (WAL before data).
+func (p *Pool) write(f *Buffer) error {
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	buf := p.copies.Get().(*[PageSize]byte)
+	defer p.copies.Put(buf)
+	f.content.RLock()
+	if !f.dirty.Load() {
+		f.content.RUnlock()
+		return nil
+	}
+	copy(buf[:], f.page)
+	f.dirty.Store(false)
+	f.content.RUnlock()
+	// From here a new change re-dirties the frame, and the next write
+	// (serialized by writeMu) will carry it.
+	if err := p.flushWAL(p.pageLSN(buf[:])); err != nil {
+		f.dirty.Store(true)
+		return fmt.Errorf("bufpool: flush WAL before writing block %d: %w", f.block, err)
+	}
+	if err := p.st.WriteBlock(f.block, buf[:]); err != nil {
+		f.dirty.Store(true)
+		return err
+	}
+	p.writes.Add(1)
+	return nil
+}
+
+// Extend adds a new all-zero page at block NBlocks() and returns it pinned
+// and dirty. It counts in NBlocks at once; it reaches the disk on eviction
+// or FlushAll. Concurrent Extends get distinct blocks. Errors:
+// ErrNoFreeBuffer, ErrRelationFull, or an error writing out a dirty victim.
+func (p *Pool) Extend() (*Buffer, error) {
+	p.extendMu.Lock()
+	defer p.extendMu.Unlock()
+	n := p.nblocks.Load()
+	if n == math.MaxUint32 {
+		return nil, ErrRelationFull
+	}
+	b, err := p.load(n, false)
+	if err != nil {
+		return nil, err
+	}
+	p.nblocks.Store(n + 1)
+	return b, nil
+}
+
+// NBlocks returns the logical size of the relation in blocks: the storage
+// size at New, raised by Extend and EnsureBlocks. Safe concurrently.
+func (p *Pool) NBlocks() uint32 { return p.nblocks.Load() }
+
+// EnsureBlocks raises NBlocks to at least n, for redo, which may touch a
+// block that was extended but never written before the crash.
+func (p *Pool) EnsureBlocks(n uint32) {
+	p.extendMu.Lock()
+	defer p.extendMu.Unlock()
+	if n > p.nblocks.Load() {
+		p.nblocks.Store(n)
+	}
+}
+
+// FlushAll writes every page that is dirty when it is reached (flushing the
+// WAL to its LSN first, writing a copy taken under the shared lock, in block
+// order), then calls Storage.Sync. It is what a checkpoint uses; it runs
+// concurrently with other users of the pool, and a page dirtied after
+// FlushAll passed it is left for the next one. It stops at the first error.
+func (p *Pool) FlushAll() error {
+	type cand struct {
+		block uint32
+		id    int32
+	}
+	var cands []cand
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		for block, id := range sh.table {
+			if p.frames[id].dirty.Load() {
+				cands = append(cands, cand{block, id})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.block, b.block) })
+	for _, c := range cands {
+		// Pin as a hit does, and only if the frame still holds the block.
+		sh := p.shard(c.block)
+		sh.mu.Lock()
+		id, ok := sh.table[c.block]
+		f := &p.frames[c.id]
+		if !ok || id != c.id || f.io != nil {
+			sh.mu.Unlock()
+			continue
+		}
+		f.pins.Add(1)
+		sh.mu.Unlock()
+		err := p.write(f)
+		f.unpin()
+		if err != nil {
+			return err
+		}
+	}
+	return p.st.Sync()
+}
+
+// Stats returns the counters accumulated since New.
+func (p *Pool) Stats() Stats {
+	s := Stats{
+		Misses:    p.misses.Load(),
+		Reads:     p.reads.Load(),
+		Writes:    p.writes.Load(),
+		Evictions: p.evictions.Load(),
+	}
+	for i := range p.shards {
+		s.Hits += p.shards[i].hits.Load()
+	}
+	return s
+}
+
+func (b *Buffer) unpin() {
+	if b.pins.Add(-1) < 0 {
+		panic("bufpool: buffer released more often than pinned")
+	}
+}
+
+// Release unpins the buffer. It must be called exactly once per Get or
+// Extend, without holding the content lock; the Buffer must not be used
+// afterwards.
+func (b *Buffer) Release() { b.unpin() }
+
+// Lock takes the page content lock exclusively, to modify the page.
+func (b *Buffer) Lock() { b.content.Lock() }
+
+// Unlock releases the exclusive content lock.
+func (b *Buffer) Unlock() { b.content.Unlock() }
+
+// RLock takes the page content lock shared, to read the page.
+func (b *Buffer) RLock() { b.content.RLock() }
+
+// RUnlock releases the shared content lock.
+func (b *Buffer) RUnlock() { b.content.RUnlock() }
+
+// Page returns the frame's PageSize bytes. Valid while pinned; read under
+// RLock, write under Lock.
+func (b *Buffer) Page() []byte { return b.page }
+
+// Block returns the block number the buffer holds.
+func (b *Buffer) Block() uint32 { return b.block }
+
+// MarkDirty records that the page was changed and must be written before
+// its frame is reused. The caller holds Lock and has set the page LSN to
+// the WAL record describing the change (or the change needs no WAL).
+func (b *Buffer) MarkDirty() { b.dirty.Store(true) }

@@ -1,0 +1,492 @@
+package bufpool
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Test pages: LSN at 0, block number at 8, a modification counter at 16.
+func lsnOf(p []byte) uint64   { return binary.LittleEndian.Uint64(p) }
+func blockOf(p []byte) uint32 { return binary.LittleEndian.Uint32(p[8:]) }
+func counter(p []byte) uint64 { return binary.LittleEndian.Uint64(p[16:]) }
+
+// fakeStorage keeps pages in memory and checks the pool's promises: no two
+// I/Os on one block at once, and no page written before the WAL covering
+// its LSN was flushed.
+type fakeStorage struct {
+	flushed *atomic.Uint64
+
+	mu         sync.Mutex
+	blocks     map[uint32][]byte // guarded by mu
+	nblocks    uint32            // guarded by mu
+	inflight   map[uint32]int    // guarded by mu
+	violations []string          // guarded by mu
+	readErr    map[uint32]error  // guarded by mu
+	writeErr   error             // guarded by mu
+	readHook   func(block uint32)
+	reads      map[uint32]int // guarded by mu
+	writes     int            // guarded by mu
+	syncs      int            // guarded by mu
+}
+
+func newFake(flushed *atomic.Uint64) *fakeStorage {
+	return &fakeStorage{
+		flushed:  flushed,
+		blocks:   map[uint32][]byte{},
+		inflight: map[uint32]int{},
+		readErr:  map[uint32]error{},
+		reads:    map[uint32]int{},
+	}
+}
+
+func (s *fakeStorage) begin(op string, block uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight[block] > 0 {
+		s.violations = append(s.violations, fmt.Sprintf("%s of block %d while another I/O on it is in progress", op, block))
+	}
+	s.inflight[block]++
+}
+
+func (s *fakeStorage) end(block uint32) {
+	s.mu.Lock()
+	s.inflight[block]--
+	s.mu.Unlock()
+}
+
+func (s *fakeStorage) ReadBlock(block uint32, p []byte) error {
+	s.begin("read", block)
+	defer s.end(block)
+	if s.readHook != nil {
+		s.readHook(block)
+	}
+	runtime.Gosched() // widen the window for a second load of the same block
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads[block]++
+	if err := s.readErr[block]; err != nil {
+		return err
+	}
+	if b, ok := s.blocks[block]; ok {
+		copy(p, b)
+	} else {
+		clear(p)
+	}
+	return nil
+}
+
+func (s *fakeStorage) WriteBlock(block uint32, p []byte) error {
+	s.begin("write", block)
+	defer s.end(block)
+	runtime.Gosched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writeErr != nil {
+		return s.writeErr
+	}
+	if lsn, fl := lsnOf(p), s.flushed.Load(); lsn > fl {
+		s.violations = append(s.violations, fmt.Sprintf("block %d written with LSN %d, WAL flushed only to %d", block, lsn, fl))
+	}
+	if blockOf(p) != block && counter(p) != 0 {
+		s.violations = append(s.violations, fmt.Sprintf("page of block %d written to block %d", blockOf(p), block))
+	}
+	s.blocks[block] = append([]byte(nil), p...)
+	s.nblocks = max(s.nblocks, block+1)
+	s.writes++
+	return nil
+}
+
+func (s *fakeStorage) NBlocks() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nblocks
+}
+
+func (s *fakeStorage) Sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.syncs++
+	return nil
+}
+
+func (s *fakeStorage) check(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.violations {
+		t.Error(v)
+	}
+}
+
+// wal simulates the WAL: insert hands out LSNs, flush makes them durable.
+type wal struct {
+	inserted, flushed atomic.Uint64
+	flushErr          atomic.Pointer[error]
+}
+
+func (w *wal) flush(lsn uint64) error {
+	if e := w.flushErr.Load(); e != nil {
+		return *e
+	}
+	if lsn > w.inserted.Load() {
+		return fmt.Errorf("flush to %d beyond insert %d", lsn, w.inserted.Load())
+	}
+	for {
+		f := w.flushed.Load()
+		if lsn <= f || w.flushed.CompareAndSwap(f, lsn) {
+			return nil
+		}
+	}
+}
+
+func setup(nframes int, nblocks uint32) (*Pool, *fakeStorage, *wal) {
+	w := &wal{}
+	st := newFake(&w.flushed)
+	for b := uint32(0); b < nblocks; b++ {
+		p := make([]byte, PageSize)
+		binary.LittleEndian.PutUint32(p[8:], b)
+		st.blocks[b] = p
+	}
+	st.nblocks = nblocks
+	return New(st, nframes, w.flush, lsnOf), st, w
+}
+
+// modify bumps the page's counter as a WAL-logged change would.
+func modify(b *Buffer, w *wal) {
+	b.Lock()
+	p := b.Page()
+	binary.LittleEndian.PutUint64(p[16:], counter(p)+1)
+	binary.LittleEndian.PutUint64(p, w.inserted.Add(1))
+	b.MarkDirty()
+	b.Unlock()
+}
+
+func TestConcurrentEvictionKeepsEveryChange(t *testing.T) {
+	const nblocks, workers, ops = 1000, 16, 1500
+	pool, st, w := setup(64, nblocks)
+	var want [nblocks]atomic.Uint64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			for i := 0; i < ops; i++ {
+				// Skewed: half the operations hit 50 hot blocks.
+				blk := uint32(rng.IntN(nblocks))
+				if rng.IntN(2) == 0 {
+					blk %= 50
+				}
+				b, err := pool.Get(blk)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if b.Block() != blk {
+					errs <- fmt.Errorf("Get(%d) returned block %d", blk, b.Block())
+					b.Release()
+					return
+				}
+				if rng.IntN(2) == 0 {
+					modify(b, w)
+					want[blk].Add(1)
+				} else {
+					b.RLock()
+					if got := blockOf(b.Page()); got != blk {
+						errs <- fmt.Errorf("frame for block %d holds block %d", blk, got)
+					}
+					b.RUnlock()
+				}
+				b.Release()
+			}
+		}(uint64(g))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st.check(t)
+	check := func(where string, counterOf func(blk uint32) uint64) {
+		for blk := uint32(0); blk < nblocks; blk++ {
+			if got := counterOf(blk); got != want[blk].Load() {
+				t.Fatalf("%s: block %d has counter %d, want %d", where, blk, got, want[blk].Load())
+			}
+		}
+	}
+	check("pool", func(blk uint32) uint64 {
+		b, err := pool.Get(blk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Release()
+		b.RLock()
+		defer b.RUnlock()
+		return counter(b.Page())
+	})
+	if err := pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	check("storage", func(blk uint32) uint64 { return counter(st.blocks[blk]) })
+	st.check(t)
+	s := pool.Stats()
+	if s.Evictions == 0 || s.Reads < nblocks || s.Writes == 0 || s.Hits == 0 {
+		t.Errorf("implausible stats %+v", s)
+	}
+	t.Logf("%+v", s)
+}
+
+func TestFlushAllWritesEveryDirtyPage(t *testing.T) {
+	pool, st, w := setup(128, 100)
+	for blk := uint32(0); blk < 100; blk += 3 {
+		b, err := pool.Get(blk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		modify(b, w)
+		b.Release()
+	}
+	// Some pages were read but not changed: not written.
+	for blk := uint32(1); blk < 100; blk += 3 {
+		b, _ := pool.Get(blk)
+		b.Release()
+	}
+	before := pool.Stats()
+	if err := pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	d := pool.Stats().Sub(before)
+	if d.Writes != 34 || st.syncs != 1 {
+		t.Errorf("FlushAll wrote %d pages with %d syncs, want 34 and 1", d.Writes, st.syncs)
+	}
+	for blk := uint32(0); blk < 100; blk += 3 {
+		if counter(st.blocks[blk]) != 1 {
+			t.Errorf("block %d not flushed", blk)
+		}
+	}
+	before = pool.Stats()
+	if err := pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	if d := pool.Stats().Sub(before); d.Writes != 0 {
+		t.Errorf("second FlushAll wrote %d clean pages", d.Writes)
+	}
+	st.check(t)
+}
+
+func TestAllPinned(t *testing.T) {
+	pool, _, _ := setup(4, 10)
+	var held []*Buffer
+	for blk := uint32(0); blk < 4; blk++ {
+		b, err := pool.Get(blk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+	}
+	if _, err := pool.Get(5); !errors.Is(err, ErrNoFreeBuffer) {
+		t.Fatalf("Get with every frame pinned: %v", err)
+	}
+	if _, err := pool.Extend(); !errors.Is(err, ErrNoFreeBuffer) {
+		t.Fatalf("Extend with every frame pinned: %v", err)
+	}
+	// A pinned block is still a hit.
+	b, err := pool.Get(2)
+	if err != nil || b != held[2] {
+		t.Fatalf("hit on pinned block: %v", err)
+	}
+	b.Release()
+	held[0].Release()
+	b, err = pool.Get(5)
+	if err != nil || b.Block() != 5 {
+		t.Fatalf("Get after a release: %v", err)
+	}
+	b.Release()
+	for _, b := range held[1:] {
+		b.Release()
+	}
+}
+
+func TestExtend(t *testing.T) {
+	pool, st, w := setup(8, 10)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[uint32]bool{}
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				b, err := pool.Extend()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b.Lock()
+				p := b.Page()
+				for _, x := range p {
+					if x != 0 {
+						t.Error("extended page is not zero")
+						break
+					}
+				}
+				binary.LittleEndian.PutUint32(p[8:], b.Block())
+				b.Unlock()
+				modify(b, w)
+				mu.Lock()
+				if seen[b.Block()] {
+					t.Errorf("block %d extended twice", b.Block())
+				}
+				seen[b.Block()] = true
+				mu.Unlock()
+				b.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	if pool.NBlocks() != 50 || len(seen) != 40 {
+		t.Fatalf("NBlocks %d, %d distinct new blocks", pool.NBlocks(), len(seen))
+	}
+	if err := pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	if st.NBlocks() != 50 {
+		t.Fatalf("storage has %d blocks after FlushAll", st.NBlocks())
+	}
+	for blk := uint32(10); blk < 50; blk++ {
+		if blockOf(st.blocks[blk]) != blk || counter(st.blocks[blk]) != 1 {
+			t.Errorf("block %d on disk: %d/%d", blk, blockOf(st.blocks[blk]), counter(st.blocks[blk]))
+		}
+	}
+	pool.EnsureBlocks(60)
+	pool.EnsureBlocks(55)
+	if pool.NBlocks() != 60 {
+		t.Fatalf("NBlocks after EnsureBlocks = %d", pool.NBlocks())
+	}
+	st.check(t)
+}
+
+// TestConcurrentMissSharesRead holds a read open until a second Get of the
+// same block has found the frame, then checks the block was read once (or,
+// when the read fails, that both callers see the error).
+func TestConcurrentMissSharesRead(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		pool, st, _ := setup(8, 10)
+		entered, release := make(chan struct{}), make(chan struct{})
+		st.readHook = func(block uint32) {
+			if block == 7 {
+				close(entered)
+				<-release
+			}
+		}
+		if fail {
+			st.readErr[7] = errors.New("disk on fire")
+		}
+		type res struct {
+			b   *Buffer
+			err error
+		}
+		out := make(chan res, 2)
+		get := func() { b, err := pool.Get(7); out <- res{b, err} }
+		go get()
+		<-entered
+		go get()
+		for pool.Stats().Hits == 0 { // the second Get found the frame mid-read
+			runtime.Gosched()
+		}
+		close(release)
+		r1, r2 := <-out, <-out
+		if fail {
+			if r1.err == nil || r2.err == nil {
+				t.Fatalf("failed read: errors %v, %v", r1.err, r2.err)
+			}
+			st.mu.Lock()
+			delete(st.readErr, 7)
+			st.mu.Unlock()
+			st.readHook = nil
+			b, err := pool.Get(7)
+			if err != nil {
+				t.Fatalf("Get after a failed read: %v", err)
+			}
+			b.Release()
+			continue
+		}
+		if r1.err != nil || r2.err != nil || r1.b != r2.b {
+			t.Fatalf("results %v %v", r1, r2)
+		}
+		r1.b.Release()
+		r2.b.Release()
+		if st.reads[7] != 1 {
+			t.Fatalf("block read %d times", st.reads[7])
+		}
+		st.check(t)
+	}
+}
+
+func TestWriteErrorsKeepPageDirty(t *testing.T) {
+	pool, st, w := setup(2, 10)
+	for blk := uint32(0); blk < 2; blk++ {
+		b, _ := pool.Get(blk)
+		modify(b, w)
+		b.Release()
+	}
+	walErr := errors.New("wal down")
+	w.flushErr.Store(&walErr)
+	if _, err := pool.Get(5); !errors.Is(err, walErr) {
+		t.Fatalf("eviction with failing WAL flush: %v", err)
+	}
+	w.flushErr.Store(nil)
+	st.mu.Lock()
+	st.writeErr = errors.New("EIO")
+	st.mu.Unlock()
+	if err := pool.FlushAll(); err == nil {
+		t.Fatal("FlushAll hid a write error")
+	}
+	st.mu.Lock()
+	st.writeErr = nil
+	st.mu.Unlock()
+	if err := pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	for blk := uint32(0); blk < 2; blk++ {
+		if counter(st.blocks[blk]) != 1 {
+			t.Errorf("block %d lost its change after failed writes", blk)
+		}
+	}
+	st.check(t)
+}
+
+func BenchmarkGetReleaseHitParallel(b *testing.B) {
+	pool, _, _ := setup(16384, 0)
+	const hot = 4096
+	for blk := uint32(0); blk < hot; blk++ {
+		buf, err := pool.Get(blk)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf.Release()
+	}
+	var seed atomic.Uint64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(seed.Add(1), 1))
+		for pb.Next() {
+			buf, err := pool.Get(uint32(rng.IntN(hot)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			buf.RLock()
+			_ = buf.Page()[0]
+			buf.RUnlock()
+			buf.Release()
+		}
+	})
+}
