@@ -1,0 +1,391 @@
+package wal
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"path"
+	"testing"
+
+	"mvkv/internal/vfs"
+)
+
+// writeFixed writes n records with payloads of the given size (all bytes
+// non-zero) and closes the writer.
+func writeFixed(t *testing.T, fsys vfs.FS, dir string, end LSN, n, size int, salt byte) []written {
+	t.Helper()
+	w, err := OpenWriter(fsys, dir, end, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []written
+	for i := 0; i < n; i++ {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte((i+j)%251) + 1 + salt
+			if data[j] == 0 {
+				data[j] = 1
+			}
+		}
+		start, e, err := w.Insert(16+RecordType(i%200), uint64(i)+1, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, written{start, e, 16 + RecordType(i%200), uint64(i) + 1, data})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func readFile(t *testing.T, name string) []byte {
+	t.Helper()
+	f, err := vfs.OS{}.OpenReadOnly(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeFile(t *testing.T, name string, b []byte) {
+	t.Helper()
+	f, err := vfs.OS{}.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func nonZero(b []byte) int64 {
+	var n int64
+	for _, c := range b {
+		if c != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTornTail cuts or zeroes the last record at every byte offset: the
+// reader must end exactly at the previous record, count the dropped bytes,
+// and a writer reopened there must append cleanly.
+func TestTornTail(t *testing.T) {
+	fsys, dir := vfs.OS{}, t.TempDir()
+	want := writeFixed(t, fsys, dir, 0, 20, 93, 0)
+	last := want[len(want)-1]
+	name := path.Join(dir, segmentName(testSeg))
+	orig := readFile(t, name)
+	lastOff := int(last.lsn - testSeg)
+	bodyEnd := lastOff + recHeaderSize + len(last.data) // padding after is not checked
+	for off := lastOff; off < bodyEnd; off++ {
+		for _, mode := range []string{"truncate", "zero"} {
+			b := append([]byte(nil), orig...)
+			if mode == "truncate" {
+				b = b[:off]
+			} else {
+				clear(b[off:bodyEnd])
+			}
+			writeFile(t, name, b)
+			got, end, dropped := readAll(t, fsys, dir, 0)
+			checkRecords(t, got, want[:len(want)-1])
+			if end != last.lsn {
+				t.Fatalf("%s at %d: End %s, want %s", mode, off, end, last.lsn)
+			}
+			if w := nonZero(orig[lastOff:off]); dropped != w {
+				t.Fatalf("%s at %d: dropped %d bytes, want %d", mode, off, dropped, w)
+			}
+			if off%23 != 0 {
+				continue
+			}
+			// Reopen at End and append: old records, then only the new ones.
+			more := writeFixed(t, fsys, dir, end, 5, 40+off%7, 9)
+			got, end2, dropped2 := readAll(t, fsys, dir, 0)
+			checkRecords(t, got, append(append([]written(nil), want[:len(want)-1]...), more...))
+			if end2 != more[len(more)-1].end || dropped2 != 0 {
+				t.Fatalf("after reopen: End %s dropped %d", end2, dropped2)
+			}
+		}
+	}
+}
+
+// TestGarbageNeverResurfaces damages a record in the middle of the tail, so
+// that intact old records lie past End, then reopens and writes records of
+// the same sizes: without OpenWriter's invalidation the old ones would line
+// up again behind the new ones and come back.
+func TestGarbageNeverResurfaces(t *testing.T) {
+	t.Run("same segment", func(t *testing.T) {
+		fsys, dir := vfs.OS{}, t.TempDir()
+		want := writeFixed(t, fsys, dir, 0, 10, 100, 0)
+		name := path.Join(dir, segmentName(testSeg))
+		b := readFile(t, name)
+		b[want[5].lsn-testSeg] ^= 0xff // the CRC of record 5
+		writeFile(t, name, b)
+		got, end, dropped := readAll(t, fsys, dir, 0)
+		checkRecords(t, got, want[:5])
+		if end != want[5].lsn || dropped == 0 {
+			t.Fatalf("End %s dropped %d", end, dropped)
+		}
+		more := writeFixed(t, fsys, dir, end, 1, 100, 5)
+		if more[0].end != want[6].lsn {
+			t.Fatalf("the new record ends at %s, not at the old record 6 (%s): test is not aligned", more[0].end, want[6].lsn)
+		}
+		got, _, _ = readAll(t, fsys, dir, 0)
+		checkRecords(t, got, append(want[:5:5], more...))
+	})
+	t.Run("later segment", func(t *testing.T) {
+		fsys, dir := vfs.OS{}, t.TempDir()
+		const size = 1000
+		want := writeFixed(t, fsys, dir, 0, 1100, size, 0) // about 1.05 segments
+		k := 0                                              // first record of segment 2
+		for want[k].lsn < 2*testSeg {
+			k++
+		}
+		if k+2 >= len(want) {
+			t.Fatal("test wants records in segment 2")
+		}
+		name := path.Join(dir, segmentName(testSeg))
+		b := readFile(t, name)
+		b[want[k-1].lsn-testSeg] ^= 0xff
+		writeFile(t, name, b)
+		got, end, _ := readAll(t, fsys, dir, 0)
+		checkRecords(t, got, want[:k-1])
+		more := writeFixed(t, fsys, dir, end, 2, size, 5)
+		if more[1].lsn != want[k].lsn || more[1].end != want[k+1].lsn {
+			t.Fatalf("new records %s..%s do not line up with old ones at %s", more[1].lsn, more[1].end, want[k].lsn)
+		}
+		got, _, _ = readAll(t, fsys, dir, 0)
+		checkRecords(t, got, append(want[: k-1 : k-1], more...))
+	})
+}
+
+func TestSegmentHeaders(t *testing.T) {
+	build := func(t *testing.T) (string, []written) {
+		dir := t.TempDir()
+		// 3 segments with records: 1, 2, 3 (4 is prepared and empty).
+		return dir, writeFixed(t, vfs.OS{}, dir, 0, 2100, 1000, 0)
+	}
+	endOfSeg := func(want []written, seg LSN) ([]written, LSN) {
+		i := 0
+		for i < len(want) && want[i].lsn < seg+testSeg {
+			i++
+		}
+		end := want[i-1].end
+		if seg+testSeg-end >= recHeaderSize {
+			end = seg + testSeg // after the explicit switch record
+		}
+		return want[:i], end
+	}
+	t.Run("bad header ends the log", func(t *testing.T) {
+		dir, want := build(t)
+		if want[len(want)-1].lsn < 3*testSeg {
+			t.Fatal("test wants records in segment 3")
+		}
+		name := path.Join(dir, segmentName(3*testSeg))
+		b := readFile(t, name)
+		b[0] ^= 1
+		writeFile(t, name, b)
+		got, end, _ := readAll(t, vfs.OS{}, dir, 0)
+		w, wantEnd := endOfSeg(want, 2*testSeg)
+		checkRecords(t, got, w)
+		if end != wantEnd {
+			t.Fatalf("End %s, want %s", end, wantEnd)
+		}
+		more := writeFixed(t, vfs.OS{}, dir, end, 3, 10, 1)
+		got, _, _ = readAll(t, vfs.OS{}, dir, 0)
+		checkRecords(t, got, append(w[:len(w):len(w)], more...))
+	})
+	t.Run("header naming another segment ends the log", func(t *testing.T) {
+		dir, want := build(t)
+		// A reused segment: segment 1's bytes under segment 3's name.
+		writeFile(t, path.Join(dir, segmentName(3*testSeg)), readFile(t, path.Join(dir, segmentName(testSeg))))
+		got, _, _ := readAll(t, vfs.OS{}, dir, 0)
+		w, _ := endOfSeg(want, 2*testSeg)
+		checkRecords(t, got, w)
+	})
+	t.Run("bad header before a valid segment is corruption", func(t *testing.T) {
+		dir, _ := build(t)
+		name := path.Join(dir, segmentName(2*testSeg))
+		b := readFile(t, name)
+		b[20] ^= 1
+		writeFile(t, name, b)
+		r, err := NewReader(vfs.OS{}, dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for {
+			_, err = r.Next()
+			if err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Next: %v, want ErrCorrupt", err)
+		}
+	})
+	t.Run("start on a boundary", func(t *testing.T) {
+		dir, want := build(t)
+		_, end := endOfSeg(want, testSeg)
+		w, _ := endOfSeg(want, 2*testSeg)
+		i := 0
+		for want[i].lsn < end {
+			i++
+		}
+		got, _, _ := readAll(t, vfs.OS{}, dir, 2*testSeg)
+		checkRecords(t, got[:len(w)-i], w[i:])
+	})
+}
+
+func TestEmptyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	_, end, dropped := readAll(t, vfs.OS{}, dir, 0)
+	if end != 0 || dropped != 0 {
+		t.Fatalf("empty log: End %s dropped %d", end, dropped)
+	}
+	w, err := OpenWriter(vfs.OS{}, dir, end, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.InsertLSN() != FirstLSN(testSeg) {
+		t.Fatalf("new log starts at %s, want %s", w.InsertLSN(), FirstLSN(testSeg))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, end, _ = readAll(t, vfs.OS{}, dir, 0)
+	if end != FirstLSN(testSeg) {
+		t.Fatalf("End of an empty log %s, want %s", end, FirstLSN(testSeg))
+	}
+	if _, err := OpenWriter(vfs.OS{}, dir, 0, testOpts()); err == nil {
+		t.Fatal("OpenWriter at 0 over an existing log succeeded")
+	}
+}
+
+// FuzzReader feeds arbitrary bytes to the reader as the records of a
+// segment (after a valid header) or as a whole segment file. It must never
+// panic, and whatever it returns must be consistent.
+func FuzzReader(f *testing.F) {
+	seedDir := f.TempDir()
+	writeFixedF(f, seedDir)
+	seg := readFileF(f, path.Join(seedDir, segmentName(testSeg)))
+	f.Add(seg[segHeaderSize:4096], false)
+	f.Add(seg[:4096], true)
+	f.Add([]byte{}, false)
+	f.Fuzz(func(t *testing.T, b []byte, raw bool) {
+		const dir = "wal"
+		file := b
+		if !raw {
+			file = make([]byte, segHeaderSize+len(b))
+			encodeSegHeader(file, segHeader{size: testSeg, start: testSeg})
+			copy(file[segHeaderSize:], b)
+		}
+		if len(file) > testSeg {
+			file = file[:testSeg]
+		}
+		fsys := roFS{path.Join(dir, segmentName(testSeg)): file}
+		if len(b) > 0 && b[0]&1 == 1 {
+			// A second segment, so the switch paths are reached too.
+			next := make([]byte, segHeaderSize+len(b))
+			encodeSegHeader(next, segHeader{size: testSeg, start: 2 * testSeg})
+			copy(next[segHeaderSize:], b)
+			fsys[path.Join(dir, segmentName(2*testSeg))] = next
+		}
+		r, err := NewReader(fsys, dir, 0)
+		if err != nil {
+			if raw {
+				return
+			}
+			t.Fatalf("NewReader with a valid header: %v", err)
+		}
+		defer r.Close()
+		prev := LSN(testSeg + segHeaderSize)
+		for i := 0; ; i++ {
+			rec, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if rec.LSN < prev || rec.End <= rec.LSN || rec.End > 3*testSeg || rec.Type < MinUserRecordType {
+				t.Fatalf("record %d: %+v after %s", i, rec, prev)
+			}
+			if rec.LSN < 2*testSeg {
+				hdr := file[rec.LSN-testSeg:]
+				if !bytes.Equal(hdr[recHeaderSize:recHeaderSize+len(rec.Data)], rec.Data) {
+					t.Fatalf("record %d payload differs from the file", i)
+				}
+			}
+			prev = rec.End
+		}
+		if r.End() < prev || r.End() > 3*testSeg || r.DroppedBytes() < 0 || r.DroppedBytes() > testSeg {
+			t.Fatalf("End %s dropped %d after %s", r.End(), r.DroppedBytes(), prev)
+		}
+	})
+}
+
+// FuzzDecode checks the pure header decoders on arbitrary bytes.
+func FuzzDecode(f *testing.F) {
+	var h [segHeaderSize]byte
+	encodeSegHeader(h[:], segHeader{size: testSeg, start: 5 * testSeg})
+	f.Add(h[:], uint64(5*testSeg+32), int64(1000))
+	var r [recHeaderSize]byte
+	encodeRecHeader(r[:], 96, 16, 0, 7, 10, payloadCRC(make([]byte, 10)))
+	f.Add(r[:], uint64(96), int64(100))
+	f.Fuzz(func(t *testing.T, b []byte, lsn uint64, room int64) {
+		if sh, err := decodeSegHeader(b); err == nil {
+			if !validSegmentSize(sh.size) || uint64(sh.start)%uint64(sh.size) != 0 {
+				t.Fatalf("accepted bad segment header %+v", sh)
+			}
+		}
+		rh, ok := decodeRecHeader(b, LSN(lsn), room, MaxPayload(testSeg))
+		if ok {
+			if rh.n < 0 || rh.n > MaxPayload(testSeg) || recordSize(rh.n) > room || rh.lsn != LSN(lsn) {
+				t.Fatalf("accepted bad record header %+v (room %d)", rh, room)
+			}
+		}
+	})
+}
+
+func writeFixedF(f *testing.F, dir string) {
+	w, err := OpenWriter(vfs.OS{}, dir, 0, testOpts())
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		if _, _, err := w.Insert(RecordType(16+i), uint64(i), bytes.Repeat([]byte{byte(i)}, i*7)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		f.Fatal(err)
+	}
+}
+
+func readFileF(f *testing.F, name string) []byte {
+	fl, err := vfs.OS{}.OpenReadOnly(name)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer fl.Close()
+	b := make([]byte, 8192)
+	if _, err := fl.ReadAt(b, 0); err != nil {
+		f.Fatal(err)
+	}
+	return b
+}
