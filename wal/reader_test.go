@@ -151,7 +151,7 @@ func TestGarbageNeverResurfaces(t *testing.T) {
 		fsys, dir := vfs.OS{}, t.TempDir()
 		const size = 1000
 		want := writeFixed(t, fsys, dir, 0, 1100, size, 0) // about 1.05 segments
-		k := 0                                              // first record of segment 2
+		k := 0                                             // first record of segment 2
 		for want[k].lsn < 2*testSeg {
 			k++
 		}
@@ -169,7 +169,7 @@ func TestGarbageNeverResurfaces(t *testing.T) {
 			t.Fatalf("new records %s..%s do not line up with old ones at %s", more[1].lsn, more[1].end, want[k].lsn)
 		}
 		got, _, _ = readAll(t, fsys, dir, 0)
-		checkRecords(t, got, append(want[: k-1 : k-1], more...))
+		checkRecords(t, got, append(want[:k-1:k-1], more...))
 	})
 }
 
