@@ -59,7 +59,7 @@
 //	    26     2  reserved   zero
 //	    28     4  vallen     value length in bytes
 //	    32  keylen  key
-//	     .  vallen  value (for External: a list of 6-byte chunk TIDs)
+//	     .  vallen  value (for External: the engine's pointer to the Chunk tuples)
 //
 // The tuple's line pointer length is exactly 32+keylen+vallen; DecodeTuple
 // rejects anything else. xmax, infomask and prev are updated in place

@@ -147,3 +147,51 @@ func TestStorageClosed(t *testing.T) {
 		t.Errorf("WriteBlock after Close: %v", err)
 	}
 }
+
+// failSyncFS fails every file Sync once armed.
+type failSyncFS struct {
+	vfs.FS
+	fail *bool
+}
+
+type failSyncFile struct {
+	vfs.File
+	fail *bool
+}
+
+func (f failSyncFS) Create(name string) (vfs.File, error) {
+	file, err := f.FS.Create(name)
+	return failSyncFile{file, f.fail}, err
+}
+
+func (f failSyncFS) Open(name string) (vfs.File, error) {
+	file, err := f.FS.Open(name)
+	return failSyncFile{file, f.fail}, err
+}
+
+func (f failSyncFile) Sync() error {
+	if *f.fail {
+		return errors.New("EIO")
+	}
+	return f.File.Sync()
+}
+
+func TestStorageSyncFailureIsSticky(t *testing.T) {
+	fail := false
+	s, err := OpenStorage(failSyncFS{vfs.OS{}, &fail}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteBlock(0, newPage()); err != nil {
+		t.Fatal(err)
+	}
+	fail = true
+	if err := s.Sync(); err == nil {
+		t.Fatal("Sync hid an fsync error")
+	}
+	fail = false
+	if err := s.Sync(); err == nil {
+		t.Fatal("Sync succeeded after an earlier fsync failure")
+	}
+}

@@ -51,9 +51,9 @@ const (
 	// Frozen: xmin is older than every snapshot and committed; the CLOG
 	// need not be consulted (HEAP_XMIN_FROZEN).
 	Frozen uint16 = 1 << 4
-	// External: the value is a list of chunk TIDs, each 6 bytes (block
-	// uint32, slot uint16, little-endian), pointing at Chunk tuples (an
-	// out-of-line value, like TOAST).
+	// External: the value is not stored inline but is a pointer to Chunk
+	// tuples holding it (like TOAST); the pointer's layout (lengths and a
+	// list of chunk TIDs) belongs to the code that writes it.
 	External uint16 = 1 << 5
 	// Chunk: this tuple is one chunk of an out-of-line value.
 	Chunk uint16 = 1 << 6
