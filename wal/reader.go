@@ -40,7 +40,7 @@ type Reader struct {
 
 // NewReader opens the log in dir for reading from start, which must be the
 // LSN of a record or the End of a previous read; 0 means the first record of
-// the oldest segment present. An empty directory yields a Reader whose first
+// the oldest segment present. An empty or missing directory yields a Reader whose first
 // Next returns io.EOF and whose End is start.
 //
 // NewReader returns an error wrapping fs.ErrNotExist when start precedes the
@@ -48,15 +48,9 @@ type Reader struct {
 // header of the segment start lies in is invalid.
 func NewReader(fsys vfs.FS, dir string, start LSN) (*Reader, error) {
 	r := &Reader{fs: fsys, dir: dir, pos: start}
-	names, err := fsys.ReadDir(dir)
+	segs, _, err := listSegments(fsys, dir)
 	if err != nil {
-		return nil, fmt.Errorf("wal: list %s: %w", dir, err)
-	}
-	var segs []LSN // ascending, since ReadDir sorts and names are fixed-width
-	for _, n := range names {
-		if s, ok := parseSegmentName(n); ok {
-			segs = append(segs, s)
-		}
+		return nil, err
 	}
 	if len(segs) == 0 {
 		r.eof = true
@@ -243,6 +237,11 @@ func (r *Reader) advance() {
 	next := r.seg + LSN(r.segSize)
 	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(next)))
 	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			r.err = fmt.Errorf("wal: open next segment: %w", err)
+			r.closeFile()
+			return
+		}
 		r.finish()
 		return
 	}

@@ -508,7 +508,6 @@ func (w *Writer) fail(err error) error {
 	if !w.failed.CompareAndSwap(nil, f) {
 		f = w.failed.Load()
 	}
-	w.logger.Error("wal: flushing failed; the log accepts no more records", "err", f.err)
 	return f.err
 }
 
@@ -671,8 +670,10 @@ func (w *Writer) walWriter(delay time.Duration) {
 			if ins <= w.FlushedLSN() || w.failed.Load() != nil {
 				continue
 			}
-			if err := w.flush(ins, false); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrSyncFailed) {
-				w.logger.Warn("wal: background flush failed", "err", err)
+			// Nobody else may be flushing to hear of a failure, so say it
+			// here; a failure is sticky, so this logs it at most once.
+			if err := w.flush(ins, false); err != nil && !errors.Is(err, ErrClosed) {
+				w.logger.Error("wal: background flush failed; the log accepts no more records", "err", err)
 			}
 		}
 	}
