@@ -470,5 +470,8 @@ func (b *Buffer) Block() uint32 { return b.block }
 
 // MarkDirty records that the page was changed and must be written before
 // its frame is reused. The caller holds Lock and has set the page LSN to
-// the WAL record describing the change (or the change needs no WAL).
+// the WAL record describing the change (or the change needs no WAL, as a
+// hint bit). Every change, hint bits included, must be made under Lock,
+// never RLock: pages are copied for writing under RLock, so a change made
+// under RLock could be half in the copy.
 func (b *Buffer) MarkDirty() { b.dirty.Store(true) }

@@ -490,3 +490,31 @@ func BenchmarkGetReleaseHitParallel(b *testing.B) {
 		}
 	})
 }
+
+func TestGetBeyondEndIsZero(t *testing.T) {
+	pool, _, _ := setup(4, 3)
+	b, err := pool.Get(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.RLock()
+	for _, x := range b.Page() {
+		if x != 0 {
+			t.Fatal("page beyond the end is not zero")
+		}
+	}
+	b.RUnlock()
+	b.Release()
+	if pool.NBlocks() != 3 {
+		t.Fatalf("NBlocks = %d after reading past the end", pool.NBlocks())
+	}
+	s := pool.Stats()
+	if s.Misses != 1 || s.Reads != 1 || s.Hits != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	b, _ = pool.Get(10)
+	b.Release()
+	if d := pool.Stats().Sub(s); d != (Stats{Hits: 1}) {
+		t.Fatalf("second Get: %+v", d)
+	}
+}
