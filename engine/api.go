@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"mvkv/internal/vfs"
+)
+
+// Sentinel errors. Every error the engine returns wraps one of these where a
+// caller could act on it; test with errors.Is.
+var (
+	// ErrNotFound: the key has no version visible to the transaction's snapshot.
+	ErrNotFound = errors.New("mvkv: key not found")
+	// ErrSerializationFailure: under REPEATABLE READ, the row was changed by a
+	// transaction that committed after this transaction's snapshot was taken
+	// (first updater wins, as PostgreSQL's "could not serialize access due to
+	// concurrent update"). The transaction must be rolled back and retried.
+	ErrSerializationFailure = errors.New("mvkv: could not serialize access due to concurrent update")
+	// ErrDeadlock: waiting for a row lock would close a cycle of waiters; this
+	// transaction was chosen to fail. Roll back and retry.
+	ErrDeadlock = errors.New("mvkv: deadlock detected")
+	// ErrLockTimeout: a row lock was not granted within Options.LockTimeout.
+	ErrLockTimeout = errors.New("mvkv: canceling statement due to lock timeout")
+	// ErrTxnDone: the transaction was already committed or rolled back.
+	ErrTxnDone = errors.New("mvkv: transaction already committed or rolled back")
+	// ErrClosed: the database is closed.
+	ErrClosed = errors.New("mvkv: database is closed")
+	// ErrTooLarge: a key longer than MaxKeySize or a value longer than MaxValueSize.
+	ErrTooLarge = errors.New("mvkv: key or value too large")
+	// ErrEmptyKey: keys must be at least one byte long.
+	ErrEmptyKey = errors.New("mvkv: empty key")
+	// ErrReadOnly: a write in a transaction begun with TxnOptions.ReadOnly.
+	ErrReadOnly = errors.New("mvkv: cannot write in a read-only transaction")
+	// ErrCorruption: a file failed a consistency check; the message names the
+	// file and offset.
+	ErrCorruption = errors.New("mvkv: data corruption")
+	// ErrLocked: the data directory is open in another process.
+	ErrLocked = errors.New("mvkv: data directory is in use by another process")
+	// ErrWALSyncFailed: an fsync of the WAL failed; the database accepts no
+	// more writes until it is reopened (reads keep working).
+	ErrWALSyncFailed = errors.New("mvkv: WAL sync failed; database is read-only until reopened")
+)
+
+// Size limits, in bytes.
+const (
+	MaxKeySize   = 1 << 10 // 1 KiB
+	MaxValueSize = 1 << 20 // 1 MiB
+)
+
+// IsolationLevel selects how a transaction sees concurrent commits.
+type IsolationLevel int
+
+const (
+	// ReadCommitted takes a new snapshot for every statement (every Get, Scan
+	// and Update call). An Update that finds the row changed by a transaction
+	// that has since committed re-applies its function to the newest version,
+	// as PostgreSQL's UPDATE does under READ COMMITTED (EvalPlanQual).
+	ReadCommitted IsolationLevel = iota
+	// RepeatableRead uses one snapshot for the whole transaction (snapshot
+	// isolation). A write to a row changed by a transaction that committed
+	// after the snapshot fails with ErrSerializationFailure.
+	RepeatableRead
+)
+
+func (l IsolationLevel) String() string {
+	switch l {
+	case ReadCommitted:
+		return "read committed"
+	case RepeatableRead:
+		return "repeatable read"
+	}
+	return "unknown"
+}
+
+// SynchronousCommit mirrors PostgreSQL's synchronous_commit (on and off only).
+type SynchronousCommit int
+
+const (
+	// SyncCommitOn: Commit returns only after the commit record is durable.
+	SyncCommitOn SynchronousCommit = iota
+	// SyncCommitOff: Commit returns after the commit record is in the WAL
+	// buffer; the WAL writer makes it durable within about 3 x WALWriterDelay.
+	// A crash can lose the most recent such commits, never parts of them.
+	SyncCommitOff
+)
+
+// Options configure Open. The zero value gives PostgreSQL's defaults scaled
+// to a small engine. Options are copied at Open; knobs that may change at run
+// time have setters on DB.
+type Options struct {
+	// FS is the file system seam; nil means the operating system's.
+	FS vfs.FS
+	// Logger receives operational messages (recovery, checkpoints); nil
+	// discards them.
+	Logger *slog.Logger
+	// SharedBuffers is the size of the heap buffer pool in bytes (default
+	// 128 MiB, PostgreSQL's shared_buffers default), rounded down to 8 KiB
+	// pages, at least 16 pages.
+	SharedBuffers int64
+	// SynchronousCommit is the default for transactions (default on).
+	SynchronousCommit SynchronousCommit
+	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):
+	// the group-commit leader waits this long for siblings before it writes
+	// and syncs the WAL, when at least CommitSiblings other transactions are
+	// active. Default 0.
+	CommitDelay int
+	// CommitSiblings is PostgreSQL's commit_siblings (default 5).
+	CommitSiblings int
+	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
+	// often the background WAL writer flushes asynchronous commits.
+	WALWriterDelay time.Duration
+	// WALSegmentSize is the size of a WAL segment file in bytes, a power of
+	// two from 1 MiB to 1 GiB (default 16 MiB).
+	WALSegmentSize int64
+	// CLOGBuffers is the number of 8 KiB CLOG pages cached (default 128).
+	CLOGBuffers int
+	// CheckpointTimeout is PostgreSQL's checkpoint_timeout (default 5 min);
+	// negative disables time-driven checkpoints.
+	CheckpointTimeout time.Duration
+	// MaxWALSize is PostgreSQL's max_wal_size in bytes (default 1 GiB): a
+	// checkpoint starts when this much WAL was written since the last one.
+	MaxWALSize int64
+	// LockTimeout is PostgreSQL's lock_timeout: the longest a write waits for
+	// a row lock before ErrLockTimeout; 0 waits as long as the context allows.
+	LockTimeout time.Duration
+	// MaxRetries bounds how many times DB.Update and DB.View run their
+	// function after serialization failures and deadlocks (default 10).
+	MaxRetries int
+}
+
+// TxnOptions configure one transaction.
+type TxnOptions struct {
+	// Isolation is the isolation level (default ReadCommitted).
+	Isolation IsolationLevel
+	// ReadOnly rejects writes with ErrReadOnly.
+	ReadOnly bool
+	// SynchronousCommit overrides the DB default when non-nil.
+	SynchronousCommit *SynchronousCommit
+}
+
+// ErrIOFailure: an fsync or write of a data file failed; the database accepts
+// no more writes until it is reopened (reads keep working).
+var ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")

@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"time"
+
+	"mvkv/wal"
+)
+
+// Checkpoint writes every dirty heap and CLOG page, logs a checkpoint
+// record, and moves the control file's redo point forward, so that recovery
+// after a crash starts there; WAL segments wholly before the redo point are
+// removed. Safe to call concurrently with transactions; checkpoints run one
+// at a time. It returns ErrClosed after Close and the failure that stopped
+// writes, if any.
+//
+// The checkpoint is fuzzy, as PostgreSQL's: transactions keep running while
+// pages are written. It is correct because (a) every heap change marks its
+// page dirty before its WAL record is inserted, so every record below the
+// redo point belongs to a page dirty when the redo point was chosen, and
+// FlushAll writes all of those; (b) committers hold ckptInterlock from the
+// commit record to the CLOG update, so no commit record lies below the redo
+// point while its CLOG bit is still unset.
+func (db *DB) Checkpoint() error {
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	return db.checkpoint()
+}
+
+func (db *DB) checkpoint() error {
+	if err := db.writable(); err != nil {
+		return err
+	}
+	db.ckptMu.Lock()
+	defer db.ckptMu.Unlock()
+	begin := time.Now()
+
+	db.ckptInterlock.Lock()
+	redo := db.wal.InsertLSN()
+	db.ckptInterlock.Unlock()
+
+	if err := db.pool.FlushAll(); err != nil {
+		return db.fail(err)
+	}
+	if err := db.clog.Checkpoint(); err != nil {
+		return db.fail(err)
+	}
+	next := db.procs.next()
+	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(redo, next))
+	if err == nil {
+		err = db.wal.Flush(end)
+	}
+	if err != nil {
+		return db.fail(err)
+	}
+	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next}); err != nil {
+		return db.fail(err)
+	}
+	db.lastRedo = redo
+	db.lastRedoAtomic.Store(uint64(redo))
+	if err := db.wal.RemoveSegmentsBefore(redo); err != nil {
+		db.logger.Warn("removing old WAL segments", "err", err)
+	}
+	db.stats.checkpoints.Add(1)
+	db.lastCkpt.Store(time.Now().UnixNano())
+	db.logger.Debug("checkpoint complete", "redo", uint64(redo), "nextXid", next, "took", time.Since(begin))
+	return nil
+}
+
+// checkpointer starts checkpoints by time (checkpoint_timeout) and by WAL
+// volume (max_wal_size), as PostgreSQL's checkpointer process.
+func (db *DB) checkpointer() {
+	defer db.bgWG.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-db.stopBG:
+			return
+		case <-tick.C:
+		}
+		byTime := db.opts.CheckpointTimeout > 0 &&
+			time.Since(time.Unix(0, db.lastCkpt.Load())) >= db.opts.CheckpointTimeout
+		byVolume := int64(db.wal.InsertLSN()-wal.LSN(db.lastRedoAtomic.Load())) >= db.opts.MaxWALSize
+		if !byTime && !byVolume {
+			continue
+		}
+		if err := db.Checkpoint(); err != nil && err != ErrClosed {
+			db.logger.Error("checkpoint failed", "err", err)
+		}
+	}
+}

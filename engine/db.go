@@ -1,0 +1,377 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"mvkv/clog"
+	"mvkv/internal/bufpool"
+	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
+	"mvkv/visibility"
+	"mvkv/wal"
+)
+
+// Subdirectories and files of a data directory (see DESIGN.md).
+const (
+	lockName = "LOCK"
+	walDir   = "wal"
+	heapDir  = "heap"
+	clogDir  = "clog"
+)
+
+// DB is an open database. All methods are safe for concurrent use.
+type DB struct {
+	dir    string
+	opts   Options
+	fs     vfs.FS
+	logger *slog.Logger
+	lock   io.Closer
+
+	wal     *wal.Writer
+	clog    *clog.CLOG
+	storage *heap.Storage
+	pool    *bufpool.Pool
+	idx     *index
+	locks   *lockManager
+	procs   *procArray
+	targets insertTargets
+
+	syncCommit atomic.Int32 // SynchronousCommit default for new transactions
+
+	// ckptInterlock is held shared by committers from the commit record's
+	// insertion until the CLOG is set, and exclusively by a checkpoint while
+	// it chooses its redo point (PostgreSQL's DELAY_CHKPT_START).
+	ckptInterlock sync.RWMutex
+	// ckptMu lets one checkpoint run at a time.
+	ckptMu sync.Mutex
+	// lastRedo is the redo LSN of the last completed checkpoint. Guarded by ckptMu.
+	lastRedo       wal.LSN
+	lastCkpt       atomic.Int64  // unix nanoseconds of the last checkpoint's end
+	lastRedoAtomic atomic.Uint64 // lastRedo, for the checkpointer
+
+	// closeMu is held shared by operations that use the WAL, CLOG and
+	// buffer pool, and exclusively by Close, so Close never tears them down
+	// under a running operation. It is never held across a row-lock wait.
+	closeMu sync.RWMutex
+	closed  atomic.Bool
+	// failure is the first fsync/write failure; once set, writes are refused.
+	failure atomic.Pointer[error]
+
+	stopBG chan struct{}
+	bgWG   sync.WaitGroup
+
+	stats struct {
+		commits, aborts, checkpoints atomic.Uint64
+	}
+	recovery RecoveryInfo
+}
+
+// RecoveryInfo describes what Open found and replayed.
+type RecoveryInfo struct {
+	RedoLSN      uint64 // where redo started
+	EndLSN       uint64 // end of the valid WAL
+	Records      int    // records replayed
+	DroppedBytes int64  // bytes of torn WAL tail cut off
+	Duration     time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.FS == nil {
+		o.FS = vfs.OS{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.SharedBuffers == 0 {
+		o.SharedBuffers = 128 << 20
+	}
+	if o.SharedBuffers < 16*heap.PageSize {
+		o.SharedBuffers = 16 * heap.PageSize
+	}
+	if o.CommitDelay < 0 || o.CommitDelay > 100000 {
+		return o, fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", o.CommitDelay)
+	}
+	if o.CommitSiblings == 0 {
+		o.CommitSiblings = 5
+	}
+	if o.CommitSiblings < 0 || o.CommitSiblings > 1000 {
+		return o, fmt.Errorf("mvkv: commit_siblings %d out of range 0..1000", o.CommitSiblings)
+	}
+	if o.WALWriterDelay == 0 {
+		o.WALWriterDelay = 200 * time.Millisecond
+	}
+	if o.WALSegmentSize == 0 {
+		o.WALSegmentSize = 16 << 20
+	}
+	if o.CLOGBuffers == 0 {
+		o.CLOGBuffers = 128
+	}
+	if o.CheckpointTimeout == 0 {
+		o.CheckpointTimeout = 5 * time.Minute
+	}
+	if o.MaxWALSize == 0 {
+		o.MaxWALSize = 1 << 30
+	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = 10
+	}
+	if o.SynchronousCommit != SyncCommitOn && o.SynchronousCommit != SyncCommitOff {
+		return o, fmt.Errorf("mvkv: unknown synchronous_commit %d", o.SynchronousCommit)
+	}
+	return o, nil
+}
+
+// Open opens (creating if needed) the database in dir and runs crash
+// recovery: redo from the last checkpoint's redo point to the end of the
+// valid WAL, cutting off a torn tail, then marking transactions that have no
+// commit record as aborted, then rebuilding the key index from the heap and
+// taking an end-of-recovery checkpoint.
+//
+// Open returns an error wrapping ErrLocked if another process has dir open,
+// and ErrCorruption (naming the file and offset) if a page or the control
+// file fails its checks.
+func Open(dir string, opts Options) (*DB, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	fsys := opts.FS
+	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir)} {
+		if err := fsys.MkdirAll(d); err != nil {
+			return nil, fmt.Errorf("mvkv: create %s: %w", d, err)
+		}
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return nil, fmt.Errorf("mvkv: fsync %s: %w", dir, err)
+	}
+	lk, err := fsys.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		if errors.Is(err, vfs.ErrLocked) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("mvkv: lock %s: %w", dir, err)
+	}
+	db := &DB{
+		dir:    dir,
+		opts:   opts,
+		fs:     fsys,
+		logger: opts.Logger,
+		lock:   lk,
+		idx:    newIndex(),
+		locks:  newLockManager(),
+		stopBG: make(chan struct{}),
+	}
+	db.syncCommit.Store(int32(opts.SynchronousCommit))
+	db.targets.reset()
+	if err := db.open(); err != nil {
+		db.closeFiles()
+		return nil, err
+	}
+	db.bgWG.Add(1)
+	go db.checkpointer()
+	return db, nil
+}
+
+func (db *DB) open() error {
+	fsys, dir := db.fs, db.dir
+	// A crash during writeControl can leave the temporary file behind; the
+	// real control file is intact either way.
+	if err := fsys.Remove(filepath.Join(dir, controlTmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	ctrl, _, err := readControl(fsys, dir)
+	if err != nil {
+		return err
+	}
+	if db.storage, err = heap.OpenStorage(fsys, filepath.Join(dir, heapDir)); err != nil {
+		return err
+	}
+	if db.clog, err = clog.Open(fsys, filepath.Join(dir, clogDir), clog.Options{
+		Buffers:  db.opts.CLOGBuffers,
+		FlushWAL: db.flushWAL,
+		Logger:   db.logger,
+	}); err != nil {
+		return err
+	}
+	db.pool = bufpool.New(db.storage, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
+	return db.recover(ctrl)
+}
+
+// flushWAL makes the WAL durable up to lsn; the buffer pool and the CLOG
+// call it before writing a page whose LSN is lsn (WAL before data).
+func (db *DB) flushWAL(lsn uint64) error {
+	w := db.wal
+	if w == nil || lsn == 0 {
+		return nil
+	}
+	if wal.LSN(lsn) > w.InsertLSN() {
+		return fmt.Errorf("%w: page LSN %#x is beyond the end of the WAL %#x", ErrCorruption, lsn, uint64(w.InsertLSN()))
+	}
+	if err := w.Flush(wal.LSN(lsn)); err != nil {
+		return db.fail(err)
+	}
+	return nil
+}
+
+// writable returns the failure that stopped writes, if any.
+func (db *DB) writable() error {
+	if p := db.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records the first fsync or write failure: from then on the database
+// refuses writes (reads go on) until it is reopened and recovery redoes from
+// the last checkpoint (DESIGN.md rule 6). It returns the error to report.
+func (db *DB) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, wal.ErrClosed) {
+		return ErrClosed
+	}
+	wrapped := fmt.Errorf("%w: %v", ErrIOFailure, err)
+	if errors.Is(err, wal.ErrSyncFailed) {
+		wrapped = fmt.Errorf("%w: %v", ErrWALSyncFailed, err)
+	}
+	if errors.Is(err, ErrCorruption) {
+		wrapped = err
+	}
+	if db.failure.CompareAndSwap(nil, &wrapped) {
+		db.logger.Error("database stopped taking writes", "err", wrapped)
+	}
+	return *db.failure.Load()
+}
+
+// SetSynchronousCommit changes the default synchronous_commit for
+// transactions begun afterwards. Safe to call concurrently.
+func (db *DB) SetSynchronousCommit(s SynchronousCommit) {
+	db.syncCommit.Store(int32(s))
+}
+
+// SetCommitDelay changes commit_delay (microseconds, 0..100000). Safe to
+// call concurrently.
+func (db *DB) SetCommitDelay(us int) error {
+	if us < 0 || us > 100000 {
+		return fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", us)
+	}
+	db.wal.SetCommitDelay(us)
+	return nil
+}
+
+// SetCommitSiblings changes commit_siblings. Safe to call concurrently.
+func (db *DB) SetCommitSiblings(n int) error {
+	if n < 0 || n > 1000 {
+		return fmt.Errorf("mvkv: commit_siblings %d out of range 0..1000", n)
+	}
+	db.wal.SetCommitSiblings(n)
+	return nil
+}
+
+// Recovery returns what the last Open found and replayed.
+func (db *DB) Recovery() RecoveryInfo { return db.recovery }
+
+// Close takes a checkpoint (unless a failure stopped writes) and closes the
+// database. Transactions still open afterwards get ErrClosed. Close returns
+// ErrClosed when called twice.
+func (db *DB) Close() error {
+	db.closeMu.Lock()
+	if db.closed.Swap(true) {
+		db.closeMu.Unlock()
+		return ErrClosed
+	}
+	db.closeMu.Unlock()
+	close(db.stopBG)
+	db.bgWG.Wait()
+	var err error
+	if db.writable() == nil {
+		err = db.checkpoint()
+	}
+	if cerr := db.closeFiles(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (db *DB) closeFiles() error {
+	var errs []error
+	if db.wal != nil {
+		errs = append(errs, db.wal.Close())
+	}
+	if db.clog != nil {
+		if db.writable() == nil {
+			errs = append(errs, db.clog.Close())
+		}
+	}
+	if db.storage != nil {
+		errs = append(errs, db.storage.Close())
+	}
+	if db.lock != nil {
+		errs = append(errs, db.lock.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Stats are cumulative counters since Open. Take two and Sub them for the
+// activity in between.
+type Stats struct {
+	Commits, Aborts uint64
+	// WAL
+	WALRecords, WALBytes, WALWrites, WALSyncs uint64
+	WALFlushRequests                          uint64 // Flush calls (commits waiting for durability, page writes)
+	WALSyncNanos                              uint64
+	// Heap buffer pool
+	BufferHits, BufferMisses, BufferReads, BufferWrites, BufferEvictions uint64
+	// CLOG
+	CLOGLookups, CLOGHits, CLOGMisses, CLOGPageReads, CLOGPageWrites uint64
+	Checkpoints                                                      uint64
+	// Keys is the number of keys in the index (live, deleted or never
+	// committed), a gauge: Sub keeps the later value.
+	Keys uint64
+}
+
+// Sub returns the counters of s minus those of o (gauges keep s's value).
+func (s Stats) Sub(o Stats) Stats {
+	return Stats{
+		Commits: s.Commits - o.Commits, Aborts: s.Aborts - o.Aborts,
+		WALRecords: s.WALRecords - o.WALRecords, WALBytes: s.WALBytes - o.WALBytes,
+		WALWrites: s.WALWrites - o.WALWrites, WALSyncs: s.WALSyncs - o.WALSyncs,
+		WALFlushRequests: s.WALFlushRequests - o.WALFlushRequests, WALSyncNanos: s.WALSyncNanos - o.WALSyncNanos,
+		BufferHits: s.BufferHits - o.BufferHits, BufferMisses: s.BufferMisses - o.BufferMisses,
+		BufferReads: s.BufferReads - o.BufferReads, BufferWrites: s.BufferWrites - o.BufferWrites,
+		BufferEvictions: s.BufferEvictions - o.BufferEvictions,
+		CLOGLookups:     s.CLOGLookups - o.CLOGLookups, CLOGHits: s.CLOGHits - o.CLOGHits,
+		CLOGMisses: s.CLOGMisses - o.CLOGMisses, CLOGPageReads: s.CLOGPageReads - o.CLOGPageReads,
+		CLOGPageWrites: s.CLOGPageWrites - o.CLOGPageWrites,
+		Checkpoints:    s.Checkpoints - o.Checkpoints,
+		Keys:           s.Keys,
+	}
+}
+
+// Stats returns the current counters. Safe to call concurrently.
+func (db *DB) Stats() Stats {
+	w, p, c := db.wal.Stats(), db.pool.Stats(), db.clog.Stats()
+	return Stats{
+		Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(),
+		WALRecords: w.Records, WALBytes: w.Bytes, WALWrites: w.Writes, WALSyncs: w.Syncs,
+		WALFlushRequests: w.FlushRequests, WALSyncNanos: w.SyncNanos,
+		BufferHits: p.Hits, BufferMisses: p.Misses, BufferReads: p.Reads, BufferWrites: p.Writes,
+		BufferEvictions: p.Evictions,
+		CLOGLookups:     c.Lookups, CLOGHits: c.Hits, CLOGMisses: c.Misses,
+		CLOGPageReads: c.PageReads, CLOGPageWrites: c.PageWrites,
+		Checkpoints: db.stats.checkpoints.Load(),
+		Keys:        uint64(db.idx.len()),
+	}
+}
+
+// snapshotForTest exposes a snapshot to tests in this package.
+func (db *DB) snapshotForTest() *visibility.Snapshot { return db.procs.snapshot() }

@@ -1,0 +1,60 @@
+// Package engine is mvkv's embedded API and its transaction manager: the
+// database handle, transactions with snapshot isolation, row locks, heap
+// access, checkpoints and crash recovery, built the way PostgreSQL builds
+// them.
+//
+// # Basics
+//
+//	db, err := engine.Open("/path/to/data", engine.Options{})
+//	...
+//	err = db.Update(ctx, func(tx *engine.Txn) error {
+//		return tx.Put([]byte("k"), []byte("v"))
+//	})
+//	...
+//	defer db.Close()
+//
+// Open creates or recovers a data directory (see DESIGN.md for its layout).
+// Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
+// Delete, Scan and Update work inside it; Commit makes it durable and
+// visible. DB.Update and DB.View wrap a function in a REPEATABLE READ
+// transaction and retry serialization failures and deadlocks.
+//
+// # How a write works
+//
+// Every key has a chain of tuple versions in the heap, newest first: each
+// tuple carries xmin (the xid that created it), xmax (the xid that deleted
+// or replaced it) and the TID of the version before it. The in-memory index
+// (google/btree) maps a key to the newest version; it is not logged and is
+// rebuilt from the heap at Open.
+//
+// A writer gets an xid at its first write (64-bit, never wrapping), takes the
+// key's row lock, and then finds the newest version whose creator committed.
+// Under REPEATABLE READ, if that version's creator (or deleter) is not in
+// the transaction's snapshot, the write fails with ErrSerializationFailure:
+// first updater wins. Otherwise the writer stamps xmax on that version and
+// places the new version on a heap page, logging both in one WAL record.
+//
+// A lock held by another transaction is waited for until that transaction
+// ends; deadlocks are detected when the wait would close a cycle.
+//
+// # Commit
+//
+//	insert COMMIT record            (WAL buffer)
+//	wait until WAL durable past it  (synchronous_commit=on; group commit)
+//	CLOG: xid committed
+//	leave the running table         (now visible to new snapshots)
+//	release row locks               (now writable by others)
+//
+// Nothing is visible to other transactions, and Commit does not return,
+// before the commit record is durable; with synchronous_commit=off, Commit
+// returns before the flush and the WAL writer makes it durable shortly
+// after.
+//
+// # Caveats
+//
+// A Txn must be ended with Commit or Rollback: an abandoned transaction keeps
+// its row locks forever. A Txn is for one goroutine at a time. Keys are 1 byte
+// to 1 KiB, values up to 1 MiB; values above about 2 KiB are stored out of
+// line in chunk tuples. Old versions are not yet reclaimed: the heap grows
+// with every write until vacuum exists.
+package engine

@@ -1,0 +1,320 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func openTest(t testing.TB, dir string, o Options) *DB {
+	t.Helper()
+	if o.SharedBuffers == 0 {
+		o.SharedBuffers = 4 << 20
+	}
+	if o.WALSegmentSize == 0 {
+		o.WALSegmentSize = 1 << 20
+	}
+	db, err := Open(dir, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return db
+}
+
+func mustPut(t testing.TB, db *DB, k, v string) {
+	t.Helper()
+	if err := db.Update(context.Background(), func(tx *Txn) error { return tx.Put([]byte(k), []byte(v)) }); err != nil {
+		t.Fatalf("put %s: %v", k, err)
+	}
+}
+
+func get(t testing.TB, db *DB, k string) (string, bool) {
+	t.Helper()
+	var out []byte
+	err := db.View(context.Background(), func(tx *Txn) error {
+		v, err := tx.Get([]byte(k))
+		out = v
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("get %s: %v", k, err)
+	}
+	return string(out), true
+}
+
+func TestBasicCRUDAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{})
+	ctx := context.Background()
+	mustPut(t, db, "a", "1")
+	mustPut(t, db, "b", "2")
+	mustPut(t, db, "a", "3")
+	big := bytes.Repeat([]byte("x0123456789"), 100000) // 1.1 MB: too large
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("big"), big) }); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized value: %v", err)
+	}
+	large := big[:MaxValueSize]
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("large"), large) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Delete([]byte("b")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put(nil, []byte("x")) }); !errors.Is(err, ErrEmptyKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put(make([]byte, MaxKeySize+1), nil) }); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("long key: %v", err)
+	}
+	check := func(db *DB) {
+		t.Helper()
+		if v, ok := get(t, db, "a"); !ok || v != "3" {
+			t.Fatalf("a = %q %v", v, ok)
+		}
+		if _, ok := get(t, db, "b"); ok {
+			t.Fatal("b still visible after delete")
+		}
+		if v, ok := get(t, db, "large"); !ok || v != string(large) {
+			t.Fatalf("large value: found=%v len=%d", ok, len(v))
+		}
+		var keys []string
+		db.View(ctx, func(tx *Txn) error {
+			return tx.Scan(nil, nil, func(k, v []byte) bool { keys = append(keys, string(k)); return true })
+		})
+		if fmt.Sprint(keys) != "[a large]" {
+			t.Fatalf("scan: %v", keys)
+		}
+	}
+	check(db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	db = openTest(t, dir, Options{})
+	defer db.Close()
+	check(db)
+}
+
+func TestTxnDoneAndClosed(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	ctx := context.Background()
+	tx, _ := db.Begin(ctx, TxnOptions{})
+	tx.Put([]byte("k"), []byte("v"))
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte("k"), []byte("w")); !errors.Is(err, ErrTxnDone) {
+		t.Fatalf("put after commit: %v", err)
+	}
+	if err := tx.Rollback(); !errors.Is(err, ErrTxnDone) {
+		t.Fatalf("rollback after commit: %v", err)
+	}
+	ro, _ := db.Begin(ctx, TxnOptions{ReadOnly: true})
+	if err := ro.Put([]byte("k"), nil); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("read-only put: %v", err)
+	}
+	ro.Rollback()
+	db.Close()
+	if _, err := db.Begin(ctx, TxnOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("begin after close: %v", err)
+	}
+}
+
+func TestDirectoryLocked(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{})
+	defer db.Close()
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: %v", err)
+	}
+}
+
+func TestRollbackAndIsolation(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "k", "old")
+	w, _ := db.Begin(ctx, TxnOptions{})
+	if err := w.Put([]byte("k"), []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := w.Get([]byte("k")); string(v) != "new" {
+		t.Fatalf("own write not visible: %q", v)
+	}
+	if v, _ := get(t, db, "k"); v != "old" {
+		t.Fatalf("uncommitted write visible: %q", v)
+	}
+	rr, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	if v, _ := rr.Get([]byte("k")); string(v) != "old" {
+		t.Fatalf("rr first read %q", v)
+	}
+	w.Rollback()
+	if v, _ := get(t, db, "k"); v != "old" {
+		t.Fatalf("rolled back write visible: %q", v)
+	}
+	mustPut(t, db, "k", "newer")
+	if v, _ := rr.Get([]byte("k")); string(v) != "old" {
+		t.Fatalf("repeatable read saw a later commit: %q", v)
+	}
+	rr.Rollback()
+	rc, _ := db.Begin(ctx, TxnOptions{})
+	if v, _ := rc.Get([]byte("k")); string(v) != "newer" {
+		t.Fatalf("read committed: %q", v)
+	}
+	rc.Rollback()
+}
+
+// Two REPEATABLE READ transactions read the same row and both update it:
+// the second updater must fail (no lost update).
+func TestRepeatableReadLostUpdate(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "n", "0")
+	t1, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	t2, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	t1.Get([]byte("n"))
+	t2.Get([]byte("n"))
+	if err := t1.Put([]byte("n"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- t2.Put([]byte("n"), []byte("2")) }()
+	time.Sleep(20 * time.Millisecond) // let t2 block on the row lock
+	if err := t1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrSerializationFailure) {
+		t.Fatalf("second updater: %v, want ErrSerializationFailure", err)
+	}
+	if err := t2.Commit(); err == nil {
+		t.Fatal("commit of a failed transaction succeeded")
+	}
+	if v, _ := get(t, db, "n"); v != "1" {
+		t.Fatalf("n = %q", v)
+	}
+	// A REPEATABLE READ transaction whose snapshot predates a committed
+	// change fails even without waiting.
+	t3, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	t3.Get([]byte("n"))
+	mustPut(t, db, "n", "5")
+	if err := t3.Put([]byte("n"), []byte("6")); !errors.Is(err, ErrSerializationFailure) {
+		t.Fatalf("stale snapshot write: %v", err)
+	}
+	t3.Rollback()
+}
+
+func increment(old []byte, found bool) ([]byte, error) {
+	var n int
+	if found {
+		fmt.Sscan(string(old), &n)
+	}
+	return []byte(fmt.Sprint(n + 1)), nil
+}
+
+// Concurrent increments of one key lose nothing: under READ COMMITTED
+// because Update re-applies to the newest version, under REPEATABLE READ
+// because the losers fail and DB.Update retries them.
+func TestConcurrentIncrementsSingleKey(t *testing.T) {
+	for _, iso := range []IsolationLevel{ReadCommitted, RepeatableRead} {
+		t.Run(iso.String(), func(t *testing.T) {
+			db := openTest(t, t.TempDir(), Options{MaxRetries: 1000})
+			defer db.Close()
+			ctx := context.Background()
+			const workers, each = 8, 25
+			var wg sync.WaitGroup
+			var failures sync.Map
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < each; i++ {
+						err := db.run(ctx, TxnOptions{Isolation: iso}, func(tx *Txn) error {
+							return tx.Update([]byte("ctr"), increment)
+						})
+						if err != nil {
+							failures.Store(err.Error(), true)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			failures.Range(func(k, _ any) bool { t.Errorf("increment failed: %v", k); return true })
+			if v, _ := get(t, db, "ctr"); v != fmt.Sprint(workers*each) {
+				t.Fatalf("ctr = %s, want %d", v, workers*each)
+			}
+		})
+	}
+}
+
+func TestDeadlockDetected(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	t1, _ := db.Begin(ctx, TxnOptions{})
+	t2, _ := db.Begin(ctx, TxnOptions{})
+	if err := t1.Put([]byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := t2.Put([]byte("b"), []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- t1.Put([]byte("b"), []byte("1")) }()
+	time.Sleep(20 * time.Millisecond)
+	err2 := t2.Put([]byte("a"), []byte("2"))
+	if !errors.Is(err2, ErrDeadlock) {
+		t.Fatalf("closing the cycle: %v, want ErrDeadlock", err2)
+	}
+	t2.Rollback()
+	if err := <-errc; err != nil {
+		t.Fatalf("survivor: %v", err)
+	}
+	if err := t1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := get(t, db, "b"); v != "1" {
+		t.Fatalf("b = %q", v)
+	}
+}
+
+func TestLockTimeout(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{LockTimeout: 30 * time.Millisecond})
+	defer db.Close()
+	ctx := context.Background()
+	t1, _ := db.Begin(ctx, TxnOptions{})
+	t1.Put([]byte("a"), []byte("1"))
+	t2, _ := db.Begin(ctx, TxnOptions{})
+	if err := t2.Put([]byte("a"), []byte("2")); !errors.Is(err, ErrLockTimeout) {
+		t.Fatalf("got %v, want ErrLockTimeout", err)
+	}
+	t2.Rollback()
+	t1.Commit()
+}
+
+func TestSynchronousCommitOffSurvivesClose(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{SynchronousCommit: SyncCommitOff})
+	for i := 0; i < 100; i++ {
+		mustPut(t, db, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+	}
+	db.Close()
+	db = openTest(t, dir, Options{})
+	defer db.Close()
+	for i := 0; i < 100; i++ {
+		if v, ok := get(t, db, fmt.Sprintf("k%03d", i)); !ok || v != fmt.Sprint(i) {
+			t.Fatalf("k%03d = %q %v", i, v, ok)
+		}
+	}
+}
+
+var vfsOS = vfsOSType{}

@@ -1,0 +1,344 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"mvkv/internal/bufpool"
+	"mvkv/internal/heap"
+)
+
+// Heap access: placing tuple versions on pages and reading them back, the
+// analog of PostgreSQL's heapam.c.
+//
+// A change to a page follows PostgreSQL's order: with the page's content
+// lock held exclusively, change the page, mark the buffer dirty, insert the
+// WAL record, and stamp the page with the record's end LSN. Marking the page
+// dirty before the record is inserted is what makes a fuzzy checkpoint safe:
+// a record whose LSN lies below the checkpoint's redo point always belongs to
+// a page that was already dirty when the redo point was chosen, so the
+// checkpoint writes it.
+
+// toastThreshold is the tuple size in bytes above which the value is moved
+// out of line into chunk tuples, PostgreSQL's TOAST_TUPLE_THRESHOLD.
+const toastThreshold = 2032
+
+// chunkSize is the value bytes carried by one chunk tuple: a chunk fills an
+// empty page.
+const chunkSize = heap.MaxTupleSize - heap.TupleHeaderSize
+
+// maxChainLength bounds a version-chain walk, so that a corrupt chain is
+// reported instead of followed forever.
+const maxChainLength = 1 << 24
+
+const nInsertTargets = 8
+
+const noBlock = math.MaxUint32
+
+// insertTargets are the pages new tuples go to, one per slot, so that
+// concurrent writers do not all contend for the last page of the heap.
+type insertTargets struct {
+	blk [nInsertTargets]atomic.Uint32
+}
+
+func (it *insertTargets) reset() {
+	for i := range it.blk {
+		it.blk[i].Store(noBlock)
+	}
+}
+
+func (db *DB) targetBuffer(slot int) (*bufpool.Buffer, error) {
+	if blk := db.targets.blk[slot].Load(); blk != noBlock {
+		return db.pool.Get(blk)
+	}
+	buf, err := db.pool.Extend()
+	if err != nil {
+		return nil, err
+	}
+	db.targets.blk[slot].Store(buf.Block())
+	return buf, nil
+}
+
+// placeTuple writes one heap change and its WAL record:
+//   - tup != nil, old invalid: insert (recHeapInsert);
+//   - tup != nil, old valid: update: xmax = xid on old, tup placed anew (recHeapUpdate);
+//   - tup == nil, old valid: delete: xmax = xid on old (recHeapDelete).
+//
+// It returns the new tuple's TID (InvalidTID for a delete).
+func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error) {
+	if tup == nil {
+		buf, err := db.pool.Get(old.Block)
+		if err != nil {
+			return heap.InvalidTID, err
+		}
+		defer buf.Release()
+		buf.Lock()
+		defer buf.Unlock()
+		if err := setXmaxOnPage(buf.Page(), old, xid); err != nil {
+			return heap.InvalidTID, db.corrupt(old, err)
+		}
+		buf.MarkDirty()
+		_, end, err := db.wal.Insert(recHeapDelete, xid, encodeDelete(old))
+		if err != nil {
+			return heap.InvalidTID, db.fail(err)
+		}
+		heap.SetPageLSN(buf.Page(), uint64(end))
+		return heap.InvalidTID, nil
+	}
+
+	slot := int(xid % nInsertTargets)
+	for {
+		tgt, err := db.targetBuffer(slot)
+		if err != nil {
+			return heap.InvalidTID, err
+		}
+		var oldBuf *bufpool.Buffer
+		if old.Valid() && old.Block != tgt.Block() {
+			if oldBuf, err = db.pool.Get(old.Block); err != nil {
+				tgt.Release()
+				return heap.InvalidTID, err
+			}
+		}
+		// Lock in block order so that two updates moving tuples between
+		// the same two pages cannot deadlock.
+		first, second := tgt, oldBuf
+		if oldBuf != nil && oldBuf.Block() < tgt.Block() {
+			first, second = oldBuf, tgt
+		}
+		first.Lock()
+		if second != nil {
+			second.Lock()
+		}
+		unlock := func() {
+			if second != nil {
+				second.Unlock()
+				second.Release()
+			}
+			first.Unlock()
+			first.Release()
+		}
+
+		page := tgt.Page()
+		if heap.IsNew(page) {
+			heap.InitPage(page)
+		}
+		s, err := heap.AddTuple(page, tup)
+		if errors.Is(err, heap.ErrNoSpace) {
+			unlock()
+			db.targets.blk[slot].CompareAndSwap(tgt.Block(), noBlock)
+			continue
+		}
+		if err != nil {
+			unlock()
+			return heap.InvalidTID, err
+		}
+		newTID := heap.TID{Block: tgt.Block(), Slot: s}
+		tgt.MarkDirty()
+		typ, rec := recHeapInsert, []byte(nil)
+		if old.Valid() {
+			ob := tgt
+			if oldBuf != nil {
+				ob = oldBuf
+			}
+			if err := setXmaxOnPage(ob.Page(), old, xid); err != nil {
+				unlock()
+				return heap.InvalidTID, db.corrupt(old, err)
+			}
+			ob.MarkDirty()
+			typ, rec = recHeapUpdate, encodeUpdate(old, newTID, tup)
+		} else {
+			rec = encodeInsert(newTID, tup)
+		}
+		_, end, err := db.wal.Insert(typ, xid, rec)
+		if err != nil {
+			unlock()
+			return heap.InvalidTID, db.fail(err)
+		}
+		heap.SetPageLSN(page, uint64(end))
+		if oldBuf != nil {
+			heap.SetPageLSN(oldBuf.Page(), uint64(end))
+		}
+		unlock()
+		return newTID, nil
+	}
+}
+
+func setXmaxOnPage(page []byte, tid heap.TID, xid uint64) error {
+	raw, err := heap.Tuple(page, tid.Slot)
+	if err != nil {
+		return err
+	}
+	if _, _, _, err := heap.DecodeTuple(raw); err != nil {
+		return err
+	}
+	heap.SetTupleXmax(raw, xid)
+	return nil
+}
+
+func (db *DB) corrupt(tid heap.TID, err error) error {
+	return fmt.Errorf("%w: heap tuple %s: %v", ErrCorruption, tid, err)
+}
+
+// buildTuple encodes a new version, moving a large value out of line into
+// chunk tuples first (the TOAST idea): the main tuple's value is then the
+// value's length and the list of chunk TIDs.
+func (db *DB) buildTuple(xid uint64, prev heap.TID, key, val []byte) ([]byte, error) {
+	h := heap.TupleHeader{Xmin: xid, Prev: prev}
+	if heap.TupleHeaderSize+len(key)+len(val) <= toastThreshold {
+		return heap.AppendTuple(nil, h, key, val), nil
+	}
+	ptr := binary.LittleEndian.AppendUint32(nil, uint32(len(val)))
+	n := (len(val) + chunkSize - 1) / chunkSize
+	ptr = binary.LittleEndian.AppendUint32(ptr, uint32(n))
+	for off := 0; off < len(val); off += chunkSize {
+		end := min(off+chunkSize, len(val))
+		ch := heap.AppendTuple(nil, heap.TupleHeader{Xmin: xid, Prev: heap.InvalidTID, Infomask: heap.Chunk}, nil, val[off:end])
+		tid, err := db.placeTuple(xid, heap.InvalidTID, ch)
+		if err != nil {
+			return nil, err
+		}
+		ptr = appendTID(ptr, tid)
+	}
+	h.Infomask |= heap.External
+	return heap.AppendTuple(nil, h, key, ptr), nil
+}
+
+// detoast reassembles an out-of-line value from its pointer list.
+func (db *DB) detoast(ptr []byte) ([]byte, error) {
+	if len(ptr) < 8 {
+		return nil, fmt.Errorf("%w: external value pointer of %d bytes", ErrCorruption, len(ptr))
+	}
+	total := binary.LittleEndian.Uint32(ptr)
+	n := binary.LittleEndian.Uint32(ptr[4:])
+	if total > MaxValueSize || uint64(n) != (uint64(total)+chunkSize-1)/chunkSize || len(ptr) != 8+6*int(n) {
+		return nil, fmt.Errorf("%w: external value pointer: length %d in %d chunks, %d bytes", ErrCorruption, total, n, len(ptr))
+	}
+	out := make([]byte, 0, total)
+	for i := 0; i < int(n); i++ {
+		tid := readTID(ptr[8+6*i:])
+		buf, err := db.pool.Get(tid.Block)
+		if err != nil {
+			return nil, err
+		}
+		buf.RLock()
+		raw, err := heap.Tuple(buf.Page(), tid.Slot)
+		var h heap.TupleHeader
+		var v []byte
+		if err == nil {
+			h, _, v, err = heap.DecodeTuple(raw)
+		}
+		if err == nil && h.Infomask&heap.Chunk == 0 {
+			err = errors.New("not a chunk tuple")
+		}
+		if err == nil && len(out)+len(v) > int(total) {
+			err = errors.New("chunks longer than the value")
+		}
+		if err == nil {
+			out = append(out, v...)
+		}
+		buf.RUnlock()
+		buf.Release()
+		if err != nil {
+			return nil, db.corrupt(tid, err)
+		}
+	}
+	if len(out) != int(total) {
+		return nil, fmt.Errorf("%w: external value: %d bytes of %d", ErrCorruption, len(out), total)
+	}
+	return out, nil
+}
+
+// version is what a chain walk learns about one tuple version.
+type version struct {
+	tid  heap.TID
+	hdr  heap.TupleHeader
+	val  []byte // copied out of the page; still external if hdr.Infomask&External
+	have bool   // val was copied
+}
+
+// readVersion copies a tuple's header (and value when wantVal) out of its
+// page under the page's share lock.
+func (db *DB) readVersion(tid heap.TID, wantVal bool) (version, error) {
+	v := version{tid: tid}
+	buf, err := db.pool.Get(tid.Block)
+	if err != nil {
+		return v, err
+	}
+	buf.RLock()
+	raw, err := heap.Tuple(buf.Page(), tid.Slot)
+	var val []byte
+	if err == nil {
+		v.hdr, _, val, err = heap.DecodeTuple(raw)
+	}
+	if err == nil && wantVal {
+		v.val, v.have = append([]byte(nil), val...), true
+	}
+	buf.RUnlock()
+	buf.Release()
+	if err != nil {
+		return v, db.corrupt(tid, err)
+	}
+	return v, nil
+}
+
+// value returns the version's full value, fetching chunks if it is external.
+func (db *DB) value(v version) ([]byte, error) {
+	if !v.have {
+		vv, err := db.readVersion(v.tid, true)
+		if err != nil {
+			return nil, err
+		}
+		v = vv
+	}
+	if v.hdr.Infomask&heap.External != 0 {
+		return db.detoast(v.val)
+	}
+	return v.val, nil
+}
+
+// didCommit answers from the CLOG whether a finished xid committed. An xid
+// still marked in progress that is not running crashed: it counts as
+// aborted, as in PostgreSQL.
+func (db *DB) didCommit(xid uint64) (bool, error) {
+	st, err := db.clog.Status(xid)
+	if err != nil {
+		return false, err
+	}
+	return st == statusCommitted, nil
+}
+
+// latest finds, for a writer holding the key's row lock, the newest version
+// whose inserter committed (or is the writer itself). Every other writer of
+// the key has ended, so each xmin in the chain is final. deleted reports
+// whether that version's xmax committed (or is the writer's).
+func (db *DB) latest(head heap.TID, me uint64, wantVal bool) (v version, found, deleted bool, err error) {
+	for n, tid := 0, head; tid.Valid(); n++ {
+		if n > maxChainLength {
+			return v, false, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
+		}
+		if v, err = db.readVersion(tid, wantVal); err != nil {
+			return v, false, false, err
+		}
+		ok := v.hdr.Xmin == me
+		if !ok {
+			if ok, err = db.didCommit(v.hdr.Xmin); err != nil {
+				return v, false, false, err
+			}
+		}
+		if ok {
+			if x := v.hdr.Xmax; x != 0 {
+				if x == me {
+					deleted = true
+				} else if deleted, err = db.didCommit(x); err != nil {
+					return v, false, false, err
+				}
+			}
+			return v, true, deleted, nil
+		}
+		tid = v.hdr.Prev
+	}
+	return version{}, false, false, nil
+}

@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/btree"
+
+	"mvkv/internal/heap"
+)
+
+// indexEntry maps a key to the TID of its newest tuple version. The head is
+// an atomic so that a new version of an existing key replaces it without the
+// tree's write lock; it changes only under the key's row lock.
+type indexEntry struct {
+	key  string
+	head atomic.Uint64 // heap.TID.Pack(); heap.InvalidTID before the first version lands
+}
+
+func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
+
+// index is the in-memory ordered index over keys (google/btree), rebuilt from
+// the heap when the database opens. It is not WAL-logged: the heap, with
+// each version's link to its predecessor, is the durable truth.
+type index struct {
+	mu sync.RWMutex
+	// tree is guarded by mu.
+	tree *btree.BTreeG[*indexEntry]
+}
+
+func newIndex() *index {
+	return &index{tree: btree.NewG(32, func(a, b *indexEntry) bool { return a.key < b.key })}
+}
+
+func (ix *index) get(key []byte) *indexEntry {
+	probe := indexEntry{key: string(key)}
+	ix.mu.RLock()
+	e, _ := ix.tree.Get(&probe)
+	ix.mu.RUnlock()
+	return e
+}
+
+// getOrCreate returns the entry for key, creating it with an invalid head.
+func (ix *index) getOrCreate(key []byte) *indexEntry {
+	if e := ix.get(key); e != nil {
+		return e
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.getOrCreateLocked(string(key))
+}
+
+func (ix *index) getOrCreateLocked(key string) *indexEntry {
+	probe := &indexEntry{key: key}
+	if e, ok := ix.tree.Get(probe); ok {
+		return e
+	}
+	probe.head.Store(heap.InvalidTID.Pack())
+	ix.tree.ReplaceOrInsert(probe)
+	return probe
+}
+
+// rangeEntries returns the entries with start <= key < end in key order
+// (end nil: no upper bound; start nil: from the first key).
+func (ix *index) rangeEntries(start, end []byte) []*indexEntry {
+	var out []*indexEntry
+	visit := func(e *indexEntry) bool { out = append(out, e); return true }
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	lo := &indexEntry{key: string(start)}
+	if end == nil {
+		ix.tree.AscendGreaterOrEqual(lo, visit)
+	} else {
+		ix.tree.AscendRange(lo, &indexEntry{key: string(end)}, visit)
+	}
+	return out
+}
+
+func (ix *index) len() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.tree.Len()
+}

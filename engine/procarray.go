@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"mvkv/visibility"
+)
+
+// txnState is the part of a transaction that other transactions see: its
+// xid, whom it waits for, and a channel closed when it has ended (committed
+// or aborted, CLOG set, out of the running table, row locks released).
+// Waiting on done is the analog of PostgreSQL's XactLockTableWait.
+type txnState struct {
+	xid  uint64
+	done chan struct{}
+
+	// waitingFor is the transaction whose end this one is waiting for, or
+	// nil. Guarded by lockManager.deadlockMu.
+	waitingFor *txnState
+
+	// locks are the keys whose row locks this transaction holds. Only the
+	// owning transaction's goroutine touches it.
+	locks []string
+}
+
+// procArray is the running-transaction table and the xid counter, as
+// PostgreSQL's procarray.c with GetNewTransactionId. Snapshots are taken
+// under the same mutex that assigns xids and removes finished ones, so a
+// snapshot never misses a transaction that is running.
+type procArray struct {
+	mu sync.Mutex
+	// nextXid is the next xid to assign. Guarded by mu.
+	nextXid uint64
+	// running maps xid to state for every transaction with an xid that has
+	// not ended. Guarded by mu.
+	running map[uint64]*txnState
+
+	// active counts running transactions, read without mu for
+	// commit_siblings.
+	active atomic.Int64
+}
+
+func newProcArray(nextXid uint64) *procArray {
+	return &procArray{nextXid: nextXid, running: make(map[uint64]*txnState)}
+}
+
+// assign hands out the next xid and enters the transaction into the table.
+func (p *procArray) assign() *txnState {
+	p.mu.Lock()
+	st := &txnState{xid: p.nextXid, done: make(chan struct{})}
+	p.nextXid++
+	p.running[st.xid] = st
+	p.mu.Unlock()
+	p.active.Add(1)
+	return st
+}
+
+// remove takes a finished transaction out of the table. The caller must have
+// set its CLOG status first (DESIGN.md rule 2).
+func (p *procArray) remove(st *txnState) {
+	p.mu.Lock()
+	delete(p.running, st.xid)
+	p.mu.Unlock()
+	p.active.Add(-1)
+}
+
+// snapshot takes an MVCC snapshot, as GetSnapshotData.
+func (p *procArray) snapshot() *visibility.Snapshot {
+	p.mu.Lock()
+	xip := make([]uint64, 0, len(p.running))
+	for xid := range p.running {
+		xip = append(xip, xid)
+	}
+	next := p.nextXid
+	p.mu.Unlock()
+	return visibility.NewSnapshot(next, xip)
+}
+
+// next returns the next xid that will be assigned.
+func (p *procArray) next() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nextXid
+}
+
+// setNext raises the next xid (recovery found later xids in the WAL).
+func (p *procArray) setNext(next uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if next > p.nextXid {
+		p.nextXid = next
+	}
+}

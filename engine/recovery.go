@@ -1,0 +1,282 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"mvkv/clog"
+	"mvkv/internal/heap"
+	"mvkv/visibility"
+	"mvkv/wal"
+)
+
+// Recovery, the analog of PostgreSQL's StartupXLOG.
+//
+// The control file names the redo point of the last completed checkpoint.
+// Recovery reads the WAL twice from there:
+//
+//	pass 1: find the end of the valid log: the first record whose length,
+//	        self-LSN or CRC fails ends it; bytes after it are a torn tail.
+//	        Sync every WAL file, then open the writer at the end, which
+//	        zeroes the torn tail durably before anything is appended.
+//	pass 2: redo. Each heap record is applied to a page only if the page's
+//	        LSN is below the record's end LSN (rule 8), so pages written
+//	        after the checkpoint are not changed twice; commit and abort
+//	        records set the CLOG.
+//
+// The first pass exists so that the WAL being replayed is durable before
+// any page changed by redo can be written back (rule 1): after a crash the
+// tail may sit only in the operating system's cache.
+//
+// Transactions seen in the WAL without a commit or abort record were in
+// progress at the crash; they are marked aborted. Then the index is rebuilt
+// from the heap: for every key, the head of its version chain is the one
+// version no other version names as its predecessor.
+func (db *DB) recover(ctrl controlData) error {
+	begin := time.Now()
+	walPath := filepath.Join(db.dir, walDir)
+
+	r, err := wal.NewReader(db.fs, walPath, ctrl.RedoLSN)
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err = r.Next(); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, io.EOF) {
+		r.Close()
+		return err
+	}
+	end, dropped := r.End(), r.DroppedBytes()
+	r.Close()
+	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
+		return fmt.Errorf("%w: %s: the WAL ends at %#x, before the last checkpoint record at %#x", ErrCorruption, walPath, uint64(end), uint64(ctrl.CheckpointLSN))
+	}
+	if err := db.syncWALFiles(walPath); err != nil {
+		return err
+	}
+
+	db.procs = newProcArray(max(ctrl.NextXid, visibility.FirstNormalXid))
+	if db.wal, err = wal.OpenWriter(db.fs, walPath, end, wal.Options{
+		SegmentSize:        db.opts.WALSegmentSize,
+		Flusher:            wal.FlusherPolicy("serial"),
+		CommitDelay:        db.opts.CommitDelay,
+		CommitSiblings:     db.opts.CommitSiblings,
+		ActiveTransactions: func() int { return int(db.procs.active.Load()) },
+		WALWriterDelay:     db.opts.WALWriterDelay,
+		Logger:             db.logger,
+	}); err != nil {
+		return err
+	}
+
+	r, err = wal.NewReader(db.fs, walPath, ctrl.RedoLSN)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	ended := make(map[uint64]bool)
+	maxXid, n := uint64(0), 0
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) || (err == nil && rec.LSN >= end) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if err := db.redo(rec); err != nil {
+			return fmt.Errorf("redo of %s record at LSN %#x: %w", recordTypeName(rec.Type), uint64(rec.LSN), err)
+		}
+		n++
+		if rec.XID != 0 {
+			maxXid = max(maxXid, rec.XID)
+			if rec.Type == recCommit || rec.Type == recAbort {
+				ended[rec.XID] = true
+			} else if !ended[rec.XID] {
+				ended[rec.XID] = false
+			}
+		}
+	}
+	for xid, done := range ended {
+		if !done {
+			if err := db.clog.SetStatus(xid, clog.StatusAborted, 0); err != nil {
+				return err
+			}
+		}
+	}
+	if maxXid >= db.procs.next() {
+		db.procs.setNext(maxXid + 1)
+	}
+	if err := db.rebuildIndex(); err != nil {
+		return err
+	}
+	db.recovery = RecoveryInfo{
+		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
+		DroppedBytes: dropped, Duration: time.Since(begin),
+	}
+	db.lastRedo = ctrl.RedoLSN
+	db.lastRedoAtomic.Store(uint64(ctrl.RedoLSN))
+	db.lastCkpt.Store(time.Now().UnixNano())
+	if dropped > 0 {
+		db.logger.Warn("cut off torn WAL tail", "at", uint64(end), "droppedBytes", dropped)
+	}
+	db.logger.Info("recovery complete", "redo", uint64(ctrl.RedoLSN), "end", uint64(end),
+		"records", n, "keys", db.idx.len(), "took", db.recovery.Duration)
+	if n > 0 {
+		return db.checkpoint()
+	}
+	return nil
+}
+
+func (db *DB) syncWALFiles(dir string) error {
+	names, err := db.fs.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		f, err := db.fs.Open(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, name, err)
+		}
+	}
+	return nil
+}
+
+func (db *DB) redo(rec wal.Record) error {
+	switch rec.Type {
+	case recHeapInsert, recHeapUpdate, recHeapDelete:
+	case recCommit:
+		return db.clog.SetStatus(rec.XID, clog.StatusCommitted, uint64(rec.End))
+	case recAbort:
+		return db.clog.SetStatus(rec.XID, clog.StatusAborted, uint64(rec.End))
+	case recCheckpoint:
+		_, _, err := decodeCheckpoint(rec.Data)
+		return err
+	default:
+		return fmt.Errorf("%w: unknown record type %d", ErrCorruption, rec.Type)
+	}
+	hr, err := decodeHeapRecord(rec.Type, rec.Data)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruption, err)
+	}
+	place := func(page []byte) error {
+		if heap.IsNew(page) {
+			heap.InitPage(page)
+		}
+		return heap.PutTupleAt(page, hr.New.Slot, hr.Tuple)
+	}
+	mark := func(page []byte) error { return setXmaxOnPage(page, hr.Old, rec.XID) }
+	switch {
+	case hr.New.Valid() && hr.Old.Valid() && hr.New.Block == hr.Old.Block:
+		return db.redoBlock(hr.New.Block, rec.End, func(p []byte) error {
+			if err := place(p); err != nil {
+				return err
+			}
+			return mark(p)
+		})
+	case hr.New.Valid() && hr.Old.Valid():
+		if err := db.redoBlock(hr.New.Block, rec.End, place); err != nil {
+			return err
+		}
+		return db.redoBlock(hr.Old.Block, rec.End, mark)
+	case hr.New.Valid():
+		return db.redoBlock(hr.New.Block, rec.End, place)
+	default:
+		return db.redoBlock(hr.Old.Block, rec.End, mark)
+	}
+}
+
+// redoBlock applies fn to a block unless the page already reflects the
+// record (page LSN >= the record's end).
+func (db *DB) redoBlock(blk uint32, end wal.LSN, fn func(page []byte) error) error {
+	if blk == noBlock {
+		return fmt.Errorf("%w: block number %d", ErrCorruption, blk)
+	}
+	db.pool.EnsureBlocks(blk + 1)
+	buf, err := db.pool.Get(blk)
+	if err != nil {
+		return err
+	}
+	defer buf.Release()
+	buf.Lock()
+	defer buf.Unlock()
+	page := buf.Page()
+	if heap.PageLSN(page) >= uint64(end) {
+		return nil
+	}
+	if err := fn(page); err != nil {
+		return fmt.Errorf("%w: block %d: %v", ErrCorruption, blk, err)
+	}
+	heap.SetPageLSN(page, uint64(end))
+	buf.MarkDirty()
+	return nil
+}
+
+// rebuildIndex scans the whole heap and points every key at the head of its
+// version chain.
+func (db *DB) rebuildIndex() error {
+	type cand struct {
+		tid uint64
+		e   *indexEntry
+	}
+	var cands []cand
+	referenced := make(map[uint64]struct{})
+	nblocks := db.pool.NBlocks()
+	db.idx.mu.Lock()
+	defer db.idx.mu.Unlock()
+	for blk := uint32(0); blk < nblocks; blk++ {
+		buf, err := db.pool.Get(blk)
+		if err != nil {
+			return err
+		}
+		buf.RLock()
+		page := buf.Page()
+		var perr error
+		if !heap.IsNew(page) {
+			for s := 0; s < heap.NumSlots(page); s++ {
+				raw, err := heap.Tuple(page, uint16(s))
+				if err != nil {
+					continue // an unused line pointer
+				}
+				h, key, _, err := heap.DecodeTuple(raw)
+				if err != nil {
+					perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
+					break
+				}
+				if h.Infomask&heap.Chunk != 0 {
+					continue
+				}
+				if h.Prev.Valid() {
+					referenced[h.Prev.Pack()] = struct{}{}
+				}
+				cands = append(cands, cand{heap.TID{Block: blk, Slot: uint16(s)}.Pack(), db.idx.getOrCreateLocked(string(key))})
+			}
+			if blk == nblocks-1 {
+				db.targets.blk[0].Store(blk)
+			}
+		}
+		buf.RUnlock()
+		buf.Release()
+		if perr != nil {
+			return perr
+		}
+	}
+	for _, c := range cands {
+		if _, ok := referenced[c.tid]; !ok {
+			c.e.head.Store(c.tid)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,476 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"mvkv/clog"
+	"mvkv/internal/heap"
+	"mvkv/visibility"
+	"mvkv/wal"
+)
+
+const statusCommitted = clog.StatusCommitted
+
+// Txn is a transaction. A Txn is not safe for concurrent use by several
+// goroutines; use one transaction per goroutine.
+//
+// Every Txn must end with Commit or Rollback. A transaction that is never
+// ended keeps its row locks and keeps its xid in the running table, so other
+// writers of its keys wait for it forever and its writes never become
+// visible.
+//
+// After an error from Put, Delete or Update other than ErrTooLarge,
+// ErrEmptyKey, ErrReadOnly or an error returned by the caller's own update
+// function, the transaction is aborted, as in PostgreSQL: every later call
+// returns an error wrapping the first one, and Commit rolls back.
+type Txn struct {
+	db   *DB
+	ctx  context.Context
+	opts TxnOptions
+	sync bool
+
+	st   *txnState            // nil until the first write assigns an xid
+	snap *visibility.Snapshot // the transaction snapshot (REPEATABLE READ), taken at the first statement
+	done bool                 // Commit or Rollback was called
+	err  error                // the error that aborted the transaction, if any
+}
+
+// Begin starts a transaction. The context bounds lock waits and the commit's
+// wait for durability. It returns ErrClosed after Close.
+func (db *DB) Begin(ctx context.Context, o TxnOptions) (*Txn, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	if o.Isolation != ReadCommitted && o.Isolation != RepeatableRead {
+		return nil, fmt.Errorf("mvkv: unknown isolation level %d", o.Isolation)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sc := db.syncCommit.Load() == int32(SyncCommitOn)
+	if o.SynchronousCommit != nil {
+		sc = *o.SynchronousCommit == SyncCommitOn
+	}
+	return &Txn{db: db, ctx: ctx, opts: o, sync: sc}, nil
+}
+
+// XID returns the transaction's id, or 0 while it has written nothing (an
+// xid is assigned at the first write, as in PostgreSQL).
+func (t *Txn) XID() uint64 {
+	if t.st == nil {
+		return 0
+	}
+	return t.st.xid
+}
+
+func (t *Txn) usable() error {
+	if t.done {
+		return ErrTxnDone
+	}
+	if t.db.closed.Load() {
+		return ErrClosed
+	}
+	if t.err != nil {
+		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
+	}
+	return nil
+}
+
+// snapshot returns the snapshot for the next statement: a fresh one under
+// READ COMMITTED, the transaction's under REPEATABLE READ.
+func (t *Txn) snapshot() *visibility.Snapshot {
+	if t.opts.Isolation == RepeatableRead {
+		if t.snap == nil {
+			t.snap = t.db.procs.snapshot()
+		}
+		return t.snap
+	}
+	return t.db.procs.snapshot()
+}
+
+func checkKey(key []byte) error {
+	if len(key) == 0 {
+		return ErrEmptyKey
+	}
+	if len(key) > MaxKeySize {
+		return fmt.Errorf("%w: key of %d bytes (max %d)", ErrTooLarge, len(key), MaxKeySize)
+	}
+	return nil
+}
+
+// Get returns the value of key visible to the transaction, or ErrNotFound.
+// The returned slice belongs to the caller.
+func (t *Txn) Get(key []byte) ([]byte, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	e := t.db.idx.get(key)
+	if e == nil {
+		return nil, ErrNotFound
+	}
+	val, found, err := t.db.fetchVisible(e.headTID(), t.snapshot(), t.XID())
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, ErrNotFound
+	}
+	return val, nil
+}
+
+// Scan calls fn for every key in [start, end) visible to the transaction, in
+// key order, with its value; a nil end means no upper bound. fn returning
+// false stops the scan. Under READ COMMITTED the whole scan uses one
+// snapshot. The slices passed to fn belong to fn.
+func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	snap, me := t.snapshot(), t.XID()
+	for _, e := range t.db.idx.rangeEntries(start, end) {
+		val, found, err := t.db.fetchVisible(e.headTID(), snap, me)
+		if err != nil {
+			return err
+		}
+		if found && !fn([]byte(e.key), val) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fetchVisible walks a key's chain from its newest version and returns the
+// value of the first version whose xmin the snapshot sees, unless the
+// snapshot sees its xmax too (the key is deleted for it).
+func (db *DB) fetchVisible(head heap.TID, snap *visibility.Snapshot, me uint64) ([]byte, bool, error) {
+	for n, tid := 0, head; tid.Valid(); n++ {
+		if n > maxChainLength {
+			return nil, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
+		}
+		v, err := db.readVersion(tid, true)
+		if err != nil {
+			return nil, false, err
+		}
+		ok, err := snap.XidVisible(v.hdr.Xmin, me, db.didCommit)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			tid = v.hdr.Prev
+			continue
+		}
+		if gone, err := snap.XidVisible(v.hdr.Xmax, me, db.didCommit); err != nil || gone {
+			return nil, false, err
+		}
+		val, err := db.value(v)
+		return val, err == nil, err
+	}
+	return nil, false, nil
+}
+
+// Put sets key to value, creating a new version.
+func (t *Txn) Put(key, value []byte) error {
+	return t.write(key, func([]byte, bool) ([]byte, error) { return value, nil }, false, len(value))
+}
+
+// Delete removes key. Deleting a key that does not exist is not an error.
+func (t *Txn) Delete(key []byte) error {
+	return t.write(key, nil, true, 0)
+}
+
+// Update is a read-modify-write of one key: fn receives the current value
+// (found=false if there is none) and returns the new value. Under READ
+// COMMITTED, fn sees the newest committed version even when it committed
+// after the statement began, as PostgreSQL's UPDATE re-evaluates the newest
+// row version (EvalPlanQual), so concurrent increments are never lost. Under
+// REPEATABLE READ a version newer than the snapshot gives
+// ErrSerializationFailure. An error from fn is returned as it is and leaves
+// the transaction usable.
+func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
+	if fn == nil {
+		return errors.New("mvkv: Update with a nil function")
+	}
+	return t.write(key, fn, false, 0)
+}
+
+type userError struct{ err error }
+
+func (u userError) Error() string { return u.err.Error() }
+func (u userError) Unwrap() error { return u.err }
+
+func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool, vlen int) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	if t.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if vlen > MaxValueSize {
+		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, vlen, MaxValueSize)
+	}
+	err := t.writeLocked(key, fn, del)
+	var ue userError
+	switch {
+	case err == nil:
+	case errors.As(err, &ue):
+		return ue.err
+	case errors.Is(err, ErrTooLarge):
+	default:
+		t.err = err
+	}
+	return err
+}
+
+func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del bool) error {
+	db := t.db
+	if err := db.writable(); err != nil {
+		return err
+	}
+	if t.st == nil {
+		t.st = db.procs.assign()
+	}
+	me := t.st.xid
+	if err := db.locks.acquire(t.ctx, key, t.st, db.opts.LockTimeout); err != nil {
+		return err
+	}
+	// From here on no other transaction can add a version of key until
+	// this one ends. The closeMu read lock keeps Close from tearing down
+	// the WAL and buffer pool under us; it is never held across a lock wait.
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	e := db.idx.getOrCreate(key)
+	head := e.headTID()
+	cur, found, deleted, err := db.latest(head, me, fn != nil)
+	if err != nil {
+		return err
+	}
+	if found && t.opts.Isolation == RepeatableRead {
+		last := cur.hdr.Xmin
+		if deleted {
+			last = cur.hdr.Xmax
+		}
+		ok, err := t.snapshot().XidVisible(last, me, db.didCommit)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w (key %q changed by transaction %d)", ErrSerializationFailure, truncKey(key), last)
+		}
+	}
+	live := found && !deleted
+	if del {
+		if !live {
+			return nil
+		}
+		_, err := db.placeTuple(me, cur.tid, nil)
+		return err
+	}
+	var old []byte
+	if live {
+		if old, err = db.value(cur); err != nil {
+			return err
+		}
+	}
+	val, err := fn(old, live)
+	if err != nil {
+		return userError{err}
+	}
+	if len(val) > MaxValueSize {
+		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, len(val), MaxValueSize)
+	}
+	tup, err := db.buildTuple(me, head, key, val)
+	if err != nil {
+		return err
+	}
+	oldTID := heap.InvalidTID
+	if live {
+		oldTID = cur.tid
+	}
+	newTID, err := db.placeTuple(me, oldTID, tup)
+	if err != nil {
+		return err
+	}
+	e.head.Store(newTID.Pack())
+	return nil
+}
+
+func truncKey(k []byte) []byte {
+	if len(k) > 64 {
+		return k[:64]
+	}
+	return k
+}
+
+// Commit makes the transaction's writes durable and visible, in the order
+// DESIGN.md rule 2 fixes: the commit record is inserted into the WAL; with
+// synchronous commit Commit waits until the WAL is durable past it (sharing
+// one fsync with concurrent committers); then the CLOG marks the xid
+// committed; then the xid leaves the running table; then the row locks are
+// released. A read-only transaction writes no commit record.
+//
+// Commit returns ErrTxnDone if the transaction already ended, the error that
+// aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
+// made durable (the outcome is then decided by recovery at the next Open),
+// or the context's error if it ended while waiting (the commit record may
+// still become durable; the transaction stays in doubt until then).
+func (t *Txn) Commit() error {
+	if t.done {
+		return ErrTxnDone
+	}
+	if t.err != nil {
+		err := t.err
+		t.Rollback()
+		return fmt.Errorf("mvkv: transaction rolled back: %w", err)
+	}
+	t.done = true
+	// A context that ended before Commit abandons the transaction.
+	if err := t.ctx.Err(); err != nil && t.st != nil {
+		st := t.st
+		t.st = nil
+		t.db.abort(st)
+		return err
+	}
+	if t.st == nil {
+		return nil
+	}
+	return t.db.commit(t.st, t.sync)
+}
+
+// Rollback ends the transaction and discards its writes. It returns
+// ErrTxnDone if the transaction already ended.
+func (t *Txn) Rollback() error {
+	if t.done {
+		return ErrTxnDone
+	}
+	t.done = true
+	if t.st == nil {
+		return nil
+	}
+	st := t.st
+	t.st = nil
+	return t.db.abort(st)
+}
+
+func timestampPayload() []byte {
+	return binary.LittleEndian.AppendUint64(nil, uint64(time.Now().UnixMicro()))
+}
+
+func (db *DB) commit(st *txnState, sync bool) error {
+	db.closeMu.RLock()
+	if db.closed.Load() {
+		db.closeMu.RUnlock()
+		return ErrClosed
+	}
+	// The checkpoint interlock (PostgreSQL's DELAY_CHKPT_START): between
+	// inserting the commit record and setting the CLOG, a checkpoint must
+	// not choose its redo point, or it could write a CLOG page without this
+	// commit while redo starts after the commit record.
+	db.ckptInterlock.RLock()
+	_, end, err := db.wal.Insert(recCommit, st.xid, timestampPayload())
+	if err == nil && sync {
+		err = db.wal.Flush(end)
+	}
+	if err != nil {
+		db.ckptInterlock.RUnlock()
+		db.closeMu.RUnlock()
+		// The commit record may or may not be durable: the transaction
+		// stays in the running table, invisible, until recovery decides.
+		return db.fail(err)
+	}
+	err = db.clog.SetStatus(st.xid, clog.StatusCommitted, uint64(end))
+	db.ckptInterlock.RUnlock()
+	db.closeMu.RUnlock()
+	if err != nil {
+		return db.fail(err)
+	}
+	db.stats.commits.Add(1)
+	db.finish(st)
+	return nil
+}
+
+func (db *DB) abort(st *txnState) error {
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	db.stats.aborts.Add(1)
+	var end wal.LSN
+	var err error
+	db.ckptInterlock.RLock()
+	if db.writable() == nil {
+		// Not flushed: a lost abort record means the same as no record.
+		_, end, err = db.wal.Insert(recAbort, st.xid, timestampPayload())
+	}
+	if err == nil {
+		err = db.clog.SetStatus(st.xid, clog.StatusAborted, uint64(end))
+	}
+	db.ckptInterlock.RUnlock()
+	db.finish(st)
+	if err != nil {
+		return db.fail(err)
+	}
+	return nil
+}
+
+// finish takes a transaction out of the running table and releases its row
+// locks, waking the transactions waiting for it.
+func (db *DB) finish(st *txnState) {
+	db.procs.remove(st)
+	db.locks.releaseAll(st)
+	close(st.done)
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, ErrSerializationFailure) || errors.Is(err, ErrDeadlock)
+}
+
+// Update runs fn in a REPEATABLE READ transaction and commits it. When fn or
+// the commit fails with ErrSerializationFailure or ErrDeadlock, the
+// transaction is rolled back and fn runs again, up to Options.MaxRetries
+// times in all. fn may therefore run more than once: it must not have
+// effects outside the transaction. Any other error from fn rolls back and is
+// returned.
+func (db *DB) Update(ctx context.Context, fn func(*Txn) error) error {
+	return db.run(ctx, TxnOptions{Isolation: RepeatableRead}, fn)
+}
+
+// View runs fn in a read-only REPEATABLE READ transaction, retrying as
+// Update does.
+func (db *DB) View(ctx context.Context, fn func(*Txn) error) error {
+	return db.run(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true}, fn)
+}
+
+func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error {
+	var err error
+	for attempt := 0; attempt < db.opts.MaxRetries; attempt++ {
+		var t *Txn
+		if t, err = db.Begin(ctx, o); err != nil {
+			return err
+		}
+		if err = fn(t); err != nil {
+			t.Rollback()
+			if retryable(err) {
+				continue
+			}
+			return err
+		}
+		if err = t.Commit(); err == nil || !retryable(err) {
+			return err
+		}
+	}
+	return err
+}

@@ -1,0 +1,6 @@
+package engine
+
+import "mvkv/internal/vfs"
+
+type vfsOSType = vfs.OS
+
