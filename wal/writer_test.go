@@ -3,9 +3,9 @@ package wal
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"path"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,11 +20,29 @@ type faultFS struct {
 	vfs.OS
 	failSync atomic.Bool
 	syncs    atomic.Int64
+
+	mu     sync.Mutex
+	logOps bool     // guarded by mu
+	ops    []string // guarded by mu: "write NAME", "datasync NAME"
 }
 
 type faultFile struct {
 	vfs.File
 	fs *faultFS
+}
+
+// record appends an operation to the FS's log when logging is on.
+func (fs *faultFS) record(op, name string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.logOps {
+		fs.ops = append(fs.ops, op+" "+path.Base(name))
+	}
+}
+
+func (f faultFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.record("write", f.Name())
+	return f.File.WriteAt(p, off)
 }
 
 var errInjected = errors.New("injected I/O error")
@@ -34,6 +52,7 @@ func (f faultFile) Datasync() error {
 		return errInjected
 	}
 	f.fs.syncs.Add(1)
+	f.fs.record("datasync", f.Name())
 	return f.File.Datasync()
 }
 
@@ -458,4 +477,44 @@ func BenchmarkInsertFlush(b *testing.B) {
 	}
 }
 
-var _ = io.EOF
+
+// TestOldSegmentSyncedFirst checks rule 9 on a flush that spans a segment
+// switch: the old segment is written and fdatasynced before the new one is
+// written, and the new one is synced before Flush returns.
+func TestOldSegmentSyncedFirst(t *testing.T) {
+	fsys := &faultFS{}
+	w, err := OpenWriter(fsys, t.TempDir(), 0, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	payload := make([]byte, 100_000)
+	fsys.mu.Lock()
+	fsys.logOps = true
+	fsys.mu.Unlock()
+	var end LSN
+	for w.Stats().SegmentSwitches == 0 || w.InsertLSN() < 2*testSeg+200_000 {
+		if _, end, err = w.Insert(16, 1, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(end); err != nil {
+		t.Fatal(err)
+	}
+	fsys.mu.Lock()
+	ops := append([]string(nil), fsys.ops...)
+	fsys.mu.Unlock()
+	old, next := segmentName(testSeg), segmentName(2*testSeg)
+	want := []string{"write " + old, "datasync " + old, "write " + next, "datasync " + next}
+	var got []string
+	for _, op := range ops {
+		if strings.HasSuffix(op, old) || strings.HasSuffix(op, next) {
+			if len(got) == 0 || got[len(got)-1] != op {
+				got = append(got, op)
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("operations %v, want %v", got, want)
+	}
+}
