@@ -477,7 +477,6 @@ func BenchmarkInsertFlush(b *testing.B) {
 	}
 }
 
-
 // TestOldSegmentSyncedFirst checks rule 9 on a flush that spans a segment
 // switch: the old segment is written and fdatasynced before the new one is
 // written, and the new one is synced before Flush returns.
