@@ -25,6 +25,20 @@ const (
 	SelectOnly
 )
 
+// Builtin returns pgbench's -b name of the script: "tpcb-like",
+// "simple-update" or "select-only".
+func (w Workload) Builtin() string {
+	switch w {
+	case TPCB:
+		return "tpcb-like"
+	case SimpleUpdate:
+		return "simple-update"
+	case SelectOnly:
+		return "select-only"
+	}
+	return "unknown"
+}
+
 // String returns pgbench's description of the script, as printed in the
 // report's "transaction type" line.
 func (w Workload) String() string {

@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestKeys(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{string(accountKey(1)), "a:0000000001"},
+		{string(accountKey(10000000)), "a:0010000000"},
+		{string(tellerKey(42)), "t:0000000042"},
+		{string(branchKey(7)), "b:0000000007"},
+		{string(historyKey(1700000000123456789, 3, 17)), "h:01700000000123456789-00003-0000000017"},
+		{string(prefixEnd(prefixAccount)), "a;"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+	// Zero padding makes key order numeric order.
+	if bytes.Compare(accountKey(9), accountKey(10)) >= 0 {
+		t.Errorf("a:9 sorts after a:10")
+	}
+}
+
+func TestValues(t *testing.T) {
+	for _, tc := range []struct {
+		v    []byte
+		size int
+	}{
+		{accountValue(-12345, 3), accountValueSize},
+		{tellerValue(-12345, 3), tellerValueSize},
+		{branchValue(-12345), branchValueSize},
+	} {
+		if len(tc.v) != tc.size {
+			t.Fatalf("value is %d bytes, want %d", len(tc.v), tc.size)
+		}
+		b, err := decodeBalance([]byte("k"), tc.v, tc.size)
+		if err != nil || b != -12345 {
+			t.Fatalf("decodeBalance = %d, %v; want -12345", b, err)
+		}
+		nv, nb, err := addBalance([]byte("k"), tc.v, tc.size, 5000)
+		if err != nil || nb != -7345 {
+			t.Fatalf("addBalance = %d, %v; want -7345", nb, err)
+		}
+		if !bytes.Equal(nv[8:], tc.v[8:]) {
+			t.Errorf("addBalance changed bytes past the balance")
+		}
+		if _, err := decodeBalance([]byte("k"), tc.v[:tc.size-1], tc.size); !errors.Is(err, ErrBadValue) {
+			t.Errorf("short value: err = %v, want ErrBadValue", err)
+		}
+	}
+	if v := accountValue(0, 1); v[len(v)-1] != ' ' || v[12] != ' ' {
+		t.Errorf("account filler is not blank-padded")
+	}
+	h := history{TID: 9, BID: 1, AID: 99999, Delta: -5000, MTime: 1700000000000000}
+	got, err := decodeHistory([]byte("h"), h.encode())
+	if err != nil || got != h {
+		t.Fatalf("decodeHistory = %+v, %v; want %+v", got, err, h)
+	}
+	if _, err := decodeHistory([]byte("h"), make([]byte, 31)); !errors.Is(err, ErrBadValue) {
+		t.Errorf("short history: err = %v, want ErrBadValue", err)
+	}
+}
+
+func FuzzDecodeHistory(f *testing.F) {
+	f.Add(history{TID: 1, BID: 1, AID: 1, Delta: 5, MTime: 1}.encode())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		h, err := decodeHistory([]byte("h"), v)
+		if err != nil {
+			if len(v) == historyValueSize {
+				t.Fatalf("rejected a %d-byte value: %v", len(v), err)
+			}
+			return
+		}
+		if !bytes.Equal(h.encode(), v) {
+			t.Fatalf("round trip changed the value")
+		}
+	})
+}
+
+func FuzzDecodeBalance(f *testing.F) {
+	f.Add(accountValue(7, 1), 5)
+	f.Add(branchValue(-7), 0)
+	f.Add([]byte("x"), 1)
+	f.Fuzz(func(t *testing.T, v []byte, delta int) {
+		b, err := decodeBalance([]byte("k"), v, accountValueSize)
+		if err != nil {
+			return
+		}
+		nv, nb, err := addBalance([]byte("k"), v, accountValueSize, int64(delta))
+		if err != nil || nb != b+int64(delta) {
+			t.Fatalf("addBalance = %d, %v; want %d", nb, err, b+int64(delta))
+		}
+		if got, _ := decodeBalance([]byte("k"), nv, accountValueSize); got != nb {
+			t.Fatalf("re-decoded %d, want %d", got, nb)
+		}
+	})
+}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+func TestReportGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    Results
+	}{
+		{"tpcb_duration", Results{
+			Target: "engine", Workload: TPCB, Scale: 10, Clients: 8, Threads: 2,
+			Duration: 10 * time.Second, Processed: 12345, Failed: 0,
+			LatencyAvg: 6.4812, LatencyStddev: 2.1039, ConnTime: 0.1234, TPS: 1234.56789,
+			Commit:    &CommitStats{Commits: 12345, WALSyncs: 2469},
+			Invariant: CheckInvariant(Sums{Accounts: -4711, Tellers: -4711, Branches: -4711, History: -4711}),
+		}},
+		{"simple_update_transactions_failed", Results{
+			Target: "pebble", Workload: SimpleUpdate, Scale: 1, Clients: 4, Threads: 1,
+			Transactions: 100, Processed: 397, Failed: 3,
+			LatencyAvg: 0.5, LatencyStddev: 0.25, ConnTime: 0.002, TPS: 7940.5,
+			Invariant: CheckInvariant(Sums{Accounts: 100, Tellers: 0, Branches: 0, History: 100}),
+		}},
+		{"select_only_violated_aborted", Results{
+			Target: "engine", Workload: SelectOnly, Scale: 3, Clients: 2, Threads: 2,
+			Transactions: 10, Processed: 15, Aborted: 1,
+			LatencyAvg: 0.01, LatencyStddev: 0.001, ConnTime: 0.003, TPS: 150000,
+			Commit:    &CommitStats{Commits: 0, WALSyncs: 0},
+			Invariant: CheckInvariant(Sums{Accounts: 5, Tellers: 1, Branches: 1, History: 4}),
+		}},
+		{"nothing_processed", Results{
+			Target: "pebble", Workload: TPCB, Scale: 1, Clients: 1, Threads: 1,
+			Transactions: 10, Aborted: 1,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := WriteReport(&buf, &tc.r); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *updateGolden {
+				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf.Bytes(), want) {
+				t.Errorf("report differs from %s:\ngot:\n%s\nwant:\n%s", path, buf.Bytes(), want)
+			}
+		})
+	}
+}
+
+func TestCheckInvariant(t *testing.T) {
+	for _, tc := range []struct {
+		s  Sums
+		ok bool
+	}{
+		{Sums{Accounts: 7, Tellers: 7, Branches: 7, History: 7}, true},
+		{Sums{Accounts: 7, Tellers: 2, Branches: 2, History: 7}, true}, // -N runs after TPC-B runs
+		{Sums{Accounts: 7, Tellers: 7, Branches: 7, History: 6}, false},
+		{Sums{Accounts: 7, Tellers: 7, Branches: 6, History: 7}, false},
+	} {
+		if got := CheckInvariant(tc.s).OK; got != tc.ok {
+			t.Errorf("CheckInvariant(%+v).OK = %v, want %v", tc.s, got, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testAccounts keeps loads small: 2,000 accounts per scale unit instead of
+// 100,000; tellers and branches are pgbench's.
+const testAccounts = 2000
+
+// openTestTarget opens name in a fresh directory, skipping the test while
+// the engine is not implemented yet.
+func openTestTarget(t *testing.T, name, dir string) Target {
+	t.Helper()
+	tg, err := OpenTarget(name, dir, TargetOptions{SynchronousCommit: true})
+	if err != nil {
+		if strings.Contains(err.Error(), "not yet implemented") {
+			t.Skipf("%s target: %v", name, err)
+		}
+		t.Fatal(err)
+	}
+	return tg
+}
+
+func testWorkloads(t *testing.T, name string) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tg := openTestTarget(t, name, dir)
+	defer func() {
+		if err := tg.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}()
+	if s, err := tg.DetectScale(ctx); err != nil || s != 0 {
+		t.Fatalf("DetectScale on an empty directory = %d, %v; want 0", s, err)
+	}
+	var log bytes.Buffer
+	if err := Load(ctx, tg, 2, testAccounts, &log); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "4000 of 4000 tuples (100%) done") || !strings.Contains(log.String(), "done in ") {
+		t.Errorf("load log lacks pgbench's lines:\n%s", log.String())
+	}
+	if s, err := tg.DetectScale(ctx); err != nil || s != 2 {
+		t.Fatalf("DetectScale = %d, %v; want 2", s, err)
+	}
+	var history int64 // rows expected in history
+	for _, w := range []Workload{TPCB, SimpleUpdate, SelectOnly} {
+		t.Run(w.Builtin(), func(t *testing.T) {
+			before, err := tg.Sums(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plog bytes.Buffer
+			r, err := Run(ctx, tg, RunConfig{
+				Workload: w, Scale: 2, Accounts: testAccounts,
+				Clients: 6, Threads: 2, Transactions: 150, Log: &plog, Seed: 1,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Aborted != 0 || r.Failed != 0 {
+				t.Fatalf("aborted %d clients, %d failed transactions; log:\n%s", r.Aborted, r.Failed, plog.String())
+			}
+			if r.Processed != 6*150 || r.TPS <= 0 || r.Threads != 2 {
+				t.Fatalf("processed %d, tps %f, threads %d; want 900, > 0, 2", r.Processed, r.TPS, r.Threads)
+			}
+			s, err := tg.Sums(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inv := CheckInvariant(s); !inv.OK {
+				t.Fatalf("invariant violated: %+v", s)
+			}
+			switch w {
+			case TPCB:
+				history += r.Processed
+				if s.Tellers != s.Accounts {
+					t.Errorf("after TPC-B only, tellers %d != accounts %d", s.Tellers, s.Accounts)
+				}
+			case SimpleUpdate:
+				history += r.Processed
+				if s.Tellers != before.Tellers || s.Branches != before.Branches {
+					t.Errorf("simple update changed tellers or branches: %+v -> %+v", before, s)
+				}
+			case SelectOnly:
+				if s != before {
+					t.Errorf("select only changed the sums: %+v -> %+v", before, s)
+				}
+			}
+			if s.HistoryRows != history {
+				t.Errorf("history has %d rows, want %d", s.HistoryRows, history)
+			}
+			var rep bytes.Buffer
+			r.Invariant = CheckInvariant(s)
+			if err := WriteReport(&rep, r); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("\n%s", rep.String())
+		})
+	}
+}
+
+func TestPebbleWorkloads(t *testing.T) { testWorkloads(t, "pebble") }
+func TestEngineWorkloads(t *testing.T) { testWorkloads(t, "engine") }
+
+// TestMainDirectory checks Main's directory handling: an empty directory is
+// loaded, a loaded one keeps its scale (with a notice) and its history keys
+// never collide with an earlier run's, -i refuses a loaded directory, and a
+// damaged balance is reported as a violated invariant.
+func TestMainDirectory(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := Config{
+		Target: "pebble", Dir: dir, Options: TargetOptions{SynchronousCommit: false},
+		Scale: 1, Accounts: testAccounts, Clients: 3, Threads: 1,
+		Duration: 300 * time.Millisecond, Progress: 100 * time.Millisecond,
+	}
+	var out, log bytes.Buffer
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("first run: %v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "generating data") || !strings.Contains(log.String(), "progress: ") {
+		t.Errorf("first run did not load or report progress:\n%s", log.String())
+	}
+	for _, want := range []string{"target: pebble\n", "duration: 0 s\n", "invariant: ok"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	out.Reset()
+	log.Reset()
+	cfg.Scale, cfg.ScaleSet = 5, true
+	cfg.Duration, cfg.Transactions = 0, 50
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if strings.Contains(log.String(), "generating data") {
+		t.Errorf("second run loaded again:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "scale option ignored, using count from branches (1)") ||
+		!strings.Contains(out.String(), "scaling factor: 1\n") ||
+		!strings.Contains(out.String(), "processed: 150/150\n") {
+		t.Errorf("second run did not keep scale 1:\nlog:\n%s\nreport:\n%s", log.String(), out.String())
+	}
+
+	cfg.Initialize = true
+	if err := Main(ctx, cfg, &out, &log); !errors.Is(err, ErrAlreadyLoaded) {
+		t.Errorf("-i on a loaded directory: err = %v, want ErrAlreadyLoaded", err)
+	}
+	cfg.Initialize = false
+
+	// Damage one account: the check must notice.
+	tg := openTestTarget(t, "pebble", dir)
+	if err := tg.LoadBatch(ctx, []KV{{accountKey(17), accountValue(1_000_000, 1)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	cfg.Workload = SelectOnly
+	if err := Main(ctx, cfg, &out, &log); !errors.Is(err, ErrInvariantViolated) {
+		t.Errorf("damaged balance: err = %v, want ErrInvariantViolated", err)
+	}
+	if !strings.Contains(out.String(), "invariant: VIOLATED") {
+		t.Errorf("report does not say VIOLATED:\n%s", out.String())
+	}
+}
+
+// TestRunAbortsClientOnMissingRow: running with more accounts than were
+// loaded makes clients hit missing rows, which pgbench treats as an abort,
+// not as a failed transaction.
+func TestRunAbortsClientOnMissingRow(t *testing.T) {
+	ctx := context.Background()
+	tg := openTestTarget(t, "pebble", t.TempDir())
+	defer tg.Close()
+	if err := Load(ctx, tg, 1, 10, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	r, err := Run(ctx, tg, RunConfig{Workload: SimpleUpdate, Scale: 1, Accounts: 100000, Clients: 2, Transactions: 50, Log: &log, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Aborted != 2 || r.Failed != 0 || !strings.Contains(log.String(), "aborted") {
+		t.Fatalf("aborted %d, failed %d; want 2, 0; log:\n%s", r.Aborted, r.Failed, log.String())
+	}
+}
