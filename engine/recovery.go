@@ -247,8 +247,12 @@ func (db *DB) rebuildIndex() error {
 		if !heap.IsNew(page) {
 			for s := 0; s < heap.NumSlots(page); s++ {
 				raw, err := heap.Tuple(page, uint16(s))
+				if errors.Is(err, heap.ErrBadSlot) {
+					continue // an unused or dead line pointer
+				}
 				if err != nil {
-					continue // an unused line pointer
+					perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
+					break
 				}
 				h, key, _, err := heap.DecodeTuple(raw)
 				if err != nil {

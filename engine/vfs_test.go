@@ -3,4 +3,3 @@ package engine
 import "mvkv/internal/vfs"
 
 type vfsOSType = vfs.OS
-
