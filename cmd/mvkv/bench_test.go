@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBenchHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "-h"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errb.String())
+	}
+	for _, want := range []string{"Usage:\n  mvkv bench [OPTION]...", "-c, --client=NUM", "-T, --time=NUM", "--target=engine|pebble"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"serve"}, &out, &errb); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if !strings.Contains(errb.String(), `unknown command "serve"`) {
+		t.Errorf("stderr: %s", errb.String())
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-t", "5", "-T", "5"},
+		{"-N", "-S"},
+		{"-c", "0"},
+		{"-c", "2", "-j", "3"},
+		{"-i"},
+		{"--synchronous-commit", "maybe"},
+		{"--shared-buffers", "12XB"},
+		{"--no-such-flag"},
+		{"extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %s)", args, code, errb.String())
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"128MB", 128 << 20, true},
+		{"8kB", 8 << 10, true},
+		{"1GB", 1 << 30, true},
+		{"100", 100 * 8192, true},
+		{"4096B", 4096, true},
+		{"MB", 0, false},
+		{"12mb", 0, false},
+		{"99999999999TB", 0, false},
+	} {
+		got, err := parseSize(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestBenchPebbleRun loads scale 1 (100,000 accounts) into pebble once and
+// runs each workload on it through the command line.
+func TestBenchPebbleRun(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "--target", "pebble", "--dir", dir, "-i", "-s", "1", "--synchronous-commit", "off"}, &out, &errb); code != 0 {
+		t.Fatalf("-i: exit %d: %s", code, errb.String())
+	}
+	for _, w := range [][]string{nil, {"-N"}, {"-S"}} {
+		out.Reset()
+		errb.Reset()
+		args := append([]string{"bench", "--target=pebble", "--dir=" + dir, "-c", "4", "-j", "2", "-t", "20"}, w...)
+		if code := run(args, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", w, code, errb.String())
+		}
+		for _, want := range []string{"number of threads: 2\n", "processed: 80/80\n", "invariant: ok"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: report lacks %q:\n%s", w, want, out.String())
+			}
+		}
+	}
+}
