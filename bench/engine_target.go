@@ -41,7 +41,7 @@ func (t *engineTarget) Close() error { return t.db.Close() }
 
 func (t *engineTarget) CommitStats() CommitStats {
 	s := t.db.Stats()
-	return CommitStats{Commits: s.Commits, WALSyncs: s.WALSyncs}
+	return CommitStats{Commits: s.Commits, WALSyncs: s.WALSyncs, WALBytes: s.WALBytes}
 }
 
 func (t *engineTarget) DetectScale(ctx context.Context) (int, error) {

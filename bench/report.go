@@ -57,6 +57,12 @@ func WriteReport(w io.Writer, r *Results) error {
 		} else {
 			p("WAL syncs during run: 0 (%d commits)\n", c.Commits)
 		}
+		mb := float64(c.WALBytes) / 1e6
+		if r.Elapsed > 0 {
+			p("WAL written during run: %.3f MB (%.3f MB/s)\n", mb, mb/r.Elapsed.Seconds())
+		} else {
+			p("WAL written during run: %.3f MB\n", mb)
+		}
 	}
 	if r.Aborted > 0 {
 		p("number of aborted clients: %d\n", r.Aborted)

@@ -20,7 +20,8 @@ func TestReportGolden(t *testing.T) {
 			Target: "engine", Workload: TPCB, Scale: 10, Clients: 8, Threads: 2,
 			Duration: 10 * time.Second, Processed: 12345, Failed: 0,
 			LatencyAvg: 6.4812, LatencyStddev: 2.1039, ConnTime: 0.1234, TPS: 1234.56789,
-			Commit:    &CommitStats{Commits: 12345, WALSyncs: 2469},
+			Elapsed:   10 * time.Second,
+			Commit:    &CommitStats{Commits: 12345, WALSyncs: 2469, WALBytes: 4567890},
 			Invariant: CheckInvariant(Sums{Accounts: -4711, Tellers: -4711, Branches: -4711, History: -4711}),
 		}},
 		{"simple_update_transactions_failed", Results{

@@ -328,7 +328,11 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	}
 	if hasStats {
 		d := cs.CommitStats()
-		r.Commit = &CommitStats{Commits: d.Commits - before.Commits, WALSyncs: d.WALSyncs - before.WALSyncs}
+		r.Commit = &CommitStats{
+			Commits:  d.Commits - before.Commits,
+			WALSyncs: d.WALSyncs - before.WALSyncs,
+			WALBytes: d.WALBytes - before.WALBytes,
+		}
 	}
 	return r, nil
 }

@@ -30,9 +30,10 @@ type Sums struct {
 }
 
 // CommitStats are group-commit counters over an interval: transactions
-// committed and WAL syncs (fsyncs) that made them durable.
+// committed, WAL syncs (fsyncs) that made them durable, and WAL bytes
+// written.
 type CommitStats struct {
-	Commits, WALSyncs uint64
+	Commits, WALSyncs, WALBytes uint64
 }
 
 // Target is a store the benchmark runs against. Implementations exist for
