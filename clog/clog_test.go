@@ -345,9 +345,16 @@ func TestSingleLoad(t *testing.T) {
 	reads.Wait() // the first reader is inside ReadAt
 	go get()
 	for c.stats.ioWaits.Load() == 0 {
-		// The second reader has not yet found the slot being read; the
-		// first cannot finish until released, so this ends.
-		runtime.Gosched()
+		// The second reader has not yet found the slot being read. The
+		// first cannot finish until released, so the second either waits
+		// for it (and this loop ends) or wrongly reads the page itself.
+		select {
+		case err := <-results:
+			close(release)
+			t.Fatalf("second reader returned (%v) while the first was still reading the page", err)
+		default:
+			runtime.Gosched()
+		}
 	}
 	close(release)
 	for range 2 {
@@ -631,5 +638,94 @@ func BenchmarkSetStatusParallel(b *testing.B) {
 			st := c.Stats()
 			b.ReportMetric(float64(st.LockWaits)/float64(b.N), "lockwaits/op")
 		})
+	}
+}
+
+// TestLatestPageStays: the page new xids go to is never the eviction victim,
+// however long ago it was last used.
+func TestLatestPageStays(t *testing.T) {
+	c := mustOpen(t, vfs.OS{}, testDir(t), Options{Buffers: MinBuffers})
+	defer c.Close()
+	latest := uint64(1000)
+	if err := c.SetStatus(latest*XidsPerPage, StatusCommitted, 0); err != nil {
+		t.Fatal(err)
+	}
+	for p := range uint64(5 * MinBuffers) {
+		if _, err := c.Status(p * XidsPerPage); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.Stats()
+	if s, err := c.Status(latest*XidsPerPage + 1); err != nil || s != StatusInProgress {
+		t.Fatal(s, err)
+	}
+	if d := c.Stats().Sub(before); d.Hits != 1 {
+		t.Errorf("latest page was evicted: %+v", d)
+	}
+	checkPool(t, c)
+}
+
+// TestCheckpointDuringWrites runs Checkpoint in a loop while statuses are
+// set and pages evicted, then checks every status after re-Open.
+func TestCheckpointDuringWrites(t *testing.T) {
+	dir := testDir(t)
+	wal := &fakeWAL{}
+	c := mustOpen(t, vfs.OS{}, dir, Options{Buffers: MinBuffers, FlushWAL: wal.flush})
+	const writers, perW, pages = 8, 600, 40
+	xidOf := func(w, j int) uint64 { return uint64(j%pages)*XidsPerPage + uint64(w*perW+j) }
+	stop := make(chan struct{})
+	ckptDone := make(chan error, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				if n == 0 {
+					ckptDone <- errors.New("no checkpoint ran")
+					return
+				}
+				ckptDone <- nil
+				return
+			default:
+			}
+			if err := c.Checkpoint(); err != nil {
+				ckptDone <- err
+				return
+			}
+			n++
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range perW {
+				x := xidOf(w, j)
+				if err := c.SetStatus(x, statusFor(x), lsnFor(x)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-ckptDone; err != nil {
+		t.Fatal(err)
+	}
+	checkPool(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c = mustOpen(t, vfs.OS{}, dir, Options{Buffers: MinBuffers})
+	defer c.Close()
+	for w := range writers {
+		for j := range perW {
+			x := xidOf(w, j)
+			if s, err := c.Status(x); err != nil || s != statusFor(x) {
+				t.Fatalf("Status(%d) = %v, %v; want %v", x, s, err, statusFor(x))
+			}
+		}
 	}
 }
