@@ -80,8 +80,9 @@ type Options struct {
 	// Logger receives warnings (a torn page accepted during recovery). Nil
 	// discards them.
 	Logger *slog.Logger
-	// Recovery is set by the caller while WAL redo after a crash will
-	// replay every SetStatus since the last checkpoint. A page that fails
+	// Recovery is set when the CLOG is opened for WAL redo after a crash,
+	// which replays every SetStatus since the last checkpoint; EndRecovery
+	// clears it when redo is done. While it is set, a page that fails
 	// its checksum is then taken to be torn by the crash: its status bits
 	// are used as they are (each 512-byte sector holds either its old or
 	// its new contents, and redo rewrites every status set since the
@@ -160,6 +161,9 @@ type CLOG struct {
 	// nothing (the PostgreSQL fsync-gate lesson). Reads continue.
 	failed atomic.Pointer[error]
 
+	// recovering starts as Options.Recovery and is cleared by EndRecovery.
+	recovering atomic.Bool
+
 	closed atomic.Bool
 
 	stats stats
@@ -196,6 +200,7 @@ func Open(fsys vfs.FS, dir string, opts Options) (*CLOG, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("clog: stat %s: %w", dir, err)
 	}
+	c.recovering.Store(opts.Recovery)
 	c.files.init()
 	c.banks = make([]bank, nbanks)
 	per := opts.Buffers / nbanks
@@ -349,6 +354,12 @@ func (c *CLOG) flushBank(b *bank) error {
 	}
 	return nil
 }
+
+// EndRecovery ends the leniency of Options.Recovery: from now on a page that
+// fails its checksum is an ErrCorrupt error. Pages already accepted as torn
+// stay dirty and are rewritten by the next Checkpoint. Safe to call
+// concurrently with other methods.
+func (c *CLOG) EndRecovery() { c.recovering.Store(false) }
 
 // Close checkpoints and then closes every segment file. The CLOG must not be
 // used concurrently with or after Close; later calls return ErrClosed. The

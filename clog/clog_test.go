@@ -424,9 +424,16 @@ func TestCorruptPage(t *testing.T) {
 	}
 
 	// Recovery accepts the page as torn, keeps its bits and rewrites it.
+	// EndRecovery makes damage an error again; page 0 is damaged too now
+	// and is read only after recovery ended.
+	flip(100)
 	c = mustOpen(t, vfs.OS{}, dir, Options{Recovery: true})
 	if s, err := c.Status(XidsPerPage + 1); err != nil || s != statusFor(XidsPerPage+1) {
 		t.Errorf("recovery: Status = %v, %v", s, err)
+	}
+	c.EndRecovery()
+	if _, err := c.Status(0); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("after EndRecovery: %v, want ErrCorrupt", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -438,6 +445,7 @@ func TestCorruptPage(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+	flip(100) // undo the damage to page 0, which is copied below
 
 	// A valid page at the wrong place: copy page 0 over page 2.
 	raw, err := os.ReadFile(seg)
@@ -727,5 +735,42 @@ func TestCheckpointDuringWrites(t *testing.T) {
 				t.Fatalf("Status(%d) = %v, %v; want %v", x, s, err, statusFor(x))
 			}
 		}
+	}
+}
+
+// TestOpenSegmentsBounded: touching many segments does not keep a file open
+// for each of them.
+func TestOpenSegmentsBounded(t *testing.T) {
+	const segs = maxOpenSegments + 36
+	dir := testDir(t)
+	c := mustOpen(t, vfs.OS{}, dir, Options{Buffers: MinBuffers})
+	xidOf := func(s uint64) uint64 { return s*XidsPerPage*PagesPerSegment + s }
+	for s := range uint64(segs) {
+		if err := c.SetStatus(xidOf(s), statusFor(xidOf(s)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		for s := range uint64(segs) {
+			if st, err := c.Status(xidOf(s)); err != nil || st != statusFor(xidOf(s)) {
+				t.Fatalf("round %d: Status(%d) = %v, %v", round, xidOf(s), st, err)
+			}
+		}
+	}
+	c.files.mu.Lock()
+	n := len(c.files.open)
+	c.files.mu.Unlock()
+	if n > maxOpenSegments {
+		t.Errorf("%d segment files open, limit %d", n, maxOpenSegments)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, err := vfs.OS{}.ReadDir(dir)
+	if err != nil || len(names) != segs {
+		t.Errorf("%d segment files (%v), want %d", len(names), err, segs)
 	}
 }

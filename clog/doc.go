@@ -93,8 +93,8 @@
 // sets them again (after-images, so replaying twice is harmless). Redo runs
 // with Options.Recovery, which accepts a page failing its CRC as torn (each
 // sector holds its old or new bits, and redo rewrites the new ones) and
-// rewrites it whole at the next Checkpoint. A page that fails its CRC
-// outside recovery is corruption.
+// rewrites it whole at the next Checkpoint; EndRecovery ends that leniency. A
+// page that fails its CRC outside recovery is corruption.
 //
 // A failed page write or fsync is not retried: the CLOG records the error,
 // writes nothing more, and every later Checkpoint returns it; the engine must

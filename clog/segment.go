@@ -12,19 +12,34 @@ import (
 	"mvkv/internal/vfs"
 )
 
+// maxOpenSegments bounds the segment files kept open. A segment covers about
+// a million xids, so a long-lived database looking up old xids would
+// otherwise hold a descriptor for every segment it ever touched.
+const maxOpenSegments = 64
+
 // segFiles caches the open segment files. A segment is opened at its first
-// read or write and stays open until Close.
+// read or write and stays open until Close, or until more than
+// maxOpenSegments are open and it is the least recently used one that is
+// neither in use nor waiting for an fsync.
 type segFiles struct {
-	// mu guards open, and serializes opening and creating files so a
-	// segment is created (and its directory entry synced) exactly once.
-	mu   sync.Mutex
-	open map[uint64]*segFile
+	// mu guards open, and each segFile's refs and lastUse; it also
+	// serializes opening and creating files so a segment is created (and
+	// its directory entry synced) exactly once.
+	mu    sync.Mutex
+	open  map[uint64]*segFile
+	clock uint64 // guarded by mu; advanced on every acquire
 }
 
 // segFile is one open segment file.
 type segFile struct {
 	f    vfs.File
 	name string
+	// refs counts callers between segment and release; a file is closed
+	// only at zero. Guarded by segFiles.mu.
+	refs int
+	// lastUse is segFiles.clock at the last acquire. Guarded by
+	// segFiles.mu.
+	lastUse uint64
 	// needsSync is set before every write and cleared just before the
 	// fsync that covers it, so a write racing a Checkpoint's fsync is
 	// synced by the next one.
@@ -33,18 +48,23 @@ type segFile struct {
 
 func (s *segFiles) init() { s.open = make(map[uint64]*segFile) }
 
-// segment returns the open file of segment segno. When the file does not
-// exist it returns nil if create is false; otherwise it creates the file and
-// syncs the directory before returning, so that no page write (and no
-// Checkpoint fsync) can depend on a directory entry that a crash would lose
-// (DESIGN rule 9).
+// segment returns the open file of segment segno, which the caller must hand
+// back to release when done with it. When the file does not exist it returns
+// nil if create is false; otherwise it creates the file and syncs the
+// directory before returning, so that no page write (and no Checkpoint
+// fsync) can depend on a directory entry that a crash would lose (DESIGN
+// rule 9).
 func (c *CLOG) segment(segno uint64, create bool) (*segFile, error) {
 	s := &c.files
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.clock++
 	if sf, ok := s.open[segno]; ok {
+		sf.refs++
+		sf.lastUse = s.clock
 		return sf, nil
 	}
+	s.trimLocked(maxOpenSegments - 1)
 	name := path.Join(c.dir, segmentName(segno))
 	f, err := c.fs.Open(name)
 	switch {
@@ -63,17 +83,52 @@ func (c *CLOG) segment(segno uint64, create bool) (*segFile, error) {
 	case err != nil:
 		return nil, fmt.Errorf("clog: open %s: %w", name, err)
 	}
-	sf := &segFile{f: f, name: name}
+	sf := &segFile{f: f, name: name, refs: 1, lastUse: s.clock}
 	s.open[segno] = sf
 	return sf, nil
+}
+
+// release hands back a file obtained from segment.
+func (s *segFiles) release(sf *segFile) {
+	s.mu.Lock()
+	sf.refs--
+	s.mu.Unlock()
+}
+
+// trimLocked closes least recently used open files until at most limit are
+// open, skipping files in use and files with a write awaiting fsync (closing
+// one would lose the chance to learn of a write-back error at the next
+// Checkpoint); if those alone exceed limit, more files stay open for now. A
+// close error is ignored: the file holds no unsynced writes, so there is
+// nothing it could have lost.
+func (s *segFiles) trimLocked(limit int) {
+	for len(s.open) > limit {
+		var (
+			victim *segFile
+			segno  uint64
+		)
+		for n, sf := range s.open {
+			if sf.refs > 0 || sf.needsSync.Load() {
+				continue
+			}
+			if victim == nil || sf.lastUse < victim.lastUse {
+				victim, segno = sf, n
+			}
+		}
+		if victim == nil {
+			return
+		}
+		victim.f.Close()
+		delete(s.open, segno)
+	}
 }
 
 // readPage fills buf (len PageSize) with page pageno from disk. A missing
 // segment file, or a page at or beyond the end of its file, reads as zeros
 // (all in progress); a page cut short by the end of the file is padded with
 // zeros and then checked like any other. A page that fails decodePage is an
-// ErrCorrupt error naming the file and offset, except under
-// Options.Recovery, where its status bits are kept and torn is true.
+// ErrCorrupt error naming the file and offset, except during recovery
+// (Options.Recovery until EndRecovery), where its status bits are kept and torn is true.
 func (c *CLOG) readPage(pageno uint64, buf []byte) (torn bool, err error) {
 	segno, off := pageSegment(pageno)
 	c.stats.pageReads.Add(1)
@@ -85,13 +140,14 @@ func (c *CLOG) readPage(pageno uint64, buf []byte) (torn bool, err error) {
 		clear(buf)
 		return false, nil
 	}
+	defer c.files.release(sf)
 	n, err := sf.f.ReadAt(buf, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return false, fmt.Errorf("clog: read %s at offset %d: %w", sf.name, off, err)
 	}
 	clear(buf[n:])
 	if derr := decodePage(buf, pageno); derr != nil {
-		if !c.opts.Recovery {
+		if !c.recovering.Load() {
 			return false, fmt.Errorf("%w: %s at offset %d (page %d): %v", ErrCorrupt, sf.name, off, pageno, derr)
 		}
 		c.log.Warn("clog: accepting torn page during recovery",
@@ -110,6 +166,7 @@ func (c *CLOG) writePage(pageno uint64, img []byte) error {
 	if err != nil {
 		return err
 	}
+	defer c.files.release(sf)
 	sf.needsSync.Store(true)
 	c.stats.pageWrites.Add(1)
 	if _, err := sf.f.WriteAt(img, off); err != nil {
@@ -125,20 +182,26 @@ func (c *CLOG) syncFiles() error {
 	var todo []*segFile
 	for _, sf := range s.open {
 		if sf.needsSync.Load() {
+			sf.refs++ // not closed while we sync it
 			todo = append(todo, sf)
 		}
 	}
 	s.mu.Unlock()
+	var first error
 	for _, sf := range todo {
-		if !sf.needsSync.CompareAndSwap(true, false) {
-			continue
+		if first == nil && sf.needsSync.CompareAndSwap(true, false) {
+			c.stats.fileSyncs.Add(1)
+			if err := sf.f.Sync(); err != nil {
+				first = fmt.Errorf("clog: fsync %s: %w", sf.name, err)
+			}
 		}
-		c.stats.fileSyncs.Add(1)
-		if err := sf.f.Sync(); err != nil {
-			return fmt.Errorf("clog: fsync %s: %w", sf.name, err)
-		}
+		s.release(sf)
 	}
-	return nil
+	// Files kept open only because they awaited this fsync can go now.
+	s.mu.Lock()
+	s.trimLocked(maxOpenSegments)
+	s.mu.Unlock()
+	return first
 }
 
 // closeAll closes every open segment file and returns the first error.
