@@ -95,7 +95,9 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	sums, err := t.Sums(ctx)
+	// Check the invariant even after an interrupt: it is most interesting
+	// then.
+	sums, err := t.Sums(context.WithoutCancel(ctx))
 	if err != nil {
 		return fmt.Errorf("bench: invariant check: %w", err)
 	}

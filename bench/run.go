@@ -174,8 +174,10 @@ func IsFailure(err error) bool {
 // Run drives cfg.Clients clients against t and returns the results. The
 // target must be loaded at cfg.Scale. A client whose transaction fails with
 // an error other than IsFailure stops (pgbench's "client aborted"); the run
-// goes on with the others and Results.Aborted counts it. Run returns an
-// error only when clients cannot be opened.
+// goes on with the others and Results.Aborted counts it. When ctx is
+// canceled the clients stop after their current transaction and Run returns
+// the results so far. Run returns an error only when clients cannot be
+// opened.
 func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	if cfg.Clients < 1 {
 		return nil, fmt.Errorf("bench: %d clients: need at least 1", cfg.Clients)
@@ -235,6 +237,9 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			p := TxnParams{}
 			for n := int64(0); ; n++ {
+				if ctx.Err() != nil {
+					return // interrupted: end quietly, like the deadline
+				}
 				if cfg.Duration > 0 {
 					if !time.Now().Before(deadline) {
 						return
@@ -258,6 +263,9 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 				}
 				lat := time.Since(t0)
 				if err != nil && !IsFailure(err) {
+					if ctx.Err() != nil {
+						return // the transaction was cut short by the interrupt
+					}
 					aborted[i] = true
 					logMu.Lock()
 					fmt.Fprintf(log, "client %d aborted in transaction %d: %v\n", i, n, err)
