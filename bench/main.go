@@ -37,6 +37,8 @@ type Config struct {
 	// Accounts per scale unit; 0 means 100,000. For tests.
 	Accounts int
 
+	// The run, as RunConfig's fields of the same names: the script, -c,
+	// -j, -t per client, -T, -P, and --random-seed (0: the clock).
 	Workload     Workload
 	Clients      int
 	Threads      int

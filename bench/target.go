@@ -25,8 +25,11 @@ type KV struct {
 
 // Sums are the balance totals the invariant compares.
 type Sums struct {
+	// Balance totals of each table; History sums the deltas.
 	Accounts, Tellers, Branches, History int64
-	HistoryRows                          int64
+	// HistoryRows counts history rows: one per committed update
+	// transaction over the directory's lifetime.
+	HistoryRows int64
 }
 
 // CommitStats are group-commit counters over an interval: transactions
