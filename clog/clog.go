@@ -56,10 +56,14 @@ var (
 	ErrInvalidStatus = errors.New("clog: invalid status")
 )
 
-// Default and minimum SLRU sizes, in pages.
+// SLRU pool sizes, in 8 KiB pages.
 const (
+	// DefaultBuffers (1 MiB) is used when Options.Buffers is zero, as
+	// PostgreSQL's 128-buffer CLOG before version 17's banks.
 	DefaultBuffers = 128
-	MinBuffers     = 16
+	// MinBuffers keeps enough slots for concurrent misses and writes to
+	// find a victim that is not in I/O.
+	MinBuffers = 16
 	// MaxBuffers bounds the pool at 1 GiB of pages.
 	MaxBuffers = 1 << 17
 )
