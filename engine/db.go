@@ -198,6 +198,9 @@ func (db *DB) open() error {
 		Buffers:  db.opts.CLOGBuffers,
 		FlushWAL: db.flushWAL,
 		Logger:   db.logger,
+		// A CLOG page torn by a power loss is rebuilt by redo, which
+		// replays every status set since the redo point.
+		Recovery: true,
 	}); err != nil {
 		return err
 	}

@@ -109,6 +109,7 @@ func (db *DB) recover(ctrl controlData) error {
 			}
 		}
 	}
+	db.clog.EndRecovery()
 	if maxXid >= db.procs.next() {
 		db.procs.setNext(maxXid + 1)
 	}
