@@ -160,21 +160,3 @@ func addBalance(key, v []byte, want int, delta int64) ([]byte, int64, error) {
 	binary.LittleEndian.PutUint64(nv[0:8], uint64(bal))
 	return nv, bal, nil
 }
-
-// valueSizeFor returns the value size of the table a key belongs to, or 0.
-func valueSizeFor(key []byte) int {
-	if len(key) < 2 {
-		return 0
-	}
-	switch string(key[:2]) {
-	case prefixAccount:
-		return accountValueSize
-	case prefixTeller:
-		return tellerValueSize
-	case prefixBranch:
-		return branchValueSize
-	case prefixHistory:
-		return historyValueSize
-	}
-	return 0
-}

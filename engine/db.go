@@ -15,7 +15,6 @@ import (
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 	"mvkv/internal/vfs"
-	"mvkv/visibility"
 	"mvkv/wal"
 )
 
@@ -375,6 +374,3 @@ func (db *DB) Stats() Stats {
 		Keys:        uint64(db.idx.len()),
 	}
 }
-
-// snapshotForTest exposes a snapshot to tests in this package.
-func (db *DB) snapshotForTest() *visibility.Snapshot { return db.procs.snapshot() }
