@@ -115,6 +115,11 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	if e == nil {
 		return nil, ErrNotFound
 	}
+	t.db.closeMu.RLock()
+	defer t.db.closeMu.RUnlock()
+	if t.db.closed.Load() {
+		return nil, ErrClosed
+	}
 	val, found, err := t.db.fetchVisible(e.headTID(), t.snapshot(), t.XID())
 	if err != nil {
 		return nil, err
@@ -135,7 +140,16 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 	}
 	snap, me := t.snapshot(), t.XID()
 	for _, e := range t.db.idx.rangeEntries(start, end) {
-		val, found, err := t.db.fetchVisible(e.headTID(), snap, me)
+		// The close lock is not held across fn, which may write in this
+		// transaction.
+		t.db.closeMu.RLock()
+		var val []byte
+		var found bool
+		err := ErrClosed
+		if !t.db.closed.Load() {
+			val, found, err = t.db.fetchVisible(e.headTID(), snap, me)
+		}
+		t.db.closeMu.RUnlock()
 		if err != nil {
 			return err
 		}
