@@ -148,6 +148,17 @@ func crashChild(dir string) int {
 	fmt.Fprintln(out, "ready")
 	run := time.Now().UnixNano()
 	var wg sync.WaitGroup
+	// Frequent checkpoints, so that kills land during them too: writing
+	// pages, the CLOG and the control file while commits go on.
+	go func() {
+		for {
+			time.Sleep(15 * time.Millisecond)
+			if err := db.Checkpoint(); err != nil {
+				fmt.Fprintln(os.Stderr, "checkpoint:", err)
+				os.Exit(4)
+			}
+		}
+	}()
 	for c := 0; c < 4; c++ {
 		wg.Add(1)
 		go func() {
