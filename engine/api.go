@@ -111,6 +111,10 @@ type Options struct {
 	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
 	// often the background WAL writer flushes asynchronous commits.
 	WALWriterDelay time.Duration
+	// WALFlusher is the group-commit flusher policy: "serial" (the
+	// default; PostgreSQL's leader/follower XLogFlush, one sync at a time)
+	// or "none" (one sync per commit). See package wal.
+	WALFlusher string
 	// WALSegmentSize is the size of a WAL segment file in bytes, a power of
 	// two from 1 MiB to 1 GiB (default 16 MiB).
 	WALSegmentSize int64

@@ -107,6 +107,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.WALWriterDelay == 0 {
 		o.WALWriterDelay = 200 * time.Millisecond
 	}
+	if o.WALFlusher == "" {
+		o.WALFlusher = string(wal.FlusherSerial)
+	}
 	if o.WALSegmentSize == 0 {
 		o.WALSegmentSize = 16 << 20
 	}

@@ -64,7 +64,7 @@ func (db *DB) recover(ctrl controlData) error {
 	db.procs = newProcArray(max(ctrl.NextXid, visibility.FirstNormalXid))
 	if db.wal, err = wal.OpenWriter(db.fs, walPath, end, wal.Options{
 		SegmentSize:        db.opts.WALSegmentSize,
-		Flusher:            wal.FlusherPolicy("serial"),
+		Flusher:            wal.FlusherPolicy(db.opts.WALFlusher),
 		CommitDelay:        db.opts.CommitDelay,
 		CommitSiblings:     db.opts.CommitSiblings,
 		ActiveTransactions: func() int { return int(db.procs.active.Load()) },
