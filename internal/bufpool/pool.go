@@ -348,6 +348,33 @@ func (p *Pool) write(f *Buffer) error {
 	return nil
 }
 
+// GetZeroed returns block pinned without reading it from storage: a block
+// already in the pool is returned as it is, any other gets an all-zero,
+// dirty frame. Redo uses it for a page it is about to overwrite whole (a
+// full-page image, or a page a record initializes), so that a page torn on
+// disk, whose checksum fails, is never read (PostgreSQL's RBM_ZERO_AND_LOCK).
+// The caller must overwrite the whole page under Lock. Errors as Get.
+func (p *Pool) GetZeroed(block uint32) (*Buffer, error) {
+	sh := p.shard(block)
+	sh.mu.Lock()
+	if id, ok := sh.table[block]; ok {
+		f := &p.frames[id]
+		f.pins.Add(1)
+		io := f.io
+		sh.mu.Unlock()
+		sh.hits.Add(1)
+		if err := f.hit(io); err == nil {
+			return f, nil
+		}
+		// The read it waited for failed (a torn page; hit has unpinned):
+		// load a zero frame instead.
+	} else {
+		sh.mu.Unlock()
+	}
+	p.misses.Add(1)
+	return p.load(block, false)
+}
+
 // Extend adds a new all-zero page at block NBlocks() and returns it pinned
 // and dirty. It counts in NBlocks at once; it reaches the disk on eviction
 // or FlushAll. Concurrent Extends get distinct blocks. Errors:

@@ -518,3 +518,33 @@ func TestGetBeyondEndIsZero(t *testing.T) {
 		t.Fatalf("second Get: %+v", d)
 	}
 }
+
+func TestGetZeroedDoesNotRead(t *testing.T) {
+	var flushed atomic.Uint64
+	st := newFake(&flushed)
+	st.readErr[3] = errors.New("torn page")
+	p := New(st, 8, func(uint64) error { return nil }, func(b []byte) uint64 { return 0 })
+	p.EnsureBlocks(4)
+	b, err := p.GetZeroed(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Lock()
+	for _, c := range b.Page() {
+		if c != 0 {
+			t.Fatal("GetZeroed page not zero")
+		}
+	}
+	b.Page()[100] = 7
+	b.Unlock()
+	b.Release()
+	if got := st.reads[3]; got != 0 {
+		t.Fatalf("GetZeroed read the block %d times", got)
+	}
+	// A block already in the pool comes back as it is.
+	b, _ = p.GetZeroed(3)
+	if b.Page()[100] != 7 {
+		t.Fatal("GetZeroed lost the cached page")
+	}
+	b.Release()
+}
