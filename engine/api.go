@@ -116,7 +116,8 @@ type Options struct {
 	// or "none" (one sync per commit). See package wal.
 	WALFlusher string
 	// WALSegmentSize is the size of a WAL segment file in bytes, a power of
-	// two from 1 MiB to 1 GiB (default 16 MiB).
+	// two from 1 MiB to 1 GiB (default 16 MiB). It applies to a new data
+	// directory; an existing one keeps the size its WAL was written with.
 	WALSegmentSize int64
 	// CLOGBuffers is the number of 8 KiB CLOG pages cached (default 128).
 	CLOGBuffers int

@@ -14,12 +14,15 @@ import (
 // writes, if any.
 //
 // The checkpoint is fuzzy, as PostgreSQL's: transactions keep running while
-// pages are written. It is correct because (a) every heap change marks its
-// page dirty before its WAL record is inserted, so every record below the
-// redo point belongs to a page dirty when the redo point was chosen, and
-// FlushAll writes all of those; (b) committers hold ckptInterlock from the
-// commit record to the CLOG update, so no commit record lies below the redo
-// point while its CLOG bit is still unset.
+// pages are written. It is correct because (a) heap changes hold
+// ckptInterlock shared from the page change to the record's insertion, so
+// every record below the redo point belongs to a page already dirty when
+// the redo point was chosen, and FlushAll writes all of those; (b)
+// committers hold ckptInterlock from the commit record to the CLOG update,
+// so no commit record lies below the redo point while its CLOG bit is still
+// unset; (c) the first change to each page after the redo point logs a
+// full-page image, so a page torn while this checkpoint or a later eviction
+// writes it is rebuilt by redo.
 func (db *DB) Checkpoint() error {
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
@@ -39,6 +42,7 @@ func (db *DB) checkpoint() error {
 
 	db.ckptInterlock.Lock()
 	redo := db.wal.InsertLSN()
+	db.redoPtr.Store(uint64(redo))
 	db.ckptInterlock.Unlock()
 
 	if err := db.pool.FlushAll(); err != nil {

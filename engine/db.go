@@ -55,6 +55,10 @@ type DB struct {
 	lastRedo       wal.LSN
 	lastCkpt       atomic.Int64  // unix nanoseconds of the last checkpoint's end
 	lastRedoAtomic atomic.Uint64 // lastRedo, for the checkpointer
+	// redoPtr is the redo pointer full-page-image decisions compare page
+	// LSNs with (PostgreSQL's RedoRecPtr): written under ckptInterlock held
+	// exclusively, read under it held shared.
+	redoPtr atomic.Uint64
 
 	// closeMu is held shared by operations that use the WAL, CLOG and
 	// buffer pool, and exclusively by Close, so Close never tears them down
@@ -68,7 +72,7 @@ type DB struct {
 	bgWG   sync.WaitGroup
 
 	stats struct {
-		commits, aborts, checkpoints atomic.Uint64
+		commits, aborts, checkpoints, fpis atomic.Uint64
 	}
 	recovery RecoveryInfo
 }
@@ -339,6 +343,9 @@ type Stats struct {
 	// CLOG
 	CLOGLookups, CLOGHits, CLOGMisses, CLOGPageReads, CLOGPageWrites uint64
 	Checkpoints                                                      uint64
+	// FullPageImages counts full-page images logged (first change to a page
+	// after a checkpoint's redo point).
+	FullPageImages uint64
 	// Keys is the number of keys in the index (live, deleted or never
 	// committed), a gauge: Sub keeps the later value.
 	Keys uint64
@@ -373,7 +380,8 @@ func (db *DB) Stats() Stats {
 		BufferEvictions: p.Evictions,
 		CLOGLookups:     c.Lookups, CLOGHits: c.Hits, CLOGMisses: c.Misses,
 		CLOGPageReads: c.PageReads, CLOGPageWrites: c.PageWrites,
-		Checkpoints: db.stats.checkpoints.Load(),
-		Keys:        uint64(db.idx.len()),
+		Checkpoints:    db.stats.checkpoints.Load(),
+		FullPageImages: db.stats.fpis.Load(),
+		Keys:           uint64(db.idx.len()),
 	}
 }

@@ -68,7 +68,16 @@ func (db *DB) targetBuffer(slot int) (*bufpool.Buffer, error) {
 //   - tup == nil, old valid: delete: xmax = xid on old (recHeapDelete).
 //
 // It returns the new tuple's TID (InvalidTID for a delete).
+//
+// The first change to a page after a checkpoint's redo point is preceded by
+// a full-page image of the page (DESIGN.md rule 4). Whether a page needs one
+// is decided against the redo pointer while ckptInterlock is held shared, so
+// a checkpoint cannot move the redo pointer between that decision and the
+// record's insertion (PostgreSQL re-checks RedoRecPtr inside XLogInsert for
+// the same reason).
 func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error) {
+	db.ckptInterlock.RLock()
+	defer db.ckptInterlock.RUnlock()
 	if tup == nil {
 		buf, err := db.pool.Get(old.Block)
 		if err != nil {
@@ -77,6 +86,9 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		defer buf.Release()
 		buf.Lock()
 		defer buf.Unlock()
+		if err := db.logFPIIfNeeded(buf); err != nil {
+			return heap.InvalidTID, err
+		}
 		if err := setXmaxOnPage(buf.Page(), old, xid); err != nil {
 			return heap.InvalidTID, db.corrupt(old, err)
 		}
@@ -122,15 +134,26 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		}
 
 		page := tgt.Page()
-		if heap.IsNew(page) {
+		wasNew := heap.IsNew(page)
+		if wasNew {
 			heap.InitPage(page)
-		}
-		s, err := heap.AddTuple(page, tup)
-		if errors.Is(err, heap.ErrNoSpace) {
+		} else if heap.FreeSpace(page) < len(tup) {
 			unlock()
 			db.targets.blk[slot].CompareAndSwap(tgt.Block(), noBlock)
 			continue
 		}
+		// Full-page images go first, while the pages are unchanged.
+		if !wasNew {
+			err = db.logFPIIfNeeded(tgt)
+		}
+		if err == nil && oldBuf != nil {
+			err = db.logFPIIfNeeded(oldBuf)
+		}
+		if err != nil {
+			unlock()
+			return heap.InvalidTID, err
+		}
+		s, err := heap.AddTuple(page, tup)
 		if err != nil {
 			unlock()
 			return heap.InvalidTID, err
@@ -152,7 +175,11 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		} else {
 			rec = encodeInsert(newTID, tup)
 		}
-		_, end, err := db.wal.Insert(typ, xid, rec)
+		var flags uint8
+		if wasNew {
+			flags |= flagInitPage
+		}
+		_, end, err := db.wal.InsertFlags(typ, flags, xid, rec)
 		if err != nil {
 			unlock()
 			return heap.InvalidTID, db.fail(err)
@@ -164,6 +191,24 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		unlock()
 		return newTID, nil
 	}
+}
+
+// logFPIIfNeeded logs a full-page image of buf's page if no change to it
+// was logged since the current redo pointer. The caller holds buf's content
+// lock exclusively and ckptInterlock shared.
+func (db *DB) logFPIIfNeeded(buf *bufpool.Buffer) error {
+	page := buf.Page()
+	if heap.PageLSN(page) > db.redoPtr.Load() || heap.IsNew(page) {
+		return nil
+	}
+	_, end, err := db.wal.Insert(recFPI, 0, encodeFPI(buf.Block(), page))
+	if err != nil {
+		return db.fail(err)
+	}
+	buf.MarkDirty()
+	heap.SetPageLSN(page, uint64(end))
+	db.stats.fpis.Add(1)
+	return nil
 }
 
 func setXmaxOnPage(page []byte, tid heap.TID, xid uint64) error {

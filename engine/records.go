@@ -40,6 +40,21 @@ const (
 	// recCheckpoint marks a completed checkpoint. Payload: redo LSN 8,
 	// next xid 8.
 	recCheckpoint wal.RecordType = 21
+	// recFPI is a full-page image, as PostgreSQL's XLOG_FPI: the whole
+	// page as it was just before the first change to it after a
+	// checkpoint's redo point. Redo restores it unconditionally, which
+	// repairs a page torn by a power loss; the change record that follows
+	// is then applied on top. Payload: block 4, then PageSize bytes.
+	recFPI wal.RecordType = 22
+)
+
+// Record flags (wal.Record.Flags). Part of the format; do not change.
+const (
+	// flagInitPage on recHeapInsert or recHeapUpdate: the new tuple's page
+	// was empty (never initialized) before this record, so redo
+	// initializes it without reading it, as PostgreSQL's
+	// XLOG_HEAP_INIT_PAGE.
+	flagInitPage uint8 = 1 << 0
 )
 
 var errBadRecord = errors.New("malformed WAL record")
@@ -58,6 +73,8 @@ func recordTypeName(t wal.RecordType) string {
 		return "ABORT"
 	case recCheckpoint:
 		return "CHECKPOINT"
+	case recFPI:
+		return "FPI"
 	}
 	return fmt.Sprintf("TYPE_%d", t)
 }
@@ -135,4 +152,25 @@ func decodeCheckpoint(data []byte) (redo wal.LSN, nextXid uint64, err error) {
 		return 0, 0, errBadRecord
 	}
 	return wal.LSN(binary.LittleEndian.Uint64(data)), binary.LittleEndian.Uint64(data[8:]), nil
+}
+
+// encodeFPI copies a page into an FPI record, with the copy's checksum set
+// so that redo can verify the image before restoring it.
+func encodeFPI(block uint32, page []byte) []byte {
+	b := make([]byte, 4, 4+len(page))
+	binary.LittleEndian.PutUint32(b, block)
+	b = append(b, page...)
+	heap.SetChecksum(b[4:], block)
+	return b
+}
+
+func decodeFPI(data []byte) (block uint32, page []byte, err error) {
+	if len(data) != 4+heap.PageSize {
+		return 0, nil, errBadRecord
+	}
+	block, page = binary.LittleEndian.Uint32(data), data[4:]
+	if err := heap.VerifyPage(page, block); err != nil {
+		return 0, nil, fmt.Errorf("%w: full-page image of block %d: %v", errBadRecord, block, err)
+	}
+	return block, page, nil
 }

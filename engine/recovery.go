@@ -53,6 +53,12 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	end, dropped := r.End(), r.DroppedBytes()
+	if sz := r.SegmentSize(); sz != 0 && sz != db.opts.WALSegmentSize {
+		// The segment size is a property of the log on disk, as
+		// PostgreSQL's wal_segment_size is fixed at initdb.
+		db.logger.Info("using the WAL segment size found on disk", "bytes", sz, "configured", db.opts.WALSegmentSize)
+		db.opts.WALSegmentSize = sz
+	}
 	r.Close()
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
 		return fmt.Errorf("%w: %s: the WAL ends at %#x, before the last checkpoint record at %#x", ErrCorruption, walPath, uint64(end), uint64(ctrl.CheckpointLSN))
@@ -122,6 +128,7 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	db.lastRedo = ctrl.RedoLSN
 	db.lastRedoAtomic.Store(uint64(ctrl.RedoLSN))
+	db.redoPtr.Store(uint64(ctrl.RedoLSN))
 	db.lastCkpt.Store(time.Now().UnixNano())
 	if dropped > 0 {
 		db.logger.Warn("cut off torn WAL tail", "at", uint64(end), "droppedBytes", dropped)
@@ -165,6 +172,15 @@ func (db *DB) redo(rec wal.Record) error {
 	case recCheckpoint:
 		_, _, err := decodeCheckpoint(rec.Data)
 		return err
+	case recFPI:
+		blk, img, err := decodeFPI(rec.Data)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrCorruption, err)
+		}
+		return db.overwriteBlock(blk, rec.End, func(page []byte) error {
+			copy(page, img)
+			return nil
+		})
 	default:
 		return fmt.Errorf("%w: unknown record type %d", ErrCorruption, rec.Type)
 	}
@@ -179,6 +195,28 @@ func (db *DB) redo(rec wal.Record) error {
 		return heap.PutTupleAt(page, hr.New.Slot, hr.Tuple)
 	}
 	mark := func(page []byte) error { return setXmaxOnPage(page, hr.Old, rec.XID) }
+	if rec.Flags&flagInitPage != 0 && hr.New.Valid() {
+		// The page was empty before this record: rebuild it from nothing,
+		// without reading what is on disk (it may be torn).
+		init := func(page []byte) error {
+			clear(page)
+			heap.InitPage(page)
+			if err := heap.PutTupleAt(page, hr.New.Slot, hr.Tuple); err != nil {
+				return err
+			}
+			if hr.Old.Valid() && hr.Old.Block == hr.New.Block {
+				return mark(page)
+			}
+			return nil
+		}
+		if err := db.overwriteBlock(hr.New.Block, rec.End, init); err != nil {
+			return err
+		}
+		if hr.Old.Valid() && hr.Old.Block != hr.New.Block {
+			return db.redoBlock(hr.Old.Block, rec.End, mark)
+		}
+		return nil
+	}
 	switch {
 	case hr.New.Valid() && hr.Old.Valid() && hr.New.Block == hr.Old.Block:
 		return db.redoBlock(hr.New.Block, rec.End, func(p []byte) error {
@@ -221,6 +259,28 @@ func (db *DB) redoBlock(blk uint32, end wal.LSN, fn func(page []byte) error) err
 		return fmt.Errorf("%w: block %d: %v", ErrCorruption, blk, err)
 	}
 	heap.SetPageLSN(page, uint64(end))
+	buf.MarkDirty()
+	return nil
+}
+
+// overwriteBlock rebuilds a block whole, whatever its LSN, without reading
+// it from disk (a full-page image, or a page a record initializes).
+func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error) error {
+	if blk == noBlock {
+		return fmt.Errorf("%w: block number %d", ErrCorruption, blk)
+	}
+	db.pool.EnsureBlocks(blk + 1)
+	buf, err := db.pool.GetZeroed(blk)
+	if err != nil {
+		return err
+	}
+	defer buf.Release()
+	buf.Lock()
+	defer buf.Unlock()
+	if err := fn(buf.Page()); err != nil {
+		return fmt.Errorf("%w: block %d: %v", ErrCorruption, blk, err)
+	}
+	heap.SetPageLSN(buf.Page(), uint64(end))
 	buf.MarkDirty()
 	return nil
 }
