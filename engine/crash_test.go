@@ -238,6 +238,9 @@ func TestKillDuringWorkload(t *testing.T) {
 		}
 		db := openTest(t, dir, Options{})
 		rows := checkTPCB(t, db, acked)
+		if rep, err := db.Verify(); err != nil || !rep.OK() {
+			t.Fatalf("verify after kill %d: %v\n%s", i, err, rep)
+		}
 		t.Logf("kill %d: %d acknowledged in this run, %d history rows, recovery replayed %d records", i, n, rows, db.Recovery().Records)
 		if err := db.Close(); err != nil {
 			t.Fatal(err)

@@ -1,6 +1,8 @@
 // Command mvkv is mvkv's one binary. Subcommands live one per file:
 //
 //	mvkv bench   pgbench-like driver (bench.go)
+//	mvkv verify  offline consistency check (verify.go)
+//	mvkv waldump WAL records in LSN order (waldump.go)
 package main
 
 import (
@@ -16,6 +18,8 @@ Usage:
 
 Commands:
   bench       run a pgbench-like benchmark against the engine or pebble
+  verify      check a data directory's consistency (exit status 0 or 1)
+  waldump     print a data directory's WAL records, like pg_waldump
 
 Run "mvkv COMMAND -h" for a command's options.
 `
@@ -33,6 +37,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "bench":
 		return benchMain(args[1:], stdout, stderr)
+	case "waldump":
+		return waldumpMain(args[1:], stdout, stderr)
+	case "verify":
+		return verifyMain(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "-?", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,306 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"mvkv/clog"
+	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
+	"mvkv/wal"
+)
+
+// DescribeRecord renders one WAL record the way pg_waldump does: type,
+// transaction, lengths, and the blocks it touches. It never fails: a
+// malformed payload is described as such.
+func DescribeRecord(rec wal.Record) string {
+	var desc string
+	switch rec.Type {
+	case recHeapInsert, recHeapUpdate, recHeapDelete:
+		hr, err := decodeHeapRecord(rec.Type, rec.Data)
+		switch {
+		case err != nil:
+			desc = "malformed: " + err.Error()
+		case rec.Type == recHeapInsert:
+			desc = fmt.Sprintf("new %s", hr.New)
+		case rec.Type == recHeapUpdate:
+			desc = fmt.Sprintf("old %s new %s", hr.Old, hr.New)
+		default:
+			desc = fmt.Sprintf("old %s", hr.Old)
+		}
+		if err == nil && hr.Tuple != nil {
+			if h, key, val, err := heap.DecodeTuple(hr.Tuple); err == nil {
+				desc += fmt.Sprintf(" key %q (%d bytes) value %d bytes prev %s", truncKey(key), len(key), len(val), h.Prev)
+				if h.Infomask&heap.Chunk != 0 {
+					desc += " chunk"
+				}
+				if h.Infomask&heap.External != 0 {
+					desc += " external"
+				}
+			}
+		}
+		if rec.Flags&flagInitPage != 0 {
+			desc += " INIT_PAGE"
+		}
+	case recCommit, recAbort:
+		if len(rec.Data) == 8 {
+			desc = fmt.Sprintf("at %d µs since the epoch", binary.LittleEndian.Uint64(rec.Data))
+		} else {
+			desc = "malformed"
+		}
+	case recCheckpoint:
+		if redo, next, err := decodeCheckpoint(rec.Data); err == nil {
+			desc = fmt.Sprintf("redo %s; next xid %d", redo, next)
+		} else {
+			desc = "malformed"
+		}
+	case recFPI:
+		if blk, _, err := decodeFPI(rec.Data); err == nil {
+			desc = fmt.Sprintf("block %d", blk)
+		} else {
+			desc = "malformed: " + err.Error()
+		}
+	default:
+		desc = "unknown record type"
+	}
+	return fmt.Sprintf("lsn: %s, type: %-11s tx: %d, len: %d, desc: %s",
+		rec.LSN, recordTypeName(rec.Type)+",", rec.XID, len(rec.Data), desc)
+}
+
+// DumpWAL writes a description of every valid WAL record of the data
+// directory dir in LSN order, from start (0: the oldest record present) up
+// to but not including end (0: the end of the valid log), one per line, then
+// a summary line saying where the log ends and how many torn bytes follow.
+// It only reads. fsys nil means the operating system's file system.
+func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
+	if fsys == nil {
+		fsys = vfs.OS{}
+	}
+	r, err := wal.NewReader(fsys, filepath.Join(dir, walDir), wal.LSN(start))
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	n := 0
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if end != 0 && uint64(rec.LSN) >= end {
+			fmt.Fprintf(w, "stopped at %s (--end)\n", wal.LSN(end))
+			return nil
+		}
+		if _, err := fmt.Fprintln(w, DescribeRecord(rec)); err != nil {
+			return err
+		}
+		n++
+	}
+	fmt.Fprintf(w, "%d records; the valid log ends at %s", n, r.End())
+	if d := r.DroppedBytes(); d > 0 {
+		fmt.Fprintf(w, " followed by %d bytes of torn tail", d)
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+// VerifyReport is the outcome of Verify.
+type VerifyReport struct {
+	Pages, Tuples, Keys int
+	Problems            []string // empty when everything checked out
+}
+
+// OK reports whether Verify found nothing wrong.
+func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
+
+const maxProblems = 100
+
+func (r *VerifyReport) problem(format string, args ...any) {
+	if len(r.Problems) < maxProblems {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	} else if len(r.Problems) == maxProblems {
+		r.Problems = append(r.Problems, "... (more problems not listed)")
+	}
+}
+
+// Verify checks the consistency of an open database, as bbolt's check and
+// PostgreSQL's amcheck do: every heap page's checksum and line pointers
+// (read from disk after a checkpoint, not from the buffer pool); every
+// tuple header (xmin and xmax below the next xid, their CLOG status, chunk
+// and version-chain links); the index against a fresh scan of the heap; and
+// the control file against the WAL. It takes a checkpoint first, so it
+// needs a writable database; it does not stop concurrent transactions, but
+// run it on a quiet database for an exact answer. The error is for failures
+// to check (I/O); findings go into the report.
+func (db *DB) Verify() (VerifyReport, error) {
+	var rep VerifyReport
+	if err := db.Checkpoint(); err != nil {
+		return rep, err
+	}
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed.Load() {
+		return rep, ErrClosed
+	}
+	next := db.procs.next()
+	type tupleInfo struct {
+		h     heap.TupleHeader
+		key   string
+		chunk bool
+	}
+	tuples := make(map[uint64]tupleInfo)
+	referenced := make(map[uint64]bool)
+	nblocks := db.storage.NBlocks()
+	page := make([]byte, heap.PageSize)
+	for blk := uint32(0); blk < nblocks; blk++ {
+		rep.Pages++
+		if err := db.storage.ReadBlock(blk, page); err != nil {
+			rep.problem("%v", err)
+			continue
+		}
+		if heap.IsNew(page) {
+			continue
+		}
+		for s := 0; s < heap.NumSlots(page); s++ {
+			raw, err := heap.Tuple(page, uint16(s))
+			if errors.Is(err, heap.ErrBadSlot) {
+				continue
+			}
+			tid := heap.TID{Block: blk, Slot: uint16(s)}
+			if err != nil {
+				rep.problem("heap tuple %s: %v", tid, err)
+				continue
+			}
+			h, key, _, err := heap.DecodeTuple(raw)
+			if err != nil {
+				rep.problem("heap tuple %s: %v", tid, err)
+				continue
+			}
+			rep.Tuples++
+			for _, x := range []struct {
+				name string
+				xid  uint64
+			}{{"xmin", h.Xmin}, {"xmax", h.Xmax}} {
+				if x.xid == 0 && x.name == "xmax" {
+					continue
+				}
+				if x.xid >= next {
+					rep.problem("heap tuple %s: %s %d is not below the next xid %d", tid, x.name, x.xid, next)
+					continue
+				}
+				st, err := db.clog.Status(x.xid)
+				if err != nil {
+					rep.problem("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err)
+				} else if st == clog.StatusSubCommitted {
+					rep.problem("heap tuple %s: %s %d is sub-committed, which mvkv never writes", tid, x.name, x.xid)
+				}
+			}
+			chunk := h.Infomask&heap.Chunk != 0
+			tuples[tid.Pack()] = tupleInfo{h: h, key: string(key), chunk: chunk}
+			if h.Prev.Valid() {
+				if referenced[h.Prev.Pack()] {
+					rep.problem("heap tuple %s: version %s is the predecessor of two versions", tid, h.Prev)
+				}
+				referenced[h.Prev.Pack()] = true
+			}
+		}
+	}
+	heads := make(map[string]uint64)
+	for tid, t := range tuples {
+		if t.chunk {
+			continue
+		}
+		if t.h.Prev.Valid() {
+			p, ok := tuples[t.h.Prev.Pack()]
+			switch {
+			case !ok:
+				rep.problem("heap tuple %s: predecessor %s does not exist", heap.UnpackTID(tid), t.h.Prev)
+			case p.chunk || p.key != t.key:
+				rep.problem("heap tuple %s: predecessor %s belongs to another key", heap.UnpackTID(tid), t.h.Prev)
+			}
+		}
+		if !referenced[tid] {
+			if other, dup := heads[t.key]; dup {
+				rep.problem("key %q has two newest versions %s and %s", truncKey([]byte(t.key)), heap.UnpackTID(other), heap.UnpackTID(tid))
+			}
+			heads[t.key] = tid
+		}
+	}
+	db.idx.mu.RLock()
+	rep.Keys = db.idx.tree.Len()
+	db.idx.tree.Ascend(func(e *indexEntry) bool {
+		want, ok := heads[e.key]
+		got := e.head.Load()
+		if !ok && heap.UnpackTID(got).Valid() {
+			rep.problem("index: key %q points at %s, which is not a newest version in the heap", truncKey([]byte(e.key)), heap.UnpackTID(got))
+		} else if ok && got != want {
+			rep.problem("index: key %q points at %s, the heap's newest version is %s", truncKey([]byte(e.key)), heap.UnpackTID(got), heap.UnpackTID(want))
+		}
+		delete(heads, e.key)
+		return true
+	})
+	db.idx.mu.RUnlock()
+	for k, tid := range heads {
+		rep.problem("index: key %q is missing (newest version %s)", truncKey([]byte(k)), heap.UnpackTID(tid))
+	}
+
+	ctrl, found, err := readControl(db.fs, db.dir)
+	switch {
+	case err != nil:
+		rep.problem("%v", err)
+	case !found:
+		rep.problem("control file missing after a checkpoint")
+	default:
+		if ctrl.NextXid > next {
+			rep.problem("control file: next xid %d is above the running next xid %d", ctrl.NextXid, next)
+		}
+		if err := db.checkCheckpointRecord(ctrl); err != nil {
+			rep.problem("control file against WAL: %v", err)
+		}
+	}
+	return rep, nil
+}
+
+// checkCheckpointRecord reads the record the control file names and checks
+// it is the checkpoint with the same redo point.
+func (db *DB) checkCheckpointRecord(ctrl controlData) error {
+	r, err := wal.NewReader(db.fs, filepath.Join(db.dir, walDir), ctrl.CheckpointLSN)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	rec, err := r.Next()
+	if err != nil {
+		return fmt.Errorf("no record at checkpoint LSN %s: %v", ctrl.CheckpointLSN, err)
+	}
+	if rec.Type != recCheckpoint || rec.LSN != ctrl.CheckpointLSN {
+		return fmt.Errorf("record at %s is %s, not the checkpoint", rec.LSN, recordTypeName(rec.Type))
+	}
+	redo, _, err := decodeCheckpoint(rec.Data)
+	if err != nil || redo != ctrl.RedoLSN {
+		return fmt.Errorf("checkpoint record at %s has redo %s, control file says %s", rec.LSN, redo, ctrl.RedoLSN)
+	}
+	return nil
+}
+
+// String renders the report for a terminal.
+func (r VerifyReport) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "checked %d heap pages, %d tuples, %d keys\n", r.Pages, r.Tuples, r.Keys)
+	if r.OK() {
+		b.WriteString("ok\n")
+		return b.String()
+	}
+	for _, p := range r.Problems {
+		b.WriteString("problem: " + p + "\n")
+	}
+	fmt.Fprintf(&b, "%d problems\n", len(r.Problems))
+	return b.String()
+}
