@@ -25,10 +25,24 @@ const (
 	// FlusherNone gives every Flush call its own write+sync round, one at a
 	// time, never sharing one: the baseline group commit is measured against.
 	FlusherNone FlusherPolicy = "none"
-	// FlusherPipelined overlaps the next round's write with the previous
-	// round's sync. Not implemented yet: OpenWriter rejects it.
+	// FlusherPipelined lets the next round's write and sync start while
+	// earlier rounds' syncs are still outstanding (up to
+	// Options.PipelineDepth of them), so a commit that just missed a sync
+	// does not wait for it to finish before its own can start. Syncs retire
+	// in LSN order: the flushed LSN only advances past a round once it and
+	// every earlier round have synced.
 	FlusherPipelined FlusherPolicy = "pipelined"
 )
+
+// CommitDelayAuto, as Options.CommitDelay or SetCommitDelay, selects the
+// adaptive commit delay: the flush leader waits for the other active
+// transactions to reach their commit, for at most half the recent average
+// sync latency, and not at all when it is the only active transaction. See
+// the package documentation.
+const CommitDelayAuto = -1
+
+// DefaultPipelineDepth is the default Options.PipelineDepth.
+const DefaultPipelineDepth = 16
 
 // Options configure a Writer. The zero value gives the defaults. Options are
 // copied by OpenWriter; CommitDelay and CommitSiblings can be changed later
@@ -40,8 +54,12 @@ type Options struct {
 	SegmentSize int64
 	// Flusher is the group-commit policy; "" means "serial".
 	Flusher FlusherPolicy
+	// PipelineDepth is, for FlusherPipelined, the most syncs outstanding at
+	// once (1..1024); 0 means DefaultPipelineDepth. Other policies ignore it.
+	PipelineDepth int
 	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):
-	// how long a flush leader waits for more commits to join its round.
+	// how long a flush leader waits for more commits to join its round; or
+	// CommitDelayAuto.
 	CommitDelay int
 	// CommitSiblings is PostgreSQL's commit_siblings: the delay applies only
 	// when at least this many other transactions are active. 0 means 5 (use
@@ -71,13 +89,17 @@ func (o *Options) normalize() error {
 	switch o.Flusher {
 	case "":
 		o.Flusher = FlusherSerial
-	case FlusherSerial, FlusherNone:
-	case FlusherPipelined:
-		return fmt.Errorf("wal: flusher policy %q is not implemented yet", o.Flusher)
+	case FlusherSerial, FlusherNone, FlusherPipelined:
 	default:
 		return fmt.Errorf("wal: unknown flusher policy %q", o.Flusher)
 	}
-	if o.CommitDelay < 0 || o.CommitDelay > 100000 {
+	if o.PipelineDepth == 0 {
+		o.PipelineDepth = DefaultPipelineDepth
+	}
+	if o.PipelineDepth < 1 || o.PipelineDepth > 1024 {
+		return fmt.Errorf("wal: pipeline depth %d outside 1..1024", o.PipelineDepth)
+	}
+	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
 		return fmt.Errorf("wal: commit delay %d µs outside 0..100000", o.CommitDelay)
 	}
 	if o.CommitSiblings < 0 || o.CommitSiblings > 1000 {
@@ -106,6 +128,13 @@ type extent struct {
 }
 
 type failure struct{ err error }
+
+// syncReq is one outstanding sync of the pipelined flusher.
+type syncReq struct {
+	target LSN   // everything below was written before the sync was issued
+	done   bool  // guarded by Writer.fmu
+	err    error // guarded by Writer.fmu
+}
 
 // Writer appends records to the log and makes them durable with group
 // commit.
@@ -143,6 +172,7 @@ type Writer struct {
 	segSize    int64
 	maxPayload int
 	policy     FlusherPolicy
+	depth      int // pipelined: most syncs in flight
 	logger     *slog.Logger
 	activeTxns func() int
 	now        func() time.Time    // injected clock, for the commit_delay wait
@@ -161,13 +191,20 @@ type Writer struct {
 	flushed   atomic.Uint64 // everything below is durable
 	failed    atomic.Pointer[failure]
 
-	fmu      sync.Mutex // guards flushing, waiters and closed; fcond's lock
-	fcond    sync.Cond
-	flushing bool // guarded by fmu: someone holds the flusher role
+	fmu      sync.Mutex // guards the fields below up to closed; fcond's and wcond's lock
+	fcond    sync.Cond  // serial: the flusher role was released; pipelined: a sync retired
+	wcond    sync.Cond  // pipelined: the writer role was released or a sync slot freed
+	flushing bool       // guarded by fmu: serial: someone holds the flusher role
+	writing  bool       // guarded by fmu: pipelined: someone holds the writer role
+	inflight []*syncReq // guarded by fmu: pipelined: issued syncs, oldest first
+	issued   LSN        // guarded by fmu: pipelined: end of what was written and handed to a sync
+	closed   bool       // guarded by fmu: files are closed
 	waiters  atomic.Int64
-	closed   bool // guarded by fmu: files are closed
 
-	// Owned by the holder of the flusher role (or Close once closed).
+	syncEWMA atomic.Int64 // moving average of sync latency, nanoseconds (commit_delay=auto)
+
+	// Owned by the holder of the flusher role (pipelined: the writer role,
+	// with no sync in flight for a switch; or Close once closed).
 	cur    vfs.File
 	curSeg LSN
 
@@ -263,6 +300,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		segSize:    segSize,
 		maxPayload: MaxPayload(segSize),
 		policy:     opts.Flusher,
+		depth:      opts.PipelineDepth,
 		logger:     opts.Logger,
 		activeTxns: opts.ActiveTransactions,
 		now:        time.Now,
@@ -274,6 +312,8 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		stop:       make(chan struct{}),
 	}
 	w.fcond.L = &w.fmu
+	w.wcond.L = &w.fmu
+	w.issued = end
 	w.commitDelay.Store(int64(opts.CommitDelay))
 	w.commitSiblings.Store(int64(opts.CommitSiblings))
 	w.insertLSN.Store(uint64(end))
@@ -412,7 +452,13 @@ func (w *Writer) appendLocked(seg, lsn LSN, typ RecordType, flags uint8, xid uin
 // lies beyond InsertLSN.
 func (w *Writer) Flush(upTo LSN) error {
 	w.c.flushRequests.Add(1)
-	return w.flush(upTo, true)
+	t0 := time.Now()
+	err := w.flush(upTo, true)
+	w.c.commitWaitNanos.Add(uint64(time.Since(t0)))
+	if err == nil {
+		w.c.rounds.commit(upTo)
+	}
+	return err
 }
 
 // FlushAll flushes everything inserted so far.
@@ -434,6 +480,9 @@ func (w *Writer) flush(upTo LSN, commit bool) error {
 	}
 	if commit {
 		w.c.flushWaits.Add(1)
+	}
+	if w.policy == FlusherPipelined {
+		return w.flushPipelined(upTo, commit)
 	}
 	waited := false
 	w.fmu.Lock()
@@ -489,9 +538,15 @@ func (w *Writer) lead(commit bool) error {
 	if err != nil {
 		err = w.fail(err)
 	} else {
+		w.c.rounds.retired(target)
 		w.flushed.Store(uint64(target))
 	}
+	w.recycle(exts)
+	return err
+}
 
+// recycle keeps written extent buffers for reuse by Insert.
+func (w *Writer) recycle(exts []extent) {
 	w.mu.Lock()
 	for _, e := range exts {
 		if cap(e.buf) <= 4*MaxRecordSize && len(w.spare) < 8 {
@@ -499,7 +554,153 @@ func (w *Writer) lead(commit bool) error {
 		}
 	}
 	w.mu.Unlock()
-	return err
+}
+
+// flushPipelined implements flush for FlusherPipelined:
+//
+//	loop:
+//	    if flushed >= upTo: return
+//	    if upTo > issued and nobody writes and fewer than depth syncs are out:
+//	        take the writer role; wait commit_delay (committers only)
+//	        take every pending extent and the insert position P
+//	        write them; append a sync for P to the in-flight queue; issued = P
+//	        give up the writer role (the next group may now be written)
+//	        fdatasync; mark it done
+//	        retire done syncs from the queue head: flushed = their P
+//	    else: wait (for the writer role or a slot if upTo > issued, else
+//	        for a retirement)
+//
+// A sync covers what was written before it was issued, so a round's target
+// is durable when its own sync is done; but after a failed fdatasync the
+// kernel may have dropped the failed round's pages, so a later sync's
+// success proves nothing about them: flushed only moves past a round when
+// it and every earlier one are done, and a failure is sticky. A round that
+// crosses into a new segment first waits for every outstanding sync (they
+// are all of the old segment) and then writes and syncs segment by segment
+// as the serial flusher does, which keeps rule 9.
+func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
+	led := false
+	w.fmu.Lock()
+	for {
+		if f := w.failed.Load(); f != nil {
+			w.fmu.Unlock()
+			return f.err
+		}
+		if LSN(w.flushed.Load()) >= upTo {
+			w.fmu.Unlock()
+			if !led && commit {
+				w.c.grouped.Add(1)
+			}
+			return nil
+		}
+		if w.closed {
+			w.fmu.Unlock()
+			return ErrClosed
+		}
+		if upTo <= w.issued {
+			w.waiters.Add(1)
+			w.fcond.Wait()
+			w.waiters.Add(-1)
+			continue
+		}
+		if w.writing || len(w.inflight) >= w.depth {
+			w.waiters.Add(1)
+			w.wcond.Wait()
+			w.waiters.Add(-1)
+			continue
+		}
+		w.writing = true
+		led = true
+		w.fmu.Unlock()
+		err := w.issue(commit)
+		if err != nil {
+			return err
+		}
+		w.fmu.Lock()
+	}
+}
+
+// issue performs one pipelined round; the caller holds the writer role,
+// which issue gives up once the round's sync is issued.
+func (w *Writer) issue(commit bool) error {
+	if commit {
+		w.commitDelayWait()
+	}
+	w.mu.Lock()
+	exts := w.pending
+	w.pending = nil
+	target := w.pos
+	w.mu.Unlock()
+	w.c.flushes.Add(1)
+	defer w.recycle(exts)
+
+	if len(exts) > 0 && exts[len(exts)-1].seg != w.curSeg {
+		w.fmu.Lock()
+		for len(w.inflight) > 0 {
+			w.wcond.Wait()
+		}
+		w.fmu.Unlock()
+		err := w.writeAndSync(exts)
+		w.fmu.Lock()
+		if err != nil {
+			err = w.fail(err)
+		} else if w.failed.Load() == nil {
+			w.c.rounds.retired(target)
+			w.flushed.Store(uint64(target))
+		}
+		w.issued = target
+		w.writing = false
+		w.fcond.Broadcast()
+		w.wcond.Broadcast()
+		w.fmu.Unlock()
+		return err
+	}
+
+	f := w.cur
+	for _, e := range exts {
+		off := int64(e.start - e.seg)
+		if _, err := f.WriteAt(e.buf, off); err != nil {
+			err = w.fail(fmt.Errorf("write %s at offset %d: %w", f.Name(), off, err))
+			w.fmu.Lock()
+			w.writing = false
+			w.fcond.Broadcast()
+			w.wcond.Broadcast()
+			w.fmu.Unlock()
+			return err
+		}
+		w.c.writes.Add(1)
+		w.c.writtenBytes.Add(uint64(len(e.buf)))
+	}
+	req := &syncReq{target: target}
+	w.fmu.Lock()
+	w.inflight = append(w.inflight, req)
+	w.issued = target
+	w.writing = false
+	w.wcond.Broadcast()
+	w.fmu.Unlock()
+
+	serr := w.sync(f)
+
+	w.fmu.Lock()
+	defer w.fmu.Unlock()
+	req.done, req.err = true, serr
+	for len(w.inflight) > 0 && w.inflight[0].done {
+		r := w.inflight[0]
+		w.inflight[0] = nil
+		w.inflight = w.inflight[1:]
+		if r.err != nil {
+			w.fail(r.err)
+		} else if w.failed.Load() == nil {
+			w.c.rounds.retired(r.target)
+			w.flushed.Store(uint64(r.target))
+		}
+	}
+	w.fcond.Broadcast()
+	w.wcond.Broadcast()
+	if serr != nil {
+		return w.fail(serr)
+	}
+	return nil
 }
 
 // fail records the first write or sync failure; every later call sees it.
@@ -516,10 +717,15 @@ func (w *Writer) fail(err error) error {
 // Go's timers round sleeps below about a millisecond up to about a
 // millisecond, so shorter delays are waited by checking the clock between
 // yields; the wait also ends as soon as every other active transaction is
-// already waiting on this round, since nobody else could join it.
+// already waiting on the flusher, since nobody else could join the round.
+//
+// CommitDelayAuto never waits for a lone transaction; otherwise it waits
+// until every other active transaction is waiting, or the insert position
+// has not moved for a quarter of the budget, or the budget (half the recent
+// average sync latency) is spent. See the package documentation.
 func (w *Writer) commitDelayWait() {
 	us := w.commitDelay.Load()
-	if us <= 0 {
+	if us == 0 {
 		return
 	}
 	active := 0
@@ -527,6 +733,15 @@ func (w *Writer) commitDelayWait() {
 		active = w.activeTxns()
 	}
 	others := int64(active - 1) // the committing transaction is still active
+	if us == CommitDelayAuto {
+		budget := time.Duration(w.syncEWMA.Load()) / 2
+		if others <= 0 || budget <= 0 {
+			return
+		}
+		w.c.commitDelay.Add(1)
+		w.waitSiblings(budget, others, budget/4)
+		return
+	}
 	if others < w.commitSiblings.Load() {
 		return
 	}
@@ -536,10 +751,30 @@ func (w *Writer) commitDelayWait() {
 		w.sleep(d)
 		return
 	}
-	deadline := w.now().Add(d)
-	for w.now().Before(deadline) {
+	w.waitSiblings(d, others, 0)
+}
+
+// waitSiblings waits up to d, checking the clock between yields, until
+// others transactions are waiting on the flusher, or (when stall > 0) the
+// insert position has not moved for stall.
+func (w *Writer) waitSiblings(d time.Duration, others int64, stall time.Duration) {
+	start := w.now()
+	deadline := start.Add(d)
+	lastPos, lastMove := w.InsertLSN(), start
+	for {
+		now := w.now()
+		if !now.Before(deadline) {
+			return
+		}
 		if others > 0 && w.waiters.Load() >= others {
 			return
+		}
+		if stall > 0 {
+			if p := w.InsertLSN(); p != lastPos {
+				lastPos, lastMove = p, now
+			} else if now.Sub(lastMove) >= stall {
+				return
+			}
 		}
 		runtime.Gosched()
 	}
@@ -576,8 +811,17 @@ func (w *Writer) writeAndSync(exts []extent) error {
 func (w *Writer) sync(f vfs.File) error {
 	t0 := time.Now()
 	err := f.Datasync()
-	w.c.syncNanos.Add(uint64(time.Since(t0)))
+	d := time.Since(t0)
+	w.c.syncNanos.Add(uint64(d))
+	w.c.syncLatency.observe(uint64(d))
 	w.c.syncs.Add(1)
+	// An exponentially weighted moving average with weight 1/8, as TCP's
+	// smoothed round-trip time; racing updates may lose one sample.
+	if old := w.syncEWMA.Load(); old == 0 {
+		w.syncEWMA.Store(int64(d))
+	} else {
+		w.syncEWMA.Store(old + (int64(d)-old)/8)
+	}
 	if err != nil {
 		return fmt.Errorf("fdatasync %s: %w", f.Name(), err)
 	}
@@ -688,9 +932,13 @@ func (w *Writer) InsertLSN() LSN { return LSN(w.insertLSN.Load()) }
 // SegmentSize returns the segment size in bytes.
 func (w *Writer) SegmentSize() int64 { return w.segSize }
 
-// SetCommitDelay sets commit_delay in microseconds (clamped to 0..100000).
-// Safe for concurrent use; the next flush round sees it.
+// SetCommitDelay sets commit_delay in microseconds (clamped to 0..100000),
+// or CommitDelayAuto. Safe for concurrent use; the next flush round sees it.
 func (w *Writer) SetCommitDelay(us int) {
+	if us == CommitDelayAuto {
+		w.commitDelay.Store(CommitDelayAuto)
+		return
+	}
 	w.commitDelay.Store(int64(min(max(us, 0), 100000)))
 }
 
@@ -751,9 +999,14 @@ func (w *Writer) Close() error {
 	for w.flushing {
 		w.fcond.Wait()
 	}
+	for w.writing || len(w.inflight) > 0 {
+		w.wcond.Wait()
+	}
 	w.closed = true
 	w.fcond.Broadcast()
+	w.wcond.Broadcast()
 	w.fmu.Unlock()
+	w.c.rounds.foldAll()
 	if cerr := w.cur.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("wal: close %s: %w", w.cur.Name(), cerr)
 	}

@@ -80,72 +80,87 @@ func (fs *faultFS) Open(name string) (vfs.File, error) {
 }
 
 func TestConcurrentInsertFlush(t *testing.T) {
-	fsys, dir := vfs.OS{}, t.TempDir()
-	w, err := OpenWriter(fsys, dir, 0, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const workers, commits = 64, 25
-	var mu sync.Mutex
-	var all []written
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for g := 0; g < workers; g++ {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 7))
-			for i := 0; i < commits; i++ {
-				data := make([]byte, rng.IntN(3000))
-				for j := range data {
-					data[j] = byte(g + i + j)
+	for _, policy := range []FlusherPolicy{FlusherSerial, FlusherPipelined} {
+		t.Run(string(policy), func(t *testing.T) {
+			fsys, dir := vfs.OS{}, t.TempDir()
+			opts := testOpts()
+			opts.Flusher = policy
+			w, err := OpenWriter(fsys, dir, 0, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const workers, commits = 64, 25
+			var mu sync.Mutex
+			var all []written
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for g := 0; g < workers; g++ {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 7))
+					for i := 0; i < commits; i++ {
+						data := make([]byte, rng.IntN(3000))
+						for j := range data {
+							data[j] = byte(g + i + j)
+						}
+						xid := uint64(g)<<32 | uint64(i)
+						start, end, err := w.Insert(16, xid, data)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if err := w.Flush(end); err != nil {
+							errs <- err
+							return
+						}
+						if got := w.FlushedLSN(); got < end {
+							errs <- fmt.Errorf("Flush(%s) returned with FlushedLSN %s", end, got)
+							return
+						}
+						mu.Lock()
+						all = append(all, written{start, end, 16, xid, data})
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			st := w.Stats()
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st.FlushRequests != workers*commits || st.Records != workers*commits {
+				t.Fatalf("stats %+v: want %d flush requests and records", st, workers*commits)
+			}
+			if st.SegmentSwitches == 0 {
+				t.Fatalf("no segment switch; the test wants to cross segments")
+			}
+			if st.SyncLatency.Count != st.Syncs || st.SyncLatency.Sum != st.SyncNanos {
+				t.Fatalf("sync latency histogram %v disagrees with %d syncs taking %d ns", st.SyncLatency, st.Syncs, st.SyncNanos)
+			}
+			if cps := w.Stats().CommitsPerSync; cps.Sum != workers*commits || cps.Count == 0 || cps.Count > st.Flushes {
+				t.Fatalf("commits per sync %v (sum %d) after close; want a sum of %d over at most %d rounds", cps, cps.Sum, workers*commits, st.Flushes)
+			}
+			if st.CommitWaitNanos == 0 {
+				t.Fatal("no commit wait time recorded")
+			}
+			got, _, _ := readAll(t, fsys, dir, 0)
+			byLSN := make(map[LSN]written, len(all))
+			for _, w := range all {
+				byLSN[w.lsn] = w
+			}
+			if len(got) != len(all) {
+				t.Fatalf("read %d records, inserted %d", len(got), len(all))
+			}
+			for _, g := range got {
+				w, ok := byLSN[g.LSN]
+				if !ok || w.xid != g.XID || w.end != g.End || string(w.data) != string(g.Data) {
+					t.Fatalf("record at %s does not match what was inserted there", g.LSN)
 				}
-				xid := uint64(g)<<32 | uint64(i)
-				start, end, err := w.Insert(16, xid, data)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if err := w.Flush(end); err != nil {
-					errs <- err
-					return
-				}
-				if got := w.FlushedLSN(); got < end {
-					errs <- fmt.Errorf("Flush(%s) returned with FlushedLSN %s", end, got)
-					return
-				}
-				mu.Lock()
-				all = append(all, written{start, end, 16, xid, data})
-				mu.Unlock()
 			}
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	st := w.Stats()
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st.FlushRequests != workers*commits || st.Records != workers*commits {
-		t.Fatalf("stats %+v: want %d flush requests and records", st, workers*commits)
-	}
-	if st.SegmentSwitches == 0 {
-		t.Fatalf("no segment switch; the test wants to cross segments")
-	}
-	got, _, _ := readAll(t, fsys, dir, 0)
-	byLSN := make(map[LSN]written, len(all))
-	for _, w := range all {
-		byLSN[w.lsn] = w
-	}
-	if len(got) != len(all) {
-		t.Fatalf("read %d records, inserted %d", len(got), len(all))
-	}
-	for _, g := range got {
-		w, ok := byLSN[g.LSN]
-		if !ok || w.xid != g.XID || w.end != g.End || string(w.data) != string(g.Data) {
-			t.Fatalf("record at %s does not match what was inserted there", g.LSN)
-		}
 	}
 }
 
@@ -233,45 +248,51 @@ func TestCommitDelayNeedsSiblings(t *testing.T) {
 }
 
 func TestSyncFailureIsSticky(t *testing.T) {
-	fsys, dir := &faultFS{}, t.TempDir()
-	w, err := OpenWriter(fsys, dir, 0, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, end, err := w.Insert(16, 1, []byte("durable"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Flush(end); err != nil {
-		t.Fatal(err)
-	}
-	good := w.FlushedLSN()
-	fsys.failSync.Store(true)
-	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
-		wg.Go(func() {
-			_, end, err := w.Insert(16, 2, []byte("lost"))
-			if err == nil {
-				err = w.Flush(end)
+	for _, policy := range []FlusherPolicy{FlusherSerial, FlusherPipelined} {
+		t.Run(string(policy), func(t *testing.T) {
+			fsys, dir := &faultFS{}, t.TempDir()
+			opts := testOpts()
+			opts.Flusher = policy
+			w, err := OpenWriter(fsys, dir, 0, opts)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !errors.Is(err, ErrSyncFailed) {
-				t.Errorf("commit during failure: %v, want ErrSyncFailed", err)
+			_, end, err := w.Insert(16, 1, []byte("durable"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Flush(end); err != nil {
+				t.Fatal(err)
+			}
+			good := w.FlushedLSN()
+			fsys.failSync.Store(true)
+			var wg sync.WaitGroup
+			for i := 0; i < 8; i++ {
+				wg.Go(func() {
+					_, end, err := w.Insert(16, 2, []byte("lost"))
+					if err == nil {
+						err = w.Flush(end)
+					}
+					if !errors.Is(err, ErrSyncFailed) {
+						t.Errorf("commit during failure: %v, want ErrSyncFailed", err)
+					}
+				})
+			}
+			wg.Wait()
+			fsys.failSync.Store(false) // a later success must not hide the failure
+			if _, _, err := w.Insert(16, 3, nil); !errors.Is(err, ErrSyncFailed) {
+				t.Fatalf("Insert after failure: %v", err)
+			}
+			if err := w.FlushAll(); !errors.Is(err, ErrSyncFailed) || !errors.Is(err, errInjected) {
+				t.Fatalf("FlushAll after failure: %v", err)
+			}
+			if w.FlushedLSN() != good {
+				t.Fatalf("FlushedLSN moved from %s to %s after a failed sync", good, w.FlushedLSN())
+			}
+			if err := w.Close(); !errors.Is(err, ErrSyncFailed) {
+				t.Fatalf("Close after failure: %v", err)
 			}
 		})
-	}
-	wg.Wait()
-	fsys.failSync.Store(false) // a later success must not hide the failure
-	if _, _, err := w.Insert(16, 3, nil); !errors.Is(err, ErrSyncFailed) {
-		t.Fatalf("Insert after failure: %v", err)
-	}
-	if err := w.FlushAll(); !errors.Is(err, ErrSyncFailed) || !errors.Is(err, errInjected) {
-		t.Fatalf("FlushAll after failure: %v", err)
-	}
-	if w.FlushedLSN() != good {
-		t.Fatalf("FlushedLSN moved from %s to %s after a failed sync", good, w.FlushedLSN())
-	}
-	if err := w.Close(); !errors.Is(err, ErrSyncFailed) {
-		t.Fatalf("Close after failure: %v", err)
 	}
 }
 
@@ -383,8 +404,9 @@ func TestInsertLimitsAndOptions(t *testing.T) {
 		{SegmentSize: 3 << 20},
 		{SegmentSize: 512 << 10},
 		{Flusher: "bogus"},
-		{Flusher: FlusherPipelined},
 		{CommitDelay: 100001},
+		{CommitDelay: -2},
+		{Flusher: FlusherPipelined, PipelineDepth: -1},
 	} {
 		if _, err := OpenWriter(vfs.OS{}, t.TempDir(), 0, o); err == nil {
 			t.Errorf("options %+v accepted", o)
@@ -481,39 +503,45 @@ func BenchmarkInsertFlush(b *testing.B) {
 // switch: the old segment is written and fdatasynced before the new one is
 // written, and the new one is synced before Flush returns.
 func TestOldSegmentSyncedFirst(t *testing.T) {
-	fsys := &faultFS{}
-	w, err := OpenWriter(fsys, t.TempDir(), 0, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	payload := make([]byte, 100_000)
-	fsys.mu.Lock()
-	fsys.logOps = true
-	fsys.mu.Unlock()
-	var end LSN
-	for w.Stats().SegmentSwitches == 0 || w.InsertLSN() < 2*testSeg+200_000 {
-		if _, end, err = w.Insert(16, 1, payload); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Flush(end); err != nil {
-		t.Fatal(err)
-	}
-	fsys.mu.Lock()
-	ops := append([]string(nil), fsys.ops...)
-	fsys.mu.Unlock()
-	old, next := segmentName(testSeg), segmentName(2*testSeg)
-	want := []string{"write " + old, "datasync " + old, "write " + next, "datasync " + next}
-	var got []string
-	for _, op := range ops {
-		if strings.HasSuffix(op, old) || strings.HasSuffix(op, next) {
-			if len(got) == 0 || got[len(got)-1] != op {
-				got = append(got, op)
+	for _, policy := range []FlusherPolicy{FlusherSerial, FlusherPipelined} {
+		t.Run(string(policy), func(t *testing.T) {
+			fsys := &faultFS{}
+			opts := testOpts()
+			opts.Flusher = policy
+			w, err := OpenWriter(fsys, t.TempDir(), 0, opts)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("operations %v, want %v", got, want)
+			defer w.Close()
+			payload := make([]byte, 100_000)
+			fsys.mu.Lock()
+			fsys.logOps = true
+			fsys.mu.Unlock()
+			var end LSN
+			for w.Stats().SegmentSwitches == 0 || w.InsertLSN() < 2*testSeg+200_000 {
+				if _, end, err = w.Insert(16, 1, payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Flush(end); err != nil {
+				t.Fatal(err)
+			}
+			fsys.mu.Lock()
+			ops := append([]string(nil), fsys.ops...)
+			fsys.mu.Unlock()
+			old, next := segmentName(testSeg), segmentName(2*testSeg)
+			want := []string{"write " + old, "datasync " + old, "write " + next, "datasync " + next}
+			var got []string
+			for _, op := range ops {
+				if strings.HasSuffix(op, old) || strings.HasSuffix(op, next) {
+					if len(got) == 0 || got[len(got)-1] != op {
+						got = append(got, op)
+					}
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("operations %v, want %v", got, want)
+			}
+		})
 	}
 }
