@@ -86,6 +86,13 @@ const (
 	SyncCommitOff
 )
 
+// CommitDelayAuto, as Options.CommitDelay or DB.SetCommitDelay (the "auto"
+// setting), selects wal.CommitDelayAuto: an adaptive commit_delay that never
+// delays a lone committer and otherwise waits for the other active
+// transactions to reach their commit, for at most half the recent average
+// WAL sync latency.
+const CommitDelayAuto = -1 // equals wal.CommitDelayAuto
+
 // Options configure Open. The zero value gives PostgreSQL's defaults scaled
 // to a small engine. Options are copied at Open; knobs that may change at run
 // time have setters on DB.
@@ -104,7 +111,7 @@ type Options struct {
 	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):
 	// the group-commit leader waits this long for siblings before it writes
 	// and syncs the WAL, when at least CommitSiblings other transactions are
-	// active. Default 0.
+	// active. Default 0. CommitDelayAuto selects the adaptive delay.
 	CommitDelay int
 	// CommitSiblings is PostgreSQL's commit_siblings (default 5).
 	CommitSiblings int
@@ -113,7 +120,9 @@ type Options struct {
 	WALWriterDelay time.Duration
 	// WALFlusher is the group-commit flusher policy: "serial" (the
 	// default; PostgreSQL's leader/follower XLogFlush, one sync at a time)
-	// or "none" (one sync per commit). See package wal.
+	// "pipelined" (the next group's write and sync start while earlier
+	// syncs are outstanding) or "none" (one sync per commit). See package
+	// wal.
 	WALFlusher string
 	// WALSegmentSize is the size of a WAL segment file in bytes, a power of
 	// two from 1 MiB to 1 GiB (default 16 MiB). It applies to a new data

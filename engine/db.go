@@ -99,7 +99,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SharedBuffers < 16*heap.PageSize {
 		o.SharedBuffers = 16 * heap.PageSize
 	}
-	if o.CommitDelay < 0 || o.CommitDelay > 100000 {
+	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
 		return o, fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", o.CommitDelay)
 	}
 	if o.CommitSiblings == 0 {
@@ -267,10 +267,10 @@ func (db *DB) SetSynchronousCommit(s SynchronousCommit) {
 	db.syncCommit.Store(int32(s))
 }
 
-// SetCommitDelay changes commit_delay (microseconds, 0..100000). Safe to
-// call concurrently.
+// SetCommitDelay changes commit_delay (microseconds, 0..100000, or
+// CommitDelayAuto). Safe to call concurrently.
 func (db *DB) SetCommitDelay(us int) error {
-	if us < 0 || us > 100000 {
+	if (us < 0 && us != CommitDelayAuto) || us > 100000 {
 		return fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", us)
 	}
 	db.wal.SetCommitDelay(us)
@@ -338,6 +338,14 @@ type Stats struct {
 	WALRecords, WALBytes, WALWrites, WALSyncs uint64
 	WALFlushRequests                          uint64 // Flush calls (commits waiting for durability, page writes)
 	WALSyncNanos                              uint64
+	// WALFlushes counts write-and-sync rounds; WALSyncLatency is the
+	// duration of each WAL fdatasync (nanoseconds); WALCommitsPerSync the
+	// commits each round made durable; WALCommitWaitNanos the total time
+	// commits waited for durability. See wal.Stats.
+	WALFlushes         uint64
+	WALSyncLatency     wal.Histogram
+	WALCommitsPerSync  wal.Histogram
+	WALCommitWaitNanos uint64
 	// Heap buffer pool
 	BufferHits, BufferMisses, BufferReads, BufferWrites, BufferEvictions uint64
 	// CLOG
@@ -358,6 +366,8 @@ func (s Stats) Sub(o Stats) Stats {
 		WALRecords: s.WALRecords - o.WALRecords, WALBytes: s.WALBytes - o.WALBytes,
 		WALWrites: s.WALWrites - o.WALWrites, WALSyncs: s.WALSyncs - o.WALSyncs,
 		WALFlushRequests: s.WALFlushRequests - o.WALFlushRequests, WALSyncNanos: s.WALSyncNanos - o.WALSyncNanos,
+		WALFlushes: s.WALFlushes - o.WALFlushes, WALSyncLatency: s.WALSyncLatency.Sub(o.WALSyncLatency),
+		WALCommitsPerSync: s.WALCommitsPerSync.Sub(o.WALCommitsPerSync), WALCommitWaitNanos: s.WALCommitWaitNanos - o.WALCommitWaitNanos,
 		BufferHits: s.BufferHits - o.BufferHits, BufferMisses: s.BufferMisses - o.BufferMisses,
 		BufferReads: s.BufferReads - o.BufferReads, BufferWrites: s.BufferWrites - o.BufferWrites,
 		BufferEvictions: s.BufferEvictions - o.BufferEvictions,
@@ -376,6 +386,7 @@ func (db *DB) Stats() Stats {
 		Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(),
 		WALRecords: w.Records, WALBytes: w.Bytes, WALWrites: w.Writes, WALSyncs: w.Syncs,
 		WALFlushRequests: w.FlushRequests, WALSyncNanos: w.SyncNanos,
+		WALFlushes: w.Flushes, WALSyncLatency: w.SyncLatency, WALCommitsPerSync: w.CommitsPerSync, WALCommitWaitNanos: w.CommitWaitNanos,
 		BufferHits: p.Hits, BufferMisses: p.Misses, BufferReads: p.Reads, BufferWrites: p.Writes,
 		BufferEvictions: p.Evictions,
 		CLOGLookups:     c.Lookups, CLOGHits: c.Hits, CLOGMisses: c.Misses,
