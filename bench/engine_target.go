@@ -21,13 +21,23 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		sc = engine.SyncCommitOff
 	}
 	db, err := engine.Open(dir, engine.Options{
+		FS:                engineDiskFS(o.Disk),
 		SharedBuffers:     o.SharedBuffers,
 		SynchronousCommit: sc,
 		CommitDelay:       o.CommitDelay,
 		CommitSiblings:    o.CommitSiblings,
+		WALFlusher:        o.WALFlusher,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)
+	}
+	// Options reads commit_siblings 0 as "the default"; the setter takes
+	// it literally, as the bench option means it.
+	if o.CommitSiblings == 0 {
+		if err := db.SetCommitSiblings(0); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)
+		}
 	}
 	return &engineTarget{
 		db:   db,

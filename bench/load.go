@@ -7,6 +7,12 @@ import (
 	"time"
 )
 
+// tableCreator is a target with a schema (PostgreSQL): CreateTables drops
+// and creates pgbench's tables before Load's first batch.
+type tableCreator interface {
+	CreateTables(ctx context.Context) error
+}
+
 // loadBatchRows is how many rows go into one load transaction.
 const loadBatchRows = 10000
 
@@ -23,6 +29,12 @@ func Load(ctx context.Context, t Target, scale, accounts int, log io.Writer) err
 		accounts = defaultAccounts
 	}
 	start := time.Now()
+	if c, ok := t.(tableCreator); ok {
+		fmt.Fprintf(log, "dropping old tables...\ncreating tables...\n")
+		if err := c.CreateTables(ctx); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(log, "generating data (client-side)...\n")
 	rows := make([]KV, 0, loadBatchRows)
 	for bid := int64(1); bid <= int64(scale); bid++ {

@@ -46,6 +46,15 @@ type Config struct {
 	Duration     time.Duration
 	Progress     time.Duration
 	Seed         uint64
+
+	// Sweep lists the knobs to vary (--sweep): every cell of their cross
+	// product is run and one table is printed instead of the report.
+	Sweep []Axis
+	// Repeat runs each cell this many times (--repeat); below 2, once.
+	// Repeat > 1 without Sweep is a sweep of one cell.
+	Repeat int
+	// Plot is a .png or .svg file to draw the sweep's tps into (--plot).
+	Plot string
 }
 
 // Main does what one `mvkv bench` invocation does: open the target on
@@ -53,7 +62,19 @@ type Config struct {
 // invariant and write the report to out. Load messages, notices and progress
 // lines go to log. After a complete report it may return ErrAborted or
 // ErrInvariantViolated; other errors mean no report was written.
+//
+// With Sweep, Repeat or Plot set, Main runs a sweep instead: it loads each
+// target once (in a subdirectory of Dir named after the target when several
+// are swept), runs every cell, then prints one table (WriteSweepTable) and
+// draws the plot. Errors wrap ErrBadSweep or ErrBadPlot for a sweep that
+// cannot run.
 func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
+	if len(cfg.Sweep) > 0 || cfg.Repeat > 1 || cfg.Plot != "" {
+		if cfg.Initialize {
+			return fmt.Errorf("%w: -i loads, it does not run a sweep", ErrBadSweep)
+		}
+		return sweep(ctx, cfg, out, log)
+	}
 	t, err := OpenTarget(cfg.Target, cfg.Dir, cfg.Options)
 	if err != nil {
 		return err
@@ -68,7 +89,9 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 		return fmt.Errorf("bench: detect scale: %w", err)
 	}
 	if cfg.Initialize {
-		if scale > 0 {
+		// A server has no directory to choose instead, so -i reloads it,
+		// as pgbench -i does.
+		if _, server := t.(tableCreator); scale > 0 && !server {
 			return fmt.Errorf("%w: %s holds %d branches; remove it or choose another directory", ErrAlreadyLoaded, cfg.Dir, scale)
 		}
 		return Load(ctx, t, cfg.Scale, cfg.Accounts, log)

@@ -36,7 +36,11 @@ func openPebble(dir string, o TargetOptions) (*pebbleTarget, error) {
 		size = 128 << 20
 	}
 	cache := pebble.NewCache(size)
-	db, err := pebble.Open(dir, &pebble.Options{Cache: cache, Logger: quietLogger{}})
+	po := &pebble.Options{Cache: cache, Logger: quietLogger{}}
+	if !o.Disk.IsZero() {
+		po.FS = newPebbleDiskFS(o.Disk)
+	}
+	db, err := pebble.Open(dir, po)
 	if err != nil {
 		cache.Unref()
 		return nil, fmt.Errorf("bench: open pebble in %s: %w", dir, err)

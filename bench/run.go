@@ -166,8 +166,12 @@ func avgStddev(n int64, sum, sum2 float64) (float64, float64) {
 }
 
 // IsFailure reports whether err is a transaction failure pgbench 15 counts
-// and does not abort the client for: a serialization failure or deadlock.
+// and does not abort the client for: a serialization failure or deadlock
+// (on PostgreSQL, SQLSTATE 40001 or 40P01).
 func IsFailure(err error) bool {
+	if c := pgCode(err); c == "40001" || c == "40P01" {
+		return true
+	}
 	return errors.Is(err, engine.ErrSerializationFailure) || errors.Is(err, engine.ErrDeadlock)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrUnknownTarget is returned by OpenTarget for a target name it does not know.
@@ -101,24 +102,38 @@ type TargetOptions struct {
 	// SynchronousCommit is synchronous_commit: true waits for the commit's
 	// WAL sync (pebble.Sync on pebble).
 	SynchronousCommit bool
-	// CommitDelay is commit_delay in microseconds (engine only).
+	// CommitDelay is commit_delay in microseconds, or CommitDelayAuto for
+	// the engine's adaptive delay (engine; on PostgreSQL a positive delay is
+	// set per session, which needs a superuser).
 	CommitDelay int
-	// CommitSiblings is commit_siblings (engine only).
+	// CommitSiblings is commit_siblings, passed as is: 0 means the delay is
+	// taken whatever the number of other active transactions (the
+	// command's default is PostgreSQL's 5). Engine and PostgreSQL.
 	CommitSiblings int
+	// WALFlusher is the engine's group-commit flusher policy ("serial",
+	// "pipelined", "none"); "" means the engine's default. Engine only.
+	WALFlusher string
+	// Disk is the simulated disk the target's syncs pay for; the zero
+	// value is the real disk. Engine and pebble (see DiskModel).
+	Disk DiskModel
 	// SharedBuffers is the buffer pool (engine) or block cache (pebble) size
 	// in bytes; 0 means the target's default.
 	SharedBuffers int64
 }
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating
-// the directory if needed. It returns an error wrapping ErrUnknownTarget for
-// any other name, or the target's open error.
+// the directory if needed, or "postgres=URL", a PostgreSQL server (dir is
+// unused). It returns an error wrapping ErrUnknownTarget for any other name,
+// or the target's open error.
 func OpenTarget(name, dir string, o TargetOptions) (Target, error) {
+	if url, ok := strings.CutPrefix(name, "postgres="); ok {
+		return openPostgres(url, o)
+	}
 	switch name {
 	case "engine":
 		return openEngine(dir, o)
 	case "pebble":
 		return openPebble(dir, o)
 	}
-	return nil, fmt.Errorf("%w %q (want engine or pebble)", ErrUnknownTarget, name)
+	return nil, fmt.Errorf("%w %q (want engine, pebble or postgres=URL)", ErrUnknownTarget, name)
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -44,17 +45,44 @@ Benchmarking options:
   --random-seed=NUM        seed the random generators (default: the clock)
 
 Target options:
-  --target=engine|pebble   store to benchmark (default: engine)
+  --target=engine|pebble|postgres=URL
+                           store to benchmark (default: engine); URL is a
+                           PostgreSQL connection URL, e.g.
+                           postgres://user@/db?host=/tmp, where -i creates
+                           and loads pgbench's tables (dropping old ones)
   --dir=DIR                data directory (default: a temporary directory,
                            removed afterwards); loaded first if empty
   --synchronous-commit=on|off
                            wait for the WAL sync at commit (default: on)
-  --commit-delay=NUM       commit_delay in microseconds (default: 0)
+  --commit-delay=NUM|auto  commit_delay in microseconds, or auto for the
+                           engine's adaptive delay (default: 0)
   --commit-siblings=NUM    commit_siblings (default: 5)
+  --wal-flusher=serial|pipelined|none
+                           engine's group-commit flusher (default: the
+                           engine's)
+  --fsync-latency=DURATION simulated disk: every sync takes DURATION, e.g.
+                           4ms (engine and pebble)
+  --disk-rotation=NUM      simulated disk turning NUM times a second: a sync
+                           ends at the next rotation boundary (engine and
+                           pebble; 250 is a 15k rpm drive)
   --shared-buffers=SIZE    buffer pool (engine) or block cache (pebble), e.g.
                            128MB; units B, kB, MB, GB, TB; a bare number counts
                            8kB pages, as PostgreSQL (default: 128MB)
   --cpuprofile=FILE        write a CPU profile of the run to FILE
+
+Sweep options:
+  --sweep=NAME=V1,V2,...   run every value of a knob; repeat the option to
+                           run the cross product. Knobs: clients,
+                           commit_delay, commit_siblings, wal_flusher,
+                           synchronous_commit, target, fsync_latency,
+                           disk_rotation. Prints one table (tps, calc =
+                           clients x sync rate of the disk model, ratio,
+                           WAL syncs/s, commits/sync) instead of the report;
+                           data is loaded once per target and reused
+  --repeat=NUM             run each cell NUM times; the table shows mean
+                           and standard deviation (default: 1)
+  --plot=FILE.png|FILE.svg draw tps against clients per series, with the
+                           optimum line when a disk model is set
 
 Common options:
   -h, --help               show this help, then exit
@@ -72,8 +100,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		scale, clients, jobs, txns      int
 		seconds, progress               int
 		target, dir, syncCommit, shared string
-		cpuprofile                      string
-		commitDelay, commitSiblings     int
+		cpuprofile, commitDelayArg      string
+		walFlusher, plotFile            string
+		commitSiblings, repeat          int
+		fsyncLatency                    time.Duration
+		diskRotation                    float64
+		sweeps                          []bench.Axis
 		seed                            uint64
 	)
 	boolVar := func(p *bool, short, long string) {
@@ -96,7 +128,19 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&target, "target", "engine", "")
 	fs.StringVar(&dir, "dir", "", "")
 	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
-	fs.IntVar(&commitDelay, "commit-delay", 0, "")
+	fs.StringVar(&commitDelayArg, "commit-delay", "0", "")
+	fs.StringVar(&walFlusher, "wal-flusher", "", "")
+	fs.DurationVar(&fsyncLatency, "fsync-latency", 0, "")
+	fs.Float64Var(&diskRotation, "disk-rotation", 0, "")
+	fs.Func("sweep", "", func(s string) error {
+		a, err := bench.ParseAxis(s)
+		if err == nil {
+			sweeps = append(sweeps, a)
+		}
+		return err
+	})
+	fs.IntVar(&repeat, "repeat", 1, "")
+	fs.StringVar(&plotFile, "plot", "", "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
 	fs.StringVar(&shared, "shared-buffers", "128MB", "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
@@ -139,18 +183,32 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("invalid duration: %d", seconds)
 	case progress < 0:
 		return fail("invalid thread progress delay: %d", progress)
-	case commitDelay < 0 || commitDelay > 100000:
-		return fail("invalid commit delay: %d (0..100000 microseconds)", commitDelay)
 	case commitSiblings < 0:
 		return fail("invalid commit siblings: %d", commitSiblings)
+	case fsyncLatency < 0:
+		return fail("invalid --fsync-latency: %v", fsyncLatency)
+	case diskRotation < 0 || math.IsInf(diskRotation, 0) || math.IsNaN(diskRotation):
+		return fail("invalid --disk-rotation: %v", diskRotation)
+	case repeat < 1:
+		return fail("invalid --repeat: %d", repeat)
 	}
-	var syncOn bool
-	switch strings.ToLower(syncCommit) {
-	case "on", "true", "1", "yes":
-		syncOn = true
-	case "off", "false", "0", "no":
+	switch walFlusher {
+	case "", "serial", "pipelined", "none":
 	default:
+		return fail("invalid --wal-flusher %q (want serial, pipelined or none)", walFlusher)
+	}
+	commitDelay, err := bench.ParseCommitDelay(commitDelayArg)
+	if err != nil {
+		return fail("invalid --commit-delay %q: %v", commitDelayArg, err)
+	}
+	syncOn, err := bench.ParseOnOff(syncCommit)
+	if err != nil {
 		return fail("invalid --synchronous-commit %q (want on or off)", syncCommit)
+	}
+	if plotFile != "" {
+		if err := bench.CheckPlotFile(plotFile); err != nil {
+			return fail("invalid --plot: %v", err)
+		}
 	}
 	sharedBytes, err := parseSize(shared)
 	if err != nil {
@@ -159,7 +217,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if jobs > clients {
 		return fail("number of threads (%d) must not exceed number of clients (%d)", jobs, clients)
 	}
-	if init && dir == "" {
+	if init && (len(sweeps) > 0 || repeat > 1 || plotFile != "") {
+		return fail("-i cannot be combined with --sweep, --repeat or --plot")
+	}
+	if init && dir == "" && !strings.HasPrefix(target, "postgres=") {
 		return fail("-i needs --dir: a temporary directory would be removed right away")
 	}
 
@@ -178,6 +239,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			CommitDelay:       commitDelay,
 			CommitSiblings:    commitSiblings,
 			SharedBuffers:     sharedBytes,
+			WALFlusher:        walFlusher,
+			Disk:              bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,
 		Scale:        scale,
@@ -189,6 +252,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		Duration:     time.Duration(seconds) * time.Second,
 		Progress:     time.Duration(progress) * time.Second,
 		Seed:         seed,
+		Sweep:        sweeps,
+		Repeat:       repeat,
+		Plot:         plotFile,
 	}
 	if cfg.Dir == "" {
 		tmp, err := os.MkdirTemp("", "mvkv-bench-")
@@ -219,6 +285,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, bench.ErrBadSweep) || errors.Is(err, bench.ErrBadPlot):
+		return fail("%v", err)
 	case errors.Is(err, bench.ErrAborted):
 		fmt.Fprintf(stderr, "mvkv bench: fatal: Run was aborted; the above results are incomplete.\n")
 		return 2

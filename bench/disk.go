@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+
+	pvfs "github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// DiskModel is a simulated disk for the seed experiments, whose figures
+// depend on what a sync costs: each sync takes FsyncLatency (a fixed
+// latency device), or completes at the first rotation boundary after it is
+// issued on a disk turning RotationsPerSec times a second (the 2009 thread's
+// 15k rpm drive is 250). Syncs may be outstanding concurrently, as on a
+// drive with a command queue. The zero value is the real disk.
+//
+// On the engine the model is the vfs seam's (vfs.WithDiskModel); on pebble
+// it is pebbleDiskFS below, which follows the same rules so both stores pay
+// the same price per sync.
+type DiskModel struct {
+	FsyncLatency    time.Duration
+	RotationsPerSec float64
+}
+
+// IsZero reports whether m is the real disk.
+func (m DiskModel) IsZero() bool { return m.FsyncLatency <= 0 && m.RotationsPerSec <= 0 }
+
+// String describes m for table headers: "real disk", "fsync 4ms",
+// "250 rotations/s".
+func (m DiskModel) String() string {
+	switch {
+	case m.IsZero():
+		return "real disk"
+	case m.RotationsPerSec > 0 && m.FsyncLatency > 0:
+		return fmt.Sprintf("fsync %v, then %g rotations/s", m.FsyncLatency, m.RotationsPerSec)
+	case m.RotationsPerSec > 0:
+		return fmt.Sprintf("%g rotations/s", m.RotationsPerSec)
+	}
+	return fmt.Sprintf("fsync %v", m.FsyncLatency)
+}
+
+// SyncRate is the most syncs per second one session can see: the rotation
+// rate, or 1 / FsyncLatency; 0 for the real disk. A commit needs one sync,
+// so clients x SyncRate is the optimum the sweep table's calc column shows.
+func (m DiskModel) SyncRate() float64 {
+	switch {
+	case m.RotationsPerSec > 0:
+		return m.RotationsPerSec
+	case m.FsyncLatency > 0:
+		return float64(time.Second) / float64(m.FsyncLatency)
+	}
+	return 0
+}
+
+// clock turns the model into a wait per sync. A rotation boundary is a
+// multiple of the period since epoch.
+type diskClock struct {
+	m     DiskModel
+	epoch time.Time
+}
+
+// wait sleeps as long as a sync issued now takes under the model.
+func (c *diskClock) wait() {
+	time.Sleep(c.delay(time.Since(c.epoch)))
+}
+
+// delay is the time a sync issued at elapsed (since epoch) takes: the fixed
+// latency, then the rest of the rotation in progress.
+func (c *diskClock) delay(elapsed time.Duration) time.Duration {
+	d := c.m.FsyncLatency
+	if r := c.m.RotationsPerSec; r > 0 {
+		period := time.Duration(float64(time.Second) / r)
+		if period <= 0 {
+			return d
+		}
+		at := elapsed + d
+		d += period - at%period
+	}
+	return d
+}
+
+// pebbleDiskFS is pebble's vfs with the disk model in place of the real
+// sync: data reaches the page cache as usual and every Sync or SyncData
+// sleeps as the model says instead of calling fsync. That keeps a
+// process crash safe (the page cache survives it) and makes the sync cost
+// exactly the model's, not the model's plus this machine's.
+type pebbleDiskFS struct {
+	pvfs.FS
+	clock *diskClock
+}
+
+func newPebbleDiskFS(m DiskModel) pvfs.FS {
+	return &pebbleDiskFS{FS: pvfs.Default, clock: &diskClock{m: m, epoch: time.Now()}}
+}
+
+func (fs *pebbleDiskFS) wrap(f pvfs.File, err error) (pvfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &pebbleDiskFile{File: f, clock: fs.clock}, nil
+}
+
+func (fs *pebbleDiskFS) Create(name string, c pvfs.DiskWriteCategory) (pvfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, c))
+}
+
+func (fs *pebbleDiskFS) Open(name string, opts ...pvfs.OpenOption) (pvfs.File, error) {
+	return fs.wrap(fs.FS.Open(name, opts...))
+}
+
+func (fs *pebbleDiskFS) OpenReadWrite(name string, c pvfs.DiskWriteCategory, opts ...pvfs.OpenOption) (pvfs.File, error) {
+	return fs.wrap(fs.FS.OpenReadWrite(name, c, opts...))
+}
+
+func (fs *pebbleDiskFS) OpenDir(name string) (pvfs.File, error) {
+	return fs.wrap(fs.FS.OpenDir(name))
+}
+
+func (fs *pebbleDiskFS) ReuseForWrite(oldname, newname string, c pvfs.DiskWriteCategory) (pvfs.File, error) {
+	return fs.wrap(fs.FS.ReuseForWrite(oldname, newname, c))
+}
+
+type pebbleDiskFile struct {
+	pvfs.File
+	clock *diskClock
+}
+
+func (f *pebbleDiskFile) Sync() error     { f.clock.wait(); return nil }
+func (f *pebbleDiskFile) SyncData() error { f.clock.wait(); return nil }
+
+// SyncTo is pebble's asynchronous write-back hint (sync_file_range on
+// Linux) while an sstable is written; it promises nothing, so the model
+// leaves it to the real file.

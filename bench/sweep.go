@@ -1,0 +1,547 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrBadSweep is returned for a --sweep that names an unknown knob or gives
+// a value the knob does not take.
+var ErrBadSweep = errors.New("bench: bad sweep")
+
+// Axis is one --sweep: a knob and the values it takes, in the order given.
+type Axis struct {
+	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation
+	Values []string
+}
+
+// ParseAxis reads "NAME=V1,V2,...". Dashes in NAME are read as
+// underscores (wal-flusher is wal_flusher). Only the first '=' separates,
+// so "target=engine,postgres=URL" works for URLs without commas. Values are
+// checked when the sweep starts, not here. Errors wrap ErrBadSweep.
+func ParseAxis(s string) (Axis, error) {
+	name, vals, ok := strings.Cut(s, "=")
+	name = strings.ReplaceAll(strings.TrimSpace(name), "-", "_")
+	if !ok || vals == "" {
+		return Axis{}, fmt.Errorf("%w: %q: want NAME=V1,V2,...", ErrBadSweep, s)
+	}
+	if _, known := knobs[name]; !known {
+		return Axis{}, fmt.Errorf("%w: unknown knob %q (want one of %s)", ErrBadSweep, name, knobNames)
+	}
+	a := Axis{Name: name}
+	for v := range strings.SplitSeq(vals, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			return Axis{}, fmt.Errorf("%w: %q: empty value", ErrBadSweep, s)
+		}
+		a.Values = append(a.Values, v)
+	}
+	return a, nil
+}
+
+const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation"
+
+// knobs set one Config field from a sweep value.
+var knobs = map[string]func(c *Config, v string) error{
+	"clients": func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("want a number of clients >= 1")
+		}
+		c.Clients = n
+		c.Threads = min(c.Threads, n)
+		return nil
+	},
+	"commit_delay": func(c *Config, v string) error {
+		n, err := ParseCommitDelay(v)
+		c.Options.CommitDelay = n
+		return err
+	},
+	"commit_siblings": func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1000 {
+			return fmt.Errorf("want 0..1000")
+		}
+		c.Options.CommitSiblings = n
+		return nil
+	},
+	"wal_flusher": func(c *Config, v string) error {
+		switch v {
+		case "serial", "pipelined", "none":
+			c.Options.WALFlusher = v
+			return nil
+		}
+		return fmt.Errorf("want serial, pipelined or none")
+	},
+	"synchronous_commit": func(c *Config, v string) error {
+		on, err := ParseOnOff(v)
+		c.Options.SynchronousCommit = on
+		return err
+	},
+	"target": func(c *Config, v string) error {
+		if v != "engine" && v != "pebble" && !strings.HasPrefix(v, "postgres=") {
+			return fmt.Errorf("want engine, pebble or postgres=URL")
+		}
+		c.Target = v
+		return nil
+	},
+	"fsync_latency": func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a duration such as 4ms")
+		}
+		c.Options.Disk.FsyncLatency = d
+		return nil
+	},
+	"disk_rotation": func(c *Config, v string) error {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 || math.IsInf(r, 0) || math.IsNaN(r) {
+			return fmt.Errorf("want rotations per second >= 0")
+		}
+		c.Options.Disk.RotationsPerSec = r
+		return nil
+	},
+}
+
+// CommitDelayAuto is the TargetOptions.CommitDelay value for
+// commit_delay=auto, the engine's adaptive delay (engine.CommitDelayAuto).
+const CommitDelayAuto = -1
+
+// ParseCommitDelay reads commit_delay: microseconds 0..100000, or "auto"
+// (CommitDelayAuto).
+func ParseCommitDelay(v string) (int, error) {
+	if v == "auto" {
+		return CommitDelayAuto, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 100000 {
+		return 0, fmt.Errorf("want 0..100000 microseconds or auto")
+	}
+	return n, nil
+}
+
+// ParseOnOff reads a PostgreSQL boolean setting: on/off, true/false,
+// yes/no, 1/0.
+func ParseOnOff(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "on", "true", "1", "yes":
+		return true, nil
+	case "off", "false", "0", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("want on or off")
+}
+
+// SweepTable is a finished (or interrupted) sweep, what WriteSweepTable
+// prints and WritePlot draws.
+type SweepTable struct {
+	// Title is the line above the table: workload, scale, run length, disk.
+	Title string
+	// Axes are the swept knob names in column order: the others in the
+	// order given, then clients, which varies fastest so that each group of
+	// rows reads like one of the seed tables.
+	Axes []string
+	Rows []SweepRow
+	// Notes are printed under the table (invariant checks, aborts).
+	Notes []string
+}
+
+// SweepRow is one cell of the sweep.
+type SweepRow struct {
+	// Values are the cell's knob values, parallel to SweepTable.Axes.
+	Values []string
+	// Clients is the cell's client count.
+	Clients int
+	// Calc is the optimum tps under the disk model (clients x the model's
+	// sync rate); 0 when there is no model or it does not apply (a
+	// PostgreSQL server, synchronous commit off).
+	Calc float64
+	// Runs are the --repeat results, in order.
+	Runs []*Results
+}
+
+// TPS returns the mean and sample standard deviation of the runs' tps (0
+// stddev for a single run).
+func (r *SweepRow) TPS() (mean, stddev float64) {
+	n := float64(len(r.Runs))
+	if n == 0 {
+		return 0, 0
+	}
+	for _, x := range r.Runs {
+		mean += x.TPS
+	}
+	mean /= n
+	if n < 2 {
+		return mean, 0
+	}
+	var ss float64
+	for _, x := range r.Runs {
+		ss += (x.TPS - mean) * (x.TPS - mean)
+	}
+	return mean, math.Sqrt(ss / (n - 1))
+}
+
+// syncs returns WAL syncs per second and commits per sync over all runs,
+// ok false when the target does not count syncs.
+func (r *SweepRow) syncs() (perSec, commitsPerSync float64, ok bool) {
+	var syncs, commits uint64
+	var el time.Duration
+	for _, x := range r.Runs {
+		if x.Commit == nil {
+			return 0, 0, false
+		}
+		syncs += x.Commit.WALSyncs
+		commits += x.Commit.Commits
+		el += x.Elapsed
+	}
+	if len(r.Runs) == 0 || el <= 0 {
+		return 0, 0, false
+	}
+	perSec = float64(syncs) / el.Seconds()
+	if syncs > 0 {
+		commitsPerSync = float64(commits) / float64(syncs)
+	}
+	return perSec, commitsPerSync, true
+}
+
+// WriteSweepTable prints t as a markdown table in the seed threads' form:
+// the knob columns, tps (with ± the standard deviation when cells ran more
+// than once), calc and ratio = tps / calc, WAL syncs per second and commits
+// per sync. Empty cells mean "does not apply". Only write errors are
+// returned.
+func WriteSweepTable(w io.Writer, t *SweepTable) error {
+	ew := &errWriter{w: w}
+	repeat := false
+	for _, r := range t.Rows {
+		repeat = repeat || len(r.Runs) > 1
+	}
+	if t.Title != "" {
+		ew.printf("%s\n\n", t.Title)
+	}
+	cols := append([]string{}, t.Axes...)
+	cols = append(cols, "tps")
+	if repeat {
+		cols = append(cols, "±")
+	}
+	cols = append(cols, "calc", "ratio", "syncs/s", "commits/sync")
+	ew.printf("| %s |\n", strings.Join(cols, " | "))
+	ew.printf("|%s\n", strings.Repeat(" --- |", len(cols)))
+	for _, r := range t.Rows {
+		cells := append([]string{}, r.Values...)
+		mean, sd := r.TPS()
+		if len(r.Runs) == 0 {
+			cells = append(cells, "")
+		} else {
+			cells = append(cells, fmt.Sprintf("%.1f", mean))
+		}
+		if repeat {
+			if len(r.Runs) > 1 {
+				cells = append(cells, fmt.Sprintf("%.1f", sd))
+			} else {
+				cells = append(cells, "")
+			}
+		}
+		if r.Calc > 0 {
+			cells = append(cells, strconv.FormatFloat(r.Calc, 'f', -1, 64))
+			if len(r.Runs) > 0 {
+				cells = append(cells, fmt.Sprintf("%.0f%%", 100*mean/r.Calc))
+			} else {
+				cells = append(cells, "")
+			}
+		} else {
+			cells = append(cells, "", "")
+		}
+		if ps, cps, ok := r.syncs(); ok {
+			cells = append(cells, fmt.Sprintf("%.1f", ps), fmt.Sprintf("%.2f", cps))
+		} else {
+			cells = append(cells, "", "")
+		}
+		ew.printf("| %s |\n", strings.Join(cells, " | "))
+	}
+	if len(t.Notes) > 0 {
+		ew.printf("\n")
+		for _, n := range t.Notes {
+			ew.printf("%s\n", n)
+		}
+	}
+	return ew.err
+}
+
+// sweepCell is one point of the cross product with its configuration.
+type sweepCell struct {
+	cfg    Config
+	values []string
+	dir    string
+}
+
+// sweep runs every cell of cfg.Sweep's cross product cfg.Repeat times and
+// prints the table (and writes the plot). Data is loaded once per target
+// and reused by every cell, as pgbench runs reuse one initialized database;
+// each cell reopens the target with its own knobs.
+func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
+	repeat := max(cfg.Repeat, 1)
+	// Clients last, so it varies fastest.
+	var axes []Axis
+	var clients *Axis
+	for i, a := range cfg.Sweep {
+		if a.Name == "clients" {
+			clients = &cfg.Sweep[i]
+			continue
+		}
+		axes = append(axes, a)
+	}
+	if clients != nil {
+		axes = append(axes, *clients)
+	}
+	names := make([]string, len(axes))
+	for i, a := range axes {
+		names[i] = a.Name
+		for _, v := range a.Values {
+			c := cfg
+			if err := knobs[a.Name](&c, v); err != nil {
+				return fmt.Errorf("%w: %s=%s: %v", ErrBadSweep, a.Name, v, err)
+			}
+		}
+	}
+	if cfg.Plot != "" {
+		if _, err := plotX(names, func(i int) []string { return axes[i].Values }); err != nil {
+			return err
+		}
+	}
+
+	// The cross product, first axis outermost.
+	cells := []sweepCell{{cfg: cfg}}
+	for _, a := range axes {
+		var next []sweepCell
+		for _, c := range cells {
+			for _, v := range a.Values {
+				n := sweepCell{cfg: c.cfg, values: append(append([]string{}, c.values...), v)}
+				knobs[a.Name](&n.cfg, v) // validated above
+				next = append(next, n)
+			}
+		}
+		cells = next
+	}
+
+	// One data directory (or database) per target.
+	var targets []string
+	dirs := map[string]string{}
+	for _, c := range cells {
+		if _, ok := dirs[c.cfg.Target]; !ok {
+			targets = append(targets, c.cfg.Target)
+			dirs[c.cfg.Target] = cfg.Dir
+		}
+	}
+	if len(targets) > 1 {
+		for _, t := range targets {
+			if !strings.HasPrefix(t, "postgres=") {
+				dirs[t] = filepath.Join(cfg.Dir, t)
+			}
+		}
+	}
+	scales := map[string]int{}
+	for _, name := range targets {
+		s, err := prepare(ctx, cfg, name, dirs[name], log)
+		if err != nil {
+			return err
+		}
+		scales[name] = s
+	}
+
+	table := &SweepTable{Title: sweepTitle(cfg, repeat), Axes: names}
+	var aborted bool
+	for i := range cells {
+		if ctx.Err() != nil {
+			break
+		}
+		c := &cells[i]
+		row := SweepRow{Values: c.values, Clients: c.cfg.Clients}
+		if _, server := targetKind(c.cfg.Target); !server && c.cfg.Options.SynchronousCommit {
+			row.Calc = float64(c.cfg.Clients) * c.cfg.Options.Disk.SyncRate()
+		}
+		runs, err := runCell(ctx, c.cfg, dirs[c.cfg.Target], scales[c.cfg.Target], repeat, label(names, c.values), log)
+		row.Runs = runs
+		table.Rows = append(table.Rows, row)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			aborted = aborted || r.Aborted > 0
+		}
+	}
+	if ctx.Err() != nil {
+		table.Notes = append(table.Notes, "interrupted: the sweep stopped early")
+	}
+
+	// The invariant, once per target after all its runs.
+	violated := false
+	for _, name := range targets {
+		inv, err := checkTarget(context.WithoutCancel(ctx), cfg, name, dirs[name])
+		if err != nil {
+			return err
+		}
+		kind, _ := targetKind(name)
+		word := "ok"
+		if !inv.OK {
+			word, violated = "VIOLATED", true
+		}
+		s := inv.Sums
+		table.Notes = append(table.Notes, fmt.Sprintf("invariant (%s): %s (accounts=%d, tellers=%d, branches=%d, history=%d)",
+			kind, word, s.Accounts, s.Tellers, s.Branches, s.History))
+	}
+	if aborted {
+		table.Notes = append(table.Notes, "some runs had aborted clients; see the log")
+	}
+	if err := WriteSweepTable(out, table); err != nil {
+		return err
+	}
+	if cfg.Plot != "" {
+		if err := WritePlot(cfg.Plot, table); err != nil {
+			return err
+		}
+	}
+	switch {
+	case aborted:
+		return ErrAborted
+	case violated:
+		return ErrInvariantViolated
+	}
+	return nil
+}
+
+// targetKind returns a target spec's kind ("postgres" for "postgres=URL")
+// and whether it is a server, to which disk models and calc do not apply.
+func targetKind(spec string) (string, bool) {
+	if strings.HasPrefix(spec, "postgres=") {
+		return "postgres", true
+	}
+	return spec, false
+}
+
+func label(names, values []string) string {
+	parts := make([]string, len(names))
+	for i := range names {
+		v := values[i]
+		if names[i] == "target" {
+			v, _ = targetKind(v)
+		}
+		parts[i] = names[i] + "=" + v
+	}
+	return strings.Join(parts, " ")
+}
+
+func sweepTitle(cfg Config, repeat int) string {
+	length := fmt.Sprintf("%d transactions per client", cfg.Transactions)
+	if cfg.Duration > 0 {
+		length = fmt.Sprintf("%v per run", cfg.Duration)
+	}
+	runs := "1 run per cell"
+	if repeat > 1 {
+		runs = fmt.Sprintf("%d runs per cell, mean ± sample stddev", repeat)
+	}
+	return fmt.Sprintf("%s, scale %d, %s, %s, disk: %s", cfg.Workload.Builtin(), cfg.Scale, length, runs, cfg.Options.Disk)
+}
+
+// loadOptions are the options for loading and checking: the base knobs
+// without the disk model, which would only make the load slow.
+func loadOptions(cfg Config) TargetOptions {
+	o := cfg.Options
+	o.Disk = DiskModel{}
+	if o.CommitDelay < 0 {
+		o.CommitDelay = 0
+	}
+	return o
+}
+
+// prepare loads the target if it is empty and returns its scale.
+func prepare(ctx context.Context, cfg Config, name, dir string, log io.Writer) (int, error) {
+	t, err := OpenTarget(name, dir, loadOptions(cfg))
+	if err != nil {
+		return 0, err
+	}
+	scale, err := loadIfEmpty(ctx, cfg, t, log)
+	if cerr := t.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return scale, err
+}
+
+func loadIfEmpty(ctx context.Context, cfg Config, t Target, log io.Writer) (int, error) {
+	scale, err := t.DetectScale(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bench: detect scale of %s: %w", t.Name(), err)
+	}
+	switch {
+	case scale == 0:
+		fmt.Fprintf(log, "loading %s at scale %d\n", t.Name(), cfg.Scale)
+		if err := Load(ctx, t, cfg.Scale, cfg.Accounts, log); err != nil {
+			return 0, err
+		}
+		scale = cfg.Scale
+	case cfg.ScaleSet && cfg.Scale != scale:
+		fmt.Fprintf(log, "%s: scale option ignored, using count from branches (%d)\n", t.Name(), scale)
+	}
+	return scale, nil
+}
+
+// runCell opens the target with the cell's knobs and runs it repeat times.
+func runCell(ctx context.Context, cfg Config, dir string, scale, repeat int, label string, log io.Writer) (runs []*Results, err error) {
+	t, err := OpenTarget(cfg.Target, dir, cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := t.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench: close %s: %w", label, cerr)
+		}
+	}()
+	for i := range repeat {
+		if ctx.Err() != nil {
+			break
+		}
+		seed := cfg.Seed
+		if seed != 0 {
+			seed += uint64(i)
+		}
+		r, err := Run(ctx, t, RunConfig{
+			Workload: cfg.Workload, Scale: scale, Accounts: cfg.Accounts,
+			Clients: cfg.Clients, Threads: cfg.Threads, Transactions: cfg.Transactions,
+			Duration: cfg.Duration, Progress: cfg.Progress, Seed: seed, Log: log,
+		})
+		if err != nil {
+			return runs, err
+		}
+		runs = append(runs, r)
+		line := fmt.Sprintf("%s run %d/%d: tps %.1f, latency %.3f ms", label, i+1, repeat, r.TPS, r.LatencyAvg)
+		if c := r.Commit; c != nil && c.WALSyncs > 0 {
+			line += fmt.Sprintf(", %d WAL syncs (%.2f commits per sync)", c.WALSyncs, float64(c.Commits)/float64(c.WALSyncs))
+		}
+		if r.Failed > 0 || r.Aborted > 0 {
+			line += fmt.Sprintf(", %d failed, %d clients aborted", r.Failed, r.Aborted)
+		}
+		fmt.Fprintln(log, line)
+	}
+	return runs, nil
+}
+
+// checkTarget reads the target's sums after the sweep.
+func checkTarget(ctx context.Context, cfg Config, name, dir string) (*Invariant, error) {
+	t, err := OpenTarget(name, dir, loadOptions(cfg))
+	if err != nil {
+		return nil, err
+	}
+	s, err := t.Sums(ctx)
+	if cerr := t.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: invariant check of %s: %w", t.Name(), err)
+	}
+	return CheckInvariant(s), nil
+}
