@@ -186,6 +186,11 @@ type Writer struct {
 	pending []extent   // guarded by mu: inserted, not yet handed to a flusher
 	spare   [][]byte   // guarded by mu: emptied extent buffers for reuse
 	closing bool       // guarded by mu: Close has begun; inserts refused
+	takenTo LSN        // guarded by mu: end of what the last round took from pending
+
+	// uncovered counts the commit Flush calls in progress whose records no
+	// round has taken yet; written under mu, read by the commit delay.
+	uncovered atomic.Int64
 
 	insertLSN atomic.Uint64 // pos, for readers that do not take mu
 	flushed   atomic.Uint64 // everything below is durable
@@ -453,6 +458,13 @@ func (w *Writer) appendLocked(seg, lsn LSN, typ RecordType, flags uint8, xid uin
 func (w *Writer) Flush(upTo LSN) error {
 	w.c.flushRequests.Add(1)
 	t0 := time.Now()
+	if LSN(w.flushed.Load()) < upTo {
+		w.mu.Lock()
+		if upTo > w.takenTo {
+			w.uncovered.Add(1)
+		}
+		w.mu.Unlock()
+	}
 	err := w.flush(upTo, true)
 	w.c.commitWaitNanos.Add(uint64(time.Since(t0)))
 	if err == nil {
@@ -527,11 +539,7 @@ func (w *Writer) lead(commit bool) error {
 	if commit {
 		w.commitDelayWait()
 	}
-	w.mu.Lock()
-	exts := w.pending
-	w.pending = nil
-	target := w.pos
-	w.mu.Unlock()
+	exts, target := w.take()
 
 	w.c.flushes.Add(1)
 	err := w.writeAndSync(exts)
@@ -543,6 +551,18 @@ func (w *Writer) lead(commit bool) error {
 	}
 	w.recycle(exts)
 	return err
+}
+
+// take hands every pending extent, and the insert position they end at, to
+// the caller's round.
+func (w *Writer) take() ([]extent, LSN) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	exts := w.pending
+	w.pending = nil
+	w.takenTo = w.pos
+	w.uncovered.Store(0)
+	return exts, w.pos
 }
 
 // recycle keeps written extent buffers for reuse by Insert.
@@ -626,11 +646,7 @@ func (w *Writer) issue(commit bool) error {
 	if commit {
 		w.commitDelayWait()
 	}
-	w.mu.Lock()
-	exts := w.pending
-	w.pending = nil
-	target := w.pos
-	w.mu.Unlock()
+	exts, target := w.take()
 	w.c.flushes.Add(1)
 	defer w.recycle(exts)
 
@@ -755,8 +771,9 @@ func (w *Writer) commitDelayWait() {
 }
 
 // waitSiblings waits up to d, checking the clock between yields, until
-// others transactions are waiting on the flusher, or (when stall > 0) the
-// insert position has not moved for stall.
+// the commit records of others other transactions (and the caller's own)
+// are waiting for this round, or (when stall > 0) the insert position has
+// not moved for stall.
 func (w *Writer) waitSiblings(d time.Duration, others int64, stall time.Duration) {
 	start := w.now()
 	deadline := start.Add(d)
@@ -766,7 +783,7 @@ func (w *Writer) waitSiblings(d time.Duration, others int64, stall time.Duration
 		if !now.Before(deadline) {
 			return
 		}
-		if others > 0 && w.waiters.Load() >= others {
+		if others > 0 && w.uncovered.Load() > others {
 			return
 		}
 		if stall > 0 {
