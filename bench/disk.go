@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	pvfs "github.com/cockroachdb/pebble/v2/vfs"
@@ -57,10 +58,12 @@ func (m DiskModel) SyncRate() float64 {
 type diskClock struct {
 	m     DiskModel
 	epoch time.Time
+	syncs atomic.Uint64 // syncs waited for, for tests
 }
 
 // wait sleeps as long as a sync issued now takes under the model.
 func (c *diskClock) wait() {
+	c.syncs.Add(1)
 	time.Sleep(c.delay(time.Since(c.epoch)))
 }
 
@@ -89,7 +92,7 @@ type pebbleDiskFS struct {
 	clock *diskClock
 }
 
-func newPebbleDiskFS(m DiskModel) pvfs.FS {
+func newPebbleDiskFS(m DiskModel) *pebbleDiskFS {
 	return &pebbleDiskFS{FS: pvfs.Default, clock: &diskClock{m: m, epoch: time.Now()}}
 }
 

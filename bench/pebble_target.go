@@ -24,6 +24,7 @@ type pebbleTarget struct {
 	db    *pebble.DB
 	cache interface{ Unref() }
 	wo    *pebble.WriteOptions // pebble.Sync, or pebble.NoSync with synchronous commit off
+	disk  *diskClock           // the disk model's clock; nil on the real disk
 
 	// stripes[i] guards every key whose stripe(key) == i for the duration of
 	// a writing transaction. Always acquired in increasing index order.
@@ -37,8 +38,10 @@ func openPebble(dir string, o TargetOptions) (*pebbleTarget, error) {
 	}
 	cache := pebble.NewCache(size)
 	po := &pebble.Options{Cache: cache, Logger: quietLogger{}}
+	var disk *diskClock
 	if !o.Disk.IsZero() {
-		po.FS = newPebbleDiskFS(o.Disk)
+		fs := newPebbleDiskFS(o.Disk)
+		po.FS, disk = fs, fs.clock
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
@@ -49,7 +52,7 @@ func openPebble(dir string, o TargetOptions) (*pebbleTarget, error) {
 	if !o.SynchronousCommit {
 		wo = pebble.NoSync
 	}
-	return &pebbleTarget{db: db, cache: cache, wo: wo}, nil
+	return &pebbleTarget{db: db, cache: cache, wo: wo, disk: disk}, nil
 }
 
 func (t *pebbleTarget) Name() string { return "pebble" }

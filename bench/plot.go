@@ -88,11 +88,7 @@ func WritePlot(file string, t *SweepTable) error {
 		var parts []string
 		for i, n := range t.Axes {
 			if i != x {
-				v := r.Values[i]
-				if n == "target" {
-					v, _ = targetKind(v)
-				}
-				parts = append(parts, n+"="+v)
+				parts = append(parts, n+"="+r.Values[i])
 			}
 		}
 		name := strings.Join(parts, ", ")

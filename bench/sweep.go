@@ -258,7 +258,10 @@ func WriteSweepTable(w io.Writer, t *SweepTable) error {
 			cells = append(cells, "", "")
 		}
 		if ps, cps, ok := r.syncs(); ok {
-			cells = append(cells, fmt.Sprintf("%.1f", ps), fmt.Sprintf("%.2f", cps))
+			cells = append(cells, fmt.Sprintf("%.1f", ps), "")
+			if cps > 0 {
+				cells[len(cells)-1] = fmt.Sprintf("%.2f", cps)
+			}
 		} else {
 			cells = append(cells, "", "")
 		}
@@ -361,7 +364,7 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 			break
 		}
 		c := &cells[i]
-		row := SweepRow{Values: c.values, Clients: c.cfg.Clients}
+		row := SweepRow{Values: shown(names, c.values), Clients: c.cfg.Clients}
 		if _, server := targetKind(c.cfg.Target); !server && c.cfg.Options.SynchronousCommit {
 			row.Calc = float64(c.cfg.Clients) * c.cfg.Options.Disk.SyncRate()
 		}
@@ -424,13 +427,22 @@ func targetKind(spec string) (string, bool) {
 	return spec, false
 }
 
-func label(names, values []string) string {
-	parts := make([]string, len(names))
-	for i := range names {
-		v := values[i]
+// shown returns knob values as the table shows them: a PostgreSQL target
+// as "postgres", without its URL.
+func shown(names, values []string) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
 		if names[i] == "target" {
 			v, _ = targetKind(v)
 		}
+		out[i] = v
+	}
+	return out
+}
+
+func label(names, values []string) string {
+	parts := make([]string, len(names))
+	for i, v := range shown(names, values) {
 		parts[i] = names[i] + "=" + v
 	}
 	return strings.Join(parts, " ")

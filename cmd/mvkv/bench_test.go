@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,6 +41,17 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--shared-buffers", "12XB"},
 		{"--no-such-flag"},
 		{"extra"},
+		{"--wal-flusher", "eager"},
+		{"--commit-delay", "soon"},
+		{"--commit-delay", "100001"},
+		{"--fsync-latency", "4"},
+		{"--disk-rotation", "-250"},
+		{"--sweep", "clients"},
+		{"--sweep", "shared_buffers=1,2"},
+		{"--sweep", "clients=0,1"},
+		{"--repeat", "0"},
+		{"--plot", "tps.txt", "--sweep", "clients=1,2"},
+		{"-i", "--dir", "x", "--sweep", "clients=1,2"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
@@ -99,5 +111,26 @@ func testBenchRun(t *testing.T, target string) {
 				t.Errorf("%v: report lacks %q:\n%s", w, want, out.String())
 			}
 		}
+	}
+
+	// A sweep on the loaded directory under a simulated disk, with a plot.
+	out.Reset()
+	errb.Reset()
+	plot := filepath.Join(t.TempDir(), "tps.svg")
+	args := []string{"bench", "--target=" + target, "--dir=" + dir, "--shared-buffers=16MB", "-N", "-t", "10",
+		"--fsync-latency=1ms", "--sweep", "clients=1,2", "--sweep=synchronous-commit=on", "--repeat=2", "--plot", plot}
+	if target == "engine" {
+		args = append(args, "--wal-flusher=serial", "--commit-delay=0")
+	}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("sweep: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"| synchronous_commit | clients | tps | ± | calc | ratio | syncs/s | commits/sync |\n", "| on | 2 | ", " | 2000 | ", "invariant (" + target + "): ok"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("sweep output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if fi, err := os.Stat(plot); err != nil || fi.Size() == 0 {
+		t.Errorf("plot: %v", err)
 	}
 }

@@ -1,0 +1,293 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseAxis(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Axis
+		ok   bool
+	}{
+		{"clients=1,2,4", Axis{"clients", []string{"1", "2", "4"}}, true},
+		{"wal-flusher=serial, pipelined", Axis{"wal_flusher", []string{"serial", "pipelined"}}, true},
+		{"target=engine,postgres=postgres://u@/db?host=/tmp", Axis{"target", []string{"engine", "postgres=postgres://u@/db?host=/tmp"}}, true},
+		{"commit_delay=0,auto", Axis{"commit_delay", []string{"0", "auto"}}, true},
+		{"clients", Axis{}, false},
+		{"clients=", Axis{}, false},
+		{"clients=1,,2", Axis{}, false},
+		{"shared_buffers=1,2", Axis{}, false},
+	} {
+		got, err := ParseAxis(tc.in)
+		if (err == nil) != tc.ok {
+			t.Errorf("ParseAxis(%q) error %v, want ok=%v", tc.in, err, tc.ok)
+			continue
+		}
+		if !tc.ok {
+			if !errors.Is(err, ErrBadSweep) {
+				t.Errorf("ParseAxis(%q) error %v does not wrap ErrBadSweep", tc.in, err)
+			}
+			continue
+		}
+		if got.Name != tc.want.Name || strings.Join(got.Values, "|") != strings.Join(tc.want.Values, "|") {
+			t.Errorf("ParseAxis(%q) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestSweepBadValue: a value a knob does not take stops the sweep before
+// anything is loaded.
+func TestSweepBadValue(t *testing.T) {
+	for _, s := range []string{"clients=1,0", "commit_delay=5,soon", "wal_flusher=serial,eager", "synchronous_commit=maybe", "target=engine,mysql", "fsync_latency=3", "disk_rotation=-1"} {
+		a, err := ParseAxis(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		err = Main(context.Background(), Config{Target: "engine", Dir: dir, Scale: 1, Clients: 1, Transactions: 1, Sweep: []Axis{a}}, &bytes.Buffer{}, &bytes.Buffer{})
+		if !errors.Is(err, ErrBadSweep) {
+			t.Errorf("%s: err = %v, want ErrBadSweep", s, err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%s: the sweep created %d entries before failing", s, len(ents))
+		}
+	}
+}
+
+func TestDiskModel(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		m       DiskModel
+		elapsed time.Duration
+		want    time.Duration
+	}{
+		{DiskModel{FsyncLatency: 4 * ms}, 0, 4 * ms},
+		{DiskModel{FsyncLatency: 4 * ms}, 123 * ms, 4 * ms},
+		// 250 rotations/s: boundaries every 4 ms.
+		{DiskModel{RotationsPerSec: 250}, 0, 4 * ms},
+		{DiskModel{RotationsPerSec: 250}, 1 * ms, 3 * ms},
+		{DiskModel{RotationsPerSec: 250}, 3999 * time.Microsecond, time.Microsecond},
+		{DiskModel{RotationsPerSec: 250}, 4 * ms, 4 * ms},
+		{DiskModel{RotationsPerSec: 250}, 9 * ms, 3 * ms},
+		// Latency first, then the rest of that rotation.
+		{DiskModel{FsyncLatency: 5 * ms, RotationsPerSec: 250}, 1 * ms, 7 * ms},
+	} {
+		c := diskClock{m: tc.m}
+		if got := c.delay(tc.elapsed); got != tc.want {
+			t.Errorf("%v: delay at %v = %v, want %v", tc.m, tc.elapsed, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		m    DiskModel
+		rate float64
+		s    string
+	}{
+		{DiskModel{}, 0, "real disk"},
+		{DiskModel{FsyncLatency: 4 * ms}, 250, "fsync 4ms"},
+		{DiskModel{RotationsPerSec: 120}, 120, "120 rotations/s"},
+	} {
+		if got := tc.m.SyncRate(); got != tc.rate {
+			t.Errorf("%v.SyncRate() = %v, want %v", tc.m, got, tc.rate)
+		}
+		if got := tc.m.String(); got != tc.s {
+			t.Errorf("String() = %q, want %q", got, tc.s)
+		}
+	}
+}
+
+func TestSweepTableGolden(t *testing.T) {
+	run := func(tps float64, commits, syncs uint64) *Results {
+		return &Results{TPS: tps, Elapsed: 5 * time.Second, Commit: &CommitStats{Commits: commits, WALSyncs: syncs}}
+	}
+	for _, tc := range []struct {
+		name string
+		t    SweepTable
+	}{
+		{"sweep_clients_flusher", SweepTable{
+			Title: "simple-update, scale 10, 5s per run, 2 runs per cell, mean ± sample stddev, disk: 250 rotations/s",
+			Axes:  []string{"wal_flusher", "clients"},
+			Rows: []SweepRow{
+				{Values: []string{"serial", "1"}, Clients: 1, Calc: 250, Runs: []*Results{run(221, 1105, 1105), run(223, 1115, 1115)}},
+				{Values: []string{"serial", "2"}, Clients: 2, Calc: 500, Runs: []*Results{run(250, 1250, 1250), run(246, 1230, 1230)}},
+				{Values: []string{"serial", "48"}, Clients: 48, Calc: 12000, Runs: []*Results{run(6000, 30000, 1250)}},
+				{Values: []string{"pipelined", "1"}, Clients: 1, Calc: 250, Runs: []*Results{run(240, 1200, 1200), run(244, 1220, 1220)}},
+				// Interrupted before this cell ran.
+				{Values: []string{"pipelined", "2"}, Clients: 2, Calc: 500},
+			},
+			Notes: []string{"invariant (engine): ok (accounts=1, tellers=0, branches=0, history=1)"},
+		}},
+		{"sweep_targets_real_disk", SweepTable{
+			Title: "tpcb-like, scale 1, 10 transactions per client, 1 run per cell, disk: real disk",
+			Axes:  []string{"target", "clients"},
+			Rows: []SweepRow{
+				{Values: []string{"engine", "8"}, Clients: 8, Runs: []*Results{run(5000.04, 25000, 5000)}},
+				{Values: []string{"postgres", "8"}, Clients: 8, Runs: []*Results{{TPS: 1500.26, Elapsed: time.Second}}},
+				{Values: []string{"pebble", "8"}, Clients: 8, Runs: []*Results{run(3000, 15000, 0)}},
+			},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := WriteSweepTable(&buf, &tc.t); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *updateGolden {
+				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf.Bytes(), want) {
+				t.Errorf("table differs from %s:\ngot:\n%s\nwant:\n%s", path, buf.Bytes(), want)
+			}
+		})
+	}
+}
+
+// TestSweepEngine runs a real two-cell sweep under a 2 ms disk, twice on one
+// directory: the second sweep must reuse the data and may repeat cells.
+func TestSweepEngine(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clients, err := ParseAxis("clients=1,2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	png := filepath.Join(t.TempDir(), "sweep.png")
+	cfg := Config{
+		Target: "engine", Dir: dir, Scale: 1, Accounts: testAccounts, Workload: SimpleUpdate,
+		Clients: 1, Threads: 1, Transactions: 20, Seed: 7,
+		Options: TargetOptions{SynchronousCommit: true, CommitSiblings: 5, Disk: DiskModel{FsyncLatency: 2 * time.Millisecond}},
+		Sweep:   []Axis{clients}, Plot: png,
+	}
+	var out, log bytes.Buffer
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("sweep: %v\nlog:\n%s", err, log.String())
+	}
+	rows := tableRows(t, out.String())
+	if len(rows) != 2 || rows[0][0] != "1" || rows[1][0] != "2" {
+		t.Fatalf("rows %q, want clients 1 and 2:\n%s", rows, out.String())
+	}
+	// calc is clients / 2 ms; syncs and commits per sync are counted.
+	if rows[0][2] != "500" || rows[1][2] != "1000" || rows[0][4] == "" || rows[1][5] == "" {
+		t.Errorf("calc or sync columns wrong:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "invariant (engine): ok") || !strings.Contains(log.String(), "generating data") {
+		t.Errorf("no invariant line or no load:\nout:\n%s\nlog:\n%s", out.String(), log.String())
+	}
+	if fi, err := os.Stat(png); err != nil || fi.Size() == 0 {
+		t.Errorf("plot: %v", err)
+	}
+
+	out.Reset()
+	log.Reset()
+	cfg.Repeat = 2
+	cfg.Sweep = []Axis{{Name: "wal_flusher", Values: []string{"serial", "none"}}}
+	cfg.Plot = ""
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("second sweep: %v\nlog:\n%s", err, log.String())
+	}
+	if strings.Contains(log.String(), "generating data") {
+		t.Errorf("second sweep loaded again:\n%s", log.String())
+	}
+	rows = tableRows(t, out.String())
+	if len(rows) != 2 || rows[0][0] != "serial" || rows[1][0] != "none" || len(rows[0]) != 7 {
+		t.Fatalf("rows %q, want serial and none with a stddev column:\n%s", rows, out.String())
+	}
+	if n := strings.Count(log.String(), " run "); n != 4 {
+		t.Errorf("%d runs logged, want 2 cells x 2:\n%s", n, log.String())
+	}
+}
+
+// TestSweepTargets sweeps the two embedded targets under a disk model:
+// each gets its own subdirectory, and pebble's syncs go through the model.
+func TestSweepTargets(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	svg := filepath.Join(t.TempDir(), "sweep.svg")
+	cfg := Config{
+		Target: "engine", Dir: dir, Scale: 1, Accounts: testAccounts, Workload: TPCB,
+		Clients: 2, Threads: 1, Transactions: 10,
+		Options: TargetOptions{SynchronousCommit: true, Disk: DiskModel{RotationsPerSec: 1000}},
+		Sweep:   []Axis{{Name: "target", Values: []string{"engine", "pebble"}}, {Name: "clients", Values: []string{"2", "3"}}},
+		Plot:    svg,
+	}
+	var out, log bytes.Buffer
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("sweep: %v\nlog:\n%s", err, log.String())
+	}
+	rows := tableRows(t, out.String())
+	if len(rows) != 4 || rows[2][0] != "pebble" || rows[3][1] != "3" || rows[3][3] != "3000" {
+		t.Fatalf("rows %q:\n%s", rows, out.String())
+	}
+	for _, sub := range []string{"engine", "pebble"} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); err != nil {
+			t.Errorf("no subdirectory for %s: %v", sub, err)
+		}
+	}
+	for _, want := range []string{"invariant (engine): ok", "invariant (pebble): ok"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q:\n%s", want, out.String())
+		}
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("plot is not an svg: %v", err)
+	}
+}
+
+// TestPebbleDiskModel: pebble's WAL syncs go through the model's clock
+// rather than to the disk.
+func TestPebbleDiskModel(t *testing.T) {
+	ctx := context.Background()
+	tg, err := OpenTarget("pebble", t.TempDir(), TargetOptions{SynchronousCommit: true, Disk: DiskModel{FsyncLatency: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if err := Load(ctx, tg, 1, 10, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	before := tg.(*pebbleTarget).disk.syncs.Load()
+	r, err := Run(ctx, tg, RunConfig{Workload: SimpleUpdate, Scale: 1, Accounts: 10, Clients: 1, Transactions: 20, Seed: 1})
+	if err != nil || r.Processed != 20 {
+		t.Fatalf("run: %v, %+v", err, r)
+	}
+	if n := tg.(*pebbleTarget).disk.syncs.Load() - before; n < 20 {
+		t.Errorf("20 synchronous commits made %d model syncs, want at least 20", n)
+	}
+}
+
+// tableRows returns the cells of the markdown table's body rows in s.
+func tableRows(t *testing.T, s string) [][]string {
+	t.Helper()
+	var rows [][]string
+	header := true
+	for line := range strings.Lines(s) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		if header || strings.HasPrefix(line, "| ---") {
+			header = false
+			continue
+		}
+		var cells []string
+		for c := range strings.SplitSeq(strings.Trim(line, "|"), "|") {
+			cells = append(cells, strings.TrimSpace(c))
+		}
+		rows = append(rows, cells)
+	}
+	return rows
+}
