@@ -1,0 +1,389 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"mvkv/engine"
+)
+
+type contextT = context.Context
+
+// A knob is one CONFIG GET/SET parameter. Engine knobs take PostgreSQL's
+// names, server limits Redis's.
+type knob struct {
+	get func(s *Server) string
+	set func(s *Server, v string) error // nil: read-only
+}
+
+var knobs = map[string]knob{
+	"synchronous_commit": {
+		get: func(s *Server) string {
+			if engine.SynchronousCommit(s.syncCommit.Load()) == engine.SyncCommitOn {
+				return "on"
+			}
+			return "off"
+		},
+		set: func(s *Server, v string) error {
+			var sc engine.SynchronousCommit
+			switch strings.ToLower(v) {
+			case "on", "true", "yes", "1":
+				sc = engine.SyncCommitOn
+			case "off", "false", "no", "0":
+				sc = engine.SyncCommitOff
+			default:
+				return fmt.Errorf("argument must be 'on' or 'off'")
+			}
+			s.syncCommit.Store(int32(sc))
+			s.db.SetSynchronousCommit(sc)
+			return nil
+		},
+	},
+	"commit_delay": {
+		get: func(s *Server) string { return knobInt(s.commitDelay.Load()) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil {
+				err = s.db.SetCommitDelay(n)
+			}
+			if err == nil {
+				s.commitDelay.Store(int64(n))
+			}
+			return err
+		},
+	},
+	"commit_siblings": {
+		get: func(s *Server) string { return knobInt(s.commitSibs.Load()) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil {
+				err = s.db.SetCommitSiblings(n)
+			}
+			if err == nil {
+				s.commitSibs.Store(int64(n))
+			}
+			return err
+		},
+	},
+	"maxclients": {
+		get: func(s *Server) string { return strconv.FormatInt(s.maxClients.Load(), 10) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("argument must be a positive integer")
+			}
+			s.maxClients.Store(n)
+			return nil
+		},
+	},
+	"timeout": {
+		get: func(s *Server) string { return strconv.FormatInt(s.timeout.Load()/int64(time.Second), 10) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > 1<<31 {
+				return fmt.Errorf("argument must be a number of seconds")
+			}
+			s.timeout.Store(n * int64(time.Second))
+			return nil
+		},
+	},
+	"proto-max-bulk-len": limitKnob(func(l *Limits) *int64 { return &l.MaxBulkLen }, 1<<20),
+	"client-query-buffer-limit": limitKnob(func(l *Limits) *int64 { return &l.QueryBufferLimit }, 1<<20),
+	// Read-only answers clients such as redis-benchmark ask for.
+	"appendonly":  {get: func(*Server) string { return "yes" }},
+	"appendfsync": {get: func(s *Server) string { return map[bool]string{true: "always", false: "no"}[s.syncCommit.Load() == 0] }},
+	"save":        {get: func(*Server) string { return "" }},
+	"databases":   {get: func(*Server) string { return "1" }},
+}
+
+// knobInt shows a knob never set through CONFIG SET as "default": the
+// engine has no getters for it.
+func knobInt(v int64) string {
+	if v < 0 {
+		return "default"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+var limitsMu sync.Mutex // serializes CONFIG SET of the limits (copy on write)
+
+func limitKnob(field func(*Limits) *int64, minimum int64) knob {
+	return knob{
+		get: func(s *Server) string { l := s.limits(); return strconv.FormatInt(*field(&l), 10) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < minimum {
+				return fmt.Errorf("argument must be a number of bytes, at least %d", minimum)
+			}
+			limitsMu.Lock()
+			defer limitsMu.Unlock()
+			l := s.limits()
+			*field(&l) = n
+			s.lim.Store(&l)
+			return nil
+		},
+	}
+}
+
+func cmdConfig(x *execCtx, args [][]byte) error {
+	s := x.c.s
+	sub := strings.ToLower(string(args[1]))
+	switch sub {
+	case "get":
+		if len(args) < 3 {
+			x.errorf("ERR wrong number of arguments for 'config|get' command")
+			return nil
+		}
+		var pairs []string
+		for name, k := range knobs {
+			for _, p := range args[2:] {
+				if globMatch([]byte(strings.ToLower(string(p))), []byte(name)) {
+					pairs = append(pairs, name, k.get(s))
+					break
+				}
+			}
+		}
+		x.out = redcon.AppendArray(x.out, len(pairs))
+		for _, p := range pairs {
+			x.out = redcon.AppendBulkString(x.out, p)
+		}
+	case "set":
+		if len(args) < 4 || len(args)%2 != 0 {
+			x.errorf("ERR wrong number of arguments for 'config|set' command")
+			return nil
+		}
+		for i := 2; i < len(args); i += 2 {
+			name := strings.ToLower(string(args[i]))
+			k, ok := knobs[name]
+			if !ok {
+				x.errorf("ERR Unknown option or number of arguments for CONFIG SET - '%s'", trunc(args[i], 128))
+				return nil
+			}
+			if k.set == nil {
+				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - can't set immutable config", name)
+				return nil
+			}
+			if err := k.set(s, string(args[i+1])); err != nil {
+				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - %v", name, err)
+				return nil
+			}
+		}
+		x.ok()
+	case "resetstat":
+		x.ok()
+	case "rewrite":
+		x.errorf("ERR The server is running without a config file")
+	default:
+		x.errorf("ERR unknown subcommand '%s'. Try CONFIG HELP.", trunc(args[1], 128))
+	}
+	return nil
+}
+
+func cmdInfo(x *execCtx, args [][]byte) error {
+	x.out = redcon.AppendBulkString(x.out, x.c.s.info(args[1:]))
+	return nil
+}
+
+// info renders INFO's sections: server, clients, persistence, stats, and
+// mvkv (WAL, group commit, CLOG, buffer pool, checkpoints).
+func (s *Server) info(want [][]byte) string {
+	sel := map[string]bool{}
+	for _, w := range want {
+		sel[strings.ToLower(string(w))] = true
+	}
+	all := len(sel) == 0 || sel["all"] || sel["everything"] || sel["default"]
+	var b strings.Builder
+	section := func(name string, lines ...string) {
+		if !all && !sel[name] {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		fmt.Fprintf(&b, "# %s%s\r\n", strings.ToUpper(name[:1]), name[1:])
+		for _, l := range lines {
+			b.WriteString(l)
+			b.WriteString("\r\n")
+		}
+	}
+	up := time.Since(s.start)
+	st := s.db.Stats()
+	rec := s.db.Recovery()
+	perSync := 0.0
+	if st.WALSyncs > 0 {
+		perSync = float64(st.Commits) / float64(st.WALSyncs)
+	}
+	avgSync := 0.0
+	if st.WALSyncs > 0 {
+		avgSync = float64(st.WALSyncNanos) / float64(st.WALSyncs) / 1e3
+	}
+	section("server",
+		"redis_version:"+redisVersion,
+		"redis_mode:standalone",
+		"mvkv_engine:mvkv",
+		"os:"+runtime.GOOS+" "+runtime.GOARCH,
+		"arch_bits:64",
+		"process_id:"+strconv.Itoa(os.Getpid()),
+		"tcp_port:0",
+		fmt.Sprintf("uptime_in_seconds:%d", int64(up.Seconds())),
+		fmt.Sprintf("uptime_in_days:%d", int64(up.Hours()/24)))
+	section("clients",
+		fmt.Sprintf("connected_clients:%d", s.clients.Load()),
+		fmt.Sprintf("maxclients:%d", s.maxClients.Load()),
+		"blocked_clients:0",
+		fmt.Sprintf("open_transactions:%d", s.openTxns.Load()))
+	section("persistence",
+		"loading:0",
+		"aof_enabled:1",
+		"synchronous_commit:"+knobs["synchronous_commit"].get(s),
+		fmt.Sprintf("recovery_redo_lsn:%d", rec.RedoLSN),
+		fmt.Sprintf("recovery_end_lsn:%d", rec.EndLSN),
+		fmt.Sprintf("recovery_records:%d", rec.Records),
+		fmt.Sprintf("recovery_seconds:%.3f", rec.Duration.Seconds()),
+		fmt.Sprintf("checkpoints:%d", st.Checkpoints))
+	section("stats",
+		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
+		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
+		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
+		fmt.Sprintf("durability_barriers:%d", s.barriers.Load()))
+	section("mvkv",
+		fmt.Sprintf("commits:%d", st.Commits),
+		fmt.Sprintf("aborts:%d", st.Aborts),
+		fmt.Sprintf("wal_records:%d", st.WALRecords),
+		fmt.Sprintf("wal_bytes:%d", st.WALBytes),
+		fmt.Sprintf("wal_writes:%d", st.WALWrites),
+		fmt.Sprintf("wal_syncs:%d", st.WALSyncs),
+		fmt.Sprintf("wal_flush_requests:%d", st.WALFlushRequests),
+		fmt.Sprintf("wal_sync_avg_us:%.1f", avgSync),
+		fmt.Sprintf("commits_per_sync:%.2f", perSync),
+		"commit_delay:"+knobs["commit_delay"].get(s),
+		"commit_siblings:"+knobs["commit_siblings"].get(s),
+		fmt.Sprintf("clog_lookups:%d", st.CLOGLookups),
+		fmt.Sprintf("clog_hits:%d", st.CLOGHits),
+		fmt.Sprintf("clog_misses:%d", st.CLOGMisses),
+		fmt.Sprintf("clog_page_reads:%d", st.CLOGPageReads),
+		fmt.Sprintf("clog_page_writes:%d", st.CLOGPageWrites),
+		fmt.Sprintf("buffer_hits:%d", st.BufferHits),
+		fmt.Sprintf("buffer_misses:%d", st.BufferMisses),
+		fmt.Sprintf("buffer_reads:%d", st.BufferReads),
+		fmt.Sprintf("buffer_writes:%d", st.BufferWrites),
+		fmt.Sprintf("buffer_evictions:%d", st.BufferEvictions),
+		fmt.Sprintf("index_keys:%d", st.Keys))
+	return b.String()
+}
+
+// cursorTable maps SCAN cursors to the key the scan resumes from. Redis
+// encodes its position in the cursor itself; keys ordered by bytes cannot
+// be, and clients (go-redis among them) want a number. The table keeps the
+// newest maxCursors; an older cursor gets "ERR invalid cursor".
+type cursorTable struct {
+	mu    sync.Mutex
+	next  uint64            // guarded by mu
+	m     map[uint64][]byte // guarded by mu
+	order []uint64          // guarded by mu; insertion order, for eviction
+}
+
+const maxCursors = 4096
+
+func (t *cursorTable) put(k []byte) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next++
+	id := t.next
+	t.m[id] = k
+	t.order = append(t.order, id)
+	if len(t.order) > maxCursors {
+		delete(t.m, t.order[0])
+		t.order = t.order[1:]
+	}
+	return id
+}
+
+func (t *cursorTable) get(id uint64) ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k, ok := t.m[id]
+	return k, ok
+}
+
+// globMatch is Redis's stringmatchlen: * ? [abc] [^a-z] and \ escapes.
+// It backtracks only to the last '*' (the classic greedy algorithm), so it
+// takes O(len(p) x len(s)) time whatever the pattern.
+func globMatch(p, s []byte) bool {
+	pi, si := 0, 0
+	starP, starS := -1, 0
+	for si < len(s) {
+		if pi < len(p) && p[pi] == '*' {
+			starP, starS = pi, si
+			pi++
+			continue
+		}
+		if pi < len(p) {
+			if n, ok := matchOne(p[pi:], s[si]); ok {
+				pi += n
+				si++
+				continue
+			}
+		}
+		if starP < 0 {
+			return false
+		}
+		starS++
+		pi, si = starP+1, starS
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
+}
+
+// matchOne matches c against the pattern element at the start of p and
+// returns the element's width in bytes.
+func matchOne(p []byte, c byte) (int, bool) {
+	switch p[0] {
+	case '?':
+		return 1, true
+	case '\\':
+		if len(p) >= 2 {
+			return 2, p[1] == c
+		}
+		return 1, c == '\\'
+	case '[':
+		i := 1
+		not := i < len(p) && p[i] == '^'
+		if not {
+			i++
+		}
+		match := false
+		for i < len(p) && p[i] != ']' {
+			switch {
+			case p[i] == '\\' && i+1 < len(p):
+				match = match || p[i+1] == c
+				i += 2
+			case i+2 < len(p) && p[i+1] == '-':
+				lo, hi := p[i], p[i+2]
+				if lo > hi {
+					lo, hi = hi, lo
+				}
+				match = match || (c >= lo && c <= hi)
+				i += 3
+			default:
+				match = match || p[i] == c
+				i++
+			}
+		}
+		if i < len(p) {
+			i++ // the ']'
+		}
+		return i, match != not
+	}
+	return 1, p[0] == c
+}

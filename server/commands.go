@@ -1,0 +1,887 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"mvkv/engine"
+)
+
+// Command flags.
+const (
+	flagRead     = 1 << iota // runs in a read-only engine transaction
+	flagWrite                // runs in a read-write engine transaction
+	flagNoAuth               // allowed before AUTH
+	flagNoMulti              // refused inside MULTI
+	flagMultiCtl             // MULTI, EXEC, DISCARD, WATCH, QUIT: run at once inside MULTI
+)
+
+// command is one entry of the command table. arity is Redis's: n > 0
+// exactly n arguments counting the name, n < 0 at least -n.
+type command struct {
+	name  string
+	arity int
+	flags int
+	fn    func(x *execCtx, args [][]byte) error
+}
+
+// execCtx is what a command handler works with: the connection, the
+// engine transaction (nil for commands that need none), and the reply
+// being built. A handler appends its reply to out and returns an error
+// only when the engine transaction failed (the caller rolls back and may
+// retry); command errors are replies, and set failed.
+type execCtx struct {
+	c      *conn
+	tx     *engine.Txn
+	out    []byte
+	failed bool // the reply is an error: a single command rolls back
+	inExec bool
+}
+
+func (x *execCtx) errorf(format string, a ...any) {
+	x.out = redcon.AppendError(x.out, fmt.Sprintf(format, a...))
+	x.failed = true
+}
+
+func (x *execCtx) ok() { x.out = append(x.out, "+OK\r\n"...) }
+
+func (x *execCtx) null() { x.out = append(x.out, "$-1\r\n"...) }
+
+func (x *execCtx) syntaxError() { x.errorf("ERR syntax error") }
+
+func (x *execCtx) notInteger() { x.errorf("ERR value is not an integer or out of range") }
+
+// wrote records a write of key: it bumps the key's watch version (before
+// the commit, with the row lock held) and remembers the key for a
+// durability barrier.
+func (x *execCtx) wrote(key []byte) {
+	x.c.s.watch.touch(key)
+	x.c.lastKey = append(x.c.lastKey[:0], key...)
+}
+
+// writeErr turns a write's error into a reply when it leaves the
+// transaction usable (a key or value out of bounds) and returns nil, or
+// returns the error that ended the transaction.
+func (x *execCtx) writeErr(err error) error {
+	if errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrEmptyKey) {
+		x.out = appendEngineError(x.out, err)
+		x.failed = true
+		return nil
+	}
+	return err
+}
+
+// checkKey replies with an error for a key the engine cannot store.
+func (x *execCtx) checkKey(k []byte) bool {
+	if len(k) == 0 || len(k) > engine.MaxKeySize {
+		x.out = appendEngineError(x.out, map[bool]error{true: engine.ErrEmptyKey, false: engine.ErrTooLarge}[len(k) == 0])
+		x.failed = true
+		return false
+	}
+	return true
+}
+
+// get returns key's value, nil if it has none. A key the engine cannot
+// store has none.
+func (x *execCtx) get(k []byte) ([]byte, error) {
+	if len(k) == 0 || len(k) > engine.MaxKeySize {
+		return nil, nil
+	}
+	v, err := x.tx.Get(k)
+	if errors.Is(err, engine.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, nil
+}
+
+// replyLimit bounds one reply (or one EXEC's replies) in bytes.
+const replyLimit = 512 << 20
+
+var commandTable map[string]*command
+
+func init() {
+	cmds := []*command{
+		{"ping", -1, flagNoAuth, cmdPing},
+		{"echo", 2, 0, cmdEcho},
+		{"hello", -1, flagNoAuth, cmdHello},
+		{"auth", -2, flagNoAuth, cmdAuth},
+		{"quit", -1, flagNoAuth | flagMultiCtl, ctl(func(c *conn, _ [][]byte) { c.out = append(c.out, "+OK\r\n"...); c.quit = true })},
+		{"select", 2, 0, cmdSelect},
+		{"client", -2, 0, cmdClient},
+		{"command", -1, 0, cmdCommand},
+		{"config", -2, 0, cmdConfig},
+		{"info", -1, 0, cmdInfo},
+		{"dbsize", 1, flagRead, cmdDBSize},
+		{"flushall", -1, flagWrite, cmdFlushAll},
+		{"type", 2, flagRead, cmdType},
+		{"get", 2, flagRead, cmdGet},
+		{"set", -3, flagWrite, cmdSet},
+		{"del", -2, flagWrite, cmdDel},
+		{"exists", -2, flagRead, cmdExists},
+		{"incr", 2, flagWrite, cmdIncrFamily},
+		{"decr", 2, flagWrite, cmdIncrFamily},
+		{"incrby", 3, flagWrite, cmdIncrFamily},
+		{"decrby", 3, flagWrite, cmdIncrFamily},
+		{"mget", -2, flagRead, cmdMGet},
+		{"mset", -3, flagWrite, cmdMSet},
+		{"scan", -2, flagRead, cmdScan},
+		{"multi", 1, flagMultiCtl, ctl((*conn).multi)},
+		{"exec", 1, flagMultiCtl, ctl(func(c *conn, _ [][]byte) { c.exec() })},
+		{"discard", 1, flagMultiCtl, ctl((*conn).discard)},
+		{"watch", -2, flagMultiCtl, ctl((*conn).watch)},
+		{"unwatch", 1, 0, ctl(func(c *conn, _ [][]byte) { c.unwatchAll(); c.out = append(c.out, "+OK\r\n"...) })},
+		{"shutdown", -1, flagNoMulti, cmdShutdown},
+		{"checkpoint", 1, flagNoMulti, cmdCheckpoint},
+		{"vacuum", -1, flagNoMulti, cmdVacuum},
+	}
+	commandTable = make(map[string]*command, len(cmds))
+	for _, c := range cmds {
+		commandTable[c.name] = c
+	}
+}
+
+// ctl adapts a handler that works on the connection's state directly.
+func ctl(f func(c *conn, args [][]byte)) func(x *execCtx, args [][]byte) error {
+	return func(x *execCtx, args [][]byte) error {
+		c := x.c
+		c.out = x.out
+		f(c, args)
+		x.out = c.out
+		return nil
+	}
+}
+
+func cmdPing(x *execCtx, args [][]byte) error {
+	switch len(args) {
+	case 1:
+		x.out = append(x.out, "+PONG\r\n"...)
+	case 2:
+		x.out = redcon.AppendBulk(x.out, args[1])
+	default:
+		x.errorf("ERR wrong number of arguments for 'ping' command")
+	}
+	return nil
+}
+
+func cmdEcho(x *execCtx, args [][]byte) error {
+	x.out = redcon.AppendBulk(x.out, args[1])
+	return nil
+}
+
+func cmdSelect(x *execCtx, args [][]byte) error {
+	n, ok := parseInt(args[1])
+	switch {
+	case !ok:
+		x.notInteger()
+	case n != 0:
+		x.errorf("ERR DB index is out of range")
+	default:
+		x.ok()
+	}
+	return nil
+}
+
+func cmdHello(x *execCtx, args [][]byte) error {
+	c := x.c
+	if len(args) > 1 {
+		v, ok := parseInt(args[1])
+		if !ok {
+			x.errorf("ERR Protocol version is not an integer or out of range")
+			return nil
+		}
+		// RESP3 is not spoken: Redis's own answer for a version it
+		// does not support, on which clients fall back to RESP2.
+		if v != 2 {
+			x.errorf("NOPROTO unsupported protocol version")
+			return nil
+		}
+	}
+	var name []byte
+	setName := false
+	for i := 2; i < len(args); i++ {
+		opt := strings.ToLower(string(args[i]))
+		switch {
+		case opt == "auth" && i+2 < len(args):
+			if !bytes.Equal(args[i+1], []byte("default")) || c.s.cfg.RequirePass == "" || !c.s.checkPassword(args[i+2]) {
+				x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
+				return nil
+			}
+			c.authed = true
+			i += 2
+		case opt == "setname" && i+1 < len(args):
+			name, setName = args[i+1], true
+			i++
+		default:
+			x.errorf("ERR Syntax error in HELLO option '%s'", trunc(args[i], 128))
+			return nil
+		}
+	}
+	if !c.authed {
+		x.errorf("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return nil
+	}
+	if setName {
+		if !validClientName(name) {
+			x.errorf("ERR Client names cannot contain spaces, newlines or special characters.")
+			return nil
+		}
+		c.mu.Lock()
+		c.name = string(name)
+		c.mu.Unlock()
+	}
+	x.out = redcon.AppendArray(x.out, 14)
+	x.out = redcon.AppendBulkString(x.out, "server")
+	x.out = redcon.AppendBulkString(x.out, "redis")
+	x.out = redcon.AppendBulkString(x.out, "version")
+	x.out = redcon.AppendBulkString(x.out, redisVersion)
+	x.out = redcon.AppendBulkString(x.out, "proto")
+	x.out = redcon.AppendInt(x.out, 2)
+	x.out = redcon.AppendBulkString(x.out, "id")
+	x.out = redcon.AppendInt(x.out, int64(c.id))
+	x.out = redcon.AppendBulkString(x.out, "mode")
+	x.out = redcon.AppendBulkString(x.out, "standalone")
+	x.out = redcon.AppendBulkString(x.out, "role")
+	x.out = redcon.AppendBulkString(x.out, "master")
+	x.out = redcon.AppendBulkString(x.out, "modules")
+	x.out = redcon.AppendArray(x.out, 0)
+	return nil
+}
+
+// redisVersion is the Redis version whose behaviour the server follows.
+const redisVersion = "7.0.0"
+
+func cmdAuth(x *execCtx, args [][]byte) error {
+	c := x.c
+	if len(args) > 3 {
+		x.errorf("ERR wrong number of arguments for 'auth' command")
+		return nil
+	}
+	if c.s.cfg.RequirePass == "" {
+		x.errorf("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+		return nil
+	}
+	pass := args[len(args)-1]
+	if (len(args) == 3 && !bytes.Equal(args[1], []byte("default"))) || !c.s.checkPassword(pass) {
+		x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
+		return nil
+	}
+	c.authed = true
+	x.ok()
+	return nil
+}
+
+func validClientName(n []byte) bool {
+	for _, b := range n {
+		if b < '!' || b > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func cmdClient(x *execCtx, args [][]byte) error {
+	c := x.c
+	sub := strings.ToLower(string(args[1]))
+	arity := map[string]int{"id": 2, "getname": 2, "setname": 3, "setinfo": 4, "list": -2}
+	want, known := arity[sub]
+	if !known {
+		x.errorf("ERR unknown subcommand '%s'. Try CLIENT HELP.", trunc(args[1], 128))
+		return nil
+	}
+	if (want > 0 && len(args) != want) || (want < 0 && len(args) < -want) {
+		x.errorf("ERR wrong number of arguments for 'client|%s' command", sub)
+		return nil
+	}
+	switch sub {
+	case "id":
+		x.out = redcon.AppendInt(x.out, int64(c.id))
+	case "getname":
+		c.mu.Lock()
+		name := c.name
+		c.mu.Unlock()
+		if name == "" {
+			x.null()
+		} else {
+			x.out = redcon.AppendBulkString(x.out, name)
+		}
+	case "setname":
+		if !validClientName(args[2]) {
+			x.errorf("ERR Client names cannot contain spaces, newlines or special characters.")
+			return nil
+		}
+		c.mu.Lock()
+		c.name = string(args[2])
+		c.mu.Unlock()
+		x.ok()
+	case "setinfo":
+		switch strings.ToLower(string(args[2])) {
+		case "lib-name", "lib-ver":
+			x.ok()
+		default:
+			x.errorf("ERR Unrecognized option '%s'", trunc(args[2], 128))
+		}
+	case "list":
+		x.out = redcon.AppendBulkString(x.out, c.s.clientList())
+	}
+	return nil
+}
+
+func (s *Server) clientList() string {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	sort.Slice(conns, func(i, j int) bool { return conns[i].id < conns[j].id })
+	var b strings.Builder
+	now := time.Now()
+	for _, c := range conns {
+		c.mu.Lock()
+		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=0 cmd=%s\n",
+			c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.name,
+			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), c.lastCmd)
+		c.mu.Unlock()
+	}
+	return b.String()
+}
+
+func cmdCommand(x *execCtx, args [][]byte) error {
+	if len(args) == 1 {
+		names := make([]string, 0, len(commandTable))
+		for n := range commandTable {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		x.out = redcon.AppendArray(x.out, len(names))
+		for _, n := range names {
+			x.out = appendCommandInfo(x.out, commandTable[n])
+		}
+		return nil
+	}
+	switch sub := strings.ToLower(string(args[1])); sub {
+	case "count":
+		x.out = redcon.AppendInt(x.out, int64(len(commandTable)))
+	case "docs":
+		// Enough for redis-cli, which only uses docs for hints.
+		x.out = redcon.AppendArray(x.out, 0)
+	case "info":
+		x.out = redcon.AppendArray(x.out, len(args)-2)
+		for _, a := range args[2:] {
+			if cmd := commandTable[lower(a)]; cmd != nil {
+				x.out = appendCommandInfo(x.out, cmd)
+			} else {
+				x.out = append(x.out, "*-1\r\n"...)
+			}
+		}
+	default:
+		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
+	}
+	return nil
+}
+
+// appendCommandInfo appends a COMMAND INFO entry: name, arity, flags, first
+// key, last key, key step.
+func appendCommandInfo(out []byte, cmd *command) []byte {
+	out = redcon.AppendArray(out, 6)
+	out = redcon.AppendBulkString(out, cmd.name)
+	out = redcon.AppendInt(out, int64(cmd.arity))
+	var flags []string
+	if cmd.flags&flagWrite != 0 {
+		flags = append(flags, "write")
+	}
+	if cmd.flags&flagRead != 0 {
+		flags = append(flags, "readonly")
+	}
+	out = redcon.AppendArray(out, len(flags))
+	for _, f := range flags {
+		out = redcon.AppendString(out, f)
+	}
+	first, last, step := 0, 0, 0
+	if cmd.flags&(flagRead|flagWrite) != 0 && cmd.name != "dbsize" && cmd.name != "flushall" && cmd.name != "scan" {
+		first, last, step = 1, 1, 1
+		switch cmd.name {
+		case "del", "exists", "mget":
+			last = -1
+		case "mset":
+			last, step = -1, 2
+		}
+	}
+	out = redcon.AppendInt(out, int64(first))
+	out = redcon.AppendInt(out, int64(last))
+	return redcon.AppendInt(out, int64(step))
+}
+
+func cmdGet(x *execCtx, args [][]byte) error {
+	v, err := x.get(args[1])
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		x.null()
+	} else {
+		x.out = redcon.AppendBulk(x.out, v)
+	}
+	return nil
+}
+
+func cmdType(x *execCtx, args [][]byte) error {
+	v, err := x.get(args[1])
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		x.out = append(x.out, "+none\r\n"...)
+	} else {
+		x.out = append(x.out, "+string\r\n"...)
+	}
+	return nil
+}
+
+// cmdSet is SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL].
+// Keys never expire in mvkv: the expiry options are parsed and checked as
+// Redis does, then refused.
+func cmdSet(x *execCtx, args [][]byte) error {
+	key, val := args[1], args[2]
+	var nx, xx, get, keepTTL bool
+	expiry := ""
+	for i := 3; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		switch {
+		case opt == "NX" && !xx:
+			nx = true
+		case opt == "XX" && !nx:
+			xx = true
+		case opt == "GET":
+			get = true
+		case opt == "KEEPTTL" && expiry == "":
+			keepTTL = true
+		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && expiry == "" && !keepTTL && i+1 < len(args):
+			n, ok := parseInt(args[i+1])
+			if !ok {
+				x.notInteger()
+				return nil
+			}
+			if n <= 0 || (opt == "EX" || opt == "EXAT") && n > math.MaxInt64/1000 {
+				x.errorf("ERR invalid expire time in 'set' command")
+				return nil
+			}
+			expiry = opt
+			i++
+		default:
+			x.syntaxError()
+			return nil
+		}
+	}
+	if expiry != "" {
+		x.errorf("ERR SET %s is not supported: keys do not expire in mvkv", expiry)
+		return nil
+	}
+	if !x.checkKey(key) {
+		return nil
+	}
+	if !nx && !xx && !get {
+		if err := x.tx.Put(key, val); err != nil {
+			return x.writeErr(err)
+		}
+		x.wrote(key)
+		x.ok()
+		return nil
+	}
+	var old []byte
+	var found bool
+	err := x.tx.Update(key, func(o []byte, f bool) ([]byte, error) {
+		old, found = o, f
+		if (nx && f) || (xx && !f) {
+			return nil, errNoop
+		}
+		return val, nil
+	})
+	applied := err == nil
+	if err != nil && !errors.Is(err, errNoop) {
+		return x.writeErr(err)
+	}
+	if applied {
+		x.wrote(key)
+	}
+	switch {
+	case get && found:
+		if old == nil {
+			old = []byte{}
+		}
+		x.out = redcon.AppendBulk(x.out, old)
+	case get, !applied:
+		x.null()
+	default:
+		x.ok()
+	}
+	return nil
+}
+
+func cmdDel(x *execCtx, args [][]byte) error {
+	n := 0
+	for _, k := range args[1:] {
+		if len(k) == 0 || len(k) > engine.MaxKeySize {
+			continue
+		}
+		// Lock the key and learn whether it has a live version, then
+		// delete it: the count is exact even with concurrent writers.
+		var found bool
+		err := x.tx.Update(k, func(_ []byte, f bool) ([]byte, error) {
+			found = f
+			return nil, errNoop
+		})
+		if err != nil && !errors.Is(err, errNoop) {
+			return err
+		}
+		if !found {
+			continue
+		}
+		if err := x.tx.Delete(k); err != nil {
+			return err
+		}
+		x.wrote(k)
+		n++
+	}
+	x.out = redcon.AppendInt(x.out, int64(n))
+	return nil
+}
+
+func cmdExists(x *execCtx, args [][]byte) error {
+	n := 0
+	for _, k := range args[1:] {
+		v, err := x.get(k)
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			n++
+		}
+	}
+	x.out = redcon.AppendInt(x.out, int64(n))
+	return nil
+}
+
+var (
+	errNotInteger = errors.New("ERR value is not an integer or out of range")
+	errOverflow   = errors.New("ERR increment or decrement would overflow")
+)
+
+// cmdIncrFamily is INCR, DECR, INCRBY and DECRBY: one read-modify-write
+// (engine Update), so concurrent increments are never lost.
+func cmdIncrFamily(x *execCtx, args [][]byte) error {
+	name := lower(args[0])
+	delta := int64(1)
+	switch name {
+	case "decr":
+		delta = -1
+	case "incrby", "decrby":
+		d, ok := parseInt(args[2])
+		if !ok {
+			x.notInteger()
+			return nil
+		}
+		if name == "decrby" {
+			if d == math.MinInt64 {
+				x.errorf("ERR decrement would overflow")
+				return nil
+			}
+			d = -d
+		}
+		delta = d
+	}
+	key := args[1]
+	if !x.checkKey(key) {
+		return nil
+	}
+	var result int64
+	err := x.tx.Update(key, func(old []byte, found bool) ([]byte, error) {
+		var cur int64
+		if found {
+			v, ok := parseInt(old)
+			if !ok {
+				return nil, errNotInteger
+			}
+			cur = v
+		}
+		if (delta < 0 && cur < math.MinInt64-delta) || (delta > 0 && cur > math.MaxInt64-delta) {
+			return nil, errOverflow
+		}
+		result = cur + delta
+		return strconv.AppendInt(nil, result, 10), nil
+	})
+	switch {
+	case errors.Is(err, errNotInteger), errors.Is(err, errOverflow):
+		x.errorf("%s", err.Error())
+		return nil
+	case err != nil:
+		return x.writeErr(err)
+	}
+	x.wrote(key)
+	x.out = redcon.AppendInt(x.out, result)
+	return nil
+}
+
+func cmdMGet(x *execCtx, args [][]byte) error {
+	start := len(x.out)
+	x.out = redcon.AppendArray(x.out, len(args)-1)
+	for _, k := range args[1:] {
+		v, err := x.get(k)
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			x.null()
+		} else {
+			x.out = redcon.AppendBulk(x.out, v)
+		}
+		if len(x.out)-start > replyLimit {
+			x.out = x.out[:start]
+			x.errorf("ERR reply exceeds %d bytes", replyLimit)
+			return nil
+		}
+	}
+	return nil
+}
+
+func cmdMSet(x *execCtx, args [][]byte) error {
+	if len(args)%2 != 1 {
+		x.errorf("ERR wrong number of arguments for 'mset' command")
+		return nil
+	}
+	// Check every key first: inside EXEC there is no rolling back part
+	// of a command.
+	for i := 1; i < len(args); i += 2 {
+		if !x.checkKey(args[i]) {
+			return nil
+		}
+		if len(args[i+1]) > engine.MaxValueSize {
+			x.out = appendEngineError(x.out, engine.ErrTooLarge)
+			x.failed = true
+			return nil
+		}
+	}
+	for i := 1; i < len(args); i += 2 {
+		if err := x.tx.Put(args[i], args[i+1]); err != nil {
+			return err
+		}
+		x.wrote(args[i])
+	}
+	x.ok()
+	return nil
+}
+
+func cmdDBSize(x *execCtx, _ [][]byte) error {
+	n := int64(0)
+	if err := x.tx.Scan(nil, nil, func(_, _ []byte) bool { n++; return true }); err != nil {
+		return err
+	}
+	x.out = redcon.AppendInt(x.out, n)
+	return nil
+}
+
+func cmdFlushAll(x *execCtx, args [][]byte) error {
+	if len(args) > 2 {
+		x.syntaxError()
+		return nil
+	}
+	if len(args) == 2 {
+		if m := strings.ToUpper(string(args[1])); m != "SYNC" && m != "ASYNC" {
+			x.syntaxError()
+			return nil
+		}
+	}
+	// Delete in batches so that the key list held stays small.
+	var start []byte
+	for {
+		var keys [][]byte
+		err := x.tx.Scan(start, nil, func(k, _ []byte) bool {
+			keys = append(keys, k)
+			return len(keys) < 1024
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := x.tx.Delete(k); err != nil {
+				return err
+			}
+			x.c.lastKey = append(x.c.lastKey[:0], k...)
+		}
+		if len(keys) < 1024 {
+			break
+		}
+		start = append(keys[len(keys)-1], 0)
+	}
+	x.c.s.watch.touchAll()
+	x.ok()
+	return nil
+}
+
+// cmdScan is SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. Keys are
+// visited in key order; a cursor names the key to resume from in the
+// server's cursor table (see cursorTable).
+func cmdScan(x *execCtx, args [][]byte) error {
+	cur, err := strconv.ParseUint(string(args[1]), 10, 64)
+	if err != nil {
+		x.errorf("ERR invalid cursor")
+		return nil
+	}
+	count := 10
+	var pattern []byte
+	typeOK := true
+	for i := 2; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		if i+1 >= len(args) {
+			x.syntaxError()
+			return nil
+		}
+		switch opt {
+		case "MATCH":
+			pattern = args[i+1]
+		case "COUNT":
+			n, ok := parseInt(args[i+1])
+			if !ok {
+				x.notInteger()
+				return nil
+			}
+			if n < 1 {
+				x.syntaxError()
+				return nil
+			}
+			count = int(min(n, 1<<20))
+		case "TYPE":
+			typeOK = strings.EqualFold(string(args[i+1]), "string")
+		default:
+			x.syntaxError()
+			return nil
+		}
+		i++
+	}
+	var start []byte
+	if cur != 0 {
+		var ok bool
+		if start, ok = x.c.s.cursor.get(cur); !ok {
+			x.errorf("ERR invalid cursor")
+			return nil
+		}
+	}
+	var matched [][]byte
+	var last []byte
+	visited := 0
+	err = x.tx.Scan(start, nil, func(k, _ []byte) bool {
+		visited++
+		last = k
+		if typeOK && (pattern == nil || globMatch(pattern, k)) {
+			matched = append(matched, k)
+		}
+		return visited < count
+	})
+	if err != nil {
+		return err
+	}
+	next := uint64(0)
+	if visited == count {
+		next = x.c.s.cursor.put(append(last, 0))
+	}
+	x.out = redcon.AppendArray(x.out, 2)
+	x.out = redcon.AppendBulkString(x.out, strconv.FormatUint(next, 10))
+	x.out = redcon.AppendArray(x.out, len(matched))
+	for _, k := range matched {
+		x.out = redcon.AppendBulk(x.out, k)
+	}
+	return nil
+}
+
+func (c *conn) multi(_ [][]byte) {
+	if c.inMulti {
+		c.out = redcon.AppendError(c.out, "ERR MULTI calls can not be nested")
+		return
+	}
+	c.inMulti = true
+	c.out = append(c.out, "+OK\r\n"...)
+}
+
+func (c *conn) discard(_ [][]byte) {
+	if !c.inMulti {
+		c.out = redcon.AppendError(c.out, "ERR DISCARD without MULTI")
+		return
+	}
+	c.resetMulti()
+	c.unwatchAll()
+	c.out = append(c.out, "+OK\r\n"...)
+}
+
+func (c *conn) watch(args [][]byte) {
+	if c.inMulti {
+		c.out = redcon.AppendError(c.out, "ERR WATCH inside MULTI is not allowed")
+		return
+	}
+	if err := c.watchKeys(args[1:]); err != nil {
+		c.out = appendEngineError(c.out, err)
+		return
+	}
+	c.out = append(c.out, "+OK\r\n"...)
+}
+
+func cmdShutdown(x *execCtx, args [][]byte) error {
+	for _, a := range args[1:] {
+		switch strings.ToUpper(string(a)) {
+		case "NOSAVE", "SAVE", "NOW", "FORCE":
+		case "ABORT":
+			x.errorf("ERR No shutdown in progress.")
+			return nil
+		default:
+			x.syntaxError()
+			return nil
+		}
+	}
+	// As Redis: no reply on success, the connection just closes.
+	x.c.quit = true
+	x.c.s.log.Info("SHUTDOWN requested", "client", x.c.id)
+	x.c.s.shutdownAsync()
+	return nil
+}
+
+func cmdCheckpoint(x *execCtx, _ [][]byte) error {
+	if err := x.c.s.db.Checkpoint(); err != nil {
+		x.out = appendEngineError(x.out, err)
+		return nil
+	}
+	x.ok()
+	return nil
+}
+
+// cmdVacuum runs the engine's vacuum if the engine has one.
+func cmdVacuum(x *execCtx, _ [][]byte) error {
+	var err error
+	switch v := any(x.c.s.db).(type) {
+	case interface{ Vacuum(ctx contextT) error }:
+		err = v.Vacuum(x.c.ctx)
+	case interface{ Vacuum() error }:
+		err = v.Vacuum()
+	default:
+		x.errorf("ERR VACUUM is not available: this engine has no vacuum")
+		return nil
+	}
+	if err != nil {
+		x.out = appendEngineError(x.out, err)
+		return nil
+	}
+	x.ok()
+	return nil
+}

@@ -1,0 +1,573 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"mvkv/engine"
+)
+
+// errShutdown stops a connection's reads once a shutdown has begun.
+var errShutdown = errors.New("server: shutting down")
+
+// errNoop is returned by update functions that leave a key as it is; the
+// engine hands it back unchanged and keeps the transaction usable.
+var errNoop = errors.New("server: no change")
+
+// flushThreshold is how many reply bytes a connection collects before it
+// writes them even though more pipelined requests are waiting.
+const flushThreshold = 64 << 10
+
+// conn is one client connection, served by one goroutine (serve).
+type conn struct {
+	s       *Server
+	nc      net.Conn
+	id      uint64
+	rd      *reader
+	ctx     context.Context
+	created time.Time
+
+	// Owned by the serving goroutine.
+	out      []byte // replies not yet written
+	authed   bool
+	more     bool // more request bytes were buffered after the current request
+	pending  bool // an asynchronous commit's reply is in out, not yet covered by a durability wait
+	lastKey  []byte
+	quit     bool // close after writing out
+	inMulti  bool
+	dirty    bool // a queue-time error: EXEC answers EXECABORT
+	queue    [][][]byte
+	queued   int64             // bytes held by queue, charged against QueryBufferLimit
+	watched  map[string]uint64 // key -> version seen at WATCH
+	scratchX execCtx
+
+	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
+	name    string
+	lastCmd string
+	active  time.Time
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	c := &conn{
+		s:       s,
+		nc:      nc,
+		id:      s.nextID.Add(1),
+		ctx:     s.baseCtx,
+		created: time.Now(),
+		active:  time.Now(),
+		authed:  s.cfg.RequirePass == "",
+	}
+	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
+	return c
+}
+
+// hookReader is the connection as the request reader sees it. Before
+// every read from the socket, that is whenever the reader has run out of
+// buffered bytes, it writes the replies collected so far (after the
+// durability wait they need): a pipeline's replies go out together, and
+// the server never blocks on a client while holding replies.
+type hookReader struct{ c *conn }
+
+func (h hookReader) Read(p []byte) (int, error) {
+	c := h.c
+	if err := c.flush(); err != nil {
+		return 0, err
+	}
+	if t := time.Duration(c.s.timeout.Load()); t > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(t))
+	}
+	// After the deadline is set, so that a shutdown's wake (a deadline in
+	// the past) is either seen here or interrupts the read.
+	if c.s.isClosing() {
+		return 0, errShutdown
+	}
+	return c.nc.Read(p)
+}
+
+// wake interrupts a read the connection is blocked in; called by shutdown.
+func (c *conn) wake() { c.nc.SetReadDeadline(time.Unix(1, 0)) }
+
+func (c *conn) serve() {
+	defer c.s.removeConn(c)
+	defer c.nc.Close()
+	defer c.unwatchAll()
+	c.s.met.connected()
+	defer c.s.met.disconnected()
+	for !c.quit {
+		req, err := c.rd.read()
+		if err != nil {
+			var pe *ProtocolError
+			if errors.As(err, &pe) {
+				c.out = redcon.AppendError(c.out, "ERR "+pe.Error())
+				c.flush()
+			} else if errors.Is(err, ErrQueryBufferLimit) {
+				c.s.log.Warn("closing client that reached max query buffer length", "id", c.id, "addr", c.nc.RemoteAddr().String())
+			}
+			return
+		}
+		c.more = c.rd.br.Buffered() > 0
+		c.dispatch(req)
+		if len(c.out) >= flushThreshold {
+			if c.flush() != nil {
+				return
+			}
+		}
+		if c.s.isClosing() && !c.more {
+			break
+		}
+	}
+	c.flush()
+}
+
+// flush writes the collected replies. If one of them acknowledges an
+// asynchronous commit not yet covered by a durability wait, it first runs
+// a barrier: nothing is acknowledged before it is durable.
+func (c *conn) flush() error {
+	if c.pending {
+		if err := c.barrier(); err != nil {
+			// The replies may acknowledge writes that are not durable:
+			// drop them and the connection; the client sees an error.
+			c.out = c.out[:0]
+			c.nc.Close()
+			return err
+		}
+	}
+	if len(c.out) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(c.out)
+	if cap(c.out) > 4*flushThreshold {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
+	return err
+}
+
+// barrier makes every commit this connection has made durable: a
+// synchronous transaction that takes the row lock of the last key written
+// and changes nothing still writes a commit record, and waiting for that
+// record to be durable covers every earlier commit record in the WAL.
+// (The engine has no "wait until the WAL is durable up to here" call.)
+func (c *conn) barrier() error {
+	c.s.barriers.Add(1)
+	on := engine.SyncCommitOn
+	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &on})
+	if err != nil {
+		return err
+	}
+	c.s.openTxns.Add(1)
+	defer c.s.openTxns.Add(-1)
+	err = tx.Update(c.lastKey, func([]byte, bool) ([]byte, error) { return nil, errNoop })
+	if err != nil && !errors.Is(err, errNoop) {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	c.pending = false
+	return nil
+}
+
+// begin starts an engine transaction at READ COMMITTED. With synchronous
+// commit on, a write that has more pipelined requests behind it commits
+// asynchronously (async=true): the durability wait of a later commit, or
+// the barrier before the replies are written, covers it.
+func (c *conn) begin(write bool) (tx *engine.Txn, async bool, err error) {
+	o := engine.TxnOptions{Isolation: engine.ReadCommitted, ReadOnly: !write}
+	sc := engine.SynchronousCommit(c.s.syncCommit.Load())
+	if write && sc == engine.SyncCommitOn && c.more {
+		off := engine.SyncCommitOff
+		o.SynchronousCommit = &off
+		async = true
+	} else {
+		o.SynchronousCommit = &sc
+	}
+	tx, err = c.s.db.Begin(c.ctx, o)
+	if err == nil {
+		c.s.openTxns.Add(1)
+	}
+	return tx, async, err
+}
+
+func (c *conn) commit(tx *engine.Txn, async bool) error {
+	wrote := tx.XID() != 0
+	err := tx.Commit()
+	c.s.openTxns.Add(-1)
+	if err != nil || !wrote {
+		return err
+	}
+	if async {
+		c.pending = true
+	} else if engine.SynchronousCommit(c.s.syncCommit.Load()) == engine.SyncCommitOn {
+		c.pending = false
+	}
+	return nil
+}
+
+func (c *conn) rollback(tx *engine.Txn) {
+	tx.Rollback()
+	c.s.openTxns.Add(-1)
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, engine.ErrSerializationFailure) || errors.Is(err, engine.ErrDeadlock)
+}
+
+// dispatch runs or queues one request, appending its reply to c.out.
+func (c *conn) dispatch(req request) {
+	start := time.Now()
+	name := lower(req.args[0])
+	cmd := commandTable[name]
+	c.mu.Lock()
+	c.active = start
+	if cmd != nil {
+		c.lastCmd = cmd.name
+	}
+	c.mu.Unlock()
+	c.s.commands.Add(1)
+	defer func() { c.s.met.observe(cmd, start) }()
+
+	if cmd == nil {
+		c.queueError(unknownCommand(req.args))
+		return
+	}
+	if !c.authed && cmd.flags&flagNoAuth == 0 {
+		c.queueError("NOAUTH Authentication required.")
+		return
+	}
+	if (cmd.arity > 0 && len(req.args) != cmd.arity) || (cmd.arity < 0 && len(req.args) < -cmd.arity) {
+		c.queueError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	}
+	if req.oversize > 0 {
+		c.queueError("ERR string exceeds maximum allowed size (" + strconv.FormatInt(req.oversize, 10) +
+			" bytes; the limit is " + strconv.Itoa(c.s.limits().MaxArgLen) + ")")
+		return
+	}
+	if c.inMulti && cmd.flags&flagNoMulti != 0 {
+		c.queueError("ERR Command not allowed inside a transaction")
+		return
+	}
+	if c.inMulti && cmd.flags&flagMultiCtl == 0 {
+		c.queued += req.size
+		if c.queued > c.s.limits().QueryBufferLimit {
+			c.queueError("ERR MULTI queue exceeds client-query-buffer-limit")
+			return
+		}
+		c.queue = append(c.queue, req.args)
+		c.out = append(c.out, "+QUEUED\r\n"...)
+		return
+	}
+	if cmd.flags&(flagRead|flagWrite) == 0 {
+		x := &c.scratchX
+		*x = execCtx{c: c, out: c.out}
+		cmd.fn(x, req.args)
+		c.out = x.out
+		return
+	}
+	c.runSingle(cmd, req.args)
+}
+
+// queueError replies with a command error; inside MULTI it also makes the
+// coming EXEC fail with EXECABORT, as Redis's flagTransaction.
+func (c *conn) queueError(msg string) {
+	if c.inMulti {
+		c.dirty = true
+	}
+	c.out = redcon.AppendError(c.out, msg)
+}
+
+// runSingle runs one key command as its own engine transaction, retrying
+// deadlocks and serialization failures. The reply is appended only for
+// the attempt that ended the transaction; a command that replied with an
+// error rolls back, so a multi-key write is all or nothing.
+func (c *conn) runSingle(cmd *command, args [][]byte) {
+	mark := len(c.out)
+	for attempt := 1; ; attempt++ {
+		c.out = c.out[:mark]
+		tx, async, err := c.begin(cmd.flags&flagWrite != 0)
+		if err == nil {
+			x := &c.scratchX
+			*x = execCtx{c: c, tx: tx, out: c.out}
+			err = cmd.fn(x, args)
+			c.out = x.out
+			if err != nil || x.failed {
+				c.rollback(tx)
+			} else {
+				err = c.commit(tx, async)
+			}
+		}
+		if err == nil {
+			return
+		}
+		c.out = c.out[:mark]
+		if retryable(err) && attempt < c.s.cfg.MaxRetries {
+			continue
+		}
+		c.out = appendEngineError(c.out, err)
+		return
+	}
+}
+
+// appendEngineError turns an engine error that ended a transaction into a
+// Redis error reply.
+func appendEngineError(out []byte, err error) []byte {
+	switch {
+	case errors.Is(err, engine.ErrWALSyncFailed), errors.Is(err, engine.ErrIOFailure):
+		return redcon.AppendError(out, "MISCONF Errors writing to the WAL: "+err.Error())
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errShutdown):
+		return redcon.AppendError(out, "ERR server is shutting down")
+	case errors.Is(err, engine.ErrTooLarge):
+		return redcon.AppendError(out, "ERR key or value too large (keys up to 1024 bytes, values up to 1048576 bytes)")
+	case errors.Is(err, engine.ErrEmptyKey):
+		return redcon.AppendError(out, "ERR empty keys are not supported")
+	}
+	return redcon.AppendError(out, "ERR "+err.Error())
+}
+
+// unknownCommand is Redis 7's text for an unknown command.
+func unknownCommand(args [][]byte) string {
+	var b bytes.Buffer
+	b.WriteString("ERR unknown command '")
+	b.Write(trunc(args[0], 128))
+	b.WriteString("', with args beginning with: ")
+	for _, a := range args[1:] {
+		if b.Len() > 1024 {
+			break
+		}
+		b.WriteByte('\'')
+		b.Write(trunc(a, 128))
+		b.WriteString("' ")
+	}
+	return b.String()
+}
+
+func trunc(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+func lower(b []byte) string {
+	for _, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			return string(bytes.ToLower(b))
+		}
+	}
+	return string(b)
+}
+
+// Transactions (MULTI/EXEC/WATCH).
+
+func (c *conn) resetMulti() {
+	c.inMulti, c.dirty = false, false
+	c.queue, c.queued = nil, 0
+}
+
+func (c *conn) unwatchAll() {
+	for k := range c.watched {
+		c.s.watch.release(k)
+	}
+	c.watched = nil
+}
+
+// exec runs the queued commands as one engine transaction with one commit.
+func (c *conn) exec() {
+	if !c.inMulti {
+		c.out = redcon.AppendError(c.out, "ERR EXEC without MULTI")
+		return
+	}
+	queue, dirty := c.queue, c.dirty
+	c.resetMulti()
+	defer c.unwatchAll()
+	if dirty {
+		c.out = redcon.AppendError(c.out, "EXECABORT Transaction discarded because of previous errors.")
+		return
+	}
+	// A cheap early answer; the check that counts is made below with
+	// the watched keys' row locks held.
+	if !c.watchValid() {
+		c.out = append(c.out, "*-1\r\n"...)
+		return
+	}
+	keys := make([]string, 0, len(c.watched))
+	for k := range c.watched {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	mark := len(c.out)
+	for attempt := 1; ; attempt++ {
+		c.out = c.out[:mark]
+		err := c.execOnce(queue, keys)
+		if err == nil {
+			return
+		}
+		c.out = c.out[:mark]
+		if retryable(err) && attempt < c.s.cfg.MaxRetries {
+			continue
+		}
+		c.out = appendEngineError(c.out, err)
+		return
+	}
+}
+
+var errWatchFailed = errors.New("server: watched key changed")
+
+func (c *conn) execOnce(queue [][][]byte, keys []string) error {
+	tx, async, err := c.begin(true)
+	if err != nil {
+		return err
+	}
+	// Holding the row lock of every watched key, no transaction can be
+	// between writing one and committing: any commit since WATCH has
+	// bumped the key's version (writers bump before they commit).
+	for _, k := range keys {
+		if err := tx.Update([]byte(k), func([]byte, bool) ([]byte, error) { return nil, errNoop }); err != nil && !errors.Is(err, errNoop) {
+			c.rollback(tx)
+			return err
+		}
+	}
+	if !c.watchValid() {
+		c.rollback(tx)
+		c.out = append(c.out, "*-1\r\n"...)
+		return nil
+	}
+	c.out = redcon.AppendArray(c.out, len(queue))
+	for _, args := range queue {
+		cmd := commandTable[lower(args[0])]
+		x := &c.scratchX
+		*x = execCtx{c: c, tx: tx, out: c.out, inExec: true}
+		err := cmd.fn(x, args)
+		c.out = x.out
+		if err != nil {
+			c.rollback(tx)
+			return err
+		}
+	}
+	return c.commit(tx, async)
+}
+
+func (c *conn) watchValid() bool {
+	for k, v := range c.watched {
+		if c.s.watch.version(k) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// watchKeys registers keys and then waits, by taking and dropping each
+// key's row lock, for any transaction that wrote one before the
+// registration and has not committed yet: such a writer might have
+// checked for watchers before they existed. Its commit then precedes
+// WATCH's reply, so the client's reads after WATCH see it.
+func (c *conn) watchKeys(keys [][]byte) error {
+	if c.watched == nil {
+		c.watched = map[string]uint64{}
+	}
+	var fresh [][]byte
+	for _, k := range keys {
+		ks := string(k)
+		if _, ok := c.watched[ks]; ok {
+			continue
+		}
+		c.watched[ks] = c.s.watch.acquire(ks)
+		fresh = append(fresh, k)
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	c.s.openTxns.Add(1)
+	defer c.rollback(tx)
+	for _, k := range fresh {
+		if err := tx.Update(k, func([]byte, bool) ([]byte, error) { return nil, errNoop }); err != nil && !errors.Is(err, errNoop) {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchTable is the server's record of watched keys, as Redis's
+// db->watched_keys: a version per key, bumped by every write of the key
+// through this server before the writing transaction commits.
+type watchTable struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	keys map[string]*watchEntry // guarded by mu
+}
+
+type watchEntry struct {
+	version uint64
+	refs    int
+}
+
+func (w *watchTable) acquire(k string) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.keys[k]
+	if e == nil {
+		e = &watchEntry{}
+		w.keys[k] = e
+		w.n.Add(1)
+	}
+	e.refs++
+	return e.version
+}
+
+func (w *watchTable) release(k string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.keys[k]; e != nil {
+		if e.refs--; e.refs == 0 {
+			delete(w.keys, k)
+			w.n.Add(-1)
+		}
+	}
+}
+
+func (w *watchTable) version(k string) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.keys[k]; e != nil {
+		return e.version
+	}
+	return 0
+}
+
+// touch bumps k's version if anyone watches it. Writers call it while
+// holding k's row lock, before committing.
+func (w *watchTable) touch(k []byte) {
+	if w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	if e := w.keys[string(k)]; e != nil {
+		e.version++
+	}
+	w.mu.Unlock()
+}
+
+// touchAll bumps every watched key (FLUSHALL).
+func (w *watchTable) touchAll() {
+	w.mu.Lock()
+	for _, e := range w.keys {
+		e.version++
+	}
+	w.mu.Unlock()
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus series, on its own registry.
+type metrics struct {
+	reg      *prometheus.Registry
+	commands *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	clients  prometheus.Gauge
+	// per-command children, resolved once so the hot path does no map
+	// lookups by label
+	byCmd map[*command]cmdMetrics
+	other cmdMetrics
+}
+
+type cmdMetrics struct {
+	count prometheus.Counter
+	lat   prometheus.Observer
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.commands = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mvkv_commands_total", Help: "Commands processed, by command name (unknown commands as \"unknown\").",
+	}, []string{"command"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "mvkv_command_duration_seconds",
+		Help:    "Time from a command's arrival to its reply being ready (before the write to the socket), by command.",
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 14),
+	}, []string{"command"})
+	m.clients = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mvkv_connected_clients", Help: "Client connections being served."})
+	m.reg.MustRegister(m.commands, m.latency, m.clients, engineCollector{s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.byCmd = map[*command]cmdMetrics{}
+	for name, c := range commandTable {
+		m.byCmd[c] = cmdMetrics{m.commands.WithLabelValues(name), m.latency.WithLabelValues(name)}
+	}
+	m.other = cmdMetrics{m.commands.WithLabelValues("unknown"), m.latency.WithLabelValues("unknown")}
+	return m
+}
+
+func (m *metrics) observe(c *command, start time.Time) {
+	cm, ok := m.byCmd[c]
+	if !ok {
+		cm = m.other
+	}
+	cm.count.Inc()
+	cm.lat.Observe(time.Since(start).Seconds())
+}
+
+func (m *metrics) connected()    { m.clients.Inc() }
+func (m *metrics) disconnected() { m.clients.Dec() }
+
+// engineCollector reads the engine's and the server's counters at scrape
+// time.
+type engineCollector struct{ s *Server }
+
+type metricDesc struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	val  func(e engineCollector) float64
+}
+
+var engineMetrics = func() []metricDesc {
+	d := func(name, help string, kind prometheus.ValueType, val func(e engineCollector) float64) metricDesc {
+		return metricDesc{prometheus.NewDesc(name, help, nil, nil), kind, val}
+	}
+	c, g := prometheus.CounterValue, prometheus.GaugeValue
+	return []metricDesc{
+		d("mvkv_commits_total", "Transactions committed.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Commits) }),
+		d("mvkv_aborts_total", "Transactions rolled back.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Aborts) }),
+		d("mvkv_wal_records_total", "WAL records inserted.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WALRecords) }),
+		d("mvkv_wal_bytes_total", "WAL bytes inserted.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WALBytes) }),
+		d("mvkv_wal_writes_total", "WAL writes to the segment files.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WALWrites) }),
+		d("mvkv_wal_syncs_total", "WAL fsyncs.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WALSyncs) }),
+		d("mvkv_wal_sync_seconds_total", "Time spent in WAL fsyncs; divide by mvkv_wal_syncs_total for the mean sync latency.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WALSyncNanos) / 1e9 }),
+		d("mvkv_wal_flush_requests_total", "Requests to make the WAL durable up to a point (commits waiting, page writes).", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WALFlushRequests) }),
+		d("mvkv_commits_per_sync", "Commits per WAL fsync since the database was opened (group commit).", g, func(e engineCollector) float64 {
+			st := e.s.db.Stats()
+			if st.WALSyncs == 0 {
+				return 0
+			}
+			return float64(st.Commits) / float64(st.WALSyncs)
+		}),
+		d("mvkv_clog_lookups_total", "CLOG status lookups.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().CLOGLookups) }),
+		d("mvkv_clog_hits_total", "CLOG lookups answered from the SLRU buffers.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().CLOGHits) }),
+		d("mvkv_clog_misses_total", "CLOG lookups that loaded a page.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().CLOGMisses) }),
+		d("mvkv_clog_page_reads_total", "CLOG pages read.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().CLOGPageReads) }),
+		d("mvkv_clog_page_writes_total", "CLOG pages written.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().CLOGPageWrites) }),
+		d("mvkv_buffer_hits_total", "Heap buffer pool hits.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().BufferHits) }),
+		d("mvkv_buffer_misses_total", "Heap buffer pool misses.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().BufferMisses) }),
+		d("mvkv_checkpoints_total", "Checkpoints completed.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Checkpoints) }),
+		d("mvkv_server_open_transactions", "Engine transactions begun by the server and not yet ended.", g, func(e engineCollector) float64 { return float64(e.s.openTxns.Load()) }),
+		d("mvkv_server_durability_barriers_total", "Barrier transactions run to cover a pipeline's asynchronous commits before its replies.", c, func(e engineCollector) float64 { return float64(e.s.barriers.Load()) }),
+		d("mvkv_server_connections_received_total", "Connections accepted.", c, func(e engineCollector) float64 { return float64(e.s.connsRecv.Load()) }),
+		d("mvkv_server_rejected_connections_total", "Connections refused by maxclients.", c, func(e engineCollector) float64 { return float64(e.s.rejected.Load()) }),
+	}
+}()
+
+func (e engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range engineMetrics {
+		ch <- m.desc
+	}
+}
+
+func (e engineCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range engineMetrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.val(e))
+	}
+}

@@ -1,0 +1,398 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Limits bound what one client may make the server hold while it reads a
+// request. Every length a client declares is checked against them before
+// any memory is set aside for it, and memory for a bulk argument grows only
+// as its bytes arrive, so a client that declares a large length and stalls
+// holds no more than what it actually sent.
+type Limits struct {
+	// MaxBulkLen is Redis's proto-max-bulk-len (default 512 MiB): a
+	// declared bulk length above it is a protocol error that closes the
+	// connection.
+	MaxBulkLen int64
+	// MaxArgLen is the longest argument kept (default 1 MiB, the engine's
+	// value limit). A longer one, up to MaxBulkLen, is read and thrown
+	// away, and the command is answered with an error; the connection
+	// stays usable.
+	MaxArgLen int
+	// MaxMultibulkLen is the most arguments one request may declare
+	// (default 1,048,576); more is a protocol error.
+	MaxMultibulkLen int
+	// MaxInlineLen is Redis's PROTO_INLINE_MAX_SIZE (64 KiB): the longest
+	// inline request line and the longest "*N" or "$N" line.
+	MaxInlineLen int
+	// QueryBufferLimit is Redis's client-query-buffer-limit (default
+	// 1 GiB): the most bytes one request may hold, its arguments plus 32
+	// bytes of bookkeeping each. Exceeding it closes the connection
+	// without a reply, as Redis does.
+	QueryBufferLimit int64
+}
+
+// DefaultLimits are Redis's defaults where Redis has the limit, and the
+// engine's value size for MaxArgLen.
+var DefaultLimits = Limits{
+	MaxBulkLen:       512 << 20,
+	MaxArgLen:        1 << 20,
+	MaxMultibulkLen:  1 << 20,
+	MaxInlineLen:     64 << 10,
+	QueryBufferLimit: 1 << 30,
+}
+
+// argOverhead is what the reader charges against QueryBufferLimit for each
+// argument besides its bytes: the slice header and allocation rounding.
+const argOverhead = 32
+
+// growStep is the most memory a bulk argument's buffer grows by ahead of
+// the bytes that have arrived.
+const growStep = 64 << 10
+
+// ProtocolError is a malformed or over-limit request. Its text is Redis's,
+// after "ERR Protocol error: "; the server replies with it and closes the
+// connection, as Redis does.
+type ProtocolError struct{ Msg string }
+
+func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
+
+// ErrQueryBufferLimit is returned by the reader when one request would hold
+// more than Limits.QueryBufferLimit bytes. Redis closes such a client
+// without a reply; so does the server.
+var ErrQueryBufferLimit = errors.New("server: client query buffer limit reached")
+
+// request is one command as read from the wire.
+type request struct {
+	args [][]byte
+	// oversize is the length of the first argument longer than
+	// Limits.MaxArgLen, which was skipped (its place in args is nil);
+	// 0 if there is none.
+	oversize int64
+	// size is the bytes the request holds, as charged against
+	// QueryBufferLimit.
+	size int64
+}
+
+// reader reads RESP2 requests: multibulk ("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+// and inline ("GET k\r\n") as Redis's processMultibulkBuffer and
+// processInlineBuffer accept them. It is not safe for concurrent use.
+type reader struct {
+	br  *bufio.Reader
+	lim func() Limits
+}
+
+func newReader(r io.Reader, size int, lim func() Limits) *reader {
+	return &reader{br: bufio.NewReaderSize(r, size), lim: lim}
+}
+
+// read returns the next non-empty request. Errors: a *ProtocolError for
+// malformed input, ErrQueryBufferLimit, or the underlying reader's error
+// (io.EOF between requests, io.ErrUnexpectedEOF inside one).
+func (r *reader) read() (request, error) {
+	for {
+		lim := r.lim()
+		b, err := r.br.Peek(1)
+		if err != nil {
+			return request{}, err
+		}
+		var req request
+		if b[0] == '*' {
+			req, err = r.readMultibulk(lim)
+		} else {
+			req, err = r.readInline(lim)
+		}
+		if err != nil {
+			return request{}, err
+		}
+		if len(req.args) > 0 {
+			return req, nil
+		}
+	}
+}
+
+// readLine returns the next line without its "\n" (and a "\r" before it),
+// failing with tooBig when no newline comes within max bytes. The slice is
+// valid until the next read.
+func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
+	var acc []byte
+	for {
+		line, err := r.br.ReadSlice('\n')
+		if err == nil {
+			if acc != nil {
+				line = append(acc, line...)
+			}
+			if len(line)-1 > max {
+				return nil, &ProtocolError{tooBig}
+			}
+			line = line[:len(line)-1]
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				line = line[:n-1]
+			}
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if err == io.EOF && (acc != nil || len(line) > 0) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		acc = append(acc, line...)
+		if len(acc) > max {
+			return nil, &ProtocolError{tooBig}
+		}
+	}
+}
+
+func (r *reader) readMultibulk(lim Limits) (request, error) {
+	line, err := r.readLine(lim.MaxInlineLen, "too big mbulk count string")
+	if err != nil {
+		return request{}, err
+	}
+	n, ok := parseInt(line[1:])
+	if !ok || n > int64(lim.MaxMultibulkLen) {
+		return request{}, &ProtocolError{"invalid multibulk length"}
+	}
+	if n <= 0 {
+		return request{}, nil
+	}
+	// The declared count only bounds the loop: the slice grows as
+	// arguments arrive.
+	req := request{args: make([][]byte, 0, min(n, 16))}
+	for i := int64(0); i < n; i++ {
+		b, err := r.br.ReadByte()
+		if err != nil {
+			return request{}, unexpected(err)
+		}
+		if b != '$' {
+			return request{}, &ProtocolError{fmt.Sprintf("expected '$', got '%c'", b)}
+		}
+		line, err := r.readLine(lim.MaxInlineLen, "too big bulk count string")
+		if err != nil {
+			return request{}, unexpected(err)
+		}
+		blen, ok := parseInt(line)
+		if !ok || blen < 0 || blen > lim.MaxBulkLen {
+			return request{}, &ProtocolError{"invalid bulk length"}
+		}
+		if blen > int64(lim.MaxArgLen) {
+			// Too long to keep but within the protocol: skip it
+			// without storing it and answer the command with an error.
+			if _, err := r.br.Discard(int(blen) + 2); err != nil {
+				return request{}, unexpected(err)
+			}
+			if req.oversize == 0 {
+				req.oversize = blen
+			}
+			req.args = append(req.args, nil)
+			continue
+		}
+		req.size += blen + argOverhead
+		if req.size > lim.QueryBufferLimit {
+			return request{}, ErrQueryBufferLimit
+		}
+		arg, err := r.readBulk(int(blen))
+		if err != nil {
+			return request{}, unexpected(err)
+		}
+		req.args = append(req.args, arg)
+	}
+	return req, nil
+}
+
+// readBulk reads n bytes and the two bytes after them (Redis does not check
+// that they are "\r\n", and neither do we), growing the buffer no more than
+// growStep ahead of the data.
+func (r *reader) readBulk(n int) ([]byte, error) {
+	arg := make([]byte, 0, min(n, growStep))
+	for len(arg) < n {
+		chunk := min(n-len(arg), growStep)
+		if cap(arg)-len(arg) < chunk {
+			grown := make([]byte, len(arg), min(n, max(2*cap(arg), len(arg)+chunk)))
+			copy(grown, arg)
+			arg = grown
+		}
+		m, err := io.ReadFull(r.br, arg[len(arg):len(arg)+chunk])
+		arg = arg[:len(arg)+m]
+		if err != nil {
+			return nil, err
+		}
+	}
+	if _, err := r.br.Discard(2); err != nil {
+		return nil, err
+	}
+	return arg, nil
+}
+
+func (r *reader) readInline(lim Limits) (request, error) {
+	line, err := r.readLine(lim.MaxInlineLen, "too big inline request")
+	if err != nil {
+		return request{}, err
+	}
+	args, ok := splitArgs(line)
+	if !ok {
+		return request{}, &ProtocolError{"unbalanced quotes in request"}
+	}
+	req := request{args: args}
+	for _, a := range args {
+		req.size += int64(len(a)) + argOverhead
+	}
+	return req, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// parseInt parses a decimal int64 as Redis's string2ll: an optional '-',
+// no leading zeros (except "0" itself), no '+', no spaces, no overflow.
+func parseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	neg := false
+	if b[0] == '-' {
+		neg = true
+		b = b[1:]
+		if len(b) == 0 {
+			return 0, false
+		}
+	}
+	if b[0] < '1' || b[0] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > 1<<63-1 {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// splitArgs splits an inline request as Redis's sdssplitargs: arguments
+// separated by spaces; "double quotes" with \n \r \t \b \a \\ \" and \xHH
+// escapes; 'single quotes' with only \'; a closing quote must be followed
+// by a space or the end. It reports false for unbalanced quotes.
+func splitArgs(line []byte) ([][]byte, bool) {
+	var args [][]byte
+	i := 0
+	isSpace := func(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f' }
+	for {
+		for i < len(line) && isSpace(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			return args, true
+		}
+		var cur []byte
+		inq, insq := false, false
+		for done := false; !done; {
+			if i == len(line) {
+				if inq || insq {
+					return nil, false
+				}
+				break
+			}
+			c := line[i]
+			switch {
+			case inq:
+				if c == '\\' && i+3 < len(line) && line[i+1] == 'x' && isHex(line[i+2]) && isHex(line[i+3]) {
+					cur = append(cur, hexVal(line[i+2])<<4|hexVal(line[i+3]))
+					i += 3
+				} else if c == '\\' && i+1 < len(line) {
+					i++
+					switch line[i] {
+					case 'n':
+						cur = append(cur, '\n')
+					case 'r':
+						cur = append(cur, '\r')
+					case 't':
+						cur = append(cur, '\t')
+					case 'b':
+						cur = append(cur, '\b')
+					case 'a':
+						cur = append(cur, '\a')
+					default:
+						cur = append(cur, line[i])
+					}
+				} else if c == '"' {
+					if i+1 < len(line) && !isSpace(line[i+1]) {
+						return nil, false
+					}
+					done = true
+				} else {
+					cur = append(cur, c)
+				}
+			case insq:
+				if c == '\\' && i+1 < len(line) && line[i+1] == '\'' {
+					i++
+					cur = append(cur, '\'')
+				} else if c == '\'' {
+					if i+1 < len(line) && !isSpace(line[i+1]) {
+						return nil, false
+					}
+					done = true
+				} else {
+					cur = append(cur, c)
+				}
+			default:
+				switch {
+				case isSpace(c):
+					done = true
+				case c == '"':
+					inq = true
+				case c == '\'':
+					insq = true
+				default:
+					cur = append(cur, c)
+				}
+			}
+			if i < len(line) {
+				i++
+			}
+		}
+		if cur == nil {
+			cur = []byte{}
+		}
+		args = append(args, cur)
+	}
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func hexVal(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	default:
+		return c - 'A' + 10
+	}
+}

@@ -1,0 +1,317 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mvkv/engine"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown, as net/http's.
+var ErrServerClosed = errors.New("server: closed")
+
+// Config configures a Server. The zero value is usable: Redis's defaults
+// for the limits, synchronous commit on.
+type Config struct {
+	// Limits bound request sizes; zero fields take DefaultLimits' values.
+	Limits Limits
+	// MaxClients is Redis's maxclients (default 10000): a connection
+	// beyond it is answered "-ERR max number of clients reached" and
+	// closed.
+	MaxClients int
+	// Timeout is Redis's timeout: a client idle this long between
+	// requests, or stalled this long inside one, is disconnected. Zero
+	// (the default, as Redis) never disconnects.
+	Timeout time.Duration
+	// RequirePass is Redis's requirepass: when set, every command but
+	// AUTH, HELLO (with AUTH), QUIT and PING-before-auth answers
+	// "-NOAUTH Authentication required." until AUTH gives it. Compared
+	// in constant time.
+	RequirePass string
+	// SynchronousCommit is the synchronous_commit of the server's
+	// transactions (default on); CONFIG SET synchronous_commit changes it.
+	SynchronousCommit engine.SynchronousCommit
+	// MaxRetries bounds how often a command or EXEC block that failed with
+	// a deadlock or serialization failure is run again before the error
+	// is returned to the client (default 10).
+	MaxRetries int
+	// ShutdownTimeout bounds the graceful shutdown begun by the SHUTDOWN
+	// command or by Serve's context (default 30 s).
+	ShutdownTimeout time.Duration
+	// ReadBufferSize is each connection's read buffer in bytes (default
+	// 16 KiB).
+	ReadBufferSize int
+	// Logger receives connection and shutdown messages; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultLimits
+	if c.Limits.MaxBulkLen <= 0 {
+		c.Limits.MaxBulkLen = d.MaxBulkLen
+	}
+	if c.Limits.MaxArgLen <= 0 {
+		c.Limits.MaxArgLen = d.MaxArgLen
+	}
+	if c.Limits.MaxMultibulkLen <= 0 {
+		c.Limits.MaxMultibulkLen = d.MaxMultibulkLen
+	}
+	if c.Limits.MaxInlineLen <= 0 {
+		c.Limits.MaxInlineLen = d.MaxInlineLen
+	}
+	if c.Limits.QueryBufferLimit <= 0 {
+		c.Limits.QueryBufferLimit = d.QueryBufferLimit
+	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = 10000
+	}
+	if c.MaxRetries <= 0 {
+		c.MaxRetries = 10
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.ReadBufferSize <= 0 {
+		c.ReadBufferSize = 16 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Server serves one engine.DB over RESP2. Create it with New, run it with
+// Serve, stop it with Shutdown. All methods are safe for concurrent use.
+type Server struct {
+	db     *engine.DB
+	cfg    Config // immutable after New except through the atomics below
+	log    *slog.Logger
+	start  time.Time
+	met    *metrics
+	watch  watchTable
+	cursor cursorTable
+
+	// Runtime knobs changed by CONFIG SET.
+	syncCommit  atomic.Int32 // engine.SynchronousCommit
+	maxClients  atomic.Int64
+	timeout     atomic.Int64 // nanoseconds
+	lim         atomic.Pointer[Limits]
+	commitDelay atomic.Int64 // as last set through CONFIG SET, for CONFIG GET
+	commitSibs  atomic.Int64
+
+	nextID    atomic.Uint64
+	clients   atomic.Int64 // connections being served
+	openTxns  atomic.Int64 // engine transactions begun and not yet ended
+	commands  atomic.Uint64
+	barriers  atomic.Uint64 // durability barrier transactions run
+	connsRecv atomic.Uint64
+	rejected  atomic.Uint64
+
+	// baseCtx bounds every engine call; cancel ends in-flight waits when a
+	// shutdown's deadline passes.
+	baseCtx context.Context
+	cancel  context.CancelFunc
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{} // guarded by mu
+	conns     map[*conn]struct{}        // guarded by mu
+	closing   bool                      // guarded by mu; set once by Shutdown
+	closingA  atomic.Bool               // closing, readable without mu
+	connWG    sync.WaitGroup            // one per entry ever added to conns
+	shutOnce  sync.Once
+	done      chan struct{} // closed when a shutdown has completed
+	shutErr   error         // set before done is closed
+}
+
+// New returns a server for db. The server does not own db: the caller
+// closes it after Shutdown. New sets db's synchronous_commit default to
+// cfg.SynchronousCommit.
+func New(db *engine.DB, cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		db:        db,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		start:     time.Now(),
+		baseCtx:   ctx,
+		cancel:    cancel,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[*conn]struct{}{},
+		done:      make(chan struct{}),
+	}
+	s.watch.keys = map[string]*watchEntry{}
+	s.cursor.m = map[uint64][]byte{}
+	s.syncCommit.Store(int32(cfg.SynchronousCommit))
+	db.SetSynchronousCommit(cfg.SynchronousCommit)
+	s.maxClients.Store(int64(cfg.MaxClients))
+	s.timeout.Store(int64(cfg.Timeout))
+	lim := cfg.Limits
+	s.lim.Store(&lim)
+	s.commitDelay.Store(-1)
+	s.commitSibs.Store(-1)
+	s.met = newMetrics(s)
+	return s
+}
+
+// Registry returns the server's own Prometheus registry (never the global
+// one), for an HTTP handler such as promhttp.HandlerFor.
+func (s *Server) Registry() *prometheus.Registry { return s.met.reg }
+
+// OpenTransactions is the number of engine transactions the server has
+// begun and not yet committed or rolled back: 0 whenever no command is
+// running.
+func (s *Server) OpenTransactions() int64 { return s.openTxns.Load() }
+
+// Done is closed when a shutdown (by Shutdown, SHUTDOWN or Serve's
+// context) has completed.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+func (s *Server) limits() Limits { return *s.lim.Load() }
+
+// Serve accepts connections on ln until Shutdown, serving each on its own
+// goroutine. It returns ErrServerClosed after a shutdown has completed, or
+// the listener's error. Canceling ctx starts a graceful shutdown bounded by
+// Config.ShutdownTimeout.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		ln.Close()
+		<-s.done
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { s.shutdownAsync() })
+	defer stop()
+	var tempDelay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			delete(s.listeners, ln)
+			s.mu.Unlock()
+			if closing {
+				<-s.done
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
+				time.Sleep(tempDelay)
+				continue
+			}
+			return err
+		}
+		tempDelay = 0
+		s.connsRecv.Add(1)
+		if s.clients.Load() >= s.maxClients.Load() {
+			s.rejected.Add(1)
+			nc.SetWriteDeadline(time.Now().Add(time.Second))
+			io.WriteString(nc, "-ERR max number of clients reached\r\n")
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.connWG.Add(1)
+		s.clients.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.clients.Add(-1)
+	s.connWG.Done()
+}
+
+func (s *Server) shutdownAsync() {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		s.Shutdown(ctx)
+	}()
+}
+
+// Shutdown stops the server gracefully, as Redis's SHUTDOWN and
+// PostgreSQL's smart-then-fast shutdown: it stops accepting connections,
+// lets every connection finish the command it is running (including its
+// commit and durability wait) and closes it, then takes a checkpoint. If
+// ctx ends first, in-flight engine waits are canceled, connections are
+// closed, and ctx's error is returned (a commit whose wait was canceled
+// stays in doubt until recovery, never acknowledged). Shutdown does not
+// close the DB. Calls after the first wait for the first to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() {
+		s.shutErr = s.shutdown(ctx)
+		close(s.done)
+	})
+	select {
+	case <-s.done:
+		return s.shutErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.closingA.Store(true)
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.wake()
+	}
+	s.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { s.connWG.Wait(); close(finished) }()
+	var err error
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.cancel()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-finished
+	}
+	s.cancel()
+	if cerr := s.db.Checkpoint(); cerr != nil && !errors.Is(cerr, engine.ErrClosed) {
+		err = errors.Join(err, fmt.Errorf("server: shutdown checkpoint: %w", cerr))
+	}
+	s.log.Info("server shut down", "err", err)
+	return err
+}
+
+func (s *Server) isClosing() bool { return s.closingA.Load() }
+
+func (s *Server) checkPassword(p []byte) bool {
+	return subtle.ConstantTimeCompare(p, []byte(s.cfg.RequirePass)) == 1
+}

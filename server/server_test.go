@@ -1,0 +1,568 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"mvkv/engine"
+)
+
+type testServer struct {
+	s    *Server
+	db   *engine.DB
+	addr string
+	done chan error
+}
+
+func startServer(t testing.TB, cfg Config) *testServer {
+	t.Helper()
+	db, err := engine.Open(t.TempDir(), engine.Options{LockTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{s: New(db, cfg), db: db, addr: ln.Addr().String(), done: make(chan error, 1)}
+	go func() { ts.done <- ts.s.Serve(context.Background(), ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := ts.s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-ts.done; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+		if err := db.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return ts
+}
+
+func (ts *testServer) client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 4, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw is a bare TCP client for exact-reply tests.
+type raw struct {
+	t  testing.TB
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func (ts *testServer) raw(t testing.TB) *raw {
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t, nc, bufio.NewReader(nc)}
+}
+
+func (r *raw) send(s string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.nc, s); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// cmd sends a multibulk request.
+func (r *raw) cmd(args ...string) {
+	r.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	r.send(b.String())
+}
+
+// reply reads one whole reply and returns its bytes.
+func (r *raw) reply() string {
+	r.t.Helper()
+	var b strings.Builder
+	if err := r.readValue(&b); err != nil {
+		r.t.Fatalf("reading reply: %v (got %q)", err, b.String())
+	}
+	return b.String()
+}
+
+func (r *raw) readValue(b *strings.Builder) error {
+	line, err := r.br.ReadString('\n')
+	b.WriteString(line)
+	if err != nil {
+		return err
+	}
+	var n int
+	switch line[0] {
+	case '$':
+		fmt.Sscanf(line[1:], "%d", &n)
+		if n >= 0 {
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(r.br, buf); err != nil {
+				return err
+			}
+			b.Write(buf)
+		}
+	case '*':
+		fmt.Sscanf(line[1:], "%d", &n)
+		for i := 0; i < n; i++ {
+			if err := r.readValue(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *raw) expect(want string) {
+	r.t.Helper()
+	if got := r.reply(); got != want {
+		r.t.Fatalf("reply %q, want %q", got, want)
+	}
+}
+
+// expectClosed checks the server closed the connection.
+func (r *raw) expectClosed() {
+	r.t.Helper()
+	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := r.br.ReadByte(); err == nil {
+		r.t.Fatalf("connection still open; read %q", b)
+	}
+}
+
+func TestStringCommands(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := ts.client(t)
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	eq := func(got, want any) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+	eq(rdb.Ping(ctx).Val(), "PONG")
+	eq(rdb.Echo(ctx, "hi").Val(), "hi")
+	must(rdb.Set(ctx, "k", "v", 0).Err())
+	eq(rdb.Get(ctx, "k").Val(), "v")
+	_, err := rdb.Get(ctx, "missing").Result()
+	eq(err, redis.Nil)
+	must(rdb.Set(ctx, "empty", "", 0).Err())
+	eq(rdb.Exists(ctx, "empty").Val(), 1)
+
+	// SET options.
+	eq(rdb.SetNX(ctx, "k", "x", 0).Val(), false)
+	eq(rdb.SetNX(ctx, "nx", "1", 0).Val(), true)
+	eq(rdb.SetXX(ctx, "nope", "1", 0).Val(), false)
+	eq(rdb.SetXX(ctx, "k", "v2", 0).Val(), true)
+	eq(rdb.SetArgs(ctx, "k", "v3", redis.SetArgs{Get: true}).Val(), "v2")
+	_, err = rdb.SetArgs(ctx, "fresh", "1", redis.SetArgs{Get: true}).Result()
+	eq(err, redis.Nil)
+	eq(rdb.Get(ctx, "fresh").Val(), "1")
+	err = rdb.Set(ctx, "ttl", "v", time.Second).Err()
+	if err == nil || !strings.Contains(err.Error(), "not supported") {
+		t.Fatalf("SET EX: %v", err)
+	}
+	eq(rdb.Do(ctx, "SET", "k", "v", "NX", "XX").Err(), "ERR syntax error")
+	eq(rdb.Do(ctx, "SET", "k", "v", "EX", "0").Err(), "ERR invalid expire time in 'set' command")
+	eq(rdb.Do(ctx, "SET", "k", "v", "EX", "x").Err(), "ERR value is not an integer or out of range")
+
+	// Counters.
+	eq(rdb.Incr(ctx, "n").Val(), 1)
+	eq(rdb.IncrBy(ctx, "n", 10).Val(), 11)
+	eq(rdb.Decr(ctx, "n").Val(), 10)
+	eq(rdb.DecrBy(ctx, "n", 20).Val(), -10)
+	eq(rdb.Incr(ctx, "k").Err(), "ERR value is not an integer or out of range")
+	must(rdb.Set(ctx, "max", "9223372036854775807", 0).Err())
+	eq(rdb.Incr(ctx, "max").Err(), "ERR increment or decrement would overflow")
+	eq(rdb.Do(ctx, "INCRBY", "n", "1.5").Err(), "ERR value is not an integer or out of range")
+
+	// Multi-key.
+	must(rdb.MSet(ctx, "a", "1", "b", "2", "c", "3").Err())
+	eq(rdb.MGet(ctx, "a", "missing", "c").Val(), []any{"1", nil, "3"})
+	eq(rdb.Exists(ctx, "a", "b", "missing", "a").Val(), 3)
+	eq(rdb.Del(ctx, "a", "b", "missing").Val(), 2)
+	eq(rdb.Exists(ctx, "a").Val(), 0)
+	eq(rdb.Type(ctx, "c").Val(), "string")
+	eq(rdb.Type(ctx, "a").Val(), "none")
+	eq(rdb.Do(ctx, "MSET", "a", "1", "b").Err(), "ERR wrong number of arguments for 'mset' command")
+
+	// Key limits.
+	big := strings.Repeat("k", engine.MaxKeySize+1)
+	if err := rdb.Set(ctx, big, "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Fatalf("SET of a too-long key: %v", err)
+	}
+	_, err = rdb.Get(ctx, big).Result()
+	eq(err, redis.Nil)
+	if err := rdb.Set(ctx, "", "v", 0).Err(); err == nil {
+		t.Fatal("SET of an empty key succeeded")
+	}
+	// A failed MSET writes nothing.
+	if err := rdb.MSet(ctx, "m1", "1", big, "2").Err(); err == nil {
+		t.Fatal("MSET with a too-long key succeeded")
+	}
+	eq(rdb.Exists(ctx, "m1").Val(), 0)
+
+	// Database.
+	eq(rdb.Do(ctx, "SELECT", "0").Val(), "OK")
+	eq(rdb.Do(ctx, "SELECT", "1").Err(), "ERR DB index is out of range")
+	n := rdb.DBSize(ctx).Val()
+	if n < 5 {
+		t.Fatalf("DBSIZE %d", n)
+	}
+	must(rdb.FlushAll(ctx).Err())
+	eq(rdb.DBSize(ctx).Val(), 0)
+	if got := rdb.Info(ctx).Val(); !strings.Contains(got, "# Mvkv") || !strings.Contains(got, "commits_per_sync:") {
+		t.Fatalf("INFO lacks the mvkv section:\n%s", got)
+	}
+	if got := rdb.Info(ctx, "clients").Val(); !strings.Contains(got, "connected_clients:") || strings.Contains(got, "# Server") {
+		t.Fatalf("INFO clients:\n%s", got)
+	}
+	must(rdb.Do(ctx, "CHECKPOINT").Err())
+}
+
+func TestScan(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := ts.client(t)
+	ctx := context.Background()
+	want := map[string]bool{}
+	for i := 0; i < 250; i++ {
+		k := fmt.Sprintf("user:%03d", i)
+		want[k] = true
+		rdb.Set(ctx, k, "x", 0)
+	}
+	rdb.Set(ctx, "other", "x", 0)
+	got := map[string]bool{}
+	var cursor uint64
+	calls := 0
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "user:*", 20).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls++
+		for _, k := range keys {
+			got[k] = true
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	if len(got) != len(want) || calls < 10 {
+		t.Fatalf("SCAN found %d keys in %d calls, want %d", len(got), calls, len(want))
+	}
+	if err := rdb.Do(ctx, "SCAN", "12345678").Err(); err == nil || err.Error() != "ERR invalid cursor" {
+		t.Fatalf("unknown cursor: %v", err)
+	}
+	keys, _, _ := rdb.Scan(ctx, 0, "user:00[0-2]", 1000).Result()
+	if len(keys) != 3 {
+		t.Fatalf("MATCH user:00[0-2]: %v", keys)
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, c := range []struct {
+		p, s string
+		ok   bool
+	}{
+		{"*", "", true}, {"*", "abc", true}, {"a*c", "abbbc", true}, {"a*c", "abcd", false},
+		{"a?c", "abc", true}, {"a?c", "ac", false}, {"[abc]x", "bx", true}, {"[^abc]x", "bx", false},
+		{"[a-c]", "b", true}, {"[c-a]", "b", true}, {`\*`, "*", true}, {`\*`, "a", false},
+		{"h*llo", "heeello", true}, {"*a*b", "aaab", true}, {"*a*b", "aaa", false},
+		{"user:*", "user:1", true}, {"[\\]]", "]", true},
+	} {
+		if got := globMatch([]byte(c.p), []byte(c.s)); got != c.ok {
+			t.Errorf("globMatch(%q, %q) = %v", c.p, c.s, got)
+		}
+	}
+}
+
+func TestConnectionCommands(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1, ClientName: "tester"})
+	defer rdb.Close()
+	ctx := context.Background()
+	if got := rdb.ClientGetName(ctx).Val(); got != "tester" {
+		t.Fatalf("CLIENT GETNAME %q", got)
+	}
+	id := rdb.ClientID(ctx).Val()
+	list := rdb.ClientList(ctx).Val()
+	if !strings.Contains(list, fmt.Sprintf("id=%d ", id)) || !strings.Contains(list, "name=tester") {
+		t.Fatalf("CLIENT LIST:\n%s", list)
+	}
+	r := ts.raw(t)
+	r.cmd("CLIENT", "SETNAME", "a b")
+	r.expect("-ERR Client names cannot contain spaces, newlines or special characters.\r\n")
+	r.cmd("CLIENT", "SETNAME")
+	r.expect("-ERR wrong number of arguments for 'client|setname' command\r\n")
+	r.cmd("CLIENT", "NOPE")
+	r.expect("-ERR unknown subcommand 'NOPE'. Try CLIENT HELP.\r\n")
+	r.cmd("HELLO", "3")
+	r.expect("-NOPROTO unsupported protocol version\r\n")
+	r.cmd("HELLO", "2")
+	if got := r.reply(); !strings.HasPrefix(got, "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n") {
+		t.Fatalf("HELLO 2: %q", got)
+	}
+	r.cmd("COMMAND", "COUNT")
+	r.expect(fmt.Sprintf(":%d\r\n", len(commandTable)))
+	r.cmd("COMMAND", "DOCS")
+	r.expect("*0\r\n")
+	r.cmd("COMMAND", "INFO", "get")
+	r.expect("*1\r\n*6\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n:1\r\n:1\r\n:1\r\n")
+	r.cmd("CONFIG", "GET", "synchronous_commit")
+	r.expect("*2\r\n$18\r\nsynchronous_commit\r\n$2\r\non\r\n")
+	r.cmd("CONFIG", "SET", "commit_delay", "10", "commit_siblings", "2")
+	r.expect("+OK\r\n")
+	r.cmd("CONFIG", "GET", "commit_*")
+	if got := r.reply(); !strings.Contains(got, "$12\r\ncommit_delay\r\n$2\r\n10\r\n") {
+		t.Fatalf("CONFIG GET commit_*: %q", got)
+	}
+	r.cmd("CONFIG", "SET", "nope", "1")
+	r.expect("-ERR Unknown option or number of arguments for CONFIG SET - 'nope'\r\n")
+	r.cmd("CONFIG", "SET", "appendonly", "no")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'appendonly') - can't set immutable config\r\n")
+	r.cmd("CONFIG", "SET", "commit_delay", "-5")
+	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
+		t.Fatalf("bad commit_delay: %q", got)
+	}
+	r.cmd("QUIT")
+	r.expect("+OK\r\n")
+	r.expectClosed()
+}
+
+// TestErrorReplies pins Redis's exact error texts and null types.
+func TestErrorReplies(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"GET"}, "-ERR wrong number of arguments for 'get' command\r\n"},
+		{[]string{"get", "a", "b"}, "-ERR wrong number of arguments for 'get' command\r\n"},
+		{[]string{"PING", "a", "b"}, "-ERR wrong number of arguments for 'ping' command\r\n"},
+		{[]string{"FOO", "bar", "baz"}, "-ERR unknown command 'FOO', with args beginning with: 'bar' 'baz' \r\n"},
+		{[]string{"FOO"}, "-ERR unknown command 'FOO', with args beginning with: \r\n"},
+		{[]string{"GET", "missing"}, "$-1\r\n"},
+		{[]string{"MGET", "missing"}, "*1\r\n$-1\r\n"},
+		{[]string{"EXEC"}, "-ERR EXEC without MULTI\r\n"},
+		{[]string{"DISCARD"}, "-ERR DISCARD without MULTI\r\n"},
+		{[]string{"SET", "k", "v"}, "+OK\r\n"},
+		{[]string{"INCR", "k"}, "-ERR value is not an integer or out of range\r\n"},
+		{[]string{"AUTH", "x"}, "-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n"},
+		{[]string{"SCAN", "x"}, "-ERR invalid cursor\r\n"},
+		{[]string{"SCAN", "0", "COUNT", "0"}, "-ERR syntax error\r\n"},
+		{[]string{"VACUUM"}, "-ERR VACUUM is not available: this engine has no vacuum\r\n"},
+	} {
+		r.cmd(c.args...)
+		if got := r.reply(); got != c.want {
+			t.Errorf("%q: got %q, want %q", c.args, got, c.want)
+		}
+	}
+	// Inline commands, as redis-cli and telnet send them.
+	r.send("SET \"in line\" 'v 1'\r\n")
+	r.expect("+OK\r\n")
+	r.send("GET \"in\\x20line\"\n")
+	r.expect("$3\r\nv 1\r\n")
+	r.send("\r\n")
+	r.send("PING\r\n")
+	r.expect("+PONG\r\n")
+}
+
+func TestAuth(t *testing.T) {
+	ts := startServer(t, Config{RequirePass: "s3cret"})
+	r := ts.raw(t)
+	r.cmd("GET", "k")
+	r.expect("-NOAUTH Authentication required.\r\n")
+	r.cmd("AUTH", "wrong")
+	r.expect("-WRONGPASS invalid username-password pair or user is disabled.\r\n")
+	r.cmd("AUTH", "s3cret")
+	r.expect("+OK\r\n")
+	r.cmd("GET", "k")
+	r.expect("$-1\r\n")
+
+	rdb := redis.NewClient(&redis.Options{Addr: ts.addr, Password: "s3cret"})
+	defer rdb.Close()
+	if err := rdb.Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad := redis.NewClient(&redis.Options{Addr: ts.addr, Password: "nope", MaxRetries: -1})
+	defer bad.Close()
+	if err := bad.Get(context.Background(), "k").Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("wrong password: %v", err)
+	}
+}
+
+func TestMaxClients(t *testing.T) {
+	ts := startServer(t, Config{MaxClients: 2})
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("PING")
+	a.expect("+PONG\r\n")
+	b.cmd("PING")
+	b.expect("+PONG\r\n")
+	c := ts.raw(t)
+	c.expect("-ERR max number of clients reached\r\n")
+	c.expectClosed()
+	a.nc.Close()
+	// Once a's goroutine has gone, a new client gets in.
+	for {
+		d := ts.raw(t)
+		d.cmd("PING")
+		if got := d.reply(); got == "+PONG\r\n" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	ts := startServer(t, Config{Timeout: 200 * time.Millisecond})
+	r := ts.raw(t)
+	r.cmd("PING")
+	r.expect("+PONG\r\n")
+	r.expectClosed()
+	// A client stalled inside a request is cut off as well.
+	r2 := ts.raw(t)
+	r2.send("*2\r\n$3\r\nGET\r\n$5\r\nab")
+	r2.expectClosed()
+}
+
+func TestConcurrentIncr(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := ts.client(t)
+	ctx := context.Background()
+	const clients, each = 8, 50
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
+			defer c.Close()
+			for j := 0; j < each; j++ {
+				if err := c.Incr(ctx, "ctr").Err(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := rdb.Get(ctx, "ctr").Val(); got != fmt.Sprint(clients*each) {
+		t.Fatalf("counter %s, want %d", got, clients*each)
+	}
+}
+
+// TestPipelineGroupCommit: a pipeline of writes is answered after one
+// durability wait, not one per write, and every write is applied in order.
+func TestPipelineGroupCommit(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
+	defer rdb.Close()
+	ctx := context.Background()
+	rdb.Ping(ctx)
+	const n = 200
+	before := ts.db.Stats()
+	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := 0; i < n; i++ {
+			p.Incr(ctx, "p")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cmds {
+		if got := c.(*redis.IntCmd).Val(); got != int64(i+1) {
+			t.Fatalf("reply %d = %d", i, got)
+		}
+	}
+	d := ts.db.Stats().Sub(before)
+	if d.Commits < n {
+		t.Fatalf("%d commits for %d writes", d.Commits, n)
+	}
+	// Each read of the socket ends a batch with one synchronous commit;
+	// 200 small requests arrive in a few reads, not 200.
+	if d.WALSyncs > n/4 {
+		t.Fatalf("%d WAL syncs for a pipeline of %d writes", d.WALSyncs, n)
+	}
+	if ts.s.OpenTransactions() != 0 {
+		t.Fatalf("%d transactions left open", ts.s.OpenTransactions())
+	}
+}
+
+// TestPipelineBarrier: when a pipeline's last request is a read, the
+// writes before it are made durable by a barrier before any reply leaves.
+func TestPipelineBarrier(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	before := ts.db.Stats()
+	r.send("*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\n*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$1\r\n2\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n")
+	r.expect("+OK\r\n")
+	r.expect("+OK\r\n")
+	r.expect("$1\r\n1\r\n")
+	if ts.s.barriers.Load() == 0 && ts.db.Stats().Sub(before).WALSyncs == 0 {
+		t.Fatal("replies went out without a WAL sync")
+	}
+}
+
+func TestShutdownCommand(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(db, Config{})
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background(), ln) }()
+	idle := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), PoolSize: 1})
+	defer idle.Close()
+	ctx := context.Background()
+	if err := idle.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer rdb.Close()
+	// Redis closes the connection without a reply; go-redis reports
+	// that as success.
+	if err := rdb.Shutdown(ctx).Err(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("SHUTDOWN: %v", err)
+	}
+	if err := <-done; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+	<-s.Done()
+	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Fatal("still accepting connections")
+	}
+	tx, _ := db.Begin(ctx, engine.TxnOptions{})
+	if v, err := tx.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("after shutdown: %q %v", v, err)
+	}
+	tx.Rollback()
+}
