@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -53,40 +54,67 @@ func (m DiskModel) SyncRate() float64 {
 	return 0
 }
 
-// clock turns the model into a wait per sync. A rotation boundary is a
-// multiple of the period since epoch.
+// diskClock is the model's clock for pebble, following the rules of the
+// engine's vfs.WithDiskModel so both stores see the same disk: the real
+// sync runs first, then the call returns at the later of its end and the
+// issue time plus FsyncLatency, rounded up to a rotation boundary (fixed
+// multiples of the period since epoch) that is strictly after the issue.
 type diskClock struct {
 	m     DiskModel
-	epoch time.Time
-	syncs atomic.Uint64 // syncs waited for, for tests
+	epoch time.Time     // rotation 0; carries a monotonic reading
+	syncs atomic.Uint64 // syncs made, for tests
 }
 
-// wait sleeps as long as a sync issued now takes under the model.
-func (c *diskClock) wait() {
+// sync runs real, then waits for the model's completion time. An error from
+// the real sync is returned at once.
+func (c *diskClock) sync(real func() error) error {
 	c.syncs.Add(1)
-	time.Sleep(c.delay(time.Since(c.epoch)))
-}
-
-// delay is the time a sync issued at elapsed (since epoch) takes: the fixed
-// latency, then the rest of the rotation in progress.
-func (c *diskClock) delay(elapsed time.Duration) time.Duration {
-	d := c.m.FsyncLatency
-	if r := c.m.RotationsPerSec; r > 0 {
-		period := time.Duration(float64(time.Second) / r)
-		if period <= 0 {
-			return d
-		}
-		at := elapsed + d
-		d += period - at%period
+	issued := time.Since(c.epoch)
+	if err := real(); err != nil {
+		return err
 	}
-	return d
+	at := c.completion(issued, time.Since(c.epoch))
+	// Go's sleeps overshoot by up to about a millisecond, which would turn
+	// 250 rotations/s into about 200: sleep until a millisecond before and
+	// then watch the clock, as the engine's model does.
+	for {
+		rem := at - time.Since(c.epoch)
+		if rem <= 0 {
+			return nil
+		}
+		if rem > 3*time.Millisecond/2 {
+			time.Sleep(rem - time.Millisecond)
+			continue
+		}
+		runtime.Gosched()
+	}
 }
 
-// pebbleDiskFS is pebble's vfs with the disk model in place of the real
-// sync: data reaches the page cache as usual and every Sync or SyncData
-// sleeps as the model says instead of calling fsync. That keeps a
-// process crash safe (the page cache survives it) and makes the sync cost
-// exactly the model's, not the model's plus this machine's.
+// completion returns when, as an offset from epoch, a sync issued at issued
+// whose real part ended at realEnd completes in the model.
+func (c *diskClock) completion(issued, realEnd time.Duration) time.Duration {
+	at := max(issued+c.m.FsyncLatency, realEnd)
+	r := c.m.RotationsPerSec
+	if r <= 0 {
+		return at
+	}
+	period := time.Duration(float64(time.Second) / r)
+	if period <= 0 {
+		return at
+	}
+	n := issued/period + 1 // the first boundary strictly after the issue
+	if b := at / period; b >= n {
+		n = b
+		if n*period < at {
+			n++
+		}
+	}
+	return n * period
+}
+
+// pebbleDiskFS is pebble's vfs with every Sync and SyncData (of files and
+// directories) slowed down to the disk model by diskClock, on top of the
+// real sync, as the engine's vfs.WithDiskModel does.
 type pebbleDiskFS struct {
 	pvfs.FS
 	clock *diskClock
@@ -128,8 +156,8 @@ type pebbleDiskFile struct {
 	clock *diskClock
 }
 
-func (f *pebbleDiskFile) Sync() error     { f.clock.wait(); return nil }
-func (f *pebbleDiskFile) SyncData() error { f.clock.wait(); return nil }
+func (f *pebbleDiskFile) Sync() error     { return f.clock.sync(f.File.Sync) }
+func (f *pebbleDiskFile) SyncData() error { return f.clock.sync(f.File.SyncData) }
 
 // SyncTo is pebble's asynchronous write-back hint (sync_file_range on
 // Linux) while an sstable is written; it promises nothing, so the model

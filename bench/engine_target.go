@@ -54,6 +54,8 @@ func (t *engineTarget) CommitStats() CommitStats {
 	return CommitStats{Commits: s.Commits, WALSyncs: s.WALSyncs, WALBytes: s.WALBytes}
 }
 
+func (t *engineTarget) EngineStats() engine.Stats { return t.db.Stats() }
+
 func (t *engineTarget) DetectScale(ctx context.Context) (int, error) {
 	txn, err := t.db.Begin(ctx, engine.TxnOptions{Isolation: engine.RepeatableRead, ReadOnly: true})
 	if err != nil {

@@ -64,6 +64,15 @@ func WriteReport(w io.Writer, r *Results) error {
 			p("WAL written during run: %.3f MB\n", mb)
 		}
 	}
+	if w := r.WAL; w != nil && w.WALFlushes > 0 {
+		wait := 0.0
+		if w.Commits > 0 {
+			wait = float64(w.WALCommitWaitNanos) / float64(w.Commits) / 1e6
+		}
+		p("WAL flushes during run: %d, commit wait average = %.3f ms\n", w.WALFlushes, wait)
+		p("WAL sync latency: %s\n", w.WALSyncLatency)
+		p("WAL commits per sync: %s\n", w.WALCommitsPerSync)
+	}
 	if r.Aborted > 0 {
 		p("number of aborted clients: %d\n", r.Aborted)
 	}

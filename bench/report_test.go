@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"mvkv/engine"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -36,6 +38,14 @@ func TestReportGolden(t *testing.T) {
 			LatencyAvg: 0.01, LatencyStddev: 0.001, ConnTime: 0.003, TPS: 150000,
 			Commit:    &CommitStats{Commits: 0, WALSyncs: 0},
 			Invariant: CheckInvariant(Sums{Accounts: 5, Tellers: 1, Branches: 1, History: 4}),
+		}},
+		{"engine_wal_stats", Results{
+			Target: "engine", Workload: SimpleUpdate, Scale: 10, Clients: 8, Threads: 1,
+			Duration: 5 * time.Second, Processed: 9000,
+			LatencyAvg: 4.4, LatencyStddev: 1.5, ConnTime: 0.005, TPS: 1800,
+			Elapsed: 5 * time.Second,
+			Commit:  &CommitStats{Commits: 9000, WALSyncs: 1250, WALBytes: 36000000},
+			WAL:     walStats(9000, 1250),
 		}},
 		{"nothing_processed", Results{
 			Target: "pebble", Workload: TPCB, Scale: 1, Clients: 1, Threads: 1,
@@ -78,4 +88,16 @@ func TestCheckInvariant(t *testing.T) {
 			t.Errorf("CheckInvariant(%+v).OK = %v, want %v", tc.s, got, tc.ok)
 		}
 	}
+}
+
+// walStats makes engine statistics for syncs rounds of commits/syncs
+// commits each, every sync taking 4 ms and every commit waiting 4.4 ms.
+func walStats(commits, syncs uint64) *engine.Stats {
+	s := engine.Stats{Commits: commits, WALSyncs: syncs, WALFlushes: syncs, WALCommitWaitNanos: commits * 4_400_000}
+	s.WALSyncLatency.Nanos = true
+	for range syncs {
+		s.WALSyncLatency.Observe(4_000_000)
+		s.WALCommitsPerSync.Observe(commits / syncs)
+	}
+	return &s
 }

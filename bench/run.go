@@ -102,6 +102,10 @@ type Results struct {
 	TPS           float64       // Processed / Elapsed
 	// Commit holds WAL syncs over the run when the target counts them.
 	Commit *CommitStats
+	// WAL is the engine's statistics over the run (flush rounds, sync
+	// latency and commits-per-sync histograms, commit wait); nil on other
+	// targets.
+	WAL *engine.Stats
 	// Invariant is the post-run check, when it was made.
 	Invariant *Invariant
 }
@@ -165,6 +169,11 @@ func avgStddev(n int64, sum, sum2 float64) (float64, float64) {
 	return avg / 1000, math.Sqrt(v) / 1000
 }
 
+// engineStatser is the engine target: its full statistics, cumulative.
+type engineStatser interface {
+	EngineStats() engine.Stats
+}
+
 // IsFailure reports whether err is a transaction failure pgbench 15 counts
 // and does not abort the client for: a serialization failure or deadlock
 // (on PostgreSQL, SQLSTATE 40001 or 40P01).
@@ -206,6 +215,11 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	cs, hasStats := t.(CommitStatser)
 	if hasStats {
 		before = cs.CommitStats()
+	}
+	var engineBefore engine.Stats
+	es, hasEngineStats := t.(engineStatser)
+	if hasEngineStats {
+		engineBefore = es.EngineStats()
 	}
 
 	connStart := time.Now()
@@ -337,6 +351,10 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		if a {
 			r.Aborted++
 		}
+	}
+	if hasEngineStats {
+		d := es.EngineStats().Sub(engineBefore)
+		r.WAL = &d
 	}
 	if hasStats {
 		d := cs.CommitStats()

@@ -357,7 +357,18 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 		scales[name] = s
 	}
 
-	table := &SweepTable{Title: sweepTitle(cfg, repeat), Axes: names}
+	// The title shows the scale the runs used: the loaded one when all
+	// targets agree on it.
+	titled := cfg
+	for _, s := range scales {
+		titled.Scale = s
+	}
+	for _, s := range scales {
+		if s != titled.Scale {
+			titled.Scale = cfg.Scale
+		}
+	}
+	table := &SweepTable{Title: sweepTitle(titled, repeat), Axes: names}
 	var aborted bool
 	for i := range cells {
 		if ctx.Err() != nil {

@@ -81,9 +81,14 @@ func TestDiskModel(t *testing.T) {
 		{DiskModel{FsyncLatency: 5 * ms, RotationsPerSec: 250}, 1 * ms, 7 * ms},
 	} {
 		c := diskClock{m: tc.m}
-		if got := c.delay(tc.elapsed); got != tc.want {
+		if got := c.completion(tc.elapsed, tc.elapsed) - tc.elapsed; got != tc.want {
 			t.Errorf("%v: delay at %v = %v, want %v", tc.m, tc.elapsed, got, tc.want)
 		}
+	}
+	// A real sync slower than the model ends at the boundary after it.
+	c := diskClock{m: DiskModel{RotationsPerSec: 250}}
+	if got := c.completion(1*ms, 9*ms); got != 12*ms {
+		t.Errorf("sync issued at 1ms, real end 9ms: completes at %v, want 12ms", got)
 	}
 	for _, tc := range []struct {
 		m    DiskModel
