@@ -65,14 +65,25 @@ type Rule struct {
 
 // Fault is a Rule injected into a FaultFS.
 type Fault struct {
-	rule  Rule
-	seen  int64 // matching operations counted so far; guarded by FaultFS.mu
-	fired atomic.Int64
+	fs       *FaultFS
+	rule     Rule
+	seen     int64  // matching operations counted so far; guarded by fs.mu
+	lastPath string // name of the last operation failed; guarded by fs.mu
+	fired    atomic.Int64
 }
 
 // Fired returns how many operations the fault has failed (not counting the
 // later ones failed by Permanent).
 func (f *Fault) Fired() int64 { return f.fired.Load() }
+
+// LastPath returns the name (the first name, for a rename) of the last
+// operation the fault failed, or "" if none: a harness that fails the Nth
+// sync learns which file it hit.
+func (f *Fault) LastPath() string {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	return f.lastPath
+}
 
 // FaultFS wraps an FS and fails chosen operations with an injected error,
 // as pebble's vfs/errorfs does. A failed operation never reaches the wrapped
@@ -117,7 +128,7 @@ func (f *FaultFS) Inject(r Rule) *Fault {
 	if r.Err == nil {
 		r.Err = syscall.EIO
 	}
-	flt := &Fault{rule: r}
+	flt := &Fault{fs: f, rule: r}
 	f.mu.Lock()
 	f.rules = append(f.rules, flt)
 	f.mu.Unlock()
@@ -172,6 +183,7 @@ func (f *FaultFS) check(k OpKind, names ...string) error {
 		return nil
 	}
 	fail.fired.Add(1)
+	fail.lastPath = names[0]
 	if fail.rule.Permanent != 0 {
 		f.perm |= fail.rule.Permanent
 		f.permErr = fail.rule.Err

@@ -89,6 +89,10 @@ func TestFaultFSNth(t *testing.T) {
 			if !errors.Is(err, syscall.ENOSPC) || !errors.As(err, &pe) || pe.Op != kind.String() {
 				t.Fatalf("fail %v #%d: error %#v", kind, i, err)
 			}
+			// Three files, each with the same ops; a rename names its old name.
+			if want := fmt.Sprintf("/d/wal/%d.tmp", (i-1)*3/n); flt.LastPath() != want {
+				t.Fatalf("fail %v #%d: LastPath %q", kind, i, flt.LastPath())
+			}
 			if ffs.Count(kind) != n {
 				t.Fatalf("fail %v #%d: counted %d, want %d", kind, i, ffs.Count(kind), n)
 			}
