@@ -3,6 +3,8 @@ package wal
 import (
 	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,9 @@ var (
 	benchRotations = flag.Float64("wal.rotations", 250, "BenchmarkGroupCommit: disk model rotations per second (0: none)")
 	benchLatency   = flag.Duration("wal.fsync-latency", 0, "BenchmarkGroupCommit: disk model fixed sync latency")
 	benchDepth     = flag.Int("wal.depth", 0, "BenchmarkGroupCommit: pipeline depth (0: default)")
+	benchDelays    = flag.String("wal.delays", "0,-1", "BenchmarkGroupCommit: commit delays in µs (-1: auto)")
+	benchClients   = flag.String("wal.clients", "1,2,4,8,16,32,48", "BenchmarkGroupCommit: committer counts")
+	benchPolicies  = flag.String("wal.policies", "serial,pipelined", "BenchmarkGroupCommit: flusher policies")
 	benchWork      = flag.Duration("wal.work", 0, "BenchmarkGroupCommit: CPU work (a spin) per transaction before its commit")
 )
 
@@ -29,9 +34,10 @@ var (
 //	go test -run XXX -bench GroupCommit -wal.rotations 0 ./wal   # the real disk
 func BenchmarkGroupCommit(b *testing.B) {
 	model := vfs.DiskModel{RotationsPerSec: *benchRotations, FsyncLatency: *benchLatency}
-	for _, policy := range []FlusherPolicy{FlusherSerial, FlusherPipelined} {
-		for _, delay := range []int{0, CommitDelayAuto} {
-			for _, n := range []int{1, 2, 4, 8, 16, 32, 48} {
+	for _, policy := range strings.Split(*benchPolicies, ",") {
+		policy := FlusherPolicy(policy)
+		for _, delay := range benchInts(b, *benchDelays) {
+			for _, n := range benchInts(b, *benchClients) {
 				name := fmt.Sprintf("%s/delay=%d/clients=%d", policy, delay, n)
 				b.Run(name, func(b *testing.B) {
 					benchGroupCommit(b, vfs.WithDiskModel(vfs.OS{}, model), policy, delay, n, model.RotationsPerSec)
@@ -39,6 +45,18 @@ func BenchmarkGroupCommit(b *testing.B) {
 			}
 		}
 	}
+}
+
+func benchInts(b *testing.B, list string) []int {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			b.Fatalf("bad list %q: %v", list, err)
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // spin burns about d of CPU, standing in for a transaction's work.

@@ -208,6 +208,12 @@ type Writer struct {
 
 	syncEWMA atomic.Int64 // moving average of sync latency, nanoseconds (commit_delay=auto)
 
+	// Pipelined: moving averages of the latency of syncs issued with none
+	// outstanding (solo) and with some outstanding (overlapped), in
+	// nanoseconds, and the rounds issued; guarded by fmu. See syncSlotsLocked.
+	soloEWMA, overlapEWMA int64
+	rounds                uint64
+
 	// Owned by the holder of the flusher role (pipelined: the writer role,
 	// with no sync in flight for a switch; or Close once closed).
 	cur    vfs.File
@@ -623,7 +629,7 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 			w.waiters.Add(-1)
 			continue
 		}
-		if w.writing || len(w.inflight) >= w.depth {
+		if w.writing || len(w.inflight) >= w.syncSlotsLocked() {
 			w.waiters.Add(1)
 			w.wcond.Wait()
 			w.waiters.Add(-1)
@@ -638,6 +644,35 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		}
 		w.fmu.Lock()
 	}
+}
+
+// syncSlotsLocked returns how many syncs may be outstanding at once. A
+// second sync issued while one is outstanding only helps on a device that
+// works on several at once (a drive with a command queue, the rotating-disk
+// model): there it completes about as soon as the first, so the overlapped
+// syncs' average latency is no worse than solo ones'. A device that
+// serializes syncs makes an overlapped sync wait for the one ahead of it,
+// which only splits the next group in two; when overlapped syncs take more
+// than 1.5 times as long as solo ones, the flusher keeps one sync at a time
+// (the serial scheme, with its larger groups), allowing a second one every
+// 32nd round to keep measuring.
+func (w *Writer) syncSlotsLocked() int {
+	if w.soloEWMA == 0 || w.overlapEWMA == 0 || 2*w.overlapEWMA <= 3*w.soloEWMA {
+		return w.depth
+	}
+	if w.rounds%32 == 0 {
+		return min(2, w.depth)
+	}
+	return 1
+}
+
+// ewma folds sample into the moving average avg with weight 1/8 (TCP's
+// smoothed round-trip time); an average of 0 has no samples yet.
+func ewma(avg, sample int64) int64 {
+	if avg == 0 {
+		return sample
+	}
+	return avg + (sample-avg)/8
 }
 
 // issue performs one pipelined round; the caller holds the writer role,
@@ -689,16 +724,25 @@ func (w *Writer) issue(commit bool) error {
 	}
 	req := &syncReq{target: target}
 	w.fmu.Lock()
+	overlapped := len(w.inflight) > 0
+	w.rounds++
 	w.inflight = append(w.inflight, req)
 	w.issued = target
 	w.writing = false
 	w.wcond.Broadcast()
 	w.fmu.Unlock()
 
+	t0 := time.Now()
 	serr := w.sync(f)
+	lat := int64(time.Since(t0))
 
 	w.fmu.Lock()
 	defer w.fmu.Unlock()
+	if overlapped {
+		w.overlapEWMA = ewma(w.overlapEWMA, lat)
+	} else {
+		w.soloEWMA = ewma(w.soloEWMA, lat)
+	}
 	req.done, req.err = true, serr
 	for len(w.inflight) > 0 && w.inflight[0].done {
 		r := w.inflight[0]
