@@ -154,7 +154,6 @@ func TestFaultFSEverySync(t *testing.T) {
 		if err != nil {
 			return nil, 1
 		}
-
 		defer func() {
 			if err := db.Close(); err != nil {
 				errs++
