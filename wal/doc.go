@@ -89,16 +89,64 @@
 // # Group commit
 //
 // Insert copies a framed record into memory under one mutex and does no I/O.
-// Flush follows PostgreSQL's XLogFlush: whoever finds its LSN unflushed tries
-// to become the single flusher; the others wait for the round in progress
-// and re-check, so a waiter is only released by a sync that covered its own
-// record. The flusher optionally waits commit_delay for more committers
-// (only when at least commit_siblings other transactions are active), then
-// writes everything inserted so far, not just its own record. Go's timers
-// round sleeps below a millisecond up to about a millisecond, so delays
-// shorter than that are waited by checking the clock between yields, and the
-// wait ends early once every other active transaction is already waiting.
-// See Writer for the pseudocode.
+// Flush(upTo) returns once a sync that covered upTo has completed; three
+// policies decide how concurrent Flush calls share write+sync rounds.
+//
+// serial follows PostgreSQL's XLogFlush: whoever finds its LSN unflushed
+// tries to become the single flusher; the others wait for the round in
+// progress and re-check, so a waiter is only released by a sync that covered
+// its own record (DESIGN rule 2: the strictest waiter decides). The flusher
+// optionally waits commit_delay for more committers (only when at least
+// commit_siblings other transactions are active), then writes everything
+// inserted so far, not just its own record. One sync at a time means a
+// commit arriving during a sync waits for it and then for its own: on a
+// rotating disk that is two rotations per commit, so the rate tops out at
+// about clients/2 x rotations per second (the 2009 thread).
+//
+// pipelined lets the next round start while earlier syncs are outstanding:
+// whoever finds its LSN neither durable nor handed to a sync takes the
+// writer role (one writer at a time, so writes stay in LSN order), writes
+// everything inserted so far, appends a sync request for that end to an
+// in-flight queue, gives up the role and fdatasyncs. Syncs retire from the
+// queue head in LSN order, and only a retired sync moves the flushed LSN,
+// so it never skips a round whose sync has not completed (after a failed
+// fdatasync a later success proves nothing). At most PipelineDepth syncs are
+// outstanding, and only one when the device turns out to serialize syncs
+// (see Writer.syncSlotsLocked). A round crossing into a new segment first
+// drains the queue, then syncs the old segment before writing the new one.
+//
+// none gives every Flush its own round, for comparison.
+//
+// # commit_delay=auto
+//
+// A fixed commit_delay is a bet: on a slow disk with many committers, a
+// leader that waits gathers a whole group into a sync that takes as long
+// anyway (the 2005 thread's 3x at 128 clients); with one committer, or on
+// a platform whose shortest sleep is 10 ms, the wait is pure loss (the 2001
+// thread). CommitDelayAuto (-1) decides per round, from three things the
+// Writer can see:
+//
+//   - Who could still join. The leader never waits when it is the only
+//     active transaction (ActiveTransactions() <= 1), so a lone committer
+//     pays nothing: the 2001 case. Otherwise it waits until every other
+//     active transaction has a commit Flush in progress whose record no
+//     round has taken yet (nobody else can join), which is the moment the
+//     round covers everyone.
+//   - Whether they are still coming. Transactions that are active but not
+//     committing (blocked on a row lock, reading) would hold the leader to
+//     its budget every round, so the wait also ends when the insert
+//     position has not moved for a quarter of the budget.
+//   - What waiting costs. The budget is half the moving average of recent
+//     sync latencies: waiting half a sync to nearly double a group is a
+//     good trade on a slow disk, and on a fast one the budget is a few
+//     microseconds. On a rotating disk a sync issued anywhere inside the
+//     rotation completes at the same boundary, so the wait costs nothing.
+//
+// Delays below a millisecond cannot be a time.Sleep (Go's timers round
+// them up to about a millisecond), so every commit delay shorter than that,
+// fixed or automatic, is waited by checking the clock between yields
+// (runtime.Gosched), which also lets it end the moment the group is
+// complete.
 //
 // Rejected: a dedicated flusher goroutine fed by a channel (pebble's
 // LogWriter) adds a goroutine handoff to every commit's latency; the
