@@ -155,8 +155,13 @@ func Open(dir string, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("mvkv: create %s: %w", d, err)
 		}
 	}
-	if err := fsys.SyncDir(dir); err != nil {
-		return nil, fmt.Errorf("mvkv: fsync %s: %w", dir, err)
+	// The directory's own entry must be durable too, or a crash could lose
+	// a new data directory with every commit in it (initdb's
+	// fsync_parent_path).
+	for _, d := range []string{dir, filepath.Dir(filepath.Clean(dir))} {
+		if err := fsys.SyncDir(d); err != nil {
+			return nil, fmt.Errorf("mvkv: fsync %s: %w", d, err)
+		}
 	}
 	lk, err := fsys.Lock(filepath.Join(dir, lockName))
 	if err != nil {
