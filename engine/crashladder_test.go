@@ -1,0 +1,338 @@
+package engine
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mvkv/internal/vfs"
+)
+
+var (
+	ladderSample = flag.Int("crash.sample", 0, "crash ladder: check one crash point in N (1: every point; 0: 3, or 16 under -race)")
+	ladderSeeds  = flag.Int("crash.seeds", 2, "crash ladder: number of random workloads")
+	ladderSeed   = flag.Uint64("crash.seed", 0, "crash ladder: run only this workload seed")
+	ladderTxns   = flag.Int("crash.txns", 120, "crash ladder: transactions per workload")
+)
+
+// ladderTxn is one transaction of the scripted workload: writes (a nil
+// value deletes), whether it commits synchronously, whether it rolls back.
+type ladderTxn struct {
+	writes   map[string][]byte
+	sync     bool
+	rollback bool
+}
+
+func (l ladderTxn) String() string {
+	keys := make([]string, 0, len(l.writes))
+	for k, v := range l.writes {
+		if v == nil {
+			keys = append(keys, "-"+k)
+		} else {
+			keys = append(keys, fmt.Sprintf("%s(%dB)", k, len(v)))
+		}
+	}
+	sort.Strings(keys)
+	return fmt.Sprintf("sync=%v rollback=%v %s", l.sync, l.rollback, strings.Join(keys, " "))
+}
+
+// ladderWorkload makes a reproducible workload of n transactions over a
+// small key space: updates, deletes, sync and async commits, rollbacks, and
+// now and then a value large enough to go out of line and fill WAL segments.
+func ladderWorkload(seed uint64, n int) []ladderTxn {
+	r := rand.New(rand.NewPCG(seed, 99))
+	out := make([]ladderTxn, n)
+	for i := range out {
+		t := ladderTxn{writes: map[string][]byte{}, sync: r.IntN(4) != 0, rollback: r.IntN(10) == 0}
+		for w := 0; w < 1+r.IntN(4); w++ {
+			k := fmt.Sprintf("k%02d", r.IntN(30))
+			switch {
+			case r.IntN(8) == 0:
+				t.writes[k] = nil
+			case r.IntN(25) == 0:
+				t.writes[k] = []byte(strings.Repeat(fmt.Sprintf("%d:%s.", i, k), 40000/8))
+			default:
+				t.writes[k] = []byte(fmt.Sprintf("%d:%s", i, k))
+			}
+		}
+		out[i] = t
+	}
+	return out
+}
+
+// ladderState is the committed state after a prefix of the workload.
+type ladderState map[string]string
+
+func scanState(db *DB) (ladderState, error) {
+	st := ladderState{}
+	err := db.View(context.Background(), func(tx *Txn) error {
+		return tx.Scan(nil, nil, func(k, v []byte) bool { st[string(k)] = string(v); return true })
+	})
+	return st, err
+}
+
+// TestCrashLadder runs a scripted workload on the in-memory file system and
+// simulates a power loss after file-system operations (every one with
+// -crash.all, a sample otherwise), in the drop-unsynced and torn-write
+// modes. Each crash copy must recover to the state after some prefix of the
+// commit sequence that includes every synchronous commit acknowledged
+// before the crash: so no acknowledged commit is lost, no transaction is
+// partly visible, and asynchronous commits survive all-or-nothing and in
+// commit order. Verify must pass, a second open must give the same state,
+// and so must a crash in the middle of recovery itself.
+func TestCrashLadder(t *testing.T) {
+	seeds := make([]uint64, *ladderSeeds)
+	for i := range seeds {
+		seeds[i] = uint64(time.Now().UnixNano()) + uint64(i)
+	}
+	if *ladderSeed != 0 {
+		seeds = []uint64{*ladderSeed}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			work := ladderWorkload(seed, *ladderTxns)
+			sample := *ladderSample
+			if sample <= 0 {
+				sample = 3
+				if raceEnabled {
+					sample = 16
+				}
+			}
+			points, checked, err := crashLadder(seed, work, sample)
+			if err == nil {
+				t.Logf("seed %d: %d transactions, %d file-system operations, %d crash copies checked", seed, len(work), points, checked)
+				return
+			}
+			t.Errorf("seed %d: %v", seed, err)
+			small := shrinkLadder(seed, work)
+			var b strings.Builder
+			for i, w := range small {
+				fmt.Fprintf(&b, "\n  txn %d: %s", i, w)
+			}
+			_, _, err = crashLadder(seed, small, 1)
+			t.Fatalf("shrunk to %d transactions (-crash.seed=%d reproduces the full case):%s\nfailure: %v", len(small), seed, b.String(), err)
+		})
+	}
+}
+
+// shrinkLadder removes transactions from a failing workload while it still
+// fails (every crash point checked), halving the chunk size as it goes, as
+// delta debugging does.
+func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
+	for chunk := len(work) / 2; chunk >= 1; chunk /= 2 {
+		for i := 0; i+chunk <= len(work); {
+			try := append(append([]ladderTxn(nil), work[:i]...), work[i+chunk:]...)
+			if _, _, err := crashLadder(seed, try, 1); err != nil {
+				work = try
+			} else {
+				i += chunk
+			}
+		}
+	}
+	return work
+}
+
+// crashLadder runs work and checks a crash copy at one file-system
+// operation in every sample. It returns the operations seen, the copies
+// checked and the first failure.
+func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int, failure error) {
+	nTxn := len(work)
+	// states[k] is the state after the first k commits of the workload.
+	states := []ladderState{{}}
+	commitOf := make([]int, len(work)) // index into states after txn i commits (or -1)
+	for i, w := range work {
+		commitOf[i] = -1
+		if w.rollback {
+			continue
+		}
+		next := maps.Clone(states[len(states)-1])
+		for k, v := range w.writes {
+			if v == nil {
+				delete(next, k)
+			} else {
+				next[k] = string(v)
+			}
+		}
+		states = append(states, next)
+		commitOf[i] = len(states) - 1
+	}
+
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: 5 * time.Millisecond}
+	opts.SharedBuffers, opts.WALSegmentSize = 2<<20, 1<<20
+	db, err := Open("/db", opts)
+	if err != nil {
+		return 0, 0, err
+	}
+
+	var mu sync.Mutex
+	ackedSync, started := 0, 0 // states index of the last acknowledged sync commit; commits begun
+	rng := rand.New(rand.NewPCG(seed, 7))
+	m.SetOpHook(func(p vfs.CrashPoint) {
+		points++
+		if failure != nil || rng.IntN(sample) != 0 {
+			return
+		}
+		mu.Lock()
+		lo, hi := ackedSync, started
+		mu.Unlock()
+		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast} {
+			checked++
+			c := p.CrashCopy(mode, rand.New(rand.NewPCG(seed, uint64(p.Op.Index))))
+			if err := checkRecovered(c, states, lo, hi, rng); err != nil {
+				failure = fmt.Errorf("crash after op %v (%v), acknowledged sync commits through state %d, %d commits begun: %v", p.Op, mode, lo, hi, err)
+				return
+			}
+		}
+	})
+
+	ctx := context.Background()
+	for i, w := range work {
+		if i == nTxn/2 {
+			if err := db.Checkpoint(); err != nil {
+				failure = err
+				break
+			}
+		}
+		sc := SyncCommitOff
+		if w.sync {
+			sc = SyncCommitOn
+		}
+		tx, err := db.Begin(ctx, TxnOptions{SynchronousCommit: &sc})
+		if err != nil {
+			failure = err
+			break
+		}
+		for k, v := range w.writes {
+			if v == nil {
+				err = tx.Delete([]byte(k))
+			} else {
+				err = tx.Put([]byte(k), v)
+			}
+			if err != nil {
+				failure = fmt.Errorf("txn %d: %v", i, err)
+				break
+			}
+		}
+		if failure != nil {
+			break
+		}
+		if w.rollback {
+			tx.Rollback()
+			continue
+		}
+		mu.Lock()
+		started = commitOf[i]
+		mu.Unlock()
+		if err := tx.Commit(); err != nil {
+			failure = fmt.Errorf("txn %d commit: %v", i, err)
+			break
+		}
+		if w.sync {
+			mu.Lock()
+			ackedSync = commitOf[i]
+			mu.Unlock()
+		}
+		if failure != nil {
+			break
+		}
+	}
+	db.Close()
+	m.SetOpHook(nil)
+	return points, checked, failure
+}
+
+// checkRecovered opens a crash copy and checks that it holds states[k] for
+// some lo <= k <= hi, that it verifies, and that reopening it, plainly and
+// after a crash during its own recovery, gives the same state.
+func checkRecovered(c *vfs.MemFS, states []ladderState, lo, hi int, rng *rand.Rand) error {
+	open := func(fs vfs.FS) (ladderState, error) {
+		db, err := Open("/db", Options{FS: fs, SharedBuffers: 2 << 20, CheckpointTimeout: -1})
+		if err != nil {
+			return nil, fmt.Errorf("open: %w", err)
+		}
+		defer db.Close()
+		st, err := scanState(db)
+		if err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		rep, err := db.Verify()
+		if err != nil || !rep.OK() {
+			return nil, fmt.Errorf("verify: %v %v", err, rep.Problems)
+		}
+		return st, nil
+	}
+	// A crash during recovery: stop the copy's first open at a random
+	// operation and recover again from what reached its disk.
+	during := c.Clone()
+	during.SetCrashAfter(int64(1 + rng.IntN(40)))
+	if db, err := Open("/db", Options{FS: during, SharedBuffers: 2 << 20, CheckpointTimeout: -1}); err == nil {
+		db.Close()
+	}
+	var midRecovery *vfs.MemFS
+	if cs := during.CrashState(); cs != nil {
+		midRecovery = cs.CrashCopy(vfs.DropUnsynced, nil)
+	}
+
+	got, err := open(c)
+	if err != nil {
+		return err
+	}
+	match := -1
+	for k := hi; k >= lo && k >= 0; k-- {
+		if maps.Equal(got, states[k]) {
+			match = k
+			break
+		}
+	}
+	if match < 0 {
+		return fmt.Errorf("recovered state matches no commit prefix in [%d, %d]: %s", lo, hi, diffState(got, states[lo]))
+	}
+	again, err := open(c)
+	if err != nil {
+		return fmt.Errorf("second open: %w", err)
+	}
+	if !maps.Equal(again, got) {
+		return fmt.Errorf("second open differs: %s", diffState(again, got))
+	}
+	if midRecovery != nil {
+		st, err := open(midRecovery)
+		if err != nil {
+			return fmt.Errorf("after a crash during recovery: %w", err)
+		}
+		if !maps.Equal(st, got) {
+			return fmt.Errorf("after a crash during recovery the state differs: %s", diffState(st, got))
+		}
+	}
+	return nil
+}
+
+func diffState(got, want ladderState) string {
+	var d []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			d = append(d, k+" missing")
+		} else if g != v {
+			d = append(d, fmt.Sprintf("%s=%.20q want %.20q", k, g, v))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, k+" unexpected")
+		}
+	}
+	sort.Strings(d)
+	if len(d) > 8 {
+		d = append(d[:8], "...")
+	}
+	return strings.Join(d, ", ")
+}
