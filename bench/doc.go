@@ -97,4 +97,40 @@
 // cores); -j groups clients into workers that share one statistics
 // accumulator, as pgbench's threads do, so the hot path takes an uncontended
 // lock per worker rather than one global lock.
+//
+// # Sweeps
+//
+// The seed threads argue with tables of tps against clients or against a
+// knob. A sweep (Config.Sweep, `--sweep NAME=V1,V2`, repeatable for a cross
+// product) runs every cell and prints one such table: the knob columns,
+// tps (mean and sample standard deviation over --repeat runs), calc, the
+// optimum under the disk model (one commit per sync per client: clients x
+// rotations per second, or clients / fsync latency), ratio = tps / calc,
+// and the WAL syncs per second and commits per sync that explain the ratio.
+// Clients vary fastest, so each group of rows reads like one seed table.
+// Data is loaded once per target and every cell reopens the target on it
+// with its own knobs, as pgbench runs reuse one initialized database; the
+// invariant is checked once per target at the end. A run changes balances
+// but not the shape of the data, so cells see the same tables.
+//
+// # Disk models
+//
+// Group commit is about what a sync costs, so the seed results depend on
+// their disks (a 7200 rpm drive in 2001, 15k rpm ones since). DiskModel
+// puts a simulated disk under the target: on the engine through the vfs
+// seam (vfs.WithDiskModel), on pebble through an equivalent wrapper of
+// pebble's vfs. Both run the real sync and then wait for the model's
+// completion time, so the same model costs both stores the same per sync.
+// A PostgreSQL server keeps its own disk.
+//
+// # The PostgreSQL target
+//
+// "postgres=URL" sends pgbench's scripts to a server as SQL, one statement
+// per round trip in the simple query protocol, as pgbench -M simple does,
+// through jackc/pgx. The tables are pgbench's own (schema, fillfactor 100,
+// primary keys after the load, vacuum analyze), loaded with COPY from the
+// same rows Load generates for the key-value targets, so a database set up
+// here can be run by the real pgbench and vice versa. -i drops and reloads
+// them, as pgbench -i does. Serialization failures and deadlocks (SQLSTATE
+// 40001, 40P01) count as failed transactions.
 package bench

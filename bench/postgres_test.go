@@ -43,6 +43,19 @@ func TestPostgresTarget(t *testing.T) {
 	url := postgresURL(t)
 	ctx := context.Background()
 	target := "postgres=" + url
+	// Leave no small test tables behind for a later real run to mistake
+	// for a loaded database (pgbench only counts branches).
+	t.Cleanup(func() {
+		tg, err := OpenTarget(target, "", TargetOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tg.Close()
+		if _, err := tg.(*postgresTarget).admin.Exec(ctx, "drop table if exists pgbench_accounts, pgbench_branches, pgbench_history, pgbench_tellers"); err != nil {
+			t.Error(err)
+		}
+	})
 	cfg := Config{
 		Target: target, Options: TargetOptions{SynchronousCommit: true, CommitSiblings: 5},
 		Initialize: true, Scale: 2, Accounts: testAccounts, Clients: 4, Threads: 2, Transactions: 50, Seed: 5,
