@@ -3,6 +3,7 @@ package wal
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ var (
 	benchDelays    = flag.String("wal.delays", "0,-1", "BenchmarkGroupCommit: commit delays in µs (-1: auto)")
 	benchClients   = flag.String("wal.clients", "1,2,4,8,16,32,48", "BenchmarkGroupCommit: committer counts")
 	benchPolicies  = flag.String("wal.policies", "serial,pipelined", "BenchmarkGroupCommit: flusher policies")
+	benchDir       = flag.String("wal.dir", "", "BenchmarkGroupCommit: parent directory of the log (default: the test's temporary directory; /dev/shm takes the real sync out of a model)")
 	benchWork      = flag.Duration("wal.work", 0, "BenchmarkGroupCommit: CPU work (a spin) per transaction before its commit")
 )
 
@@ -68,7 +70,15 @@ func spin(d time.Duration) {
 func benchGroupCommit(b *testing.B, fsys vfs.FS, policy FlusherPolicy, delay, n int, rotations float64) {
 	opts := Options{Flusher: policy, CommitDelay: delay, WALWriterDelay: time.Hour, PipelineDepth: *benchDepth,
 		ActiveTransactions: func() int { return n }}
-	w, err := OpenWriter(fsys, b.TempDir(), 0, opts)
+	dir := b.TempDir()
+	if *benchDir != "" {
+		var err error
+		if dir, err = os.MkdirTemp(*benchDir, "walbench"); err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+	}
+	w, err := OpenWriter(fsys, dir, 0, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,4 +119,8 @@ func benchGroupCommit(b *testing.B, fsys vfs.FS, policy FlusherPolicy, delay, n 
 		b.ReportMetric(float64(b.N)/float64(d.Flushes), "commits/round")
 	}
 	b.ReportMetric(float64(d.Syncs)/el, "syncs/s")
+	w.fmu.Lock()
+	b.ReportMetric(float64(w.soloEWMA)/1e6, "solo-ms")
+	b.ReportMetric(float64(w.overlapEWMA)/1e6, "overlap-ms")
+	w.fmu.Unlock()
 }
