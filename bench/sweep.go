@@ -30,7 +30,7 @@ func ParseAxis(s string) (Axis, error) {
 	name, vals, ok := strings.Cut(s, "=")
 	name = strings.ReplaceAll(strings.TrimSpace(name), "-", "_")
 	if !ok || vals == "" {
-		return Axis{}, fmt.Errorf("%w: %q: want NAME=V1,V2,...", ErrBadSweep, s)
+		return Axis{}, fmt.Errorf("%w: %q: want NAME=V1,V2 and so on", ErrBadSweep, s)
 	}
 	if _, known := knobs[name]; !known {
 		return Axis{}, fmt.Errorf("%w: unknown knob %q (want one of %s)", ErrBadSweep, name, knobNames)
@@ -280,7 +280,6 @@ func WriteSweepTable(w io.Writer, t *SweepTable) error {
 type sweepCell struct {
 	cfg    Config
 	values []string
-	dir    string
 }
 
 // sweep runs every cell of cfg.Sweep's cross product cfg.Repeat times and
