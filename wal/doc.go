@@ -37,14 +37,16 @@
 // Record, at any 8-byte-aligned offset at or after 32:
 //
 //	+---------+---------+-------------+-------------+------+-------+---------+------------+---------+
-//	| CRC     | length  | LSN         | XID         | type | flags | zero    | payload    | padding |
+//	| CRC     | length  | LSN         | XID         | type | flags | durable | payload    | padding |
 //	| 4 bytes | 4 bytes | 8 bytes     | 8 bytes     | 1    | 1     | 6 bytes | length     | to 8    |
 //	+---------+---------+-------------+-------------+------+-------+---------+------------+---------+
 //	 0         4         8             16            24     25      26        32
 //
 // length is the payload length in bytes; LSN is the record's own LSN; type is
 // 1..255 (1 is a segment switch with an empty payload, 2..15 are reserved to
-// this package, 16..255 belong to the caller); the zero bytes must be zero.
+// this package, 16..255 belong to the caller); durable (the six bytes at 26,
+// a 48-bit integer) is the durable-LSN mark: the flushed LSN when the record
+// was inserted, never above the record's own LSN.
 // CRC is the CRC-32C of the payload followed by header bytes 4..31 (payload
 // first, as PostgreSQL sums XLogRecord, so the payload's share can be computed
 // before the insertion lock is taken). The padding is zero and unchecked. A
@@ -63,9 +65,20 @@
 // not name it. That is the end of the log (io.EOF), not an error: with every
 // record naming its own LSN, bytes left in a preallocated or reused segment,
 // or a half-written tail, cannot pass as records. DroppedBytes says how many
-// non-zero bytes were cut off after End. As an exception, a bad segment header
-// followed by a segment whose first record is valid is reported as
-// ErrCorrupt, since the log demonstrably continued past it.
+// non-zero bytes were cut off after End.
+//
+// Except when the damage lies below what was already known to be durable:
+// then it is corruption, and Next returns ErrCorrupt naming the file and
+// offset, so that recovery fails instead of silently dropping commits. The
+// Reader looks past a bad record for valid records (each must name its own
+// position and pass its CRC, so stale bytes cannot pass): if one of them
+// carries a durable-LSN mark above the bad record, or the next segment's
+// first record is valid (the writer moves to a segment only after syncing
+// the one before), the bad record lay in the durable log. A bad segment
+// header followed by a segment whose first record is valid is corruption for
+// the same reason. Damage in the unsynced tail (a torn write whose later
+// sectors reached the disk before earlier ones) carries no such mark and
+// remains the end of the log.
 //
 // # Crash contract
 //

@@ -193,25 +193,26 @@ func payloadCRC(data []byte) uint32 {
 
 // encodeRecHeader writes a record header into b (recHeaderSize bytes),
 // finishing the checksum begun by payloadCRC(data).
-func encodeRecHeader(b []byte, lsn LSN, typ RecordType, flags uint8, xid uint64, n int, pcrc uint32) {
+func encodeRecHeader(b []byte, lsn LSN, typ RecordType, flags uint8, xid uint64, n int, pcrc uint32, durable LSN) {
 	_ = b[recHeaderSize-1]
 	binary.LittleEndian.PutUint32(b[4:], uint32(n))
 	binary.LittleEndian.PutUint64(b[8:], uint64(lsn))
 	binary.LittleEndian.PutUint64(b[16:], xid)
 	b[24] = byte(typ)
 	b[25] = flags
-	clear(b[26:32])
+	putUint48(b[26:32], uint64(durable))
 	binary.LittleEndian.PutUint32(b[0:], crc32.Update(pcrc, castagnoli, b[4:recHeaderSize]))
 }
 
 // recHeader is a decoded record header, not yet checked against its payload.
 type recHeader struct {
-	crc   uint32
-	n     int // payload length, bytes
-	lsn   LSN
-	xid   uint64
-	typ   RecordType
-	flags uint8
+	durable LSN // the durable-LSN mark: the log was durable below it when the record was inserted
+	crc     uint32
+	n       int // payload length, bytes
+	lsn     LSN
+	xid     uint64
+	typ     RecordType
+	flags   uint8
 }
 
 // decodeRecHeader decodes and checks a record header found at lsn, room bytes
@@ -237,10 +238,9 @@ func decodeRecHeader(b []byte, lsn LSN, room int64, maxPayload int) (recHeader, 
 	if h.lsn != lsn || h.typ == 0 {
 		return recHeader{}, false
 	}
-	for _, c := range b[26:32] {
-		if c != 0 {
-			return recHeader{}, false
-		}
+	h.durable = LSN(uint48(b[26:32]))
+	if h.durable > lsn {
+		return recHeader{}, false
 	}
 	if h.typ < MinUserRecordType && (h.typ != typeSwitch || h.n != 0) {
 		return recHeader{}, false
@@ -252,4 +252,25 @@ func decodeRecHeader(b []byte, lsn LSN, room int64, maxPayload int) (recHeader, 
 // payload is data.
 func checkRecord(hb []byte, data []byte, h recHeader) bool {
 	return crc32.Update(payloadCRC(data), castagnoli, hb[4:recHeaderSize]) == h.crc
+}
+
+// maxDurableMark is the largest durable-LSN mark a header can hold (48 bits,
+// 256 TiB of log); a larger flushed LSN is recorded as 0, "no claim".
+const maxDurableMark = 1<<48 - 1
+
+func putUint48(b []byte, v uint64) {
+	if v > maxDurableMark {
+		v = 0
+	}
+	for i := range 6 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func uint48(b []byte) uint64 {
+	var v uint64
+	for i := range 6 {
+		v |= uint64(b[i]) << (8 * i)
+	}
+	return v
 }

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -265,40 +266,91 @@ func (r *Reader) advance() {
 // demonstrably went on past bad, so bad is corruption rather than the end.
 func (r *Reader) checkLaterSegment(bad LSN) error {
 	later := bad + LSN(r.segSize)
-	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(later)))
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	if _, err := readSegHeader(f, later, r.segSize); err != nil {
-		return nil
-	}
-	hb := make([]byte, recHeaderSize)
-	if _, err := f.ReadAt(hb, segHeaderSize); err != nil {
-		return nil
-	}
-	h, ok := decodeRecHeader(hb, later+segHeaderSize, r.segSize-segHeaderSize, r.maxPayload)
-	if !ok {
-		return nil
-	}
-	body := make([]byte, h.n)
-	if _, err := f.ReadAt(body, segHeaderSize+recHeaderSize); err != nil && !(errors.Is(err, io.EOF) && h.n == 0) {
-		return nil
-	}
-	if !checkRecord(hb, body, h) {
+	if !r.firstRecordValid(later) {
 		return nil
 	}
 	return fmt.Errorf("%w: %s at offset 0: bad segment header followed by valid segment %s",
 		ErrCorrupt, path.Join(r.dir, segmentName(bad)), segmentName(later))
 }
 
+// firstRecordValid reports whether the segment starting at seg exists, has a
+// valid header and a valid first record.
+func (r *Reader) firstRecordValid(seg LSN) bool {
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(seg)))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if _, err := readSegHeader(f, seg, r.segSize); err != nil {
+		return false
+	}
+	hb := make([]byte, recHeaderSize)
+	if _, err := f.ReadAt(hb, segHeaderSize); err != nil {
+		return false
+	}
+	h, ok := decodeRecHeader(hb, seg+segHeaderSize, r.segSize-segHeaderSize, r.maxPayload)
+	if !ok {
+		return false
+	}
+	body := make([]byte, h.n)
+	if _, err := f.ReadAt(body, segHeaderSize+recHeaderSize); err != nil && !(errors.Is(err, io.EOF) && h.n == 0) {
+		return false
+	}
+	return checkRecord(hb, body, h)
+}
+
+// checkDurableAfter is called where the log seems to end inside the current
+// segment, at r.pos. It looks for evidence that the log was durable past
+// that point (DESIGN rule 5): a valid record later in the segment whose
+// durable-LSN mark lies above r.pos, or a valid first record in the next
+// segment. Either makes the bad record corruption, reported with its file
+// and offset.
+func (r *Reader) checkDurableAfter() error {
+	bad, name := r.pos, r.f.Name()
+	for off := int64(bad-r.seg) + 8; off+recHeaderSize <= r.segSize; off += 8 {
+		hb, err := r.bytesAt(off, recHeaderSize)
+		if err != nil || len(hb) < recHeaderSize {
+			break
+		}
+		lsn := r.seg + LSN(off)
+		if LSN(binary.LittleEndian.Uint64(hb[8:])) != lsn {
+			continue // cheap filter: a record names its own position
+		}
+		h, ok := decodeRecHeader(hb, lsn, r.segSize-off, r.maxPayload)
+		if !ok {
+			continue
+		}
+		hdr := [recHeaderSize]byte(hb)
+		body, err := r.bytesAt(off+recHeaderSize, h.n)
+		if err != nil || len(body) < h.n || !checkRecord(hdr[:], body, h) {
+			continue
+		}
+		if h.durable > bad {
+			return fmt.Errorf("%w: %s at offset %d: the record at %s is damaged, but the valid record at %s says the log was durable up to %s",
+				ErrCorrupt, name, int64(bad-r.seg), bad, lsn, h.durable)
+		}
+		off += recordSize(h.n) - 8
+	}
+	if next := r.seg + LSN(r.segSize); r.firstRecordValid(next) {
+		return fmt.Errorf("%w: %s at offset %d: the record at %s is damaged, but the log goes on in segment %s",
+			ErrCorrupt, name, int64(bad-r.seg), bad, segmentName(next))
+	}
+	return nil
+}
+
 // finish ends the log at r.pos and counts the non-zero bytes that follow it
 // in its segment: the torn or stale tail that recovery cuts off.
 func (r *Reader) finish() {
-	r.eof = true
 	if r.f == nil {
+		r.eof = true
 		return
 	}
+	if err := r.checkDurableAfter(); err != nil {
+		r.err = err
+		r.closeFile()
+		return
+	}
+	r.eof = true
 	off := int64(r.pos - r.seg)
 	var n int64
 	for off < r.segSize {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"path"
+	"strings"
 	"testing"
 
 	"mvkv/internal/vfs"
@@ -147,6 +148,8 @@ func TestGarbageNeverResurfaces(t *testing.T) {
 		got, _, _ = readAll(t, fsys, dir, 0)
 		checkRecords(t, got, append(want[:5:5], more...))
 	})
+	// A damaged record at the end of a segment the writer had moved on
+	// from lies in the durable log: that is corruption, not the end.
 	t.Run("later segment", func(t *testing.T) {
 		fsys, dir := vfs.OS{}, t.TempDir()
 		const size = 1000
@@ -162,15 +165,90 @@ func TestGarbageNeverResurfaces(t *testing.T) {
 		b := readFile(t, name)
 		b[want[k-1].lsn-testSeg] ^= 0xff
 		writeFile(t, name, b)
-		got, end, _ := readAll(t, fsys, dir, 0)
-		checkRecords(t, got, want[:k-1])
-		more := writeFixed(t, fsys, dir, end, 2, size, 5)
-		if more[1].lsn != want[k].lsn || more[1].end != want[k+1].lsn {
-			t.Fatalf("new records %s..%s do not line up with old ones at %s", more[1].lsn, more[1].end, want[k].lsn)
+		r, err := NewReader(fsys, dir, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		got, _, _ = readAll(t, fsys, dir, 0)
-		checkRecords(t, got, append(want[:k-1:k-1], more...))
+		defer r.Close()
+		n := 0
+		for {
+			if _, err = r.Next(); err != nil {
+				break
+			}
+			n++
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), segmentName(testSeg)) {
+			t.Fatalf("after %d records: %v, want ErrCorrupt naming %s", n, err, segmentName(testSeg))
+		}
 	})
+}
+
+// TestDurableMarkMakesDamageCorruption damages a record below the durable-LSN
+// mark that a later valid record carries: corruption. The same damage in the
+// unflushed tail is the end of the log.
+func TestDurableMarkMakesDamageCorruption(t *testing.T) {
+	fsys, dir := vfs.OS{}, t.TempDir()
+	w, err := OpenWriter(fsys, dir, 0, Options{SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lsns []LSN
+	for i := 0; i < 20; i++ {
+		start, end, err := w.Insert(MinUserRecordType, uint64(i), make([]byte, 100+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsns = append(lsns, start)
+		if i < 15 {
+			if err := w.Flush(end); err != nil { // records 0..14 durable one by one
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := path.Join(dir, segmentName(testSeg))
+	orig := readFile(t, seg)
+	read := func() (int, error) {
+		r, err := NewReader(fsys, dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		n := 0
+		for {
+			if _, err := r.Next(); err != nil {
+				if errors.Is(err, io.EOF) {
+					return n, nil
+				}
+				return n, err
+			}
+			n++
+		}
+	}
+	for _, c := range []struct {
+		rec     int
+		corrupt bool
+	}{{3, true}, {13, true}, {19, false}} {
+		b := append([]byte(nil), orig...)
+		b[lsns[c.rec]-testSeg+40] ^= 0x01 // a payload byte
+		writeFile(t, seg, b)
+		n, err := read()
+		if c.corrupt && !errors.Is(err, ErrCorrupt) {
+			t.Errorf("damage to record %d (below a later durable mark): %d records, %v; want ErrCorrupt", c.rec, n, err)
+		}
+		if !c.corrupt && (err != nil || n != c.rec) {
+			t.Errorf("damage to record %d (unflushed tail): %d records, %v; want the end of the log after %d", c.rec, n, err, c.rec)
+		}
+	}
+	// A zeroed sector inside the durable log is corruption too.
+	b := append([]byte(nil), orig...)
+	clear(b[lsns[5]-testSeg : lsns[5]-testSeg+512])
+	writeFile(t, seg, b)
+	if _, err := read(); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("zeroed sector in the durable log: %v, want ErrCorrupt", err)
+	}
 }
 
 func TestSegmentHeaders(t *testing.T) {
@@ -345,7 +423,7 @@ func FuzzDecode(f *testing.F) {
 	encodeSegHeader(h[:], segHeader{size: testSeg, start: 5 * testSeg})
 	f.Add(h[:], uint64(5*testSeg+32), int64(1000))
 	var r [recHeaderSize]byte
-	encodeRecHeader(r[:], 96, 16, 0, 7, 10, payloadCRC(make([]byte, 10)))
+	encodeRecHeader(r[:], 96, 16, 0, 7, 10, payloadCRC(make([]byte, 10)), 0)
 	f.Add(r[:], uint64(96), int64(100))
 	f.Fuzz(func(t *testing.T, b []byte, lsn uint64, room int64) {
 		if sh, err := decodeSegHeader(b); err == nil {

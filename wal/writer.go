@@ -452,7 +452,7 @@ func (w *Writer) appendLocked(seg, lsn LSN, typ RecordType, flags uint8, xid uin
 	old := len(e.buf)
 	e.buf = append(e.buf, make([]byte, size)...)
 	rec := e.buf[old:]
-	encodeRecHeader(rec, lsn, typ, flags, xid, len(data), pcrc)
+	encodeRecHeader(rec, lsn, typ, flags, xid, len(data), pcrc, LSN(w.flushed.Load()))
 	n := copy(rec[recHeaderSize:], data)
 	clear(rec[recHeaderSize+n:])
 }
