@@ -36,12 +36,17 @@ var (
 	// ErrCorruption: a file failed a consistency check; the message names the
 	// file and offset.
 	ErrCorruption = errors.New("mvkv: data corruption")
-	// ErrLocked: the data directory is open in another process.
-	ErrLocked = errors.New("mvkv: data directory is in use by another process")
+	// ErrLocked: the data directory is open elsewhere (another process, or
+	// another DB in this process).
+	ErrLocked = errors.New("mvkv: data directory is in use")
 	// ErrWALSyncFailed: an fsync of the WAL failed; the database accepts no
 	// more writes until it is reopened (reads keep working).
 	ErrWALSyncFailed = errors.New("mvkv: WAL sync failed; database is read-only until reopened")
 )
+
+// NoCommitSiblings set as Options.CommitSiblings asks for commit_siblings =
+// 0, which the zero value cannot express.
+const NoCommitSiblings = -1
 
 // Size limits, in bytes.
 const (
@@ -113,7 +118,9 @@ type Options struct {
 	// and syncs the WAL, when at least CommitSiblings other transactions are
 	// active. Default 0. CommitDelayAuto selects the adaptive delay.
 	CommitDelay int
-	// CommitSiblings is PostgreSQL's commit_siblings (default 5).
+	// CommitSiblings is PostgreSQL's commit_siblings (default 5; 0 means
+	// the default, NoCommitSiblings means 0: delay whatever the number of
+	// other active transactions).
 	CommitSiblings int
 	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
 	// often the background WAL writer flushes asynchronous commits.

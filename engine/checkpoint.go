@@ -48,6 +48,7 @@ func (db *DB) checkpoint() error {
 	if err := db.pool.FlushAll(); err != nil {
 		return db.fail(err)
 	}
+	heapBlocks := db.storage.NBlocks()
 	if err := db.clog.Checkpoint(); err != nil {
 		return db.fail(err)
 	}
@@ -59,7 +60,7 @@ func (db *DB) checkpoint() error {
 	if err != nil {
 		return db.fail(err)
 	}
-	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next}); err != nil {
+	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next, HeapBlocks: uint64(heapBlocks)}); err != nil {
 		return db.fail(err)
 	}
 	db.lastRedo = redo

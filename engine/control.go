@@ -17,18 +17,20 @@ import (
 // atomically: written to control.tmp, fsynced, renamed over control, and the
 // directory fsynced. Part of the format; do not change:
 //
-//	 0          8           12            20                 28          36         40
-//	+----------+-----------+-------------+------------------+-----------+----------+
-//	| magic 8  | version 4 | redo LSN 8  | checkpoint LSN 8 | nextXid 8 | CRC-32C 4|
-//	+----------+-----------+-------------+------------------+-----------+----------+
+//	 0          8           12            20                 28          36             44         48
+//	+----------+-----------+-------------+------------------+-----------+--------------+----------+
+//	| magic 8  | version 4 | redo LSN 8  | checkpoint LSN 8 | nextXid 8 | heapBlocks 8 | CRC-32C 4|
+//	+----------+-----------+-------------+------------------+-----------+--------------+----------+
 //
-// The CRC covers bytes 0..36.
+// The CRC covers bytes 0..44. heapBlocks is the heap's size in blocks once
+// the checkpoint had written every page: the heap never shrinks, so a
+// shorter heap at the next Open means lost data.
 const (
 	controlName    = "control"
 	controlTmpName = "control.tmp"
 	controlMagic   = 0x6d766b76_636f6e74 // "mvkvcont"
 	controlVersion = 1
-	controlSize    = 40
+	controlSize    = 48
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -37,6 +39,7 @@ type controlData struct {
 	RedoLSN       wal.LSN // where redo starts
 	CheckpointLSN wal.LSN // the checkpoint record itself
 	NextXid       uint64  // no xid at or above this was handed out before the checkpoint
+	HeapBlocks    uint64  // heap size in blocks after the checkpoint wrote every page
 }
 
 func (c controlData) encode() []byte {
@@ -46,6 +49,7 @@ func (c controlData) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(c.RedoLSN))
 	b = binary.LittleEndian.AppendUint64(b, uint64(c.CheckpointLSN))
 	b = binary.LittleEndian.AppendUint64(b, c.NextXid)
+	b = binary.LittleEndian.AppendUint64(b, c.HeapBlocks)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -60,12 +64,13 @@ func decodeControl(b []byte, name string) (controlData, error) {
 	if v := binary.LittleEndian.Uint32(b[8:]); v != controlVersion {
 		return c, fmt.Errorf("%w: %s offset 8: unsupported version %d", ErrCorruption, name, v)
 	}
-	if want, got := crc32.Checksum(b[:36], castagnoli), binary.LittleEndian.Uint32(b[36:]); want != got {
-		return c, fmt.Errorf("%w: %s offset 36: checksum mismatch", ErrCorruption, name)
+	if want, got := crc32.Checksum(b[:44], castagnoli), binary.LittleEndian.Uint32(b[44:]); want != got {
+		return c, fmt.Errorf("%w: %s offset 44: checksum mismatch", ErrCorruption, name)
 	}
 	c.RedoLSN = wal.LSN(binary.LittleEndian.Uint64(b[12:]))
 	c.CheckpointLSN = wal.LSN(binary.LittleEndian.Uint64(b[20:]))
 	c.NextXid = binary.LittleEndian.Uint64(b[28:])
+	c.HeapBlocks = binary.LittleEndian.Uint64(b[36:])
 	return c, nil
 }
 

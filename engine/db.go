@@ -70,6 +70,9 @@ type DB struct {
 
 	stopBG chan struct{}
 	bgWG   sync.WaitGroup
+	// closing is closed by Close, waking row-lock waiters so that no
+	// goroutine waits forever on a transaction Close abandoned.
+	closing chan struct{}
 
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
@@ -93,6 +96,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.SharedBuffers < 0 || o.CLOGBuffers < 0 || o.MaxWALSize < 0 || o.WALSegmentSize < 0 || o.WALWriterDelay < 0 || o.LockTimeout < 0 {
+		return o, errors.New("mvkv: negative size or duration in Options")
+	}
 	if o.SharedBuffers == 0 {
 		o.SharedBuffers = 128 << 20
 	}
@@ -102,8 +108,11 @@ func (o Options) withDefaults() (Options, error) {
 	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
 		return o, fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", o.CommitDelay)
 	}
-	if o.CommitSiblings == 0 {
+	switch o.CommitSiblings {
+	case 0:
 		o.CommitSiblings = 5
+	case NoCommitSiblings:
+		o.CommitSiblings = 0
 	}
 	if o.CommitSiblings < 0 || o.CommitSiblings > 1000 {
 		return o, fmt.Errorf("mvkv: commit_siblings %d out of range 0..1000", o.CommitSiblings)
@@ -182,9 +191,10 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.syncCommit.Store(int32(opts.SynchronousCommit))
 	db.targets.reset()
+	db.closing = make(chan struct{})
 	if err := db.open(); err != nil {
 		db.closeFiles()
-		return nil, err
+		return nil, asCorruption(err)
 	}
 	db.bgWG.Add(1)
 	go db.checkpointer()
@@ -257,7 +267,7 @@ func (db *DB) fail(err error) error {
 	if errors.Is(err, wal.ErrSyncFailed) {
 		wrapped = fmt.Errorf("%w: %v", ErrWALSyncFailed, err)
 	}
-	if errors.Is(err, ErrCorruption) {
+	if err = asCorruption(err); errors.Is(err, ErrCorruption) {
 		wrapped = err
 	}
 	if db.failure.CompareAndSwap(nil, &wrapped) {
@@ -275,6 +285,9 @@ func (db *DB) SetSynchronousCommit(s SynchronousCommit) {
 // SetCommitDelay changes commit_delay (microseconds, 0..100000, or
 // CommitDelayAuto). Safe to call concurrently.
 func (db *DB) SetCommitDelay(us int) error {
+	if db.closed.Load() {
+		return ErrClosed
+	}
 	if (us < 0 && us != CommitDelayAuto) || us > 100000 {
 		return fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", us)
 	}
@@ -284,6 +297,9 @@ func (db *DB) SetCommitDelay(us int) error {
 
 // SetCommitSiblings changes commit_siblings. Safe to call concurrently.
 func (db *DB) SetCommitSiblings(n int) error {
+	if db.closed.Load() {
+		return ErrClosed
+	}
 	if n < 0 || n > 1000 {
 		return fmt.Errorf("mvkv: commit_siblings %d out of range 0..1000", n)
 	}
@@ -303,6 +319,7 @@ func (db *DB) Close() error {
 		db.closeMu.Unlock()
 		return ErrClosed
 	}
+	close(db.closing)
 	db.closeMu.Unlock()
 	close(db.stopBG)
 	db.bgWG.Wait()
@@ -400,4 +417,16 @@ func (db *DB) Stats() Stats {
 		FullPageImages: db.stats.fpis.Load(),
 		Keys:           uint64(db.idx.len()),
 	}
+}
+
+// asCorruption makes a corruption error from a lower layer (a WAL record, a
+// heap or CLOG page that fails its checks) match ErrCorruption as well.
+func asCorruption(err error) error {
+	if err == nil || errors.Is(err, ErrCorruption) {
+		return err
+	}
+	if errors.Is(err, wal.ErrCorrupt) || errors.Is(err, heap.ErrCorrupt) || errors.Is(err, clog.ErrCorrupt) {
+		return fmt.Errorf("%w: %w", ErrCorruption, err)
+	}
+	return err
 }

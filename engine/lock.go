@@ -48,9 +48,9 @@ func (lm *lockManager) shard(key []byte) *lockShard {
 }
 
 // acquire takes the row lock on key for me, waiting for holders to end.
-// It returns ErrDeadlock, ErrLockTimeout (timeout > 0), or the context's
-// error.
-func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, timeout time.Duration) error {
+// It returns ErrDeadlock, ErrLockTimeout (timeout > 0), ErrClosed when
+// closing is closed, or the context's error.
+func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, timeout time.Duration, closing <-chan struct{}) error {
 	sh := lm.shard(key)
 	var deadline <-chan time.Time
 	for {
@@ -97,6 +97,8 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 			err = ctx.Err()
 		case <-deadline:
 			err = fmt.Errorf("%w: waiting for transaction %d", ErrLockTimeout, holder.xid)
+		case <-closing:
+			err = ErrClosed
 		}
 		lm.deadlockMu.Lock()
 		me.waitingFor = nil

@@ -43,9 +43,14 @@ func (db *DB) recover(ctrl controlData) error {
 	if err != nil {
 		return err
 	}
+	var first wal.LSN
 	for {
-		if _, err = r.Next(); err != nil {
+		var rec wal.Record
+		if rec, err = r.Next(); err != nil {
 			break
+		}
+		if first == 0 {
+			first = rec.LSN
 		}
 	}
 	if !errors.Is(err, io.EOF) {
@@ -60,6 +65,13 @@ func (db *DB) recover(ctrl controlData) error {
 		db.opts.WALSegmentSize = sz
 	}
 	r.Close()
+	heapPath := filepath.Join(db.dir, heapDir)
+	if n := db.storage.NBlocks(); uint64(n) < ctrl.HeapBlocks {
+		return fmt.Errorf("%w: %s: the heap has %d blocks, fewer than the %d it had at the last checkpoint", ErrCorruption, heapPath, n, ctrl.HeapBlocks)
+	}
+	if ctrl.CheckpointLSN == 0 && db.storage.NBlocks() > 0 && (first == 0 || first != wal.FirstLSN(r.SegmentSize())) {
+		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
+	}
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
 		return fmt.Errorf("%w: %s: the WAL ends at %#x, before the last checkpoint record at %#x", ErrCorruption, walPath, uint64(end), uint64(ctrl.CheckpointLSN))
 	}
@@ -119,8 +131,12 @@ func (db *DB) recover(ctrl controlData) error {
 	if maxXid >= db.procs.next() {
 		db.procs.setNext(maxXid + 1)
 	}
-	if err := db.rebuildIndex(); err != nil {
+	heapMaxXid, err := db.rebuildIndex(end)
+	if err != nil {
 		return err
+	}
+	if heapMaxXid >= db.procs.next() {
+		db.procs.setNext(heapMaxXid + 1)
 	}
 	db.recovery = RecoveryInfo{
 		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
@@ -286,8 +302,11 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 }
 
 // rebuildIndex scans the whole heap and points every key at the head of its
-// version chain.
-func (db *DB) rebuildIndex() error {
+// version chain. It returns the largest xid found in a tuple header, and
+// fails if a page's LSN lies beyond walEnd: the page was written after WAL
+// that is now missing (rule 1 was kept, so the WAL was lost), and its
+// tuples' xids could be handed out again.
+func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 	type cand struct {
 		tid uint64
 		e   *indexEntry
@@ -300,12 +319,14 @@ func (db *DB) rebuildIndex() error {
 	for blk := uint32(0); blk < nblocks; blk++ {
 		buf, err := db.pool.Get(blk)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		buf.RLock()
 		page := buf.Page()
 		var perr error
-		if !heap.IsNew(page) {
+		if lsn := heap.PageLSN(page); lsn > uint64(walEnd) {
+			perr = fmt.Errorf("%w: %s block %d: page LSN %s is beyond the end of the WAL %s", ErrCorruption, filepath.Join(db.dir, heapDir), blk, wal.LSN(lsn), walEnd)
+		} else if !heap.IsNew(page) {
 			for s := 0; s < heap.NumSlots(page); s++ {
 				raw, err := heap.Tuple(page, uint16(s))
 				if errors.Is(err, heap.ErrBadSlot) {
@@ -320,6 +341,7 @@ func (db *DB) rebuildIndex() error {
 					perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
 					break
 				}
+				maxXid = max(maxXid, h.Xmin, h.Xmax)
 				if h.Infomask&heap.Chunk != 0 {
 					continue
 				}
@@ -335,7 +357,7 @@ func (db *DB) rebuildIndex() error {
 		buf.RUnlock()
 		buf.Release()
 		if perr != nil {
-			return perr
+			return 0, perr
 		}
 	}
 	for _, c := range cands {
@@ -343,5 +365,5 @@ func (db *DB) rebuildIndex() error {
 			c.e.head.Store(c.tid)
 		}
 	}
-	return nil
+	return maxXid, nil
 }

@@ -39,8 +39,9 @@ type Txn struct {
 	err  error                // the error that aborted the transaction, if any
 }
 
-// Begin starts a transaction. The context bounds lock waits and the commit's
-// wait for durability. It returns ErrClosed after Close.
+// Begin starts a transaction. The context bounds its row-lock waits (a
+// commit's wait for durability is not interruptible: it lasts one WAL
+// flush). It returns ErrClosed after Close.
 func (db *DB) Begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed
@@ -254,7 +255,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		t.st = db.procs.assign()
 	}
 	me := t.st.xid
-	if err := db.locks.acquire(t.ctx, key, t.st, db.opts.LockTimeout); err != nil {
+	if err := db.locks.acquire(t.ctx, key, t.st, db.opts.LockTimeout, db.closing); err != nil {
 		return err
 	}
 	// From here on no other transaction can add a version of key until
@@ -337,9 +338,11 @@ func truncKey(k []byte) []byte {
 //
 // Commit returns ErrTxnDone if the transaction already ended, the error that
 // aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
-// made durable (the outcome is then decided by recovery at the next Open),
-// or the context's error if it ended while waiting (the commit record may
-// still become durable; the transaction stays in doubt until then).
+// made durable, ErrIOFailure or ErrCorruption if the CLOG could not record
+// the commit (in these cases the commit record may already be durable: the
+// outcome is decided by recovery at the next Open), or the context's error
+// if the context had ended before Commit (the transaction is then rolled
+// back).
 func (t *Txn) Commit() error {
 	if t.done {
 		return ErrTxnDone

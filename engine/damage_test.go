@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fillDurable commits n single-key transactions with 1,900-byte values,
+// enough to span several 1 MiB WAL segments, and leaves the database open
+// (a crash leaves it so); it returns the directory's copy.
+func fillAndCrash(t *testing.T, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{CheckpointTimeout: -1})
+	for i := 0; i < n; i++ {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 1900))
+	}
+	crash := t.TempDir()
+	copyDir(t, dir, crash)
+	db.Close()
+	return crash
+}
+
+func walSegments(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, walDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".tmp") {
+			out = append(out, filepath.Join(dir, walDir, e.Name()))
+		}
+	}
+	return out
+}
+
+// Damage inside the durable WAL, in an older segment or in the middle of
+// the last one, fails Open with ErrCorruption naming the segment, and
+// deletes nothing.
+func TestDamagedDurableWALIsCorruption(t *testing.T) {
+	base := fillAndCrash(t, 1200)
+	segs := walSegments(t, base)
+	if len(segs) < 3 {
+		t.Fatalf("want at least 3 WAL segments, have %d", len(segs))
+	}
+	for _, c := range []struct {
+		name string
+		seg  int
+		off  int64
+	}{{"older segment", 0, 500000}, {"older segment end", 0, 1<<20 - 3000}, {"middle of the last", len(segs) - 2, 4096}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			copyDir(t, base, dir)
+			seg := walSegments(t, dir)[c.seg]
+			b, _ := os.ReadFile(seg)
+			b[c.off] ^= 0x20
+			os.WriteFile(seg, b, 0o644)
+			before := len(walSegments(t, dir))
+			_, err := Open(dir, Options{SharedBuffers: 4 << 20})
+			if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), filepath.Base(seg)) {
+				t.Fatalf("Open: %v; want ErrCorruption naming %s", err, filepath.Base(seg))
+			}
+			if after := len(walSegments(t, dir)); after != before {
+				t.Fatalf("a failed Open removed WAL segments: %d -> %d", before, after)
+			}
+		})
+	}
+}
+
+func TestShortHeapOrMissingControlIsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{})
+	for i := 0; i < 500; i++ {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 200))
+	}
+	db.Close()
+
+	short := t.TempDir()
+	copyDir(t, dir, short)
+	os.Truncate(filepath.Join(short, heapDir, "00000000"), 8192)
+	if _, err := Open(short, Options{}); !errors.Is(err, ErrCorruption) {
+		t.Fatalf("truncated heap: %v, want ErrCorruption", err)
+	}
+
+	noctl := t.TempDir()
+	copyDir(t, dir, noctl)
+	os.Remove(filepath.Join(noctl, controlName))
+	for _, s := range walSegments(t, noctl) {
+		os.Remove(s)
+	}
+	if _, err := Open(noctl, Options{}); !errors.Is(err, ErrCorruption) {
+		t.Fatalf("no control file and no WAL, but heap data: %v, want ErrCorruption", err)
+	}
+}
+
+// A transaction waiting for a row lock held by a transaction that is never
+// ended returns ErrClosed when the database closes, instead of waiting
+// forever.
+func TestCloseWakesLockWaiters(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	ctx := context.Background()
+	t1, _ := db.Begin(ctx, TxnOptions{})
+	if err := t1.Put([]byte("k"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	t2, _ := db.Begin(ctx, TxnOptions{})
+	errc := make(chan error, 1)
+	go func() { errc <- t2.Put([]byte("k"), []byte("2")) }()
+	time.Sleep(20 * time.Millisecond)
+	db.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("waiter got %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lock waiter still waits after Close")
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	for _, o := range []Options{{SharedBuffers: -1}, {CLOGBuffers: -5}, {MaxWALSize: -1}, {CommitDelay: 100001}, {CommitSiblings: 1001}} {
+		if _, err := Open(t.TempDir(), o); err == nil {
+			t.Errorf("Open accepted %+v", o)
+		}
+	}
+	db := openTest(t, t.TempDir(), Options{CommitSiblings: NoCommitSiblings})
+	db.Close()
+	if err := db.SetCommitDelay(10); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetCommitDelay after Close: %v", err)
+	}
+}
