@@ -18,7 +18,7 @@ import (
 	"mvkv/wal"
 )
 
-// Subdirectories and files of a data directory (see DESIGN.md).
+// Subdirectories and files of a data directory (see docs/DESIGN.md).
 const (
 	lockName = "LOCK"
 	walDir   = "wal"
@@ -255,7 +255,7 @@ func (db *DB) writable() error {
 
 // fail records the first fsync or write failure: from then on the database
 // refuses writes (reads go on) until it is reopened and recovery redoes from
-// the last checkpoint (DESIGN.md rule 6). It returns the error to report.
+// the last checkpoint (docs/DESIGN.md rule 6). It returns the error to report.
 func (db *DB) fail(err error) error {
 	if err == nil {
 		return nil

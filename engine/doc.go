@@ -13,7 +13,7 @@
 //	...
 //	defer db.Close()
 //
-// Open creates or recovers a data directory (see DESIGN.md for its layout).
+// Open creates or recovers a data directory (see docs/DESIGN.md for its layout).
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
 // Delete, Scan and Update work inside it; Commit makes it durable and
 // visible. DB.Update and DB.View wrap a function in a REPEATABLE READ

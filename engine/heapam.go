@@ -70,7 +70,7 @@ func (db *DB) targetBuffer(slot int) (*bufpool.Buffer, error) {
 // It returns the new tuple's TID (InvalidTID for a delete).
 //
 // The first change to a page after a checkpoint's redo point is preceded by
-// a full-page image of the page (DESIGN.md rule 4). Whether a page needs one
+// a full-page image of the page (docs/DESIGN.md rule 4). Whether a page needs one
 // is decided against the redo pointer while ckptInterlock is held shared, so
 // a checkpoint cannot move the redo pointer between that decision and the
 // record's insertion (PostgreSQL re-checks RedoRecPtr inside XLogInsert for

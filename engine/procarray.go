@@ -57,7 +57,7 @@ func (p *procArray) assign() *txnState {
 }
 
 // remove takes a finished transaction out of the table. The caller must have
-// set its CLOG status first (DESIGN.md rule 2).
+// set its CLOG status first (docs/DESIGN.md rule 2).
 func (p *procArray) remove(st *txnState) {
 	p.mu.Lock()
 	delete(p.running, st.xid)

@@ -12,7 +12,7 @@ import (
 // WAL record types written by the engine. The wal package reserves types
 // below 16. Part of the format; do not change the numbers.
 //
-// Every heap record carries after-images only (DESIGN.md rule 8): the whole
+// Every heap record carries after-images only (docs/DESIGN.md rule 8): the whole
 // new tuple, or the xid that becomes a tuple's xmax. Redo compares each
 // record's end LSN with the page LSN, so replaying a record twice changes
 // nothing.

@@ -330,7 +330,7 @@ func truncKey(k []byte) []byte {
 }
 
 // Commit makes the transaction's writes durable and visible, in the order
-// DESIGN.md rule 2 fixes: the commit record is inserted into the WAL; with
+// docs/DESIGN.md rule 2 fixes: the commit record is inserted into the WAL; with
 // synchronous commit Commit waits until the WAL is durable past it (sharing
 // one fsync with concurrent committers); then the CLOG marks the xid
 // committed; then the xid leaves the running table; then the row locks are

@@ -11,7 +11,7 @@
 //
 // The effects of a transaction are visible to a snapshot exactly when its xid
 // is not "in progress" for the snapshot and the CLOG says it committed. That
-// is safe only because of the commit order the engine keeps (DESIGN.md rule
+// is safe only because of the commit order the engine keeps (docs/DESIGN.md rule
 // 2): a committer sets its CLOG status before it leaves the running table, so
 // a snapshot that does not list a finished xid always finds its final status
 // in the CLOG. An xid whose CLOG status is still "in progress" but which is no
