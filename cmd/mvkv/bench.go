@@ -93,7 +93,9 @@ Common options:
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mvkv bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), benchUsage) }
+	// The flag package prints the error itself; -h prints the full usage
+	// once, to stdout, below.
+	fs.Usage = func() {}
 
 	var (
 		init, simple, selectOnly        bool
@@ -148,10 +150,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
+			fmt.Fprint(stdout, benchUsage)
 			return 0
 		}
+		fmt.Fprintf(stderr, "Try \"mvkv bench --help\" for more information.\n")
 		return 2
 	}
 	set := map[string]bool{}
@@ -179,12 +181,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("invalid number of threads: %d", jobs)
 	case txns < 1:
 		return fail("invalid number of transactions: %d", txns)
-	case seconds < 0:
+	case seconds < 0 || (seconds == 0 && (set["T"] || set["time"])):
 		return fail("invalid duration: %d", seconds)
 	case progress < 0:
 		return fail("invalid thread progress delay: %d", progress)
-	case commitSiblings < 0:
-		return fail("invalid commit siblings: %d", commitSiblings)
+	case commitSiblings < 0 || commitSiblings > 1000:
+		return fail("invalid commit siblings: %d (0..1000)", commitSiblings)
 	case fsyncLatency < 0:
 		return fail("invalid --fsync-latency: %v", fsyncLatency)
 	case diskRotation < 0 || math.IsInf(diskRotation, 0) || math.IsNaN(diskRotation):
