@@ -95,7 +95,7 @@ var knobs = map[string]knob{
 			return nil
 		},
 	},
-	"proto-max-bulk-len": limitKnob(func(l *Limits) *int64 { return &l.MaxBulkLen }, 1<<20),
+	"proto-max-bulk-len":        limitKnob(func(l *Limits) *int64 { return &l.MaxBulkLen }, 1<<20),
 	"client-query-buffer-limit": limitKnob(func(l *Limits) *int64 { return &l.QueryBufferLimit }, 1<<20),
 	// Read-only answers clients such as redis-benchmark ask for.
 	"appendonly":  {get: func(*Server) string { return "yes" }},

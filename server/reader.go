@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -115,34 +116,39 @@ func (r *reader) read() (request, error) {
 }
 
 // readLine returns the next line without its "\n" (and a "\r" before it),
-// failing with tooBig when no newline comes within max bytes. The slice is
-// valid until the next read.
+// failing with tooBig as soon as more than max bytes have arrived without a
+// newline (checked after every read of the socket, as Redis checks its
+// query buffer). The slice is valid until the next read.
 func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
 	var acc []byte
 	for {
-		line, err := r.br.ReadSlice('\n')
-		if err == nil {
-			if acc != nil {
-				line = append(acc, line...)
+		if n := r.br.Buffered(); n > 0 {
+			b, _ := r.br.Peek(n)
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				if len(acc)+i > max {
+					return nil, &ProtocolError{tooBig}
+				}
+				line := b[:i]
+				if acc != nil {
+					line = append(acc, line...)
+				}
+				r.br.Discard(i + 1)
+				if n := len(line); n > 0 && line[n-1] == '\r' {
+					line = line[:n-1]
+				}
+				return line, nil
 			}
-			if len(line)-1 > max {
+			if len(acc)+n > max {
 				return nil, &ProtocolError{tooBig}
 			}
-			line = line[:len(line)-1]
-			if n := len(line); n > 0 && line[n-1] == '\r' {
-				line = line[:n-1]
-			}
-			return line, nil
+			acc = append(acc, b...)
+			r.br.Discard(n)
 		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			if err == io.EOF && (acc != nil || len(line) > 0) {
+		if _, err := r.br.Peek(1); err != nil {
+			if err == io.EOF && acc != nil {
 				err = io.ErrUnexpectedEOF
 			}
 			return nil, err
-		}
-		acc = append(acc, line...)
-		if len(acc) > max {
-			return nil, &ProtocolError{tooBig}
 		}
 	}
 }

@@ -1,0 +1,123 @@
+// Package server serves an engine.DB over the Redis protocol (RESP2), so that
+// redis-cli, redis-benchmark and Redis client libraries work against mvkv
+// unchanged:
+//
+//	db, _ := engine.Open(dir, engine.Options{})
+//	srv := server.New(db, server.Config{})
+//	go srv.Serve(ctx, ln)          // ln: a loopback net.Listener
+//	...
+//	srv.Shutdown(ctx)              // then db.Close()
+//
+// # Commands and transactions
+//
+// Values are Redis strings; every key command outside MULTI is one engine
+// transaction at READ COMMITTED: GET sees the newest committed version, and
+// INCR/INCRBY/DECR/DECRBY and SET NX/XX/GET are read-modify-writes through
+// Txn.Update, so concurrent increments are never lost (the engine re-applies
+// the function to the newest version after waiting for the row lock, as
+// PostgreSQL's EvalPlanQual). Multi-key commands (MSET, DEL) are atomic: a
+// command that answers with an error rolls its transaction back.
+//
+// An EXEC block is one engine transaction with one commit record and one
+// durability wait. It runs at READ COMMITTED, not REPEATABLE READ: each
+// queued command sees the newest committed data when it runs, and writes
+// take row locks held until the single commit. Redis's guarantee that no
+// other client runs in the middle of EXEC becomes "nobody writes a key the
+// block wrote until it commits, and nobody sees any of its writes before";
+// reads inside the block are not a snapshot. Under REPEATABLE READ every
+// block touching a hot key (pgbench's branch row) would fail with a
+// serialization failure and have to be rerun; READ COMMITTED with row locks
+// and EvalPlanQual needs no reruns. Clients that need a snapshot of what
+// they read use WATCH, which is exact.
+//
+// Errors follow Redis: queue-time errors (unknown command, wrong number of
+// arguments) answer EXEC with EXECABORT; run-time errors (INCR of a
+// non-integer, a syntax error) become error elements of EXEC's array and
+// the other commands still apply, as in Redis. A deadlock or serialization
+// failure reruns the whole block (or single command) up to
+// Config.MaxRetries times; nothing has been replied yet, so this is
+// invisible. Any other engine failure rolls the block back and answers EXEC
+// with the error.
+//
+// # WATCH
+//
+// EXEC fails with a null array when any transaction committed a version of
+// a watched key after the WATCH, whatever the value and whoever (any
+// connection, including the watcher's own) wrote it. The engine exposes no
+// per-key version, so the server keeps one, as Redis keeps
+// db->watched_keys: a table of watched keys with a counter each, bumped by
+// every write of the key through this server. The protocol that makes it
+// exact:
+//
+//   - a writer bumps the counter after its write and before its commit,
+//     while it holds the key's row lock;
+//   - WATCH registers the key, then takes and drops the key's row lock (in
+//     a transaction that is rolled back): a writer that checked for
+//     watchers before the registration still holds the lock, so WATCH
+//     returns only after that writer committed, and the client's reads
+//     after WATCH see its value;
+//   - EXEC first takes the row locks of all watched keys (in key order),
+//     inside its own transaction, and only then compares the counters:
+//     no writer can be between its bump and its commit, and none can
+//     start until EXEC commits.
+//
+// Writes made directly through the engine by an embedding program bypass
+// the table and are not seen by WATCH. WATCH of a key that has never
+// existed leaves an index entry for it in the engine.
+//
+// # Durability and pipelining
+//
+// No reply leaves the server before the commit it acknowledges is durable
+// (with synchronous_commit on). A pipelining client gets one durability
+// wait per batch instead of one per write: the request reader reports
+// whether more request bytes are already buffered; a write followed by more
+// buffered requests commits with synchronous_commit off, the last one of the
+// batch commits synchronously, and its WAL flush covers every earlier
+// commit record. Replies are collected and written only when the reader
+// must wait for the socket (or when 64 KiB have collected). If the batch's
+// last write was not synchronous (the batch ended with a read), a barrier
+// transaction, which takes a row lock, changes nothing and commits
+// synchronously, makes the earlier commits durable before the replies are
+// written. (An engine call to wait for the WAL to be durable up to the
+// connection's last commit would replace the barrier.) As with Redis's
+// appendfsync always, an asynchronously committed write can be visible to
+// other clients a moment before it is durable; it is never acknowledged
+// before.
+//
+// # Limits
+//
+// The request reader is our own (tidwall/redcon's reader caps neither bulk
+// length, argument count nor query buffer); redcon writes the replies. Every
+// declared length is checked before memory is set aside: bulk lengths
+// against proto-max-bulk-len (512 MiB), argument counts against 1,048,576,
+// "*N"/"$N" and inline lines against 64 KiB, and the bytes of one request
+// against client-query-buffer-limit (1 GiB). An argument over 1 MiB (the
+// engine's value limit) is read and discarded, not stored, and the command
+// is refused with an error. A bulk argument's buffer grows with the bytes
+// that arrive, never ahead by more than 64 KiB, so a client that declares a
+// large value and stalls holds only what it sent. Per connection the server
+// holds one goroutine, a 16 KiB read buffer and at most 64 KiB of replies
+// (one reply may be larger: a value, or an EXEC's array, bounded by 512 MiB);
+// connections are bounded by maxclients (10000) and idle ones are closed
+// after timeout (default off, as Redis). Protocol errors are answered with
+// Redis's text and close that connection only.
+//
+// # Shutdown
+//
+// Shutdown (also SHUTDOWN, and SIGTERM/SIGINT in `mvkv serve`) stops
+// accepting, wakes idle connections, lets running commands finish,
+// including their commit and durability wait, closes every connection and
+// takes a checkpoint. Queued MULTI commands that were not EXEC'd are
+// dropped. After the deadline, engine waits are canceled; a commit whose
+// durability wait was canceled was never acknowledged and is decided by
+// recovery. A SIGKILL at any point loses no acknowledged write, because
+// no write is acknowledged before its commit record is durable.
+//
+// # Not supported
+//
+// RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), key
+// expiry (SET EX/PX are parsed and refused), data types other than strings,
+// databases other than 0, pub/sub, and scripting. SCAN cursors index a table
+// of the last 4096 cursors handed out, since keys ordered by bytes cannot be
+// encoded in a number.
+package server

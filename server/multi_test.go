@@ -1,0 +1,287 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMultiExecPipelined(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := ts.client(t)
+	ctx := context.Background()
+	rdb.Set(ctx, "bal", "100", 0)
+	before := ts.db.Stats()
+	cmds, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.IncrBy(ctx, "bal", -30)
+		p.IncrBy(ctx, "other", 30)
+		p.Get(ctx, "bal")
+		p.Set(ctx, "note", "moved", 0)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cmds[2].(*redis.StringCmd).Val(); got != "70" {
+		t.Fatalf("GET inside EXEC saw %q", got)
+	}
+	// One EXEC block, one engine transaction, one commit.
+	if d := ts.db.Stats().Sub(before); d.Commits != 1 {
+		t.Fatalf("%d commits for one EXEC", d.Commits)
+	}
+	if got := rdb.Get(ctx, "other").Val(); got != "30" {
+		t.Fatalf("other = %q", got)
+	}
+}
+
+func TestMultiExecReplies(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	// Empty EXEC.
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("EXEC")
+	r.expect("*0\r\n")
+	// Nested MULTI and WATCH inside MULTI are refused without aborting.
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("-ERR MULTI calls can not be nested\r\n")
+	r.cmd("WATCH", "x")
+	r.expect("-ERR WATCH inside MULTI is not allowed\r\n")
+	r.cmd("SET", "k", "1")
+	r.expect("+QUEUED\r\n")
+	r.cmd("INCR", "k")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*2\r\n+OK\r\n:2\r\n")
+	// Queue-time errors discard the transaction.
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "k", "9")
+	r.expect("+QUEUED\r\n")
+	r.cmd("GET")
+	r.expect("-ERR wrong number of arguments for 'get' command\r\n")
+	r.cmd("NOSUCH")
+	r.expect("-ERR unknown command 'NOSUCH', with args beginning with: \r\n")
+	r.cmd("EXEC")
+	r.expect("-EXECABORT Transaction discarded because of previous errors.\r\n")
+	r.cmd("GET", "k")
+	r.expect("$1\r\n2\r\n")
+}
+
+func TestMultiRunTimeErrors(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("SET", "s", "text")
+	r.expect("+OK\r\n")
+	// As Redis: a command failing at run time does not stop the others.
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "a", "1")
+	r.expect("+QUEUED\r\n")
+	r.cmd("INCR", "s")
+	r.expect("+QUEUED\r\n")
+	r.cmd("SET", "b", "2", "BOGUS")
+	r.expect("+QUEUED\r\n")
+	r.cmd("SET", "c", "3")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*4\r\n+OK\r\n-ERR value is not an integer or out of range\r\n-ERR syntax error\r\n+OK\r\n")
+	r.cmd("MGET", "a", "b", "c")
+	r.expect("*3\r\n$1\r\n1\r\n$-1\r\n$1\r\n3\r\n")
+}
+
+func TestDiscard(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("WATCH", "w")
+	r.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "d", "1")
+	r.expect("+QUEUED\r\n")
+	r.cmd("DISCARD")
+	r.expect("+OK\r\n")
+	// State is reset: not in MULTI, nothing applied, nothing watched.
+	r.cmd("GET", "d")
+	r.expect("$-1\r\n")
+	r.cmd("EXEC")
+	r.expect("-ERR EXEC without MULTI\r\n")
+	if n := ts.s.watch.n.Load(); n != 0 {
+		t.Fatalf("%d keys still watched after DISCARD", n)
+	}
+	// A dirty transaction is reset by DISCARD too.
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("GET")
+	r.expect("-ERR wrong number of arguments for 'get' command\r\n")
+	r.cmd("DISCARD")
+	r.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("EXEC")
+	r.expect("*0\r\n")
+}
+
+func TestWatch(t *testing.T) {
+	ts := startServer(t, Config{})
+	ctx := context.Background()
+	a := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
+	defer a.Close()
+	b := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
+	defer b.Close()
+	a.Set(ctx, "w", "1", 0)
+
+	run := func(between func()) error {
+		return a.Watch(ctx, func(tx *redis.Tx) error {
+			v, err := tx.Get(ctx, "w").Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			between()
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, "w", v+"x", 0)
+				return nil
+			})
+			return err
+		}, "w")
+	}
+	// Untouched: EXEC runs.
+	if err := run(func() {}); err != nil {
+		t.Fatal(err)
+	}
+	// Another connection writes the same value: EXEC aborts all the same.
+	if err := run(func() { b.Set(ctx, "w", b.Get(ctx, "w").Val(), 0) }); !errors.Is(err, redis.TxFailedErr) {
+		t.Fatalf("write from another connection: %v", err)
+	}
+	// Another connection deletes it.
+	if err := run(func() { b.Del(ctx, "w") }); !errors.Is(err, redis.TxFailedErr) {
+		t.Fatalf("delete from another connection: %v", err)
+	}
+	// FLUSHALL touches every watched key.
+	if err := run(func() { b.FlushAll(ctx) }); !errors.Is(err, redis.TxFailedErr) {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	// A write of another key does not abort.
+	if err := run(func() { b.Set(ctx, "unrelated", "1", 0) }); err != nil {
+		t.Fatalf("write of an unwatched key: %v", err)
+	}
+	// The watching connection's own write aborts, as in Redis.
+	r := ts.raw(t)
+	r.cmd("WATCH", "w")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "w", "self")
+	r.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "w", "again")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*-1\r\n")
+	r.cmd("GET", "w")
+	r.expect("$4\r\nself\r\n")
+	// UNWATCH forgets.
+	r.cmd("WATCH", "w")
+	r.expect("+OK\r\n")
+	r.cmd("UNWATCH")
+	r.expect("+OK\r\n")
+	b.Set(ctx, "w", "other", 0)
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("GET", "w")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*1\r\n$5\r\nother\r\n")
+	if n := ts.s.watch.n.Load(); n != 0 {
+		t.Fatalf("%d keys still watched", n)
+	}
+}
+
+// TestWatchCounter: optimistic increments from several connections never
+// lose an update.
+func TestWatchCounter(t *testing.T) {
+	ts := startServer(t, Config{})
+	ctx := context.Background()
+	const clients, each = 4, 25
+	errc := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		go func() {
+			c := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
+			defer c.Close()
+			for j := 0; j < each; j++ {
+				for {
+					err := c.Watch(ctx, func(tx *redis.Tx) error {
+						n, err := tx.Get(ctx, "ctr").Int()
+						if err != nil && !errors.Is(err, redis.Nil) {
+							return err
+						}
+						_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+							p.Set(ctx, "ctr", n+1, 0)
+							return nil
+						})
+						return err
+					}, "ctr")
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, redis.TxFailedErr) {
+						errc <- err
+						return
+					}
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for i := 0; i < clients; i++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb := ts.client(t)
+	if got, _ := rdb.Get(ctx, "ctr").Int(); got != clients*each {
+		t.Fatalf("counter %d, want %d", got, clients*each)
+	}
+}
+
+// TestCloseInMulti: a client that disconnects inside MULTI, or with keys
+// watched, leaves no engine transaction, lock or watch behind.
+func TestCloseInMulti(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("WATCH", "k")
+	r.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "k", "from-multi")
+	r.expect("+QUEUED\r\n")
+	// Half of the next request, then gone.
+	r.send("*3\r\n$3\r\nSET\r\n")
+	r.nc.Close()
+	rdb := ts.client(t)
+	ctx := context.Background()
+	// The connection's goroutine ends; then nothing of it remains.
+	for ts.s.watch.n.Load() != 0 {
+		rdb.Ping(ctx) // a round trip, to let the server run
+	}
+	if n := ts.s.OpenTransactions(); n != 0 {
+		t.Fatalf("%d engine transactions open", n)
+	}
+	if n := ts.s.watch.n.Load(); n != 0 {
+		t.Fatalf("%d keys still watched", n)
+	}
+	// The key is writable (no row lock held) and the queued SET never ran.
+	if err := rdb.Set(ctx, "k", "after", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.Get(ctx, "k").Val(); got != "after" {
+		t.Fatalf("k = %q", got)
+	}
+	if !strings.Contains(rdb.Info(ctx, "clients").Val(), "open_transactions:0") {
+		t.Fatal("INFO shows open transactions")
+	}
+}
