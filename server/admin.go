@@ -51,6 +51,9 @@ var knobs = map[string]knob{
 		get: func(s *Server) string { return knobInt(s.commitDelay.Load()) },
 		set: func(s *Server, v string) error {
 			n, err := strconv.Atoi(v)
+			if v == "auto" {
+				n, err = engine.CommitDelayAuto, nil
+			}
 			if err == nil {
 				err = s.db.SetCommitDelay(n)
 			}
@@ -107,6 +110,9 @@ var knobs = map[string]knob{
 // knobInt shows a knob never set through CONFIG SET as "default": the
 // engine has no getters for it.
 func knobInt(v int64) string {
+	if v == engine.CommitDelayAuto {
+		return "auto"
+	}
 	if v < 0 {
 		return "default"
 	}

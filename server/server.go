@@ -158,7 +158,7 @@ func New(db *engine.DB, cfg Config) *Server {
 	s.timeout.Store(int64(cfg.Timeout))
 	lim := cfg.Limits
 	s.lim.Store(&lim)
-	s.commitDelay.Store(-1)
+	s.commitDelay.Store(-2) // never set: "default"
 	s.commitSibs.Store(-1)
 	s.met = newMetrics(s)
 	return s

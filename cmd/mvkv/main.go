@@ -1,6 +1,7 @@
 // Command mvkv is mvkv's one binary. Subcommands live one per file:
 //
 //	mvkv bench   pgbench-like driver (bench.go)
+//	mvkv serve   RESP server (serve.go)
 //	mvkv verify  offline consistency check (verify.go)
 //	mvkv waldump WAL records in LSN order (waldump.go)
 package main
@@ -18,6 +19,7 @@ Usage:
 
 Commands:
   bench       run a pgbench-like benchmark against the engine or pebble
+  serve       serve a data directory over the Redis protocol
   verify      check a data directory's consistency (exit status 0 or 1)
   waldump     print a data directory's WAL records, like pg_waldump
 
@@ -37,6 +39,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "bench":
 		return benchMain(args[1:], stdout, stderr)
+	case "serve":
+		return serveMain(args[1:], stdout, stderr)
 	case "waldump":
 		return waldumpMain(args[1:], stdout, stderr)
 	case "verify":

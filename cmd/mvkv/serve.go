@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"mvkv/engine"
+	"mvkv/server"
+)
+
+const serveUsage = `mvkv serve runs mvkv as a server speaking the Redis protocol (RESP2).
+
+Usage:
+  mvkv serve --dir DIR [OPTION]...
+
+Server options:
+  --dir=DIR                data directory (created if needed; required)
+  --listen=ADDR            address to listen on (default: 127.0.0.1:7379)
+  --metrics=ADDR           serve Prometheus metrics at http://ADDR/metrics
+                           (default: off), e.g. 127.0.0.1:9121
+  --requirepass=PASS       require AUTH PASS (default: no password)
+  --maxclients=NUM         most client connections (default: 10000)
+  --timeout=SEC            close clients idle this long; 0 never (default: 0)
+  --shutdown-timeout=SEC   longest graceful shutdown (default: 30)
+
+Engine options:
+  --synchronous-commit=on|off
+                           wait for the WAL sync before replying (default: on)
+  --commit-delay=NUM|auto  commit_delay in microseconds, or auto (default: 0)
+  --commit-siblings=NUM    commit_siblings (default: 5)
+  --shared-buffers=SIZE    buffer pool, e.g. 128MB (default: 128MB)
+  --wal-flusher=serial|pipelined|none
+                           group-commit flusher policy (default: serial)
+
+SIGTERM, SIGINT and the SHUTDOWN command stop the server gracefully: running
+commands finish, a checkpoint is taken, the data directory is closed.
+
+Common options:
+  -h, --help               show this help, then exit
+`
+
+// serveMain is `mvkv serve`. Exit status: 0 after a clean shutdown, 1 on an
+// error, 2 on a usage error.
+func serveMain(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveRun(ctx, args, stdout, stderr)
+}
+
+func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (status int) {
+	fs := flag.NewFlagSet("mvkv serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage) }
+	var (
+		dir, listen, metricsAddr, pass string
+		syncCommit, commitDelay        string
+		shared, walFlusher             string
+		maxClients, commitSiblings     int
+		timeout, shutdownTimeout       int
+	)
+	fs.StringVar(&dir, "dir", "", "")
+	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
+	fs.StringVar(&metricsAddr, "metrics", "", "")
+	fs.StringVar(&pass, "requirepass", "", "")
+	fs.IntVar(&maxClients, "maxclients", 10000, "")
+	fs.IntVar(&timeout, "timeout", 0, "")
+	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
+	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
+	fs.StringVar(&commitDelay, "commit-delay", "0", "")
+	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
+	fs.StringVar(&shared, "shared-buffers", "128MB", "")
+	fs.StringVar(&walFlusher, "wal-flusher", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "mvkv serve: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "Try \"mvkv serve --help\" for more information.\n")
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("too many command-line arguments (first is %q)", fs.Arg(0))
+	}
+	if dir == "" {
+		return fail("--dir is required")
+	}
+	var sc engine.SynchronousCommit
+	switch strings.ToLower(syncCommit) {
+	case "on", "true", "1", "yes":
+		sc = engine.SyncCommitOn
+	case "off", "false", "0", "no":
+		sc = engine.SyncCommitOff
+	default:
+		return fail("invalid --synchronous-commit %q (want on or off)", syncCommit)
+	}
+	delay := engine.CommitDelayAuto
+	if commitDelay != "auto" {
+		d, err := strconv.Atoi(commitDelay)
+		if err != nil || d < 0 || d > 100000 {
+			return fail("invalid --commit-delay %q (0..100000 microseconds, or auto)", commitDelay)
+		}
+		delay = d
+	}
+	switch walFlusher {
+	case "", "serial", "pipelined", "none":
+	default:
+		return fail("invalid --wal-flusher %q (want serial, pipelined or none)", walFlusher)
+	}
+	switch {
+	case commitSiblings < 0:
+		return fail("invalid --commit-siblings %d", commitSiblings)
+	case maxClients < 1:
+		return fail("invalid --maxclients %d", maxClients)
+	case timeout < 0:
+		return fail("invalid --timeout %d", timeout)
+	case shutdownTimeout < 1:
+		return fail("invalid --shutdown-timeout %d", shutdownTimeout)
+	}
+	sharedBytes, err := parseSize(shared)
+	if err != nil {
+		return fail("invalid --shared-buffers: %v", err)
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	db, err := engine.Open(dir, engine.Options{
+		Logger:            log,
+		SharedBuffers:     sharedBytes,
+		SynchronousCommit: sc,
+		CommitDelay:       delay,
+		CommitSiblings:    commitSiblings,
+		WALFlusher:        walFlusher,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "mvkv: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			fmt.Fprintf(stderr, "mvkv: close: %v\n", err)
+			status = 1
+		}
+	}()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "mvkv: %v\n", err)
+		return 1
+	}
+	srv := server.New(db, server.Config{
+		MaxClients:        maxClients,
+		Timeout:           time.Duration(timeout) * time.Second,
+		RequirePass:       pass,
+		SynchronousCommit: sc,
+		ShutdownTimeout:   time.Duration(shutdownTimeout) * time.Second,
+		Logger:            log,
+	})
+	if metricsAddr != "" {
+		mln, err := net.Listen("tcp", metricsAddr)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "mvkv: metrics: %v\n", err)
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(srv.Registry(), promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(mln)
+		defer hs.Close()
+		fmt.Fprintf(stdout, "metrics at http://%s/metrics\n", mln.Addr())
+	}
+	fmt.Fprintf(stdout, "ready to accept connections on %s\n", ln.Addr())
+	if err := srv.Serve(ctx, ln); !errors.Is(err, server.ErrServerClosed) {
+		fmt.Fprintf(stderr, "mvkv: %v\n", err)
+		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(shutdownTimeout)*time.Second)
+		srv.Shutdown(sctx)
+		cancel()
+		return 1
+	}
+	// Serve returned after the shutdown completed; its error, if any.
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		fmt.Fprintf(stderr, "mvkv: shutdown: %v\n", err)
+		status = 1
+	}
+	fmt.Fprintf(stdout, "shut down\n")
+	return status
+}
