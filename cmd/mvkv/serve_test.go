@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// servedProcess is `mvkv serve` running in this process.
+type servedProcess struct {
+	addr, metrics string
+	exit          chan int
+	stderr        *bytes.Buffer
+}
+
+func startServe(t *testing.T, dir string, extra ...string) *servedProcess {
+	t.Helper()
+	pr, pw := io.Pipe()
+	p := &servedProcess{exit: make(chan int, 1), stderr: &bytes.Buffer{}}
+	args := append([]string{"--dir", dir, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"}, extra...)
+	go func() {
+		code := serveRun(context.Background(), args, pw, p.stderr)
+		pw.Close()
+		p.exit <- code
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		line := sc.Text()
+		if a, ok := strings.CutPrefix(line, "metrics at http://"); ok {
+			p.metrics = strings.TrimSuffix(a, "/metrics")
+		}
+		if a, ok := strings.CutPrefix(line, "ready to accept connections on "); ok {
+			p.addr = a
+			break
+		}
+	}
+	if p.addr == "" {
+		t.Fatalf("mvkv serve did not start: exit %d\n%s", <-p.exit, p.stderr)
+	}
+	go io.Copy(io.Discard, pr)
+	return p
+}
+
+// shutdown sends SHUTDOWN and waits for serveRun to return.
+func (p *servedProcess) shutdown(t *testing.T) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
+	defer c.Close()
+	c.Shutdown(context.Background())
+	if code := <-p.exit; code != 0 {
+		t.Fatalf("mvkv serve exited with %d\n%s", code, p.stderr)
+	}
+}
+
+func TestServeUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"serve", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--synchronous-commit") {
+		t.Fatalf("help: %d %q", code, out.String())
+	}
+	for _, args := range [][]string{
+		{"serve"},
+		{"serve", "--dir", t.TempDir(), "--synchronous-commit", "maybe"},
+		{"serve", "--dir", t.TempDir(), "--commit-delay", "-1"},
+		{"serve", "--dir", t.TempDir(), "--wal-flusher", "fast"},
+		{"serve", "--dir", t.TempDir(), "extra"},
+	} {
+		errb.Reset()
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}
+
+// TestServe runs the server, writes through go-redis, scrapes the metrics,
+// shuts down with SHUTDOWN, and finds the data after a restart.
+func TestServe(t *testing.T) {
+	dir := t.TempDir()
+	p := startServe(t, dir, "--commit-delay", "auto")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: p.addr})
+	if err := c.Set(ctx, "persisted", "yes", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Incr(ctx, "n")
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`mvkv_commands_total{command="set"} 1`, "mvkv_wal_syncs_total", "mvkv_commits_per_sync", "mvkv_command_duration_seconds_bucket", "mvkv_connected_clients 1"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if got := c.ConfigGet(ctx, "commit_delay").Val()["commit_delay"]; got != "default" {
+		t.Errorf("CONFIG GET commit_delay = %q", got)
+	}
+	c.Close()
+	p.shutdown(t)
+
+	p = startServe(t, dir)
+	c = redis.NewClient(&redis.Options{Addr: p.addr})
+	if got := c.Get(ctx, "persisted").Val(); got != "yes" {
+		t.Fatalf("after restart: %q", got)
+	}
+	c.Close()
+	p.shutdown(t)
+}
+
+// TestServeRedisTools drives mvkv serve with the real redis-cli and
+// redis-benchmark (Debian's redis-tools).
+func TestServeRedisTools(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli not installed (apt-get install redis-tools)")
+	}
+	benchBin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		t.Skip("redis-benchmark not installed (apt-get install redis-tools)")
+	}
+	p := startServe(t, t.TempDir())
+	defer p.shutdown(t)
+	host, port, _ := strings.Cut(p.addr, ":")
+	redisCLI := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(cli, append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("redis-cli %q: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"PING"}, "PONG"},
+		{[]string{"SET", "greeting", "hello world"}, "OK"},
+		{[]string{"GET", "greeting"}, "hello world"},
+		{[]string{"INCRBY", "n", "5"}, "5"},
+		{[]string{"GET", "missing"}, ""},
+		{[]string{"MSET", "a", "1", "b", "2"}, "OK"},
+		{[]string{"MGET", "a", "b", "c"}, "1\n2"},
+		{[]string{"DEL", "a", "b"}, "2"},
+		{[]string{"EXISTS", "greeting"}, "1"},
+		{[]string{"CONFIG", "GET", "synchronous_commit"}, "synchronous_commit\non"},
+		{[]string{"INCR", "greeting"}, "ERR value is not an integer or out of range"},
+		{[]string{"CHECKPOINT"}, "OK"},
+	} {
+		if got := redisCLI(c.args...); got != c.want {
+			t.Errorf("redis-cli %q: %q, want %q", c.args, got, c.want)
+		}
+	}
+	if got := redisCLI("--scan", "--pattern", "gree*"); got != "greeting" {
+		t.Errorf("redis-cli --scan: %q", got)
+	}
+	// A MULTI/EXEC block through redis-cli's stdin.
+	cmd := exec.Command(cli, "-h", host, "-p", port)
+	cmd.Stdin = strings.NewReader("MULTI\nINCR n\nINCR n\nEXEC\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "QUEUED") || !strings.HasSuffix(strings.TrimSpace(string(out)), "7") {
+		t.Errorf("MULTI through redis-cli: %v\n%s", err, out)
+	}
+
+	bout, err := exec.Command(benchBin, "-h", host, "-p", port, "-t", "set,get,incr,mset",
+		"-n", "20000", "-c", "8", "--csv").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-benchmark: %v\n%s", err, bout)
+	}
+	// One CSV line per test; no errors reported.
+	rows := 0
+	for _, line := range strings.Split(string(bout), "\n") {
+		if strings.HasPrefix(line, `"SET"`) || strings.HasPrefix(line, `"GET"`) || strings.HasPrefix(line, `"INCR"`) || strings.HasPrefix(line, `"MSET`) {
+			rows++
+		}
+	}
+	if rows != 4 || strings.Contains(string(bout), "ERR") {
+		t.Fatalf("redis-benchmark output:\n%s", bout)
+	}
+	// Every INCR was applied: redis-benchmark increments counter:__rand_int__
+	// keys; without -r all 20000 go to one key.
+	c := redis.NewClient(&redis.Options{Addr: p.addr})
+	defer c.Close()
+	if got := c.Get(context.Background(), "counter:__rand_int__").Val(); got != fmt.Sprint(20000) {
+		t.Errorf("counter after redis-benchmark: %q, want 20000", got)
+	}
+}
