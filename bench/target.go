@@ -119,6 +119,8 @@ type TargetOptions struct {
 	// SharedBuffers is the buffer pool (engine) or block cache (pebble) size
 	// in bytes; 0 means the target's default.
 	SharedBuffers int64
+	// RESPMode is RESPModeMulti (the default) or RESPModeWatch. RESP only.
+	RESPMode string
 }
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating
@@ -129,11 +131,14 @@ func OpenTarget(name, dir string, o TargetOptions) (Target, error) {
 	if url, ok := strings.CutPrefix(name, "postgres="); ok {
 		return openPostgres(url, o)
 	}
+	if addr, ok := strings.CutPrefix(name, "resp="); ok {
+		return openRESP(addr, o)
+	}
 	switch name {
 	case "engine":
 		return openEngine(dir, o)
 	case "pebble":
 		return openPebble(dir, o)
 	}
-	return nil, fmt.Errorf("%w %q (want engine, pebble or postgres=URL)", ErrUnknownTarget, name)
+	return nil, fmt.Errorf("%w %q (want engine, pebble, postgres=URL or resp=ADDR)", ErrUnknownTarget, name)
 }

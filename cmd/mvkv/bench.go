@@ -50,6 +50,11 @@ Target options:
                            PostgreSQL connection URL, e.g.
                            postgres://user@/db?host=/tmp, where -i creates
                            and loads pgbench's tables (dropping old ones)
+  --target=resp=ADDR       a RESP server such as mvkv serve, e.g.
+                           resp=127.0.0.1:7379 (balances as integers, the
+                           transaction as MULTI/INCRBY/EXEC)
+  --resp-mode=multi|watch  RESP: MULTI/EXEC blocks (default), or WATCH, GET,
+                           MULTI/SET/EXEC with aborted EXECs counted as failed
   --dir=DIR                data directory (default: a temporary directory,
                            removed afterwards); loaded first if empty
   --synchronous-commit=on|off
@@ -128,6 +133,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	intVar(&seconds, "T", "time", 0)
 	intVar(&progress, "P", "progress", 0)
 	fs.StringVar(&target, "target", "engine", "")
+	var respMode string
+	fs.StringVar(&respMode, "resp-mode", "multi", "")
 	fs.StringVar(&dir, "dir", "", "")
 	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
 	fs.StringVar(&commitDelayArg, "commit-delay", "0", "")
@@ -242,6 +249,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			CommitSiblings:    commitSiblings,
 			SharedBuffers:     sharedBytes,
 			WALFlusher:        walFlusher,
+			RESPMode:          respMode,
 			Disk:              bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,

@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"mvkv/engine"
+	"mvkv/server"
+)
+
+// startRESP serves a fresh engine over RESP on a loopback port.
+func startRESP(t *testing.T) string {
+	t.Helper()
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := server.New(db, server.Config{})
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background(), ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		<-done
+		db.Close()
+	})
+	return ln.Addr().String()
+}
+
+func TestRESPWorkloads(t *testing.T) {
+	for _, mode := range []string{RESPModeMulti, RESPModeWatch} {
+		t.Run(mode, func(t *testing.T) {
+			addr := startRESP(t)
+			ctx := context.Background()
+			tg, err := OpenTarget("resp="+addr, "", TargetOptions{RESPMode: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tg.Close()
+			var log bytes.Buffer
+			if err := Load(ctx, tg, 1, testAccounts, &log); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := tg.DetectScale(ctx); err != nil || n != 1 {
+				t.Fatalf("DetectScale = %d, %v", n, err)
+			}
+			history := int64(0)
+			for _, w := range []Workload{TPCB, SimpleUpdate, SelectOnly} {
+				r, err := Run(ctx, tg, RunConfig{
+					Workload: w, Scale: 1, Accounts: testAccounts,
+					Clients: 4, Threads: 2, Transactions: 40, Log: &log, Seed: 1,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Aborted != 0 || (mode == RESPModeMulti && r.Failed != 0) {
+					t.Fatalf("%v: aborted %d, failed %d; log:\n%s", w, r.Aborted, r.Failed, log.String())
+				}
+				if w != SelectOnly {
+					history += r.Processed
+				}
+				s, err := tg.Sums(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if inv := CheckInvariant(s); !inv.OK || s.HistoryRows != history {
+					t.Fatalf("%v: sums %+v, want %d history rows", w, s, history)
+				}
+			}
+		})
+	}
+}
+
+func TestRESPBadMode(t *testing.T) {
+	if _, err := OpenTarget("resp=127.0.0.1:1", "", TargetOptions{RESPMode: "fast"}); err == nil {
+		t.Fatal("unknown mode accepted")
+	}
+	if _, err := OpenTarget("resp=127.0.0.1:1", "", TargetOptions{}); err == nil {
+		t.Fatal("connected to nothing")
+	}
+	if _, err := OpenTarget("nope", "", TargetOptions{}); !errors.Is(err, ErrUnknownTarget) {
+		t.Fatalf("unknown target: %v", err)
+	}
+}
