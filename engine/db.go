@@ -80,12 +80,18 @@ type DB struct {
 	recovery RecoveryInfo
 }
 
-// RecoveryInfo describes what Open found and replayed.
+// RecoveryInfo describes what Open found and replayed. It is also logged
+// (at Info, and a cut tail at Warn) through Options.Logger.
 type RecoveryInfo struct {
-	RedoLSN      uint64 // where redo started
-	EndLSN       uint64 // end of the valid WAL
-	Records      int    // records replayed
-	DroppedBytes int64  // bytes of torn WAL tail cut off
+	RedoLSN uint64 // where redo started (byte position in the WAL)
+	EndLSN  uint64 // end of the valid WAL
+	Records int    // records replayed
+	// DroppedBytes counts the non-zero bytes of torn WAL tail cut off after
+	// EndLSN. They were never durable (damage to durable WAL fails Open
+	// with ErrCorruption instead), so they can hold only commits that were
+	// not acknowledged, or asynchronous commits (synchronous_commit=off)
+	// that a crash is allowed to lose.
+	DroppedBytes int64
 	Duration     time.Duration
 }
 
