@@ -59,12 +59,10 @@ func (x *execCtx) syntaxError() { x.errorf("ERR syntax error") }
 
 func (x *execCtx) notInteger() { x.errorf("ERR value is not an integer or out of range") }
 
-// wrote records a write of key: it bumps the key's watch version (before
-// the commit, with the row lock held) and remembers the key for a
-// durability barrier.
+// wrote records a write of key: it bumps the key's watch version, before
+// the commit, with the row lock held.
 func (x *execCtx) wrote(key []byte) {
 	x.c.s.watch.touch(key)
-	x.c.lastKey = append(x.c.lastKey[:0], key...)
 }
 
 // writeErr turns a write's error into a reply when it leaves the
@@ -720,7 +718,6 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 			if err := x.tx.Delete(k); err != nil {
 				return err
 			}
-			x.c.lastKey = append(x.c.lastKey[:0], k...)
 		}
 		if len(keys) < 1024 {
 			break

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sort"
 	"strconv"
@@ -37,18 +38,19 @@ type conn struct {
 	created time.Time
 
 	// Owned by the serving goroutine.
-	out      []byte // replies not yet written
-	authed   bool
-	more     bool // more request bytes were buffered after the current request
-	pending  bool // an asynchronous commit's reply is in out, not yet covered by a durability wait
-	lastKey  []byte
-	quit     bool // close after writing out
-	inMulti  bool
-	dirty    bool // a queue-time error: EXEC answers EXECABORT
-	queue    [][][]byte
-	queued   int64             // bytes held by queue, charged against QueryBufferLimit
-	watched  map[string]uint64 // key -> version seen at WATCH
-	scratchX execCtx
+	out     []byte // replies not yet written
+	authed  bool
+	more    bool // more request bytes were buffered after the current request
+	pending bool // an asynchronous commit's reply is in out, not yet covered by a durability wait
+	// barrierKey is the row the connection's barrier transactions lock.
+	barrierKey []byte
+	quit       bool // close after writing out
+	inMulti    bool
+	dirty      bool // a queue-time error: EXEC answers EXECABORT
+	queue      [][][]byte
+	queued     int64             // bytes held by queue, charged against QueryBufferLimit
+	watched    map[string]uint64 // key -> version seen at WATCH
+	scratchX   execCtx
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
@@ -66,6 +68,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		active:  time.Now(),
 		authed:  s.cfg.RequirePass == "",
 	}
+	c.barrierKey = fmt.Appendf(nil, "mvkv:barrier:%02d", c.id%barrierSlots)
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
 	return c
 }
@@ -153,11 +156,14 @@ func (c *conn) flush() error {
 	return err
 }
 
-// barrier makes every commit this connection has made durable: a
-// synchronous transaction that takes the row lock of the last key written
-// and changes nothing still writes a commit record, and waiting for that
-// record to be durable covers every earlier commit record in the WAL.
-// (The engine has no "wait until the WAL is durable up to here" call.)
+// barrier makes every commit this connection has made durable. The
+// engine has no call to wait until the WAL is durable up to a point, so a
+// transaction that takes the row lock of the connection's barrier key,
+// changes nothing and commits synchronously stands in for it: its commit
+// record follows every commit record the connection inserted before, and
+// its durability wait (shared with concurrent committers by group commit)
+// covers them all. The barrier key is not the keys the connection wrote,
+// so barriers do not queue behind other writers of a hot key.
 func (c *conn) barrier() error {
 	c.s.barriers.Add(1)
 	on := engine.SyncCommitOn
@@ -167,7 +173,7 @@ func (c *conn) barrier() error {
 	}
 	c.s.openTxns.Add(1)
 	defer c.s.openTxns.Add(-1)
-	err = tx.Update(c.lastKey, func([]byte, bool) ([]byte, error) { return nil, errNoop })
+	err = tx.Update(c.barrierKey, func([]byte, bool) ([]byte, error) { return nil, errNoop })
 	if err != nil && !errors.Is(err, errNoop) {
 		tx.Rollback()
 		return err
@@ -179,14 +185,22 @@ func (c *conn) barrier() error {
 	return nil
 }
 
+// barrierSlots is how many barrier keys connections share: enough that
+// few connections wait for each other's barrier row lock, few enough that
+// the keys' index entries (never visible: no version is ever written) stay
+// negligible.
+const barrierSlots = 64
+
 // begin starts an engine transaction at READ COMMITTED. With synchronous
-// commit on, a write that has more pipelined requests behind it commits
-// asynchronously (async=true): the durability wait of a later commit, or
-// the barrier before the replies are written, covers it.
+// commit on, a write commits asynchronously (async=true): its row locks are
+// released as soon as its commit record is in the WAL buffer, not after the
+// fsync, so writers of the same hot key do not queue behind each other's
+// syncs; and its reply waits in c.out for the barrier that flush runs
+// before writing. A pipeline of writes thus shares one durability wait.
 func (c *conn) begin(write bool) (tx *engine.Txn, async bool, err error) {
 	o := engine.TxnOptions{Isolation: engine.ReadCommitted, ReadOnly: !write}
 	sc := engine.SynchronousCommit(c.s.syncCommit.Load())
-	if write && sc == engine.SyncCommitOn && c.more {
+	if write && sc == engine.SyncCommitOn {
 		off := engine.SyncCommitOff
 		o.SynchronousCommit = &off
 		async = true

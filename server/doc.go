@@ -68,21 +68,24 @@
 // # Durability and pipelining
 //
 // No reply leaves the server before the commit it acknowledges is durable
-// (with synchronous_commit on). A pipelining client gets one durability
-// wait per batch instead of one per write: the request reader reports
-// whether more request bytes are already buffered; a write followed by more
-// buffered requests commits with synchronous_commit off, the last one of the
-// batch commits synchronously, and its WAL flush covers every earlier
-// commit record. Replies are collected and written only when the reader
-// must wait for the socket (or when 64 KiB have collected). If the batch's
-// last write was not synchronous (the batch ended with a read), a barrier
-// transaction, which takes a row lock, changes nothing and commits
-// synchronously, makes the earlier commits durable before the replies are
-// written. (An engine call to wait for the WAL to be durable up to the
-// connection's last commit would replace the barrier.) As with Redis's
-// appendfsync always, an asynchronously committed write can be visible to
-// other clients a moment before it is durable; it is never acknowledged
-// before.
+// (with synchronous_commit on). Writes commit with synchronous_commit off,
+// so that their row locks are released when the commit record is in the
+// WAL buffer rather than after the fsync; their replies are collected and
+// written only when the request reader must wait for the socket (or when
+// 64 KiB have collected), and before writing them the connection runs one
+// durability barrier: a transaction that locks a per-connection barrier
+// row, changes nothing and commits synchronously. Its commit record follows
+// every commit record the connection inserted, so its WAL flush (group
+// committed with everyone else's) covers them all. A pipeline of writes
+// thus shares one durability wait, and clients hammering one hot key (as
+// redis-benchmark does without -r) group-commit instead of queueing one
+// fsync each behind the row lock, as they would if the engine held the
+// lock through a synchronous commit. Each batch costs one extra small
+// commit record; an engine call to wait until the WAL is durable up to the
+// connection's last commit would remove it. As with Redis's appendfsync
+// always, a write can be visible to other clients a moment before it is
+// durable; it is never acknowledged before. An EXEC block is one engine
+// transaction with one commit record for its writes, plus the barrier.
 //
 // # Limits
 //

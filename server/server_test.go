@@ -525,6 +525,12 @@ func TestPipelineBarrier(t *testing.T) {
 	if ts.s.barriers.Load() == 0 && ts.db.Stats().Sub(before).WALSyncs == 0 {
 		t.Fatal("replies went out without a WAL sync")
 	}
+	// A connection whose only write changed nothing (SET NX of an
+	// existing key) still gets its barrier.
+	r2 := ts.raw(t)
+	r2.send("*4\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n9\r\n$2\r\nNX\r\nPING\r\n")
+	r2.expect("$-1\r\n")
+	r2.expect("+PONG\r\n")
 }
 
 func TestShutdownCommand(t *testing.T) {

@@ -22,10 +22,10 @@ func TestBenchHelp(t *testing.T) {
 
 func TestUnknownCommand(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"serve"}, &out, &errb); code != 2 {
+	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 {
 		t.Fatalf("exit %d, want 2", code)
 	}
-	if !strings.Contains(errb.String(), `unknown command "serve"`) {
+	if !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
 		t.Errorf("stderr: %s", errb.String())
 	}
 }
