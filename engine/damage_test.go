@@ -114,7 +114,7 @@ func TestCloseWakesLockWaiters(t *testing.T) {
 	t2, _ := db.Begin(ctx, TxnOptions{})
 	errc := make(chan error, 1)
 	go func() { errc <- t2.Put([]byte("k"), []byte("2")) }()
-	time.Sleep(20 * time.Millisecond)
+	waitUntilWaiting(t, db)
 	db.Close()
 	select {
 	case err := <-errc:

@@ -189,7 +189,7 @@ func TestRepeatableReadLostUpdate(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- t2.Put([]byte("n"), []byte("2")) }()
-	time.Sleep(20 * time.Millisecond) // let t2 block on the row lock
+	waitUntilWaiting(t, db)
 	if err := t1.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestDeadlockDetected(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- t1.Put([]byte("b"), []byte("1")) }()
-	time.Sleep(20 * time.Millisecond)
+	waitUntilWaiting(t, db)
 	err2 := t2.Put([]byte("a"), []byte("2"))
 	if !errors.Is(err2, ErrDeadlock) {
 		t.Fatalf("closing the cycle: %v, want ErrDeadlock", err2)
@@ -318,3 +318,22 @@ func TestSynchronousCommitOffSurvivesClose(t *testing.T) {
 }
 
 var vfsOS = vfsOSType{}
+
+// waitUntilWaiting returns once some transaction is blocked on a row lock.
+func waitUntilWaiting(t *testing.T, db *DB) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		waiting := false
+		db.procs.mu.Lock()
+		db.locks.deadlockMu.Lock()
+		for _, st := range db.procs.running {
+			waiting = waiting || st.waitingFor != nil
+		}
+		db.locks.deadlockMu.Unlock()
+		db.procs.mu.Unlock()
+		if waiting {
+			return
+		}
+	}
+	t.Fatal("no transaction started waiting for a row lock")
+}

@@ -164,23 +164,34 @@ func (p *Pool) shard(block uint32) *shard {
 // at the page. Errors: ErrNoFreeBuffer, or the error of the read (for
 // example wrapping heap.ErrCorrupt) or of writing out a dirty victim.
 func (p *Pool) Get(block uint32) (*Buffer, error) {
-	sh := p.shard(block)
-	sh.mu.Lock()
-	if id, ok := sh.table[block]; ok {
-		f := &p.frames[id]
-		f.pins.Add(1)
-		io := f.io
-		sh.mu.Unlock()
-		sh.hits.Add(1)
-		return f, f.hit(io)
+	if f, ok, err := p.pinCached(block); ok {
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
 	}
-	sh.mu.Unlock()
 	p.misses.Add(1)
 	return p.load(block, true)
 }
 
-// hit finishes pinning a frame found in the page table: it bumps the usage
-// count and waits for a read in progress. On a failed read it unpins.
+// pinCached pins block if the pool holds it (ok), waiting for a read of it
+// in progress; err is that read's failure, and then the frame is unpinned.
+func (p *Pool) pinCached(block uint32) (f *Buffer, ok bool, err error) {
+	sh := p.shard(block)
+	sh.mu.Lock()
+	id, found := sh.table[block]
+	if !found {
+		sh.mu.Unlock()
+		return nil, false, nil
+	}
+	f = &p.frames[id]
+	f.pins.Add(1)
+	io := f.io
+	sh.mu.Unlock()
+	sh.hits.Add(1)
+	return f, true, f.hit(io)
+}
+
 func (f *Buffer) hit(io *ioState) error {
 	if u := f.usage.Load(); u < maxUsage {
 		f.usage.CompareAndSwap(u, u+1)
@@ -355,21 +366,10 @@ func (p *Pool) write(f *Buffer) error {
 // disk, whose checksum fails, is never read (PostgreSQL's RBM_ZERO_AND_LOCK).
 // The caller must overwrite the whole page under Lock. Errors as Get.
 func (p *Pool) GetZeroed(block uint32) (*Buffer, error) {
-	sh := p.shard(block)
-	sh.mu.Lock()
-	if id, ok := sh.table[block]; ok {
-		f := &p.frames[id]
-		f.pins.Add(1)
-		io := f.io
-		sh.mu.Unlock()
-		sh.hits.Add(1)
-		if err := f.hit(io); err == nil {
-			return f, nil
-		}
-		// The read it waited for failed (a torn page; hit has unpinned):
-		// load a zero frame instead.
-	} else {
-		sh.mu.Unlock()
+	// A read of the block that failed (a torn page) leaves it out of the
+	// pool: a zero frame is loaded instead.
+	if f, ok, err := p.pinCached(block); ok && err == nil {
+		return f, nil
 	}
 	p.misses.Add(1)
 	return p.load(block, false)
