@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"mvkv/internal/vfs"
@@ -143,8 +144,8 @@ func laterValue(v string, i int, k string) bool {
 	return j > i && fmt.Sprintf("k%02d", j%10) == k
 }
 
-// TestFaultFSEverySync fails each WAL and data sync of a short workload in
-// turn, alone or with every mutation after it (a disk gone read-only): the
+// TestFaultFSEverySync fails each WAL and data sync (with EIO), and each
+// write (with ENOSPC), of a short workload in turn, alone or with every mutation after it (a disk gone read-only): the
 // engine must report an error and take no write after it (a failed sync is
 // never retried as if the data were safe), and a crash copy of what reached
 // the disk must reopen with every acknowledged commit.
@@ -193,34 +194,46 @@ func TestFaultFSEverySync(t *testing.T) {
 	if _, errs := run(clean); errs != 0 {
 		t.Fatalf("clean run: %d errors", errs)
 	}
-	n := clean.Count(vfs.OpSync) + clean.Count(vfs.OpDatasync)
-	for _, perm := range []vfs.OpSet{vfs.MutatingOps, 0} {
-		for i := int64(1); i <= n; i++ {
-			m, ffs := newFS()
-			flt := ffs.Inject(vfs.Rule{Kinds: vfs.SyncOps, Nth: i, Permanent: perm})
-			acked, errs := run(ffs)
-			if flt.Fired() == 0 {
-				continue // background work made this run sync less often
-			}
-			// A WAL segment prepared in the background may fail its sync
-			// and be prepared again: nothing depends on it yet.
-			prepared := strings.HasPrefix(flt.LastPath(), "/db/wal/") && strings.HasSuffix(flt.LastPath(), ".tmp")
-			if errs == 0 && !(prepared && perm == 0) {
-				t.Errorf("sync #%d (%s) failed (permanent %v) but nothing reported an error", i, flt.LastPath(), perm != 0)
-			}
-			c := m.CrashCopy(vfs.DropUnsynced, nil)
-			db, err := Open("/db", Options{FS: c, SharedBuffers: 4 << 20, WALSegmentSize: 1 << 20})
-			if err != nil {
-				t.Errorf("sync #%d failed (permanent %v): reopen: %v", i, perm != 0, err)
-				continue
-			}
-			for _, k := range acked {
-				if _, ok := get(t, db, fmt.Sprintf("k%02d", k)); !ok {
-					t.Errorf("sync #%d failed (permanent %v): acknowledged k%02d lost", i, perm != 0, k)
+	points := []struct {
+		name  string
+		kinds vfs.OpSet
+		n     int64
+		err   error
+	}{
+		{"sync", vfs.SyncOps, clean.Count(vfs.OpSync) + clean.Count(vfs.OpDatasync), syscall.EIO},
+		{"write", vfs.Ops(vfs.OpWrite), clean.Count(vfs.OpWrite), syscall.ENOSPC},
+	}
+	n := int64(0)
+	for _, pt := range points {
+		n += pt.n
+		for _, perm := range []vfs.OpSet{vfs.MutatingOps, 0} {
+			for i := int64(1); i <= pt.n; i++ {
+				m, ffs := newFS()
+				flt := ffs.Inject(vfs.Rule{Kinds: pt.kinds, Nth: i, Permanent: perm, Err: pt.err})
+				acked, errs := run(ffs)
+				if flt.Fired() == 0 {
+					continue // background work made this run sync less often
 				}
+				// A WAL segment prepared in the background may fail its sync
+				// and be prepared again: nothing depends on it yet.
+				prepared := strings.HasPrefix(flt.LastPath(), "/db/wal/") && strings.HasSuffix(flt.LastPath(), ".tmp")
+				if errs == 0 && !(prepared && perm == 0) {
+					t.Errorf("%s #%d (%s) failed (permanent %v) but nothing reported an error", pt.name, i, flt.LastPath(), perm != 0)
+				}
+				c := m.CrashCopy(vfs.DropUnsynced, nil)
+				db, err := Open("/db", Options{FS: c, SharedBuffers: 4 << 20, WALSegmentSize: 1 << 20})
+				if err != nil {
+					t.Errorf("%s #%d failed (permanent %v): reopen: %v", pt.name, i, perm != 0, err)
+					continue
+				}
+				for _, k := range acked {
+					if _, ok := get(t, db, fmt.Sprintf("k%02d", k)); !ok {
+						t.Errorf("%s #%d failed (permanent %v): acknowledged k%02d lost", pt.name, i, perm != 0, k)
+					}
+				}
+				db.Close()
 			}
-			db.Close()
 		}
 	}
-	t.Logf("%d sync points", n)
+	t.Logf("%d sync and write points", n)
 }
