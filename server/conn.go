@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"sort"
 	"strconv"
@@ -38,19 +37,16 @@ type conn struct {
 	created time.Time
 
 	// Owned by the serving goroutine.
-	out     []byte // replies not yet written
-	authed  bool
-	more    bool // more request bytes were buffered after the current request
-	pending bool // an asynchronous commit's reply is in out, not yet covered by a durability wait
-	// barrierKey is the row the connection's barrier transactions lock.
-	barrierKey []byte
-	quit       bool // close after writing out
-	inMulti    bool
-	dirty      bool // a queue-time error: EXEC answers EXECABORT
-	queue      [][][]byte
-	queued     int64             // bytes held by queue, charged against QueryBufferLimit
-	watched    map[string]uint64 // key -> version seen at WATCH
-	scratchX   execCtx
+	out      []byte // replies not yet written
+	authed   bool
+	more     bool // more request bytes were buffered after the current request
+	quit     bool // close after writing out
+	inMulti  bool
+	dirty    bool // a queue-time error: EXEC answers EXECABORT
+	queue    [][][]byte
+	queued   int64             // bytes held by queue, charged against QueryBufferLimit
+	watched  map[string]uint64 // key -> version seen at WATCH
+	scratchX execCtx
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
@@ -68,16 +64,15 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		active:  time.Now(),
 		authed:  s.cfg.RequirePass == "",
 	}
-	c.barrierKey = fmt.Appendf(nil, "mvkv:barrier:%02d", c.id%barrierSlots)
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
 	return c
 }
 
 // hookReader is the connection as the request reader sees it. Before
 // every read from the socket, that is whenever the reader has run out of
-// buffered bytes, it writes the replies collected so far (after the
-// durability wait they need): a pipeline's replies go out together, and
-// the server never blocks on a client while holding replies.
+// buffered bytes, it writes the replies collected so far: a pipeline's
+// replies go out together, and the server never blocks on a client while
+// holding replies.
 type hookReader struct{ c *conn }
 
 func (h hookReader) Read(p []byte) (int, error) {
@@ -131,19 +126,10 @@ func (c *conn) serve() {
 	c.flush()
 }
 
-// flush writes the collected replies. If one of them acknowledges an
-// asynchronous commit not yet covered by a durability wait, it first runs
-// a barrier: nothing is acknowledged before it is durable.
+// flush writes the collected replies. Every reply in out already
+// acknowledges only what is durable (with synchronous_commit on): commits
+// wait for their commit record before they return.
 func (c *conn) flush() error {
-	if c.pending {
-		if err := c.barrier(); err != nil {
-			// The replies may acknowledge writes that are not durable:
-			// drop them and the connection; the client sees an error.
-			c.out = c.out[:0]
-			c.nc.Close()
-			return err
-		}
-	}
 	if len(c.out) == 0 {
 		return nil
 	}
@@ -156,77 +142,24 @@ func (c *conn) flush() error {
 	return err
 }
 
-// barrier makes every commit this connection has made durable. The
-// engine has no call to wait until the WAL is durable up to a point, so a
-// transaction that takes the row lock of the connection's barrier key,
-// changes nothing and commits synchronously stands in for it: its commit
-// record follows every commit record the connection inserted before, and
-// its durability wait (shared with concurrent committers by group commit)
-// covers them all. The barrier key is not the keys the connection wrote,
-// so barriers do not queue behind other writers of a hot key.
-func (c *conn) barrier() error {
-	c.s.barriers.Add(1)
-	on := engine.SyncCommitOn
-	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &on})
-	if err != nil {
-		return err
-	}
-	c.s.openTxns.Add(1)
-	defer c.s.openTxns.Add(-1)
-	err = tx.Update(c.barrierKey, func([]byte, bool) ([]byte, error) { return nil, errNoop })
-	if err != nil && !errors.Is(err, errNoop) {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	c.pending = false
-	return nil
-}
-
-// barrierSlots is how many barrier keys connections share: enough that
-// few connections wait for each other's barrier row lock, few enough that
-// the keys' index entries (never visible: no version is ever written) stay
-// negligible.
-const barrierSlots = 64
-
-// begin starts an engine transaction at READ COMMITTED. With synchronous
-// commit on, a write commits asynchronously (async=true): its row locks are
-// released as soon as its commit record is in the WAL buffer, not after the
-// fsync, so writers of the same hot key do not queue behind each other's
-// syncs; and its reply waits in c.out for the barrier that flush runs
-// before writing. A pipeline of writes thus shares one durability wait.
-func (c *conn) begin(write bool) (tx *engine.Txn, async bool, err error) {
-	o := engine.TxnOptions{Isolation: engine.ReadCommitted, ReadOnly: !write}
+// begin starts an engine transaction at READ COMMITTED with the server's
+// current synchronous_commit. With it on, Commit returns only after the
+// commit record is durable and the transaction becomes visible, and its
+// row locks are released, only then (rule 2 of the design); with it off,
+// Commit returns when the commit record is in the WAL buffer.
+func (c *conn) begin(write bool) (*engine.Txn, error) {
 	sc := engine.SynchronousCommit(c.s.syncCommit.Load())
-	if write && sc == engine.SyncCommitOn {
-		off := engine.SyncCommitOff
-		o.SynchronousCommit = &off
-		async = true
-	} else {
-		o.SynchronousCommit = &sc
-	}
-	tx, err = c.s.db.Begin(c.ctx, o)
+	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, ReadOnly: !write, SynchronousCommit: &sc})
 	if err == nil {
 		c.s.openTxns.Add(1)
 	}
-	return tx, async, err
+	return tx, err
 }
 
-func (c *conn) commit(tx *engine.Txn, async bool) error {
-	wrote := tx.XID() != 0
+func (c *conn) commit(tx *engine.Txn) error {
 	err := tx.Commit()
 	c.s.openTxns.Add(-1)
-	if err != nil || !wrote {
-		return err
-	}
-	if async {
-		c.pending = true
-	} else if engine.SynchronousCommit(c.s.syncCommit.Load()) == engine.SyncCommitOn {
-		c.pending = false
-	}
-	return nil
+	return err
 }
 
 func (c *conn) rollback(tx *engine.Txn) {
@@ -310,7 +243,7 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 	mark := len(c.out)
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
-		tx, async, err := c.begin(cmd.flags&flagWrite != 0)
+		tx, err := c.begin(cmd.flags&flagWrite != 0)
 		if err == nil {
 			x := &c.scratchX
 			*x = execCtx{c: c, tx: tx, out: c.out}
@@ -319,7 +252,7 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			if err != nil || x.failed {
 				c.rollback(tx)
 			} else {
-				err = c.commit(tx, async)
+				err = c.commit(tx)
 			}
 		}
 		if err == nil {
@@ -437,10 +370,8 @@ func (c *conn) exec() {
 	}
 }
 
-var errWatchFailed = errors.New("server: watched key changed")
-
 func (c *conn) execOnce(queue [][][]byte, keys []string) error {
-	tx, async, err := c.begin(true)
+	tx, err := c.begin(true)
 	if err != nil {
 		return err
 	}
@@ -470,7 +401,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string) error {
 			return err
 		}
 	}
-	return c.commit(tx, async)
+	return c.commit(tx)
 }
 
 func (c *conn) watchValid() bool {

@@ -67,25 +67,39 @@
 //
 // # Durability and pipelining
 //
-// No reply leaves the server before the commit it acknowledges is durable
-// (with synchronous_commit on). Writes commit with synchronous_commit off,
-// so that their row locks are released when the commit record is in the
-// WAL buffer rather than after the fsync; their replies are collected and
-// written only when the request reader must wait for the socket (or when
-// 64 KiB have collected), and before writing them the connection runs one
-// durability barrier: a transaction that locks a per-connection barrier
-// row, changes nothing and commits synchronously. Its commit record follows
-// every commit record the connection inserted, so its WAL flush (group
-// committed with everyone else's) covers them all. A pipeline of writes
-// thus shares one durability wait, and clients hammering one hot key (as
-// redis-benchmark does without -r) group-commit instead of queueing one
-// fsync each behind the row lock, as they would if the engine held the
-// lock through a synchronous commit. Each batch costs one extra small
-// commit record; an engine call to wait until the WAL is durable up to the
-// connection's last commit would remove it. As with Redis's appendfsync
-// always, a write can be visible to other clients a moment before it is
-// durable; it is never acknowledged before. An EXEC block is one engine
-// transaction with one commit record for its writes, plus the barrier.
+// With synchronous_commit on (the default), every write transaction, a
+// single command or an EXEC block, commits synchronously, exactly as an
+// embedding program's would (docs/DESIGN.md, rule 2): Commit appends the
+// commit record, waits until the WAL is durable past it, and only then
+// marks the transaction committed and releases its row locks. So no reply
+// acknowledges a write, and no other client can read it (and show it to
+// its own client), before its commit record is durable; a crash loses no
+// write anyone has seen. A read-only command writes no commit record and
+// waits for nothing.
+//
+// What it costs: a transaction holds its row locks until its commit
+// record is durable, as PostgreSQL does, so writers of one hot key (as
+// redis-benchmark without -r) queue behind each other and that key takes
+// about one commit per WAL flush (per fsync). Writers of different keys do
+// not wait for each other: their commits share flushes through the
+// engine's group commit, so throughput grows with the number of clients.
+// One connection's pipelined writes are run one after another, each with
+// its own durability wait; their replies are collected and written only
+// when the request reader must wait for the socket (or when 64 KiB have
+// collected), in request order. An engine call that commits without
+// waiting for the flush but keeps the transaction invisible, and its row
+// locks held, until its commit record is durable would let a pipeline's
+// writes share one flush without breaking the rule.
+//
+// With synchronous_commit off (Config.SynchronousCommit, `mvkv serve
+// --synchronous-commit off`, or CONFIG SET synchronous_commit off), writes
+// commit asynchronously as the engine defines it: Commit returns, and the
+// write is visible and acknowledged, once the commit record is in the WAL
+// buffer; the WAL writer makes it durable within about three
+// wal_writer_delay. A reply then does not mean the write is durable: a
+// crash may lose the last acknowledged writes, but only whole
+// transactions, never part of one, and never a write that a later
+// synchronous commit's flush covered.
 //
 // # Limits
 //

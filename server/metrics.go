@@ -97,7 +97,6 @@ var engineMetrics = func() []metricDesc {
 		d("mvkv_buffer_misses_total", "Heap buffer pool misses.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().BufferMisses) }),
 		d("mvkv_checkpoints_total", "Checkpoints completed.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Checkpoints) }),
 		d("mvkv_server_open_transactions", "Engine transactions begun by the server and not yet ended.", g, func(e engineCollector) float64 { return float64(e.s.openTxns.Load()) }),
-		d("mvkv_server_durability_barriers_total", "Barrier transactions run to cover a pipeline's asynchronous commits before its replies.", c, func(e engineCollector) float64 { return float64(e.s.barriers.Load()) }),
 		d("mvkv_server_connections_received_total", "Connections accepted.", c, func(e engineCollector) float64 { return float64(e.s.connsRecv.Load()) }),
 		d("mvkv_server_rejected_connections_total", "Connections refused by maxclients.", c, func(e engineCollector) float64 { return float64(e.s.rejected.Load()) }),
 	}

@@ -40,6 +40,10 @@ type Config struct {
 	RequirePass string
 	// SynchronousCommit is the synchronous_commit of the server's
 	// transactions (default on); CONFIG SET synchronous_commit changes it.
+	// On: a write is replied to, and visible to other clients, only once
+	// its commit record is durable. Off: a reply means the commit record
+	// is in the WAL buffer, not that it is durable; a crash may lose the
+	// last acknowledged transactions (whole, never in part).
 	SynchronousCommit engine.SynchronousCommit
 	// MaxRetries bounds how often a command or EXEC block that failed with
 	// a deadlock or serialization failure is run again before the error
@@ -113,7 +117,6 @@ type Server struct {
 	clients   atomic.Int64 // connections being served
 	openTxns  atomic.Int64 // engine transactions begun and not yet ended
 	commands  atomic.Uint64
-	barriers  atomic.Uint64 // durability barrier transactions run
 	connsRecv atomic.Uint64
 	rejected  atomic.Uint64
 

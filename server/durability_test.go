@@ -1,0 +1,185 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mvkv/engine"
+	"mvkv/internal/vfs"
+)
+
+// gateFS holds every WAL fsync while its gate is shut, so a test can stop
+// the clock between a commit record's insertion and its durability without
+// relying on timing: while the gate is shut no commit record written after
+// it was shut can become durable.
+type gateFS struct {
+	vfs.FS
+	mu      sync.Mutex
+	gate    chan struct{} // guarded by mu; nil when open, closed to release
+	blocked chan struct{} // one token per WAL sync that reached a shut gate
+}
+
+func newGateFS() *gateFS {
+	return &gateFS{FS: vfs.OS{}, blocked: make(chan struct{}, 64)}
+}
+
+func (g *gateFS) shut() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gateFS) open() {
+	g.mu.Lock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *gateFS) wait() {
+	g.mu.Lock()
+	ch := g.gate
+	g.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case g.blocked <- struct{}{}:
+	default:
+	}
+	<-ch
+}
+
+func (g *gateFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(f.Name(), "/wal/") {
+		return f, nil
+	}
+	return gateFile{File: f, g: g}, nil
+}
+
+func (g *gateFS) Create(name string) (vfs.File, error) { return g.wrap(g.FS.Create(name)) }
+func (g *gateFS) Open(name string) (vfs.File, error)   { return g.wrap(g.FS.Open(name)) }
+
+type gateFile struct {
+	vfs.File
+	g *gateFS
+}
+
+func (f gateFile) Sync() error     { f.g.wait(); return f.File.Sync() }
+func (f gateFile) Datasync() error { f.g.wait(); return f.File.Datasync() }
+
+// waitCommitInFlight waits until a commit has asked for a WAL flush since
+// before (the stats) and a WAL sync is held at the gate.
+func waitCommitInFlight(t *testing.T, ts *testServer, g *gateFS, before engine.Stats) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	blocked := false
+	for {
+		if !blocked {
+			select {
+			case <-g.blocked:
+				blocked = true
+			default:
+			}
+		}
+		if blocked && ts.db.Stats().Sub(before).WALFlushRequests > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no commit reached the WAL flush")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// noReplyYet checks that r has received nothing. The gate holds the only
+// event that could produce a reply, so a short wait cannot give a false
+// failure; it only bounds how long a wrong early reply is looked for.
+func noReplyYet(t *testing.T, r *raw, what string) {
+	t.Helper()
+	r.nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	b, err := r.br.Peek(1)
+	r.nc.SetReadDeadline(time.Time{})
+	var ne net.Error
+	if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("%s: reply %q (%v) before its commit record was durable", what, b, err)
+	}
+}
+
+// TestCommitVisibleOnlyWhenDurable is the server's side of docs/DESIGN.md
+// rule 2: with synchronous_commit on, a write (a single command or an EXEC
+// block) is neither replied to nor visible to another client before its
+// commit record is durable. With the WAL's fsyncs held, client A's SET is
+// in flight; client B must still read the old value, and A's reply comes
+// only once the sync is let through.
+func TestCommitVisibleOnlyWhenDurable(t *testing.T) {
+	g := newGateFS()
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour})
+	defer g.open() // before the cleanup's shutdown checkpoint
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("SET", "k", "old")
+	a.expect("+OK\r\n")
+
+	// A single command.
+	g.shut()
+	before := ts.db.Stats()
+	a.cmd("SET", "k", "new")
+	waitCommitInFlight(t, ts, g, before)
+	b.cmd("GET", "k")
+	b.expect("$3\r\nold\r\n")
+	noReplyYet(t, a, "SET")
+	g.open()
+	a.expect("+OK\r\n")
+	b.cmd("GET", "k")
+	b.expect("$3\r\nnew\r\n")
+
+	// An EXEC block: none of its writes is visible before its one commit
+	// record is durable.
+	a.cmd("MULTI")
+	a.expect("+OK\r\n")
+	a.cmd("SET", "k", "newer")
+	a.expect("+QUEUED\r\n")
+	a.cmd("INCR", "ctr")
+	a.expect("+QUEUED\r\n")
+	g.shut()
+	before = ts.db.Stats()
+	a.cmd("EXEC")
+	waitCommitInFlight(t, ts, g, before)
+	b.cmd("GET", "k")
+	b.expect("$3\r\nnew\r\n")
+	b.cmd("GET", "ctr")
+	b.expect("$-1\r\n")
+	noReplyYet(t, a, "EXEC")
+	g.open()
+	a.expect("*2\r\n+OK\r\n:1\r\n")
+	b.cmd("MGET", "k", "ctr")
+	b.expect("*2\r\n$5\r\nnewer\r\n$1\r\n1\r\n")
+}
+
+// TestAsyncCommitRepliesBeforeDurable: with synchronous_commit off, a write
+// is replied to and visible without waiting for any WAL sync (so the reply
+// does not mean it is durable).
+func TestAsyncCommitRepliesBeforeDurable(t *testing.T) {
+	g := newGateFS()
+	ts := startServerOn(t, Config{SynchronousCommit: engine.SyncCommitOff}, engine.Options{FS: g, WALWriterDelay: time.Hour})
+	defer g.open()
+	a, b := ts.raw(t), ts.raw(t)
+	g.shut()
+	before := ts.db.Stats()
+	a.cmd("SET", "k", "v")
+	a.expect("+OK\r\n")
+	b.cmd("GET", "k")
+	b.expect("$1\r\nv\r\n")
+	if d := ts.db.Stats().Sub(before); d.WALSyncs != 0 || d.WALFlushRequests != 0 {
+		t.Fatalf("asynchronous commit made %d WAL syncs and %d flush requests", d.WALSyncs, d.WALFlushRequests)
+	}
+}
