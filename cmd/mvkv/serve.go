@@ -39,7 +39,10 @@ Server options:
 
 Engine options:
   --synchronous-commit=on|off
-                           wait for the WAL sync before replying (default: on)
+                           on: a write is replied to and visible to others
+                           only once its commit record is durable; off: a
+                           reply does not mean the write is durable, and a
+                           crash may lose the last ones (default: on)
   --commit-delay=NUM|auto  commit_delay in microseconds, or auto (default: 0)
   --commit-siblings=NUM    commit_siblings (default: 5)
   --shared-buffers=SIZE    buffer pool, e.g. 128MB (default: 128MB)
@@ -64,7 +67,9 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (status int) {
 	fs := flag.NewFlagSet("mvkv serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage) }
+	// The flag package prints a bad flag's error itself; -h prints the
+	// full usage once, to stdout, below.
+	fs.Usage = func() {}
 	var (
 		dir, listen, metricsAddr, pass string
 		syncCommit, commitDelay        string
@@ -86,10 +91,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&walFlusher, "wal-flusher", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
+			fmt.Fprint(stdout, serveUsage)
 			return 0
 		}
+		fmt.Fprintf(stderr, "Try \"mvkv serve --help\" for more information.\n")
 		return 2
 	}
 	fail := func(format string, a ...any) int {

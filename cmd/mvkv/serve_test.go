@@ -62,8 +62,22 @@ func (p *servedProcess) shutdown(t *testing.T) {
 
 func TestServeUsage(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"serve", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--synchronous-commit") {
-		t.Fatalf("help: %d %q", code, out.String())
+	for _, h := range []string{"-h", "--help"} {
+		out.Reset()
+		errb.Reset()
+		if code := run([]string{"serve", h}, &out, &errb); code != 0 || out.String() != serveUsage || errb.Len() != 0 {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q", h, code, out.String(), errb.String())
+		}
+	}
+	// A bad flag: the flag package's error and one hint line, no usage.
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"serve", "--bogus"}, &out, &errb); code != 2 {
+		t.Fatalf("--bogus: exit %d", code)
+	}
+	want := "flag provided but not defined: -bogus\nTry \"mvkv serve --help\" for more information.\n"
+	if out.Len() != 0 || errb.String() != want {
+		t.Fatalf("--bogus: stdout %q, stderr %q, want stderr %q", out.String(), errb.String(), want)
 	}
 	for _, args := range [][]string{
 		{"serve"},
