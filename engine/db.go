@@ -44,6 +44,9 @@ type DB struct {
 	targets insertTargets
 
 	syncCommit atomic.Int32 // SynchronousCommit default for new transactions
+	// commitDelay and commitSiblings mirror the WAL writer's knobs for
+	// the getters.
+	commitDelay, commitSiblings atomic.Int64
 
 	// ckptInterlock is held shared by committers from the commit record's
 	// insertion until the CLOG is set, and exclusively by a checkpoint while
@@ -196,6 +199,8 @@ func Open(dir string, opts Options) (*DB, error) {
 		stopBG: make(chan struct{}),
 	}
 	db.syncCommit.Store(int32(opts.SynchronousCommit))
+	db.commitDelay.Store(int64(opts.CommitDelay))
+	db.commitSiblings.Store(int64(opts.CommitSiblings))
 	db.targets.reset()
 	db.closing = make(chan struct{})
 	if err := db.open(); err != nil {
@@ -298,8 +303,19 @@ func (db *DB) SetCommitDelay(us int) error {
 		return fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", us)
 	}
 	db.wal.SetCommitDelay(us)
+	db.commitDelay.Store(int64(us))
 	return nil
 }
+
+// CommitDelay returns commit_delay in microseconds, or CommitDelayAuto.
+func (db *DB) CommitDelay() int { return int(db.commitDelay.Load()) }
+
+// CommitSiblings returns commit_siblings.
+func (db *DB) CommitSiblings() int { return int(db.commitSiblings.Load()) }
+
+// SynchronousCommit returns the default synchronous_commit for new
+// transactions.
+func (db *DB) SynchronousCommit() SynchronousCommit { return SynchronousCommit(db.syncCommit.Load()) }
 
 // SetCommitSiblings changes commit_siblings. Safe to call concurrently.
 func (db *DB) SetCommitSiblings(n int) error {
@@ -310,6 +326,7 @@ func (db *DB) SetCommitSiblings(n int) error {
 		return fmt.Errorf("mvkv: commit_siblings %d out of range 0..1000", n)
 	}
 	db.wal.SetCommitSiblings(n)
+	db.commitSiblings.Store(int64(n))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -48,32 +49,30 @@ var knobs = map[string]knob{
 		},
 	},
 	"commit_delay": {
-		get: func(s *Server) string { return knobInt(s.commitDelay.Load()) },
+		get: func(s *Server) string {
+			if d := s.db.CommitDelay(); d != engine.CommitDelayAuto {
+				return strconv.Itoa(d)
+			}
+			return "auto"
+		},
 		set: func(s *Server, v string) error {
 			n, err := strconv.Atoi(v)
 			if v == "auto" {
 				n, err = engine.CommitDelayAuto, nil
+			} else if err != nil || n < 0 {
+				return fmt.Errorf("argument must be 0..100000 (microseconds) or auto")
 			}
-			if err == nil {
-				err = s.db.SetCommitDelay(n)
-			}
-			if err == nil {
-				s.commitDelay.Store(int64(n))
-			}
-			return err
+			return s.db.SetCommitDelay(n)
 		},
 	},
 	"commit_siblings": {
-		get: func(s *Server) string { return knobInt(s.commitSibs.Load()) },
+		get: func(s *Server) string { return strconv.Itoa(s.db.CommitSiblings()) },
 		set: func(s *Server, v string) error {
 			n, err := strconv.Atoi(v)
-			if err == nil {
-				err = s.db.SetCommitSiblings(n)
+			if err != nil || n < 0 {
+				return fmt.Errorf("argument must be 0..1000")
 			}
-			if err == nil {
-				s.commitSibs.Store(int64(n))
-			}
-			return err
+			return s.db.SetCommitSiblings(n)
 		},
 	},
 	"maxclients": {
@@ -105,18 +104,6 @@ var knobs = map[string]knob{
 	"appendfsync": {get: func(s *Server) string { return map[bool]string{true: "always", false: "no"}[s.syncCommit.Load() == 0] }},
 	"save":        {get: func(*Server) string { return "" }},
 	"databases":   {get: func(*Server) string { return "1" }},
-}
-
-// knobInt shows a knob never set through CONFIG SET as "default": the
-// engine has no getters for it.
-func knobInt(v int64) string {
-	if v == engine.CommitDelayAuto {
-		return "auto"
-	}
-	if v < 0 {
-		return "default"
-	}
-	return strconv.FormatInt(v, 10)
 }
 
 var limitsMu sync.Mutex // serializes CONFIG SET of the limits (copy on write)
@@ -238,7 +225,7 @@ func (s *Server) info(want [][]byte) string {
 		"os:"+runtime.GOOS+" "+runtime.GOARCH,
 		"arch_bits:64",
 		"process_id:"+strconv.Itoa(os.Getpid()),
-		"tcp_port:0",
+		"tcp_port:"+s.tcpPort(),
 		fmt.Sprintf("uptime_in_seconds:%d", int64(up.Seconds())),
 		fmt.Sprintf("uptime_in_days:%d", int64(up.Hours()/24)))
 	section("clients",
@@ -391,4 +378,16 @@ func matchOne(p []byte, c byte) (int, bool) {
 		return i, match != not
 	}
 	return 1, p[0] == c
+}
+
+// tcpPort is the port of the first TCP listener, for INFO, or "0".
+func (s *Server) tcpPort() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ln := range s.listeners {
+		if a, ok := ln.Addr().(*net.TCPAddr); ok {
+			return strconv.Itoa(a.Port)
+		}
+	}
+	return "0"
 }

@@ -106,12 +106,10 @@ type Server struct {
 	cursor cursorTable
 
 	// Runtime knobs changed by CONFIG SET.
-	syncCommit  atomic.Int32 // engine.SynchronousCommit
-	maxClients  atomic.Int64
-	timeout     atomic.Int64 // nanoseconds
-	lim         atomic.Pointer[Limits]
-	commitDelay atomic.Int64 // as last set through CONFIG SET, for CONFIG GET
-	commitSibs  atomic.Int64
+	syncCommit atomic.Int32 // engine.SynchronousCommit
+	maxClients atomic.Int64
+	timeout    atomic.Int64 // nanoseconds
+	lim        atomic.Pointer[Limits]
 
 	nextID    atomic.Uint64
 	clients   atomic.Int64 // connections being served
@@ -161,8 +159,6 @@ func New(db *engine.DB, cfg Config) *Server {
 	s.timeout.Store(int64(cfg.Timeout))
 	lim := cfg.Limits
 	s.lim.Store(&lim)
-	s.commitDelay.Store(-2) // never set: "default"
-	s.commitSibs.Store(-1)
 	s.met = newMetrics(s)
 	return s
 }

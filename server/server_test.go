@@ -352,6 +352,10 @@ func TestConnectionCommands(t *testing.T) {
 	r.expect("-ERR Unknown option or number of arguments for CONFIG SET - 'nope'\r\n")
 	r.cmd("CONFIG", "SET", "appendonly", "no")
 	r.expect("-ERR CONFIG SET failed (possibly related to argument 'appendonly') - can't set immutable config\r\n")
+	r.cmd("CONFIG", "SET", "commit_delay", "-1")
+	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
+		t.Fatalf("commit_delay -1: %q", got)
+	}
 	r.cmd("CONFIG", "SET", "commit_delay", "-5")
 	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
 		t.Fatalf("bad commit_delay: %q", got)
