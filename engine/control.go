@@ -61,11 +61,11 @@ func decodeControl(b []byte, name string) (controlData, error) {
 	if got := binary.LittleEndian.Uint64(b); got != controlMagic {
 		return c, fmt.Errorf("%w: %s offset 0: bad magic %#x", ErrCorruption, name, got)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != controlVersion {
-		return c, fmt.Errorf("%w: %s offset 8: unsupported version %d", ErrCorruption, name, v)
-	}
 	if want, got := crc32.Checksum(b[:44], castagnoli), binary.LittleEndian.Uint32(b[44:]); want != got {
 		return c, fmt.Errorf("%w: %s offset 44: checksum mismatch", ErrCorruption, name)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != controlVersion {
+		return c, fmt.Errorf("%w: %s offset 8: unsupported version %d", ErrCorruption, name, v)
 	}
 	c.RedoLSN = wal.LSN(binary.LittleEndian.Uint64(b[12:]))
 	c.CheckpointLSN = wal.LSN(binary.LittleEndian.Uint64(b[20:]))

@@ -73,7 +73,7 @@ func (db *DB) recover(ctrl controlData) error {
 		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
 	}
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
-		return fmt.Errorf("%w: %s: the WAL ends at %#x, before the last checkpoint record at %#x", ErrCorruption, walPath, uint64(end), uint64(ctrl.CheckpointLSN))
+		return fmt.Errorf("%w: %s: the valid WAL ends at %s, but the last checkpoint record starts there or later (%s): WAL is missing", ErrCorruption, walPath, end, ctrl.CheckpointLSN)
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err

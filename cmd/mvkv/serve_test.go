@@ -115,7 +115,7 @@ func TestServe(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if got := c.ConfigGet(ctx, "commit_delay").Val()["commit_delay"]; got != "default" {
+	if got := c.ConfigGet(ctx, "commit_delay").Val()["commit_delay"]; got != "auto" {
 		t.Errorf("CONFIG GET commit_delay = %q", got)
 	}
 	c.Close()
