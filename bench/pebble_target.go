@@ -89,7 +89,13 @@ func (t *pebbleTarget) lock(keys ...[]byte) func() {
 }
 
 func (t *pebbleTarget) scan(prefix string, fn func(k, v []byte) error) error {
-	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd(prefix)})
+	return scanPrefix(t.db, prefix, fn)
+}
+
+// scanPrefix calls fn for every key with the prefix in r (the database or a
+// snapshot of it), in key order, stopping at fn's first error.
+func scanPrefix(r pebble.Reader, prefix string, fn func(k, v []byte) error) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return err
 	}
@@ -135,23 +141,7 @@ func (t *pebbleTarget) Sums(ctx context.Context) (Sums, error) {
 	// wrote concurrently.
 	snap := t.db.NewSnapshot()
 	defer snap.Close()
-	scan := func(prefix string, fn func(k, v []byte) error) error {
-		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd(prefix)})
-		if err != nil {
-			return err
-		}
-		for ok := it.First(); ok; ok = it.Next() {
-			v, err := it.ValueAndErr()
-			if err == nil {
-				err = fn(it.Key(), v)
-			}
-			if err != nil {
-				it.Close()
-				return err
-			}
-		}
-		return it.Close()
-	}
+	scan := func(prefix string, fn func(k, v []byte) error) error { return scanPrefix(snap, prefix, fn) }
 	for _, p := range []struct {
 		prefix string
 		size   int
