@@ -121,7 +121,13 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	if t.db.closed.Load() {
 		return nil, ErrClosed
 	}
-	val, found, err := t.db.fetchVisible(e.headTID(), t.snapshot(), t.XID())
+	// The snapshot must be taken before the head is read: a writer moves
+	// the head before it commits, so every version committed before the
+	// snapshot is then reachable from the head read. Read the other way
+	// round, a version committed in between would be missed, and its
+	// predecessor's xmax would make the key look deleted.
+	snap := t.snapshot()
+	val, found, err := t.db.fetchVisible(e.headTID(), snap, t.XID())
 	if err != nil {
 		return nil, err
 	}
