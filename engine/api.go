@@ -69,6 +69,7 @@ const (
 	RepeatableRead
 )
 
+// String returns PostgreSQL's name for the level ("read committed").
 func (l IsolationLevel) String() string {
 	switch l {
 	case ReadCommitted:

@@ -59,6 +59,7 @@ const growStep = 64 << 10
 // connection, as Redis does.
 type ProtocolError struct{ Msg string }
 
+// Error returns Redis's text for the error, "Protocol error: ...".
 func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
 
 // ErrQueryBufferLimit is returned by the reader when one request would hold
