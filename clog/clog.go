@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"mvkv/internal/vfs"
 )
@@ -54,6 +56,9 @@ var (
 	ErrClosed = errors.New("clog: closed")
 	// ErrInvalidStatus is returned by SetStatus for a Status above 3.
 	ErrInvalidStatus = errors.New("clog: invalid status")
+	// ErrInvalidOptions is returned by Open for an Options.Locking it does
+	// not know.
+	ErrInvalidOptions = errors.New("clog: invalid options")
 )
 
 // SLRU pool sizes, in 8 KiB pages.
@@ -61,9 +66,9 @@ const (
 	// DefaultBuffers (1 MiB) is used when Options.Buffers is zero, as
 	// PostgreSQL's 128-buffer CLOG before version 17's banks.
 	DefaultBuffers = 128
-	// MinBuffers keeps enough slots for concurrent misses and writes to
-	// find a victim that is not in I/O.
-	MinBuffers = 16
+	// MinBuffers is one bank: enough slots for concurrent misses and
+	// writes to find a victim that is not in I/O.
+	MinBuffers = BankSize
 	// MaxBuffers bounds the pool at 1 GiB of pages.
 	MaxBuffers = 1 << 17
 )
@@ -72,8 +77,20 @@ const (
 type Options struct {
 	// Buffers is the number of SLRU buffer slots, each holding one 8 KiB
 	// page (PostgreSQL's transaction_buffers). Zero means DefaultBuffers;
-	// values below MinBuffers are raised to it, above MaxBuffers lowered.
+	// values below MinBuffers are raised to it, above MaxBuffers lowered,
+	// and others rounded up to a multiple of BankSize. The slots form
+	// Buffers/BankSize banks.
 	Buffers int
+	// Locking selects how banks are locked: "bank" (or "") gives every
+	// bank its own lock, as PostgreSQL 17's SLRU banks; "global" makes all
+	// banks share one lock, as PostgreSQL's CLogControlLock before 17.
+	// Anything else makes Open fail with ErrInvalidOptions.
+	Locking string
+	// GroupUpdate makes a SetStatus that finds its bank lock taken join a
+	// group whose leader sets every member's status under one acquisition
+	// of the lock, as PostgreSQL 11's TransactionGroupUpdateXidStatus.
+	// Results are the same with and without it.
+	GroupUpdate bool
 	// FlushWAL must be non-nil. It makes the WAL durable up to at least lsn
 	// (a byte position in the WAL) and returns only when it is, as
 	// PostgreSQL's XLogFlush. The CLOG calls it before it writes a page
@@ -105,8 +122,18 @@ type Stats struct {
 	PageReads  uint64 // pages read from segment files (missing files included)
 	PageWrites uint64 // pages written to segment files
 	FileSyncs  uint64 // fsyncs of segment files and of the directory
-	LockWaits  uint64 // bank lock acquisitions that found the lock taken
 	IOWaits    uint64 // waits for another goroutine's page read or write
+	// LockWaits counts bank lock acquisitions that found the lock taken,
+	// and SetStatus calls that found it taken and waited for a group
+	// leader instead; LockWaitNanos is their total wait in nanoseconds.
+	LockWaits     uint64
+	LockWaitNanos uint64
+	// GroupUpdates counts group-update leaders (one lock acquisition
+	// each); GroupMembers counts the SetStatus calls in their groups,
+	// leaders and members that fell back included, so
+	// GroupMembers/GroupUpdates is the average group size.
+	GroupUpdates uint64
+	GroupMembers uint64
 }
 
 // Sub returns s minus prev, field by field.
@@ -118,22 +145,28 @@ func (s Stats) Sub(prev Stats) Stats {
 		PageReads:  s.PageReads - prev.PageReads,
 		PageWrites: s.PageWrites - prev.PageWrites,
 		FileSyncs:  s.FileSyncs - prev.FileSyncs,
-		LockWaits:  s.LockWaits - prev.LockWaits,
 		IOWaits:    s.IOWaits - prev.IOWaits,
+
+		LockWaits:     s.LockWaits - prev.LockWaits,
+		LockWaitNanos: s.LockWaitNanos - prev.LockWaitNanos,
+		GroupUpdates:  s.GroupUpdates - prev.GroupUpdates,
+		GroupMembers:  s.GroupMembers - prev.GroupMembers,
 	}
 }
 
 // stats holds the counters behind Stats.
 type stats struct {
 	lookups, hits, misses, pageReads, pageWrites, fileSyncs, lockWaits, ioWaits atomic.Uint64
+
+	lockWaitNanos, groupUpdates, groupMembers atomic.Uint64
 }
 
 // CLOG is the commit log: two status bits per 64-bit transaction id, kept in
 // 8 KiB pages in segment files under one directory and cached in an SLRU
 // buffer pool (PostgreSQL's clog.c over slru.c).
 //
-// Locking: a page's slot is found and changed under its bank's lock (one bank
-// for now; see doc.go). No lock is held across a call to FlushWAL or across
+// Locking: a page's slot is found and changed under its bank's lock (shared
+// by all banks under Locking "global"; see doc.go). No lock is held across a call to FlushWAL or across
 // file I/O; a slot in I/O is marked so no other goroutine reloads, rewrites or
 // evicts it meanwhile. File handles have their own lock (files.mu), always
 // taken after, never while waiting for, a bank lock.
@@ -147,6 +180,11 @@ type CLOG struct {
 	log  *slog.Logger
 
 	banks []bank // fixed at Open
+
+	// group is the head of the lock-free list of SetStatus calls waiting
+	// for a group-update leader (PostgreSQL's procglobal->clogGroupFirst):
+	// pushed with CompareAndSwap, taken whole by the leader with Swap.
+	group atomic.Pointer[groupMember]
 
 	// latestPage is one more than the highest page SetStatus has touched
 	// (0: none yet). That page is the one new xids are being written to and
@@ -190,6 +228,14 @@ func Open(fsys vfs.FS, dir string, opts Options) (*CLOG, error) {
 	case opts.Buffers > MaxBuffers:
 		opts.Buffers = MaxBuffers
 	}
+	opts.Buffers = (opts.Buffers + BankSize - 1) / BankSize * BankSize
+	switch opts.Locking {
+	case "":
+		opts.Locking = "bank"
+	case "bank", "global":
+	default:
+		return nil, fmt.Errorf("%w: Locking %q (want \"bank\" or \"global\")", ErrInvalidOptions, opts.Locking)
+	}
 	c := &CLOG{fs: fsys, dir: dir, opts: opts, log: opts.Logger}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -206,10 +252,14 @@ func Open(fsys vfs.FS, dir string, opts Options) (*CLOG, error) {
 	}
 	c.recovering.Store(opts.Recovery)
 	c.files.init()
-	c.banks = make([]bank, nbanks)
-	per := opts.Buffers / nbanks
+	c.banks = make([]bank, opts.Buffers/BankSize)
+	global := new(sync.RWMutex)
 	for i := range c.banks {
-		c.banks[i].init(per)
+		mu := global
+		if opts.Locking == "bank" {
+			mu = new(sync.RWMutex)
+		}
+		c.banks[i].init(BankSize, mu)
 	}
 	return c, nil
 }
@@ -236,10 +286,25 @@ func (c *CLOG) SetStatus(xid uint64, s Status, lsn uint64) error {
 	}
 	pageno := xidPage(xid)
 	c.noteLatest(pageno)
-	c.stats.lookups.Add(1)
 	b := c.bankFor(pageno)
+	if c.opts.GroupUpdate {
+		if b.mu.TryLock() {
+			defer b.mu.Unlock()
+			return c.setStatusLocked(b, pageno, xid, s, lsn)
+		}
+		if done, err := c.groupUpdate(b, pageno, xid, s, lsn); done {
+			return err
+		}
+	}
 	c.lock(b)
 	defer b.mu.Unlock()
+	return c.setStatusLocked(b, pageno, xid, s, lsn)
+}
+
+// setStatusLocked is SetStatus with b, the bank of pageno, locked
+// exclusively. It may release and retake the lock to load the page.
+func (c *CLOG) setStatusLocked(b *bank, pageno, xid uint64, s Status, lsn uint64) error {
+	c.stats.lookups.Add(1)
 	i, hit, err := c.slotForLocked(b, pageno)
 	if err != nil {
 		return err
@@ -249,6 +314,14 @@ func (c *CLOG) SetStatus(xid uint64, s Status, lsn uint64) error {
 	} else {
 		c.stats.misses.Add(1)
 	}
+	c.setSlotLocked(b, i, xid, s, lsn)
+	return nil
+}
+
+// setSlotLocked sets xid's status in slot i of b, which must hold xid's page
+// in state slotValid, with b.mu held exclusively; lsn raises the page's group
+// LSN.
+func (c *CLOG) setSlotLocked(b *bank, i int, xid uint64, s Status, lsn uint64) {
 	sl := &b.slots[i]
 	if setStatus(sl.buf[:], xid, s) {
 		sl.dirty = true
@@ -257,7 +330,6 @@ func (c *CLOG) SetStatus(xid uint64, s Status, lsn uint64) error {
 		sl.lsn = lsn
 	}
 	sl.lastUse.Store(b.clock.Add(1))
-	return nil
 }
 
 // noteLatest raises latestPage to cover pageno.
@@ -390,8 +462,12 @@ func (c *CLOG) Stats() Stats {
 		PageReads:  c.stats.pageReads.Load(),
 		PageWrites: c.stats.pageWrites.Load(),
 		FileSyncs:  c.stats.fileSyncs.Load(),
-		LockWaits:  c.stats.lockWaits.Load(),
 		IOWaits:    c.stats.ioWaits.Load(),
+
+		LockWaits:     c.stats.lockWaits.Load(),
+		LockWaitNanos: c.stats.lockWaitNanos.Load(),
+		GroupUpdates:  c.stats.groupUpdates.Load(),
+		GroupMembers:  c.stats.groupMembers.Load(),
 	}
 }
 
@@ -413,15 +489,23 @@ func (c *CLOG) fail(err error) error {
 // lock takes b's lock exclusively, counting a wait when it is taken.
 func (c *CLOG) lock(b *bank) {
 	if !b.mu.TryLock() {
-		c.stats.lockWaits.Add(1)
+		start := time.Now()
 		b.mu.Lock()
+		c.noteWait(start)
 	}
 }
 
 // rlock takes b's lock shared, counting a wait when it is held exclusively.
 func (c *CLOG) rlock(b *bank) {
 	if !b.mu.TryRLock() {
-		c.stats.lockWaits.Add(1)
+		start := time.Now()
 		b.mu.RLock()
+		c.noteWait(start)
 	}
+}
+
+// noteWait counts one lock wait that began at start.
+func (c *CLOG) noteWait(start time.Time) {
+	c.stats.lockWaits.Add(1)
+	c.stats.lockWaitNanos.Add(uint64(time.Since(start)))
 }

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"mvkv/internal/vfs"
@@ -619,33 +618,6 @@ func TestStats(t *testing.T) {
 func TestStatusString(t *testing.T) {
 	if StatusSubCommitted.String() != "sub-committed" || Status(9).String() != "Status(9)" {
 		t.Error(StatusSubCommitted.String(), Status(9).String())
-	}
-}
-
-func BenchmarkSetStatusParallel(b *testing.B) {
-	for _, buffers := range []int{16, 128} {
-		b.Run(fmt.Sprintf("buffers=%d", buffers), func(b *testing.B) {
-			c := mustOpen(b, vfs.OS{}, testDir(b), Options{Buffers: buffers})
-			defer c.Close()
-			var next atomic.Uint64
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					// Consecutive xids, as a transaction manager hands them
-					// out: committers crowd onto the latest page.
-					x := next.Add(1)
-					if err := c.SetStatus(x, StatusCommitted, x); err != nil {
-						b.Error(err)
-						return
-					}
-					if s, err := c.Status(x); err != nil || s != StatusCommitted {
-						b.Errorf("Status(%d) = %v, %v", x, s, err)
-						return
-					}
-				}
-			})
-			st := c.Stats()
-			b.ReportMetric(float64(st.LockWaits)/float64(b.N), "lockwaits/op")
-		})
 	}
 }
 

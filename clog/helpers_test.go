@@ -131,6 +131,9 @@ func checkPool(t *testing.T, c *CLOG) {
 				t.Errorf("page %d in slots %d and %d", sl.pageno, j, i)
 			}
 			seen[sl.pageno] = i
+			if want := int(sl.pageno % uint64(len(c.banks))); want != bi {
+				t.Errorf("page %d in bank %d, want bank %d", sl.pageno, bi, want)
+			}
 			if k, ok := b.index[sl.pageno]; !ok || k != i {
 				t.Errorf("index[%d] = %d, %v; slot %d holds it", sl.pageno, k, ok, i)
 			}

@@ -5,12 +5,11 @@ import (
 	"sync/atomic"
 )
 
-// nbanks is the number of SLRU banks. Pages map to banks by page number
-// (pageno % nbanks), each bank with its own lock, slots and LRU clock, so
-// splitting the lock (PostgreSQL 17's SLRU banks) changes this constant and
-// how Buffers is divided, nothing else. One bank is PostgreSQL's single
-// CLogControlLock.
-const nbanks = 1
+// BankSize is the number of slots in one SLRU bank, as PostgreSQL 17's
+// SLRU_BANK_SIZE. Options.Buffers is rounded up to a multiple of it, and
+// page p lives only in bank p mod (Buffers/BankSize), so a lookup searches
+// 16 slots, never the whole pool.
+const BankSize = 16
 
 // slotState is where a slot's page stands with respect to reading.
 type slotState uint8
@@ -54,12 +53,15 @@ type slot struct {
 	wbuf [PageSize]byte
 }
 
-// bank is a set of slots with one lock. With nbanks == 1 it is the whole
-// pool.
+// bank is a set of BankSize slots with its own LRU clock, and its own lock
+// under Locking "bank". Under Locking "global" every bank shares one lock,
+// as PostgreSQL's single CLogControlLock before version 17.
 type bank struct {
 	// mu guards the slot table: index, and each slot's fields as described
-	// on slot. Status hits take it shared.
-	mu sync.RWMutex
+	// on slot. Status hits take it shared. Fixed at init; it may be shared
+	// with other banks, so code holding it must touch only banks whose mu
+	// is the same pointer.
+	mu *sync.RWMutex
 	// ioDone is signalled (Broadcast) whenever a slot of this bank finishes
 	// a read or a write. Its Locker is mu (exclusive).
 	ioDone *sync.Cond
@@ -72,8 +74,9 @@ type bank struct {
 	clock atomic.Uint64
 }
 
-func (b *bank) init(n int) {
-	b.ioDone = sync.NewCond(&b.mu)
+func (b *bank) init(n int, mu *sync.RWMutex) {
+	b.mu = mu
+	b.ioDone = sync.NewCond(mu)
 	b.slots = make([]slot, n)
 	b.index = make(map[uint64]int, n)
 }
