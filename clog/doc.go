@@ -44,15 +44,25 @@
 //
 // # Buffers and locking
 //
-// Pages are cached in Options.Buffers slots held by banks; a page belongs to
-// bank pageno mod nbanks. There is one bank today: a single lock, like
-// PostgreSQL's CLogControlLock before version 17. The code never takes two
-// bank locks, so splitting the pool into banks is a change of one constant.
+// Pages are cached in Options.Buffers slots (a multiple of 16) split into
+// banks of BankSize = 16 slots, as PostgreSQL 17's SLRU banks; page p lives
+// only in bank p mod nbanks, so a lookup searches 16 slots and the LRU clock
+// and victim choice are per bank. Under Locking "bank" each bank has its own
+// lock; under "global" all banks share one, as PostgreSQL's CLogControlLock
+// before version 17. No code path ever holds two bank locks, so the two
+// differ only in which calls contend.
 //
 //	Status(xid):    bank.RLock; hit -> read bits, RUnlock
 //	                miss -> RUnlock; bank.Lock; load (below); read bits
 //	SetStatus(xid): bank.Lock; load if missing; set bits, dirty,
 //	                group LSN = max(group LSN, lsn)
+//	  GroupUpdate:  bank.TryLock; on success as above. Otherwise push a
+//	                member onto c.group (CAS). Member: sleep on its channel;
+//	                if the leader did not set it, take the plain path.
+//	                Leader (found the list empty): bank.Lock; Swap(nil)
+//	                takes the whole list; set each member resident in a
+//	                bank under this same lock (its own page loaded if need
+//	                be); Unlock; wake the members.
 //	load(page):     if the page is in a slot being read -> wait on ioDone
 //	                victim = empty slot, else LRU valid slot not in I/O and
 //	                  not the latest page
@@ -101,8 +111,16 @@
 // stop taking writes and redo from its last checkpoint on reopen. Status
 // reads of cached pages continue.
 //
+// Group update (PostgreSQL 11's TransactionGroupUpdateXidStatus) gives
+// exactly the statuses the plain path gives: each member's bits are set
+// under the lock of the bank holding its page, as the plain path sets them;
+// only the number of lock acquisitions changes. A member the leader cannot
+// serve without I/O or a second lock (page not resident, or in a bank under
+// another lock) is woken unserved and takes the plain path. Members are
+// allocated per call and never reused, so the CAS list has no ABA problem.
+//
 // # Not yet here
 //
-// Group update of statuses under contention (PostgreSQL 11), several banks,
-// per-32-xid group LSNs, and truncation of segments below the frozen horizon.
+// Per-32-xid group LSNs, and truncation of segments below the frozen
+// horizon.
 package clog

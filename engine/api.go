@@ -136,8 +136,18 @@ type Options struct {
 	// two from 1 MiB to 1 GiB (default 16 MiB). It applies to a new data
 	// directory; an existing one keeps the size its WAL was written with.
 	WALSegmentSize int64
-	// CLOGBuffers is the number of 8 KiB CLOG pages cached (default 128).
+	// CLOGBuffers is the number of 8 KiB CLOG pages cached (default 128),
+	// rounded up to a multiple of 16 (clog.BankSize), in banks of 16.
 	CLOGBuffers int
+	// CLOGLocking is "bank" (one lock per bank of 16 CLOG buffers, as
+	// PostgreSQL 17; the default when empty) or "global" (one lock for all,
+	// as before 17); anything else makes Open fail with an error wrapping
+	// clog.ErrInvalidOptions.
+	CLOGLocking string
+	// CLOGGroupUpdate turns the CLOG's group update of transaction statuses
+	// (PostgreSQL 11's TransactionGroupUpdateXidStatus) on or off; nil
+	// means on.
+	CLOGGroupUpdate *bool
 	// CheckpointTimeout is PostgreSQL's checkpoint_timeout (default 5 min);
 	// negative disables time-driven checkpoints.
 	CheckpointTimeout time.Duration

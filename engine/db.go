@@ -227,9 +227,11 @@ func (db *DB) open() error {
 		return err
 	}
 	if db.clog, err = clog.Open(fsys, filepath.Join(dir, clogDir), clog.Options{
-		Buffers:  db.opts.CLOGBuffers,
-		FlushWAL: db.flushWAL,
-		Logger:   db.logger,
+		Buffers:     db.opts.CLOGBuffers,
+		Locking:     db.opts.CLOGLocking,
+		GroupUpdate: db.opts.CLOGGroupUpdate == nil || *db.opts.CLOGGroupUpdate,
+		FlushWAL:    db.flushWAL,
+		Logger:      db.logger,
 		// A CLOG page torn by a power loss is rebuilt by redo, which
 		// replays every status set since the redo point.
 		Recovery: true,
