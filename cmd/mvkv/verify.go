@@ -25,20 +25,11 @@ control file against the WAL, and every WAL record on disk. Exit status: 0 when 
 
 func verifyMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(stdout, verifyUsage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "mvkv verify: %v\n\n%s", err, verifyUsage)
-		return 2
+	dir, code, ok := parseDirCommand(fs, verifyUsage, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "mvkv verify: need exactly one data directory\n\n%s", verifyUsage)
-		return 2
-	}
-	db, err := engine.Open(fs.Arg(0), engine.Options{})
+	db, err := engine.Open(dir, engine.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "mvkv verify: %v\n", err)
 		return 1
@@ -56,4 +47,25 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseDirCommand parses the flags of a subcommand that takes exactly one
+// data directory: -h prints usage to stdout (exit 0); a bad flag or a
+// missing or extra argument prints the problem and usage to stderr (exit 2).
+// ok is false when the caller should return code.
+func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (dir string, code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			fmt.Fprint(stdout, usage)
+			return "", 0, false
+		}
+		fmt.Fprintf(stderr, "mvkv %s: %v\n\n%s", fs.Name(), err, usage)
+		return "", 2, false
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(stderr, "mvkv %s: need exactly one data directory\n\n%s", fs.Name(), usage)
+		return "", 2, false
+	}
+	return fs.Arg(0), 0, true
 }

@@ -43,20 +43,11 @@ func parseLSN(s string) (uint64, error) {
 
 func waldumpMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("waldump", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	start := fs.String("start", "", "")
 	end := fs.String("end", "", "")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(stdout, waldumpUsage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "mvkv waldump: %v\n\n%s", err, waldumpUsage)
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "mvkv waldump: need exactly one data directory\n\n%s", waldumpUsage)
-		return 2
+	dir, code, ok := parseDirCommand(fs, waldumpUsage, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	var s, e uint64
 	var err error
@@ -72,7 +63,7 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if err := engine.DumpWAL(nil, fs.Arg(0), s, e, stdout); err != nil {
+	if err := engine.DumpWAL(nil, dir, s, e, stdout); err != nil {
 		fmt.Fprintf(stderr, "mvkv waldump: %v\n", err)
 		return 1
 	}
