@@ -63,8 +63,7 @@ func (db *DB) checkpoint() error {
 	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next, HeapBlocks: uint64(heapBlocks)}); err != nil {
 		return db.fail(err)
 	}
-	db.lastRedo = redo
-	db.lastRedoAtomic.Store(uint64(redo))
+	db.lastRedo.Store(uint64(redo))
 	if err := db.wal.RemoveSegmentsBefore(redo); err != nil {
 		db.logger.Warn("removing old WAL segments", "err", err)
 	}
@@ -88,7 +87,7 @@ func (db *DB) checkpointer() {
 		}
 		byTime := db.opts.CheckpointTimeout > 0 &&
 			time.Since(time.Unix(0, db.lastCkpt.Load())) >= db.opts.CheckpointTimeout
-		byVolume := int64(db.wal.InsertLSN()-wal.LSN(db.lastRedoAtomic.Load())) >= db.opts.MaxWALSize
+		byVolume := int64(db.wal.InsertLSN()-wal.LSN(db.lastRedo.Load())) >= db.opts.MaxWALSize
 		if !byTime && !byVolume {
 			continue
 		}

@@ -53,11 +53,11 @@ type DB struct {
 	// it chooses its redo point (PostgreSQL's DELAY_CHKPT_START).
 	ckptInterlock sync.RWMutex
 	// ckptMu lets one checkpoint run at a time.
-	ckptMu sync.Mutex
-	// lastRedo is the redo LSN of the last completed checkpoint. Guarded by ckptMu.
-	lastRedo       wal.LSN
-	lastCkpt       atomic.Int64  // unix nanoseconds of the last checkpoint's end
-	lastRedoAtomic atomic.Uint64 // lastRedo, for the checkpointer
+	ckptMu   sync.Mutex
+	lastCkpt atomic.Int64 // unix nanoseconds of the last checkpoint's end
+	// lastRedo is the redo LSN of the last completed checkpoint, read by
+	// the checkpointer to measure WAL volume (max_wal_size).
+	lastRedo atomic.Uint64
 	// redoPtr is the redo pointer full-page-image decisions compare page
 	// LSNs with (PostgreSQL's RedoRecPtr): written under ckptInterlock held
 	// exclusively, read under it held shared.

@@ -142,8 +142,7 @@ func (db *DB) recover(ctrl controlData) error {
 		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 	}
-	db.lastRedo = ctrl.RedoLSN
-	db.lastRedoAtomic.Store(uint64(ctrl.RedoLSN))
+	db.lastRedo.Store(uint64(ctrl.RedoLSN))
 	db.redoPtr.Store(uint64(ctrl.RedoLSN))
 	db.lastCkpt.Store(time.Now().UnixNano())
 	if dropped > 0 {
