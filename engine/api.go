@@ -160,6 +160,28 @@ type Options struct {
 	// MaxRetries bounds how many times DB.Update and DB.View run their
 	// function after serialization failures and deadlocks (default 10).
 	MaxRetries int
+
+	// Autovacuum is PostgreSQL's autovacuum: a background worker that runs
+	// DB.Vacuum when enough dead tuples have piled up (see
+	// AutovacuumVacuumThreshold). nil means on.
+	Autovacuum *bool
+	// AutovacuumVacuumThreshold is autovacuum_vacuum_threshold (default
+	// 50): vacuum runs once the dead tuples (versions left behind by
+	// committed updates and deletes and by aborted writes) exceed this
+	// plus AutovacuumVacuumScaleFactor times the live tuples.
+	AutovacuumVacuumThreshold int
+	// AutovacuumVacuumScaleFactor is autovacuum_vacuum_scale_factor
+	// (default 0.2), a fraction of the live tuples (the keys in the index).
+	AutovacuumVacuumScaleFactor float64
+	// AutovacuumNaptime is autovacuum_naptime (default 1 min): how often
+	// the worker checks the dead-tuple count. Short values are allowed, for
+	// tests and benchmarks.
+	AutovacuumNaptime time.Duration
+	// VacuumFreezeMinAge is vacuum_freeze_min_age in transactions (default
+	// 50,000,000): vacuum freezes a tuple whose xmin is at least this much
+	// older than the vacuum horizon. 0 means the default; a negative value
+	// freezes every tuple below the horizon.
+	VacuumFreezeMinAge int64
 }
 
 // TxnOptions configure one transaction.

@@ -42,6 +42,10 @@ type DB struct {
 	locks   *lockManager
 	procs   *procArray
 	targets insertTargets
+	snaps   snapshotRegistry // open snapshots, for the vacuum horizon (vacuum.go)
+	fsm     freeSpaceMap     // pages with room for new tuples (fsm.go)
+	vac     vacuumState      // vacuum's serialization and results (vacuum.go)
+	av      autovacuumState  // dead-tuple counts and the worker (autovacuum.go)
 
 	syncCommit atomic.Int32 // SynchronousCommit default for new transactions
 	// commitDelay and commitSiblings mirror the WAL writer's knobs for
@@ -79,6 +83,7 @@ type DB struct {
 
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
+		hintBitsSet, hintHits              atomic.Uint64
 	}
 	recovery RecoveryInfo
 }
@@ -147,6 +152,24 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 10
 	}
+	if o.AutovacuumVacuumThreshold < 0 || o.AutovacuumVacuumScaleFactor < 0 || o.AutovacuumNaptime < 0 {
+		return o, errors.New("mvkv: negative autovacuum setting in Options")
+	}
+	if o.AutovacuumVacuumThreshold == 0 {
+		o.AutovacuumVacuumThreshold = 50
+	}
+	if o.AutovacuumVacuumScaleFactor == 0 {
+		o.AutovacuumVacuumScaleFactor = 0.2
+	}
+	if o.AutovacuumNaptime == 0 {
+		o.AutovacuumNaptime = time.Minute
+	}
+	switch {
+	case o.VacuumFreezeMinAge == 0:
+		o.VacuumFreezeMinAge = 50_000_000
+	case o.VacuumFreezeMinAge < 0:
+		o.VacuumFreezeMinAge = 0
+	}
 	if o.SynchronousCommit != SyncCommitOn && o.SynchronousCommit != SyncCommitOff {
 		return o, fmt.Errorf("mvkv: unknown synchronous_commit %d", o.SynchronousCommit)
 	}
@@ -202,6 +225,8 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.commitDelay.Store(int64(opts.CommitDelay))
 	db.commitSiblings.Store(int64(opts.CommitSiblings))
 	db.targets.reset()
+	db.snaps.init()
+	db.fsm.init()
 	db.closing = make(chan struct{})
 	if err := db.open(); err != nil {
 		db.closeFiles()
@@ -209,6 +234,10 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.bgWG.Add(1)
 	go db.checkpointer()
+	if opts.Autovacuum == nil || *opts.Autovacuum {
+		db.bgWG.Add(1)
+		go db.autovacuumWorker()
+	}
 	return db, nil
 }
 
@@ -404,6 +433,16 @@ type Stats struct {
 	// Keys is the number of keys in the index (live, deleted or never
 	// committed), a gauge: Sub keeps the later value.
 	Keys uint64
+	// Vacuum (vacuum.go): runs (manual and autovacuum), heap pages
+	// examined and skipped as all-visible, tuple versions (and out-of-line
+	// chunks) removed, pages compacted by a pruning record, and tuples
+	// frozen.
+	VacuumRuns, AutovacuumRuns                                       uint64
+	VacuumPagesScanned, VacuumPagesSkipped                           uint64
+	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen    uint64
+	// HintBitsSet counts hint bits written by readers; HintHits the CLOG
+	// lookups a hint bit made unnecessary (hints.go).
+	HintBitsSet, HintHits uint64
 }
 
 // Sub returns the counters of s minus those of o (gauges keep s's value).
@@ -422,7 +461,13 @@ func (s Stats) Sub(o Stats) Stats {
 		CLOGMisses: s.CLOGMisses - o.CLOGMisses, CLOGPageReads: s.CLOGPageReads - o.CLOGPageReads,
 		CLOGPageWrites: s.CLOGPageWrites - o.CLOGPageWrites,
 		Checkpoints:    s.Checkpoints - o.Checkpoints,
+		FullPageImages: s.FullPageImages - o.FullPageImages,
 		Keys:           s.Keys,
+		VacuumRuns:     s.VacuumRuns - o.VacuumRuns, AutovacuumRuns: s.AutovacuumRuns - o.AutovacuumRuns,
+		VacuumPagesScanned: s.VacuumPagesScanned - o.VacuumPagesScanned, VacuumPagesSkipped: s.VacuumPagesSkipped - o.VacuumPagesSkipped,
+		VacuumTuplesRemoved: s.VacuumTuplesRemoved - o.VacuumTuplesRemoved, VacuumPagesCompacted: s.VacuumPagesCompacted - o.VacuumPagesCompacted,
+		VacuumTuplesFrozen: s.VacuumTuplesFrozen - o.VacuumTuplesFrozen,
+		HintBitsSet:        s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
 	}
 }
 
@@ -441,6 +486,11 @@ func (db *DB) Stats() Stats {
 		Checkpoints:    db.stats.checkpoints.Load(),
 		FullPageImages: db.stats.fpis.Load(),
 		Keys:           uint64(db.idx.len()),
+		VacuumRuns:     db.vac.runs.Load(), AutovacuumRuns: db.av.runs.Load(),
+		VacuumPagesScanned: db.vac.pagesScanned.Load(), VacuumPagesSkipped: db.vac.pagesSkipped.Load(),
+		VacuumTuplesRemoved: db.vac.tuplesRemoved.Load(), VacuumPagesCompacted: db.vac.pagesCompacted.Load(),
+		VacuumTuplesFrozen: db.vac.tuplesFrozen.Load(),
+		HintBitsSet:        db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),
 	}
 }
 

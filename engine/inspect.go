@@ -58,7 +58,9 @@ func DescribeRecord(rec wal.Record) string {
 		} else {
 			desc = "malformed"
 		}
-	case recFPI:
+	case recHeap2Prune:
+		desc = describePrune(rec.Data)
+	case recFPI, recFPIForHint:
 		if blk, _, err := decodeFPI(rec.Data); err == nil {
 			desc = fmt.Sprintf("block %d", blk)
 		} else {

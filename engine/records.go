@@ -46,6 +46,16 @@ const (
 	// repairs a page torn by a power loss; the change record that follows
 	// is then applied on top. Payload: block 4, then PageSize bytes.
 	recFPI wal.RecordType = 22
+	// recHeap2Prune is vacuum's pruning record, as PostgreSQL's
+	// XLOG_HEAP2_PRUNE (with freezing folded in, as PostgreSQL 17's
+	// XLOG_HEAP2_PRUNE_VACUUM_SCAN): for each of several pages, the slots
+	// that become unused, the Prev links rewritten around them and the
+	// tuples frozen, all as after-images. The payload is drawn in prune.go.
+	recHeap2Prune wal.RecordType = 25
+	// recFPIForHint is a full-page image logged before the first hint-bit
+	// change to a page after a checkpoint's redo point, as PostgreSQL's
+	// XLOG_FPI_FOR_HINT (hints.go). Payload and redo as recFPI.
+	recFPIForHint wal.RecordType = 27
 )
 
 // Record flags (wal.Record.Flags). Part of the format; do not change.
@@ -75,6 +85,10 @@ func recordTypeName(t wal.RecordType) string {
 		return "CHECKPOINT"
 	case recFPI:
 		return "FPI"
+	case recHeap2Prune:
+		return "HEAP2_PRUNE"
+	case recFPIForHint:
+		return "FPI_FOR_HINT"
 	}
 	return fmt.Sprintf("TYPE_%d", t)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"time"
 
@@ -187,7 +188,9 @@ func (db *DB) redo(rec wal.Record) error {
 	case recCheckpoint:
 		_, _, err := decodeCheckpoint(rec.Data)
 		return err
-	case recFPI:
+	case recHeap2Prune:
+		return db.redoPrune(rec)
+	case recFPI, recFPIForHint:
 		blk, img, err := decodeFPI(rec.Data)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrCorruption, err)
@@ -312,6 +315,11 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 	}
 	var cands []cand
 	referenced := make(map[uint64]struct{})
+	// Chunks, and the chunks some version's external pointer names: the
+	// difference are orphans for the next vacuum (vacuum.go).
+	var chunks []heap.TID
+	usedChunks := make(map[uint64]struct{})
+	frozenXid := uint64(math.MaxUint64)
 	nblocks := db.pool.NBlocks()
 	db.idx.mu.Lock()
 	defer db.idx.mu.Unlock()
@@ -335,20 +343,39 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 					perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
 					break
 				}
-				h, key, _, err := heap.DecodeTuple(raw)
+				h, key, val, err := heap.DecodeTuple(raw)
 				if err != nil {
 					perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
 					break
 				}
 				maxXid = max(maxXid, h.Xmin, h.Xmax)
+				tid := heap.TID{Block: blk, Slot: uint16(s)}
 				if h.Infomask&heap.Chunk != 0 {
+					chunks = append(chunks, tid)
 					continue
+				}
+				if h.Infomask&heap.External != 0 {
+					ctids, err := chunkTIDs(val)
+					if err != nil {
+						perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
+						break
+					}
+					for _, c := range ctids {
+						usedChunks[c.Pack()] = struct{}{}
+					}
+				}
+				if h.Infomask&heap.Frozen == 0 {
+					frozenXid = min(frozenXid, h.Xmin)
+				}
+				if h.Xmax != 0 {
+					frozenXid = min(frozenXid, h.Xmax)
 				}
 				if h.Prev.Valid() {
 					referenced[h.Prev.Pack()] = struct{}{}
 				}
-				cands = append(cands, cand{heap.TID{Block: blk, Slot: uint16(s)}.Pack(), db.idx.getOrCreateLocked(string(key))})
+				cands = append(cands, cand{tid.Pack(), db.idx.getOrCreateLocked(string(key))})
 			}
+			db.fsm.record(blk, heap.FreeSpace(page))
 			if blk == nblocks-1 {
 				db.targets.blk[0].Store(blk)
 			}
@@ -364,5 +391,17 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 			c.e.head.Store(c.tid)
 		}
 	}
+	db.vac.mu.Lock()
+	db.vac.orphans = nil
+	for _, c := range chunks {
+		if _, ok := usedChunks[c.Pack()]; !ok {
+			db.vac.orphans = append(db.vac.orphans, c)
+		}
+	}
+	db.vac.mu.Unlock()
+	if frozenXid == math.MaxUint64 {
+		frozenXid = max(maxXid+1, db.procs.next())
+	}
+	db.vac.frozenXid.Store(frozenXid)
 	return maxXid, nil
 }
