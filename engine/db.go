@@ -437,9 +437,9 @@ type Stats struct {
 	// examined and skipped as all-visible, tuple versions (and out-of-line
 	// chunks) removed, pages compacted by a pruning record, and tuples
 	// frozen.
-	VacuumRuns, AutovacuumRuns                                       uint64
-	VacuumPagesScanned, VacuumPagesSkipped                           uint64
-	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen    uint64
+	VacuumRuns, AutovacuumRuns                                    uint64
+	VacuumPagesScanned, VacuumPagesSkipped                        uint64
+	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen uint64
 	// HintBitsSet counts hint bits written by readers; HintHits the CLOG
 	// lookups a hint bit made unnecessary (hints.go).
 	HintBitsSet, HintHits uint64
