@@ -40,9 +40,10 @@ import (
 // index entry. Versions newer than a kept one are never removed by the first
 // rule, so the chain from the head still reaches every version any snapshot
 // can see; the Prev links of kept versions are rewritten to skip removed
-// ones. The head is removed only with the whole key, and only while vacuum
-// holds the key's row lock (tried, never waited for), so no writer is
-// between reading the head and linking a new version to it.
+// ones. The head (an aborted version, or the last version of a deleted key)
+// is removed only while vacuum holds the key's row lock (tried, never waited
+// for), so no writer is between reading the head and linking a new version
+// to it; the index entry then moves to the newest kept version, or goes.
 //
 // Crash safety. A removal and the Prev rewrite around it may touch two
 // pages, so one pruning record (prune.go) covers every page a step changes,
@@ -391,9 +392,10 @@ func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err erro
 
 // chainPlan is what vacuum does to one chain.
 type chainPlan struct {
-	e      *indexEntry
-	head   heap.TID
-	whole  bool // every version goes, and the index entry
+	e        *indexEntry
+	head     heap.TID
+	moveHead bool     // the head goes; vacuum holds the key's row lock
+	newHead  heap.TID // the entry's head afterwards, if moveHead
 	remove []heap.TID
 	prev   map[heap.TID]heap.TID // kept version -> its new Prev
 	freeze map[heap.TID]plannedFreeze
@@ -429,6 +431,14 @@ func (v *vacuumRun) chain(e *indexEntry) error {
 	db := v.db
 	head := e.headTID()
 	if !head.Valid() {
+		// An entry without versions (a delete of a key that did not
+		// exist, or a first write that failed): drop it unless a writer
+		// is about to give it one.
+		if v.lockKey(e, head) {
+			db.idx.removeEntry(e)
+			v.batch.unlockKey(db, e)
+			v.st.KeysRemoved++
+		}
 		return nil
 	}
 	if av, af := db.pageAllVisible(head.Block); av && af {
@@ -496,15 +506,13 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 			v.st.RecentlyDead++
 		}
 	}
-	whole := !slices.Contains(remove, false)
-	if whole && !v.lockKey(e, c[0].v.tid) {
-		whole = false
-	}
-	if !whole {
+	// Removing the head moves the index entry, which only a holder of the
+	// key's row lock may do.
+	moveHead := remove[0] && v.lockKey(e, c[0].v.tid)
+	if !moveHead {
 		remove[0] = false
 	}
-
-	p = &chainPlan{e: e, head: c[0].v.tid, whole: whole, prev: map[heap.TID]heap.TID{}, freeze: map[heap.TID]plannedFreeze{}}
+	p = &chainPlan{e: e, head: c[0].v.tid, moveHead: moveHead, newHead: heap.InvalidTID, prev: map[heap.TID]heap.TID{}, freeze: map[heap.TID]plannedFreeze{}}
 	next := heap.InvalidTID // the kept version below the one being looked at
 	for i := n - 1; i >= 0; i-- {
 		if remove[i] {
@@ -517,6 +525,7 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 		}
 		next = c[i].v.tid
 	}
+	p.newHead = next // the newest kept version
 	if k >= 0 && !remove[k] && c[k].v.hdr.Xmin < cutoff && c[k].v.hdr.Infomask&heap.Frozen == 0 {
 		p.freeze[c[k].v.tid] = plannedFreeze{
 			xmax:      c[k].v.hdr.Xmax,
@@ -524,12 +533,15 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 		}
 	}
 	if len(p.remove) == 0 && len(p.prev) == 0 && len(p.freeze) == 0 {
+		if moveHead {
+			v.batch.unlockKey(v.db, e)
+		}
 		return nil, false
 	}
 	if len(p.blocks()) <= v.budget {
 		return p, false
 	}
-	if whole {
+	if moveHead {
 		// The row lock was taken for a plan that does not fit; the
 		// partial plan below keeps the head.
 		v.batch.unlockKey(v.db, e)
@@ -591,8 +603,11 @@ func (lm *lockManager) tryAcquire(key string, me *txnState) bool {
 type pruneBatch struct {
 	pages  map[uint32]*prunePage
 	freeze map[heap.TID]plannedFreeze
-	whole  []*indexEntry // keys removed whole; their row locks are held by owner
-	// owner holds the row locks of keys removed whole. It never waits, so
+	// heads are the entries whose head the batch removes, with the new
+	// head (InvalidTID: the whole key goes). Their row locks are held by
+	// owner.
+	heads map[*indexEntry]heap.TID
+	// owner holds the row locks of those keys. It never waits, so
 	// writers waiting for it cannot be part of a deadlock.
 	owner                  *txnState
 	removed, chunksRemoved int
@@ -601,7 +616,7 @@ type pruneBatch struct {
 func (b *pruneBatch) reset() {
 	b.pages = map[uint32]*prunePage{}
 	b.freeze = map[heap.TID]plannedFreeze{}
-	b.whole = nil
+	b.heads = map[*indexEntry]heap.TID{}
 	b.owner = &txnState{done: make(chan struct{})}
 	b.removed, b.chunksRemoved = 0, 0
 }
@@ -648,10 +663,10 @@ func (v *vacuumRun) add(p *chainPlan) error {
 		}
 	}
 	if n > v.budget && len(b.pages) > 0 {
-		// The row lock of a whole key travels with its plan into the
+		// The row lock of a moved head travels with its plan into the
 		// next batch.
 		var moved bool
-		if p.whole {
+		if p.moveHead {
 			b.unlockKey(v.db, p.e)
 			moved = true
 		}
@@ -675,8 +690,8 @@ func (v *vacuumRun) add(p *chainPlan) error {
 		pp.freeze = append(pp.freeze, freezeOp{slot: t.Slot})
 		b.freeze[t] = f
 	}
-	if p.whole {
-		b.whole = append(b.whole, p.e)
+	if p.moveHead {
+		b.heads[p.e] = p.newHead
 	}
 	b.removed += len(p.remove)
 	v.chunks = append(v.chunks, p.chunks...)
@@ -722,18 +737,20 @@ func (v *vacuumRun) flush() error {
 		}
 	}, func() {
 		// Still under the page locks: a reader that finds a removed
-		// head's slot empty restarts and must find the entry empty.
-		for _, e := range b.whole {
-			e.head.Store(heap.InvalidTID.Pack())
+		// head's slot empty restarts and must find the new head.
+		for e, h := range b.heads {
+			e.head.Store(h.Pack())
 		}
 	})
 	if err != nil {
 		return err
 	}
-	for _, e := range b.whole {
-		db.idx.removeEntry(e)
+	for e, h := range b.heads {
+		if !h.Valid() {
+			db.idx.removeEntry(e)
+			v.st.KeysRemoved++
+		}
 	}
-	v.st.KeysRemoved += uint64(len(b.whole))
 	v.st.TuplesRemoved += uint64(b.removed)
 	v.st.ChunksRemoved += uint64(b.chunksRemoved)
 	v.st.PagesCompacted += uint64(len(blocks))
