@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -437,4 +438,164 @@ func TestVacuumConcurrentTransfers(t *testing.T) {
 		t.Errorf("%d tuples left for %d accounts", n, accounts)
 	}
 	mustVerify(t, db)
+}
+
+// Under a steady update load with autovacuum on, the heap stops growing:
+// vacuum frees the old versions and the free space map hands their space to
+// new ones.
+func TestAutovacuumKeepsHeapBounded(t *testing.T) {
+	on := true
+	db := openTest(t, t.TempDir(), Options{Autovacuum: &on, AutovacuumNaptime: 5 * time.Millisecond, AutovacuumVacuumThreshold: 100})
+	defer db.Close()
+	const keys = 50
+	val := strings.Repeat("v", 100)
+	for i := 0; i < keys; i++ {
+		mustPut(t, db, fmt.Sprint("key", i), val)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	var base uint32
+	for round := 0; round < 12; round++ {
+		runs := db.Stats().AutovacuumRuns
+		for i := 0; i < 400; i++ {
+			mustPut(t, db, fmt.Sprint("key", r.IntN(keys)), val)
+		}
+		// Wait for a run that started after this round's updates began
+		// (no bound on how long: the machine may be loaded).
+		for db.Stats().AutovacuumRuns < runs+2 {
+			time.Sleep(time.Millisecond)
+		}
+		if round == 3 {
+			base = db.pool.NBlocks()
+		}
+	}
+	// A round writes about 8 pages of new versions.
+	if n := db.pool.NBlocks(); n > base+8 {
+		t.Errorf("heap grew from %d to %d blocks over 8 rounds of updates with autovacuum", base, n)
+	}
+	if s := db.Stats(); s.VacuumTuplesRemoved == 0 || s.VacuumPagesScanned == 0 {
+		t.Errorf("stats show no vacuum work: %+v", s)
+	}
+}
+
+// Freezing: committed tuples below the cutoff get the frozen bits, an
+// aborted xmax below it is cleared, FrozenXid moves up to the horizon, and
+// frozen tuples are read without the CLOG, also after reopening.
+func TestVacuumFreezes(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1}
+	db := openTest(t, dir, opts)
+	for i := 0; i < 20; i++ {
+		mustPut(t, db, fmt.Sprint("k", i), "v")
+	}
+	tx, _ := db.Begin(context.Background(), TxnOptions{})
+	if err := tx.Put([]byte("k0"), []byte("aborted")); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback()
+	st := mustVacuum(t, db)
+	if st.TuplesFrozen != 20 || st.FrozenXid != st.OldestXmin {
+		t.Fatalf("TuplesFrozen %d (want 20), FrozenXid %d (want OldestXmin %d)", st.TuplesFrozen, st.FrozenXid, st.OldestXmin)
+	}
+	v, err := db.readVersion(db.idx.get([]byte("k0")).headTID(), "k0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.hdr.Infomask&heap.Frozen == 0 || v.hdr.Xmax != 0 {
+		t.Errorf("k0 after freezing: infomask %#x xmax %d; want frozen, xmax cleared", v.hdr.Infomask, v.hdr.Xmax)
+	}
+	if st := mustVacuum(t, db); st.TuplesFrozen != 0 || st.TuplesRemoved != 0 {
+		t.Errorf("second vacuum froze %d and removed %d", st.TuplesFrozen, st.TuplesRemoved)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, opts)
+	defer db.Close()
+	before := db.Stats()
+	for i := 0; i < 20; i++ {
+		if got, ok := get(t, db, fmt.Sprint("k", i)); !ok || got != "v" {
+			t.Fatalf("k%d = %q, %v", i, got, ok)
+		}
+	}
+	if d := db.Stats().Sub(before); d.CLOGLookups != 0 {
+		t.Errorf("reading frozen tuples made %d CLOG lookups", d.CLOGLookups)
+	}
+	if got := db.vac.frozenXid.Load(); got < st.OldestXmin {
+		t.Errorf("frozen xid found at open %d, below the horizon %d every tuple was frozen under", got, st.OldestXmin)
+	}
+	mustVerify(t, db)
+}
+
+func TestPruneRecordRoundTrip(t *testing.T) {
+	pages := []*prunePage{
+		{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}, freeze: []freezeOp{{5, heap.Frozen | heap.XminCommitted, 0}}},
+		{block: 9, prev: []prevFix{{0, heap.InvalidTID}}},
+	}
+	got, err := decodePrune(encodePrune(pages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, pages) {
+		t.Errorf("round trip: %+v, want %+v", got[0], pages[0])
+	}
+	for _, bad := range [][]byte{nil, {0, 0}, encodePrune(pages)[:20], append(encodePrune(pages), 0), encodePrune([]*prunePage{{block: 1}})} {
+		if _, err := decodePrune(bad); err == nil {
+			t.Errorf("decodePrune(%x) accepted", bad)
+		}
+	}
+}
+
+func FuzzDecodePrune(f *testing.F) {
+	f.Add(encodePrune([]*prunePage{{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}}}))
+	f.Add(encodePrune([]*prunePage{{block: 1, freeze: []freezeOp{{5, 0x11, 7}}}, {block: 2, unused: []uint16{0}}}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pages, err := decodePrune(data)
+		if err != nil {
+			return
+		}
+		if again := encodePrune(pages); string(again) != string(data) {
+			t.Fatalf("decode then encode changed %x into %x", data, again)
+		}
+		page := make([]byte, heap.PageSize)
+		heap.InitPage(page)
+		for _, p := range pages {
+			applyPrune(page, p) // must not panic on a page that lacks the slots
+		}
+	})
+}
+
+// BenchmarkVacuum measures vacuum throughput: each iteration updates every
+// key once (untimed), then vacuums, removing one old version per key.
+func BenchmarkVacuum(b *testing.B) {
+	db := openTest(b, b.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 64 << 20})
+	defer db.Close()
+	const keys = 5000
+	val := strings.Repeat("v", 100)
+	update := func() {
+		for i := 0; i < keys; i += 100 {
+			err := db.Update(context.Background(), func(tx *Txn) error {
+				for j := i; j < i+100; j++ {
+					if err := tx.Put([]byte(fmt.Sprintf("key%06d", j)), []byte(val)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	update()
+	mustVacuum(b, db)
+	var removed uint64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		update()
+		b.StartTimer()
+		removed += mustVacuum(b, db).TuplesRemoved
+	}
+	b.ReportMetric(float64(removed)/b.Elapsed().Seconds(), "tuples/s")
+	b.ReportMetric(float64(db.pool.NBlocks()), "heap-blocks")
 }
