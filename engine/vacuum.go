@@ -396,10 +396,10 @@ type chainPlan struct {
 	head     heap.TID
 	moveHead bool     // the head goes; vacuum holds the key's row lock
 	newHead  heap.TID // the entry's head afterwards, if moveHead
-	remove []heap.TID
-	prev   map[heap.TID]heap.TID // kept version -> its new Prev
-	freeze map[heap.TID]plannedFreeze
-	chunks []heap.TID
+	remove   []heap.TID
+	prev     map[heap.TID]heap.TID // kept version -> its new Prev
+	freeze   map[heap.TID]plannedFreeze
+	chunks   []heap.TID
 }
 
 type plannedFreeze struct {
