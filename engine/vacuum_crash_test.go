@@ -169,7 +169,7 @@ func TestHintBitWaitsForCommitRecord(t *testing.T) {
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")
-	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: time.Hour, Autovacuum: noAutovacuum}
+	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: time.Hour, Autovacuum: noAutovacuum, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
 	db, err := Open("/db", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestHintBitWaitsForCommitRecord(t *testing.T) {
 	if db.Stats().HintBitsSet != 0 {
 		t.Fatalf("%d hint bits set before the commit record was flushed", db.Stats().HintBitsSet)
 	}
-	re, err := Open("/db", Options{FS: crash, Autovacuum: noAutovacuum})
+	re, err := Open("/db", Options{FS: crash, Autovacuum: noAutovacuum, SharedBuffers: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -366,7 +366,7 @@ func TestVacuumConcurrentTransfers(t *testing.T) {
 		go func(w int) {
 			defer writers.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 3))
-			for i := 0; i < 300; i++ {
+			for i := 0; i < 1000; i++ {
 				a, b := r.IntN(accounts), r.IntN(accounts)
 				if a >= b {
 					continue // lock in key order: no deadlocks
