@@ -87,10 +87,3 @@ func (f *freeSpaceMap) take(need int) (uint32, bool) {
 	}
 	return 0, false
 }
-
-// len returns the number of recorded pages.
-func (f *freeSpaceMap) len() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.cat)
-}
