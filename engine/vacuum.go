@@ -938,7 +938,9 @@ func (v *vacuumRun) scanPages() error {
 }
 
 // scanPage examines one page under its exclusive lock and returns the
-// oldest xid a tuple on it still names (OldestXmin if none).
+// oldest xid a tuple on it still names (OldestXmin if none). It holds
+// ckptInterlock shared around the page lock, as placeTuple does, so that
+// setPageAllVisible can decide on a full-page image and log its record.
 func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 	db := v.db
 	h := v.st.OldestXmin
@@ -947,6 +949,8 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 		return h, err
 	}
 	defer buf.Release()
+	db.ckptInterlock.RLock()
+	defer db.ckptInterlock.RUnlock()
 	buf.Lock()
 	defer buf.Unlock()
 	page := buf.Page()

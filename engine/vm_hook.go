@@ -6,7 +6,7 @@ import "mvkv/internal/bufpool"
 
 // setPageAllVisible marks buf's page all-visible (and all-frozen) in the
 // visibility map, WAL-logged with cutoffXid. The caller holds buf's content
-// lock exclusively. This version records nothing.
+// lock exclusively and ckptInterlock shared. This version records nothing.
 func (db *DB) setPageAllVisible(buf *bufpool.Buffer, allFrozen bool, cutoffXid uint64) error {
 	return nil
 }
