@@ -17,14 +17,16 @@ import (
 // everything below the horizon) after every few transactions: a crash at
 // any file-system operation, vacuum's pruning records and page writes
 // included, must recover to a commit prefix that verifies (chains intact,
-// index heads right), also after a crash during recovery.
+// index heads right), also after a crash during recovery. The buffer pool
+// is the smallest allowed, so pages (hinted and pruned ones included) are
+// evicted and written between checkpoints.
 func TestVacuumCrashLadder(t *testing.T) {
 	seeds := []uint64{uint64(time.Now().UnixNano())}
 	if *ladderSeed != 0 {
 		seeds = []uint64{*ladderSeed}
 	}
 	for _, seed := range seeds {
-		work := ladderWorkload(seed, 60)
+		work := ladderWorkload(seed, max(*ladderTxns/2, 10))
 		sample := *ladderSample
 		if sample <= 0 {
 			sample = 3
@@ -66,7 +68,7 @@ func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, check
 	m.MkdirAll("/db")
 	m.SyncDir("/")
 	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: 5 * time.Millisecond,
-		SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1}
+		SharedBuffers: 16 * heap.PageSize, WALSegmentSize: 1 << 20, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1}
 	db, err := Open("/db", opts)
 	if err != nil {
 		return 0, 0, 0, err
