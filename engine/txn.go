@@ -130,10 +130,6 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	e := t.db.idx.get(key)
-	if e == nil {
-		return nil, ErrNotFound
-	}
 	t.db.closeMu.RLock()
 	defer t.db.closeMu.RUnlock()
 	if t.db.closed.Load() {
@@ -143,9 +139,17 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	// the head before it commits, so every version committed before the
 	// snapshot is then reachable from the head read. Read the other way
 	// round, a version committed in between would be missed, and its
-	// predecessor's xmax would make the key look deleted.
+	// predecessor's xmax would make the key look deleted. It is taken
+	// before the index lookup too: vacuum may drop the entry of a key
+	// deleted for everyone, and a writer then creates a new one; an entry
+	// found after the snapshot is either current or dropped for a key
+	// this snapshot sees deleted.
 	snap, release := t.snapshot()
 	defer release()
+	e := t.db.idx.get(key)
+	if e == nil {
+		return nil, ErrNotFound
+	}
 	val, found, err := t.db.fetchVisible(e, snap, t.XID())
 	if err != nil {
 		return nil, err
