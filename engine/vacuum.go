@@ -1002,11 +1002,16 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 		}
 	}
 	db.fsm.record(blk, heap.FreeSpace(page))
-	if allVisible && heap.PageFlags(page)&heap.PDAllVisible == 0 {
-		if err := db.setPageAllVisible(buf, allFrozen, newestXmin); err != nil {
-			return h, err
+	if allVisible {
+		// Set the bits unless they are set already; an all-visible page
+		// whose tuples this run froze becomes all-frozen.
+		av, af := db.pageAllVisible(blk)
+		if heap.PageFlags(page)&heap.PDAllVisible == 0 || !av || (allFrozen && !af) {
+			if err := db.setPageAllVisible(buf, allFrozen, newestXmin); err != nil {
+				return h, err
+			}
+			v.st.PagesAllVisible++
 		}
-		v.st.PagesAllVisible++
 	}
 	return oldest, nil
 }
