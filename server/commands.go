@@ -22,6 +22,10 @@ const (
 	flagNoAuth               // allowed before AUTH
 	flagNoMulti              // refused inside MULTI
 	flagMultiCtl             // MULTI, EXEC, DISCARD, WATCH, QUIT: run at once inside MULTI
+	// flagPipeline marks a write that reads nothing but the keys it
+	// locks: inside a pipeline it commits with CommitAsync, without
+	// waiting for the connection's earlier commits (see conn.settle).
+	flagPipeline
 )
 
 // command is one entry of the command table. arity is Redis's: n > 0
@@ -127,15 +131,15 @@ func init() {
 		{"flushall", -1, flagWrite, cmdFlushAll},
 		{"type", 2, flagRead, cmdType},
 		{"get", 2, flagRead, cmdGet},
-		{"set", -3, flagWrite, cmdSet},
-		{"del", -2, flagWrite, cmdDel},
+		{"set", -3, flagWrite | flagPipeline, cmdSet},
+		{"del", -2, flagWrite | flagPipeline, cmdDel},
 		{"exists", -2, flagRead, cmdExists},
-		{"incr", 2, flagWrite, cmdIncrFamily},
-		{"decr", 2, flagWrite, cmdIncrFamily},
-		{"incrby", 3, flagWrite, cmdIncrFamily},
-		{"decrby", 3, flagWrite, cmdIncrFamily},
+		{"incr", 2, flagWrite | flagPipeline, cmdIncrFamily},
+		{"decr", 2, flagWrite | flagPipeline, cmdIncrFamily},
+		{"incrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
+		{"decrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
 		{"mget", -2, flagRead, cmdMGet},
-		{"mset", -3, flagWrite, cmdMSet},
+		{"mset", -3, flagWrite | flagPipeline, cmdMSet},
 		{"scan", -2, flagRead, cmdScan},
 		{"multi", 1, flagMultiCtl, ctl((*conn).multi)},
 		{"exec", 1, flagMultiCtl, ctl(func(c *conn, _ [][]byte) { c.exec() })},

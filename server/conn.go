@@ -47,6 +47,10 @@ type conn struct {
 	queued   int64             // bytes held by queue, charged against QueryBufferLimit
 	watched  map[string]uint64 // key -> version seen at WATCH
 	scratchX execCtx
+	// pending are the commits of pipelined writes appended with
+	// CommitAsync, oldest first, whose replies wait in out until they
+	// complete (see settle).
+	pending []pendingCommit
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
@@ -126,10 +130,43 @@ func (c *conn) serve() {
 	c.flush()
 }
 
-// flush writes the collected replies. Every reply in out already
-// acknowledges only what is durable (with synchronous_commit on): commits
-// wait for their commit record before they return.
+// pendingCommit is a pipelined write whose commit is in progress; its
+// reply is out[start:end].
+type pendingCommit struct {
+	w          *engine.CommitWait
+	start, end int
+}
+
+// settle waits for every pending commit of the connection. A commit that
+// failed has its reply replaced by the error, so no reply acknowledges a
+// write that is not durable and visible.
+func (c *conn) settle() {
+	if len(c.pending) == 0 {
+		return
+	}
+	var fixed []byte
+	done := 0 // bytes of out already copied to fixed
+	for _, p := range c.pending {
+		err := p.w.Wait(c.ctx)
+		c.s.openTxns.Add(-1)
+		if err == nil {
+			continue
+		}
+		fixed = append(fixed, c.out[done:p.start]...)
+		fixed = appendEngineError(fixed, err)
+		done = p.end
+	}
+	c.pending = c.pending[:0]
+	if fixed != nil {
+		c.out = append(fixed, c.out[done:]...)
+	}
+}
+
+// flush writes the collected replies, after the commits they acknowledge
+// have completed: with synchronous_commit on, no reply is written before
+// the commit record of the write it answers is durable.
 func (c *conn) flush() error {
+	c.settle()
 	if len(c.out) == 0 {
 		return nil
 	}
@@ -161,6 +198,29 @@ func (c *conn) commit(tx *engine.Txn) error {
 	c.s.openTxns.Add(-1)
 	return err
 }
+
+// commitPipelined commits tx, whose reply is out[mark:], without waiting:
+// the commit joins the connection's pending ones, which complete in order
+// and share WAL flushes, and the reply waits in out until settle. It is
+// used for a write while more requests of a pipeline are already read (or
+// earlier ones are still pending, so that this one completes after them).
+func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
+	var after *engine.CommitWait
+	if n := len(c.pending); n > 0 {
+		after = c.pending[n-1].w
+	}
+	w, err := tx.CommitAsync(after)
+	if err != nil {
+		c.s.openTxns.Add(-1)
+		return err
+	}
+	c.pending = append(c.pending, pendingCommit{w: w, start: mark, end: len(c.out)})
+	return nil
+}
+
+// pipelining reports whether a write should commit with commitPipelined:
+// more requests are buffered, or earlier commits are still pending.
+func (c *conn) pipelining() bool { return c.more || len(c.pending) > 0 }
 
 func (c *conn) rollback(tx *engine.Txn) {
 	tx.Rollback()
@@ -216,6 +276,12 @@ func (c *conn) dispatch(req request) {
 		c.out = append(c.out, "+QUEUED\r\n"...)
 		return
 	}
+	// Anything but a pipelined write waits for the pending commits: a
+	// read, EXEC or WATCH must see the connection's own earlier writes,
+	// and CONFIG SET or SHUTDOWN must come after them.
+	if cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined()) {
+		c.settle()
+	}
 	if cmd.flags&(flagRead|flagWrite) == 0 {
 		x := &c.scratchX
 		*x = execCtx{c: c, out: c.out}
@@ -249,9 +315,12 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			*x = execCtx{c: c, tx: tx, out: c.out}
 			err = cmd.fn(x, args)
 			c.out = x.out
-			if err != nil || x.failed {
+			switch {
+			case err != nil || x.failed:
 				c.rollback(tx)
-			} else {
+			case cmd.flags&flagPipeline != 0 && c.pipelining():
+				err = c.commitPipelined(tx, mark)
+			default:
 				err = c.commit(tx)
 			}
 		}
@@ -336,6 +405,7 @@ func (c *conn) exec() {
 		c.out = redcon.AppendError(c.out, "ERR EXEC without MULTI")
 		return
 	}
+	pipelined := c.execPipelined()
 	queue, dirty := c.queue, c.dirty
 	c.resetMulti()
 	defer c.unwatchAll()
@@ -357,7 +427,7 @@ func (c *conn) exec() {
 	mark := len(c.out)
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
-		err := c.execOnce(queue, keys)
+		err := c.execOnce(queue, keys, pipelined, mark)
 		if err == nil {
 			return
 		}
@@ -370,7 +440,7 @@ func (c *conn) exec() {
 	}
 }
 
-func (c *conn) execOnce(queue [][][]byte, keys []string) error {
+func (c *conn) execOnce(queue [][][]byte, keys []string, pipelined bool, mark int) error {
 	tx, err := c.begin(true)
 	if err != nil {
 		return err
@@ -401,7 +471,26 @@ func (c *conn) execOnce(queue [][][]byte, keys []string) error {
 			return err
 		}
 	}
+	if pipelined {
+		return c.commitPipelined(tx, mark)
+	}
 	return c.commit(tx)
+}
+
+// execPipelined reports whether the EXEC about to run may commit with
+// commitPipelined: a block that watches nothing and queues only writes that
+// read nothing but the keys they lock (so they need no earlier commit of
+// the connection to be visible: a row lock waits for it).
+func (c *conn) execPipelined() bool {
+	if !c.inMulti || c.dirty || len(c.watched) > 0 || !c.pipelining() {
+		return false
+	}
+	for _, args := range c.queue {
+		if cmd := commandTable[lower(args[0])]; cmd == nil || cmd.flags&flagPipeline == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *conn) watchValid() bool {

@@ -83,13 +83,25 @@
 // about one commit per WAL flush (per fsync). Writers of different keys do
 // not wait for each other: their commits share flushes through the
 // engine's group commit, so throughput grows with the number of clients.
-// One connection's pipelined writes are run one after another, each with
-// its own durability wait; their replies are collected and written only
-// when the request reader must wait for the socket (or when 64 KiB have
-// collected), in request order. An engine call that commits without
-// waiting for the flush but keeps the transaction invisible, and its row
-// locks held, until its commit record is durable would let a pipeline's
-// writes share one flush without breaking the rule.
+//
+// A pipeline shares flushes too. While more requests of the connection
+// are already read (buffered), a write that reads nothing but the keys it
+// locks (SET, DEL, INCR/DECR and their BY forms, MSET, and an EXEC block
+// of only those that watches nothing) commits with engine.Txn.CommitAsync:
+// its commit record is appended, and the rest of its commit (the flush
+// wait, the CLOG, the running table, the row locks) completes on its own,
+// after the connection's earlier commits, while the connection goes on to
+// the next request. Its reply waits in the connection's buffer. Before
+// the replies are written (when the reader must wait for the socket, or
+// 64 KiB have collected), the connection waits for every pending commit,
+// and one whose commit failed has its reply replaced by the error. So a
+// pipeline of writes to different keys takes about one flush, not one
+// each, and still no reply and no visibility precedes durability. Any
+// other command (a read, WATCH, an EXEC that reads, CONFIG, ...) first
+// waits for the pending commits, so it sees the connection's own writes.
+// A write of a key an earlier pending write holds waits for that commit
+// (its row lock), so a pipeline of writes to one key still takes one
+// flush per write.
 //
 // With synchronous_commit off (Config.SynchronousCommit, `mvkv serve
 // --synchronous-commit off`, or CONFIG SET synchronous_commit off), writes

@@ -488,10 +488,11 @@ func TestConcurrentIncr(t *testing.T) {
 	}
 }
 
-// TestPipelineSyncCommit: in a pipeline of writes every write is applied in
-// order and answered in order, and each one waited for its own commit
-// record to be durable (one WAL flush request per commit).
-func TestPipelineSyncCommit(t *testing.T) {
+// TestPipelineSameKey: a pipeline of increments of one key is applied and
+// answered in order; each waits for the row lock of the one before, which
+// is released only once that one's commit record is durable, so each
+// commit asked for its own WAL flush.
+func TestPipelineSameKey(t *testing.T) {
 	ts := startServer(t, Config{})
 	rdb := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
 	defer rdb.Close()
@@ -522,6 +523,38 @@ func TestPipelineSyncCommit(t *testing.T) {
 	}
 	if ts.s.OpenTransactions() != 0 {
 		t.Fatalf("%d transactions left open", ts.s.OpenTransactions())
+	}
+}
+
+// TestPipelineReadYourWrites: in a pipeline whose writes commit without
+// waiting, every read, EXEC and WATCH still sees the connection's own
+// earlier writes, and the replies come in order.
+func TestPipelineReadYourWrites(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	var b strings.Builder
+	for _, c := range [][]string{
+		{"SET", "a", "1"}, {"GET", "a"}, {"INCR", "a"}, {"INCR", "b"}, {"GET", "a"},
+		{"DEL", "a"}, {"EXISTS", "a", "b"}, {"MSET", "x", "1", "y", "2"}, {"MGET", "x", "y"},
+		{"MULTI"}, {"INCRBY", "x", "5"}, {"SET", "z", "q"}, {"EXEC"}, {"GET", "x"},
+		{"SET", "z", "r", "XX"}, {"DBSIZE"}, {"WATCH", "z"}, {"MULTI"}, {"GET", "z"}, {"EXEC"},
+	} {
+		fmt.Fprintf(&b, "*%d\r\n", len(c))
+		for _, a := range c {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	r.send(b.String())
+	for _, want := range []string{
+		"+OK\r\n", "$1\r\n1\r\n", ":2\r\n", ":1\r\n", "$1\r\n2\r\n",
+		":1\r\n", ":1\r\n", "+OK\r\n", "*2\r\n$1\r\n1\r\n$1\r\n2\r\n",
+		"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:6\r\n+OK\r\n", "$1\r\n6\r\n",
+		"+OK\r\n", ":4\r\n", "+OK\r\n", "+OK\r\n", "+QUEUED\r\n", "*1\r\n$1\r\nr\r\n",
+	} {
+		r.expect(want)
+	}
+	if n := ts.s.OpenTransactions(); n != 0 {
+		t.Fatalf("%d transactions left open", n)
 	}
 }
 
