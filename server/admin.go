@@ -245,7 +245,8 @@ func (s *Server) info(want [][]byte) string {
 	section("stats",
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
-		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()))
+		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
+		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()))
 	section("mvkv",
 		fmt.Sprintf("commits:%d", st.Commits),
 		fmt.Sprintf("aborts:%d", st.Aborts),

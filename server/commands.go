@@ -48,6 +48,7 @@ type execCtx struct {
 	out    []byte
 	failed bool // the reply is an error: a single command rolls back
 	inExec bool
+	nowMS  int64 // the command's clock (see now); 0 until read
 }
 
 func (x *execCtx) errorf(format string, a ...any) {
@@ -91,23 +92,32 @@ func (x *execCtx) checkKey(k []byte) bool {
 	return true
 }
 
-// get returns key's value, nil if it has none. A key the engine cannot
-// store has none.
+// get returns key's value, nil if it has none: never set, deleted, or
+// past its deadline (such a key is removed after the command, see
+// reapExpired). A key the engine cannot store has none.
 func (x *execCtx) get(k []byte) ([]byte, error) {
+	v, _, _, err := x.getDeadline(k)
+	return v, err
+}
+
+// getDeadline is get that also returns the key's deadline (Unix
+// milliseconds, 0 for none) and whether it is live.
+func (x *execCtx) getDeadline(k []byte) ([]byte, int64, bool, error) {
 	if len(k) == 0 || len(k) > engine.MaxKeySize {
-		return nil, nil
+		return nil, 0, false, nil
 	}
-	v, err := x.tx.Get(k)
+	raw, err := x.tx.Get(k)
 	if errors.Is(err, engine.ErrNotFound) {
-		return nil, nil
+		return nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, false, err
 	}
-	if v == nil {
-		v = []byte{}
+	v, d, ok := x.live(raw, true)
+	if !ok {
+		x.noteExpired(k)
 	}
-	return v, nil
+	return v, d, ok, nil
 }
 
 // replyLimit bounds one reply (or one EXEC's replies) in bytes.
@@ -132,6 +142,13 @@ func init() {
 		{"type", 2, flagRead, cmdType},
 		{"get", 2, flagRead, cmdGet},
 		{"set", -3, flagWrite | flagPipeline, cmdSet},
+		{"expire", -3, flagWrite | flagPipeline, cmdExpire},
+		{"pexpire", -3, flagWrite | flagPipeline, cmdExpire},
+		{"expireat", -3, flagWrite | flagPipeline, cmdExpire},
+		{"pexpireat", -3, flagWrite | flagPipeline, cmdExpire},
+		{"persist", 2, flagWrite | flagPipeline, cmdPersist},
+		{"ttl", 2, flagRead, cmdTTL},
+		{"pttl", 2, flagRead, cmdTTL},
 		{"del", -2, flagWrite | flagPipeline, cmdDel},
 		{"exists", -2, flagRead, cmdExists},
 		{"incr", 2, flagWrite | flagPipeline, cmdIncrFamily},
@@ -454,13 +471,14 @@ func cmdType(x *execCtx, args [][]byte) error {
 	return nil
 }
 
-// cmdSet is SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL].
-// Keys never expire in mvkv: the expiry options are parsed and checked as
-// Redis does, then refused.
+// cmdSet is SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL],
+// as Redis's setGenericCommand. A deadline already past (EXAT, PXAT)
+// deletes the key, which then reads as absent as Redis's would.
 func cmdSet(x *execCtx, args [][]byte) error {
 	key, val := args[1], args[2]
 	var nx, xx, get, keepTTL bool
 	expiry := ""
+	var deadline int64
 	for i := 3; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		switch {
@@ -482,22 +500,28 @@ func cmdSet(x *execCtx, args [][]byte) error {
 				x.errorf("ERR invalid expire time in 'set' command")
 				return nil
 			}
-			expiry = opt
+			if opt == "EX" || opt == "EXAT" {
+				n *= 1000
+			}
+			if opt == "EX" || opt == "PX" {
+				if n > math.MaxInt64-x.now() {
+					x.errorf("ERR invalid expire time in 'set' command")
+					return nil
+				}
+				n += x.now()
+			}
+			expiry, deadline = opt, n
 			i++
 		default:
 			x.syntaxError()
 			return nil
 		}
 	}
-	if expiry != "" {
-		x.errorf("ERR SET %s is not supported: keys do not expire in mvkv", expiry)
-		return nil
-	}
 	if !x.checkKey(key) {
 		return nil
 	}
-	if !nx && !xx && !get {
-		if err := x.tx.Put(key, val); err != nil {
+	if !nx && !xx && !get && !keepTTL && (deadline == 0 || deadline > x.now()) {
+		if err := x.tx.Put(key, encodeValue(val, deadline)); err != nil {
 			return x.writeErr(err)
 		}
 		x.wrote(key)
@@ -505,16 +529,20 @@ func cmdSet(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	var old []byte
-	var found bool
-	err := x.tx.Update(key, func(o []byte, f bool) ([]byte, error) {
-		old, found = o, f
-		if (nx && f) || (xx && !f) {
-			return nil, errNoop
+	var found, applied bool
+	err := x.rmw(key, func(o []byte, cur int64, live bool) (rmwResult, []byte, int64) {
+		old, found = o, live
+		if (nx && live) || (xx && !live) {
+			return rmwKeep, nil, 0
 		}
-		return val, nil
+		applied = true
+		d := deadline
+		if keepTTL && live {
+			d = cur
+		}
+		return rmwPut, val, d
 	})
-	applied := err == nil
-	if err != nil && !errors.Is(err, errNoop) {
+	if err != nil {
 		return x.writeErr(err)
 	}
 	if applied {
@@ -522,9 +550,6 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	}
 	switch {
 	case get && found:
-		if old == nil {
-			old = []byte{}
-		}
 		x.out = redcon.AppendBulk(x.out, old)
 	case get, !applied:
 		x.null()
@@ -540,24 +565,24 @@ func cmdDel(x *execCtx, args [][]byte) error {
 		if len(k) == 0 || len(k) > engine.MaxKeySize {
 			continue
 		}
-		// Lock the key and learn whether it has a live version, then
-		// delete it: the count is exact even with concurrent writers.
-		var found bool
-		err := x.tx.Update(k, func(_ []byte, f bool) ([]byte, error) {
-			found = f
-			return nil, errNoop
+		// Lock the key and learn whether it is live, then delete it:
+		// the count is exact even with concurrent writers. An expired
+		// key is deleted too, but not counted.
+		var live bool
+		err := x.rmw(k, func(_ []byte, _ int64, ok bool) (rmwResult, []byte, int64) {
+			live = ok
+			if ok {
+				return rmwDelete, nil, 0
+			}
+			return rmwKeep, nil, 0
 		})
-		if err != nil && !errors.Is(err, errNoop) {
+		if err != nil {
 			return err
 		}
-		if !found {
-			continue
+		if live {
+			x.wrote(k)
+			n++
 		}
-		if err := x.tx.Delete(k); err != nil {
-			return err
-		}
-		x.wrote(k)
-		n++
 	}
 	x.out = redcon.AppendInt(x.out, int64(n))
 	return nil
@@ -610,28 +635,33 @@ func cmdIncrFamily(x *execCtx, args [][]byte) error {
 	if !x.checkKey(key) {
 		return nil
 	}
+	// An increment keeps the key's expiry, as Redis's does; an expired
+	// key counts as absent and the new one has none.
 	var result int64
-	err := x.tx.Update(key, func(old []byte, found bool) ([]byte, error) {
+	var fail error
+	err := x.rmw(key, func(old []byte, deadline int64, live bool) (rmwResult, []byte, int64) {
 		var cur int64
-		if found {
+		if live {
 			v, ok := parseInt(old)
 			if !ok {
-				return nil, errNotInteger
+				fail = errNotInteger
+				return rmwKeep, nil, 0
 			}
 			cur = v
 		}
 		if (delta < 0 && cur < math.MinInt64-delta) || (delta > 0 && cur > math.MaxInt64-delta) {
-			return nil, errOverflow
+			fail = errOverflow
+			return rmwKeep, nil, 0
 		}
 		result = cur + delta
-		return strconv.AppendInt(nil, result, 10), nil
+		return rmwPut, strconv.AppendInt(nil, result, 10), deadline
 	})
-	switch {
-	case errors.Is(err, errNotInteger), errors.Is(err, errOverflow):
-		x.errorf("%s", err.Error())
-		return nil
-	case err != nil:
+	if err != nil {
 		return x.writeErr(err)
+	}
+	if fail != nil {
+		x.errorf("%s", fail.Error())
+		return nil
 	}
 	x.wrote(key)
 	x.out = redcon.AppendInt(x.out, result)
@@ -678,7 +708,7 @@ func cmdMSet(x *execCtx, args [][]byte) error {
 		}
 	}
 	for i := 1; i < len(args); i += 2 {
-		if err := x.tx.Put(args[i], args[i+1]); err != nil {
+		if err := x.tx.Put(args[i], encodeValue(args[i+1], 0)); err != nil {
 			return err
 		}
 		x.wrote(args[i])
@@ -689,7 +719,15 @@ func cmdMSet(x *execCtx, args [][]byte) error {
 
 func cmdDBSize(x *execCtx, _ [][]byte) error {
 	n := int64(0)
-	if err := x.tx.Scan(nil, nil, func(_, _ []byte) bool { n++; return true }); err != nil {
+	err := x.tx.Scan(nil, nil, func(k, raw []byte) bool {
+		if _, _, ok := x.live(raw, true); ok {
+			n++
+		} else {
+			x.noteExpired(k)
+		}
+		return true
+	})
+	if err != nil {
 		return err
 	}
 	x.out = redcon.AppendInt(x.out, n)
@@ -784,10 +822,12 @@ func cmdScan(x *execCtx, args [][]byte) error {
 	var matched [][]byte
 	var last []byte
 	visited := 0
-	err = x.tx.Scan(start, nil, func(k, _ []byte) bool {
+	err = x.tx.Scan(start, nil, func(k, raw []byte) bool {
 		visited++
 		last = k
-		if typeOK && (pattern == nil || globMatch(pattern, k)) {
+		if _, _, ok := x.live(raw, true); !ok {
+			x.noteExpired(k)
+		} else if typeOK && (pattern == nil || globMatch(pattern, k)) {
 			matched = append(matched, k)
 		}
 		return visited < count

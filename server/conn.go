@@ -44,8 +44,9 @@ type conn struct {
 	inMulti  bool
 	dirty    bool // a queue-time error: EXEC answers EXECABORT
 	queue    [][][]byte
-	queued   int64             // bytes held by queue, charged against QueryBufferLimit
-	watched  map[string]uint64 // key -> version seen at WATCH
+	queued   int64              // bytes held by queue, charged against QueryBufferLimit
+	watched  map[string]watched // key -> what WATCH saw
+	expired  [][]byte           // expired keys the last command read, for reapExpired
 	scratchX execCtx
 	// pending are the commits of pipelined writes appended with
 	// CommitAsync, oldest first, whose replies wait in out until they
@@ -290,6 +291,7 @@ func (c *conn) dispatch(req request) {
 		return
 	}
 	c.runSingle(cmd, req.args)
+	c.reapExpired()
 }
 
 // queueError replies with a command error; inside MULTI it also makes the
@@ -401,6 +403,7 @@ func (c *conn) unwatchAll() {
 
 // exec runs the queued commands as one engine transaction with one commit.
 func (c *conn) exec() {
+	defer c.reapExpired()
 	if !c.inMulti {
 		c.out = redcon.AppendError(c.out, "ERR EXEC without MULTI")
 		return
@@ -493,9 +496,21 @@ func (c *conn) execPipelined() bool {
 	return true
 }
 
+// watched is what WATCH saw of a key: its version in the watch table, and
+// the deadline it had if it was live with an expiry.
+type watched struct {
+	version  uint64
+	deadline int64 // Unix milliseconds; 0 for none (or absent at WATCH)
+}
+
+// watchValid reports whether no watched key was written, or expired, since
+// WATCH. As Redis (isWatchedKeyExpired), a key that was live at WATCH and
+// has reached its deadline since counts as changed; one already expired at
+// WATCH does not.
 func (c *conn) watchValid() bool {
-	for k, v := range c.watched {
-		if c.s.watch.version(k) != v {
+	now := time.Now().UnixMilli()
+	for k, w := range c.watched {
+		if c.s.watch.version(k) != w.version || (w.deadline != 0 && w.deadline <= now) {
 			return false
 		}
 	}
@@ -509,7 +524,7 @@ func (c *conn) watchValid() bool {
 // WATCH's reply, so the client's reads after WATCH see it.
 func (c *conn) watchKeys(keys [][]byte) error {
 	if c.watched == nil {
-		c.watched = map[string]uint64{}
+		c.watched = map[string]watched{}
 	}
 	var fresh [][]byte
 	for _, k := range keys {
@@ -517,7 +532,7 @@ func (c *conn) watchKeys(keys [][]byte) error {
 		if _, ok := c.watched[ks]; ok {
 			continue
 		}
-		c.watched[ks] = c.s.watch.acquire(ks)
+		c.watched[ks] = watched{version: c.s.watch.acquire(ks)}
 		fresh = append(fresh, k)
 	}
 	if len(fresh) == 0 {
@@ -529,8 +544,17 @@ func (c *conn) watchKeys(keys [][]byte) error {
 	}
 	c.s.openTxns.Add(1)
 	defer c.rollback(tx)
+	x := &execCtx{c: c, tx: tx}
 	for _, k := range fresh {
-		if err := tx.Update(k, func([]byte, bool) ([]byte, error) { return nil, errNoop }); err != nil && !errors.Is(err, errNoop) {
+		err := tx.Update(k, func(raw []byte, found bool) ([]byte, error) {
+			if _, d, ok := x.live(raw, found); ok {
+				w := c.watched[string(k)]
+				w.deadline = d
+				c.watched[string(k)] = w
+			}
+			return nil, errNoop
+		})
+		if err != nil && !errors.Is(err, errNoop) {
 			return err
 		}
 	}

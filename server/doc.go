@@ -113,6 +113,42 @@
 // transactions, never part of one, and never a write that a later
 // synchronous commit's flush covered.
 //
+// # Expiry
+//
+// SET EX/PX/EXAT/PXAT/KEEPTTL, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT (with
+// NX, XX, GT, LT), PERSIST, TTL and PTTL work as in Redis. A key's deadline
+// is stored with its value, so it is written, logged and recovered with it
+// and survives a restart. Part of the format; do not change:
+//
+//	no expiry, first byte not 0xFF:  | value ...                             |
+//	no expiry, first byte 0xFF:      | 0xFF | 0x00 | value ...               |
+//	with an expiry:                  | 0xFF | 0x01 | deadline | value ...    |
+//	                                    1      1       8 bytes
+//
+// deadline is the Unix time in milliseconds at which the key expires, a
+// little-endian int64 (the absolute time PEXPIREAT takes). Values without
+// an expiry, almost all of them, are stored unchanged, so INCR's counters
+// and redis-benchmark's values cost nothing extra; a stored value that
+// starts with 0xFF but fits neither form can only have come through the
+// engine directly, and is read as plain bytes. A value with an expiry may
+// be up to 10 bytes shorter than the engine's 1 MiB limit.
+//
+// A key past its deadline is absent to every command (GET, MGET, EXISTS,
+// TYPE, TTL, SCAN, DBSIZE), and writes treat it as absent: INCR starts from
+// 0 without an expiry, SET NX succeeds, SET XX and EXPIRE do nothing, DEL
+// counts it as 0. It is removed lazily, as Redis's expireIfNeeded does: a
+// write of the key deletes or replaces it in its own transaction, and after
+// a command whose reads met expired keys, up to 16 of them are deleted in a
+// transaction with synchronous_commit off (a crash may undo such a delete,
+// and the key is still past its deadline then). There is no active expiry
+// cycle: an expired key nobody reads stays stored until FLUSHALL, or until
+// it is read. Every command judges deadlines at one instant, read from the
+// wall clock when it starts (Redis's commandTimeSnapshot). INCR and the
+// other counters keep the key's expiry; SET without KEEPTTL and MSET clear
+// it. As Redis (since 6.0.9), a watched key that was live at WATCH and
+// reaches its deadline before EXEC aborts the EXEC; removing a key that was
+// already expired at WATCH does not.
+//
 // # Limits
 //
 // The request reader is our own (tidwall/redcon's reader caps neither bulk
@@ -144,8 +180,8 @@
 //
 // # Not supported
 //
-// RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), key
-// expiry (SET EX/PX are parsed and refused), data types other than strings,
+// RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), an
+// active expiry cycle (see Expiry), data types other than strings,
 // databases other than 0, pub/sub, and scripting. SCAN cursors index a table
 // of the last 4096 cursors handed out, since keys ordered by bytes cannot be
 // encoded in a number.

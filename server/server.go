@@ -117,6 +117,9 @@ type Server struct {
 	commands  atomic.Uint64
 	connsRecv atomic.Uint64
 	rejected  atomic.Uint64
+	// expiredKeys counts keys removed because they were past their
+	// deadline (Redis's expired_keys).
+	expiredKeys atomic.Uint64
 
 	// baseCtx bounds every engine call; cancel ends in-flight waits when a
 	// shutdown's deadline passes.

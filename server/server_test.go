@@ -190,10 +190,6 @@ func TestStringCommands(t *testing.T) {
 	_, err = rdb.SetArgs(ctx, "fresh", "1", redis.SetArgs{Get: true}).Result()
 	eq(err, redis.Nil)
 	eq(rdb.Get(ctx, "fresh").Val(), "1")
-	err = rdb.Set(ctx, "ttl", "v", time.Second).Err()
-	if err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Fatalf("SET EX: %v", err)
-	}
 	eq(rdb.Do(ctx, "SET", "k", "v", "NX", "XX").Err(), "ERR syntax error")
 	eq(rdb.Do(ctx, "SET", "k", "v", "EX", "0").Err(), "ERR invalid expire time in 'set' command")
 	eq(rdb.Do(ctx, "SET", "k", "v", "EX", "x").Err(), "ERR value is not an integer or out of range")
