@@ -286,15 +286,17 @@ const redisVersion = "7.0.0"
 func cmdAuth(x *execCtx, args [][]byte) error {
 	c := x.c
 	if len(args) > 3 {
-		x.errorf("ERR wrong number of arguments for 'auth' command")
+		x.syntaxError()
 		return nil
 	}
-	if c.s.cfg.RequirePass == "" {
+	// The only user is "default"; without requirepass it takes any
+	// password (Redis's nopass), and AUTH <password> alone is refused.
+	if c.s.cfg.RequirePass == "" && len(args) == 2 {
 		x.errorf("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return nil
 	}
 	pass := args[len(args)-1]
-	if (len(args) == 3 && !bytes.Equal(args[1], []byte("default"))) || !c.s.checkPassword(pass) {
+	if (len(args) == 3 && !bytes.Equal(args[1], []byte("default"))) || (c.s.cfg.RequirePass != "" && !c.s.checkPassword(pass)) {
 		x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
 		return nil
 	}
@@ -347,23 +349,86 @@ func cmdClient(x *execCtx, args [][]byte) error {
 		c.mu.Unlock()
 		x.ok()
 	case "setinfo":
-		switch strings.ToLower(string(args[2])) {
-		case "lib-name", "lib-ver":
-			x.ok()
-		default:
+		// As Redis 7.2's clientSetinfoCommand.
+		attr := strings.ToLower(string(args[2]))
+		if attr != "lib-name" && attr != "lib-ver" {
 			x.errorf("ERR Unrecognized option '%s'", trunc(args[2], 128))
+			return nil
 		}
+		if !validClientName(args[3]) {
+			x.errorf("ERR %s cannot contain spaces, newlines or special characters.", attr)
+			return nil
+		}
+		c.mu.Lock()
+		if attr == "lib-name" {
+			c.libName = string(trunc(args[3], 128))
+		} else {
+			c.libVer = string(trunc(args[3], 128))
+		}
+		c.mu.Unlock()
+		x.ok()
 	case "list":
-		x.out = redcon.AppendBulkString(x.out, c.s.clientList())
+		ids, ok := parseClientListArgs(x, args[2:])
+		if ok {
+			x.out = redcon.AppendBulkString(x.out, c.s.clientList(ids))
+		}
 	}
 	return nil
 }
 
-func (s *Server) clientList() string {
+// parseClientListArgs parses CLIENT LIST's [TYPE normal|master|replica|
+// pubsub] [ID id ...]: the ids to list (nil for all), or false after
+// replying with an error. Every client here is of type normal.
+func parseClientListArgs(x *execCtx, args [][]byte) (map[uint64]bool, bool) {
+	var ids map[uint64]bool
+	for i := 0; i < len(args); i++ {
+		switch strings.ToLower(string(args[i])) {
+		case "type":
+			if i+1 >= len(args) {
+				x.syntaxError()
+				return nil, false
+			}
+			switch t := strings.ToLower(string(args[i+1])); t {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				ids = map[uint64]bool{}
+			default:
+				x.errorf("ERR Unknown client type '%s'", trunc(args[i+1], 128))
+				return nil, false
+			}
+			i++
+		case "id":
+			if i+1 >= len(args) {
+				x.syntaxError()
+				return nil, false
+			}
+			ids = map[uint64]bool{}
+			for i++; i < len(args); i++ {
+				n, ok := parseInt(args[i])
+				if !ok || n < 0 {
+					x.errorf("ERR Invalid client ID")
+					return nil, false
+				}
+				ids[uint64(n)] = true
+			}
+		default:
+			x.syntaxError()
+			return nil, false
+		}
+	}
+	return ids, true
+}
+
+// clientList renders CLIENT LIST in Redis 7.2's format, one line per
+// connection, with the fields that mean something here (Redis's memory
+// and buffer fields are left out). ids, if not nil, selects connections.
+func (s *Server) clientList(ids map[uint64]bool) string {
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
-		conns = append(conns, c)
+		if ids == nil || ids[c.id] {
+			conns = append(conns, c)
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(conns, func(i, j int) bool { return conns[i].id < conns[j].id })
@@ -371,52 +436,87 @@ func (s *Server) clientList() string {
 	now := time.Now()
 	for _, c := range conns {
 		c.mu.Lock()
-		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=0 cmd=%s\n",
+		flags := "N"
+		if c.queuedN >= 0 {
+			flags = "x"
+		}
+		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s\n",
 			c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.name,
-			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), c.lastCmd)
+			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), flags, c.queuedN, c.lastCmd, c.libName, c.libVer)
 		c.mu.Unlock()
 	}
 	return b.String()
 }
 
 func cmdCommand(x *execCtx, args [][]byte) error {
-	if len(args) == 1 {
+	all := func() []string {
 		names := make([]string, 0, len(commandTable))
 		for n := range commandTable {
 			names = append(names, n)
 		}
 		sort.Strings(names)
+		return names
+	}
+	if len(args) == 1 {
+		names := all()
 		x.out = redcon.AppendArray(x.out, len(names))
 		for _, n := range names {
 			x.out = appendCommandInfo(x.out, commandTable[n])
 		}
 		return nil
 	}
-	switch sub := strings.ToLower(string(args[1])); sub {
+	sub := strings.ToLower(string(args[1]))
+	arity := map[string]int{"count": 2, "docs": -2, "info": -2, "list": -2}
+	want, known := arity[sub]
+	if !known {
+		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
+		return nil
+	}
+	if (want > 0 && len(args) != want) || (want < 0 && len(args) < -want) {
+		x.errorf("ERR wrong number of arguments for 'command|%s' command", sub)
+		return nil
+	}
+	var names []string
+	for _, a := range args[2:] {
+		names = append(names, lower(a))
+	}
+	switch sub {
 	case "count":
 		x.out = redcon.AppendInt(x.out, int64(len(commandTable)))
 	case "docs":
-		// Enough for redis-cli, which only uses docs for hints.
-		x.out = redcon.AppendArray(x.out, 0)
+		x.out = appendCommandDocs(x.out, names)
+	case "list":
+		if len(args) > 2 {
+			// FILTERBY MODULE, ACLCAT and PATTERN are not supported.
+			x.syntaxError()
+			return nil
+		}
+		names = all()
+		x.out = redcon.AppendArray(x.out, len(names))
+		for _, n := range names {
+			x.out = redcon.AppendBulkString(x.out, n)
+		}
 	case "info":
-		x.out = redcon.AppendArray(x.out, len(args)-2)
-		for _, a := range args[2:] {
-			if cmd := commandTable[lower(a)]; cmd != nil {
+		if names == nil {
+			names = all()
+		}
+		x.out = redcon.AppendArray(x.out, len(names))
+		for _, n := range names {
+			if cmd := commandTable[n]; cmd != nil {
 				x.out = appendCommandInfo(x.out, cmd)
 			} else {
 				x.out = append(x.out, "*-1\r\n"...)
 			}
 		}
-	default:
-		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
 	}
 	return nil
 }
 
-// appendCommandInfo appends a COMMAND INFO entry: name, arity, flags, first
-// key, last key, key step.
+// appendCommandInfo appends a COMMAND INFO entry as Redis 7: name, arity,
+// flags, first key, last key, key step, then ACL categories, tips, key
+// specifications and subcommands, all four empty here.
 func appendCommandInfo(out []byte, cmd *command) []byte {
-	out = redcon.AppendArray(out, 6)
+	out = redcon.AppendArray(out, 10)
 	out = redcon.AppendBulkString(out, cmd.name)
 	out = redcon.AppendInt(out, int64(cmd.arity))
 	var flags []string
@@ -442,7 +542,11 @@ func appendCommandInfo(out []byte, cmd *command) []byte {
 	}
 	out = redcon.AppendInt(out, int64(first))
 	out = redcon.AppendInt(out, int64(last))
-	return redcon.AppendInt(out, int64(step))
+	out = redcon.AppendInt(out, int64(step))
+	for range 4 {
+		out = redcon.AppendArray(out, 0)
+	}
+	return out
 }
 
 func cmdGet(x *execCtx, args [][]byte) error {

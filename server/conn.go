@@ -55,8 +55,11 @@ type conn struct {
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
+	libName string // CLIENT SETINFO lib-name
+	libVer  string // CLIENT SETINFO lib-ver
 	lastCmd string
 	active  time.Time
+	queuedN int // commands queued in MULTI when the last command began, -1 outside MULTI
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -68,6 +71,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		created: time.Now(),
 		active:  time.Now(),
 		authed:  s.cfg.RequirePass == "",
+		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
 	return c
@@ -241,6 +245,15 @@ func (c *conn) dispatch(req request) {
 	c.active = start
 	if cmd != nil {
 		c.lastCmd = cmd.name
+		if cmd.name == "client" || cmd.name == "config" || cmd.name == "command" {
+			if len(req.args) > 1 {
+				c.lastCmd += "|" + lower(trunc(req.args[1], 32))
+			}
+		}
+	}
+	c.queuedN = -1
+	if c.inMulti {
+		c.queuedN = len(c.queue)
 	}
 	c.mu.Unlock()
 	c.s.commands.Add(1)

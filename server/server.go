@@ -110,6 +110,7 @@ type Server struct {
 	maxClients atomic.Int64
 	timeout    atomic.Int64 // nanoseconds
 	lim        atomic.Pointer[Limits]
+	limMu      sync.Mutex // serializes CONFIG SET of lim (copy on write)
 
 	nextID    atomic.Uint64
 	clients   atomic.Int64 // connections being served

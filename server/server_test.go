@@ -332,10 +332,41 @@ func TestConnectionCommands(t *testing.T) {
 	}
 	r.cmd("COMMAND", "COUNT")
 	r.expect(fmt.Sprintf(":%d\r\n", len(commandTable)))
+	r.cmd("COMMAND", "COUNT", "x")
+	r.expect("-ERR wrong number of arguments for 'command|count' command\r\n")
+	r.cmd("COMMAND", "DOCS", "get", "nosuch")
+	r.expect("*2\r\n$3\r\nget\r\n*10\r\n$7\r\nsummary\r\n$34\r\nReturns the string value of a key.\r\n" +
+		"$5\r\nsince\r\n$5\r\n1.0.0\r\n$5\r\ngroup\r\n$6\r\nstring\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n" +
+		"$9\r\narguments\r\n*1\r\n*4\r\n$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n")
 	r.cmd("COMMAND", "DOCS")
-	r.expect("*0\r\n")
+	if got := r.reply(); !strings.HasPrefix(got, fmt.Sprintf("*%d\r\n", 2*len(commandTable))) {
+		t.Fatalf("COMMAND DOCS: %.100q", got)
+	}
 	r.cmd("COMMAND", "INFO", "get")
-	r.expect("*1\r\n*6\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n:1\r\n:1\r\n:1\r\n")
+	r.expect("*1\r\n*10\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n:1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n")
+	r.cmd("CLIENT", "SETINFO", "lib-name", "a b")
+	r.expect("-ERR lib-name cannot contain spaces, newlines or special characters.\r\n")
+	r.cmd("CLIENT", "SETINFO", "lib-nom", "x")
+	r.expect("-ERR Unrecognized option 'lib-nom'\r\n")
+	r.cmd("CLIENT", "SETINFO", "LIB-NAME", "mylib")
+	r.expect("+OK\r\n")
+	r.cmd("CLIENT", "LIST", "ID", "-1")
+	r.expect("-ERR Invalid client ID\r\n")
+	r.cmd("CONFIG", "SET", "maxclients", "10", "timeout")
+	r.expect("-ERR syntax error\r\n")
+	r.cmd("CLIENT", "LIST", "TYPE", "pubsub")
+	r.expect("$0\r\n\r\n")
+	// go-redis v9 asks for RESP3 with HELLO 3, falls back to RESP2 on
+	// NOPROTO, and names itself with CLIENT SETINFO.
+	rdb3 := redis.NewClient(&redis.Options{Addr: ts.addr, Protocol: 3})
+	defer rdb3.Close()
+	if err := rdb3.Set(ctx, "p3", "v", 0).Err(); err != nil {
+		t.Fatalf("SET over a client asking for RESP3: %v", err)
+	}
+	list = rdb3.ClientList(ctx).Val()
+	if !strings.Contains(list, "lib-name=mylib ") || !strings.Contains(list, "lib-name=go-redis") || !strings.Contains(list, "cmd=client|list") {
+		t.Fatalf("CLIENT LIST:\n%s", list)
+	}
 	r.cmd("CONFIG", "GET", "synchronous_commit")
 	r.expect("*2\r\n$18\r\nsynchronous_commit\r\n$2\r\non\r\n")
 	r.cmd("CONFIG", "SET", "commit_delay", "10", "commit_siblings", "2")
@@ -356,6 +387,20 @@ func TestConnectionCommands(t *testing.T) {
 	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
 		t.Fatalf("bad commit_delay: %q", got)
 	}
+	r.cmd("CONFIG", "SET", "maxclients", "x")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer\r\n")
+	r.cmd("CONFIG", "SET", "maxclients", "0")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument must be between 1 and 4294967295 inclusive\r\n")
+	r.cmd("CONFIG", "SET", "proto-max-bulk-len", "2mb")
+	r.expect("+OK\r\n")
+	r.cmd("CONFIG", "GET", "proto-max-bulk-len")
+	r.expect("*2\r\n$18\r\nproto-max-bulk-len\r\n$7\r\n2097152\r\n")
+	r.cmd("AUTH", "a", "b", "c")
+	r.expect("-ERR syntax error\r\n")
+	r.cmd("AUTH", "someone", "pw")
+	r.expect("-WRONGPASS invalid username-password pair or user is disabled.\r\n")
+	r.cmd("AUTH", "default", "anything")
+	r.expect("+OK\r\n")
 	r.cmd("QUIT")
 	r.expect("+OK\r\n")
 	r.expectClosed()
