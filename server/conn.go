@@ -210,6 +210,9 @@ func (c *conn) commit(tx *engine.Txn) error {
 // used for a write while more requests of a pipeline are already read (or
 // earlier ones are still pending, so that this one completes after them).
 func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
+	if len(c.pending) >= maxPendingCommits {
+		c.settle()
+	}
 	var after *engine.CommitWait
 	if n := len(c.pending); n > 0 {
 		after = c.pending[n-1].w
@@ -222,6 +225,11 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 	c.pending = append(c.pending, pendingCommit{w: w, start: mark, end: len(c.out)})
 	return nil
 }
+
+// maxPendingCommits bounds a connection's pending commits (each holds its
+// row locks and a goroutine until it completes): at the bound the
+// connection waits for them before it commits the next write.
+const maxPendingCommits = 128
 
 // pipelining reports whether a write should commit with commitPipelined:
 // more requests are buffered, or earlier commits are still pending.

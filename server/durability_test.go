@@ -264,3 +264,44 @@ func TestPipelineSyncFailure(t *testing.T) {
 		t.Fatalf("GET x = %q after its commit failed", got)
 	}
 }
+
+// TestShutdownDeadline: a shutdown whose deadline has passed while a
+// commit waits for its WAL sync closes the connection without
+// acknowledging the write, and finishes once the sync completes.
+func TestShutdownDeadline(t *testing.T) {
+	g := newGateFS()
+	db, err := engine.Open(t.TempDir(), engine.Options{FS: g, WALWriterDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{s: New(db, Config{}), db: db, addr: ln.Addr().String()}
+	go ts.s.Serve(context.Background(), ln)
+	a := ts.raw(t)
+	a.cmd("SET", "k", "old")
+	a.expect("+OK\r\n")
+	g.shut()
+	before := db.Stats()
+	a.cmd("SET", "k", "new")
+	waitCommitInFlight(t, ts, g, before)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- ts.s.Shutdown(ctx) }()
+	// The connection is closed with no reply: the write was never
+	// acknowledged.
+	if b, err := a.br.ReadByte(); err == nil {
+		t.Fatalf("reply %q to a write whose WAL sync had not completed at shutdown", b)
+	}
+	g.open()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown past its deadline: %v", err)
+	}
+	if n := ts.s.OpenTransactions(); n != 0 {
+		t.Fatalf("%d transactions open after shutdown", n)
+	}
+}
