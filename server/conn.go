@@ -210,9 +210,6 @@ func (c *conn) commit(tx *engine.Txn) error {
 // used for a write while more requests of a pipeline are already read (or
 // earlier ones are still pending, so that this one completes after them).
 func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
-	if len(c.pending) >= maxPendingCommits {
-		c.settle()
-	}
 	var after *engine.CommitWait
 	if n := len(c.pending); n > 0 {
 		after = c.pending[n-1].w
@@ -228,7 +225,7 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 
 // maxPendingCommits bounds a connection's pending commits (each holds its
 // row locks and a goroutine until it completes): at the bound the
-// connection waits for them before it commits the next write.
+// connection waits for them before it runs the next command.
 const maxPendingCommits = 128
 
 // pipelining reports whether a write should commit with commitPipelined:
@@ -301,7 +298,7 @@ func (c *conn) dispatch(req request) {
 	// Anything but a pipelined write waits for the pending commits: a
 	// read, EXEC or WATCH must see the connection's own earlier writes,
 	// and CONFIG SET or SHUTDOWN must come after them.
-	if cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined()) {
+	if (cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined())) || len(c.pending) >= maxPendingCommits {
 		c.settle()
 	}
 	if cmd.flags&(flagRead|flagWrite) == 0 {

@@ -305,3 +305,34 @@ func TestShutdownDeadline(t *testing.T) {
 		t.Fatalf("%d transactions open after shutdown", n)
 	}
 }
+
+// TestPipelinePendingBound: a connection holds at most maxPendingCommits
+// commits in progress; the next write waits for them.
+func TestPipelinePendingBound(t *testing.T) {
+	g := newGateFS()
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour})
+	defer g.open()
+	a := ts.raw(t)
+	const n = 2*maxPendingCommits + 10
+	var req strings.Builder
+	for i := range n {
+		fmt.Fprintf(&req, "*3\r\n$3\r\nSET\r\n$4\r\nk%03d\r\n$1\r\nv\r\n", i)
+	}
+	g.shut()
+	a.send(req.String())
+	deadline := time.Now().Add(20 * time.Second)
+	for ts.s.OpenTransactions() < maxPendingCommits {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pipelined writes reached their commit", ts.s.OpenTransactions())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	noReplyYet(t, a, "pipelined SET")
+	if got := ts.s.OpenTransactions(); got != maxPendingCommits {
+		t.Fatalf("%d commits in progress on one connection; want at most %d", got, maxPendingCommits)
+	}
+	g.open()
+	for range n {
+		a.expect("+OK\r\n")
+	}
+}
