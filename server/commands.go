@@ -235,7 +235,9 @@ func cmdHello(x *execCtx, args [][]byte) error {
 		opt := strings.ToLower(string(args[i]))
 		switch {
 		case opt == "auth" && i+2 < len(args):
-			if !bytes.Equal(args[i+1], []byte("default")) || c.s.cfg.RequirePass == "" || !c.s.checkPassword(args[i+2]) {
+			// As AUTH: the only user is "default", which takes any
+			// password when requirepass is not set.
+			if !bytes.Equal(args[i+1], []byte("default")) || (c.s.cfg.RequirePass != "" && !c.s.checkPassword(args[i+2])) {
 				x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
 				return nil
 			}

@@ -401,6 +401,10 @@ func TestConnectionCommands(t *testing.T) {
 	r.expect("-WRONGPASS invalid username-password pair or user is disabled.\r\n")
 	r.cmd("AUTH", "default", "anything")
 	r.expect("+OK\r\n")
+	r.cmd("HELLO", "2", "AUTH", "default", "anything")
+	if got := r.reply(); !strings.HasPrefix(got, "*14\r\n") {
+		t.Fatalf("HELLO 2 AUTH default without requirepass: %q", got)
+	}
 	r.cmd("QUIT")
 	r.expect("+OK\r\n")
 	r.expectClosed()
