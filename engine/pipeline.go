@@ -42,6 +42,13 @@ import (
 // The idea is PostgreSQL's commit split between XLogInsert of the commit
 // record and XLogFlush, with the wait moved off the caller, as pebble's
 // commit pipeline publishes a batch only after its WAL sync.
+//
+// Rejected: releasing the row locks when the commit record is appended
+// (early lock release, as in Shore-MT's Aether). A later transaction of
+// the key would then commit after this one in the WAL, so it could never
+// be durable without it, and a pipeline of writes to one key could share
+// one flush; but it would read this transaction's write before that write
+// is durable, which rule 2 forbids.
 func (t *Txn) CommitAsync(after *CommitWait) (*CommitWait, error) {
 	st, err := t.end()
 	if st == nil {
