@@ -86,15 +86,17 @@
 //
 // A pipeline shares flushes too. While more requests of the connection
 // are already read (buffered), a write that reads nothing but the keys it
-// locks (SET, DEL, INCR/DECR and their BY forms, MSET, and an EXEC block
-// of only those that watches nothing) commits with engine.Txn.CommitAsync:
+// locks (SET, DEL, INCR/DECR and their BY forms, MSET, the EXPIRE family,
+// PERSIST, and an EXEC block of only those that watches nothing) commits
+// with engine.Txn.CommitAsync:
 // its commit record is appended, and the rest of its commit (the flush
 // wait, the CLOG, the running table, the row locks) completes on its own,
 // after the connection's earlier commits, while the connection goes on to
 // the next request. Its reply waits in the connection's buffer. Before
 // the replies are written (when the reader must wait for the socket, or
-// 64 KiB have collected), the connection waits for every pending commit,
-// and one whose commit failed has its reply replaced by the error. So a
+// 64 KiB have collected, or 128 commits are pending), the connection waits
+// for every pending commit, and one whose commit failed has its reply
+// replaced by the error. So a
 // pipeline of writes to different keys takes about one flush, not one
 // each, and still no reply and no visibility precedes durability. Any
 // other command (a read, WATCH, an EXEC that reads, CONFIG, ...) first
