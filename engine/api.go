@@ -160,6 +160,15 @@ type Options struct {
 	// MaxRetries bounds how many times DB.Update and DB.View run their
 	// function after serialization failures and deadlocks (default 10).
 	MaxRetries int
+	// VisibilityMap is how visibility map bits are kept: "crash-safe"
+	// (the default when empty; setting a bit is WAL-logged and the map
+	// page waits for its record, as PostgreSQL since 9.2) or "unlogged"
+	// (bits set without WAL and map pages written without the
+	// WAL-before-data interlock, as PostgreSQL 8.4 to 9.1). "unlogged" is
+	// UNSAFE: after a crash a bit can say a page is all-visible when it is
+	// not, and index-only reads then return wrong answers. It exists only
+	// to measure what crash safety costs. See engine/vm.go.
+	VisibilityMap string
 }
 
 // TxnOptions configure one transaction.

@@ -6,7 +6,7 @@ import (
 	"mvkv/wal"
 )
 
-// Checkpoint writes every dirty heap and CLOG page, logs a checkpoint
+// Checkpoint writes every dirty heap, visibility map and CLOG page, logs a checkpoint
 // record, and moves the control file's redo point forward, so that recovery
 // after a crash starts there; WAL segments wholly before the redo point are
 // removed. Safe to call concurrently with transactions; checkpoints run one
@@ -46,6 +46,11 @@ func (db *DB) checkpoint() error {
 	db.ckptInterlock.Unlock()
 
 	if err := db.pool.FlushAll(); err != nil {
+		return db.fail(err)
+	}
+	// Map pages after heap pages: each waits for the WAL up to its LSN
+	// (the last HEAP2_VISIBLE record that set a bit on it).
+	if err := db.vm.Flush(); err != nil {
 		return db.fail(err)
 	}
 	heapBlocks := db.storage.NBlocks()

@@ -187,6 +187,8 @@ func (db *DB) redo(rec wal.Record) error {
 	case recCheckpoint:
 		_, _, err := decodeCheckpoint(rec.Data)
 		return err
+	case recHeap2Visible:
+		return db.redoVisible(rec)
 	case recFPI:
 		blk, img, err := decodeFPI(rec.Data)
 		if err != nil {
@@ -203,13 +205,20 @@ func (db *DB) redo(rec wal.Record) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruption, err)
 	}
+	if err := db.redoClearVM(rec, hr); err != nil {
+		return err
+	}
 	place := func(page []byte) error {
 		if heap.IsNew(page) {
 			heap.InitPage(page)
 		}
+		clearPDAllVisible(page)
 		return heap.PutTupleAt(page, hr.New.Slot, hr.Tuple)
 	}
-	mark := func(page []byte) error { return setXmaxOnPage(page, hr.Old, rec.XID) }
+	mark := func(page []byte) error {
+		clearPDAllVisible(page)
+		return setXmaxOnPage(page, hr.Old, rec.XID)
+	}
 	if rec.Flags&flagInitPage != 0 && hr.New.Valid() {
 		// The page was empty before this record: rebuild it from nothing,
 		// without reading what is on disk (it may be torn).
