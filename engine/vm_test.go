@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
+	"mvkv/visibility"
+	"mvkv/wal"
+)
+
+// markAllVisible stands in for vacuum: with no transaction running, it
+// marks all-visible every initialized heap page whose tuples all have a
+// committed xmin and no xmax. The caller must not hold a snapshot open
+// (a REPEATABLE READ transaction that has read). It returns the pages it
+// marked.
+func markAllVisible(db *DB) (int, error) {
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed.Load() {
+		return 0, ErrClosed
+	}
+	if n := db.procs.active.Load(); n != 0 {
+		return 0, fmt.Errorf("%d transactions running", n)
+	}
+	horizon := db.procs.next()
+	marked := 0
+	for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {
+		db.ckptInterlock.RLock()
+		buf, err := db.pool.Get(blk)
+		if err != nil {
+			db.ckptInterlock.RUnlock()
+			return marked, err
+		}
+		buf.Lock()
+		ok, err := pageVisibleToAll(db, buf.Page())
+		if err == nil && ok {
+			if err = db.setPageAllVisible(buf, false, horizon); err == nil {
+				marked++
+			}
+		}
+		buf.Unlock()
+		buf.Release()
+		db.ckptInterlock.RUnlock()
+		if err != nil {
+			return marked, err
+		}
+	}
+	return marked, nil
+}
+
+func pageVisibleToAll(db *DB, page []byte) (bool, error) {
+	if heap.IsNew(page) || heap.PageFlags(page)&heap.PDAllVisible != 0 {
+		return false, nil
+	}
+	for s := 0; s < heap.NumSlots(page); s++ {
+		raw, err := heap.Tuple(page, uint16(s))
+		if errors.Is(err, heap.ErrBadSlot) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		h, _, _, err := heap.DecodeTuple(raw)
+		if err != nil {
+			return false, err
+		}
+		if h.Xmax != 0 {
+			return false, nil
+		}
+		if ok, err := db.didCommit(h.Xmin); err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func openMem(t testing.TB, m *vfs.MemFS, o Options) *DB {
+	t.Helper()
+	o.FS = m
+	if o.SharedBuffers == 0 {
+		o.SharedBuffers = 2 << 20
+	}
+	if o.WALSegmentSize == 0 {
+		o.WALSegmentSize = 1 << 20
+	}
+	o.CheckpointTimeout = -1
+	db, err := Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func putKeys(t testing.TB, db *DB, prefix string, n, valLen int) {
+	t.Helper()
+	err := db.Update(context.Background(), func(tx *Txn) error {
+		for i := 0; i < n; i++ {
+			if err := tx.Put([]byte(fmt.Sprintf("%s%06d", prefix, i)), []byte(strings.Repeat("v", valLen))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustVerify(t testing.TB, db *DB) {
+	t.Helper()
+	rep, err := db.Verify()
+	if err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %v", err, rep.Problems)
+	}
+}
+
+// headBlock returns the heap block of key's newest version.
+func headBlock(t testing.TB, db *DB, key string) uint32 {
+	t.Helper()
+	e := db.idx.get([]byte(key))
+	if e == nil {
+		t.Fatalf("no index entry for %q", key)
+	}
+	return e.headTID().Block
+}
+
+func allVisible(db *DB, blk uint32) bool { v, _ := db.pageAllVisible(blk); return v }
+
+func countKeys(t testing.TB, db *DB) (scan, count int) {
+	t.Helper()
+	err := db.View(context.Background(), func(tx *Txn) error {
+		scan, count = 0, 0
+		if err := tx.Scan(nil, nil, func(k, v []byte) bool { scan++; return true }); err != nil {
+			return err
+		}
+		var err error
+		count, err = tx.Count(nil, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scan, count
+}
+
+func TestVisibilityMapSetAndClear(t *testing.T) {
+	m := vfs.NewMemFS()
+	db := openMem(t, m, Options{})
+	putKeys(t, db, "a", 600, 40)
+	marked, err := markAllVisible(db)
+	if err != nil || marked < 3 {
+		t.Fatalf("marked %d pages: %v", marked, err)
+	}
+	for _, k := range []string{"a000000", "a000300", "a000599"} {
+		if !allVisible(db, headBlock(t, db, k)) {
+			t.Fatalf("page of %s not all-visible after marking", k)
+		}
+	}
+	if again, _ := markAllVisible(db); again != 0 {
+		t.Fatalf("marking twice marked %d pages again", again)
+	}
+	mustVerify(t, db)
+	if s := db.Stats(); s.VMBitsSet != uint64(marked) {
+		t.Fatalf("VMBitsSet %d, marked %d", s.VMBitsSet, marked)
+	}
+
+	updBlk, delBlk := headBlock(t, db, "a000000"), headBlock(t, db, "a000300")
+	keepBlk := headBlock(t, db, "a000599")
+	if updBlk == delBlk || delBlk == keepBlk || updBlk == keepBlk {
+		t.Fatalf("keys share pages %d %d %d; the test needs three", updBlk, delBlk, keepBlk)
+	}
+	err = db.Update(context.Background(), func(tx *Txn) error {
+		if err := tx.Put([]byte("a000000"), []byte("new")); err != nil {
+			return err
+		}
+		return tx.Delete([]byte("a000300"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newBlk := headBlock(t, db, "a000000")
+	for _, b := range []uint32{updBlk, delBlk, newBlk} {
+		if allVisible(db, b) {
+			t.Fatalf("block %d still all-visible after a change on it", b)
+		}
+	}
+	if !allVisible(db, keepBlk) {
+		t.Fatalf("untouched block %d lost its bit", keepBlk)
+	}
+	mustVerify(t, db)
+	if scan, count := countKeys(t, db); scan != 599 || count != 599 {
+		t.Fatalf("Scan saw %d keys, Count %d; want 599", scan, count)
+	}
+	db.Close()
+
+	db = openMem(t, m, Options{})
+	defer db.Close()
+	if !allVisible(db, keepBlk) || allVisible(db, updBlk) || allVisible(db, delBlk) {
+		t.Fatal("bits did not survive close and reopen as they were")
+	}
+	mustVerify(t, db)
+}
+
+// TestVisibilityMapRedo: the bits set and cleared since the last
+// checkpoint come back from the WAL alone.
+func TestVisibilityMapRedo(t *testing.T) {
+	m := vfs.NewMemFS()
+	db := openMem(t, m, Options{})
+	putKeys(t, db, "a", 600, 40)
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := markAllVisible(db); err != nil {
+		t.Fatal(err)
+	}
+	keep, upd := headBlock(t, db, "a000599"), headBlock(t, db, "a000000")
+	err := db.Update(context.Background(), func(tx *Txn) error { return tx.Put([]byte("a000000"), []byte("x")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash := m.CrashCopy(vfs.DropUnsynced, nil)
+	db.Close()
+
+	db = openMem(t, crash, Options{})
+	defer db.Close()
+	if !allVisible(db, keep) {
+		t.Fatalf("HEAP2_VISIBLE for block %d not redone", keep)
+	}
+	if allVisible(db, upd) {
+		t.Fatalf("the update's clear of block %d not redone", upd)
+	}
+	mustVerify(t, db)
+	if scan, count := countKeys(t, db); scan != 600 || count != 600 {
+		t.Fatalf("Scan %d, Count %d", scan, count)
+	}
+}
+
+func TestVerifyFindsWrongBit(t *testing.T) {
+	db := openMem(t, vfs.NewMemFS(), Options{})
+	defer db.Close()
+	putKeys(t, db, "a", 10, 10)
+	err := db.Update(context.Background(), func(tx *Txn) error { return tx.Delete([]byte("a000003")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk := headBlock(t, db, "a000003")
+	if _, err := db.vm.Set(blk, visibility.AllVisible, 0); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("heap block %d is all-visible but the page lacks PD_ALL_VISIBLE", blk)
+	if rep.OK() || !strings.Contains(strings.Join(rep.Problems, "\n"), want) {
+		t.Fatalf("Verify did not report the bit: %v", rep.Problems)
+	}
+	if !strings.Contains(strings.Join(rep.Problems, "\n"), "committed") {
+		t.Fatalf("Verify did not report the deleted tuple: %v", rep.Problems)
+	}
+}
+
+func TestHeap2VisibleRecord(t *testing.T) {
+	r := visibleRecord{Block: 42, Bits: visibility.AllVisible | visibility.AllFrozen, CutoffXid: 1 << 40}
+	got, err := decodeVisible(encodeVisible(r))
+	if err != nil || got != r {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for _, bad := range [][]byte{
+		nil,
+		encodeVisible(r)[:12],
+		append(encodeVisible(r), 0),
+		encodeVisible(visibleRecord{Block: noBlock, Bits: visibility.AllVisible}),
+		encodeVisible(visibleRecord{Block: 1, Bits: visibility.AllFrozen}),
+		encodeVisible(visibleRecord{Block: 1, Bits: 0}),
+		encodeVisible(visibleRecord{Block: 1, Bits: 0x07}),
+	} {
+		if _, err := decodeVisible(bad); !errors.Is(err, errBadRecord) {
+			t.Errorf("decodeVisible(%x) = %v", bad, err)
+		}
+	}
+	d := DescribeRecord(wal.Record{LSN: 100, Type: recHeap2Visible, Data: encodeVisible(r)})
+	if !strings.Contains(d, "HEAP2_VISIBLE") || !strings.Contains(d, "block 42 all-visible all-frozen cutoff xid 1099511627776") {
+		t.Fatalf("DescribeRecord: %s", d)
+	}
+	d = DescribeRecord(wal.Record{Type: recHeapUpdate, Flags: flagAllVisibleCleared | flagNewAllVisibleCleared,
+		Data: encodeUpdate(heap.TID{Block: 1}, heap.TID{Block: 2}, heap.AppendTuple(nil, heap.TupleHeader{Xmin: 5, Prev: heap.InvalidTID}, []byte("k"), nil))})
+	if !strings.Contains(d, " ALL_VISIBLE_CLEARED NEW_ALL_VISIBLE_CLEARED") {
+		t.Fatalf("DescribeRecord of flags: %s", d)
+	}
+}
+
+func FuzzDecodeVisible(f *testing.F) {
+	f.Add(encodeVisible(visibleRecord{Block: 3, Bits: visibility.AllVisible, CutoffXid: 9}))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeVisible(data)
+		if err != nil {
+			if !errors.Is(err, errBadRecord) {
+				t.Fatalf("error does not wrap errBadRecord: %v", err)
+			}
+			return
+		}
+		if r.Bits&visibility.AllVisible == 0 || r.Block == noBlock {
+			t.Fatalf("accepted %+v", r)
+		}
+		if string(encodeVisible(r)) != string(data) {
+			t.Fatalf("re-encoding differs")
+		}
+		DescribeRecord(wal.Record{Type: recHeap2Visible, Data: data})
+	})
+}
+
+func TestVisibilityMapOption(t *testing.T) {
+	_, err := Open("/db", Options{FS: vfs.NewMemFS(), VisibilityMap: "sometimes"})
+	if err == nil || !strings.Contains(err.Error(), "visibility map mode") {
+		t.Fatalf("Open with a bad mode: %v", err)
+	}
+	db := openMem(t, vfs.NewMemFS(), Options{VisibilityMap: VisibilityMapUnlogged})
+	defer db.Close()
+	putKeys(t, db, "a", 100, 10)
+	before := db.Stats()
+	if n, err := markAllVisible(db); err != nil || n == 0 {
+		t.Fatalf("marked %d: %v", n, err)
+	}
+	if d := db.Stats().Sub(before); d.WALRecords != 0 || d.VMBitsSet == 0 {
+		t.Fatalf("unlogged marking wrote %d WAL records, set %d bits", d.WALRecords, d.VMBitsSet)
+	}
+	mustVerify(t, db)
+}
