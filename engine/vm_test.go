@@ -131,8 +131,12 @@ func headBlock(t testing.TB, db *DB, key string) uint32 {
 
 func allVisible(db *DB, blk uint32) bool { v, _ := db.pageAllVisible(blk); return v }
 
+// countKeys counts visible keys with Scan and with Count; t nil means an
+// error counts as -1 for both.
 func countKeys(t testing.TB, db *DB) (scan, count int) {
-	t.Helper()
+	if t != nil {
+		t.Helper()
+	}
 	err := db.View(context.Background(), func(tx *Txn) error {
 		scan, count = 0, 0
 		if err := tx.Scan(nil, nil, func(k, v []byte) bool { scan++; return true }); err != nil {
@@ -142,8 +146,11 @@ func countKeys(t testing.TB, db *DB) (scan, count int) {
 		count, err = tx.Count(nil, nil)
 		return err
 	})
-	if err != nil {
+	if err != nil && t != nil {
 		t.Fatal(err)
+	}
+	if err != nil {
+		return -1, -1
 	}
 	return scan, count
 }
@@ -332,4 +339,141 @@ func TestVisibilityMapOption(t *testing.T) {
 		t.Fatalf("unlogged marking wrote %d WAL records, set %d bits", d.WALRecords, d.VMBitsSet)
 	}
 	mustVerify(t, db)
+}
+
+// checkIndexOnly compares Exists, ScanKeys and Count with Scan and Get in
+// tx, over the keys in universe and the ranges given.
+func checkIndexOnly(t *testing.T, tx *Txn, universe []string) {
+	t.Helper()
+	for _, r := range [][2][]byte{{nil, nil}, {[]byte("a000010"), []byte("a000050")}, {[]byte("b"), nil}} {
+		var want, got []string
+		if err := tx.Scan(r[0], r[1], func(k, v []byte) bool { want = append(want, string(k)); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.ScanKeys(r[0], r[1], func(k []byte) bool { got = append(got, string(k)); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("range %q-%q: ScanKeys %v, Scan %v", r[0], r[1], got, want)
+		}
+		n, err := tx.Count(r[0], r[1])
+		if err != nil || n != len(want) {
+			t.Fatalf("range %q-%q: Count %d (%v), Scan %d", r[0], r[1], n, err, len(want))
+		}
+	}
+	for _, k := range universe {
+		_, err := tx.Get([]byte(k))
+		ok, xerr := tx.Exists([]byte(k))
+		if xerr != nil || ok != (err == nil) {
+			t.Fatalf("Exists(%s) = %v, %v; Get error %v", k, ok, xerr, err)
+		}
+	}
+}
+
+func TestIndexOnlyReads(t *testing.T) {
+	db := openMem(t, vfs.NewMemFS(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	putKeys(t, db, "a", 300, 40)
+	universe := []string{"a000000", "a000005", "a000007", "a000010", "a000299", "b000001", "c000001", "zzz"}
+	read := func() {
+		t.Helper()
+		tx, _ := db.Begin(ctx, TxnOptions{})
+		checkIndexOnly(t, tx, universe)
+		tx.Rollback()
+	}
+	read()
+	if s := db.Stats(); s.IndexOnlyVisible != 0 || s.IndexOnlyHeapFetches == 0 {
+		t.Fatalf("before marking: %d from the map, %d heap fetches", s.IndexOnlyVisible, s.IndexOnlyHeapFetches)
+	}
+	if _, err := markAllVisible(db); err != nil {
+		t.Fatal(err)
+	}
+	before := db.Stats()
+	read()
+	if d := db.Stats().Sub(before); d.IndexOnlyVisible == 0 || d.IndexOnlyHeapFetches != 0 {
+		t.Fatalf("after marking: %d from the map, %d heap fetches", d.IndexOnlyVisible, d.IndexOnlyHeapFetches)
+	}
+
+	// A writer that has not committed: readers must not see its insert,
+	// update or delete, even on pages that were all-visible.
+	w, _ := db.Begin(ctx, TxnOptions{})
+	for _, op := range []error{w.Put([]byte("b000001"), []byte("x")), w.Put([]byte("a000005"), []byte("y")), w.Delete([]byte("a000007"))} {
+		if op != nil {
+			t.Fatal(op)
+		}
+	}
+	read()
+	checkIndexOnly(t, w, universe) // its own writes
+	rr, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	if _, err := rr.Count(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	checkIndexOnly(t, rr, universe) // a snapshot from before the commit
+	if ok, _ := rr.Exists([]byte("a000007")); !ok {
+		t.Fatal("a REPEATABLE READ snapshot lost a key deleted after it")
+	}
+	rr.Rollback()
+
+	// Writes and rollbacks in one transaction, then all marked again.
+	w, _ = db.Begin(ctx, TxnOptions{})
+	w.Put([]byte("c000001"), []byte("z"))
+	w.Delete([]byte("a000010"))
+	checkIndexOnly(t, w, universe)
+	w.Rollback()
+	if _, err := markAllVisible(db); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	tx, _ := db.Begin(ctx, TxnOptions{})
+	defer tx.Rollback()
+	seen := 0
+	tx.ScanKeys(nil, nil, func([]byte) bool { seen++; return seen < 3 })
+	if seen != 3 {
+		t.Fatalf("ScanKeys went on after fn returned false: %d calls", seen)
+	}
+	if _, err := tx.Exists(nil); !errors.Is(err, ErrEmptyKey) {
+		t.Fatalf("Exists(nil) = %v", err)
+	}
+}
+
+// BenchmarkCount counts 100 000 keys (pgbench's accounts at scale 1) with
+// every heap page all-visible and with the map cleared.
+func BenchmarkCount(b *testing.B) {
+	for _, marked := range []bool{true, false} {
+		name := "vm=cleared"
+		if marked {
+			name = "vm=all-visible"
+		}
+		b.Run(name, func(b *testing.B) {
+			db := openMem(b, vfs.NewMemFS(), Options{SharedBuffers: 64 << 20, WALSegmentSize: 16 << 20})
+			defer db.Close()
+			const n = 100000
+			putKeys(b, db, "a", n, 84)
+			if marked {
+				if _, err := markAllVisible(db); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := db.Checkpoint(); err != nil {
+				b.Fatal(err)
+			}
+			tx, _ := db.Begin(context.Background(), TxnOptions{})
+			defer tx.Rollback()
+			before := db.Stats()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if c, err := tx.Count(nil, nil); err != nil || c != n {
+					b.Fatalf("Count = %d, %v", c, err)
+				}
+			}
+			b.StopTimer()
+			d := db.Stats().Sub(before)
+			b.ReportMetric(float64(d.IndexOnlyHeapFetches)/float64(b.N), "heapfetches/op")
+		})
+	}
 }
