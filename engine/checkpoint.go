@@ -6,10 +6,10 @@ import (
 	"mvkv/wal"
 )
 
-// Checkpoint writes every dirty heap, visibility map and CLOG page, logs a checkpoint
+// Checkpoint writes every dirty heap and CLOG page, logs a checkpoint
 // record, and moves the control file's redo point forward, so that recovery
 // after a crash starts there; WAL segments wholly before the redo point are
-// removed. Safe to call concurrently with transactions; checkpoints run one
+// removed. Visibility map pages are written after the heap pages. Safe to call concurrently with transactions; checkpoints run one
 // at a time. It returns ErrClosed after Close and the failure that stopped
 // writes, if any.
 //
