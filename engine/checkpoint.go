@@ -9,9 +9,9 @@ import (
 // Checkpoint writes every dirty heap and CLOG page, logs a checkpoint
 // record, and moves the control file's redo point forward, so that recovery
 // after a crash starts there; WAL segments wholly before the redo point are
-// removed. Visibility map pages are written after the heap pages. Safe to call concurrently with transactions; checkpoints run one
+// removed. Safe to call concurrently with transactions; checkpoints run one
 // at a time. It returns ErrClosed after Close and the failure that stopped
-// writes, if any.
+// writes, if any. Visibility map pages are written after the heap pages.
 //
 // The checkpoint is fuzzy, as PostgreSQL's: transactions keep running while
 // pages are written. It is correct because (a) heap changes hold
