@@ -182,6 +182,15 @@ type Options struct {
 	// older than the vacuum horizon. 0 means the default; a negative value
 	// freezes every tuple below the horizon.
 	VacuumFreezeMinAge int64
+	// VisibilityMap is how visibility map bits are kept: "crash-safe"
+	// (the default when empty; setting a bit is WAL-logged and the map
+	// page waits for its record, as PostgreSQL since 9.2) or "unlogged"
+	// (bits set without WAL and map pages written without the
+	// WAL-before-data interlock, as PostgreSQL 8.4 to 9.1). "unlogged" is
+	// UNSAFE: after a crash a bit can say a page is all-visible when it is
+	// not, and index-only reads then return wrong answers. It exists only
+	// to measure what crash safety costs. See engine/vm.go.
+	VisibilityMap string
 }
 
 // TxnOptions configure one transaction.

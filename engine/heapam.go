@@ -100,11 +100,17 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		if err := db.logFPIIfNeeded(buf); err != nil {
 			return heap.InvalidTID, err
 		}
+		var flags uint8
+		if cleared, err := db.clearAllVisibleLocked(buf); err != nil {
+			return heap.InvalidTID, err
+		} else if cleared {
+			flags |= flagAllVisibleCleared
+		}
 		if err := setXmaxOnPage(buf.Page(), old, xid); err != nil {
 			return heap.InvalidTID, db.corrupt(old, err)
 		}
 		buf.MarkDirty()
-		_, end, err := db.wal.Insert(recHeapDelete, xid, encodeDelete(old))
+		_, end, err := db.wal.InsertFlags(recHeapDelete, flags, xid, encodeDelete(old))
 		if err != nil {
 			return heap.InvalidTID, db.fail(err)
 		}
@@ -164,6 +170,25 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			unlock()
 			return heap.InvalidTID, err
 		}
+		// The change clears PD_ALL_VISIBLE and the map bits of every page
+		// it touches, and the record says so (docs/DESIGN.md rule 7).
+		var flags uint8
+		if cleared, err := db.clearAllVisibleLocked(tgt); err != nil {
+			unlock()
+			return heap.InvalidTID, err
+		} else if cleared && oldBuf != nil {
+			flags |= flagNewAllVisibleCleared
+		} else if cleared {
+			flags |= flagAllVisibleCleared
+		}
+		if oldBuf != nil {
+			if cleared, err := db.clearAllVisibleLocked(oldBuf); err != nil {
+				unlock()
+				return heap.InvalidTID, err
+			} else if cleared {
+				flags |= flagAllVisibleCleared
+			}
+		}
 		s, err := heap.AddTuple(page, tup)
 		if err != nil {
 			unlock()
@@ -186,7 +211,6 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		} else {
 			rec = encodeInsert(newTID, tup)
 		}
-		var flags uint8
 		if wasNew {
 			flags |= flagInitPage
 		}

@@ -190,6 +190,8 @@ func (db *DB) redo(rec wal.Record) error {
 		return err
 	case recHeap2Prune:
 		return db.redoPrune(rec)
+	case recHeap2Visible:
+		return db.redoVisible(rec)
 	case recFPI, recFPIForHint:
 		blk, img, err := decodeFPI(rec.Data)
 		if err != nil {
@@ -206,13 +208,20 @@ func (db *DB) redo(rec wal.Record) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruption, err)
 	}
+	if err := db.redoClearVM(rec, hr); err != nil {
+		return err
+	}
 	place := func(page []byte) error {
 		if heap.IsNew(page) {
 			heap.InitPage(page)
 		}
+		clearPDAllVisible(page)
 		return heap.PutTupleAt(page, hr.New.Slot, hr.Tuple)
 	}
-	mark := func(page []byte) error { return setXmaxOnPage(page, hr.Old, rec.XID) }
+	mark := func(page []byte) error {
+		clearPDAllVisible(page)
+		return setXmaxOnPage(page, hr.Old, rec.XID)
+	}
 	if rec.Flags&flagInitPage != 0 && hr.New.Valid() {
 		// The page was empty before this record: rebuild it from nothing,
 		// without reading what is on disk (it may be torn).

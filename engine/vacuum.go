@@ -981,12 +981,16 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 		if !committed || hdr.Xmin >= h {
 			allVisible = false
 		}
-		if hdr.Infomask&heap.Chunk != 0 {
-			continue // read only through a visible version; never looked up
-		}
 		if hdr.Infomask&heap.Frozen == 0 {
+			// Chunks are not frozen (they are read only through their
+			// version), so a page holding one is never all-frozen and
+			// FrozenXid stays at or below its xmin: the CLOG keeps the
+			// status that vacuum and Verify look up for it.
 			allFrozen = false
 			oldest = min(oldest, hdr.Xmin)
+		}
+		if hdr.Infomask&heap.Chunk != 0 {
+			continue // no xmax and no chain of their own
 		}
 		if hdr.Xmax != 0 {
 			allFrozen = false
