@@ -46,6 +46,11 @@ const (
 	// repairs a page torn by a power loss; the change record that follows
 	// is then applied on top. Payload: block 4, then PageSize bytes.
 	recFPI wal.RecordType = 22
+	// recCLOGTruncate records a CLOG truncation, as PostgreSQL's
+	// CLOG_TRUNCATE: segments entirely below the segment of the oldest xid
+	// are removed once the record is durable; redo repeats the truncation.
+	// Payload: oldest xid 8 (see clogtrunc.go).
+	recCLOGTruncate wal.RecordType = 23
 )
 
 // Record flags (wal.Record.Flags). Part of the format; do not change.
@@ -75,6 +80,8 @@ func recordTypeName(t wal.RecordType) string {
 		return "CHECKPOINT"
 	case recFPI:
 		return "FPI"
+	case recCLOGTruncate:
+		return "CLOG_TRUNCATE"
 	}
 	return fmt.Sprintf("TYPE_%d", t)
 }

@@ -187,6 +187,8 @@ func (db *DB) redo(rec wal.Record) error {
 	case recCheckpoint:
 		_, _, err := decodeCheckpoint(rec.Data)
 		return err
+	case recCLOGTruncate:
+		return db.redoCLOGTruncate(rec)
 	case recFPI:
 		blk, img, err := decodeFPI(rec.Data)
 		if err != nil {
