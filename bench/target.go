@@ -121,6 +121,14 @@ type TargetOptions struct {
 	SharedBuffers int64
 	// RESPMode is RESPModeMulti (the default) or RESPModeWatch. RESP only.
 	RESPMode string
+	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
+	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
+	// 17), or "" for the engine's default (bank). Engine only.
+	CLOGLocking string
+	// CLOGGroupUpdateOff turns the engine's CLOG group update
+	// (TransactionGroupUpdateXidStatus) off; it is on by default. Engine
+	// only.
+	CLOGGroupUpdateOff bool
 }
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating
