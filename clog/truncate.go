@@ -235,12 +235,7 @@ func (c *CLOG) removeSegments(cutoff uint64) error {
 		if !ok || segno >= cutoff {
 			continue
 		}
-		if !c.files.forget(segno) {
-			// In use, which the precondition rules out; leave it for
-			// the next Truncate rather than pull a file from under a
-			// reader.
-			continue
-		}
+		c.files.forget(segno)
 		name := path.Join(c.dir, n)
 		if err := c.fs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return c.fail(fmt.Errorf("clog: remove %s: %w", name, err))
@@ -258,22 +253,23 @@ func (c *CLOG) removeSegments(cutoff uint64) error {
 	return nil
 }
 
-// forget closes segment segno's file if it is open and not in use, and
-// reports whether it is now closed. A pending fsync is dropped with it: the
-// file is about to be removed.
-func (s *segFiles) forget(segno uint64) bool {
+// forget drops segment segno's file from the open set, so no later call
+// uses the handle of a file about to be removed. An unused handle is closed
+// now; one in use (a Checkpoint's fsync holds a reference outside the lock)
+// is closed by the last release. Nothing written to it matters any more.
+func (s *segFiles) forget(segno uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sf, ok := s.open[segno]
 	if !ok {
-		return true
+		return
 	}
-	if sf.refs > 0 {
-		return false
-	}
-	sf.f.Close() // nothing written to it matters any more
 	delete(s.open, segno)
-	return true
+	if sf.refs > 0 {
+		sf.forgotten = true
+		return
+	}
+	sf.f.Close()
 }
 
 // parseSegmentName returns the segment number of a segment file name
