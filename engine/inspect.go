@@ -69,6 +69,12 @@ func DescribeRecord(rec wal.Record) string {
 		} else {
 			desc = "malformed: " + err.Error()
 		}
+	case recCLOGTruncate:
+		if oldest, err := decodeCLOGTruncate(rec.Data); err == nil {
+			desc = fmt.Sprintf("oldest xid %d", oldest)
+		} else {
+			desc = "malformed: " + err.Error()
+		}
 	default:
 		desc = "unknown record type"
 	}
