@@ -65,32 +65,6 @@ func TestSweepBadValue(t *testing.T) {
 func TestDiskModel(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
-		m       DiskModel
-		elapsed time.Duration
-		want    time.Duration
-	}{
-		{DiskModel{FsyncLatency: 4 * ms}, 0, 4 * ms},
-		{DiskModel{FsyncLatency: 4 * ms}, 123 * ms, 4 * ms},
-		// 250 rotations/s: boundaries every 4 ms.
-		{DiskModel{RotationsPerSec: 250}, 0, 4 * ms},
-		{DiskModel{RotationsPerSec: 250}, 1 * ms, 3 * ms},
-		{DiskModel{RotationsPerSec: 250}, 3999 * time.Microsecond, time.Microsecond},
-		{DiskModel{RotationsPerSec: 250}, 4 * ms, 4 * ms},
-		{DiskModel{RotationsPerSec: 250}, 9 * ms, 3 * ms},
-		// Latency first, then the rest of that rotation.
-		{DiskModel{FsyncLatency: 5 * ms, RotationsPerSec: 250}, 1 * ms, 7 * ms},
-	} {
-		c := diskClock{m: tc.m}
-		if got := c.completion(tc.elapsed, tc.elapsed) - tc.elapsed; got != tc.want {
-			t.Errorf("%v: delay at %v = %v, want %v", tc.m, tc.elapsed, got, tc.want)
-		}
-	}
-	// A real sync slower than the model ends at the boundary after it.
-	c := diskClock{m: DiskModel{RotationsPerSec: 250}}
-	if got := c.completion(1*ms, 9*ms); got != 12*ms {
-		t.Errorf("sync issued at 1ms, real end 9ms: completes at %v, want 12ms", got)
-	}
-	for _, tc := range []struct {
 		m    DiskModel
 		rate float64
 		s    string
@@ -264,12 +238,12 @@ func TestPebbleDiskModel(t *testing.T) {
 	if err := Load(ctx, tg, 1, 10, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	before := tg.(*pebbleTarget).disk.syncs.Load()
+	before := tg.(*pebbleTarget).disk.Syncs()
 	r, err := Run(ctx, tg, RunConfig{Workload: SimpleUpdate, Scale: 1, Accounts: 10, Clients: 1, Transactions: 20, Seed: 1})
 	if err != nil || r.Processed != 20 {
 		t.Fatalf("run: %v, %+v", err, r)
 	}
-	if n := tg.(*pebbleTarget).disk.syncs.Load() - before; n < 20 {
+	if n := tg.(*pebbleTarget).disk.Syncs() - before; n < 20 {
 		t.Errorf("20 synchronous commits made %d model syncs, want at least 20", n)
 	}
 }
