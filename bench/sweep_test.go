@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,4 +270,33 @@ func tableRows(t *testing.T, s string) [][]string {
 		rows = append(rows, cells)
 	}
 	return rows
+}
+
+// TestCollapse: a knob that does not apply to a target runs once for it,
+// shown empty; cells of the engine keep every value.
+func TestCollapse(t *testing.T) {
+	names := []string{"target", "wal_flusher", "commit_delay", "clients"}
+	var cells []sweepCell
+	for _, tg := range []string{"engine", "pebble", "postgres=postgres:///x"} {
+		for _, f := range []string{"serial", "pipelined"} {
+			for _, d := range []string{"0", "10"} {
+				for _, n := range []string{"1", "8"} {
+					cells = append(cells, sweepCell{cfg: Config{Target: tg}, values: []string{tg, f, d, n}})
+				}
+			}
+		}
+	}
+	var got []string
+	for _, c := range collapse(names, cells) {
+		got = append(got, strings.Join(shown(names, c.values), " "))
+	}
+	want := []string{
+		"engine serial 0 1", "engine serial 0 8", "engine serial 10 1", "engine serial 10 8",
+		"engine pipelined 0 1", "engine pipelined 0 8", "engine pipelined 10 1", "engine pipelined 10 8",
+		"pebble   1", "pebble   8",
+		"postgres  0 1", "postgres  0 8", "postgres  10 1", "postgres  10 8",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("collapse gave\n%q\nwant\n%q", got, want)
+	}
 }

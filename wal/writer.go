@@ -1,12 +1,14 @@
 package wal
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,9 +133,10 @@ type failure struct{ err error }
 
 // syncReq is one outstanding sync of the pipelined flusher.
 type syncReq struct {
-	target LSN   // everything below was written before the sync was issued
-	done   bool  // guarded by Writer.fmu
-	err    error // guarded by Writer.fmu
+	target  LSN           // everything below was written before the sync was issued
+	done    bool          // guarded by Writer.fmu
+	err     error         // guarded by Writer.fmu
+	retired chan struct{} // closed when the sync leaves the in-flight queue
 }
 
 // Writer appends records to the log and makes them durable with group
@@ -197,8 +200,8 @@ type Writer struct {
 	failed    atomic.Pointer[failure]
 
 	fmu      sync.Mutex // guards the fields below up to closed; fcond's and wcond's lock
-	fcond    sync.Cond  // serial: the flusher role was released; pipelined: a sync retired
-	wcond    sync.Cond  // pipelined: the writer role was released or a sync slot freed
+	fcond    sync.Cond  // serial: the flusher role was released
+	wcond    sync.Cond  // pipelined: the writer role was released or a sync retired
 	flushing bool       // guarded by fmu: serial: someone holds the flusher role
 	writing  bool       // guarded by fmu: pipelined: someone holds the writer role
 	inflight []*syncReq // guarded by fmu: pipelined: issued syncs, oldest first
@@ -593,8 +596,8 @@ func (w *Writer) recycle(exts []extent) {
 //	        give up the writer role (the next group may now be written)
 //	        fdatasync; mark it done
 //	        retire done syncs from the queue head: flushed = their P
-//	    else: wait (for the writer role or a slot if upTo > issued, else
-//	        for a retirement)
+//	    else if upTo > issued: wait for the writer role or a slot
+//	    else: wait for the retirement of the first sync whose P >= upTo
 //
 // A sync covers what was written before it was issued, so a round's target
 // is durable when its own sync is done; but after a failed fdatasync the
@@ -604,6 +607,13 @@ func (w *Writer) recycle(exts []extent) {
 // crosses into a new segment first waits for every outstanding sync (they
 // are all of the old segment) and then writes and syncs segment by segment
 // as the serial flusher does, which keeps rule 9.
+//
+// A committer whose record is already handed to a sync waits on that
+// sync's own channel, not on a condition shared by all: on a rotating disk
+// every sync issued within a rotation completes at the same boundary, and
+// if each retirement woke every waiter, n syncs and n waiters would make n²
+// wake-ups at once, enough on two cores to push the next round past the
+// following boundary.
 func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 	led := false
 	w.fmu.Lock()
@@ -625,7 +635,15 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		}
 		if upTo <= w.issued {
 			w.waiters.Add(1)
-			w.fcond.Wait()
+			if r := w.coveringLocked(upTo); r != nil {
+				w.fmu.Unlock()
+				<-r.retired
+				w.fmu.Lock()
+			} else {
+				// Only while a failure is being recorded: every LSN
+				// below issued is flushed or has its sync in flight.
+				w.wcond.Wait()
+			}
 			w.waiters.Add(-1)
 			continue
 		}
@@ -644,6 +662,16 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		}
 		w.fmu.Lock()
 	}
+}
+
+// coveringLocked returns the oldest in-flight sync whose target is at least
+// upTo, or nil.
+func (w *Writer) coveringLocked(upTo LSN) *syncReq {
+	i, _ := slices.BinarySearchFunc(w.inflight, upTo, func(r *syncReq, l LSN) int { return cmp.Compare(r.target, l) })
+	if i == len(w.inflight) {
+		return nil
+	}
+	return w.inflight[i]
 }
 
 // syncSlotsLocked returns how many syncs may be outstanding at once. A
@@ -701,7 +729,6 @@ func (w *Writer) issue(commit bool) error {
 		}
 		w.issued = target
 		w.writing = false
-		w.fcond.Broadcast()
 		w.wcond.Broadcast()
 		w.fmu.Unlock()
 		return err
@@ -714,7 +741,6 @@ func (w *Writer) issue(commit bool) error {
 			err = w.fail(fmt.Errorf("write %s at offset %d: %w", f.Name(), off, err))
 			w.fmu.Lock()
 			w.writing = false
-			w.fcond.Broadcast()
 			w.wcond.Broadcast()
 			w.fmu.Unlock()
 			return err
@@ -722,7 +748,7 @@ func (w *Writer) issue(commit bool) error {
 		w.c.writes.Add(1)
 		w.c.writtenBytes.Add(uint64(len(e.buf)))
 	}
-	req := &syncReq{target: target}
+	req := &syncReq{target: target, retired: make(chan struct{})}
 	w.fmu.Lock()
 	overlapped := len(w.inflight) > 0
 	w.rounds++
@@ -754,8 +780,8 @@ func (w *Writer) issue(commit bool) error {
 			w.c.rounds.retired(r.target)
 			w.flushed.Store(uint64(r.target))
 		}
+		close(r.retired)
 	}
-	w.fcond.Broadcast()
 	w.wcond.Broadcast()
 	if serr != nil {
 		return w.fail(serr)
