@@ -92,6 +92,8 @@ type ModelClock struct {
 	epoch  time.Time        // rotation 0; carries a monotonic reading
 	now    func() time.Time // injected for tests
 
+	newTimer func() (fineTimer, error) // newFineTimer; injected for tests
+
 	syncs atomic.Uint64 // syncs modelled
 
 	mu     sync.Mutex
@@ -103,7 +105,7 @@ type ModelClock struct {
 func NewModelClock(m DiskModel) *ModelClock { return newModelClock(m, time.Now) }
 
 func newModelClock(m DiskModel, now func() time.Time) *ModelClock {
-	return &ModelClock{m: m, period: m.Period(), epoch: now(), now: now, waits: make(map[int64]chan struct{})}
+	return &ModelClock{m: m, period: m.Period(), epoch: now(), now: now, newTimer: newFineTimer, waits: make(map[int64]chan struct{})}
 }
 
 // Syncs returns how many syncs the clock has modelled.
@@ -198,7 +200,7 @@ func (c *ModelClock) fineSleep(d time.Duration) bool {
 	c.mu.Unlock()
 	if t == nil {
 		var err error
-		if t, err = newFineTimer(); err != nil {
+		if t, err = c.newTimer(); err != nil {
 			return false
 		}
 	}

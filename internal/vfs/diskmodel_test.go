@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,8 +169,22 @@ func TestDiskModelFS(t *testing.T) {
 // TestModelClockNeverEarly: whatever way the clock waits (a fine timer, a
 // coarse sleep, yielding), no sync returns before its completion time.
 func TestModelClockNeverEarly(t *testing.T) {
-	for _, m := range []DiskModel{{FsyncLatency: 300 * time.Microsecond}, {FsyncLatency: 2 * ms}, {RotationsPerSec: 1000}} {
+	noTimer := func() (fineTimer, error) { return nil, errors.New("no timer") }
+	for _, tc := range []struct {
+		m      DiskModel
+		coarse bool
+	}{
+		{DiskModel{FsyncLatency: 300 * time.Microsecond}, false},
+		{DiskModel{FsyncLatency: 2 * ms}, false},
+		{DiskModel{RotationsPerSec: 1000}, false},
+		{DiskModel{FsyncLatency: 2 * ms}, true},
+		{DiskModel{RotationsPerSec: 1000}, true},
+	} {
+		m := tc.m
 		c := NewModelClock(m)
+		if tc.coarse {
+			c.newTimer = noTimer
+		}
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
