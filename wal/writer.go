@@ -43,8 +43,15 @@ const (
 // the package documentation.
 const CommitDelayAuto = -1
 
-// DefaultPipelineDepth is the default Options.PipelineDepth.
-const DefaultPipelineDepth = 16
+// DefaultPipelineDepth is the default Options.PipelineDepth. On a rotating
+// disk every sync issued within one rotation completes at the same
+// boundary, so a slot freed there is of no use to a commit that finds them
+// all taken before it: it waits for the boundary, and its sync for the next
+// one. With 48 committers and no commit_delay a rotation sees up to about
+// 20 rounds (groups of two or three), which 16 slots cut short; 64 covers
+// them with room to spare, and a device that serializes syncs is kept to
+// one at a time whatever the depth (Writer.syncSlotsLocked).
+const DefaultPipelineDepth = 64
 
 // Options configure a Writer. The zero value gives the defaults. Options are
 // copied by OpenWriter; CommitDelay and CommitSiblings can be changed later
