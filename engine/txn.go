@@ -350,13 +350,26 @@ func truncKey(k []byte) []byte {
 // if the context had ended before Commit (the transaction is then rolled
 // back).
 func (t *Txn) Commit() error {
+	st, err := t.end()
+	if st == nil {
+		return err
+	}
+	return t.db.commit(st, t.sync)
+}
+
+// end marks the transaction ended for Commit and CommitAsync. It returns
+// the state whose commit record must be written, or nil (with the error to
+// return, if any) when there is nothing to commit: a read-only transaction,
+// one already ended, one aborted by an earlier error (rolled back here), or
+// one whose context had ended (rolled back).
+func (t *Txn) end() (*txnState, error) {
 	if t.done {
-		return ErrTxnDone
+		return nil, ErrTxnDone
 	}
 	if t.err != nil {
 		err := t.err
 		t.Rollback()
-		return fmt.Errorf("mvkv: transaction rolled back: %w", err)
+		return nil, fmt.Errorf("mvkv: transaction rolled back: %w", err)
 	}
 	t.done = true
 	// A context that ended before Commit abandons the transaction.
@@ -364,12 +377,9 @@ func (t *Txn) Commit() error {
 		st := t.st
 		t.st = nil
 		t.db.abort(st)
-		return err
+		return nil, err
 	}
-	if t.st == nil {
-		return nil
-	}
-	return t.db.commit(t.st, t.sync)
+	return t.st, nil
 }
 
 // Rollback ends the transaction and discards its writes. It returns
@@ -392,18 +402,44 @@ func timestampPayload() []byte {
 }
 
 func (db *DB) commit(st *txnState, sync bool) error {
+	end, err := db.insertCommit(st)
+	if err != nil {
+		return err
+	}
+	return db.completeCommit(st, end, sync)
+}
+
+// insertCommit appends st's commit record. On success it returns with
+// closeMu and ckptInterlock held shared, and completeCommit must follow
+// (possibly on another goroutine) to release them. The checkpoint interlock
+// is PostgreSQL's DELAY_CHKPT_START: between inserting the commit record
+// and setting the CLOG, a checkpoint must not choose its redo point, or it
+// could write a CLOG page without this commit while redo starts after the
+// commit record.
+func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
 	db.closeMu.RLock()
 	if db.closed.Load() {
 		db.closeMu.RUnlock()
-		return ErrClosed
+		return 0, ErrClosed
 	}
-	// The checkpoint interlock (PostgreSQL's DELAY_CHKPT_START): between
-	// inserting the commit record and setting the CLOG, a checkpoint must
-	// not choose its redo point, or it could write a CLOG page without this
-	// commit while redo starts after the commit record.
 	db.ckptInterlock.RLock()
 	_, end, err := db.wal.Insert(recCommit, st.xid, timestampPayload())
-	if err == nil && sync {
+	if err != nil {
+		db.ckptInterlock.RUnlock()
+		db.closeMu.RUnlock()
+		// Nothing was inserted: the transaction stays in the running
+		// table, invisible, until recovery decides.
+		return 0, db.fail(err)
+	}
+	return end, nil
+}
+
+// completeCommit is the rest of a commit whose record ends at end, in the
+// order of rule 2: the flush (with sync), the CLOG, the running table, the
+// row locks. It releases the locks insertCommit left held.
+func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
+	var err error
+	if sync {
 		err = db.wal.Flush(end)
 	}
 	if err != nil {

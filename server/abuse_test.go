@@ -91,8 +91,8 @@ func TestQueryBufferLimit(t *testing.T) {
 }
 
 // TestStalledHalfRequests: a thousand clients each stalled in the middle of
-// a request that declares a large argument hold little memory, and other
-// clients are served meanwhile.
+// a request that declares a large argument or a million arguments hold
+// little memory, and other clients are served meanwhile.
 func TestStalledHalfRequests(t *testing.T) {
 	ts := startServer(t, Config{})
 	var before runtime.MemStats
@@ -111,8 +111,13 @@ func TestStalledHalfRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
-		// Declares a 1 MiB value, sends 10 bytes of it.
-		fmt.Fprintf(c, "*3\r\n$3\r\nSET\r\n$3\r\nk%02d\r\n$1048576\r\n0123456789", i%100)
+		if i%2 == 0 {
+			// Declares a 1 MiB value, sends 10 bytes of it.
+			fmt.Fprintf(c, "*3\r\n$3\r\nSET\r\n$3\r\nk%02d\r\n$1048576\r\n0123456789", i%100)
+		} else {
+			// Declares a million arguments, sends one.
+			fmt.Fprintf(c, "*1048576\r\n$3\r\nSET\r\n")
+		}
 	}
 	rdb := ts.client(t)
 	ctx := context.Background()

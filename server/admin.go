@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -56,31 +58,32 @@ var knobs = map[string]knob{
 			return "auto"
 		},
 		set: func(s *Server, v string) error {
-			n, err := strconv.Atoi(v)
-			if v == "auto" {
-				n, err = engine.CommitDelayAuto, nil
-			} else if err != nil || n < 0 {
-				return fmt.Errorf("argument must be 0..100000 (microseconds) or auto")
+			if strings.EqualFold(v, "auto") {
+				return s.db.SetCommitDelay(engine.CommitDelayAuto)
 			}
-			return s.db.SetCommitDelay(n)
+			n, err := parseKnobInt(v, 0, 100000)
+			if err != nil {
+				return fmt.Errorf("%v (microseconds), or auto", err)
+			}
+			return s.db.SetCommitDelay(int(n))
 		},
 	},
 	"commit_siblings": {
 		get: func(s *Server) string { return strconv.Itoa(s.db.CommitSiblings()) },
 		set: func(s *Server, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("argument must be 0..1000")
+			n, err := parseKnobInt(v, 0, 1000)
+			if err != nil {
+				return err
 			}
-			return s.db.SetCommitSiblings(n)
+			return s.db.SetCommitSiblings(int(n))
 		},
 	},
 	"maxclients": {
 		get: func(s *Server) string { return strconv.FormatInt(s.maxClients.Load(), 10) },
 		set: func(s *Server, v string) error {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1 {
-				return fmt.Errorf("argument must be a positive integer")
+			n, err := parseKnobInt(v, 1, math.MaxUint32)
+			if err != nil {
+				return err
 			}
 			s.maxClients.Store(n)
 			return nil
@@ -89,9 +92,9 @@ var knobs = map[string]knob{
 	"timeout": {
 		get: func(s *Server) string { return strconv.FormatInt(s.timeout.Load()/int64(time.Second), 10) },
 		set: func(s *Server, v string) error {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || n > 1<<31 {
-				return fmt.Errorf("argument must be a number of seconds")
+			n, err := parseKnobInt(v, 0, math.MaxInt32)
+			if err != nil {
+				return err
 			}
 			s.timeout.Store(n * int64(time.Second))
 			return nil
@@ -106,18 +109,53 @@ var knobs = map[string]knob{
 	"databases":   {get: func(*Server) string { return "1" }},
 }
 
-var limitsMu sync.Mutex // serializes CONFIG SET of the limits (copy on write)
+// parseKnobInt parses an integer knob with Redis's CONFIG SET error texts.
+func parseKnobInt(v string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, errors.New("argument couldn't be parsed into an integer")
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("argument must be between %d and %d inclusive", lo, hi)
+	}
+	return n, nil
+}
+
+// parseMemory parses a memory knob as Redis's memtoull: bytes, or a number
+// with k, kb, m, mb, g or gb (k = 1000, kb = 1024).
+func parseMemory(v string) (int64, error) {
+	bad := errors.New("argument must be a memory value")
+	l := strings.ToLower(v)
+	mul := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mul    int64
+	}{{"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1000}, {"m", 1000 * 1000}, {"g", 1000 * 1000 * 1000}, {"b", 1}} {
+		if strings.HasSuffix(l, u.suffix) {
+			l, mul = strings.TrimSuffix(l, u.suffix), u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseInt(l, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mul {
+		return 0, bad
+	}
+	return n * mul, nil
+}
 
 func limitKnob(field func(*Limits) *int64, minimum int64) knob {
 	return knob{
 		get: func(s *Server) string { l := s.limits(); return strconv.FormatInt(*field(&l), 10) },
 		set: func(s *Server, v string) error {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < minimum {
-				return fmt.Errorf("argument must be a number of bytes, at least %d", minimum)
+			n, err := parseMemory(v)
+			if err != nil {
+				return err
 			}
-			limitsMu.Lock()
-			defer limitsMu.Unlock()
+			if n < minimum {
+				return fmt.Errorf("argument must be between %d and %d inclusive", minimum, int64(math.MaxInt64))
+			}
+			s.limMu.Lock()
+			defer s.limMu.Unlock()
 			l := s.limits()
 			*field(&l) = n
 			s.lim.Store(&l)
@@ -149,8 +187,12 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 			x.out = redcon.AppendBulkString(x.out, p)
 		}
 	case "set":
-		if len(args) < 4 || len(args)%2 != 0 {
+		if len(args) < 4 {
 			x.errorf("ERR wrong number of arguments for 'config|set' command")
+			return nil
+		}
+		if len(args)%2 != 0 {
+			x.syntaxError()
 			return nil
 		}
 		for i := 2; i < len(args); i += 2 {
@@ -245,7 +287,8 @@ func (s *Server) info(want [][]byte) string {
 	section("stats",
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
-		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()))
+		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
+		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()))
 	section("mvkv",
 		fmt.Sprintf("commits:%d", st.Commits),
 		fmt.Sprintf("aborts:%d", st.Aborts),
@@ -256,6 +299,11 @@ func (s *Server) info(want [][]byte) string {
 		fmt.Sprintf("wal_flush_requests:%d", st.WALFlushRequests),
 		fmt.Sprintf("wal_sync_avg_us:%.1f", avgSync),
 		fmt.Sprintf("commits_per_sync:%.2f", perSync),
+		fmt.Sprintf("wal_flushes:%d", st.WALFlushes),
+		fmt.Sprintf("wal_sync_p50_us:%.1f", float64(st.WALSyncLatency.Quantile(0.5))/1e3),
+		fmt.Sprintf("wal_sync_p99_us:%.1f", float64(st.WALSyncLatency.Quantile(0.99))/1e3),
+		fmt.Sprintf("commit_wait_total_us:%d", st.WALCommitWaitNanos/1e3),
+		fmt.Sprintf("full_page_images:%d", st.FullPageImages),
 		"commit_delay:"+knobs["commit_delay"].get(s),
 		"commit_siblings:"+knobs["commit_siblings"].get(s),
 		fmt.Sprintf("clog_lookups:%d", st.CLOGLookups),

@@ -22,6 +22,10 @@ const (
 	flagNoAuth               // allowed before AUTH
 	flagNoMulti              // refused inside MULTI
 	flagMultiCtl             // MULTI, EXEC, DISCARD, WATCH, QUIT: run at once inside MULTI
+	// flagPipeline marks a write that reads nothing but the keys it
+	// locks: inside a pipeline it commits with CommitAsync, without
+	// waiting for the connection's earlier commits (see conn.settle).
+	flagPipeline
 )
 
 // command is one entry of the command table. arity is Redis's: n > 0
@@ -44,6 +48,7 @@ type execCtx struct {
 	out    []byte
 	failed bool // the reply is an error: a single command rolls back
 	inExec bool
+	nowMS  int64 // the command's clock (see now); 0 until read
 }
 
 func (x *execCtx) errorf(format string, a ...any) {
@@ -87,23 +92,32 @@ func (x *execCtx) checkKey(k []byte) bool {
 	return true
 }
 
-// get returns key's value, nil if it has none. A key the engine cannot
-// store has none.
+// get returns key's value, nil if it has none: never set, deleted, or
+// past its deadline (such a key is removed after the command, see
+// reapExpired). A key the engine cannot store has none.
 func (x *execCtx) get(k []byte) ([]byte, error) {
+	v, _, _, err := x.getDeadline(k)
+	return v, err
+}
+
+// getDeadline is get that also returns the key's deadline (Unix
+// milliseconds, 0 for none) and whether it is live.
+func (x *execCtx) getDeadline(k []byte) ([]byte, int64, bool, error) {
 	if len(k) == 0 || len(k) > engine.MaxKeySize {
-		return nil, nil
+		return nil, 0, false, nil
 	}
-	v, err := x.tx.Get(k)
+	raw, err := x.tx.Get(k)
 	if errors.Is(err, engine.ErrNotFound) {
-		return nil, nil
+		return nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, false, err
 	}
-	if v == nil {
-		v = []byte{}
+	v, d, ok := x.live(raw, true)
+	if !ok {
+		x.noteExpired(k)
 	}
-	return v, nil
+	return v, d, ok, nil
 }
 
 // replyLimit bounds one reply (or one EXEC's replies) in bytes.
@@ -127,15 +141,22 @@ func init() {
 		{"flushall", -1, flagWrite, cmdFlushAll},
 		{"type", 2, flagRead, cmdType},
 		{"get", 2, flagRead, cmdGet},
-		{"set", -3, flagWrite, cmdSet},
-		{"del", -2, flagWrite, cmdDel},
+		{"set", -3, flagWrite | flagPipeline, cmdSet},
+		{"expire", -3, flagWrite | flagPipeline, cmdExpire},
+		{"pexpire", -3, flagWrite | flagPipeline, cmdExpire},
+		{"expireat", -3, flagWrite | flagPipeline, cmdExpire},
+		{"pexpireat", -3, flagWrite | flagPipeline, cmdExpire},
+		{"persist", 2, flagWrite | flagPipeline, cmdPersist},
+		{"ttl", 2, flagRead, cmdTTL},
+		{"pttl", 2, flagRead, cmdTTL},
+		{"del", -2, flagWrite | flagPipeline, cmdDel},
 		{"exists", -2, flagRead, cmdExists},
-		{"incr", 2, flagWrite, cmdIncrFamily},
-		{"decr", 2, flagWrite, cmdIncrFamily},
-		{"incrby", 3, flagWrite, cmdIncrFamily},
-		{"decrby", 3, flagWrite, cmdIncrFamily},
+		{"incr", 2, flagWrite | flagPipeline, cmdIncrFamily},
+		{"decr", 2, flagWrite | flagPipeline, cmdIncrFamily},
+		{"incrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
+		{"decrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
 		{"mget", -2, flagRead, cmdMGet},
-		{"mset", -3, flagWrite, cmdMSet},
+		{"mset", -3, flagWrite | flagPipeline, cmdMSet},
 		{"scan", -2, flagRead, cmdScan},
 		{"multi", 1, flagMultiCtl, ctl((*conn).multi)},
 		{"exec", 1, flagMultiCtl, ctl(func(c *conn, _ [][]byte) { c.exec() })},
@@ -214,7 +235,9 @@ func cmdHello(x *execCtx, args [][]byte) error {
 		opt := strings.ToLower(string(args[i]))
 		switch {
 		case opt == "auth" && i+2 < len(args):
-			if !bytes.Equal(args[i+1], []byte("default")) || c.s.cfg.RequirePass == "" || !c.s.checkPassword(args[i+2]) {
+			// As AUTH: the only user is "default", which takes any
+			// password when requirepass is not set.
+			if !bytes.Equal(args[i+1], []byte("default")) || (c.s.cfg.RequirePass != "" && !c.s.checkPassword(args[i+2])) {
 				x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
 				return nil
 			}
@@ -265,15 +288,17 @@ const redisVersion = "7.0.0"
 func cmdAuth(x *execCtx, args [][]byte) error {
 	c := x.c
 	if len(args) > 3 {
-		x.errorf("ERR wrong number of arguments for 'auth' command")
+		x.syntaxError()
 		return nil
 	}
-	if c.s.cfg.RequirePass == "" {
+	// The only user is "default"; without requirepass it takes any
+	// password (Redis's nopass), and AUTH <password> alone is refused.
+	if c.s.cfg.RequirePass == "" && len(args) == 2 {
 		x.errorf("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return nil
 	}
 	pass := args[len(args)-1]
-	if (len(args) == 3 && !bytes.Equal(args[1], []byte("default"))) || !c.s.checkPassword(pass) {
+	if (len(args) == 3 && !bytes.Equal(args[1], []byte("default"))) || (c.s.cfg.RequirePass != "" && !c.s.checkPassword(pass)) {
 		x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
 		return nil
 	}
@@ -326,23 +351,86 @@ func cmdClient(x *execCtx, args [][]byte) error {
 		c.mu.Unlock()
 		x.ok()
 	case "setinfo":
-		switch strings.ToLower(string(args[2])) {
-		case "lib-name", "lib-ver":
-			x.ok()
-		default:
+		// As Redis 7.2's clientSetinfoCommand.
+		attr := strings.ToLower(string(args[2]))
+		if attr != "lib-name" && attr != "lib-ver" {
 			x.errorf("ERR Unrecognized option '%s'", trunc(args[2], 128))
+			return nil
 		}
+		if !validClientName(args[3]) {
+			x.errorf("ERR %s cannot contain spaces, newlines or special characters.", attr)
+			return nil
+		}
+		c.mu.Lock()
+		if attr == "lib-name" {
+			c.libName = string(trunc(args[3], 128))
+		} else {
+			c.libVer = string(trunc(args[3], 128))
+		}
+		c.mu.Unlock()
+		x.ok()
 	case "list":
-		x.out = redcon.AppendBulkString(x.out, c.s.clientList())
+		ids, ok := parseClientListArgs(x, args[2:])
+		if ok {
+			x.out = redcon.AppendBulkString(x.out, c.s.clientList(ids))
+		}
 	}
 	return nil
 }
 
-func (s *Server) clientList() string {
+// parseClientListArgs parses CLIENT LIST's [TYPE normal|master|replica|
+// pubsub] [ID id ...]: the ids to list (nil for all), or false after
+// replying with an error. Every client here is of type normal.
+func parseClientListArgs(x *execCtx, args [][]byte) (map[uint64]bool, bool) {
+	var ids map[uint64]bool
+	for i := 0; i < len(args); i++ {
+		switch strings.ToLower(string(args[i])) {
+		case "type":
+			if i+1 >= len(args) {
+				x.syntaxError()
+				return nil, false
+			}
+			switch t := strings.ToLower(string(args[i+1])); t {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				ids = map[uint64]bool{}
+			default:
+				x.errorf("ERR Unknown client type '%s'", trunc(args[i+1], 128))
+				return nil, false
+			}
+			i++
+		case "id":
+			if i+1 >= len(args) {
+				x.syntaxError()
+				return nil, false
+			}
+			ids = map[uint64]bool{}
+			for i++; i < len(args); i++ {
+				n, ok := parseInt(args[i])
+				if !ok || n < 0 {
+					x.errorf("ERR Invalid client ID")
+					return nil, false
+				}
+				ids[uint64(n)] = true
+			}
+		default:
+			x.syntaxError()
+			return nil, false
+		}
+	}
+	return ids, true
+}
+
+// clientList renders CLIENT LIST in Redis 7.2's format, one line per
+// connection, with the fields that mean something here (Redis's memory
+// and buffer fields are left out). ids, if not nil, selects connections.
+func (s *Server) clientList(ids map[uint64]bool) string {
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
-		conns = append(conns, c)
+		if ids == nil || ids[c.id] {
+			conns = append(conns, c)
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(conns, func(i, j int) bool { return conns[i].id < conns[j].id })
@@ -350,52 +438,87 @@ func (s *Server) clientList() string {
 	now := time.Now()
 	for _, c := range conns {
 		c.mu.Lock()
-		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=0 cmd=%s\n",
+		flags := "N"
+		if c.queuedN >= 0 {
+			flags = "x"
+		}
+		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s\n",
 			c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.name,
-			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), c.lastCmd)
+			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), flags, c.queuedN, c.lastCmd, c.libName, c.libVer)
 		c.mu.Unlock()
 	}
 	return b.String()
 }
 
 func cmdCommand(x *execCtx, args [][]byte) error {
-	if len(args) == 1 {
+	all := func() []string {
 		names := make([]string, 0, len(commandTable))
 		for n := range commandTable {
 			names = append(names, n)
 		}
 		sort.Strings(names)
+		return names
+	}
+	if len(args) == 1 {
+		names := all()
 		x.out = redcon.AppendArray(x.out, len(names))
 		for _, n := range names {
 			x.out = appendCommandInfo(x.out, commandTable[n])
 		}
 		return nil
 	}
-	switch sub := strings.ToLower(string(args[1])); sub {
+	sub := strings.ToLower(string(args[1]))
+	arity := map[string]int{"count": 2, "docs": -2, "info": -2, "list": -2}
+	want, known := arity[sub]
+	if !known {
+		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
+		return nil
+	}
+	if (want > 0 && len(args) != want) || (want < 0 && len(args) < -want) {
+		x.errorf("ERR wrong number of arguments for 'command|%s' command", sub)
+		return nil
+	}
+	var names []string
+	for _, a := range args[2:] {
+		names = append(names, lower(a))
+	}
+	switch sub {
 	case "count":
 		x.out = redcon.AppendInt(x.out, int64(len(commandTable)))
 	case "docs":
-		// Enough for redis-cli, which only uses docs for hints.
-		x.out = redcon.AppendArray(x.out, 0)
+		x.out = appendCommandDocs(x.out, names)
+	case "list":
+		if len(args) > 2 {
+			// FILTERBY MODULE, ACLCAT and PATTERN are not supported.
+			x.syntaxError()
+			return nil
+		}
+		names = all()
+		x.out = redcon.AppendArray(x.out, len(names))
+		for _, n := range names {
+			x.out = redcon.AppendBulkString(x.out, n)
+		}
 	case "info":
-		x.out = redcon.AppendArray(x.out, len(args)-2)
-		for _, a := range args[2:] {
-			if cmd := commandTable[lower(a)]; cmd != nil {
+		if names == nil {
+			names = all()
+		}
+		x.out = redcon.AppendArray(x.out, len(names))
+		for _, n := range names {
+			if cmd := commandTable[n]; cmd != nil {
 				x.out = appendCommandInfo(x.out, cmd)
 			} else {
 				x.out = append(x.out, "*-1\r\n"...)
 			}
 		}
-	default:
-		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
 	}
 	return nil
 }
 
-// appendCommandInfo appends a COMMAND INFO entry: name, arity, flags, first
-// key, last key, key step.
+// appendCommandInfo appends a COMMAND INFO entry as Redis 7: name, arity,
+// flags, first key, last key, key step, then ACL categories, tips, key
+// specifications and subcommands, all four empty here.
 func appendCommandInfo(out []byte, cmd *command) []byte {
-	out = redcon.AppendArray(out, 6)
+	out = redcon.AppendArray(out, 10)
 	out = redcon.AppendBulkString(out, cmd.name)
 	out = redcon.AppendInt(out, int64(cmd.arity))
 	var flags []string
@@ -421,7 +544,11 @@ func appendCommandInfo(out []byte, cmd *command) []byte {
 	}
 	out = redcon.AppendInt(out, int64(first))
 	out = redcon.AppendInt(out, int64(last))
-	return redcon.AppendInt(out, int64(step))
+	out = redcon.AppendInt(out, int64(step))
+	for range 4 {
+		out = redcon.AppendArray(out, 0)
+	}
+	return out
 }
 
 func cmdGet(x *execCtx, args [][]byte) error {
@@ -450,13 +577,14 @@ func cmdType(x *execCtx, args [][]byte) error {
 	return nil
 }
 
-// cmdSet is SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL].
-// Keys never expire in mvkv: the expiry options are parsed and checked as
-// Redis does, then refused.
+// cmdSet is SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL],
+// as Redis's setGenericCommand. A deadline already past (EXAT, PXAT)
+// deletes the key, which then reads as absent as Redis's would.
 func cmdSet(x *execCtx, args [][]byte) error {
 	key, val := args[1], args[2]
 	var nx, xx, get, keepTTL bool
 	expiry := ""
+	var deadline int64
 	for i := 3; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		switch {
@@ -478,22 +606,28 @@ func cmdSet(x *execCtx, args [][]byte) error {
 				x.errorf("ERR invalid expire time in 'set' command")
 				return nil
 			}
-			expiry = opt
+			if opt == "EX" || opt == "EXAT" {
+				n *= 1000
+			}
+			if opt == "EX" || opt == "PX" {
+				if n > math.MaxInt64-x.now() {
+					x.errorf("ERR invalid expire time in 'set' command")
+					return nil
+				}
+				n += x.now()
+			}
+			expiry, deadline = opt, n
 			i++
 		default:
 			x.syntaxError()
 			return nil
 		}
 	}
-	if expiry != "" {
-		x.errorf("ERR SET %s is not supported: keys do not expire in mvkv", expiry)
-		return nil
-	}
 	if !x.checkKey(key) {
 		return nil
 	}
-	if !nx && !xx && !get {
-		if err := x.tx.Put(key, val); err != nil {
+	if !nx && !xx && !get && !keepTTL && (deadline == 0 || deadline > x.now()) {
+		if err := x.tx.Put(key, encodeValue(val, deadline)); err != nil {
 			return x.writeErr(err)
 		}
 		x.wrote(key)
@@ -501,16 +635,20 @@ func cmdSet(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	var old []byte
-	var found bool
-	err := x.tx.Update(key, func(o []byte, f bool) ([]byte, error) {
-		old, found = o, f
-		if (nx && f) || (xx && !f) {
-			return nil, errNoop
+	var found, applied bool
+	err := x.rmw(key, func(o []byte, cur int64, live bool) (rmwResult, []byte, int64) {
+		old, found = o, live
+		if (nx && live) || (xx && !live) {
+			return rmwKeep, nil, 0
 		}
-		return val, nil
+		applied = true
+		d := deadline
+		if keepTTL && live {
+			d = cur
+		}
+		return rmwPut, val, d
 	})
-	applied := err == nil
-	if err != nil && !errors.Is(err, errNoop) {
+	if err != nil {
 		return x.writeErr(err)
 	}
 	if applied {
@@ -518,9 +656,6 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	}
 	switch {
 	case get && found:
-		if old == nil {
-			old = []byte{}
-		}
 		x.out = redcon.AppendBulk(x.out, old)
 	case get, !applied:
 		x.null()
@@ -536,24 +671,24 @@ func cmdDel(x *execCtx, args [][]byte) error {
 		if len(k) == 0 || len(k) > engine.MaxKeySize {
 			continue
 		}
-		// Lock the key and learn whether it has a live version, then
-		// delete it: the count is exact even with concurrent writers.
-		var found bool
-		err := x.tx.Update(k, func(_ []byte, f bool) ([]byte, error) {
-			found = f
-			return nil, errNoop
+		// Lock the key and learn whether it is live, then delete it:
+		// the count is exact even with concurrent writers. An expired
+		// key is deleted too, but not counted.
+		var live bool
+		err := x.rmw(k, func(_ []byte, _ int64, ok bool) (rmwResult, []byte, int64) {
+			live = ok
+			if ok {
+				return rmwDelete, nil, 0
+			}
+			return rmwKeep, nil, 0
 		})
-		if err != nil && !errors.Is(err, errNoop) {
+		if err != nil {
 			return err
 		}
-		if !found {
-			continue
+		if live {
+			x.wrote(k)
+			n++
 		}
-		if err := x.tx.Delete(k); err != nil {
-			return err
-		}
-		x.wrote(k)
-		n++
 	}
 	x.out = redcon.AppendInt(x.out, int64(n))
 	return nil
@@ -606,28 +741,33 @@ func cmdIncrFamily(x *execCtx, args [][]byte) error {
 	if !x.checkKey(key) {
 		return nil
 	}
+	// An increment keeps the key's expiry, as Redis's does; an expired
+	// key counts as absent and the new one has none.
 	var result int64
-	err := x.tx.Update(key, func(old []byte, found bool) ([]byte, error) {
+	var fail error
+	err := x.rmw(key, func(old []byte, deadline int64, live bool) (rmwResult, []byte, int64) {
 		var cur int64
-		if found {
+		if live {
 			v, ok := parseInt(old)
 			if !ok {
-				return nil, errNotInteger
+				fail = errNotInteger
+				return rmwKeep, nil, 0
 			}
 			cur = v
 		}
 		if (delta < 0 && cur < math.MinInt64-delta) || (delta > 0 && cur > math.MaxInt64-delta) {
-			return nil, errOverflow
+			fail = errOverflow
+			return rmwKeep, nil, 0
 		}
 		result = cur + delta
-		return strconv.AppendInt(nil, result, 10), nil
+		return rmwPut, strconv.AppendInt(nil, result, 10), deadline
 	})
-	switch {
-	case errors.Is(err, errNotInteger), errors.Is(err, errOverflow):
-		x.errorf("%s", err.Error())
-		return nil
-	case err != nil:
+	if err != nil {
 		return x.writeErr(err)
+	}
+	if fail != nil {
+		x.errorf("%s", fail.Error())
+		return nil
 	}
 	x.wrote(key)
 	x.out = redcon.AppendInt(x.out, result)
@@ -674,7 +814,7 @@ func cmdMSet(x *execCtx, args [][]byte) error {
 		}
 	}
 	for i := 1; i < len(args); i += 2 {
-		if err := x.tx.Put(args[i], args[i+1]); err != nil {
+		if err := x.tx.Put(args[i], encodeValue(args[i+1], 0)); err != nil {
 			return err
 		}
 		x.wrote(args[i])
@@ -685,7 +825,15 @@ func cmdMSet(x *execCtx, args [][]byte) error {
 
 func cmdDBSize(x *execCtx, _ [][]byte) error {
 	n := int64(0)
-	if err := x.tx.Scan(nil, nil, func(_, _ []byte) bool { n++; return true }); err != nil {
+	err := x.tx.Scan(nil, nil, func(k, raw []byte) bool {
+		if _, _, ok := x.live(raw, true); ok {
+			n++
+		} else {
+			x.noteExpired(k)
+		}
+		return true
+	})
+	if err != nil {
 		return err
 	}
 	x.out = redcon.AppendInt(x.out, n)
@@ -780,10 +928,12 @@ func cmdScan(x *execCtx, args [][]byte) error {
 	var matched [][]byte
 	var last []byte
 	visited := 0
-	err = x.tx.Scan(start, nil, func(k, _ []byte) bool {
+	err = x.tx.Scan(start, nil, func(k, raw []byte) bool {
 		visited++
 		last = k
-		if typeOK && (pattern == nil || globMatch(pattern, k)) {
+		if _, _, ok := x.live(raw, true); !ok {
+			x.noteExpired(k)
+		} else if typeOK && (pattern == nil || globMatch(pattern, k)) {
 			matched = append(matched, k)
 		}
 		return visited < count

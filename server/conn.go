@@ -44,14 +44,22 @@ type conn struct {
 	inMulti  bool
 	dirty    bool // a queue-time error: EXEC answers EXECABORT
 	queue    [][][]byte
-	queued   int64             // bytes held by queue, charged against QueryBufferLimit
-	watched  map[string]uint64 // key -> version seen at WATCH
+	queued   int64              // bytes held by queue, charged against QueryBufferLimit
+	watched  map[string]watched // key -> what WATCH saw
+	expired  [][]byte           // expired keys the last command read, for reapExpired
 	scratchX execCtx
+	// pending are the commits of pipelined writes appended with
+	// CommitAsync, oldest first, whose replies wait in out until they
+	// complete (see settle).
+	pending []pendingCommit
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
+	libName string // CLIENT SETINFO lib-name
+	libVer  string // CLIENT SETINFO lib-ver
 	lastCmd string
 	active  time.Time
+	queuedN int // commands queued in MULTI when the last command began, -1 outside MULTI
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -63,6 +71,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		created: time.Now(),
 		active:  time.Now(),
 		authed:  s.cfg.RequirePass == "",
+		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
 	return c
@@ -126,10 +135,43 @@ func (c *conn) serve() {
 	c.flush()
 }
 
-// flush writes the collected replies. Every reply in out already
-// acknowledges only what is durable (with synchronous_commit on): commits
-// wait for their commit record before they return.
+// pendingCommit is a pipelined write whose commit is in progress; its
+// reply is out[start:end].
+type pendingCommit struct {
+	w          *engine.CommitWait
+	start, end int
+}
+
+// settle waits for every pending commit of the connection. A commit that
+// failed has its reply replaced by the error, so no reply acknowledges a
+// write that is not durable and visible.
+func (c *conn) settle() {
+	if len(c.pending) == 0 {
+		return
+	}
+	var fixed []byte
+	done := 0 // bytes of out already copied to fixed
+	for _, p := range c.pending {
+		err := p.w.Wait(c.ctx)
+		c.s.openTxns.Add(-1)
+		if err == nil {
+			continue
+		}
+		fixed = append(fixed, c.out[done:p.start]...)
+		fixed = appendEngineError(fixed, err)
+		done = p.end
+	}
+	c.pending = c.pending[:0]
+	if fixed != nil {
+		c.out = append(fixed, c.out[done:]...)
+	}
+}
+
+// flush writes the collected replies, after the commits they acknowledge
+// have completed: with synchronous_commit on, no reply is written before
+// the commit record of the write it answers is durable.
 func (c *conn) flush() error {
+	c.settle()
 	if len(c.out) == 0 {
 		return nil
 	}
@@ -162,6 +204,34 @@ func (c *conn) commit(tx *engine.Txn) error {
 	return err
 }
 
+// commitPipelined commits tx, whose reply is out[mark:], without waiting:
+// the commit joins the connection's pending ones, which complete in order
+// and share WAL flushes, and the reply waits in out until settle. It is
+// used for a write while more requests of a pipeline are already read (or
+// earlier ones are still pending, so that this one completes after them).
+func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
+	var after *engine.CommitWait
+	if n := len(c.pending); n > 0 {
+		after = c.pending[n-1].w
+	}
+	w, err := tx.CommitAsync(after)
+	if err != nil {
+		c.s.openTxns.Add(-1)
+		return err
+	}
+	c.pending = append(c.pending, pendingCommit{w: w, start: mark, end: len(c.out)})
+	return nil
+}
+
+// maxPendingCommits bounds a connection's pending commits (each holds its
+// row locks and a goroutine until it completes): at the bound the
+// connection waits for them before it runs the next command.
+const maxPendingCommits = 128
+
+// pipelining reports whether a write should commit with commitPipelined:
+// more requests are buffered, or earlier commits are still pending.
+func (c *conn) pipelining() bool { return c.more || len(c.pending) > 0 }
+
 func (c *conn) rollback(tx *engine.Txn) {
 	tx.Rollback()
 	c.s.openTxns.Add(-1)
@@ -180,6 +250,15 @@ func (c *conn) dispatch(req request) {
 	c.active = start
 	if cmd != nil {
 		c.lastCmd = cmd.name
+		if cmd.name == "client" || cmd.name == "config" || cmd.name == "command" {
+			if len(req.args) > 1 {
+				c.lastCmd += "|" + lower(trunc(req.args[1], 32))
+			}
+		}
+	}
+	c.queuedN = -1
+	if c.inMulti {
+		c.queuedN = len(c.queue)
 	}
 	c.mu.Unlock()
 	c.s.commands.Add(1)
@@ -216,6 +295,12 @@ func (c *conn) dispatch(req request) {
 		c.out = append(c.out, "+QUEUED\r\n"...)
 		return
 	}
+	// Anything but a pipelined write waits for the pending commits: a
+	// read, EXEC or WATCH must see the connection's own earlier writes,
+	// and CONFIG SET or SHUTDOWN must come after them.
+	if (cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined())) || len(c.pending) >= maxPendingCommits {
+		c.settle()
+	}
 	if cmd.flags&(flagRead|flagWrite) == 0 {
 		x := &c.scratchX
 		*x = execCtx{c: c, out: c.out}
@@ -224,6 +309,7 @@ func (c *conn) dispatch(req request) {
 		return
 	}
 	c.runSingle(cmd, req.args)
+	c.reapExpired()
 }
 
 // queueError replies with a command error; inside MULTI it also makes the
@@ -249,9 +335,12 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			*x = execCtx{c: c, tx: tx, out: c.out}
 			err = cmd.fn(x, args)
 			c.out = x.out
-			if err != nil || x.failed {
+			switch {
+			case err != nil || x.failed:
 				c.rollback(tx)
-			} else {
+			case cmd.flags&flagPipeline != 0 && c.pipelining():
+				err = c.commitPipelined(tx, mark)
+			default:
 				err = c.commit(tx)
 			}
 		}
@@ -332,10 +421,12 @@ func (c *conn) unwatchAll() {
 
 // exec runs the queued commands as one engine transaction with one commit.
 func (c *conn) exec() {
+	defer c.reapExpired()
 	if !c.inMulti {
 		c.out = redcon.AppendError(c.out, "ERR EXEC without MULTI")
 		return
 	}
+	pipelined := c.execPipelined()
 	queue, dirty := c.queue, c.dirty
 	c.resetMulti()
 	defer c.unwatchAll()
@@ -357,7 +448,7 @@ func (c *conn) exec() {
 	mark := len(c.out)
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
-		err := c.execOnce(queue, keys)
+		err := c.execOnce(queue, keys, pipelined, mark)
 		if err == nil {
 			return
 		}
@@ -370,7 +461,7 @@ func (c *conn) exec() {
 	}
 }
 
-func (c *conn) execOnce(queue [][][]byte, keys []string) error {
+func (c *conn) execOnce(queue [][][]byte, keys []string, pipelined bool, mark int) error {
 	tx, err := c.begin(true)
 	if err != nil {
 		return err
@@ -401,12 +492,43 @@ func (c *conn) execOnce(queue [][][]byte, keys []string) error {
 			return err
 		}
 	}
+	if pipelined {
+		return c.commitPipelined(tx, mark)
+	}
 	return c.commit(tx)
 }
 
+// execPipelined reports whether the EXEC about to run may commit with
+// commitPipelined: a block that watches nothing and queues only writes that
+// read nothing but the keys they lock (so they need no earlier commit of
+// the connection to be visible: a row lock waits for it).
+func (c *conn) execPipelined() bool {
+	if !c.inMulti || c.dirty || len(c.watched) > 0 || !c.pipelining() {
+		return false
+	}
+	for _, args := range c.queue {
+		if cmd := commandTable[lower(args[0])]; cmd == nil || cmd.flags&flagPipeline == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// watched is what WATCH saw of a key: its version in the watch table, and
+// the deadline it had if it was live with an expiry.
+type watched struct {
+	version  uint64
+	deadline int64 // Unix milliseconds; 0 for none (or absent at WATCH)
+}
+
+// watchValid reports whether no watched key was written, or expired, since
+// WATCH. As Redis (isWatchedKeyExpired), a key that was live at WATCH and
+// has reached its deadline since counts as changed; one already expired at
+// WATCH does not.
 func (c *conn) watchValid() bool {
-	for k, v := range c.watched {
-		if c.s.watch.version(k) != v {
+	now := time.Now().UnixMilli()
+	for k, w := range c.watched {
+		if c.s.watch.version(k) != w.version || (w.deadline != 0 && w.deadline <= now) {
 			return false
 		}
 	}
@@ -420,7 +542,7 @@ func (c *conn) watchValid() bool {
 // WATCH's reply, so the client's reads after WATCH see it.
 func (c *conn) watchKeys(keys [][]byte) error {
 	if c.watched == nil {
-		c.watched = map[string]uint64{}
+		c.watched = map[string]watched{}
 	}
 	var fresh [][]byte
 	for _, k := range keys {
@@ -428,7 +550,7 @@ func (c *conn) watchKeys(keys [][]byte) error {
 		if _, ok := c.watched[ks]; ok {
 			continue
 		}
-		c.watched[ks] = c.s.watch.acquire(ks)
+		c.watched[ks] = watched{version: c.s.watch.acquire(ks)}
 		fresh = append(fresh, k)
 	}
 	if len(fresh) == 0 {
@@ -440,8 +562,17 @@ func (c *conn) watchKeys(keys [][]byte) error {
 	}
 	c.s.openTxns.Add(1)
 	defer c.rollback(tx)
+	x := &execCtx{c: c, tx: tx}
 	for _, k := range fresh {
-		if err := tx.Update(k, func([]byte, bool) ([]byte, error) { return nil, errNoop }); err != nil && !errors.Is(err, errNoop) {
+		err := tx.Update(k, func(raw []byte, found bool) ([]byte, error) {
+			if _, d, ok := x.live(raw, found); ok {
+				w := c.watched[string(k)]
+				w.deadline = d
+				c.watched[string(k)] = w
+			}
+			return nil, errNoop
+		})
+		if err != nil && !errors.Is(err, errNoop) {
 			return err
 		}
 	}

@@ -83,13 +83,27 @@
 // about one commit per WAL flush (per fsync). Writers of different keys do
 // not wait for each other: their commits share flushes through the
 // engine's group commit, so throughput grows with the number of clients.
-// One connection's pipelined writes are run one after another, each with
-// its own durability wait; their replies are collected and written only
-// when the request reader must wait for the socket (or when 64 KiB have
-// collected), in request order. An engine call that commits without
-// waiting for the flush but keeps the transaction invisible, and its row
-// locks held, until its commit record is durable would let a pipeline's
-// writes share one flush without breaking the rule.
+//
+// A pipeline shares flushes too. While more requests of the connection
+// are already read (buffered), a write that reads nothing but the keys it
+// locks (SET, DEL, INCR/DECR and their BY forms, MSET, the EXPIRE family,
+// PERSIST, and an EXEC block of only those that watches nothing) commits
+// with engine.Txn.CommitAsync:
+// its commit record is appended, and the rest of its commit (the flush
+// wait, the CLOG, the running table, the row locks) completes on its own,
+// after the connection's earlier commits, while the connection goes on to
+// the next request. Its reply waits in the connection's buffer. Before
+// the replies are written (when the reader must wait for the socket, or
+// 64 KiB have collected, or 128 commits are pending), the connection waits
+// for every pending commit, and one whose commit failed has its reply
+// replaced by the error. So a
+// pipeline of writes to different keys takes about one flush, not one
+// each, and still no reply and no visibility precedes durability. Any
+// other command (a read, WATCH, an EXEC that reads, CONFIG, ...) first
+// waits for the pending commits, so it sees the connection's own writes.
+// A write of a key an earlier pending write holds waits for that commit
+// (its row lock), so a pipeline of writes to one key still takes one
+// flush per write.
 //
 // With synchronous_commit off (Config.SynchronousCommit, `mvkv serve
 // --synchronous-commit off`, or CONFIG SET synchronous_commit off), writes
@@ -100,6 +114,42 @@
 // crash may lose the last acknowledged writes, but only whole
 // transactions, never part of one, and never a write that a later
 // synchronous commit's flush covered.
+//
+// # Expiry
+//
+// SET EX/PX/EXAT/PXAT/KEEPTTL, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT (with
+// NX, XX, GT, LT), PERSIST, TTL and PTTL work as in Redis. A key's deadline
+// is stored with its value, so it is written, logged and recovered with it
+// and survives a restart. Part of the format; do not change:
+//
+//	no expiry, first byte not 0xFF:  | value ...                             |
+//	no expiry, first byte 0xFF:      | 0xFF | 0x00 | value ...               |
+//	with an expiry:                  | 0xFF | 0x01 | deadline | value ...    |
+//	                                    1      1       8 bytes
+//
+// deadline is the Unix time in milliseconds at which the key expires, a
+// little-endian int64 (the absolute time PEXPIREAT takes). Values without
+// an expiry, almost all of them, are stored unchanged, so INCR's counters
+// and redis-benchmark's values cost nothing extra; a stored value that
+// starts with 0xFF but fits neither form can only have come through the
+// engine directly, and is read as plain bytes. A value with an expiry may
+// be up to 10 bytes shorter than the engine's 1 MiB limit.
+//
+// A key past its deadline is absent to every command (GET, MGET, EXISTS,
+// TYPE, TTL, SCAN, DBSIZE), and writes treat it as absent: INCR starts from
+// 0 without an expiry, SET NX succeeds, SET XX and EXPIRE do nothing, DEL
+// counts it as 0. It is removed lazily, as Redis's expireIfNeeded does: a
+// write of the key deletes or replaces it in its own transaction, and after
+// a command whose reads met expired keys, up to 16 of them are deleted in a
+// transaction with synchronous_commit off (a crash may undo such a delete,
+// and the key is still past its deadline then). There is no active expiry
+// cycle: an expired key nobody reads stays stored until FLUSHALL, or until
+// it is read. Every command judges deadlines at one instant, read from the
+// wall clock when it starts (Redis's commandTimeSnapshot). INCR and the
+// other counters keep the key's expiry; SET without KEEPTTL and MSET clear
+// it. As Redis (since 6.0.9), a watched key that was live at WATCH and
+// reaches its deadline before EXEC aborts the EXEC; removing a key that was
+// already expired at WATCH does not.
 //
 // # Limits
 //
@@ -132,8 +182,8 @@
 //
 // # Not supported
 //
-// RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), key
-// expiry (SET EX/PX are parsed and refused), data types other than strings,
+// RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), an
+// active expiry cycle (see Expiry), data types other than strings,
 // databases other than 0, pub/sub, and scripting. SCAN cursors index a table
 // of the last 4096 cursors handed out, since keys ordered by bytes cannot be
 // encoded in a number.

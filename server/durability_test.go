@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -181,5 +183,156 @@ func TestAsyncCommitRepliesBeforeDurable(t *testing.T) {
 	b.expect("$1\r\nv\r\n")
 	if d := ts.db.Stats().Sub(before); d.WALSyncs != 0 || d.WALFlushRequests != 0 {
 		t.Fatalf("asynchronous commit made %d WAL syncs and %d flush requests", d.WALSyncs, d.WALFlushRequests)
+	}
+}
+
+// TestPipelineGroupCommit: a client pipelines writes of distinct keys. They
+// are committed one after another without waiting, none is replied to or
+// visible to another client while the WAL sync is held, and once it is let
+// through one more flush covers all the rest: the pipeline shares flushes
+// instead of taking one each.
+func TestPipelineGroupCommit(t *testing.T) {
+	g := newGateFS()
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour})
+	defer g.open()
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("PING")
+	a.expect("+PONG\r\n")
+	const n = 64
+	var req strings.Builder
+	for i := range n {
+		fmt.Fprintf(&req, "*3\r\n$3\r\nSET\r\n$3\r\nk%02d\r\n$1\r\nv\r\n", i)
+	}
+	g.shut()
+	before := ts.db.Stats()
+	a.send(req.String())
+	// Every write has begun its commit (and none has completed) once n
+	// transactions are open on the server.
+	deadline := time.Now().Add(20 * time.Second)
+	for ts.s.OpenTransactions() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pipelined writes reached their commit", ts.s.OpenTransactions(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.cmd("MGET", "k00", "k63")
+	b.expect("*2\r\n$-1\r\n$-1\r\n")
+	noReplyYet(t, a, "pipelined SET")
+	g.open()
+	for range n {
+		a.expect("+OK\r\n")
+	}
+	b.cmd("MGET", "k00", "k63")
+	b.expect("*2\r\n$1\r\nv\r\n$1\r\nv\r\n")
+	d := ts.db.Stats().Sub(before)
+	if d.Commits != n || d.WALSyncs > 3 {
+		t.Fatalf("%d commits with %d WAL syncs; want %d commits with at most 3", d.Commits, d.WALSyncs, n)
+	}
+}
+
+// TestPipelineSyncFailure: when the WAL sync under a pipeline fails, the
+// writes it carried are answered with the error, not OK.
+func TestPipelineSyncFailure(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.OS{})
+	db, err := engine.Open(t.TempDir(), engine.Options{FS: ffs, WALWriterDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{s: New(db, Config{}), db: db, addr: ln.Addr().String()}
+	go ts.s.Serve(context.Background(), ln)
+	defer func() {
+		// The shutdown checkpoint and Close report the failed sync.
+		ts.s.Shutdown(context.Background())
+		db.Close()
+	}()
+	a := ts.raw(t)
+	a.cmd("SET", "k", "v")
+	a.expect("+OK\r\n")
+	ffs.Inject(vfs.Rule{Kinds: vfs.SyncOps, Contains: "/wal/", Permanent: vfs.SyncOps})
+	a.send("*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$1\r\n1\r\n*3\r\n$3\r\nSET\r\n$1\r\ny\r\n$1\r\n1\r\n")
+	for range 2 {
+		if got := a.reply(); !strings.HasPrefix(got, "-MISCONF ") {
+			t.Fatalf("reply %q to a write whose WAL sync failed; want -MISCONF", got)
+		}
+	}
+	a.cmd("GET", "x")
+	if got := a.reply(); got != "$-1\r\n" && !strings.HasPrefix(got, "-") {
+		t.Fatalf("GET x = %q after its commit failed", got)
+	}
+}
+
+// TestShutdownDeadline: a shutdown whose deadline has passed while a
+// commit waits for its WAL sync closes the connection without
+// acknowledging the write, and finishes once the sync completes.
+func TestShutdownDeadline(t *testing.T) {
+	g := newGateFS()
+	db, err := engine.Open(t.TempDir(), engine.Options{FS: g, WALWriterDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{s: New(db, Config{}), db: db, addr: ln.Addr().String()}
+	go ts.s.Serve(context.Background(), ln)
+	a := ts.raw(t)
+	a.cmd("SET", "k", "old")
+	a.expect("+OK\r\n")
+	g.shut()
+	before := db.Stats()
+	a.cmd("SET", "k", "new")
+	waitCommitInFlight(t, ts, g, before)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- ts.s.Shutdown(ctx) }()
+	// The connection is closed with no reply: the write was never
+	// acknowledged.
+	if b, err := a.br.ReadByte(); err == nil {
+		t.Fatalf("reply %q to a write whose WAL sync had not completed at shutdown", b)
+	}
+	g.open()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown past its deadline: %v", err)
+	}
+	if n := ts.s.OpenTransactions(); n != 0 {
+		t.Fatalf("%d transactions open after shutdown", n)
+	}
+}
+
+// TestPipelinePendingBound: a connection holds at most maxPendingCommits
+// commits in progress; the next write waits for them.
+func TestPipelinePendingBound(t *testing.T) {
+	g := newGateFS()
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour})
+	defer g.open()
+	a := ts.raw(t)
+	const n = 2*maxPendingCommits + 10
+	var req strings.Builder
+	for i := range n {
+		fmt.Fprintf(&req, "*3\r\n$3\r\nSET\r\n$4\r\nk%03d\r\n$1\r\nv\r\n", i)
+	}
+	g.shut()
+	a.send(req.String())
+	deadline := time.Now().Add(20 * time.Second)
+	for ts.s.OpenTransactions() < maxPendingCommits {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pipelined writes reached their commit", ts.s.OpenTransactions())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	noReplyYet(t, a, "pipelined SET")
+	if got := ts.s.OpenTransactions(); got != maxPendingCommits {
+		t.Fatalf("%d commits in progress on one connection; want at most %d", got, maxPendingCommits)
+	}
+	g.open()
+	for range n {
+		a.expect("+OK\r\n")
 	}
 }

@@ -31,7 +31,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"command"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "mvkv_command_duration_seconds",
-		Help:    "Time from a command's arrival to its reply being ready (before the write to the socket), by command.",
+		Help:    "Time from a command's arrival to its reply being ready (before the write to the socket), by command; for a pipelined write, up to its commit record's insertion (its wait for the flush, shared with the rest of its pipeline, comes before the replies are written).",
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 14),
 	}, []string{"command"})
 	m.clients = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mvkv_connected_clients", Help: "Client connections being served."})

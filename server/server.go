@@ -110,6 +110,7 @@ type Server struct {
 	maxClients atomic.Int64
 	timeout    atomic.Int64 // nanoseconds
 	lim        atomic.Pointer[Limits]
+	limMu      sync.Mutex // serializes CONFIG SET of lim (copy on write)
 
 	nextID    atomic.Uint64
 	clients   atomic.Int64 // connections being served
@@ -117,6 +118,9 @@ type Server struct {
 	commands  atomic.Uint64
 	connsRecv atomic.Uint64
 	rejected  atomic.Uint64
+	// expiredKeys counts keys removed because they were past their
+	// deadline (Redis's expired_keys).
+	expiredKeys atomic.Uint64
 
 	// baseCtx bounds every engine call; cancel ends in-flight waits when a
 	// shutdown's deadline passes.

@@ -190,10 +190,6 @@ func TestStringCommands(t *testing.T) {
 	_, err = rdb.SetArgs(ctx, "fresh", "1", redis.SetArgs{Get: true}).Result()
 	eq(err, redis.Nil)
 	eq(rdb.Get(ctx, "fresh").Val(), "1")
-	err = rdb.Set(ctx, "ttl", "v", time.Second).Err()
-	if err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Fatalf("SET EX: %v", err)
-	}
 	eq(rdb.Do(ctx, "SET", "k", "v", "NX", "XX").Err(), "ERR syntax error")
 	eq(rdb.Do(ctx, "SET", "k", "v", "EX", "0").Err(), "ERR invalid expire time in 'set' command")
 	eq(rdb.Do(ctx, "SET", "k", "v", "EX", "x").Err(), "ERR value is not an integer or out of range")
@@ -336,10 +332,41 @@ func TestConnectionCommands(t *testing.T) {
 	}
 	r.cmd("COMMAND", "COUNT")
 	r.expect(fmt.Sprintf(":%d\r\n", len(commandTable)))
+	r.cmd("COMMAND", "COUNT", "x")
+	r.expect("-ERR wrong number of arguments for 'command|count' command\r\n")
+	r.cmd("COMMAND", "DOCS", "get", "nosuch")
+	r.expect("*2\r\n$3\r\nget\r\n*10\r\n$7\r\nsummary\r\n$34\r\nReturns the string value of a key.\r\n" +
+		"$5\r\nsince\r\n$5\r\n1.0.0\r\n$5\r\ngroup\r\n$6\r\nstring\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n" +
+		"$9\r\narguments\r\n*1\r\n*4\r\n$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n")
 	r.cmd("COMMAND", "DOCS")
-	r.expect("*0\r\n")
+	if got := r.reply(); !strings.HasPrefix(got, fmt.Sprintf("*%d\r\n", 2*len(commandTable))) {
+		t.Fatalf("COMMAND DOCS: %.100q", got)
+	}
 	r.cmd("COMMAND", "INFO", "get")
-	r.expect("*1\r\n*6\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n:1\r\n:1\r\n:1\r\n")
+	r.expect("*1\r\n*10\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n:1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n")
+	r.cmd("CLIENT", "SETINFO", "lib-name", "a b")
+	r.expect("-ERR lib-name cannot contain spaces, newlines or special characters.\r\n")
+	r.cmd("CLIENT", "SETINFO", "lib-nom", "x")
+	r.expect("-ERR Unrecognized option 'lib-nom'\r\n")
+	r.cmd("CLIENT", "SETINFO", "LIB-NAME", "mylib")
+	r.expect("+OK\r\n")
+	r.cmd("CLIENT", "LIST", "ID", "-1")
+	r.expect("-ERR Invalid client ID\r\n")
+	r.cmd("CONFIG", "SET", "maxclients", "10", "timeout")
+	r.expect("-ERR syntax error\r\n")
+	r.cmd("CLIENT", "LIST", "TYPE", "pubsub")
+	r.expect("$0\r\n\r\n")
+	// go-redis v9 asks for RESP3 with HELLO 3, falls back to RESP2 on
+	// NOPROTO, and names itself with CLIENT SETINFO.
+	rdb3 := redis.NewClient(&redis.Options{Addr: ts.addr, Protocol: 3})
+	defer rdb3.Close()
+	if err := rdb3.Set(ctx, "p3", "v", 0).Err(); err != nil {
+		t.Fatalf("SET over a client asking for RESP3: %v", err)
+	}
+	list = rdb3.ClientList(ctx).Val()
+	if !strings.Contains(list, "lib-name=mylib ") || !strings.Contains(list, "lib-name=go-redis") || !strings.Contains(list, "cmd=client|list") {
+		t.Fatalf("CLIENT LIST:\n%s", list)
+	}
 	r.cmd("CONFIG", "GET", "synchronous_commit")
 	r.expect("*2\r\n$18\r\nsynchronous_commit\r\n$2\r\non\r\n")
 	r.cmd("CONFIG", "SET", "commit_delay", "10", "commit_siblings", "2")
@@ -359,6 +386,24 @@ func TestConnectionCommands(t *testing.T) {
 	r.cmd("CONFIG", "SET", "commit_delay", "-5")
 	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
 		t.Fatalf("bad commit_delay: %q", got)
+	}
+	r.cmd("CONFIG", "SET", "maxclients", "x")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer\r\n")
+	r.cmd("CONFIG", "SET", "maxclients", "0")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument must be between 1 and 4294967295 inclusive\r\n")
+	r.cmd("CONFIG", "SET", "proto-max-bulk-len", "2mb")
+	r.expect("+OK\r\n")
+	r.cmd("CONFIG", "GET", "proto-max-bulk-len")
+	r.expect("*2\r\n$18\r\nproto-max-bulk-len\r\n$7\r\n2097152\r\n")
+	r.cmd("AUTH", "a", "b", "c")
+	r.expect("-ERR syntax error\r\n")
+	r.cmd("AUTH", "someone", "pw")
+	r.expect("-WRONGPASS invalid username-password pair or user is disabled.\r\n")
+	r.cmd("AUTH", "default", "anything")
+	r.expect("+OK\r\n")
+	r.cmd("HELLO", "2", "AUTH", "default", "anything")
+	if got := r.reply(); !strings.HasPrefix(got, "*14\r\n") {
+		t.Fatalf("HELLO 2 AUTH default without requirepass: %q", got)
 	}
 	r.cmd("QUIT")
 	r.expect("+OK\r\n")
@@ -488,10 +533,11 @@ func TestConcurrentIncr(t *testing.T) {
 	}
 }
 
-// TestPipelineSyncCommit: in a pipeline of writes every write is applied in
-// order and answered in order, and each one waited for its own commit
-// record to be durable (one WAL flush request per commit).
-func TestPipelineSyncCommit(t *testing.T) {
+// TestPipelineSameKey: a pipeline of increments of one key is applied and
+// answered in order; each waits for the row lock of the one before, which
+// is released only once that one's commit record is durable, so each
+// commit asked for its own WAL flush.
+func TestPipelineSameKey(t *testing.T) {
 	ts := startServer(t, Config{})
 	rdb := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
 	defer rdb.Close()
@@ -522,6 +568,38 @@ func TestPipelineSyncCommit(t *testing.T) {
 	}
 	if ts.s.OpenTransactions() != 0 {
 		t.Fatalf("%d transactions left open", ts.s.OpenTransactions())
+	}
+}
+
+// TestPipelineReadYourWrites: in a pipeline whose writes commit without
+// waiting, every read, EXEC and WATCH still sees the connection's own
+// earlier writes, and the replies come in order.
+func TestPipelineReadYourWrites(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	var b strings.Builder
+	for _, c := range [][]string{
+		{"SET", "a", "1"}, {"GET", "a"}, {"INCR", "a"}, {"INCR", "b"}, {"GET", "a"},
+		{"DEL", "a"}, {"EXISTS", "a", "b"}, {"MSET", "x", "1", "y", "2"}, {"MGET", "x", "y"},
+		{"MULTI"}, {"INCRBY", "x", "5"}, {"SET", "z", "q"}, {"EXEC"}, {"GET", "x"},
+		{"SET", "z", "r", "XX"}, {"DBSIZE"}, {"WATCH", "z"}, {"MULTI"}, {"GET", "z"}, {"EXEC"},
+	} {
+		fmt.Fprintf(&b, "*%d\r\n", len(c))
+		for _, a := range c {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	r.send(b.String())
+	for _, want := range []string{
+		"+OK\r\n", "$1\r\n1\r\n", ":2\r\n", ":1\r\n", "$1\r\n2\r\n",
+		":1\r\n", ":1\r\n", "+OK\r\n", "*2\r\n$1\r\n1\r\n$1\r\n2\r\n",
+		"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:6\r\n+OK\r\n", "$1\r\n6\r\n",
+		"+OK\r\n", ":4\r\n", "+OK\r\n", "+OK\r\n", "+QUEUED\r\n", "*1\r\n$1\r\nr\r\n",
+	} {
+		r.expect(want)
+	}
+	if n := ts.s.OpenTransactions(); n != 0 {
+		t.Fatalf("%d transactions left open", n)
 	}
 }
 

@@ -48,6 +48,22 @@ Engine options:
   --shared-buffers=SIZE    buffer pool, e.g. 128MB (default: 128MB)
   --wal-flusher=serial|pipelined|none
                            group-commit flusher policy (default: serial)
+  --wal-writer-delay=MS    wal_writer_delay: how often the WAL writer
+                           flushes asynchronous commits (default: 200)
+  --wal-segment-size=SIZE  WAL segment size for a new data directory, a
+                           power of two from 1MB to 1GB (default: 16MB)
+  --checkpoint-timeout=SEC checkpoint_timeout; 0 turns time-driven
+                           checkpoints off (default: 300)
+  --max-wal-size=SIZE      max_wal_size: WAL written between checkpoints;
+                           a bare number counts MB (default: 1GB)
+  --lock-timeout=MS        lock_timeout: longest wait for a row lock; 0
+                           waits as long as the client (default: 0)
+  --clog-buffers=NUM       CLOG pages cached, in banks of 16 (default: 128)
+  --clog-locking=bank|global
+                           one lock per CLOG bank, or one for all
+                           (default: bank)
+  --clog-group-update=on|off
+                           CLOG group update of statuses (default: on)
 
 SIGTERM, SIGINT and the SHUTDOWN command stop the server gracefully: running
 commands finish, a checkpoint is taken, the data directory is closed.
@@ -76,6 +92,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		shared, walFlusher             string
 		maxClients, commitSiblings     int
 		timeout, shutdownTimeout       int
+		walWriterDelay, lockTimeout    int
+		ckptTimeout, clogBuffers       int
+		segSize, maxWAL                string
+		clogLocking, clogGroup         string
 	)
 	fs.StringVar(&dir, "dir", "", "")
 	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
@@ -89,6 +109,14 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
 	fs.StringVar(&shared, "shared-buffers", "128MB", "")
 	fs.StringVar(&walFlusher, "wal-flusher", "", "")
+	fs.IntVar(&walWriterDelay, "wal-writer-delay", 200, "")
+	fs.StringVar(&segSize, "wal-segment-size", "16MB", "")
+	fs.IntVar(&ckptTimeout, "checkpoint-timeout", 300, "")
+	fs.StringVar(&maxWAL, "max-wal-size", "1GB", "")
+	fs.IntVar(&lockTimeout, "lock-timeout", 0, "")
+	fs.IntVar(&clogBuffers, "clog-buffers", 128, "")
+	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
+	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, serveUsage)
@@ -144,6 +172,45 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if err != nil {
 		return fail("invalid --shared-buffers: %v", err)
 	}
+	switch {
+	case walWriterDelay < 1 || walWriterDelay > 10000:
+		return fail("invalid --wal-writer-delay %d (1..10000 milliseconds)", walWriterDelay)
+	case ckptTimeout < 0 || ckptTimeout > 86400:
+		return fail("invalid --checkpoint-timeout %d (0..86400 seconds)", ckptTimeout)
+	case lockTimeout < 0:
+		return fail("invalid --lock-timeout %d", lockTimeout)
+	case clogBuffers < 16 || clogBuffers > 1<<17:
+		return fail("invalid --clog-buffers %d (16..131072)", clogBuffers)
+	case clogLocking != "bank" && clogLocking != "global":
+		return fail("invalid --clog-locking %q (want bank or global)", clogLocking)
+	}
+	var groupUpdate bool
+	switch strings.ToLower(clogGroup) {
+	case "on", "true", "1", "yes":
+		groupUpdate = true
+	case "off", "false", "0", "no":
+	default:
+		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
+	}
+	segBytes, err := parseSize(segSize)
+	if err != nil || segBytes < 1<<20 || segBytes > 1<<30 || segBytes&(segBytes-1) != 0 {
+		return fail("invalid --wal-segment-size %q (a power of two from 1MB to 1GB)", segSize)
+	}
+	if strings.Trim(maxWAL, "0123456789") == "" {
+		maxWAL += "MB" // PostgreSQL's unit for max_wal_size
+	}
+	maxWALBytes, err := parseSize(maxWAL)
+	if err != nil || maxWALBytes < 2*segBytes {
+		return fail("invalid --max-wal-size %q (at least two WAL segments)", maxWAL)
+	}
+	siblings := commitSiblings
+	if siblings == 0 {
+		siblings = engine.NoCommitSiblings // the zero Option means the default
+	}
+	ckpt := time.Duration(ckptTimeout) * time.Second
+	if ckptTimeout == 0 {
+		ckpt = -1
+	}
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	db, err := engine.Open(dir, engine.Options{
@@ -151,8 +218,16 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		SharedBuffers:     sharedBytes,
 		SynchronousCommit: sc,
 		CommitDelay:       delay,
-		CommitSiblings:    commitSiblings,
+		CommitSiblings:    siblings,
 		WALFlusher:        walFlusher,
+		WALWriterDelay:    time.Duration(walWriterDelay) * time.Millisecond,
+		WALSegmentSize:    segBytes,
+		CheckpointTimeout: ckpt,
+		MaxWALSize:        maxWALBytes,
+		LockTimeout:       time.Duration(lockTimeout) * time.Millisecond,
+		CLOGBuffers:       clogBuffers,
+		CLOGLocking:       clogLocking,
+		CLOGGroupUpdate:   &groupUpdate,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "mvkv: %v\n", err)

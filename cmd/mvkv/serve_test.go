@@ -85,6 +85,11 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--dir", t.TempDir(), "--commit-delay", "-1"},
 		{"serve", "--dir", t.TempDir(), "--wal-flusher", "fast"},
 		{"serve", "--dir", t.TempDir(), "extra"},
+		{"serve", "--dir", t.TempDir(), "--clog-locking", "none"},
+		{"serve", "--dir", t.TempDir(), "--clog-group-update", "maybe"},
+		{"serve", "--dir", t.TempDir(), "--wal-segment-size", "3MB"},
+		{"serve", "--dir", t.TempDir(), "--max-wal-size", "1MB"},
+		{"serve", "--dir", t.TempDir(), "--wal-writer-delay", "0"},
 	} {
 		errb.Reset()
 		if code := run(args, &out, &errb); code != 2 {
@@ -97,7 +102,9 @@ func TestServeUsage(t *testing.T) {
 // shuts down with SHUTDOWN, and finds the data after a restart.
 func TestServe(t *testing.T) {
 	dir := t.TempDir()
-	p := startServe(t, dir, "--commit-delay", "auto")
+	p := startServe(t, dir, "--commit-delay", "auto", "--commit-siblings", "0", "--wal-writer-delay", "50",
+		"--checkpoint-timeout", "0", "--max-wal-size", "64", "--lock-timeout", "5000", "--clog-buffers", "32",
+		"--clog-locking", "global", "--clog-group-update", "off", "--wal-segment-size", "4MB")
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: p.addr})
 	if err := c.Set(ctx, "persisted", "yes", 0).Err(); err != nil {
@@ -117,6 +124,9 @@ func TestServe(t *testing.T) {
 	}
 	if got := c.ConfigGet(ctx, "commit_delay").Val()["commit_delay"]; got != "auto" {
 		t.Errorf("CONFIG GET commit_delay = %q", got)
+	}
+	if got := c.ConfigGet(ctx, "commit_siblings").Val()["commit_siblings"]; got != "0" {
+		t.Errorf("CONFIG GET commit_siblings = %q after --commit-siblings 0", got)
 	}
 	c.Close()
 	p.shutdown(t)

@@ -1,0 +1,314 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"mvkv/engine"
+)
+
+// Stored values: a value without an expiry is stored as it is unless its
+// first byte is valueMark; the byte diagram is in doc.go ("Expiry"). Part
+// of the format; do not change.
+const (
+	valueMark       = 0xFF
+	kindEscaped     = 0x00
+	kindDeadline    = 0x01
+	deadlineHdrSize = 2 + 8
+)
+
+// encodeValue returns what is stored for val with the expiry deadline
+// (Unix milliseconds; 0 for none).
+func encodeValue(val []byte, deadline int64) []byte {
+	switch {
+	case deadline != 0:
+		b := make([]byte, deadlineHdrSize, deadlineHdrSize+len(val))
+		b[0], b[1] = valueMark, kindDeadline
+		binary.LittleEndian.PutUint64(b[2:], uint64(deadline))
+		return append(b, val...)
+	case len(val) > 0 && val[0] == valueMark:
+		return append([]byte{valueMark, kindEscaped}, val...)
+	}
+	return val
+}
+
+// decodeValue splits a stored value into the value and its deadline (0 for
+// none). The value shares raw's memory.
+func decodeValue(raw []byte) (val []byte, deadline int64) {
+	if len(raw) < 2 || raw[0] != valueMark {
+		return raw, 0
+	}
+	switch raw[1] {
+	case kindEscaped:
+		return raw[2:], 0
+	case kindDeadline:
+		if len(raw) >= deadlineHdrSize {
+			if d := int64(binary.LittleEndian.Uint64(raw[2:])); d != 0 {
+				return raw[deadlineHdrSize:], d
+			}
+		}
+	}
+	return raw, 0
+}
+
+// now is the command's clock in Unix milliseconds, read once per command so
+// that every key it touches is judged at the same instant (Redis's
+// commandTimeSnapshot).
+func (x *execCtx) now() int64 {
+	if x.nowMS == 0 {
+		x.nowMS = time.Now().UnixMilli()
+	}
+	return x.nowMS
+}
+
+// live decodes a stored value and says whether the key is live (present
+// and not past its deadline) at the command's time.
+func (x *execCtx) live(raw []byte, found bool) (val []byte, deadline int64, ok bool) {
+	if !found {
+		return nil, 0, false
+	}
+	val, deadline = decodeValue(raw)
+	if deadline != 0 && deadline <= x.now() {
+		return nil, 0, false
+	}
+	if val == nil {
+		val = []byte{}
+	}
+	return val, deadline, true
+}
+
+// rmwResult is what a read-modify-write function decides.
+type rmwResult int
+
+const (
+	rmwKeep   rmwResult = iota // leave the key as it is
+	rmwPut                     // store the new value and deadline
+	rmwDelete                  // delete the key
+)
+
+var errRMWDelete = errors.New("server: delete")
+
+// rmw is a read-modify-write of one key under its row lock: fn gets the
+// key's live value and deadline (live false for a key that is absent or
+// expired) and decides. An expired key is deleted when fn keeps it, which
+// is how writes remove expired keys lazily. rmw returns nil after any
+// decision; an error means the transaction failed, or comes from
+// engine limits (see writeErr).
+func (x *execCtx) rmw(key []byte, fn func(val []byte, deadline int64, live bool) (rmwResult, []byte, int64)) error {
+	expired := false
+	err := x.tx.Update(key, func(raw []byte, found bool) ([]byte, error) {
+		val, deadline, ok := x.live(raw, found)
+		expired = found && !ok
+		res, nv, nd := fn(val, deadline, ok)
+		switch {
+		case res == rmwPut && nd != 0 && nd <= x.now():
+			res = rmwDelete
+		case res == rmwKeep && expired:
+			res = rmwDelete
+		}
+		switch res {
+		case rmwPut:
+			return encodeValue(nv, nd), nil
+		case rmwDelete:
+			return nil, errRMWDelete
+		}
+		return nil, errNoop
+	})
+	switch {
+	case errors.Is(err, errRMWDelete):
+		if err := x.tx.Delete(key); err != nil {
+			return err
+		}
+		if expired {
+			x.c.s.expiredKeys.Add(1)
+		}
+		return nil
+	case errors.Is(err, errNoop):
+		return nil
+	}
+	return err
+}
+
+// noteExpired remembers a key a read found expired, for reapExpired.
+func (x *execCtx) noteExpired(k []byte) {
+	if len(x.c.expired) < maxReap {
+		x.c.expired = append(x.c.expired, append([]byte(nil), k...))
+	}
+}
+
+// maxReap bounds how many expired keys one command removes afterwards.
+const maxReap = 16
+
+// reapLockWait bounds how long removing an expired key waits for its row
+// lock: a key some writer holds will be written (and so replaced) anyway.
+const reapLockWait = 10 * time.Millisecond
+
+// reapExpired deletes the expired keys reads of the last command found,
+// as Redis's lazy expiry (expireIfNeeded) does. The deletes commit with
+// synchronous_commit off: losing one in a crash loses nothing, since the
+// key is still past its deadline after recovery. A key written since is
+// left alone, and removing an already expired key does not count as a
+// change for WATCH (as Redis's touchWatchedKey).
+func (c *conn) reapExpired() {
+	if len(c.expired) == 0 {
+		return
+	}
+	keys := c.expired
+	c.expired = c.expired[:0]
+	ctx, cancel := context.WithTimeout(c.ctx, reapLockWait)
+	defer cancel()
+	off := engine.SyncCommitOff
+	tx, err := c.s.db.Begin(ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &off})
+	if err != nil {
+		return
+	}
+	c.s.openTxns.Add(1)
+	x := &execCtx{c: c, tx: tx}
+	for _, k := range keys {
+		err := x.rmw(k, func([]byte, int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 })
+		if err != nil {
+			c.rollback(tx)
+			return
+		}
+	}
+	c.commit(tx)
+}
+
+// expireFlags are EXPIRE's NX, XX, GT and LT.
+type expireFlags struct{ nx, xx, gt, lt bool }
+
+// cmdExpire is EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT key t [NX|XX|GT|LT],
+// as Redis's expireGenericCommand: a deadline in the past deletes the key.
+func cmdExpire(x *execCtx, args [][]byte) error {
+	name := lower(args[0])
+	var f expireFlags
+	for _, a := range args[3:] {
+		switch strings.ToLower(string(a)) {
+		case "nx":
+			f.nx = true
+		case "xx":
+			f.xx = true
+		case "gt":
+			f.gt = true
+		case "lt":
+			f.lt = true
+		default:
+			x.errorf("ERR Unsupported option %s", trunc(a, 128))
+			return nil
+		}
+	}
+	if f.nx && (f.xx || f.gt || f.lt) {
+		x.errorf("ERR NX and XX, GT or LT options at the same time are not compatible")
+		return nil
+	}
+	if f.gt && f.lt {
+		x.errorf("ERR GT and LT options at the same time are not compatible")
+		return nil
+	}
+	when, ok := parseInt(args[2])
+	if !ok {
+		x.notInteger()
+		return nil
+	}
+	if name == "expire" || name == "expireat" {
+		if when > math.MaxInt64/1000 || when < math.MinInt64/1000 {
+			x.errorf("ERR invalid expire time in '%s' command", name)
+			return nil
+		}
+		when *= 1000
+	}
+	if name == "expire" || name == "pexpire" {
+		if when > math.MaxInt64-x.now() {
+			x.errorf("ERR invalid expire time in '%s' command", name)
+			return nil
+		}
+		when += x.now()
+	}
+	key := args[1]
+	if !x.checkKey(key) {
+		return nil
+	}
+	// A deadline of 0 means none in the stored form; the earliest
+	// representable one is 1 ms after the epoch, long past either way.
+	if when <= 0 {
+		when = 1
+	}
+	set := false
+	err := x.rmw(key, func(val []byte, cur int64, live bool) (rmwResult, []byte, int64) {
+		switch {
+		case !live,
+			f.nx && cur != 0,
+			f.xx && cur == 0,
+			f.gt && (cur == 0 || when <= cur),
+			f.lt && cur != 0 && when >= cur:
+			return rmwKeep, nil, 0
+		}
+		set = true
+		return rmwPut, val, when
+	})
+	if err != nil {
+		return x.writeErr(err)
+	}
+	if set {
+		x.wrote(key)
+		x.out = redcon.AppendInt(x.out, 1)
+	} else {
+		x.out = redcon.AppendInt(x.out, 0)
+	}
+	return nil
+}
+
+// cmdPersist removes a key's expiry: 1 if it had one, else 0.
+func cmdPersist(x *execCtx, args [][]byte) error {
+	key := args[1]
+	if !x.checkKey(key) {
+		return nil
+	}
+	done := false
+	err := x.rmw(key, func(val []byte, cur int64, live bool) (rmwResult, []byte, int64) {
+		if !live || cur == 0 {
+			return rmwKeep, nil, 0
+		}
+		done = true
+		return rmwPut, val, 0
+	})
+	if err != nil {
+		return x.writeErr(err)
+	}
+	n := int64(0)
+	if done {
+		x.wrote(key)
+		n = 1
+	}
+	x.out = redcon.AppendInt(x.out, n)
+	return nil
+}
+
+// cmdTTL is TTL and PTTL: -2 for a key that does not exist, -1 for one
+// without an expiry, else the time left (TTL rounds to seconds as Redis).
+func cmdTTL(x *execCtx, args [][]byte) error {
+	_, deadline, ok, err := x.getDeadline(args[1])
+	if err != nil {
+		return err
+	}
+	var n int64
+	switch {
+	case !ok:
+		n = -2
+	case deadline == 0:
+		n = -1
+	default:
+		n = max(deadline-x.now(), 0)
+		if lower(args[0]) == "ttl" {
+			n = (n + 500) / 1000
+		}
+	}
+	x.out = redcon.AppendInt(x.out, n)
+	return nil
+}

@@ -1,0 +1,295 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"mvkv/engine"
+)
+
+func TestValueEncoding(t *testing.T) {
+	for _, c := range []struct {
+		val      string
+		deadline int64
+	}{
+		{"", 0}, {"v", 0}, {"\xff", 0}, {"\xff\x01abcdefghij", 0}, {"\xff\x00", 0},
+		{"", 1}, {"v", 1700000000000}, {"\xffx", -5},
+	} {
+		enc := encodeValue([]byte(c.val), c.deadline)
+		v, d := decodeValue(enc)
+		if string(v) != c.val || d != c.deadline {
+			t.Errorf("encode(%q, %d) = %q decodes to %q, %d", c.val, c.deadline, enc, v, d)
+		}
+	}
+	if enc := encodeValue([]byte("plain"), 0); string(enc) != "plain" {
+		t.Errorf("a plain value is stored as %q", enc)
+	}
+}
+
+// FuzzDecodeValue: any stored bytes decode without panic, a value that
+// decodes as plain re-encodes to bytes that decode the same, and every
+// value and deadline round-trip.
+func FuzzDecodeValue(f *testing.F) {
+	f.Add([]byte("v"), int64(0))
+	f.Add([]byte("\xff\x01\x00\x00\x00\x00\x00\x00\x00\x00x"), int64(12))
+	f.Add([]byte("\xff"), int64(-1))
+	f.Fuzz(func(t *testing.T, raw []byte, deadline int64) {
+		v, d := decodeValue(raw)
+		v2, d2 := decodeValue(encodeValue(v, d))
+		if !bytes.Equal(v, v2) || d != d2 {
+			t.Fatalf("%q decodes to %q, %d, which re-encodes to %q, %d", raw, v, d, v2, d2)
+		}
+		v3, d3 := decodeValue(encodeValue(raw, deadline))
+		if !bytes.Equal(v3, raw) || d3 != deadline {
+			t.Fatalf("(%q, %d) round-trips to (%q, %d)", raw, deadline, v3, d3)
+		}
+	})
+}
+
+// putRaw stores bytes for key directly through the engine.
+func putRaw(t *testing.T, db *engine.DB, key string, raw []byte) {
+	t.Helper()
+	if err := db.Update(context.Background(), func(tx *engine.Txn) error { return tx.Put([]byte(key), raw) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func engineHas(t *testing.T, db *engine.DB, key string) bool {
+	t.Helper()
+	err := db.View(context.Background(), func(tx *engine.Txn) error { _, err := tx.Get([]byte(key)); return err })
+	if err != nil && !errors.Is(err, engine.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestExpiredKeysAbsent: a key past its deadline reads as absent to every
+// command, writes treat it as absent, and a read removes it.
+func TestExpiredKeysAbsent(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	past := encodeValue([]byte("7"), 1) // 1 ms after the epoch
+	for _, k := range []string{"e1", "e2", "e3", "e4", "e5", "e6", "e7"} {
+		putRaw(t, ts.db, k, past)
+	}
+	r.cmd("SET", "live", "v")
+	r.expect("+OK\r\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"GET", "e1"}, "$-1\r\n"},
+		{[]string{"EXISTS", "e2", "live"}, ":1\r\n"},
+		{[]string{"MGET", "e2", "live"}, "*2\r\n$-1\r\n$1\r\nv\r\n"},
+		{[]string{"TYPE", "e2"}, "+none\r\n"},
+		{[]string{"TTL", "e2"}, ":-2\r\n"},
+		{[]string{"PTTL", "e2"}, ":-2\r\n"},
+		{[]string{"SCAN", "0", "COUNT", "100"}, "*2\r\n$1\r\n0\r\n*1\r\n$4\r\nlive\r\n"},
+		{[]string{"DBSIZE"}, ":1\r\n"},
+		{[]string{"INCR", "e3"}, ":1\r\n"},
+		{[]string{"TTL", "e3"}, ":-1\r\n"},
+		{[]string{"SET", "e4", "x", "XX"}, "$-1\r\n"},
+		{[]string{"SET", "e5", "x", "NX"}, "+OK\r\n"},
+		{[]string{"SET", "e6", "x", "GET"}, "$-1\r\n"},
+		{[]string{"DEL", "e7"}, ":0\r\n"},
+		{[]string{"EXPIRE", "e7", "100"}, ":0\r\n"},
+		{[]string{"PERSIST", "e7"}, ":0\r\n"},
+	} {
+		r.cmd(c.args...)
+		if got := r.reply(); got != c.want {
+			t.Errorf("%q: got %q, want %q", c.args, got, c.want)
+		}
+	}
+	// Reads removed what they found expired (SCAN and DBSIZE found them
+	// all); writes replaced or deleted theirs.
+	for _, k := range []string{"e1", "e2", "e4", "e7"} {
+		if engineHas(t, ts.db, k) {
+			t.Errorf("expired %s still stored after it was read", k)
+		}
+	}
+	r.cmd("INFO", "stats")
+	if got := r.reply(); !strings.Contains(got, "expired_keys:") || strings.Contains(got, "expired_keys:0\r\n") {
+		t.Errorf("INFO stats does not count expired keys:\n%s", got)
+	}
+}
+
+// TestTTLCommands pins TTL, PTTL, EXPIRE and its options, PERSIST, and SET's
+// expiry options against Redis's replies.
+func TestTTLCommands(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := ts.client(t)
+	ctx := context.Background()
+	do := func(args ...any) string {
+		t.Helper()
+		v, err := rdb.Do(ctx, args...).Result()
+		if err != nil {
+			return "err: " + err.Error()
+		}
+		return fmt.Sprint(v)
+	}
+	eq := func(got, want string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+	inRange := func(got string, lo, hi int64) {
+		t.Helper()
+		n, err := strconv.ParseInt(got, 10, 64)
+		if err != nil || n < lo || n > hi {
+			t.Fatalf("got %q, want %d..%d", got, lo, hi)
+		}
+	}
+	eq(do("SET", "k", "v", "EX", "100"), "OK")
+	eq(do("TTL", "k"), "100")
+	inRange(do("PTTL", "k"), 90000, 100000)
+	eq(do("SET", "k", "w", "KEEPTTL"), "OK")
+	inRange(do("PTTL", "k"), 90000, 100000)
+	eq(do("SET", "k", "w"), "OK")
+	eq(do("TTL", "k"), "-1")
+	eq(do("TTL", "missing"), "-2")
+	eq(do("SET", "k", "v", "PX", "50000", "GET"), "w")
+	inRange(do("PTTL", "k"), 40000, 50000)
+	future := time.Now().Add(time.Hour).UnixMilli()
+	eq(do("SET", "k", "v", "PXAT", future), "OK")
+	inRange(do("PTTL", "k"), 3500000, 3600000)
+	eq(do("SET", "k", "v", "EXAT", "1"), "OK") // long past: the key is gone
+	eq(do("GET", "k"), "err: redis: nil")
+
+	// INCR keeps the expiry.
+	eq(do("SET", "n", "1", "EX", "100"), "OK")
+	eq(do("INCR", "n"), "2")
+	inRange(do("TTL", "n"), 99, 100)
+
+	// EXPIRE and its conditions.
+	eq(do("EXPIRE", "missing", "10"), "0")
+	eq(do("SET", "e", "v"), "OK")
+	eq(do("EXPIRE", "e", "100", "XX"), "0")
+	eq(do("EXPIRE", "e", "100", "GT"), "0") // no expiry is an infinite one
+	eq(do("EXPIRE", "e", "100", "NX"), "1")
+	eq(do("EXPIRE", "e", "200", "NX"), "0")
+	eq(do("EXPIRE", "e", "50", "GT"), "0")
+	eq(do("EXPIRE", "e", "200", "GT"), "1")
+	eq(do("TTL", "e"), "200")
+	eq(do("EXPIRE", "e", "300", "LT"), "0")
+	eq(do("PEXPIRE", "e", "150000", "LT"), "1")
+	eq(do("TTL", "e"), "150")
+	eq(do("EXPIREAT", "e", time.Now().Add(time.Hour).Unix()), "1")
+	inRange(do("TTL", "e"), 3590, 3600)
+	eq(do("PERSIST", "e"), "1")
+	eq(do("PERSIST", "e"), "0")
+	eq(do("TTL", "e"), "-1")
+	eq(do("EXPIRE", "e", "-1"), "1") // a deadline in the past deletes
+	eq(do("EXISTS", "e"), "0")
+
+	// Errors, as Redis words them.
+	eq(do("EXPIRE", "e", "10", "FOO"), "err: ERR Unsupported option FOO")
+	eq(do("EXPIRE", "e", "10", "NX", "XX"), "err: ERR NX and XX, GT or LT options at the same time are not compatible")
+	eq(do("EXPIRE", "e", "10", "GT", "LT"), "err: ERR GT and LT options at the same time are not compatible")
+	eq(do("EXPIRE", "e", "x"), "err: ERR value is not an integer or out of range")
+	eq(do("EXPIRE", "e", "9223372036854775807"), "err: ERR invalid expire time in 'expire' command")
+	eq(do("PEXPIRE", "e", "9223372036854775807"), "err: ERR invalid expire time in 'pexpire' command")
+	eq(do("SET", "e", "v", "EX", "-1"), "err: ERR invalid expire time in 'set' command")
+	eq(do("SET", "e", "v", "EX", "10", "PX", "10"), "err: ERR syntax error")
+	eq(do("SET", "e", "v", "EX", "10", "KEEPTTL"), "err: ERR syntax error")
+	eq(do("TTL"), "err: ERR wrong number of arguments for 'ttl' command")
+
+	// A value starting with the encoding's mark byte is stored as it is.
+	eq(do("SET", "m", "\xff\x01odd"), "OK")
+	eq(do("GET", "m"), "\xff\x01odd")
+	eq(do("MSET", "m", "\xff"), "OK")
+	eq(do("GET", "m"), "\xff")
+}
+
+// TestWatchExpiry: as Redis, a watched key that expires between WATCH and
+// EXEC aborts EXEC; one already expired at WATCH, and removed since, does
+// not.
+func TestWatchExpiry(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: 1})
+	defer rdb.Close()
+	ctx := context.Background()
+	putRaw(t, ts.db, "gone", encodeValue([]byte("v"), 1))
+	deadline := time.Now().Add(50 * time.Millisecond).UnixMilli()
+	if err := rdb.Do(ctx, "SET", "soon", "v", "PXAT", deadline).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := rdb.Watch(ctx, func(tx *redis.Tx) error {
+		// Another client's read removes the expired key.
+		if err := ts.client(t).Get(ctx, "gone").Err(); !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("GET gone: %v", err)
+		}
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "a", "1", 0); return nil })
+		return err
+	}, "gone")
+	if err != nil {
+		t.Fatalf("EXEC after an already expired watched key was removed: %v", err)
+	}
+	err = rdb.Watch(ctx, func(tx *redis.Tx) error {
+		for time.Now().UnixMilli() <= deadline {
+			time.Sleep(5 * time.Millisecond)
+		}
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "a", "2", 0); return nil })
+		return err
+	}, "soon")
+	if !errors.Is(err, redis.TxFailedErr) {
+		t.Fatalf("EXEC after a watched key expired: %v; want a failed transaction", err)
+	}
+	if v := rdb.Get(ctx, "a").Val(); v != "1" {
+		t.Fatalf("a = %q; want 1", v)
+	}
+}
+
+// TestExpiryRestart: a deadline is stored with the value and survives a
+// restart.
+func TestExpiryRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*engine.DB, *Server, string) {
+		db, err := engine.Open(dir, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(db, Config{})
+		go s.Serve(context.Background(), ln)
+		return db, s, ln.Addr().String()
+	}
+	stop := func(db *engine.DB, s *Server) {
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	db, s, addr := start()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	if err := c.Set(ctx, "k", "v", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	stop(db, s)
+	db, s, addr = start()
+	defer stop(db, s)
+	c = redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if ttl := c.TTL(ctx, "k").Val(); ttl < 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("TTL after restart: %v", ttl)
+	}
+	if v := c.Get(ctx, "k").Val(); v != "v" {
+		t.Fatalf("GET after restart: %q", v)
+	}
+}
