@@ -27,6 +27,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		CommitDelay:       o.CommitDelay,
 		CommitSiblings:    o.CommitSiblings,
 		WALFlusher:        o.WALFlusher,
+		VisibilityMap:     o.VisibilityMap,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)

@@ -18,7 +18,7 @@ var ErrBadSweep = errors.New("bench: bad sweep")
 
 // Axis is one --sweep: a knob and the values it takes, in the order given.
 type Axis struct {
-	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation
+	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm
 	Values []string
 }
 
@@ -45,7 +45,7 @@ func ParseAxis(s string) (Axis, error) {
 	return a, nil
 }
 
-const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation"
+const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm"
 
 // knobs set one Config field from a sweep value.
 var knobs = map[string]func(c *Config, v string) error{
@@ -78,6 +78,16 @@ var knobs = map[string]func(c *Config, v string) error{
 			return nil
 		}
 		return fmt.Errorf("want serial, pipelined or none")
+	},
+	// vm is the engine's visibility map mode, for the 2011 question
+	// whether WAL-logging the map costs throughput.
+	"vm": func(c *Config, v string) error {
+		switch v {
+		case "crash-safe", "unlogged":
+			c.Options.VisibilityMap = v
+			return nil
+		}
+		return fmt.Errorf("want crash-safe or unlogged")
 	},
 	"synchronous_commit": func(c *Config, v string) error {
 		on, err := ParseOnOff(v)
@@ -430,7 +440,7 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 }
 
 // collapse drops the cells that would only repeat another: a knob that
-// does not apply to a cell's target (wal_flusher off the engine,
+// does not apply to a cell's target (wal_flusher and vm off the engine,
 // commit_delay and commit_siblings on pebble) is run once, at its first
 // value, and shown empty, so that a sweep of target=engine,pebble with
 // wal_flusher=serial,pipelined runs pebble once per client count.
@@ -458,7 +468,7 @@ func collapse(names []string, cells []sweepCell) []sweepCell {
 // has any use for the knob.
 func knobApplies(knob, kind string) bool {
 	switch knob {
-	case "wal_flusher":
+	case "wal_flusher", "vm":
 		return kind == "engine"
 	case "commit_delay", "commit_siblings":
 		return kind != "pebble"

@@ -121,6 +121,9 @@ type TargetOptions struct {
 	SharedBuffers int64
 	// RESPMode is RESPModeMulti (the default) or RESPModeWatch. RESP only.
 	RESPMode string
+	// VisibilityMap is the engine's visibility map mode ("crash-safe" or
+	// "unlogged"; "" means the engine's default, crash-safe). Engine only.
+	VisibilityMap string
 }
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating

@@ -86,8 +86,13 @@
 //
 //  1. WAL before data: a page image reaches its file only after FlushWAL
 //     returned for an LSN at or above every lsn passed to SetStatus for the
-//     bits in that image (the per-page group LSN; PostgreSQL keeps one per 32
-//     xids, which makes asynchronous commits wait less and may come later).
+//     bits in that image (the slot's page LSN, the largest of its group
+//     LSNs).
+//  4. StatusLSN returns, with a committed status, an LSN at or above the
+//     commit record's of that xid, unless the page came from disk (then 0:
+//     the WAL behind it was durable before the page was written). Group
+//     LSNs are kept per 32 xids, as PostgreSQL's CLOG_XACTS_PER_LSN_GROUP
+//     (grouplsn.go), for the hint-bit interlock of asynchronous commit.
 //  2. A page is in at most one slot.
 //  3. A status set by SetStatus is seen by every Status that starts after
 //     SetStatus returns.
@@ -121,6 +126,5 @@
 //
 // # Not yet here
 //
-// Per-32-xid group LSNs, and truncation of segments below the frozen
-// horizon.
+// Truncation of segments below the frozen horizon.
 package clog
