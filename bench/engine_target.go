@@ -20,6 +20,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 	if !o.SynchronousCommit {
 		sc = engine.SyncCommitOff
 	}
+	group := !o.CLOGGroupUpdateOff
 	db, err := engine.Open(dir, engine.Options{
 		FS:                engineDiskFS(o.Disk),
 		SharedBuffers:     o.SharedBuffers,
@@ -28,6 +29,8 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		CommitSiblings:    o.CommitSiblings,
 		WALFlusher:        o.WALFlusher,
 		VisibilityMap:     o.VisibilityMap,
+		CLOGLocking:       o.CLOGLocking,
+		CLOGGroupUpdate:   &group,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)

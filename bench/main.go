@@ -55,6 +55,10 @@ type Config struct {
 	Repeat int
 	// Plot is a .png or .svg file to draw the sweep's tps into (--plot).
 	Plot string
+	// Pivot prints, after the sweep's table, its tps again as one table
+	// with a row per value of the other knobs and a column per client
+	// count (--pivot; WritePivotTable).
+	Pivot bool
 }
 
 // Main does what one `mvkv bench` invocation does: open the target on

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+
+	"mvkv/engine"
 )
 
 // Invariant is the outcome of the post-run balance check (see the package
@@ -73,6 +75,9 @@ func WriteReport(w io.Writer, r *Results) error {
 		p("WAL sync latency: %s\n", w.WALSyncLatency)
 		p("WAL commits per sync: %s\n", w.WALCommitsPerSync)
 	}
+	if w := r.WAL; w != nil && w.CLOGLookups > 0 {
+		writeCLOGReport(p, w)
+	}
 	if r.Aborted > 0 {
 		p("number of aborted clients: %d\n", r.Aborted)
 	}
@@ -97,5 +102,26 @@ type errWriter struct {
 func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}
+
+// writeCLOGReport prints the engine's CLOG counters over the run: lookups
+// and hit ratio, page I/O, lock waits (count, total and mean wait), and the
+// group updates with their average size (PostgreSQL 17 shows the first
+// three in pg_stat_slru; the waits are what its LWLock wait events count).
+func writeCLOGReport(p func(string, ...any), w *engine.Stats) {
+	p("CLOG lookups during run: %d (%.2f%% hits), %d page reads, %d page writes\n",
+		w.CLOGLookups, 100*float64(w.CLOGHits)/float64(w.CLOGLookups), w.CLOGPageReads, w.CLOGPageWrites)
+	avg := 0.0
+	if w.CLOGLockWaits > 0 {
+		avg = float64(w.CLOGLockWaitNanos) / float64(w.CLOGLockWaits) / 1e3
+	}
+	p("CLOG lock waits: %d, %.3f ms in total, %.1f us average\n",
+		w.CLOGLockWaits, float64(w.CLOGLockWaitNanos)/1e6, avg)
+	if w.CLOGGroupUpdates > 0 {
+		p("CLOG group updates: %d, average group size %.2f\n",
+			w.CLOGGroupUpdates, float64(w.CLOGGroupMembers)/float64(w.CLOGGroupUpdates))
+	} else {
+		p("CLOG group updates: 0\n")
 	}
 }

@@ -47,6 +47,16 @@ func TestReportGolden(t *testing.T) {
 			Commit:  &CommitStats{Commits: 9000, WALSyncs: 1250, WALBytes: 36000000},
 			WAL:     walStats(9000, 1250),
 		}},
+		{"engine_clog_stats", Results{
+			Target: "engine", Workload: TPCB, Scale: 30, Clients: 128, Threads: 1,
+			Duration: 10 * time.Second, Processed: 200000,
+			LatencyAvg: 6.4, LatencyStddev: 3.5, ConnTime: 0.5, TPS: 20000,
+			Elapsed: 10 * time.Second,
+			WAL: &engine.Stats{
+				CLOGLookups: 1000000, CLOGHits: 999000, CLOGMisses: 1000, CLOGPageReads: 1000, CLOGPageWrites: 12,
+				CLOGLockWaits: 5000, CLOGLockWaitNanos: 25_000_000, CLOGGroupUpdates: 1000, CLOGGroupMembers: 7500,
+			},
+		}},
 		{"nothing_processed", Results{
 			Target: "pebble", Workload: TPCB, Scale: 1, Clients: 1, Threads: 1,
 			Transactions: 10, Aborted: 1,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ var ErrBadSweep = errors.New("bench: bad sweep")
 
 // Axis is one --sweep: a knob and the values it takes, in the order given.
 type Axis struct {
-	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm
+	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm, clog
 	Values []string
 }
 
@@ -45,7 +46,7 @@ func ParseAxis(s string) (Axis, error) {
 	return a, nil
 }
 
-const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm"
+const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm, clog"
 
 // knobs set one Config field from a sweep value.
 var knobs = map[string]func(c *Config, v string) error{
@@ -117,6 +118,25 @@ var knobs = map[string]func(c *Config, v string) error{
 		c.Options.Disk.RotationsPerSec = r
 		return nil
 	},
+	"clog": func(c *Config, v string) error {
+		locking, group, err := ParseCLOGVariant(v)
+		c.Options.CLOGLocking, c.Options.CLOGGroupUpdateOff = locking, !group
+		return err
+	},
+}
+
+// ParseCLOGVariant reads a CLOG locking variant as the clog sweep knob
+// takes it: "global" or "bank", optionally followed by "+group" for group
+// update (global, bank, global+group, bank+group: the pgsql-hackers
+// thread's master, granular-locking and group-update variants and their
+// combination). It returns the engine's CLOGLocking and whether group
+// update is on.
+func ParseCLOGVariant(v string) (locking string, group bool, err error) {
+	locking, suffix, group := strings.Cut(v, "+")
+	if (locking != "global" && locking != "bank") || (group && suffix != "group") {
+		return "", false, fmt.Errorf("want global, bank, global+group or bank+group")
+	}
+	return locking, group, nil
 }
 
 // CommitDelayAuto is the TargetOptions.CommitDelay value for
@@ -425,6 +445,14 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 	if err := WriteSweepTable(out, table); err != nil {
 		return err
 	}
+	if cfg.Pivot {
+		if _, err := io.WriteString(out, "\n"); err != nil {
+			return err
+		}
+		if err := WritePivotTable(out, table); err != nil {
+			return err
+		}
+	}
 	if cfg.Plot != "" {
 		if err := WritePlot(cfg.Plot, table); err != nil {
 			return err
@@ -614,4 +642,48 @@ func checkTarget(ctx context.Context, cfg Config, name, dir string) (*Invariant,
 		return nil, fmt.Errorf("bench: invariant check of %s: %w", t.Name(), err)
 	}
 	return CheckInvariant(s), nil
+}
+
+// WritePivotTable prints t's tps as one markdown table in the shape of the
+// pgsql-hackers threads: a row per combination of the knobs other than
+// clients (in the order first run), a column per client count. A cell is the
+// mean tps of its runs, empty if it did not run. It writes nothing for a
+// sweep without a clients axis. Only write errors are returned.
+func WritePivotTable(w io.Writer, t *SweepTable) error {
+	ci := slices.Index(t.Axes, "clients")
+	if ci < 0 {
+		return nil
+	}
+	var rows, cols []string
+	cells := map[[2]string]string{}
+	for _, r := range t.Rows {
+		key := strings.Join(slices.Delete(slices.Clone(r.Values), ci, ci+1), " ")
+		col := r.Values[ci]
+		if !slices.Contains(rows, key) {
+			rows = append(rows, key)
+		}
+		if !slices.Contains(cols, col) {
+			cols = append(cols, col)
+		}
+		if len(r.Runs) > 0 {
+			mean, _ := r.TPS()
+			cells[[2]string{key, col}] = fmt.Sprintf("%.0f", mean)
+		}
+	}
+	others := strings.Join(slices.Delete(slices.Clone(t.Axes), ci, ci+1), " ")
+	if others == "" {
+		others = "tps"
+	}
+	ew := &errWriter{w: w}
+	ew.printf("tps by %s (rows) and clients (columns)\n\n", others)
+	ew.printf("| %s | %s |\n", others, strings.Join(cols, " | "))
+	ew.printf("|%s\n", strings.Repeat(" --- |", len(cols)+1))
+	for _, row := range rows {
+		line := []string{row}
+		for _, col := range cols {
+			line = append(line, cells[[2]string{row, col}])
+		}
+		ew.printf("| %s |\n", strings.Join(line, " | "))
+	}
+	return ew.err
 }

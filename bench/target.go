@@ -124,6 +124,14 @@ type TargetOptions struct {
 	// VisibilityMap is the engine's visibility map mode ("crash-safe" or
 	// "unlogged"; "" means the engine's default, crash-safe). Engine only.
 	VisibilityMap string
+	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
+	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
+	// 17), or "" for the engine's default (bank). Engine only.
+	CLOGLocking string
+	// CLOGGroupUpdateOff turns the engine's CLOG group update
+	// (TransactionGroupUpdateXidStatus) off; it is on by default. Engine
+	// only.
+	CLOGGroupUpdateOff bool
 }
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating

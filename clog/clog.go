@@ -134,6 +134,10 @@ type Stats struct {
 	// GroupMembers/GroupUpdates is the average group size.
 	GroupUpdates uint64
 	GroupMembers uint64
+	// Truncations counts Truncate calls that advanced the truncation
+	// point; SegmentsRemoved the segment files they removed.
+	Truncations     uint64
+	SegmentsRemoved uint64
 }
 
 // Sub returns s minus prev, field by field.
@@ -151,6 +155,9 @@ func (s Stats) Sub(prev Stats) Stats {
 		LockWaitNanos: s.LockWaitNanos - prev.LockWaitNanos,
 		GroupUpdates:  s.GroupUpdates - prev.GroupUpdates,
 		GroupMembers:  s.GroupMembers - prev.GroupMembers,
+
+		Truncations:     s.Truncations - prev.Truncations,
+		SegmentsRemoved: s.SegmentsRemoved - prev.SegmentsRemoved,
 	}
 }
 
@@ -159,6 +166,8 @@ type stats struct {
 	lookups, hits, misses, pageReads, pageWrites, fileSyncs, lockWaits, ioWaits atomic.Uint64
 
 	lockWaitNanos, groupUpdates, groupMembers atomic.Uint64
+
+	truncations, segmentsRemoved atomic.Uint64
 }
 
 // CLOG is the commit log: two status bits per 64-bit transaction id, kept in
@@ -208,6 +217,13 @@ type CLOG struct {
 
 	closed atomic.Bool
 
+	// oldest is the truncation point (PostgreSQL's oldestClogXid): Status
+	// of an xid below it fails with ErrTruncated. It only grows; it is
+	// stored in the oldest_xid file before it is raised (truncate.go).
+	oldest atomic.Uint64
+	// truncMu serializes Truncate calls.
+	truncMu sync.Mutex
+
 	stats stats
 
 	// groupLSNs holds, per buffer slot (bank index * BankSize + slot), the
@@ -256,6 +272,9 @@ func Open(fsys vfs.FS, dir string, opts Options) (*CLOG, error) {
 		return nil, fmt.Errorf("clog: stat %s: %w", dir, err)
 	}
 	c.recovering.Store(opts.Recovery)
+	if err := c.loadOldest(); err != nil {
+		return nil, err
+	}
 	c.files.init()
 	c.banks = make([]bank, opts.Buffers/BankSize)
 	c.groupLSNs = make([][]uint64, opts.Buffers)
@@ -281,14 +300,27 @@ func (c *CLOG) bankFor(pageno uint64) *bank {
 // (its group LSN, as PostgreSQL's group_lsn for asynchronous commits) and is
 // never written before FlushWAL has covered it. The status is visible to
 // Status calls as soon as SetStatus returns; it is durable after the next
-// Checkpoint. Errors: ErrInvalidStatus, ErrClosed, ErrCorrupt (loading the
-// page), or an I/O or FlushWAL error (evicting a dirty page to make room).
+// Checkpoint. Errors: ErrInvalidStatus, ErrClosed, ErrTruncated (xid below
+// the truncation point; during recovery such a call does nothing and
+// returns nil), ErrCorrupt (loading the page), or an I/O or FlushWAL error
+// (evicting a dirty page to make room).
 func (c *CLOG) SetStatus(xid uint64, s Status, lsn uint64) error {
 	if s > statusMask {
 		return fmt.Errorf("%w: %d", ErrInvalidStatus, uint8(s))
 	}
 	if c.closed.Load() {
 		return ErrClosed
+	}
+	if err := c.truncatedErr(xid); err != nil {
+		if c.recovering.Load() {
+			// Redo of a commit record older than a truncation that
+			// completed before the crash: the record of that
+			// truncation comes later in the WAL, and nobody needs the
+			// bit (PostgreSQL's SLRU reads such pages as zeros in
+			// recovery for the same reason).
+			return nil
+		}
+		return err
 	}
 	pageno := xidPage(xid)
 	c.noteLatest(pageno)
@@ -354,11 +386,15 @@ func (c *CLOG) isLatest(pageno uint64) bool { return c.latestPage.Load() == page
 
 // Status returns xid's status. An xid never set reads as StatusInProgress.
 // A hit takes the bank lock shared; a miss loads the page (evicting another,
-// perhaps writing it first). Errors: ErrClosed, ErrCorrupt, or an I/O or
+// perhaps writing it first). Errors: ErrClosed, ErrTruncated (xid below the
+// truncation point, see Truncate), ErrCorrupt, or an I/O or
 // FlushWAL error.
 func (c *CLOG) Status(xid uint64) (Status, error) {
 	if c.closed.Load() {
 		return 0, ErrClosed
+	}
+	if err := c.truncatedErr(xid); err != nil {
+		return 0, err
 	}
 	pageno := xidPage(xid)
 	c.stats.lookups.Add(1)
@@ -475,6 +511,9 @@ func (c *CLOG) Stats() Stats {
 		LockWaitNanos: c.stats.lockWaitNanos.Load(),
 		GroupUpdates:  c.stats.groupUpdates.Load(),
 		GroupMembers:  c.stats.groupMembers.Load(),
+
+		Truncations:     c.stats.truncations.Load(),
+		SegmentsRemoved: c.stats.segmentsRemoved.Load(),
 	}
 }
 

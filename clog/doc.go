@@ -14,7 +14,8 @@
 //
 // # On-disk format
 //
-// The CLOG lives in DATA/clog as segment files of 32 pages (256 KiB). A
+// The CLOG lives in DATA/clog as segment files of 32 pages (256 KiB), with
+// the truncation point in DATA/clog/oldest_xid (see Truncation). A
 // segment is named by its number in 12 upper-case hex digits: segment s holds
 // pages 32s .. 32s+31, page p at byte offset (p mod 32) * 8192 of file
 // s = p / 32, and page p holds xids p*32704 .. p*32704+32703. Files may be
@@ -124,7 +125,55 @@
 // another lock) is woken unserved and takes the plain path. Members are
 // allocated per call and never reused, so the CAS list has no ABA problem.
 //
-// # Not yet here
+// # Truncation
 //
-// Truncation of segments below the frozen horizon.
+// Truncate(oldestXid), as PostgreSQL's TruncateCLOG over SimpleLruTruncate,
+// removes every segment file entirely below the segment holding oldestXid,
+// so the CLOG stays bounded however many transactions run. The caller
+// (vacuum, through the engine) promises that no xid below oldestXid will be
+// looked up again: every tuple carrying one is frozen or hinted. The engine
+// logs and flushes a CLOG_TRUNCATE record first and redo calls Truncate
+// again.
+//
+//	Truncate(x):  if x > oldest: write oldest_xid (temp file, fsync,
+//	                rename, fsync dir); oldest = x
+//	              cut = segment of x, lowered to that of the latest page
+//	              each bank: Lock; wait out reads and writes of pages below
+//	                the cut; empty their slots (dirty ones unwritten); Unlock
+//	              close their open files; remove their files, oldest
+//	                first; fsync dir
+//
+// From the moment the point is published, Status and SetStatus of an xid
+// below it fail with ErrTruncated, and no load of a page wholly below it
+// starts (checked under the bank lock, so a lookup racing Truncate cannot
+// bring a doomed page back). Redo of a commit older than a completed
+// truncation is skipped instead (in recovery only), as PostgreSQL's SLRU
+// reads truncated pages as zeros there. The point is kept in its own file
+// because the oldest segment present is not evidence of it: a segment is
+// written only when a page of it is checkpointed or evicted, so a young
+// database can have segment 2 on disk while segment 0's pages are still
+// only in buffers.
+//
+// The truncation point file, DATA/clog/oldest_xid, part of the format; do
+// not change:
+//
+//	 0       4                       12    13          16
+//	+-------+-----------------------+-----+-----------+
+//	| CRC   | oldest xid            | ver | reserved  |
+//	+-------+-----------------------+-----+-----------+
+//	  uint32  uint64                  = 1   zero
+//
+//	CRC         CRC-32C of bytes 4..15, little-endian.
+//	oldest xid  little-endian; Status of any xid below it is ErrTruncated.
+//
+// A missing file means the CLOG was never truncated; a damaged one is an
+// ErrCorrupt error at Open naming the file. A crash at any step of Truncate
+// leaves the old point or the new one, and either no files removed or some
+// of them: never a needed page gone, and repeating Truncate finishes it.
+//
+// # Sizing
+//
+// The engine sizes the pool as PostgreSQL 17 sizes transaction_buffers
+// when it is 0: AutotuneBuffers gives shared_buffers/512 slots, a multiple
+// of 16 from 16 to 1024 (32 for 128 MiB).
 package clog

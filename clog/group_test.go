@@ -284,12 +284,12 @@ func TestBuffersRounding(t *testing.T) {
 
 // BenchmarkSetStatus measures SetStatus of consecutive xids (as a
 // transaction manager hands them out, so committers crowd onto the latest
-// page) with 1, 2, 64 and 256 concurrent committers under each locking
+// page) with 1, 2, 64, 128 and 256 concurrent committers under each locking
 // variant, reporting lock waits and wait time per operation and the average
 // group size.
 func BenchmarkSetStatus(b *testing.B) {
 	for _, v := range variants {
-		for _, n := range []int{1, 2, 64, 256} {
+		for _, n := range []int{1, 2, 64, 128, 256} {
 			b.Run(fmt.Sprintf("%v/committers=%d", v, n), func(b *testing.B) {
 				c := mustOpen(b, vfs.OS{}, testDir(b), v.opts(DefaultBuffers))
 				defer c.Close()

@@ -44,6 +44,10 @@ type segFile struct {
 	// fsync that covers it, so a write racing a Checkpoint's fsync is
 	// synced by the next one.
 	needsSync atomic.Bool
+	// forgotten is set when Truncate dropped the file from segFiles.open
+	// while it was in use; the release that brings refs to zero closes it.
+	// Guarded by segFiles.mu.
+	forgotten bool
 }
 
 func (s *segFiles) init() { s.open = make(map[uint64]*segFile) }
@@ -92,6 +96,9 @@ func (c *CLOG) segment(segno uint64, create bool) (*segFile, error) {
 func (s *segFiles) release(sf *segFile) {
 	s.mu.Lock()
 	sf.refs--
+	if sf.refs == 0 && sf.forgotten {
+		sf.f.Close() // its file was removed; a close error changes nothing
+	}
 	s.mu.Unlock()
 }
 

@@ -101,6 +101,13 @@ func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
 			return i, hit, nil
 		}
 		hit = false
+		// A lookup that passed its truncation check just before a
+		// Truncate raised the point must not bring a doomed page back:
+		// Truncate publishes the point before it empties the banks under
+		// their locks, so every load after that sees it here.
+		if end := (pageno + 1) * XidsPerPage; end <= c.oldest.Load() {
+			return 0, false, c.truncatedErr(end - 1)
+		}
 		v, err := c.victimLocked(b)
 		if err != nil {
 			return 0, false, err

@@ -136,8 +136,11 @@ type Options struct {
 	// two from 1 MiB to 1 GiB (default 16 MiB). It applies to a new data
 	// directory; an existing one keeps the size its WAL was written with.
 	WALSegmentSize int64
-	// CLOGBuffers is the number of 8 KiB CLOG pages cached (default 128),
-	// rounded up to a multiple of 16 (clog.BankSize), in banks of 16.
+	// CLOGBuffers is the number of 8 KiB CLOG pages cached, PostgreSQL's
+	// transaction_buffers, rounded up to a multiple of 16 (clog.BankSize),
+	// in banks of 16. Zero derives it from SharedBuffers as PostgreSQL 17
+	// does: SharedBuffers/512 pages, a multiple of 16 from 16 to 1024 (32
+	// for the default 128 MiB); see clog.AutotuneBuffers.
 	CLOGBuffers int
 	// CLOGLocking is "bank" (one lock per bank of 16 CLOG buffers, as
 	// PostgreSQL 17; the default when empty) or "global" (one lock for all,

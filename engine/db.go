@@ -152,7 +152,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.WALSegmentSize = 16 << 20
 	}
 	if o.CLOGBuffers == 0 {
-		o.CLOGBuffers = 128
+		o.CLOGBuffers = clog.AutotuneBuffers(int(o.SharedBuffers / heap.PageSize))
 	}
 	if o.CheckpointTimeout == 0 {
 		o.CheckpointTimeout = 5 * time.Minute
@@ -451,9 +451,21 @@ type Stats struct {
 	WALCommitWaitNanos uint64
 	// Heap buffer pool
 	BufferHits, BufferMisses, BufferReads, BufferWrites, BufferEvictions uint64
-	// CLOG
+	// CLOG (see clog.Stats): status lookups and sets, buffer hits and
+	// misses, pages read and written.
 	CLOGLookups, CLOGHits, CLOGMisses, CLOGPageReads, CLOGPageWrites uint64
-	Checkpoints                                                      uint64
+	// CLOGLockWaits counts CLOG bank lock acquisitions that found the lock
+	// taken (and status sets that waited for a group leader instead);
+	// CLOGLockWaitNanos is their total wait in nanoseconds.
+	CLOGLockWaits, CLOGLockWaitNanos uint64
+	// CLOGGroupUpdates counts group-update leaders (one lock acquisition
+	// each) and CLOGGroupMembers the status sets in their groups, so
+	// CLOGGroupMembers/CLOGGroupUpdates is the average group size.
+	CLOGGroupUpdates, CLOGGroupMembers uint64
+	// CLOGTruncations counts truncations that advanced the CLOG's oldest
+	// xid; CLOGSegmentsRemoved the segment files they removed.
+	CLOGTruncations, CLOGSegmentsRemoved uint64
+	Checkpoints                          uint64
 	// FullPageImages counts full-page images logged (first change to a page
 	// after a checkpoint's redo point).
 	FullPageImages uint64
@@ -503,9 +515,12 @@ func (s Stats) Sub(o Stats) Stats {
 		VacuumTuplesRemoved: s.VacuumTuplesRemoved - o.VacuumTuplesRemoved, VacuumPagesCompacted: s.VacuumPagesCompacted - o.VacuumPagesCompacted,
 		VacuumTuplesFrozen: s.VacuumTuplesFrozen - o.VacuumTuplesFrozen,
 		HintBitsSet:        s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
-		VMBitsSet:      s.VMBitsSet - o.VMBitsSet, VMBitsCleared: s.VMBitsCleared - o.VMBitsCleared,
+		VMBitsSet: s.VMBitsSet - o.VMBitsSet, VMBitsCleared: s.VMBitsCleared - o.VMBitsCleared,
 		VMPageReads: s.VMPageReads - o.VMPageReads, VMPageWrites: s.VMPageWrites - o.VMPageWrites,
 		IndexOnlyVisible: s.IndexOnlyVisible - o.IndexOnlyVisible, IndexOnlyHeapFetches: s.IndexOnlyHeapFetches - o.IndexOnlyHeapFetches,
+		CLOGLockWaits: s.CLOGLockWaits - o.CLOGLockWaits, CLOGLockWaitNanos: s.CLOGLockWaitNanos - o.CLOGLockWaitNanos,
+		CLOGGroupUpdates: s.CLOGGroupUpdates - o.CLOGGroupUpdates, CLOGGroupMembers: s.CLOGGroupMembers - o.CLOGGroupMembers,
+		CLOGTruncations: s.CLOGTruncations - o.CLOGTruncations, CLOGSegmentsRemoved: s.CLOGSegmentsRemoved - o.CLOGSegmentsRemoved,
 	}
 }
 
@@ -521,6 +536,9 @@ func (db *DB) Stats() Stats {
 		BufferEvictions: p.Evictions,
 		CLOGLookups:     c.Lookups, CLOGHits: c.Hits, CLOGMisses: c.Misses,
 		CLOGPageReads: c.PageReads, CLOGPageWrites: c.PageWrites,
+		CLOGLockWaits: c.LockWaits, CLOGLockWaitNanos: c.LockWaitNanos,
+		CLOGGroupUpdates: c.GroupUpdates, CLOGGroupMembers: c.GroupMembers,
+		CLOGTruncations: c.Truncations, CLOGSegmentsRemoved: c.SegmentsRemoved,
 		Checkpoints:    db.stats.checkpoints.Load(),
 		FullPageImages: db.stats.fpis.Load(),
 		Keys:           uint64(db.idx.len()),
@@ -529,7 +547,7 @@ func (db *DB) Stats() Stats {
 		VacuumTuplesRemoved: db.vac.tuplesRemoved.Load(), VacuumPagesCompacted: db.vac.pagesCompacted.Load(),
 		VacuumTuplesFrozen: db.vac.tuplesFrozen.Load(),
 		HintBitsSet:        db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),
-		VMBitsSet:      v.BitsSet, VMBitsCleared: v.BitsCleared, VMPageReads: v.PageReads, VMPageWrites: v.PageWrites,
+		VMBitsSet: v.BitsSet, VMBitsCleared: v.BitsCleared, VMPageReads: v.PageReads, VMPageWrites: v.PageWrites,
 		IndexOnlyVisible: db.stats.indexOnlyVisible.Load(), IndexOnlyHeapFetches: db.stats.indexOnlyHeapFetches.Load(),
 	}
 }

@@ -69,6 +69,12 @@ func DescribeRecord(rec wal.Record) string {
 		} else {
 			desc = "malformed: " + err.Error()
 		}
+	case recCLOGTruncate:
+		if oldest, err := decodeCLOGTruncate(rec.Data); err == nil {
+			desc = fmt.Sprintf("oldest xid %d", oldest)
+		} else {
+			desc = "malformed: " + err.Error()
+		}
 	default:
 		desc = "unknown record type"
 	}
@@ -204,6 +210,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 				}
 				if x.xid >= next {
 					rep.problem("heap tuple %s: %s %d is not below the next xid %d", tid, x.name, x.xid, next)
+					continue
+				}
+				if x.name == "xmin" && h.Infomask&heap.Frozen != 0 {
+					continue // frozen: its status is no longer looked up
+				}
+				if x.xid < db.clog.OldestXid() {
+					rep.problem("heap tuple %s: %s %d is below the CLOG truncation point %d but the tuple is not frozen", tid, x.name, x.xid, db.clog.OldestXid())
 					continue
 				}
 				st, err := db.clog.Status(x.xid)

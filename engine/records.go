@@ -65,6 +65,11 @@ const (
 	//	| block 4 | bits 1 | cutoffXid 8  |
 	//	+---------+--------+--------------+
 	recHeap2Visible wal.RecordType = 24
+	// recCLOGTruncate records a CLOG truncation, as PostgreSQL's
+	// CLOG_TRUNCATE: segments entirely below the segment of the oldest xid
+	// are removed once the record is durable; redo repeats the truncation.
+	// Payload: oldest xid 8 (see clogtrunc.go).
+	recCLOGTruncate wal.RecordType = 23
 )
 
 // Record flags (wal.Record.Flags). Part of the format; do not change.
@@ -111,6 +116,8 @@ func recordTypeName(t wal.RecordType) string {
 		return "FPI_FOR_HINT"
 	case recHeap2Visible:
 		return "HEAP2_VISIBLE"
+	case recCLOGTruncate:
+		return "CLOG_TRUNCATE"
 	}
 	return fmt.Sprintf("TYPE_%d", t)
 }

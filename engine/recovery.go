@@ -192,6 +192,8 @@ func (db *DB) redo(rec wal.Record) error {
 		return db.redoPrune(rec)
 	case recHeap2Visible:
 		return db.redoVisible(rec)
+	case recCLOGTruncate:
+		return db.redoCLOGTruncate(rec)
 	case recFPI, recFPIForHint:
 		blk, img, err := decodeFPI(rec.Data)
 		if err != nil {

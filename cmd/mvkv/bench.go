@@ -77,6 +77,13 @@ Target options:
   --shared-buffers=SIZE    buffer pool (engine) or block cache (pebble), e.g.
                            128MB; units B, kB, MB, GB, TB; a bare number counts
                            8kB pages, as PostgreSQL (default: 128MB)
+  --clog-locking=global|bank
+                           engine's CLOG locking: one lock for all buffers
+                           (as before PostgreSQL 17) or one per bank of 16
+                           (default: bank)
+  --clog-group-update=on|off
+                           engine's CLOG group update of commit statuses
+                           (default: on)
   --cpuprofile=FILE        write a CPU profile of the run to FILE
 
 Sweep options:
@@ -84,7 +91,9 @@ Sweep options:
                            run the cross product. Knobs: clients,
                            commit_delay, commit_siblings, wal_flusher,
                            synchronous_commit, target, fsync_latency,
-                           disk_rotation, vm (crash-safe,unlogged). Prints one table (tps, calc =
+                           disk_rotation, vm (crash-safe,unlogged), clog
+                           (global, bank, global+group, bank+group: the two
+                           CLOG options above together). Prints one table (tps, calc =
                            clients x sync rate of the disk model, ratio,
                            WAL syncs/s, commits/sync) instead of the report;
                            data is loaded once per target and reused
@@ -92,6 +101,8 @@ Sweep options:
                            and standard deviation (default: 1)
   --plot=FILE.png|FILE.svg draw tps against clients per series, with the
                            optimum line when a disk model is set
+  --pivot                  also print tps as one table with a row per value
+                           of the other knobs and a column per client count
 
 Common options:
   -h, --help               show this help, then exit
@@ -114,6 +125,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		cpuprofile, commitDelayArg      string
 		walFlusher, plotFile            string
 		visibilityMap                   string
+		clogLocking, clogGroup          string
+		pivot                           bool
 		commitSiblings, repeat          int
 		fsyncLatency                    time.Duration
 		diskRotation                    float64
@@ -156,6 +169,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	})
 	fs.IntVar(&repeat, "repeat", 1, "")
 	fs.StringVar(&plotFile, "plot", "", "")
+	fs.BoolVar(&pivot, "pivot", false, "")
+	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
+	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
 	fs.StringVar(&shared, "shared-buffers", "128MB", "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
@@ -225,6 +241,13 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("invalid --synchronous-commit %q (want on or off)", syncCommit)
 	}
+	if clogLocking != "global" && clogLocking != "bank" {
+		return fail("invalid --clog-locking %q (want global or bank)", clogLocking)
+	}
+	groupOn, err := bench.ParseOnOff(clogGroup)
+	if err != nil {
+		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
+	}
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
 			return fail("invalid --plot: %v", err)
@@ -237,8 +260,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if jobs > clients {
 		return fail("number of threads (%d) must not exceed number of clients (%d)", jobs, clients)
 	}
-	if init && (len(sweeps) > 0 || repeat > 1 || plotFile != "") {
-		return fail("-i cannot be combined with --sweep, --repeat or --plot")
+	if init && (len(sweeps) > 0 || repeat > 1 || plotFile != "" || pivot) {
+		return fail("-i cannot be combined with --sweep, --repeat, --plot or --pivot")
+	}
+	if pivot && len(sweeps) == 0 {
+		return fail("--pivot needs --sweep")
 	}
 	if init && dir == "" && !strings.HasPrefix(target, "postgres=") {
 		return fail("-i needs --dir: a temporary directory would be removed right away")
@@ -255,14 +281,16 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		Target: target,
 		Dir:    dir,
 		Options: bench.TargetOptions{
-			SynchronousCommit: syncOn,
-			CommitDelay:       commitDelay,
-			CommitSiblings:    commitSiblings,
-			SharedBuffers:     sharedBytes,
-			WALFlusher:        walFlusher,
-			VisibilityMap:     visibilityMap,
-			RESPMode:          respMode,
-			Disk:              bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
+			SynchronousCommit:  syncOn,
+			CommitDelay:        commitDelay,
+			CommitSiblings:     commitSiblings,
+			SharedBuffers:      sharedBytes,
+			WALFlusher:         walFlusher,
+			RESPMode:           respMode,
+			CLOGLocking:        clogLocking,
+			CLOGGroupUpdateOff: !groupOn,
+			VisibilityMap:      visibilityMap,
+			Disk:               bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,
 		Scale:        scale,
@@ -277,6 +305,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		Sweep:        sweeps,
 		Repeat:       repeat,
 		Plot:         plotFile,
+		Pivot:        pivot,
 	}
 	if cfg.Dir == "" {
 		tmp, err := os.MkdirTemp("", "mvkv-bench-")

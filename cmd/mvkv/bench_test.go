@@ -54,6 +54,10 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--repeat", "0"},
 		{"--plot", "tps.txt", "--sweep", "clients=1,2"},
 		{"-i", "--dir", "x", "--sweep", "clients=1,2"},
+		{"--clog-locking", "striped"},
+		{"--clog-group-update", "sometimes"},
+		{"--sweep", "clog=global,bank+groups"},
+		{"--pivot"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {

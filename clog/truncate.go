@@ -1,0 +1,289 @@
+package clog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"path"
+	"strconv"
+)
+
+// ErrTruncated is wrapped by the error Status returns for an xid below the
+// truncation point (the oldest xid passed to Truncate), and by SetStatus's
+// outside recovery: the bits are gone, and "in progress" would be a lie.
+var ErrTruncated = errors.New("clog: xid below the truncation point")
+
+// The truncation point file. Part of the format; do not change.
+const (
+	// oldestName is the file in the CLOG directory that records the
+	// truncation point (PostgreSQL keeps oldestClogXid in shared memory and
+	// derives it from the checkpoint's oldestXid; mvkv's checkpoint record
+	// does not carry one, so the CLOG keeps its own).
+	oldestName = "oldest_xid"
+	// oldestTmpName is where a new truncation point is written before it is
+	// renamed over oldestName.
+	oldestTmpName = "oldest_xid.tmp"
+	// oldestSize is the size in bytes of the truncation point file.
+	oldestSize = 16
+	// oldestVersion is the format version in byte 12.
+	oldestVersion = 1
+)
+
+// crc32c is CRC-32C of b, the checksum of CLOG pages.
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, crcTable) }
+
+// encodeOldest returns the truncation point file's bytes:
+//
+//	 0       4                       12    13          16
+//	+-------+-----------------------+-----+-----------+
+//	| CRC   | oldest xid            | ver | reserved  |
+//	+-------+-----------------------+-----+-----------+
+//	  uint32  uint64                  = 1   zero
+//
+// CRC is CRC-32C of bytes 4..15, little-endian like the xid.
+func encodeOldest(xid uint64) []byte {
+	b := make([]byte, oldestSize)
+	binary.LittleEndian.PutUint64(b[4:12], xid)
+	b[12] = oldestVersion
+	binary.LittleEndian.PutUint32(b[0:4], crc32c(b[4:]))
+	return b
+}
+
+// decodeOldest checks and decodes the truncation point file's bytes. The
+// error names neither file nor ErrCorrupt; the caller adds both.
+func decodeOldest(b []byte) (uint64, error) {
+	if len(b) != oldestSize {
+		return 0, fmt.Errorf("%d bytes, want %d", len(b), oldestSize)
+	}
+	if stored, sum := binary.LittleEndian.Uint32(b[0:4]), crc32c(b[4:]); stored != sum {
+		return 0, fmt.Errorf("checksum mismatch: stored %08x, computed %08x", stored, sum)
+	}
+	if b[12] != oldestVersion {
+		return 0, fmt.Errorf("unknown version %d", b[12])
+	}
+	if b[13]|b[14]|b[15] != 0 {
+		return 0, fmt.Errorf("reserved bytes %02x%02x%02x are not zero", b[13], b[14], b[15])
+	}
+	return binary.LittleEndian.Uint64(b[4:12]), nil
+}
+
+// loadOldest reads the truncation point at Open: 0 when the file is
+// missing (never truncated). A left-over temporary file from a crash during
+// Truncate is removed; the file it was to replace is intact either way.
+func (c *CLOG) loadOldest() error {
+	tmp := path.Join(c.dir, oldestTmpName)
+	if err := c.fs.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("clog: remove %s: %w", tmp, err)
+	}
+	name := path.Join(c.dir, oldestName)
+	f, err := c.fs.OpenReadOnly(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clog: open %s: %w", name, err)
+	}
+	defer f.Close()
+	// One byte more than the format, so a longer file is caught.
+	b := make([]byte, oldestSize+1)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("clog: read %s: %w", name, err)
+	}
+	xid, err := decodeOldest(b[:n])
+	if err != nil {
+		return fmt.Errorf("%w: %s at offset 0: %v", ErrCorrupt, name, err)
+	}
+	c.oldest.Store(xid)
+	return nil
+}
+
+// storeOldest makes xid the durable truncation point: write a temporary
+// file, fsync it, rename it over the old one, fsync the directory (DESIGN
+// rule 9), as the engine writes its control file.
+func (c *CLOG) storeOldest(xid uint64) error {
+	tmp, name := path.Join(c.dir, oldestTmpName), path.Join(c.dir, oldestName)
+	f, err := c.fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("clog: create %s: %w", tmp, err)
+	}
+	_, err = f.WriteAt(encodeOldest(xid), 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("clog: write %s: %w", tmp, err)
+	}
+	if err := c.fs.Rename(tmp, name); err != nil {
+		return fmt.Errorf("clog: rename %s to %s: %w", tmp, name, err)
+	}
+	c.stats.fileSyncs.Add(2)
+	if err := c.fs.SyncDir(c.dir); err != nil {
+		return fmt.Errorf("clog: sync directory %s after writing %s: %w", c.dir, name, err)
+	}
+	return nil
+}
+
+// OldestXid returns the truncation point: the highest oldestXid passed to
+// Truncate over the CLOG's life (0 if never truncated). Status of any xid
+// below it fails with ErrTruncated. Safe for concurrent use.
+func (c *CLOG) OldestXid() uint64 { return c.oldest.Load() }
+
+// truncatedErr returns an ErrTruncated error if xid is below the truncation
+// point, else nil.
+func (c *CLOG) truncatedErr(xid uint64) error {
+	if oldest := c.oldest.Load(); xid < oldest {
+		return fmt.Errorf("%w: xid %d is below the oldest xid %d", ErrTruncated, xid, oldest)
+	}
+	return nil
+}
+
+// Truncate removes every segment file entirely older than the segment that
+// holds oldestXid, as PostgreSQL's TruncateCLOG over SimpleLruTruncate, and
+// from then on fails Status for every xid below oldestXid with ErrTruncated.
+//
+// Precondition: no caller will ever again look up or set the status of an
+// xid below oldestXid: every tuple whose xmin or xmax is below it has been
+// frozen or hinted (vacuum's frozen horizon), and every such transaction
+// has ended. The caller must also have made durable a WAL record of the
+// truncation before calling, so that a crash cannot leave the files gone
+// but the truncation unlogged; redo calls Truncate again, which is
+// harmless.
+//
+// Steps: the truncation point is written to the oldest_xid file (temporary
+// file, fsync, rename, directory fsync) and published, so no new load of a
+// page below it starts; the buffers of the doomed segments are emptied
+// without writing them, after waiting out reads and writes in progress;
+// their open files are closed; the files are removed in ascending order and
+// the directory is fsynced. The segment holding oldestXid is never removed,
+// nor the one holding the latest page SetStatus has touched, nor anything
+// newer. A crash at any step leaves either the old state or a state with
+// fewer files, never a needed page gone. Truncate is idempotent: a call
+// with an oldestXid at or below the current point changes nothing but
+// still removes any segment file below the point left by an interrupted
+// call. Calls are serialized; they may run concurrently with other methods
+// (but not with Close). Errors: ErrClosed, the sticky I/O failure, or an
+// I/O error naming the file.
+func (c *CLOG) Truncate(oldestXid uint64) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.truncMu.Lock()
+	defer c.truncMu.Unlock()
+	if err := c.failure(); err != nil {
+		return err
+	}
+	if oldestXid > c.oldest.Load() {
+		if err := c.storeOldest(oldestXid); err != nil {
+			return c.fail(err)
+		}
+		c.oldest.Store(oldestXid)
+		c.stats.truncations.Add(1)
+	}
+	cutoff, _ := pageSegment(xidPage(c.oldest.Load()))
+	if latest := c.latestPage.Load(); latest > 0 {
+		if seg, _ := pageSegment(latest - 1); seg < cutoff {
+			cutoff = seg
+		}
+	}
+	if cutoff == 0 {
+		return nil
+	}
+	for bi := range c.banks {
+		c.dropPages(&c.banks[bi], cutoff*PagesPerSegment)
+	}
+	return c.removeSegments(cutoff)
+}
+
+// dropPages empties every slot of b holding a page below page end, without
+// writing it, after waiting for its read or write in progress to finish.
+func (c *CLOG) dropPages(b *bank, end uint64) {
+	c.lock(b)
+	defer b.mu.Unlock()
+scan:
+	for i := range b.slots {
+		sl := &b.slots[i]
+		if sl.state == slotEmpty || sl.pageno >= end {
+			continue
+		}
+		if sl.state == slotReading || sl.writing {
+			c.stats.ioWaits.Add(1)
+			b.ioDone.Wait()
+			goto scan // mu was released: the slot table may have changed
+		}
+		delete(b.index, sl.pageno)
+		sl.state, sl.dirty, sl.lsn = slotEmpty, false, 0
+	}
+}
+
+// removeSegments closes and removes every segment file numbered below
+// cutoff, then fsyncs the directory if it removed any.
+func (c *CLOG) removeSegments(cutoff uint64) error {
+	names, err := c.fs.ReadDir(c.dir)
+	if err != nil {
+		return fmt.Errorf("clog: list %s: %w", c.dir, err)
+	}
+	removed := 0
+	for _, n := range names { // sorted, and fixed-width hex sorts numerically
+		segno, ok := parseSegmentName(n)
+		if !ok || segno >= cutoff {
+			continue
+		}
+		c.files.forget(segno)
+		name := path.Join(c.dir, n)
+		if err := c.fs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return c.fail(fmt.Errorf("clog: remove %s: %w", name, err))
+		}
+		removed++
+	}
+	if removed == 0 {
+		return nil
+	}
+	c.stats.segmentsRemoved.Add(uint64(removed))
+	c.stats.fileSyncs.Add(1)
+	if err := c.fs.SyncDir(c.dir); err != nil {
+		return c.fail(fmt.Errorf("clog: sync directory %s after removing segments: %w", c.dir, err))
+	}
+	return nil
+}
+
+// forget drops segment segno's file from the open set, so no later call
+// uses the handle of a file about to be removed. An unused handle is closed
+// now; one in use (a Checkpoint's fsync holds a reference outside the lock)
+// is closed by the last release. Nothing written to it matters any more.
+func (s *segFiles) forget(segno uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sf, ok := s.open[segno]
+	if !ok {
+		return
+	}
+	delete(s.open, segno)
+	if sf.refs > 0 {
+		sf.forgotten = true
+		return
+	}
+	sf.f.Close()
+}
+
+// parseSegmentName returns the segment number of a segment file name
+// (exactly segmentNameLen upper-case hex digits), or false for any other
+// name.
+func parseSegmentName(n string) (uint64, bool) {
+	if len(n) != segmentNameLen {
+		return 0, false
+	}
+	for i := range len(n) {
+		if ch := n[i]; (ch < '0' || ch > '9') && (ch < 'A' || ch > 'F') {
+			return 0, false
+		}
+	}
+	segno, err := strconv.ParseUint(n, 16, 64)
+	return segno, err == nil
+}
