@@ -240,10 +240,27 @@ func (r *SweepRow) syncs() (perSec, commitsPerSync float64, ok bool) {
 	return perSec, commitsPerSync, true
 }
 
+// walBytesPerTxn returns the WAL bytes written per committed transaction
+// over all runs, ok false when the target does not count them.
+func (r *SweepRow) walBytesPerTxn() (float64, bool) {
+	var bytes, commits uint64
+	for _, x := range r.Runs {
+		if x.Commit == nil {
+			return 0, false
+		}
+		bytes += x.Commit.WALBytes
+		commits += x.Commit.Commits
+	}
+	if commits == 0 {
+		return 0, false
+	}
+	return float64(bytes) / float64(commits), true
+}
+
 // WriteSweepTable prints t as a markdown table in the seed threads' form:
-// the knob columns, tps (with ± the standard deviation when cells ran more
-// than once), calc and ratio = tps / calc, WAL syncs per second and commits
-// per sync. Empty cells mean "does not apply". Only write errors are
+// the knob columns, tps (with ± the standard deviation and every run's tps
+// when cells ran more than once), calc and ratio = tps / calc, WAL syncs per
+// second, commits per sync and WAL bytes per transaction. Empty cells mean "does not apply". Only write errors are
 // returned.
 func WriteSweepTable(w io.Writer, t *SweepTable) error {
 	ew := &errWriter{w: w}
@@ -257,9 +274,9 @@ func WriteSweepTable(w io.Writer, t *SweepTable) error {
 	cols := append([]string{}, t.Axes...)
 	cols = append(cols, "tps")
 	if repeat {
-		cols = append(cols, "±")
+		cols = append(cols, "±", "runs")
 	}
-	cols = append(cols, "calc", "ratio", "syncs/s", "commits/sync")
+	cols = append(cols, "calc", "ratio", "syncs/s", "commits/sync", "WAL B/txn")
 	ew.printf("| %s |\n", strings.Join(cols, " | "))
 	ew.printf("|%s\n", strings.Repeat(" --- |", len(cols)))
 	for _, r := range t.Rows {
@@ -276,6 +293,11 @@ func WriteSweepTable(w io.Writer, t *SweepTable) error {
 			} else {
 				cells = append(cells, "")
 			}
+			each := make([]string, len(r.Runs))
+			for i, x := range r.Runs {
+				each[i] = fmt.Sprintf("%.0f", x.TPS)
+			}
+			cells = append(cells, strings.Join(each, ", "))
 		}
 		if r.Calc > 0 {
 			cells = append(cells, strconv.FormatFloat(r.Calc, 'f', -1, 64))
@@ -294,6 +316,11 @@ func WriteSweepTable(w io.Writer, t *SweepTable) error {
 			}
 		} else {
 			cells = append(cells, "", "")
+		}
+		if b, ok := r.walBytesPerTxn(); ok {
+			cells = append(cells, fmt.Sprintf("%.0f", b))
+		} else {
+			cells = append(cells, "")
 		}
 		ew.printf("| %s |\n", strings.Join(cells, " | "))
 	}

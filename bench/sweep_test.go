@@ -273,8 +273,8 @@ func TestSweepEngine(t *testing.T) {
 		t.Errorf("second sweep loaded again:\n%s", log.String())
 	}
 	rows = tableRows(t, out.String())
-	if len(rows) != 2 || rows[0][0] != "serial" || rows[1][0] != "none" || len(rows[0]) != 7 {
-		t.Fatalf("rows %q, want serial and none with a stddev column:\n%s", rows, out.String())
+	if len(rows) != 2 || rows[0][0] != "serial" || rows[1][0] != "none" || len(rows[0]) != 9 {
+		t.Fatalf("rows %q, want serial and none with stddev and runs columns:\n%s", rows, out.String())
 	}
 	if n := strings.Count(log.String(), " run "); n != 4 {
 		t.Errorf("%d runs logged, want 2 cells x 2:\n%s", n, log.String())
