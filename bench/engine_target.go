@@ -28,6 +28,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		CommitDelay:       o.CommitDelay,
 		CommitSiblings:    o.CommitSiblings,
 		WALFlusher:        o.WALFlusher,
+		VisibilityMap:     o.VisibilityMap,
 		CLOGLocking:       o.CLOGLocking,
 		CLOGGroupUpdate:   &group,
 	})

@@ -19,7 +19,7 @@ var ErrBadSweep = errors.New("bench: bad sweep")
 
 // Axis is one --sweep: a knob and the values it takes, in the order given.
 type Axis struct {
-	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, clog
+	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm, clog
 	Values []string
 }
 
@@ -46,7 +46,7 @@ func ParseAxis(s string) (Axis, error) {
 	return a, nil
 }
 
-const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, clog"
+const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm, clog"
 
 // knobs set one Config field from a sweep value.
 var knobs = map[string]func(c *Config, v string) error{
@@ -79,6 +79,16 @@ var knobs = map[string]func(c *Config, v string) error{
 			return nil
 		}
 		return fmt.Errorf("want serial, pipelined or none")
+	},
+	// vm is the engine's visibility map mode, for the 2011 question
+	// whether WAL-logging the map costs throughput.
+	"vm": func(c *Config, v string) error {
+		switch v {
+		case "crash-safe", "unlogged":
+			c.Options.VisibilityMap = v
+			return nil
+		}
+		return fmt.Errorf("want crash-safe or unlogged")
 	},
 	"synchronous_commit": func(c *Config, v string) error {
 		on, err := ParseOnOff(v)

@@ -21,6 +21,7 @@ func TestParseAxis(t *testing.T) {
 		{"wal-flusher=serial, pipelined", Axis{"wal_flusher", []string{"serial", "pipelined"}}, true},
 		{"target=engine,postgres=postgres://u@/db?host=/tmp", Axis{"target", []string{"engine", "postgres=postgres://u@/db?host=/tmp"}}, true},
 		{"commit_delay=0,auto", Axis{"commit_delay", []string{"0", "auto"}}, true},
+		{"vm=crash-safe,unlogged", Axis{"vm", []string{"crash-safe", "unlogged"}}, true},
 		{"clients", Axis{}, false},
 		{"clients=", Axis{}, false},
 		{"clients=1,,2", Axis{}, false},
@@ -46,7 +47,7 @@ func TestParseAxis(t *testing.T) {
 // TestSweepBadValue: a value a knob does not take stops the sweep before
 // anything is loaded.
 func TestSweepBadValue(t *testing.T) {
-	for _, s := range []string{"clients=1,0", "commit_delay=5,soon", "wal_flusher=serial,eager", "synchronous_commit=maybe", "target=engine,mysql", "fsync_latency=3", "disk_rotation=-1"} {
+	for _, s := range []string{"clients=1,0", "commit_delay=5,soon", "wal_flusher=serial,eager", "synchronous_commit=maybe", "target=engine,mysql", "fsync_latency=3", "disk_rotation=-1", "vm=crash-safe,logged"} {
 		a, err := ParseAxis(s)
 		if err != nil {
 			t.Fatal(err)
@@ -384,4 +385,27 @@ func tableRows(t *testing.T, s string) [][]string {
 		rows = append(rows, cells)
 	}
 	return rows
+}
+
+// TestSweepVM sweeps the engine's visibility map mode: one row per mode,
+// and the mode reaches engine.Open (a bad one fails the open).
+func TestSweepVM(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{
+		Target: "engine", Dir: t.TempDir(), Scale: 1, Accounts: testAccounts, Workload: SimpleUpdate,
+		Clients: 1, Threads: 1, Transactions: 5,
+		Options: TargetOptions{SynchronousCommit: false},
+		Sweep:   []Axis{{Name: "vm", Values: []string{"crash-safe", "unlogged"}}},
+	}
+	var out, log bytes.Buffer
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("sweep: %v\nlog:\n%s", err, log.String())
+	}
+	rows := tableRows(t, out.String())
+	if len(rows) != 2 || rows[0][0] != "crash-safe" || rows[1][0] != "unlogged" {
+		t.Fatalf("rows %q:\n%s", rows, out.String())
+	}
+	if _, err := OpenTarget("engine", t.TempDir(), TargetOptions{VisibilityMap: "eventually"}); err == nil {
+		t.Fatal("the engine opened with an unknown visibility map mode")
+	}
 }

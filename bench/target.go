@@ -121,6 +121,9 @@ type TargetOptions struct {
 	SharedBuffers int64
 	// RESPMode is RESPModeMulti (the default) or RESPModeWatch. RESP only.
 	RESPMode string
+	// VisibilityMap is the engine's visibility map mode ("crash-safe" or
+	// "unlogged"; "" means the engine's default, crash-safe). Engine only.
+	VisibilityMap string
 	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
 	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
 	// 17), or "" for the engine's default (bank). Engine only.

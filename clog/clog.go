@@ -225,6 +225,11 @@ type CLOG struct {
 	truncMu sync.Mutex
 
 	stats stats
+
+	// groupLSNs holds, per buffer slot (bank index * BankSize + slot), the
+	// group LSNs of its page (grouplsn.go), nil until the first LSN is
+	// noted. Each entry is guarded by the owning bank's mu.
+	groupLSNs [][]uint64
 }
 
 // Open opens the CLOG kept in dir (DATA/clog), creating the directory if it
@@ -272,6 +277,7 @@ func Open(fsys vfs.FS, dir string, opts Options) (*CLOG, error) {
 	}
 	c.files.init()
 	c.banks = make([]bank, opts.Buffers/BankSize)
+	c.groupLSNs = make([][]uint64, opts.Buffers)
 	global := new(sync.RWMutex)
 	for i := range c.banks {
 		mu := global
@@ -361,6 +367,7 @@ func (c *CLOG) setSlotLocked(b *bank, i int, xid uint64, s Status, lsn uint64) {
 	if lsn > sl.lsn {
 		sl.lsn = lsn
 	}
+	c.noteGroupLSNLocked(sl.pageno, i, xid, lsn)
 	sl.lastUse.Store(b.clock.Add(1))
 }
 

@@ -87,8 +87,13 @@
 //
 //  1. WAL before data: a page image reaches its file only after FlushWAL
 //     returned for an LSN at or above every lsn passed to SetStatus for the
-//     bits in that image (the per-page group LSN; PostgreSQL keeps one per 32
-//     xids, which makes asynchronous commits wait less and may come later).
+//     bits in that image (the slot's page LSN, the largest of its group
+//     LSNs).
+//  4. StatusLSN returns, with a committed status, an LSN at or above the
+//     commit record's of that xid, unless the page came from disk (then 0:
+//     the WAL behind it was durable before the page was written). Group
+//     LSNs are kept per 32 xids, as PostgreSQL's CLOG_XACTS_PER_LSN_GROUP
+//     (grouplsn.go), for the hint-bit interlock of asynchronous commit.
 //  2. A page is in at most one slot.
 //  3. A status set by SetStatus is seen by every Status that starts after
 //     SetStatus returns.
@@ -171,9 +176,4 @@
 // The engine sizes the pool as PostgreSQL 17 sizes transaction_buffers
 // when it is 0: AutotuneBuffers gives shared_buffers/512 slots, a multiple
 // of 16 from 16 to 1024 (32 for 128 MiB).
-//
-// # Not yet here
-//
-// Per-32-xid group LSNs (PostgreSQL keeps one per 32 xids so a hint bit
-// for an asynchronous commit waits only for its own group's WAL).
 package clog

@@ -120,6 +120,7 @@ func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
 			delete(b.index, sl.pageno)
 		}
 		sl.pageno, sl.state, sl.dirty, sl.lsn = pageno, slotReading, false, 0
+		c.resetGroupLSNsLocked(pageno, v)
 		b.index[pageno] = v
 
 		b.mu.Unlock()

@@ -163,6 +163,37 @@ type Options struct {
 	// MaxRetries bounds how many times DB.Update and DB.View run their
 	// function after serialization failures and deadlocks (default 10).
 	MaxRetries int
+
+	// Autovacuum is PostgreSQL's autovacuum: a background worker that runs
+	// DB.Vacuum when enough dead tuples have piled up (see
+	// AutovacuumVacuumThreshold). nil means on.
+	Autovacuum *bool
+	// AutovacuumVacuumThreshold is autovacuum_vacuum_threshold (default
+	// 50): vacuum runs once the dead tuples (versions left behind by
+	// committed updates and deletes and by aborted writes) exceed this
+	// plus AutovacuumVacuumScaleFactor times the live tuples.
+	AutovacuumVacuumThreshold int
+	// AutovacuumVacuumScaleFactor is autovacuum_vacuum_scale_factor
+	// (default 0.2), a fraction of the live tuples (the keys in the index).
+	AutovacuumVacuumScaleFactor float64
+	// AutovacuumNaptime is autovacuum_naptime (default 1 min): how often
+	// the worker checks the dead-tuple count. Short values are allowed, for
+	// tests and benchmarks.
+	AutovacuumNaptime time.Duration
+	// VacuumFreezeMinAge is vacuum_freeze_min_age in transactions (default
+	// 50,000,000): vacuum freezes a tuple whose xmin is at least this much
+	// older than the vacuum horizon. 0 means the default; a negative value
+	// freezes every tuple below the horizon.
+	VacuumFreezeMinAge int64
+	// VisibilityMap is how visibility map bits are kept: "crash-safe"
+	// (the default when empty; setting a bit is WAL-logged and the map
+	// page waits for its record, as PostgreSQL since 9.2) or "unlogged"
+	// (bits set without WAL and map pages written without the
+	// WAL-before-data interlock, as PostgreSQL 8.4 to 9.1). "unlogged" is
+	// UNSAFE: after a crash a bit can say a page is all-visible when it is
+	// not, and index-only reads then return wrong answers. It exists only
+	// to measure what crash safety costs. See engine/vm.go.
+	VisibilityMap string
 }
 
 // TxnOptions configure one transaction.

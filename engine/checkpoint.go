@@ -11,7 +11,7 @@ import (
 // after a crash starts there; WAL segments wholly before the redo point are
 // removed. Safe to call concurrently with transactions; checkpoints run one
 // at a time. It returns ErrClosed after Close and the failure that stopped
-// writes, if any.
+// writes, if any. Visibility map pages are written after the heap pages.
 //
 // The checkpoint is fuzzy, as PostgreSQL's: transactions keep running while
 // pages are written. It is correct because (a) heap changes hold
@@ -46,6 +46,11 @@ func (db *DB) checkpoint() error {
 	db.ckptInterlock.Unlock()
 
 	if err := db.pool.FlushAll(); err != nil {
+		return db.fail(err)
+	}
+	// Map pages after heap pages: each waits for the WAL up to its LSN
+	// (the last HEAP2_VISIBLE record that set a bit on it).
+	if err := db.vm.Flush(); err != nil {
 		return db.fail(err)
 	}
 	heapBlocks := db.storage.NBlocks()

@@ -15,6 +15,7 @@ import (
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 	"mvkv/internal/vfs"
+	"mvkv/visibility"
 	"mvkv/wal"
 )
 
@@ -24,6 +25,7 @@ const (
 	walDir   = "wal"
 	heapDir  = "heap"
 	clogDir  = "clog"
+	vmDir    = "vm"
 )
 
 // DB is an open database. All methods are safe for concurrent use.
@@ -38,10 +40,15 @@ type DB struct {
 	clog    *clog.CLOG
 	storage *heap.Storage
 	pool    *bufpool.Pool
+	vm      *visibility.Map
 	idx     *index
 	locks   *lockManager
 	procs   *procArray
 	targets insertTargets
+	snaps   snapshotRegistry // open snapshots, for the vacuum horizon (vacuum.go)
+	fsm     freeSpaceMap     // pages with room for new tuples (fsm.go)
+	vac     vacuumState      // vacuum's serialization and results (vacuum.go)
+	av      autovacuumState  // dead-tuple counts and the worker (autovacuum.go)
 
 	syncCommit atomic.Int32 // SynchronousCommit default for new transactions
 	// commitDelay and commitSiblings mirror the WAL writer's knobs for
@@ -79,6 +86,10 @@ type DB struct {
 
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
+		hintBitsSet, hintHits              atomic.Uint64
+		// indexOnlyVisible and indexOnlyHeapFetches count index-only
+		// lookups answered from the visibility map and from the heap.
+		indexOnlyVisible, indexOnlyHeapFetches atomic.Uint64
 	}
 	recovery RecoveryInfo
 }
@@ -147,6 +158,31 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 10
 	}
+	if o.AutovacuumVacuumThreshold < 0 || o.AutovacuumVacuumScaleFactor < 0 || o.AutovacuumNaptime < 0 {
+		return o, errors.New("mvkv: negative autovacuum setting in Options")
+	}
+	if o.AutovacuumVacuumThreshold == 0 {
+		o.AutovacuumVacuumThreshold = 50
+	}
+	if o.AutovacuumVacuumScaleFactor == 0 {
+		o.AutovacuumVacuumScaleFactor = 0.2
+	}
+	if o.AutovacuumNaptime == 0 {
+		o.AutovacuumNaptime = time.Minute
+	}
+	switch {
+	case o.VacuumFreezeMinAge == 0:
+		o.VacuumFreezeMinAge = 50_000_000
+	case o.VacuumFreezeMinAge < 0:
+		o.VacuumFreezeMinAge = 0
+	}
+	switch o.VisibilityMap {
+	case "":
+		o.VisibilityMap = VisibilityMapCrashSafe
+	case VisibilityMapCrashSafe, VisibilityMapUnlogged:
+	default:
+		return o, fmt.Errorf("mvkv: unknown visibility map mode %q (want %q or %q)", o.VisibilityMap, VisibilityMapCrashSafe, VisibilityMapUnlogged)
+	}
 	if o.SynchronousCommit != SyncCommitOn && o.SynchronousCommit != SyncCommitOff {
 		return o, fmt.Errorf("mvkv: unknown synchronous_commit %d", o.SynchronousCommit)
 	}
@@ -168,7 +204,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	fsys := opts.FS
-	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir)} {
+	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir), filepath.Join(dir, vmDir)} {
 		if err := fsys.MkdirAll(d); err != nil {
 			return nil, fmt.Errorf("mvkv: create %s: %w", d, err)
 		}
@@ -202,6 +238,8 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.commitDelay.Store(int64(opts.CommitDelay))
 	db.commitSiblings.Store(int64(opts.CommitSiblings))
 	db.targets.reset()
+	db.snaps.init()
+	db.fsm.init()
 	db.closing = make(chan struct{})
 	if err := db.open(); err != nil {
 		db.closeFiles()
@@ -209,6 +247,10 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.bgWG.Add(1)
 	go db.checkpointer()
+	if opts.Autovacuum == nil || *opts.Autovacuum {
+		db.bgWG.Add(1)
+		go db.autovacuumWorker()
+	}
 	return db, nil
 }
 
@@ -239,6 +281,12 @@ func (db *DB) open() error {
 		return err
 	}
 	db.pool = bufpool.New(db.storage, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
+	if db.vm, err = visibility.Open(fsys, filepath.Join(dir, vmDir), visibility.Options{
+		FlushWAL: db.flushWAL,
+		Unlogged: db.opts.VisibilityMap == VisibilityMapUnlogged,
+	}); err != nil {
+		return err
+	}
 	return db.recover(ctrl)
 }
 
@@ -371,6 +419,9 @@ func (db *DB) closeFiles() error {
 	if db.storage != nil {
 		errs = append(errs, db.storage.Close())
 	}
+	if db.vm != nil {
+		errs = append(errs, db.vm.Close())
+	}
 	if db.lock != nil {
 		errs = append(errs, db.lock.Close())
 	}
@@ -416,6 +467,24 @@ type Stats struct {
 	// Keys is the number of keys in the index (live, deleted or never
 	// committed), a gauge: Sub keeps the later value.
 	Keys uint64
+	// Vacuum (vacuum.go): runs (manual and autovacuum), heap pages
+	// examined and skipped as all-visible, tuple versions (and out-of-line
+	// chunks) removed, pages compacted by a pruning record, and tuples
+	// frozen.
+	VacuumRuns, AutovacuumRuns                                    uint64
+	VacuumPagesScanned, VacuumPagesSkipped                        uint64
+	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen uint64
+	// HintBitsSet counts hint bits written by readers; HintHits the CLOG
+	// lookups a hint bit made unnecessary (hints.go).
+	HintBitsSet, HintHits uint64
+	// Visibility map: bits that changed (VMBitsSet, VMBitsCleared) and
+	// map pages read from and written to disk.
+	VMBitsSet, VMBitsCleared, VMPageReads, VMPageWrites uint64
+	// IndexOnlyVisible counts keys that Exists, ScanKeys and Count
+	// answered from the index and the visibility map alone;
+	// IndexOnlyHeapFetches those that needed the heap (PostgreSQL's "Heap
+	// Fetches" of an index-only scan).
+	IndexOnlyVisible, IndexOnlyHeapFetches uint64
 }
 
 // Sub returns the counters of s minus those of o (gauges keep s's value).
@@ -433,17 +502,26 @@ func (s Stats) Sub(o Stats) Stats {
 		CLOGLookups:     s.CLOGLookups - o.CLOGLookups, CLOGHits: s.CLOGHits - o.CLOGHits,
 		CLOGMisses: s.CLOGMisses - o.CLOGMisses, CLOGPageReads: s.CLOGPageReads - o.CLOGPageReads,
 		CLOGPageWrites: s.CLOGPageWrites - o.CLOGPageWrites,
-		CLOGLockWaits:  s.CLOGLockWaits - o.CLOGLockWaits, CLOGLockWaitNanos: s.CLOGLockWaitNanos - o.CLOGLockWaitNanos,
+		Checkpoints:    s.Checkpoints - o.Checkpoints,
+		FullPageImages: s.FullPageImages - o.FullPageImages,
+		Keys:           s.Keys,
+		VacuumRuns:     s.VacuumRuns - o.VacuumRuns, AutovacuumRuns: s.AutovacuumRuns - o.AutovacuumRuns,
+		VacuumPagesScanned: s.VacuumPagesScanned - o.VacuumPagesScanned, VacuumPagesSkipped: s.VacuumPagesSkipped - o.VacuumPagesSkipped,
+		VacuumTuplesRemoved: s.VacuumTuplesRemoved - o.VacuumTuplesRemoved, VacuumPagesCompacted: s.VacuumPagesCompacted - o.VacuumPagesCompacted,
+		VacuumTuplesFrozen: s.VacuumTuplesFrozen - o.VacuumTuplesFrozen,
+		HintBitsSet:        s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
+		VMBitsSet: s.VMBitsSet - o.VMBitsSet, VMBitsCleared: s.VMBitsCleared - o.VMBitsCleared,
+		VMPageReads: s.VMPageReads - o.VMPageReads, VMPageWrites: s.VMPageWrites - o.VMPageWrites,
+		IndexOnlyVisible: s.IndexOnlyVisible - o.IndexOnlyVisible, IndexOnlyHeapFetches: s.IndexOnlyHeapFetches - o.IndexOnlyHeapFetches,
+		CLOGLockWaits: s.CLOGLockWaits - o.CLOGLockWaits, CLOGLockWaitNanos: s.CLOGLockWaitNanos - o.CLOGLockWaitNanos,
 		CLOGGroupUpdates: s.CLOGGroupUpdates - o.CLOGGroupUpdates, CLOGGroupMembers: s.CLOGGroupMembers - o.CLOGGroupMembers,
 		CLOGTruncations: s.CLOGTruncations - o.CLOGTruncations, CLOGSegmentsRemoved: s.CLOGSegmentsRemoved - o.CLOGSegmentsRemoved,
-		Checkpoints: s.Checkpoints - o.Checkpoints,
-		Keys:        s.Keys,
 	}
 }
 
 // Stats returns the current counters. Safe to call concurrently.
 func (db *DB) Stats() Stats {
-	w, p, c := db.wal.Stats(), db.pool.Stats(), db.clog.Stats()
+	w, p, c, v := db.wal.Stats(), db.pool.Stats(), db.clog.Stats(), db.vm.Stats()
 	return Stats{
 		Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(),
 		WALRecords: w.Records, WALBytes: w.Bytes, WALWrites: w.Writes, WALSyncs: w.Syncs,
@@ -459,6 +537,13 @@ func (db *DB) Stats() Stats {
 		Checkpoints:    db.stats.checkpoints.Load(),
 		FullPageImages: db.stats.fpis.Load(),
 		Keys:           uint64(db.idx.len()),
+		VacuumRuns:     db.vac.runs.Load(), AutovacuumRuns: db.av.runs.Load(),
+		VacuumPagesScanned: db.vac.pagesScanned.Load(), VacuumPagesSkipped: db.vac.pagesSkipped.Load(),
+		VacuumTuplesRemoved: db.vac.tuplesRemoved.Load(), VacuumPagesCompacted: db.vac.pagesCompacted.Load(),
+		VacuumTuplesFrozen: db.vac.tuplesFrozen.Load(),
+		HintBitsSet:        db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),
+		VMBitsSet: v.BitsSet, VMBitsCleared: v.BitsCleared, VMPageReads: v.PageReads, VMPageWrites: v.PageWrites,
+		IndexOnlyVisible: db.stats.indexOnlyVisible.Load(), IndexOnlyHeapFetches: db.stats.indexOnlyHeapFetches.Load(),
 	}
 }
 
@@ -468,7 +553,7 @@ func asCorruption(err error) error {
 	if err == nil || errors.Is(err, ErrCorruption) {
 		return err
 	}
-	if errors.Is(err, wal.ErrCorrupt) || errors.Is(err, heap.ErrCorrupt) || errors.Is(err, clog.ErrCorrupt) {
+	if errors.Is(err, wal.ErrCorrupt) || errors.Is(err, heap.ErrCorrupt) || errors.Is(err, clog.ErrCorrupt) || errors.Is(err, visibility.ErrCorrupt) {
 		return fmt.Errorf("%w: %w", ErrCorruption, err)
 	}
 	return err

@@ -15,9 +15,11 @@
 //
 // Open creates or recovers a data directory (see docs/DESIGN.md for its layout).
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
-// Delete, Scan and Update work inside it; Commit makes it durable and
-// visible. DB.Update and DB.View wrap a function in a REPEATABLE READ
-// transaction and retry serialization failures and deadlocks.
+// Delete, Scan and Update work inside it; Exists, ScanKeys and Count are
+// key-only reads that answer from the visibility map where a page is
+// all-visible (engine/indexonly.go); Commit makes it durable and visible.
+// DB.Update and DB.View wrap a function in a REPEATABLE READ transaction
+// and retry serialization failures and deadlocks.
 //
 // # How a write works
 //
@@ -50,11 +52,22 @@
 // returns before the flush and the WAL writer makes it durable shortly
 // after.
 //
+// # Vacuum
+//
+// Old versions stay in the heap until DB.Vacuum (or the autovacuum worker,
+// on by default) removes those no snapshot can see any more: it computes the
+// oldest xmin of running transactions and open snapshots, prunes each key's
+// chain in WAL-logged pruning records, freezes old tuples, compacts pages
+// and records their free space, which inserts then reuse. Readers set hint
+// bits on tuples whose transaction status is final, so later readers skip
+// the CLOG (vacuum.go, hints.go, fsm.go, autovacuum.go).
+//
 // # Caveats
 //
 // A Txn must be ended with Commit or Rollback: an abandoned transaction keeps
 // its row locks forever. A Txn is for one goroutine at a time. Keys are 1 byte
 // to 1 KiB, values up to 1 MiB; values above about 2 KiB are stored out of
-// line in chunk tuples. Old versions are not yet reclaimed: the heap grows
-// with every write until vacuum exists.
+// line in chunk tuples. An open REPEATABLE READ transaction keeps every
+// version its snapshot can see from being vacuumed, so a long-lived one makes
+// the heap grow, as in PostgreSQL.
 package engine

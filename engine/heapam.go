@@ -50,9 +50,20 @@ func (it *insertTargets) reset() {
 	}
 }
 
-func (db *DB) targetBuffer(slot int) (*bufpool.Buffer, error) {
+// targetBuffer returns the insert target of slot, pinned: the current one,
+// else a page the free space map says has need bytes free, else a new page
+// at the end of the heap.
+func (db *DB) targetBuffer(slot, need int) (*bufpool.Buffer, error) {
 	if blk := db.targets.blk[slot].Load(); blk != noBlock {
 		return db.pool.Get(blk)
+	}
+	if blk, ok := db.fsm.take(need); ok {
+		buf, err := db.pool.Get(blk)
+		if err != nil {
+			return nil, err
+		}
+		db.targets.blk[slot].Store(blk)
+		return buf, nil
 	}
 	buf, err := db.pool.Extend()
 	if err != nil {
@@ -89,11 +100,17 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		if err := db.logFPIIfNeeded(buf); err != nil {
 			return heap.InvalidTID, err
 		}
+		var flags uint8
+		if cleared, err := db.clearAllVisibleLocked(buf); err != nil {
+			return heap.InvalidTID, err
+		} else if cleared {
+			flags |= flagAllVisibleCleared
+		}
 		if err := setXmaxOnPage(buf.Page(), old, xid); err != nil {
 			return heap.InvalidTID, db.corrupt(old, err)
 		}
 		buf.MarkDirty()
-		_, end, err := db.wal.Insert(recHeapDelete, xid, encodeDelete(old))
+		_, end, err := db.wal.InsertFlags(recHeapDelete, flags, xid, encodeDelete(old))
 		if err != nil {
 			return heap.InvalidTID, db.fail(err)
 		}
@@ -103,7 +120,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 
 	slot := int(xid % nInsertTargets)
 	for {
-		tgt, err := db.targetBuffer(slot)
+		tgt, err := db.targetBuffer(slot, len(tup))
 		if err != nil {
 			return heap.InvalidTID, err
 		}
@@ -153,6 +170,25 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			unlock()
 			return heap.InvalidTID, err
 		}
+		// The change clears PD_ALL_VISIBLE and the map bits of every page
+		// it touches, and the record says so (docs/DESIGN.md rule 7).
+		var flags uint8
+		if cleared, err := db.clearAllVisibleLocked(tgt); err != nil {
+			unlock()
+			return heap.InvalidTID, err
+		} else if cleared && oldBuf != nil {
+			flags |= flagNewAllVisibleCleared
+		} else if cleared {
+			flags |= flagAllVisibleCleared
+		}
+		if oldBuf != nil {
+			if cleared, err := db.clearAllVisibleLocked(oldBuf); err != nil {
+				unlock()
+				return heap.InvalidTID, err
+			} else if cleared {
+				flags |= flagAllVisibleCleared
+			}
+		}
 		s, err := heap.AddTuple(page, tup)
 		if err != nil {
 			unlock()
@@ -175,7 +211,6 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		} else {
 			rec = encodeInsert(newTID, tup)
 		}
-		var flags uint8
 		if wasNew {
 			flags |= flagInitPage
 		}
@@ -220,6 +255,9 @@ func setXmaxOnPage(page []byte, tid heap.TID, xid uint64) error {
 		return err
 	}
 	heap.SetTupleXmax(raw, xid)
+	// A hint about the xmax being replaced (an aborted updater's) must not
+	// be read as one about the new xmax.
+	heap.SetTupleInfomask(raw, heap.TupleInfomask(raw)&^(heap.XmaxCommitted|heap.XmaxInvalid))
 	return nil
 }
 
@@ -302,11 +340,27 @@ type version struct {
 	hdr  heap.TupleHeader
 	val  []byte // copied out of the page; still external if hdr.Infomask&External
 	have bool   // val was copied
+	// hint holds the hint bits (heap.XminCommitted, ...) that the walk
+	// learned from the CLOG and may set on the tuple (hints.go).
+	hint uint16
 }
 
-// readVersion copies a tuple's header (and value when wantVal) out of its
-// page under the page's share lock.
-func (db *DB) readVersion(tid heap.TID, wantVal bool) (version, error) {
+// errVanished reports that a TID taken from the index or from a newer
+// version's Prev no longer holds a version of the key: vacuum removed it
+// after the TID was read, and its slot may already hold another tuple. The
+// walk starts again from the key's current head, which reaches every version
+// any snapshot can still see (vacuum.go).
+var errVanished = errors.New("tuple version vanished")
+
+// maxChainRestarts bounds how often one walk starts again after
+// errVanished; each restart needs a concurrent vacuum to have removed a
+// version of this very key, so reaching the bound means a broken chain.
+const maxChainRestarts = 1000
+
+// readVersion copies the header (and value when wantVal) of the version of
+// key at tid out of its page under the page's share lock. It returns
+// errVanished if the slot is free or holds a chunk or another key's tuple.
+func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, error) {
 	v := version{tid: tid}
 	buf, err := db.pool.Get(tid.Block)
 	if err != nil {
@@ -314,25 +368,41 @@ func (db *DB) readVersion(tid heap.TID, wantVal bool) (version, error) {
 	}
 	buf.RLock()
 	raw, err := heap.Tuple(buf.Page(), tid.Slot)
-	var val []byte
+	var k, val []byte
 	if err == nil {
-		v.hdr, _, val, err = heap.DecodeTuple(raw)
+		v.hdr, k, val, err = heap.DecodeTuple(raw)
 	}
-	if err == nil && wantVal {
+	vanished := errors.Is(err, heap.ErrBadSlot) || (err == nil && (v.hdr.Infomask&heap.Chunk != 0 || string(k) != key))
+	if err == nil && !vanished && wantVal {
 		v.val, v.have = append([]byte(nil), val...), true
 	}
 	buf.RUnlock()
 	buf.Release()
+	if vanished {
+		return v, errVanished
+	}
 	if err != nil {
 		return v, db.corrupt(tid, err)
 	}
 	return v, nil
 }
 
+// restartWalk is called by a chain walk that met errVanished for the
+// restarts-th time.
+func restartWalk(restarts int, key string) error {
+	if restarts > maxChainRestarts {
+		return fmt.Errorf("%w: version chain of key %q leads to a slot that holds no version of it", ErrCorruption, truncKey([]byte(key)))
+	}
+	return nil
+}
+
 // value returns the version's full value, fetching chunks if it is external.
-func (db *DB) value(v version) ([]byte, error) {
+// The caller makes sure vacuum cannot remove the version meanwhile (it is
+// visible to a registered snapshot, or the caller holds the key's row lock
+// and it is the newest committed version).
+func (db *DB) value(v version, key string) ([]byte, error) {
 	if !v.have {
-		vv, err := db.readVersion(v.tid, true)
+		vv, err := db.readVersion(v.tid, key, true)
 		if err != nil {
 			return nil, err
 		}
@@ -359,17 +429,30 @@ func (db *DB) didCommit(xid uint64) (bool, error) {
 // whose inserter committed (or is the writer itself). Every other writer of
 // the key has ended, so each xmin in the chain is final. deleted reports
 // whether that version's xmax committed (or is the writer's).
-func (db *DB) latest(head heap.TID, me uint64, wantVal bool) (v version, found, deleted bool, err error) {
+func (db *DB) latest(e *indexEntry, me uint64, wantVal bool) (v version, found, deleted bool, err error) {
+	for restarts := 0; ; restarts++ {
+		if err := restartWalk(restarts, e.key); err != nil {
+			return v, false, false, err
+		}
+		v, found, deleted, err = db.latestOnce(e, me, wantVal)
+		if !errors.Is(err, errVanished) {
+			return v, found, deleted, err
+		}
+	}
+}
+
+func (db *DB) latestOnce(e *indexEntry, me uint64, wantVal bool) (v version, found, deleted bool, err error) {
+	head := e.headTID()
 	for n, tid := 0, head; tid.Valid(); n++ {
 		if n > maxChainLength {
 			return v, false, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
 		}
-		if v, err = db.readVersion(tid, wantVal); err != nil {
+		if v, err = db.readVersion(tid, e.key, wantVal); err != nil {
 			return v, false, false, err
 		}
 		ok := v.hdr.Xmin == me
 		if !ok {
-			if ok, err = db.didCommit(v.hdr.Xmin); err != nil {
+			if ok, err = db.xminCommitted(&v); err != nil {
 				return v, false, false, err
 			}
 		}
@@ -377,12 +460,14 @@ func (db *DB) latest(head heap.TID, me uint64, wantVal bool) (v version, found, 
 			if x := v.hdr.Xmax; x != 0 {
 				if x == me {
 					deleted = true
-				} else if deleted, err = db.didCommit(x); err != nil {
+				} else if deleted, err = db.xmaxCommitted(&v); err != nil {
 					return v, false, false, err
 				}
 			}
+			db.setHintBits(&v)
 			return v, true, deleted, nil
 		}
+		db.setHintBits(&v)
 		tid = v.hdr.Prev
 	}
 	return version{}, false, false, nil

@@ -81,3 +81,31 @@ func (ix *index) len() int {
 	defer ix.mu.RUnlock()
 	return ix.tree.Len()
 }
+
+// entriesAfter returns up to n entries with keys greater than after (from
+// the first key when all is true), in key order, so that vacuum can walk the
+// index in batches without holding mu for the whole walk.
+func (ix *index) entriesAfter(after string, all bool, n int) []*indexEntry {
+	out := make([]*indexEntry, 0, n)
+	visit := func(e *indexEntry) bool {
+		if !all && e.key == after {
+			return true
+		}
+		out = append(out, e)
+		return len(out) < n
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	ix.tree.AscendGreaterOrEqual(&indexEntry{key: after}, visit)
+	return out
+}
+
+// removeEntry deletes e from the tree if it is still there (vacuum removed
+// every version of its key, holding the key's row lock).
+func (ix *index) removeEntry(e *indexEntry) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if cur, ok := ix.tree.Get(e); ok && cur == e {
+		ix.tree.Delete(e)
+	}
+}

@@ -46,6 +46,7 @@ func DescribeRecord(rec wal.Record) string {
 		if rec.Flags&flagInitPage != 0 {
 			desc += " INIT_PAGE"
 		}
+		desc += describeVMFlags(rec.Flags)
 	case recCommit, recAbort:
 		if len(rec.Data) == 8 {
 			desc = fmt.Sprintf("at %d µs since the epoch", binary.LittleEndian.Uint64(rec.Data))
@@ -58,7 +59,11 @@ func DescribeRecord(rec wal.Record) string {
 		} else {
 			desc = "malformed"
 		}
-	case recFPI:
+	case recHeap2Prune:
+		desc = describePrune(rec.Data)
+	case recHeap2Visible:
+		desc = describeVisible(rec.Data)
+	case recFPI, recFPIForHint:
 		if blk, _, err := decodeFPI(rec.Data); err == nil {
 			desc = fmt.Sprintf("block %d", blk)
 		} else {
@@ -141,6 +146,8 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // Verify checks the consistency of an open database, as bbolt's check and
 // PostgreSQL's amcheck do: every heap page's checksum and line pointers
 // (read from disk after a checkpoint, not from the buffer pool); every
+// visibility map page's checksum, and every set bit against its heap page
+// (PD_ALL_VISIBLE and every tuple visible to all, see verifyVM); every
 // tuple header (xmin and xmax below the next xid, their CLOG status, chunk
 // and version-chain links); the index against a fresh scan of the heap; and
 // the control file against the WAL. It takes a checkpoint first, so it
@@ -166,6 +173,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 	tuples := make(map[uint64]tupleInfo)
 	referenced := make(map[uint64]bool)
 	nblocks := db.storage.NBlocks()
+	vmBits, vmSnap := db.verifyVMBits(&rep, nblocks), db.procs.snapshot()
 	page := make([]byte, heap.PageSize)
 	for blk := uint32(0); blk < nblocks; blk++ {
 		rep.Pages++
@@ -173,6 +181,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 			rep.problem("%v", err)
 			continue
 		}
+		db.verifyVM(&rep, blk, page, vmBits[blk], vmSnap)
 		if heap.IsNew(page) {
 			continue
 		}

@@ -46,6 +46,25 @@ const (
 	// repairs a page torn by a power loss; the change record that follows
 	// is then applied on top. Payload: block 4, then PageSize bytes.
 	recFPI wal.RecordType = 22
+	// recHeap2Prune is vacuum's pruning record, as PostgreSQL's
+	// XLOG_HEAP2_PRUNE (with freezing folded in, as PostgreSQL 17's
+	// XLOG_HEAP2_PRUNE_VACUUM_SCAN): for each of several pages, the slots
+	// that become unused, the Prev links rewritten around them and the
+	// tuples frozen, all as after-images. The payload is drawn in prune.go.
+	recHeap2Prune wal.RecordType = 25
+	// recFPIForHint is a full-page image logged before the first hint-bit
+	// change to a page after a checkpoint's redo point, as PostgreSQL's
+	// XLOG_FPI_FOR_HINT (hints.go). Payload and redo as recFPI.
+	recFPIForHint wal.RecordType = 27
+	// recHeap2Visible sets PD_ALL_VISIBLE on a heap page and its
+	// visibility map bits, as PostgreSQL's XLOG_HEAP2_VISIBLE. Its end LSN
+	// becomes both pages' LSN, so the map page cannot reach disk before
+	// it. Payload (engine/vm.go):
+	//
+	//	+---------+--------+--------------+
+	//	| block 4 | bits 1 | cutoffXid 8  |
+	//	+---------+--------+--------------+
+	recHeap2Visible wal.RecordType = 24
 	// recCLOGTruncate records a CLOG truncation, as PostgreSQL's
 	// CLOG_TRUNCATE: segments entirely below the segment of the oldest xid
 	// are removed once the record is durable; redo repeats the truncation.
@@ -60,6 +79,17 @@ const (
 	// initializes it without reading it, as PostgreSQL's
 	// XLOG_HEAP_INIT_PAGE.
 	flagInitPage uint8 = 1 << 0
+	// flagAllVisibleCleared on recHeapInsert, recHeapDelete and
+	// recHeapUpdate: the change cleared PD_ALL_VISIBLE on the page of the
+	// insert or delete, or the old version's page of an update, so redo
+	// clears that block's visibility map bits, even when the heap page
+	// already reflects the record (XLH_INSERT_ALL_VISIBLE_CLEARED,
+	// XLH_UPDATE_OLD_ALL_VISIBLE_CLEARED).
+	flagAllVisibleCleared uint8 = 1 << 1
+	// flagNewAllVisibleCleared on recHeapUpdate: as flagAllVisibleCleared,
+	// for the new version's page when it is another block
+	// (XLH_UPDATE_NEW_ALL_VISIBLE_CLEARED).
+	flagNewAllVisibleCleared uint8 = 1 << 2
 )
 
 var errBadRecord = errors.New("malformed WAL record")
@@ -80,6 +110,12 @@ func recordTypeName(t wal.RecordType) string {
 		return "CHECKPOINT"
 	case recFPI:
 		return "FPI"
+	case recHeap2Prune:
+		return "HEAP2_PRUNE"
+	case recFPIForHint:
+		return "FPI_FOR_HINT"
+	case recHeap2Visible:
+		return "HEAP2_VISIBLE"
 	case recCLOGTruncate:
 		return "CLOG_TRUNCATE"
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"time"
 
@@ -187,9 +188,13 @@ func (db *DB) redo(rec wal.Record) error {
 	case recCheckpoint:
 		_, _, err := decodeCheckpoint(rec.Data)
 		return err
+	case recHeap2Prune:
+		return db.redoPrune(rec)
+	case recHeap2Visible:
+		return db.redoVisible(rec)
 	case recCLOGTruncate:
 		return db.redoCLOGTruncate(rec)
-	case recFPI:
+	case recFPI, recFPIForHint:
 		blk, img, err := decodeFPI(rec.Data)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrCorruption, err)
@@ -205,13 +210,20 @@ func (db *DB) redo(rec wal.Record) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruption, err)
 	}
+	if err := db.redoClearVM(rec, hr); err != nil {
+		return err
+	}
 	place := func(page []byte) error {
 		if heap.IsNew(page) {
 			heap.InitPage(page)
 		}
+		clearPDAllVisible(page)
 		return heap.PutTupleAt(page, hr.New.Slot, hr.Tuple)
 	}
-	mark := func(page []byte) error { return setXmaxOnPage(page, hr.Old, rec.XID) }
+	mark := func(page []byte) error {
+		clearPDAllVisible(page)
+		return setXmaxOnPage(page, hr.Old, rec.XID)
+	}
 	if rec.Flags&flagInitPage != 0 && hr.New.Valid() {
 		// The page was empty before this record: rebuild it from nothing,
 		// without reading what is on disk (it may be torn).
@@ -314,6 +326,11 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 	}
 	var cands []cand
 	referenced := make(map[uint64]struct{})
+	// Chunks, and the chunks some version's external pointer names: the
+	// difference are orphans for the next vacuum (vacuum.go).
+	var chunks []heap.TID
+	usedChunks := make(map[uint64]struct{})
+	frozenXid := uint64(math.MaxUint64)
 	nblocks := db.pool.NBlocks()
 	db.idx.mu.Lock()
 	defer db.idx.mu.Unlock()
@@ -337,20 +354,39 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 					perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
 					break
 				}
-				h, key, _, err := heap.DecodeTuple(raw)
+				h, key, val, err := heap.DecodeTuple(raw)
 				if err != nil {
 					perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
 					break
 				}
 				maxXid = max(maxXid, h.Xmin, h.Xmax)
+				tid := heap.TID{Block: blk, Slot: uint16(s)}
 				if h.Infomask&heap.Chunk != 0 {
+					chunks = append(chunks, tid)
 					continue
+				}
+				if h.Infomask&heap.External != 0 {
+					ctids, err := chunkTIDs(val)
+					if err != nil {
+						perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
+						break
+					}
+					for _, c := range ctids {
+						usedChunks[c.Pack()] = struct{}{}
+					}
+				}
+				if h.Infomask&heap.Frozen == 0 {
+					frozenXid = min(frozenXid, h.Xmin)
+				}
+				if h.Xmax != 0 {
+					frozenXid = min(frozenXid, h.Xmax)
 				}
 				if h.Prev.Valid() {
 					referenced[h.Prev.Pack()] = struct{}{}
 				}
-				cands = append(cands, cand{heap.TID{Block: blk, Slot: uint16(s)}.Pack(), db.idx.getOrCreateLocked(string(key))})
+				cands = append(cands, cand{tid.Pack(), db.idx.getOrCreateLocked(string(key))})
 			}
+			db.fsm.record(blk, heap.FreeSpace(page))
 			if blk == nblocks-1 {
 				db.targets.blk[0].Store(blk)
 			}
@@ -366,5 +402,17 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 			c.e.head.Store(c.tid)
 		}
 	}
+	db.vac.mu.Lock()
+	db.vac.orphans = nil
+	for _, c := range chunks {
+		if _, ok := usedChunks[c.Pack()]; !ok {
+			db.vac.orphans = append(db.vac.orphans, c)
+		}
+	}
+	db.vac.mu.Unlock()
+	if frozenXid == math.MaxUint64 {
+		frozenXid = max(maxXid+1, db.procs.next())
+	}
+	db.vac.frozenXid.Store(frozenXid)
 	return maxXid, nil
 }

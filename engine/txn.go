@@ -37,6 +37,11 @@ type Txn struct {
 	snap *visibility.Snapshot // the transaction snapshot (REPEATABLE READ), taken at the first statement
 	done bool                 // Commit or Rollback was called
 	err  error                // the error that aborted the transaction, if any
+
+	// newVersions counts the versions this transaction placed and
+	// obsoleted those it marked with its xmax: the dead tuples it leaves
+	// behind if it aborts, or commits, for autovacuum (autovacuum.go).
+	newVersions, obsoleted int
 }
 
 // Begin starts a transaction. The context bounds its row-lock waits (a
@@ -82,15 +87,28 @@ func (t *Txn) usable() error {
 }
 
 // snapshot returns the snapshot for the next statement: a fresh one under
-// READ COMMITTED, the transaction's under REPEATABLE READ.
-func (t *Txn) snapshot() *visibility.Snapshot {
+// READ COMMITTED, the transaction's under REPEATABLE READ. Both are
+// registered, so vacuum keeps every version they can see; the statement
+// calls release when it is done (a no-op for the transaction's snapshot,
+// which is released when the transaction ends).
+func (t *Txn) snapshot() (snap *visibility.Snapshot, release func()) {
 	if t.opts.Isolation == RepeatableRead {
 		if t.snap == nil {
-			t.snap = t.db.procs.snapshot()
+			t.snap = t.db.snaps.take(t.db.procs)
 		}
-		return t.snap
+		return t.snap, func() {}
 	}
-	return t.db.procs.snapshot()
+	snap = t.db.snaps.take(t.db.procs)
+	return snap, func() { t.db.snaps.release(snap) }
+}
+
+// releaseSnapshot unregisters the transaction snapshot when the
+// transaction ends.
+func (t *Txn) releaseSnapshot() {
+	if t.snap != nil {
+		t.db.snaps.release(t.snap)
+		t.snap = nil
+	}
 }
 
 func checkKey(key []byte) error {
@@ -112,10 +130,6 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	e := t.db.idx.get(key)
-	if e == nil {
-		return nil, ErrNotFound
-	}
 	t.db.closeMu.RLock()
 	defer t.db.closeMu.RUnlock()
 	if t.db.closed.Load() {
@@ -125,9 +139,18 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	// the head before it commits, so every version committed before the
 	// snapshot is then reachable from the head read. Read the other way
 	// round, a version committed in between would be missed, and its
-	// predecessor's xmax would make the key look deleted.
-	snap := t.snapshot()
-	val, found, err := t.db.fetchVisible(e.headTID(), snap, t.XID())
+	// predecessor's xmax would make the key look deleted. It is taken
+	// before the index lookup too: vacuum may drop the entry of a key
+	// deleted for everyone, and a writer then creates a new one; an entry
+	// found after the snapshot is either current or dropped for a key
+	// this snapshot sees deleted.
+	snap, release := t.snapshot()
+	defer release()
+	e := t.db.idx.get(key)
+	if e == nil {
+		return nil, ErrNotFound
+	}
+	val, found, err := t.db.fetchVisible(e, snap, t.XID())
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +168,9 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
-	snap, me := t.snapshot(), t.XID()
+	snap, release := t.snapshot()
+	defer release()
+	me := t.XID()
 	for _, e := range t.db.idx.rangeEntries(start, end) {
 		// The close lock is not held across fn, which may write in this
 		// transaction.
@@ -154,7 +179,7 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 		var found bool
 		err := ErrClosed
 		if !t.db.closed.Load() {
-			val, found, err = t.db.fetchVisible(e.headTID(), snap, me)
+			val, found, err = t.db.fetchVisible(e, snap, me)
 		}
 		t.db.closeMu.RUnlock()
 		if err != nil {
@@ -169,28 +194,47 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 
 // fetchVisible walks a key's chain from its newest version and returns the
 // value of the first version whose xmin the snapshot sees, unless the
-// snapshot sees its xmax too (the key is deleted for it).
-func (db *DB) fetchVisible(head heap.TID, snap *visibility.Snapshot, me uint64) ([]byte, bool, error) {
+// snapshot sees its xmax too (the key is deleted for it). A walk that finds
+// a version gone (removed by vacuum after the walk read the TID pointing at
+// it) starts again from the current head: vacuum never removes a version
+// the snapshot can see, and the chain from the head still leads to it.
+func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) ([]byte, bool, error) {
+	for restarts := 0; ; restarts++ {
+		if err := restartWalk(restarts, e.key); err != nil {
+			return nil, false, err
+		}
+		val, found, err := db.fetchVisibleOnce(e, snap, me)
+		if !errors.Is(err, errVanished) {
+			return val, found, err
+		}
+	}
+}
+
+func (db *DB) fetchVisibleOnce(e *indexEntry, snap *visibility.Snapshot, me uint64) ([]byte, bool, error) {
+	head := e.headTID()
 	for n, tid := 0, head; tid.Valid(); n++ {
 		if n > maxChainLength {
 			return nil, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
 		}
-		v, err := db.readVersion(tid, true)
+		v, err := db.readVersion(tid, e.key, true)
 		if err != nil {
 			return nil, false, err
 		}
-		ok, err := snap.XidVisible(v.hdr.Xmin, me, db.didCommit)
+		ok, err := snap.XidVisible(v.hdr.Xmin, me, func(uint64) (bool, error) { return db.xminCommitted(&v) })
 		if err != nil {
 			return nil, false, err
 		}
 		if !ok {
+			db.setHintBits(&v)
 			tid = v.hdr.Prev
 			continue
 		}
-		if gone, err := snap.XidVisible(v.hdr.Xmax, me, db.didCommit); err != nil || gone {
+		gone, err := snap.XidVisible(v.hdr.Xmax, me, func(uint64) (bool, error) { return db.xmaxCommitted(&v) })
+		db.setHintBits(&v)
+		if err != nil || gone {
 			return nil, false, err
 		}
-		val, err := db.value(v)
+		val, err := db.value(v, e.key)
 		return val, err == nil, err
 	}
 	return nil, false, nil
@@ -274,7 +318,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	}
 	e := db.idx.getOrCreate(key)
 	head := e.headTID()
-	cur, found, deleted, err := db.latest(head, me, fn != nil)
+	cur, found, deleted, err := db.latest(e, me, fn != nil)
 	if err != nil {
 		return err
 	}
@@ -283,7 +327,9 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		if deleted {
 			last = cur.hdr.Xmax
 		}
-		ok, err := t.snapshot().XidVisible(last, me, db.didCommit)
+		snap, release := t.snapshot()
+		ok, err := snap.XidVisible(last, me, db.didCommit)
+		release()
 		if err != nil {
 			return err
 		}
@@ -297,11 +343,14 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 			return nil
 		}
 		_, err := db.placeTuple(me, cur.tid, nil)
+		if err == nil {
+			t.obsoleted++
+		}
 		return err
 	}
 	var old []byte
 	if live {
-		if old, err = db.value(cur); err != nil {
+		if old, err = db.value(cur, e.key); err != nil {
 			return err
 		}
 	}
@@ -323,6 +372,10 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	newTID, err := db.placeTuple(me, oldTID, tup)
 	if err != nil {
 		return err
+	}
+	t.newVersions++
+	if live {
+		t.obsoleted++
 	}
 	e.head.Store(newTID.Pack())
 	return nil
@@ -372,12 +425,19 @@ func (t *Txn) end() (*txnState, error) {
 		return nil, fmt.Errorf("mvkv: transaction rolled back: %w", err)
 	}
 	t.done = true
+	t.releaseSnapshot()
 	// A context that ended before Commit abandons the transaction.
 	if err := t.ctx.Err(); err != nil && t.st != nil {
 		st := t.st
 		t.st = nil
 		t.db.abort(st)
+		t.db.av.noteEnd(false, t.newVersions, t.obsoleted)
 		return nil, err
+	}
+	if t.st != nil {
+		// Counted when the commit starts (a commit that then fails
+		// stops the database taking writes anyway).
+		t.db.av.noteEnd(true, t.newVersions, t.obsoleted)
 	}
 	return t.st, nil
 }
@@ -389,11 +449,13 @@ func (t *Txn) Rollback() error {
 		return ErrTxnDone
 	}
 	t.done = true
+	t.releaseSnapshot()
 	if t.st == nil {
 		return nil
 	}
 	st := t.st
 	t.st = nil
+	t.db.av.noteEnd(false, t.newVersions, t.obsoleted)
 	return t.db.abort(st)
 }
 

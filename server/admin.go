@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -17,8 +16,6 @@ import (
 
 	"mvkv/engine"
 )
-
-type contextT = context.Context
 
 // A knob is one CONFIG GET/SET parameter. Engine knobs take PostgreSQL's
 // names, server limits Redis's.
@@ -311,6 +308,18 @@ func (s *Server) info(want [][]byte) string {
 		fmt.Sprintf("clog_misses:%d", st.CLOGMisses),
 		fmt.Sprintf("clog_page_reads:%d", st.CLOGPageReads),
 		fmt.Sprintf("clog_page_writes:%d", st.CLOGPageWrites),
+		fmt.Sprintf("hint_bits_set:%d", st.HintBitsSet),
+		fmt.Sprintf("hint_bit_hits:%d", st.HintHits),
+		fmt.Sprintf("vm_bits_set:%d", st.VMBitsSet),
+		fmt.Sprintf("vm_bits_cleared:%d", st.VMBitsCleared),
+		fmt.Sprintf("index_only_visible:%d", st.IndexOnlyVisible),
+		fmt.Sprintf("index_only_heap_fetches:%d", st.IndexOnlyHeapFetches),
+		fmt.Sprintf("vacuum_runs:%d", st.VacuumRuns),
+		fmt.Sprintf("autovacuum_runs:%d", st.AutovacuumRuns),
+		fmt.Sprintf("vacuum_pages_scanned:%d", st.VacuumPagesScanned),
+		fmt.Sprintf("vacuum_pages_skipped:%d", st.VacuumPagesSkipped),
+		fmt.Sprintf("vacuum_tuples_removed:%d", st.VacuumTuplesRemoved),
+		fmt.Sprintf("vacuum_tuples_frozen:%d", st.VacuumTuplesFrozen),
 		fmt.Sprintf("buffer_hits:%d", st.BufferHits),
 		fmt.Sprintf("buffer_misses:%d", st.BufferMisses),
 		fmt.Sprintf("buffer_reads:%d", st.BufferReads),

@@ -432,7 +432,7 @@ func TestErrorReplies(t *testing.T) {
 		{[]string{"AUTH", "x"}, "-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n"},
 		{[]string{"SCAN", "x"}, "-ERR invalid cursor\r\n"},
 		{[]string{"SCAN", "0", "COUNT", "0"}, "-ERR syntax error\r\n"},
-		{[]string{"VACUUM"}, "-ERR VACUUM is not available: this engine has no vacuum\r\n"},
+		{[]string{"VACUUM"}, "+OK\r\n"},
 	} {
 		r.cmd(c.args...)
 		if got := r.reply(); got != c.want {

@@ -65,6 +65,10 @@ Target options:
   --wal-flusher=serial|pipelined|none
                            engine's group-commit flusher (default: the
                            engine's)
+  --visibility-map=crash-safe|unlogged
+                           engine's visibility map: WAL-logged bits
+                           (default) or unlogged ones as before PostgreSQL
+                           9.2 (unsafe after a crash; for comparison only)
   --fsync-latency=DURATION simulated disk: every sync takes DURATION, e.g.
                            4ms (engine and pebble)
   --disk-rotation=NUM      simulated disk turning NUM times a second: a sync
@@ -87,9 +91,9 @@ Sweep options:
                            run the cross product. Knobs: clients,
                            commit_delay, commit_siblings, wal_flusher,
                            synchronous_commit, target, fsync_latency,
-                           disk_rotation, clog (global, bank, global+group,
-                           bank+group: the two CLOG options above together).
-                           Prints one table (tps, calc =
+                           disk_rotation, vm (crash-safe,unlogged), clog
+                           (global, bank, global+group, bank+group: the two
+                           CLOG options above together). Prints one table (tps, calc =
                            clients x sync rate of the disk model, ratio,
                            WAL syncs/s, commits/sync) instead of the report;
                            data is loaded once per target and reused
@@ -120,6 +124,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		target, dir, syncCommit, shared string
 		cpuprofile, commitDelayArg      string
 		walFlusher, plotFile            string
+		visibilityMap                   string
 		clogLocking, clogGroup          string
 		pivot                           bool
 		commitSiblings, repeat          int
@@ -152,6 +157,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
 	fs.StringVar(&commitDelayArg, "commit-delay", "0", "")
 	fs.StringVar(&walFlusher, "wal-flusher", "", "")
+	fs.StringVar(&visibilityMap, "visibility-map", "", "")
 	fs.DurationVar(&fsyncLatency, "fsync-latency", 0, "")
 	fs.Float64Var(&diskRotation, "disk-rotation", 0, "")
 	fs.Func("sweep", "", func(s string) error {
@@ -222,6 +228,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	default:
 		return fail("invalid --wal-flusher %q (want serial, pipelined or none)", walFlusher)
 	}
+	switch visibilityMap {
+	case "", "crash-safe", "unlogged":
+	default:
+		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
+	}
 	commitDelay, err := bench.ParseCommitDelay(commitDelayArg)
 	if err != nil {
 		return fail("invalid --commit-delay %q: %v", commitDelayArg, err)
@@ -278,6 +289,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			RESPMode:           respMode,
 			CLOGLocking:        clogLocking,
 			CLOGGroupUpdateOff: !groupOn,
+			VisibilityMap:      visibilityMap,
 			Disk:               bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,

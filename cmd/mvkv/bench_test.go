@@ -42,6 +42,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--no-such-flag"},
 		{"extra"},
 		{"--wal-flusher", "eager"},
+		{"--visibility-map", "sometimes"},
+		{"--sweep", "vm=unlogged,lazy"},
 		{"--commit-delay", "soon"},
 		{"--commit-delay", "100001"},
 		{"--fsync-latency", "4"},

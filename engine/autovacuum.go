@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// Autovacuum, the analog of PostgreSQL's autovacuum launcher and worker for
+// a single table.
+//
+// Every transaction that ends reports the dead tuples it leaves: a commit
+// the versions it superseded or deleted, an abort the versions it placed
+// (pgstat's n_dead_tup). Every autovacuum_naptime the worker compares the
+// count with
+//
+//	autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * live tuples
+//
+// (PostgreSQL's vacuum threshold, live tuples being the keys in the index,
+// our reltuples) and runs Vacuum when it is exceeded. The count Vacuum saw
+// at its start is subtracted afterwards; versions that were still visible
+// to some snapshot are not counted again, so a long-running snapshot cannot
+// make the worker vacuum at every nap for nothing, and later activity
+// triggers the run that removes them.
+
+// autovacuumState holds the dead-tuple count and the worker's counters.
+type autovacuumState struct {
+	dead atomic.Int64  // dead tuples since the last autovacuum
+	runs atomic.Uint64 // autovacuum runs that completed
+}
+
+// noteEnd records the dead tuples a transaction leaves: obsoleted versions
+// if it committed, its own new versions if it aborted.
+func (a *autovacuumState) noteEnd(committed bool, newVersions, obsoleted int) {
+	if committed {
+		a.dead.Add(int64(obsoleted))
+	} else {
+		a.dead.Add(int64(newVersions))
+	}
+}
+
+// autovacuumDue reports whether the dead tuples exceed the threshold, and
+// how many there are.
+func (db *DB) autovacuumDue() (bool, int64) {
+	dead := db.av.dead.Load()
+	limit := float64(db.opts.AutovacuumVacuumThreshold) + db.opts.AutovacuumVacuumScaleFactor*float64(db.idx.len())
+	return float64(dead) > limit, dead
+}
+
+// autovacuumWorker runs until Close, waking every AutovacuumNaptime.
+func (db *DB) autovacuumWorker() {
+	defer db.bgWG.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-db.stopBG
+		cancel()
+	}()
+	tick := time.NewTicker(db.opts.AutovacuumNaptime)
+	defer tick.Stop()
+	for {
+		select {
+		case <-db.stopBG:
+			return
+		case <-tick.C:
+		}
+		due, dead := db.autovacuumDue()
+		if !due || db.writable() != nil {
+			continue
+		}
+		st, err := db.Vacuum(ctx)
+		switch {
+		case err == nil:
+			db.av.dead.Add(-dead)
+			db.av.runs.Add(1)
+			db.logger.Debug("autovacuum", "dead", dead, "removed", st.TuplesRemoved, "took", st.Duration)
+		case errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):
+			return
+		default:
+			db.logger.Warn("autovacuum failed", "err", err)
+		}
+	}
+}

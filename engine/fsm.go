@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"sync"
+
+	"mvkv/internal/heap"
+)
+
+// The free space map, the analog of PostgreSQL's freespace.c: which heap
+// pages have room for new tuples, so that inserts and new versions reuse the
+// space vacuum frees instead of extending the heap.
+//
+// Like PostgreSQL's FSM it is only a hint, so it is not WAL-logged, and here
+// it is not even stored: it lives in memory, is rebuilt from the heap when
+// the database opens (rebuildIndex reads every page anyway) and is updated
+// by vacuum for every page it scans. A stale entry costs one wasted attempt:
+// the insert path checks heap.FreeSpace under the page's exclusive lock and
+// moves on if the tuple does not fit, exactly as for a full insert target.
+// An entry missing after a crash only delays reuse until the next vacuum.
+//
+// Space is kept in categories of fsmCategoryBytes, as PostgreSQL keeps one
+// byte per page (BLCKSZ/256 per step). A page handed out by take is removed
+// from the map: it becomes an insert target, and vacuum records it again
+// once it has scanned it.
+
+const (
+	// fsmCategoryBytes is the granularity of the map in bytes.
+	fsmCategoryBytes = 256
+	// fsmCategories is the number of categories; category c means at
+	// least c*fsmCategoryBytes free.
+	fsmCategories = heap.PageSize / fsmCategoryBytes
+	// fsmMinFree is the least free space in bytes worth recording: a page
+	// with less is left out, as it would take only the smallest tuples.
+	fsmMinFree = 2 * fsmCategoryBytes
+)
+
+// freeSpaceMap maps heap blocks to their free space category. Safe for
+// concurrent use.
+type freeSpaceMap struct {
+	mu sync.Mutex
+	// cat is the category of every recorded block. Guarded by mu.
+	cat map[uint32]uint8
+	// byCat holds the recorded blocks of each category. Guarded by mu.
+	byCat [fsmCategories]map[uint32]struct{}
+}
+
+func (f *freeSpaceMap) init() {
+	f.cat = make(map[uint32]uint8)
+	for i := range f.byCat {
+		f.byCat[i] = make(map[uint32]struct{})
+	}
+}
+
+// record notes that blk has free bytes of room (heap.FreeSpace).
+func (f *freeSpaceMap) record(blk uint32, free int) {
+	c := -1
+	if free >= fsmMinFree {
+		c = min(free/fsmCategoryBytes, fsmCategories-1)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old, ok := f.cat[blk]; ok {
+		if int(old) == c {
+			return
+		}
+		delete(f.byCat[old], blk)
+		delete(f.cat, blk)
+	}
+	if c >= 0 {
+		f.cat[blk] = uint8(c)
+		f.byCat[c][blk] = struct{}{}
+	}
+}
+
+// take returns a recorded block with at least need bytes free and forgets
+// it (the caller makes it an insert target), or false if there is none.
+func (f *freeSpaceMap) take(need int) (uint32, bool) {
+	c := (need + fsmCategoryBytes - 1) / fsmCategoryBytes
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ; c < fsmCategories; c++ {
+		for blk := range f.byCat[c] {
+			delete(f.byCat[c], blk)
+			delete(f.cat, blk)
+			return blk, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"mvkv/clog"
+	"mvkv/internal/bufpool"
+	"mvkv/internal/heap"
+	"mvkv/wal"
+)
+
+// Hint bits, as PostgreSQL's SetHintBits in heapam_visibility.c.
+//
+// A reader that needs the CLOG status of a tuple's xmin or xmax first looks
+// at the tuple's infomask: XminCommitted/XminInvalid and
+// XmaxCommitted/XmaxInvalid cache a final status, and Frozen says xmin is
+// committed and older than every snapshot. Only when no hint answers does it
+// ask the CLOG, and then it sets the hint so that later readers do not.
+//
+// Three rules make this safe:
+//
+//   - A committed hint is set only once the commit record is durable. With
+//     synchronous_commit off the CLOG says committed before the WAL holds
+//     the commit, and a hinted heap page may reach disk (its page LSN says
+//     nothing about that commit): after a crash the hint would resurrect a
+//     lost transaction. clog.StatusLSN returns the group LSN of the xid and
+//     the hint waits until the WAL is flushed past it (XLogNeedsFlush).
+//     Aborted hints need no such wait: a lost abort record means the same.
+//   - Hints are set under the page's exclusive content lock, never the
+//     shared one the walk read under: the buffer pool copies pages for
+//     writing under the shared lock, and Go's race detector rightly objects
+//     to bytes changing under a reader. The reader releases its shared lock,
+//     takes the exclusive one, checks the tuple still has the xmin (and
+//     xmax) it hinted about, and sets the bits. A hint is best effort: if
+//     anything changed, it is dropped.
+//   - A hint-only change is not WAL-logged, so the first one after a
+//     checkpoint's redo point logs a full-page image (recFPIForHint, as
+//     PostgreSQL's MarkBufferDirtyHint with checksums on): otherwise a page
+//     torn while being written with nothing but a new hint would fail its
+//     checksum and have no image in the WAL to be rebuilt from (rule 4).
+
+// xminCommitted reports whether v's xmin committed, from its hints or the
+// CLOG, noting in v.hint what the CLOG taught. Only for a finished xmin.
+func (db *DB) xminCommitted(v *version) (bool, error) {
+	if v.hdr.Infomask&heap.Frozen != 0 {
+		db.stats.hintHits.Add(1)
+		return true, nil
+	}
+	return db.hintedCommitted(v, v.hdr.Xmin, heap.XminCommitted, heap.XminInvalid)
+}
+
+// xmaxCommitted is xminCommitted for v's xmax.
+func (db *DB) xmaxCommitted(v *version) (bool, error) {
+	return db.hintedCommitted(v, v.hdr.Xmax, heap.XmaxCommitted, heap.XmaxInvalid)
+}
+
+func (db *DB) hintedCommitted(v *version, xid uint64, committed, invalid uint16) (bool, error) {
+	switch {
+	case v.hdr.Infomask&committed != 0:
+		db.stats.hintHits.Add(1)
+		return true, nil
+	case v.hdr.Infomask&invalid != 0:
+		db.stats.hintHits.Add(1)
+		return false, nil
+	}
+	st, lsn, err := db.clog.StatusLSN(xid)
+	if err != nil {
+		return false, err
+	}
+	switch st {
+	case clog.StatusCommitted:
+		if lsn == 0 || wal.LSN(lsn) <= db.wal.FlushedLSN() {
+			v.hint |= committed
+		}
+		return true, nil
+	case clog.StatusAborted:
+		v.hint |= invalid
+	}
+	return false, nil
+}
+
+// setHintBits sets the hints a walk learned on v's tuple, if it still holds
+// the same xmin (and, for xmax hints, the same xmax). The caller holds
+// closeMu shared and no page lock. Failures are ignored: a hint is only a
+// cache.
+func (db *DB) setHintBits(v *version) {
+	bits := v.hint
+	v.hint = 0
+	if bits == 0 || db.writable() != nil {
+		return
+	}
+	buf, err := db.pool.Get(v.tid.Block)
+	if err != nil {
+		return
+	}
+	defer buf.Release()
+	db.ckptInterlock.RLock()
+	defer db.ckptInterlock.RUnlock()
+	buf.Lock()
+	defer buf.Unlock()
+	raw, err := heap.Tuple(buf.Page(), v.tid.Slot)
+	if err != nil || heap.TupleXmin(raw) != v.hdr.Xmin || heap.TupleInfomask(raw)&heap.Chunk != 0 {
+		return
+	}
+	if heap.TupleXmax(raw) != v.hdr.Xmax {
+		bits &^= heap.XmaxCommitted | heap.XmaxInvalid
+	}
+	mask := heap.TupleInfomask(raw)
+	if mask|bits == mask {
+		return
+	}
+	if err := db.logFPIForHint(buf); err != nil {
+		return
+	}
+	heap.SetTupleInfomask(raw, mask|bits)
+	buf.MarkDirty()
+	db.stats.hintBitsSet.Add(1)
+}
+
+// logFPIForHint logs a full-page image of buf's page before its first
+// hint-only change after the redo pointer (XLogSaveBufferForHint). The
+// caller holds buf's content lock exclusively and ckptInterlock shared.
+func (db *DB) logFPIForHint(buf *bufpool.Buffer) error {
+	page := buf.Page()
+	if heap.PageLSN(page) > db.redoPtr.Load() || heap.IsNew(page) {
+		return nil
+	}
+	_, end, err := db.wal.Insert(recFPIForHint, 0, encodeFPI(buf.Block(), page))
+	if err != nil {
+		return db.fail(err)
+	}
+	buf.MarkDirty()
+	heap.SetPageLSN(page, uint64(end))
+	db.stats.fpis.Add(1)
+	return nil
+}

@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"fmt"
+
+	"errors"
+	"mvkv/visibility"
+)
+
+// Index-only reads, the analog of PostgreSQL's index-only scans
+// (nodeIndexonlyscan.c): Exists, ScanKeys and Count answer from the index
+// and the visibility map alone when the newest version of a key lies on an
+// all-visible heap page, and fall back to walking the version chain in the
+// heap otherwise.
+//
+// Why the index entry says enough: it points at the head of the key's
+// chain, the newest version. A delete writes no tuple, it sets xmax on the
+// head, and that change clears the page's bit; a new version clears the bit
+// of the page it lands on before the index points at it. So if the head's
+// page is all-visible, the head was committed before every snapshot and
+// nobody has deleted or replaced it: the key exists for every reader,
+// without looking at the tuple. The entry needs no more than the head TID.
+//
+// Why the order matters: the snapshot is taken first, then the head TID is
+// read, then the bit is tested (visibility.Reader keeps that rule while
+// reusing a bit for consecutive keys on one page). A bit read before the
+// head could belong to a page that a new head landed on after the test, a
+// version this snapshot must not see. The answers also rely on vacuum
+// setting bits only for tuples older than every open snapshot, and on the
+// index never naming a tuple vacuum removed.
+
+// Exists reports whether key has a version visible to the transaction, as
+// Get would find, without reading the value: from the visibility map alone
+// when the key's newest version is on an all-visible page. Errors as Get
+// (never ErrNotFound).
+func (t *Txn) Exists(key []byte) (bool, error) {
+	if err := t.usable(); err != nil {
+		return false, err
+	}
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	e := t.db.idx.get(key)
+	if e == nil {
+		return false, nil
+	}
+	db := t.db
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed.Load() {
+		return false, ErrClosed
+	}
+	var c ioCounts
+	defer c.add(db)
+	snap, release := t.snapshot()
+	defer release()
+	return db.keyVisible(e, snap, t.XID(), db.vm.NewReader(), &c)
+}
+
+// ScanKeys calls fn for every key in [start, end) visible to the
+// transaction, in key order, as Scan would but without values; a nil end
+// means no upper bound, fn returning false stops the scan. Keys whose
+// newest version is on an all-visible page are answered from the index and
+// the visibility map; Stats counts those (IndexOnlyVisible) and the others
+// (IndexOnlyHeapFetches). Under READ COMMITTED the scan uses one snapshot.
+// The slice passed to fn belongs to fn; fn may write in this transaction.
+func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	db := t.db
+	snap, release := t.snapshot()
+	defer release()
+	me := t.XID()
+	r := db.vm.NewReader()
+	var c ioCounts
+	defer c.add(db)
+	for _, e := range db.idx.rangeEntries(start, end) {
+		// The close lock is not held across fn, which may write.
+		db.closeMu.RLock()
+		ok, err := false, error(ErrClosed)
+		if !db.closed.Load() {
+			ok, err = db.keyVisible(e, snap, me, r, &c)
+		}
+		db.closeMu.RUnlock()
+		if err != nil {
+			return err
+		}
+		if ok && !fn([]byte(e.key)) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// countBatch is how many keys Count checks per hold of the close lock.
+const countBatch = 1024
+
+// Count returns the number of keys in [start, end) visible to the
+// transaction (nil end: no upper bound), as a ScanKeys that counts.
+func (t *Txn) Count(start, end []byte) (int, error) {
+	if err := t.usable(); err != nil {
+		return 0, err
+	}
+	db := t.db
+	snap, release := t.snapshot()
+	defer release()
+	me := t.XID()
+	r := db.vm.NewReader()
+	var c ioCounts
+	defer c.add(db)
+	entries := db.idx.rangeEntries(start, end)
+	n := 0
+	for len(entries) > 0 {
+		batch := entries[:min(countBatch, len(entries))]
+		entries = entries[len(batch):]
+		db.closeMu.RLock()
+		if db.closed.Load() {
+			db.closeMu.RUnlock()
+			return 0, ErrClosed
+		}
+		for _, e := range batch {
+			ok, err := db.keyVisible(e, snap, me, r, &c)
+			if err != nil {
+				db.closeMu.RUnlock()
+				return 0, err
+			}
+			if ok {
+				n++
+			}
+		}
+		db.closeMu.RUnlock()
+	}
+	return n, nil
+}
+
+// ioCounts are one call's fast and slow lookups, added to DB.stats once at
+// the end so that concurrent scans do not share a counter per key.
+type ioCounts struct{ visible, fetches uint64 }
+
+func (c *ioCounts) add(db *DB) {
+	if c.visible > 0 {
+		db.stats.indexOnlyVisible.Add(c.visible)
+	}
+	if c.fetches > 0 {
+		db.stats.indexOnlyHeapFetches.Add(c.fetches)
+	}
+}
+
+// keyVisible reports whether e's key has a version visible to snap (and to
+// transaction me's own writes). The caller holds closeMu shared and took
+// snap before this call.
+func (db *DB) keyVisible(e *indexEntry, snap *visibility.Snapshot, me uint64, r *visibility.Reader, c *ioCounts) (bool, error) {
+	head := e.headTID()
+	if !head.Valid() {
+		return false, nil
+	}
+	bits, err := r.Test(head.Block)
+	if err != nil {
+		return false, err
+	}
+	if bits&visibility.AllVisible != 0 {
+		c.visible++
+		return true, nil
+	}
+	c.fetches++
+	for restarts := 0; ; restarts++ {
+		if err := restartWalk(restarts, e.key); err != nil {
+			return false, err
+		}
+		ok, err := db.chainVisible(e, snap, me)
+		if !errors.Is(err, errVanished) {
+			return ok, err
+		}
+	}
+}
+
+// chainVisible walks a chain as fetchVisibleOnce does, reading tuple
+// headers only; errVanished means vacuum freed a version under the walk and
+// the caller starts again from the head.
+func (db *DB) chainVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (bool, error) {
+	head := e.headTID()
+	for n, tid := 0, head; tid.Valid(); n++ {
+		if n > maxChainLength {
+			return false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
+		}
+		v, err := db.readVersion(tid, e.key, false)
+		if err != nil {
+			return false, err
+		}
+		ok, err := snap.XidVisible(v.hdr.Xmin, me, func(uint64) (bool, error) { return db.xminCommitted(&v) })
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			db.setHintBits(&v)
+			tid = v.hdr.Prev
+			continue
+		}
+		gone, err := snap.XidVisible(v.hdr.Xmax, me, func(uint64) (bool, error) { return db.xmaxCommitted(&v) })
+		db.setHintBits(&v)
+		return !gone && err == nil, err
+	}
+	return false, nil
+}

@@ -1,0 +1,218 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"mvkv/internal/heap"
+	"mvkv/wal"
+)
+
+// The pruning record (recHeap2Prune) and its application, shared by vacuum
+// and redo so that both produce the same page bytes (docs/DESIGN.md rule 8).
+//
+// One record covers every page a step of vacuum changes, because removing a
+// version also rewrites the Prev link of the version above it, which may
+// live on another page: both changes must survive a crash together, or a
+// chain would point into a freed (perhaps reused) slot. The record carries
+// after-images only: the slots that end up unused, the Prev value each
+// rewritten link ends up with, the infomask and xmax each frozen tuple ends
+// up with. Redo applies a page's part only if the page LSN is below the
+// record's end, so replaying it twice changes nothing.
+//
+// Payload (little-endian). Part of the format; do not change.
+//
+//	+-----------+-------------------------------------------------------+
+//	| npages 2  | page part × npages                                    |
+//	+-----------+-------------------------------------------------------+
+//
+//	page part:
+//	+---------+-----------+---------+-----------+------------------+
+//	| block 4 | nunused 2 | nprev 2 | nfreeze 2 | unused: slot 2 … |
+//	+---------+-----------+---------+-----------+------------------+
+//	| prev: slot 2, prevBlock 4, prevSlot 2 … (8 bytes each)      |
+//	| freeze: slot 2, infomask 2, xmax 8 … (12 bytes each)        |
+//	+-------------------------------------------------------------+
+//
+// On each page the prev and freeze changes are made first, then the unused
+// slots are freed and the page compacted with heap.Prune.
+
+// maxPrunePages bounds the pages one pruning record may name.
+const maxPrunePages = 64
+
+// maxSlotsPerPage is the most line pointers a page can have.
+const maxSlotsPerPage = (heap.PageSize - heap.PageHeaderSize) / heap.ItemIDSize
+
+// prunePage is one page's part of a pruning record.
+type prunePage struct {
+	block  uint32
+	unused []uint16
+	prev   []prevFix
+	freeze []freezeOp
+}
+
+// prevFix sets the Prev link of the tuple at slot.
+type prevFix struct {
+	slot uint16
+	prev heap.TID
+}
+
+// freezeOp gives the tuple at slot its frozen infomask and xmax.
+type freezeOp struct {
+	slot     uint16
+	infomask uint16
+	xmax     uint64
+}
+
+func (p *prunePage) empty() bool {
+	return len(p.unused) == 0 && len(p.prev) == 0 && len(p.freeze) == 0
+}
+
+func encodePrune(pages []*prunePage) []byte {
+	b := binary.LittleEndian.AppendUint16(nil, uint16(len(pages)))
+	for _, p := range pages {
+		b = binary.LittleEndian.AppendUint32(b, p.block)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(p.unused)))
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(p.prev)))
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(p.freeze)))
+		for _, s := range p.unused {
+			b = binary.LittleEndian.AppendUint16(b, s)
+		}
+		for _, f := range p.prev {
+			b = binary.LittleEndian.AppendUint16(b, f.slot)
+			b = appendTID(b, f.prev)
+		}
+		for _, f := range p.freeze {
+			b = binary.LittleEndian.AppendUint16(b, f.slot)
+			b = binary.LittleEndian.AppendUint16(b, f.infomask)
+			b = binary.LittleEndian.AppendUint64(b, f.xmax)
+		}
+	}
+	return b
+}
+
+// decodePrune parses a pruning record payload. Every count is bounded by
+// what fits on a page and every length checked against the payload, so it
+// never panics and allocates at most in proportion to len(data).
+func decodePrune(data []byte) ([]*prunePage, error) {
+	if len(data) < 2 {
+		return nil, errBadRecord
+	}
+	n := int(binary.LittleEndian.Uint16(data))
+	data = data[2:]
+	if n == 0 || n > maxPrunePages {
+		return nil, fmt.Errorf("%w: pruning record names %d pages", errBadRecord, n)
+	}
+	pages := make([]*prunePage, 0, n)
+	seen := make(map[uint32]bool, n)
+	for i := 0; i < n; i++ {
+		if len(data) < 10 {
+			return nil, errBadRecord
+		}
+		p := &prunePage{block: binary.LittleEndian.Uint32(data)}
+		nu, np, nf := int(binary.LittleEndian.Uint16(data[4:])), int(binary.LittleEndian.Uint16(data[6:])), int(binary.LittleEndian.Uint16(data[8:]))
+		data = data[10:]
+		if p.block == noBlock || seen[p.block] {
+			return nil, fmt.Errorf("%w: pruning record names block %d twice or an invalid block", errBadRecord, p.block)
+		}
+		seen[p.block] = true
+		if nu > maxSlotsPerPage || np > maxSlotsPerPage || nf > maxSlotsPerPage || len(data) < 2*nu+8*np+12*nf {
+			return nil, fmt.Errorf("%w: pruning record part for block %d is short", errBadRecord, p.block)
+		}
+		for j := 0; j < nu; j++ {
+			p.unused = append(p.unused, binary.LittleEndian.Uint16(data))
+			data = data[2:]
+		}
+		for j := 0; j < np; j++ {
+			p.prev = append(p.prev, prevFix{slot: binary.LittleEndian.Uint16(data), prev: readTID(data[2:])})
+			data = data[8:]
+		}
+		for j := 0; j < nf; j++ {
+			p.freeze = append(p.freeze, freezeOp{slot: binary.LittleEndian.Uint16(data), infomask: binary.LittleEndian.Uint16(data[2:]), xmax: binary.LittleEndian.Uint64(data[4:])})
+			data = data[12:]
+		}
+		if p.empty() {
+			return nil, fmt.Errorf("%w: pruning record part for block %d changes nothing", errBadRecord, p.block)
+		}
+		pages = append(pages, p)
+	}
+	if len(data) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last page of a pruning record", errBadRecord, len(data))
+	}
+	return pages, nil
+}
+
+// applyPrune makes p's changes to page. The caller holds the page's
+// exclusive content lock. An error means the page does not hold the tuples
+// the record names (corruption, when replaying).
+func applyPrune(page []byte, p *prunePage) error {
+	for _, f := range p.prev {
+		raw, err := heap.Tuple(page, f.slot)
+		if err != nil {
+			return err
+		}
+		heap.SetTuplePrev(raw, f.prev)
+	}
+	for _, f := range p.freeze {
+		raw, err := heap.Tuple(page, f.slot)
+		if err != nil {
+			return err
+		}
+		heap.SetTupleXmax(raw, f.xmax)
+		heap.SetTupleInfomask(raw, f.infomask)
+	}
+	if len(p.unused) == 0 && len(p.prev) == 0 && len(p.freeze) > 0 {
+		return nil // freezing alone moves nothing
+	}
+	return heap.Prune(page, nil, p.unused)
+}
+
+// describePrune renders a pruning record for DescribeRecord:
+// "blk 3: unused 1,4 prev 2->(0,1) frozen 5; blk 7: ...".
+func describePrune(data []byte) string {
+	pages, err := decodePrune(data)
+	if err != nil {
+		return "malformed: " + err.Error()
+	}
+	var b strings.Builder
+	for i, p := range pages {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "blk %d:", p.block)
+		if len(p.unused) > 0 {
+			b.WriteString(" unused ")
+			for j, s := range p.unused {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprint(&b, s)
+			}
+		}
+		for _, f := range p.prev {
+			fmt.Fprintf(&b, " prev %d->%s", f.slot, f.prev)
+		}
+		for _, f := range p.freeze {
+			fmt.Fprintf(&b, " frozen %d", f.slot)
+			if f.xmax == 0 {
+				b.WriteString("(xmax cleared)")
+			}
+		}
+	}
+	return b.String()
+}
+
+// redoPrune replays a pruning record page by page.
+func (db *DB) redoPrune(rec wal.Record) error {
+	pages, err := decodePrune(rec.Data)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruption, err)
+	}
+	for _, p := range pages {
+		if err := db.redoBlock(p.block, rec.End, func(page []byte) error { return applyPrune(page, p) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}

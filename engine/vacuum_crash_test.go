@@ -1,0 +1,290 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
+)
+
+// The crash ladder of crashladder_test.go with a vacuum (freezing
+// everything below the horizon) after every few transactions: a crash at
+// any file-system operation, vacuum's pruning records and page writes
+// included, must recover to a commit prefix that verifies (chains intact,
+// index heads right), also after a crash during recovery. The buffer pool
+// is the smallest allowed, so pages (hinted and pruned ones included) are
+// evicted and written between checkpoints.
+func TestVacuumCrashLadder(t *testing.T) {
+	seeds := []uint64{uint64(time.Now().UnixNano())}
+	if *ladderSeed != 0 {
+		seeds = []uint64{*ladderSeed}
+	}
+	for _, seed := range seeds {
+		work := ladderWorkload(seed, max(*ladderTxns/2, 10))
+		sample := *ladderSample
+		if sample <= 0 {
+			sample = 3
+			if raceEnabled {
+				sample = 16
+			}
+		}
+		points, checked, removed, err := vacuumCrashLadder(seed, work, sample)
+		if err != nil {
+			t.Fatalf("seed %d (-crash.seed=%d reproduces): %v", seed, seed, err)
+		}
+		if removed == 0 {
+			t.Fatalf("seed %d: vacuum removed nothing; the ladder tested nothing of it", seed)
+		}
+		t.Logf("seed %d: %d operations, %d crash copies checked, %d versions removed", seed, points, checked, removed)
+	}
+}
+
+func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int, removed uint64, failure error) {
+	states := []ladderState{{}}
+	commitOf := make([]int, len(work))
+	for i, w := range work {
+		commitOf[i] = -1
+		if w.rollback {
+			continue
+		}
+		next := maps.Clone(states[len(states)-1])
+		for k, v := range w.writes {
+			if v == nil {
+				delete(next, k)
+			} else {
+				next[k] = string(v)
+			}
+		}
+		states = append(states, next)
+		commitOf[i] = len(states) - 1
+	}
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: 5 * time.Millisecond,
+		SharedBuffers: 16 * heap.PageSize, WALSegmentSize: 1 << 20, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1}
+	db, err := Open("/db", opts)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var mu sync.Mutex
+	ackedSync, started := 0, 0
+	rng := rand.New(rand.NewPCG(seed, 8))
+	m.SetOpHook(func(p vfs.CrashPoint) {
+		points++
+		if failure != nil || rng.IntN(sample) != 0 {
+			return
+		}
+		mu.Lock()
+		lo, hi := ackedSync, started
+		mu.Unlock()
+		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast} {
+			checked++
+			c := p.CrashCopy(mode, rand.New(rand.NewPCG(seed, uint64(p.Op.Index))))
+			if err := checkRecovered(c, states, lo, hi, rng); err != nil {
+				failure = fmt.Errorf("crash after op %v (%v), acknowledged sync commits through state %d, %d commits begun: %v", p.Op, mode, lo, hi, err)
+				return
+			}
+		}
+	})
+	ctx := context.Background()
+	for i, w := range work {
+		if i == len(work)/3 {
+			if err := db.Checkpoint(); err != nil {
+				failure = err
+				break
+			}
+		}
+		if i%7 == 6 {
+			st, err := db.Vacuum(ctx)
+			if err != nil {
+				failure = fmt.Errorf("vacuum before txn %d: %v", i, err)
+				break
+			}
+			removed += st.TuplesRemoved
+		}
+		sc := SyncCommitOff
+		if w.sync {
+			sc = SyncCommitOn
+		}
+		tx, err := db.Begin(ctx, TxnOptions{SynchronousCommit: &sc})
+		if err != nil {
+			failure = err
+			break
+		}
+		for k, v := range w.writes {
+			if v == nil {
+				err = tx.Delete([]byte(k))
+			} else {
+				err = tx.Put([]byte(k), v)
+			}
+			if err != nil {
+				failure = fmt.Errorf("txn %d: %v", i, err)
+				break
+			}
+		}
+		if failure != nil {
+			break
+		}
+		if w.rollback {
+			tx.Rollback()
+			continue
+		}
+		mu.Lock()
+		started = commitOf[i]
+		mu.Unlock()
+		if err := tx.Commit(); err != nil {
+			failure = fmt.Errorf("txn %d commit: %v", i, err)
+			break
+		}
+		if w.sync {
+			mu.Lock()
+			ackedSync = commitOf[i]
+			mu.Unlock()
+		}
+	}
+	if failure == nil {
+		st, err := db.Vacuum(ctx)
+		removed += st.TuplesRemoved
+		if err != nil {
+			failure = err
+		}
+	}
+	db.Close()
+	m.SetOpHook(nil)
+	return points, checked, removed, failure
+}
+
+// A hint bit never reaches disk ahead of the commit record it relies on:
+// an asynchronous commit is read (which would hint it) and its page written
+// and synced while the commit record is still in the WAL buffer; the crash
+// copy's heap must not say committed, and recovery must not show the row.
+// Once the WAL is flushed, the next read sets the hint and the hint is what
+// reaches disk.
+func TestHintBitWaitsForCommitRecord(t *testing.T) {
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: time.Hour, Autovacuum: noAutovacuum, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
+	db, err := Open("/db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	off := SyncCommitOff
+	tx, _ := db.Begin(ctx, TxnOptions{SynchronousCommit: &off})
+	if err := tx.Put([]byte("k"), []byte("async")); err != nil {
+		t.Fatal(err)
+	}
+	// The insert is durable, so writing its page flushes no WAL; the
+	// commit record stays in the buffer (the WAL writer sleeps an hour).
+	if err := db.wal.Flush(db.wal.InsertLSN()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	tid := db.idx.get([]byte("k")).headTID()
+	if v, ok := get(t, db, "k"); !ok || v != "async" {
+		t.Fatalf("k = %q, %v", v, ok)
+	}
+	// Write the heap page and sync it, as an eviction and a checkpoint's
+	// sync would.
+	if err := db.pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	onDisk := func(c *vfs.MemFS) uint16 {
+		t.Helper()
+		st, err := heap.OpenStorage(c, "/db/heap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		page := make([]byte, heap.PageSize)
+		if err := st.ReadBlock(tid.Block, page); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := heap.Tuple(page, tid.Slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return heap.TupleInfomask(raw)
+	}
+	crash := m.CrashCopy(vfs.DropUnsynced, nil)
+	if mask := onDisk(crash); mask&heap.XminCommitted != 0 {
+		t.Fatalf("committed hint on disk (infomask %#x) before the commit record is durable", mask)
+	}
+	if db.Stats().HintBitsSet != 0 {
+		t.Fatalf("%d hint bits set before the commit record was flushed", db.Stats().HintBitsSet)
+	}
+	re, err := Open("/db", Options{FS: crash, Autovacuum: noAutovacuum, SharedBuffers: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := get(t, re, "k"); ok {
+		t.Error("an asynchronous commit lost in the crash is visible after recovery")
+	}
+	re.Close()
+
+	if err := db.wal.Flush(db.wal.InsertLSN()); err != nil {
+		t.Fatal(err)
+	}
+	get(t, db, "k")
+	if db.Stats().HintBitsSet == 0 {
+		t.Fatal("no hint bit set once the commit record was durable")
+	}
+	if err := db.pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	if mask := onDisk(m.CrashCopy(vfs.DropUnsynced, nil)); mask&heap.XminCommitted == 0 {
+		t.Errorf("hint not on disk after the flush (infomask %#x)", mask)
+	}
+	// A reader now finds the hint and skips the CLOG.
+	before := db.Stats()
+	get(t, db, "k")
+	if d := db.Stats().Sub(before); d.HintHits == 0 || d.CLOGLookups != 0 {
+		t.Errorf("read with the hint set: %d hint hits, %d CLOG lookups", d.HintHits, d.CLOGLookups)
+	}
+}
+
+// The first hint-only change to a page after a checkpoint logs a full-page
+// image, so the page torn while being written with the hint is rebuilt.
+func TestHintBitLogsFullPageImage(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	mustPut(t, db, "k", "v")
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	before := db.Stats()
+	if v, ok := get(t, db, "k"); !ok || v != "v" {
+		t.Fatalf("k = %q, %v", v, ok)
+	}
+	d := db.Stats().Sub(before)
+	if d.HintBitsSet == 0 || d.FullPageImages != 1 {
+		t.Fatalf("first hint after a checkpoint: %d hints, %d full-page images; want some and 1", d.HintBitsSet, d.FullPageImages)
+	}
+	blk := db.idx.get([]byte("k")).headTID().Block
+	// Write the hinted page, then crash without a checkpoint: the copy on
+	// disk is torn, and only the FPI_FOR_HINT record can rebuild it.
+	if err := db.pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	crash := t.TempDir()
+	copyDir(t, dir, crash)
+	db.Close()
+	tearBlock(t, crash, blk)
+	db = openTest(t, crash, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	if v, ok := get(t, db, "k"); !ok || v != "v" {
+		t.Fatalf("after tearing the hinted page: k = %q, %v", v, ok)
+	}
+	mustVerify(t, db)
+}

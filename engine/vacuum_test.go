@@ -1,0 +1,601 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mvkv/internal/heap"
+)
+
+var noAutovacuum = func() *bool { b := false; return &b }()
+
+// heapTuples counts the LPNormal tuples in the heap (chunks included).
+func heapTuples(t testing.TB, db *DB) int {
+	t.Helper()
+	n := 0
+	for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {
+		buf, err := db.pool.Get(blk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.RLock()
+		for s := 0; s < heap.NumSlots(buf.Page()); s++ {
+			if heap.SlotState(buf.Page(), uint16(s)) == heap.LPNormal {
+				n++
+			}
+		}
+		buf.RUnlock()
+		buf.Release()
+	}
+	return n
+}
+
+func mustVacuum(t testing.TB, db *DB) VacuumStats {
+	t.Helper()
+	st, err := db.Vacuum(context.Background())
+	if err != nil {
+		t.Fatalf("Vacuum: %v", err)
+	}
+	return st
+}
+
+func mustVerify(t testing.TB, db *DB) {
+	t.Helper()
+	rep, err := db.Verify()
+	if err != nil || !rep.OK() {
+		t.Fatalf("Verify: %v %v", err, rep.Problems)
+	}
+}
+
+func mustDelete(t testing.TB, db *DB, k string) {
+	t.Helper()
+	if err := db.Update(context.Background(), func(tx *Txn) error { return tx.Delete([]byte(k)) }); err != nil {
+		t.Fatalf("delete %s: %v", k, err)
+	}
+}
+
+// Vacuum with no snapshot open removes every version but the newest of each
+// key, every version of deleted keys with their index entries, aborted
+// versions and the chunks of removed out-of-line values; reopening finds
+// the same data.
+func TestVacuumRemovesWhatNoSnapshotSees(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	big := strings.Repeat("x", 3*chunkSize) // out of line: 3 chunks, 4 with a suffix
+	for i := 0; i < 10; i++ {
+		mustPut(t, db, "a", fmt.Sprint("a", i))
+		mustPut(t, db, "b", fmt.Sprint("b", i))
+		mustPut(t, db, "big", big+fmt.Sprint(i))
+	}
+	mustPut(t, db, "gone", "1")
+	mustPut(t, db, "gone", "2")
+	mustDelete(t, db, "gone")
+	tx, _ := db.Begin(context.Background(), TxnOptions{})
+	if err := tx.Put([]byte("a"), []byte("aborted")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte("never"), []byte(big)); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback()
+
+	before := heapTuples(t, db)
+	st := mustVacuum(t, db)
+	// Survivors: a, b, big + its 4 chunks.
+	if got := heapTuples(t, db); got != 7 {
+		t.Errorf("after vacuum %d tuples in the heap, want 7 (before: %d; stats %+v)", got, before, st)
+	}
+	if st.KeysRemoved != 2 { // "gone", and "never" whose only version aborted
+		t.Errorf("KeysRemoved = %d, want 2", st.KeysRemoved)
+	}
+	// 9 old values of big with 4 chunks each, and the aborted one with 3.
+	if st.ChunksRemoved != 9*4+3 {
+		t.Errorf("ChunksRemoved = %d, want 39", st.ChunksRemoved)
+	}
+	if want := uint64(before - 7 - 39); st.TuplesRemoved != want {
+		t.Errorf("TuplesRemoved = %d, want %d", st.TuplesRemoved, want)
+	}
+	if db.idx.get([]byte("gone")) != nil || db.idx.get([]byte("never")) != nil {
+		t.Error("index still has entries for keys vacuum removed")
+	}
+	check := func(db *DB) {
+		t.Helper()
+		for k, want := range map[string]string{"a": "a9", "b": "b9", "big": big + "9"} {
+			if got, ok := get(t, db, k); !ok || got != want {
+				t.Errorf("%s = %.10q, %v; want %.10q", k, got, ok, want)
+			}
+		}
+		if _, ok := get(t, db, "gone"); ok {
+			t.Error("deleted key is back")
+		}
+	}
+	check(db)
+	mustVerify(t, db)
+	// Vacuum again: nothing left to remove.
+	if st := mustVacuum(t, db); st.TuplesRemoved != 0 || st.ChunksRemoved != 0 {
+		t.Errorf("second vacuum removed %d tuples and %d chunks", st.TuplesRemoved, st.ChunksRemoved)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	check(db)
+	mustVerify(t, db)
+}
+
+// A REPEATABLE READ snapshot keeps the versions it sees through any number
+// of vacuums; once it ends, the next vacuum removes them.
+func TestVacuumKeepsWhatSnapshotsSee(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "k", "old")
+	mustPut(t, db, "d", "here")
+	rr, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	if v, err := rr.Get([]byte("k")); err != nil || string(v) != "old" {
+		t.Fatalf("Get = %q, %v", v, err)
+	}
+	for i := 0; i < 5; i++ {
+		mustPut(t, db, "k", fmt.Sprint("new", i))
+		mustVacuum(t, db)
+	}
+	mustDelete(t, db, "d")
+	mustPut(t, db, "fresh", "1")
+	st := mustVacuum(t, db)
+	if st.KeysRemoved != 0 {
+		t.Errorf("vacuum removed %d keys a snapshot still sees", st.KeysRemoved)
+	}
+	if st.RecentlyDead == 0 {
+		t.Error("no recently dead versions reported while a snapshot holds them")
+	}
+	for k, want := range map[string]string{"k": "old", "d": "here"} {
+		if v, err := rr.Get([]byte(k)); err != nil || string(v) != want {
+			t.Errorf("snapshot reads %s = %q, %v; want %q", k, v, err, want)
+		}
+	}
+	if _, err := rr.Get([]byte("fresh")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("snapshot sees a key inserted after it: %v", err)
+	}
+	rr.Commit()
+	st = mustVacuum(t, db)
+	if st.KeysRemoved != 1 || heapTuples(t, db) != 2 {
+		t.Errorf("after the snapshot ended: %d keys removed, %d tuples left; want 1 and 2", st.KeysRemoved, heapTuples(t, db))
+	}
+	if v, _ := get(t, db, "k"); v != "new4" {
+		t.Errorf("k = %q", v)
+	}
+	mustVerify(t, db)
+}
+
+// A TID read before vacuum removed the version behind it, whose slot then
+// went to another key, is recognised as vanished, and the walk restarts
+// from the head.
+func TestReaderSeesVanishedSlot(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	mustPut(t, db, "k", "1")
+	e := db.idx.get([]byte("k"))
+	stale := e.headTID()
+	mustDelete(t, db, "k")
+	mustVacuum(t, db)
+	if e.headTID().Valid() {
+		t.Fatal("vacuum left the removed key's head in place")
+	}
+	mustPut(t, db, "other", "2")
+	if tid := db.idx.get([]byte("other")).headTID(); tid != stale {
+		t.Logf("slot %s not reused (other went to %s)", stale, tid)
+	}
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if _, err := db.readVersion(stale, "k", true); !errors.Is(err, errVanished) {
+		t.Errorf("reading a removed version: %v, want errVanished", err)
+	}
+	snap := db.snaps.take(db.procs)
+	defer db.snaps.release(snap)
+	if _, found, err := db.fetchVisible(e, snap, 0); err != nil || found {
+		t.Errorf("walk from a stale entry: found %v, %v", found, err)
+	}
+}
+
+// The randomized model test: random writes, aborts, deletes, long-running
+// REPEATABLE READ readers and vacuums, checked against a map after every
+// step; each reader must keep seeing the state it started with.
+func TestVacuumModel(t *testing.T) {
+	seeds := 3
+	if testing.Short() {
+		seeds = 1
+	}
+	for s := 0; s < seeds; s++ {
+		seed := uint64(time.Now().UnixNano()) + uint64(s)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { vacuumModel(t, seed, 600) })
+	}
+}
+
+func vacuumModel(t *testing.T, seed uint64, steps int) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	dir := t.TempDir()
+	opts := Options{Autovacuum: noAutovacuum, SharedBuffers: 16 * heap.PageSize, VacuumFreezeMinAge: int64(r.IntN(3)) - 1}
+	db := openTest(t, dir, opts)
+	defer func() { db.Close() }()
+	ctx := context.Background()
+	cur := ladderState{}
+	type reader struct {
+		tx   *Txn
+		want ladderState
+	}
+	var readers []reader
+	checkReader := func(rd reader) {
+		t.Helper()
+		got := ladderState{}
+		if err := rd.tx.Scan(nil, nil, func(k, v []byte) bool { got[string(k)] = string(v); return true }); err != nil {
+			t.Fatalf("seed %d: reader scan: %v", seed, err)
+		}
+		if !maps.Equal(got, rd.want) {
+			t.Fatalf("seed %d: reader sees %s", seed, diffState(got, rd.want))
+		}
+		for _, k := range []string{"k0", "k1", "k7"} {
+			v, err := rd.tx.Get([]byte(k))
+			want, ok := rd.want[k]
+			if (err == nil) != ok || string(v) != want {
+				t.Fatalf("seed %d: reader Get(%s) = %q, %v; want %q, %v", seed, k, v, err, want, ok)
+			}
+		}
+	}
+	for step := 0; step < steps; step++ {
+		switch op := r.IntN(20); {
+		case op < 11: // a transaction of a few writes, sometimes aborted
+			tx, _ := db.Begin(ctx, TxnOptions{})
+			next := maps.Clone(cur)
+			for w := 0; w < 1+r.IntN(3); w++ {
+				k := fmt.Sprintf("k%d", r.IntN(12))
+				var err error
+				switch {
+				case r.IntN(5) == 0:
+					err = tx.Delete([]byte(k))
+					delete(next, k)
+				case r.IntN(30) == 0:
+					v := strings.Repeat(fmt.Sprint(step), 3000)
+					err = tx.Put([]byte(k), []byte(v))
+					next[k] = v
+				default:
+					v := fmt.Sprint(step, ":", w)
+					err = tx.Put([]byte(k), []byte(v))
+					next[k] = v
+				}
+				if err != nil {
+					t.Fatalf("seed %d: write: %v", seed, err)
+				}
+			}
+			if r.IntN(5) == 0 {
+				tx.Rollback()
+			} else {
+				if err := tx.Commit(); err != nil {
+					t.Fatalf("seed %d: commit: %v", seed, err)
+				}
+				cur = next
+			}
+		case op < 13:
+			tx, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
+			rd := reader{tx, maps.Clone(cur)}
+			checkReader(rd) // takes the snapshot
+			readers = append(readers, rd)
+		case op < 15 && len(readers) > 0:
+			i := r.IntN(len(readers))
+			checkReader(readers[i])
+			readers[i].tx.Commit()
+			readers = slices.Delete(readers, i, i+1)
+		case op < 18:
+			mustVacuum(t, db)
+		case op == 18:
+			for _, rd := range readers {
+				checkReader(rd)
+			}
+		default:
+			if len(readers) == 0 && r.IntN(4) == 0 {
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+				db = openTest(t, dir, opts)
+			}
+		}
+		got, err := scanState(db)
+		if err != nil {
+			t.Fatalf("seed %d: scan: %v", seed, err)
+		}
+		if !maps.Equal(got, cur) {
+			t.Fatalf("seed %d step %d: %s", seed, step, diffState(got, cur))
+		}
+	}
+	for _, rd := range readers {
+		checkReader(rd)
+		rd.tx.Commit()
+	}
+	// Nothing is open any more: a vacuum leaves one version per key.
+	mustVacuum(t, db)
+	if n, keys := heapTuples(t, db), len(cur); n < keys || db.idx.len() != keys {
+		t.Errorf("seed %d: %d tuples and %d index entries for %d keys", seed, n, db.idx.len(), keys)
+	}
+	chains := 0
+	for _, e := range db.idx.entriesAfter("", true, 1000) {
+		v, err := db.readVersion(e.headTID(), e.key, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.hdr.Prev.Valid() {
+			chains++
+		}
+	}
+	if chains != 0 {
+		t.Errorf("seed %d: %d keys still have more than one version", seed, chains)
+	}
+	mustVerify(t, db)
+}
+
+// Transfers between accounts keep the total constant; REPEATABLE READ
+// readers check the total while vacuum runs in a loop beside writers, so
+// any version removed too early or chain broken shows as a wrong sum or an
+// error.
+func TestVacuumConcurrentTransfers(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 64 * heap.PageSize, VacuumFreezeMinAge: -1})
+	defer db.Close()
+	const accounts, initial = 20, 1000
+	for i := 0; i < accounts; i++ {
+		mustPut(t, db, fmt.Sprintf("acct%02d", i), fmt.Sprint(initial))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var writers, readers sync.WaitGroup
+	errc := make(chan error, 8)
+	parse := func(b []byte) int {
+		n := 0
+		fmt.Sscan(string(b), &n)
+		return n
+	}
+	for w := 0; w < 3; w++ {
+		writers.Add(1)
+		go func(w int) {
+			defer writers.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 3))
+			for i := 0; i < 1000; i++ {
+				a, b := r.IntN(accounts), r.IntN(accounts)
+				if a >= b {
+					continue // lock in key order: no deadlocks
+				}
+				err := db.Update(context.Background(), func(tx *Txn) error {
+					for _, x := range []struct{ k, d int }{{a, -7}, {b, 7}} {
+						if err := tx.Update([]byte(fmt.Sprintf("acct%02d", x.k)), func(old []byte, _ bool) ([]byte, error) {
+							return []byte(fmt.Sprint(parse(old) + x.d)), nil
+						}); err != nil {
+							return err
+						}
+					}
+					if r.IntN(6) == 0 {
+						return errors.New("abort")
+					}
+					return nil
+				})
+				if err != nil && err.Error() != "abort" {
+					errc <- err
+					return
+				}
+			}
+		}(w)
+	}
+	for rdr := 0; rdr < 2; rdr++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for ctx.Err() == nil {
+				tx, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
+				for pass := 0; pass < 3; pass++ {
+					sum, n := 0, 0
+					if err := tx.Scan(nil, nil, func(_, v []byte) bool { sum += parse(v); n++; return true }); err != nil {
+						errc <- err
+						tx.Rollback()
+						return
+					}
+					if sum != accounts*initial || n != accounts {
+						errc <- fmt.Errorf("reader saw %d accounts totalling %d", n, sum)
+						tx.Rollback()
+						return
+					}
+				}
+				tx.Commit()
+			}
+		}()
+	}
+	vacDone := make(chan struct{})
+	go func() {
+		defer close(vacDone)
+		for ctx.Err() == nil {
+			if _, err := db.Vacuum(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- err
+				return
+			}
+		}
+	}()
+	writers.Wait()
+	cancel()
+	readers.Wait()
+	<-vacDone
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	mustVacuum(t, db)
+	if n := heapTuples(t, db); n != accounts {
+		t.Errorf("%d tuples left for %d accounts", n, accounts)
+	}
+	mustVerify(t, db)
+}
+
+// Under a steady update load with autovacuum on, the heap stops growing:
+// vacuum frees the old versions and the free space map hands their space to
+// new ones.
+func TestAutovacuumKeepsHeapBounded(t *testing.T) {
+	on := true
+	db := openTest(t, t.TempDir(), Options{Autovacuum: &on, AutovacuumNaptime: 5 * time.Millisecond, AutovacuumVacuumThreshold: 100})
+	defer db.Close()
+	const keys = 50
+	val := strings.Repeat("v", 100)
+	for i := 0; i < keys; i++ {
+		mustPut(t, db, fmt.Sprint("key", i), val)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	var base uint32
+	for round := 0; round < 12; round++ {
+		runs := db.Stats().AutovacuumRuns
+		for i := 0; i < 400; i++ {
+			mustPut(t, db, fmt.Sprint("key", r.IntN(keys)), val)
+		}
+		// Wait for a run that started after this round's updates began
+		// (no bound on how long: the machine may be loaded).
+		for db.Stats().AutovacuumRuns < runs+2 {
+			time.Sleep(time.Millisecond)
+		}
+		if round == 3 {
+			base = db.pool.NBlocks()
+		}
+	}
+	// A round writes about 8 pages of new versions.
+	if n := db.pool.NBlocks(); n > base+8 {
+		t.Errorf("heap grew from %d to %d blocks over 8 rounds of updates with autovacuum", base, n)
+	}
+	if s := db.Stats(); s.VacuumTuplesRemoved == 0 || s.VacuumPagesScanned == 0 {
+		t.Errorf("stats show no vacuum work: %+v", s)
+	}
+}
+
+// Freezing: committed tuples below the cutoff get the frozen bits, an
+// aborted xmax below it is cleared, FrozenXid moves up to the horizon, and
+// frozen tuples are read without the CLOG, also after reopening.
+func TestVacuumFreezes(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1}
+	db := openTest(t, dir, opts)
+	for i := 0; i < 20; i++ {
+		mustPut(t, db, fmt.Sprint("k", i), "v")
+	}
+	tx, _ := db.Begin(context.Background(), TxnOptions{})
+	if err := tx.Put([]byte("k0"), []byte("aborted")); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback()
+	st := mustVacuum(t, db)
+	if st.TuplesFrozen != 20 || st.FrozenXid != st.OldestXmin {
+		t.Fatalf("TuplesFrozen %d (want 20), FrozenXid %d (want OldestXmin %d)", st.TuplesFrozen, st.FrozenXid, st.OldestXmin)
+	}
+	v, err := db.readVersion(db.idx.get([]byte("k0")).headTID(), "k0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.hdr.Infomask&heap.Frozen == 0 || v.hdr.Xmax != 0 {
+		t.Errorf("k0 after freezing: infomask %#x xmax %d; want frozen, xmax cleared", v.hdr.Infomask, v.hdr.Xmax)
+	}
+	if st := mustVacuum(t, db); st.TuplesFrozen != 0 || st.TuplesRemoved != 0 {
+		t.Errorf("second vacuum froze %d and removed %d", st.TuplesFrozen, st.TuplesRemoved)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, opts)
+	defer db.Close()
+	before := db.Stats()
+	for i := 0; i < 20; i++ {
+		if got, ok := get(t, db, fmt.Sprint("k", i)); !ok || got != "v" {
+			t.Fatalf("k%d = %q, %v", i, got, ok)
+		}
+	}
+	if d := db.Stats().Sub(before); d.CLOGLookups != 0 {
+		t.Errorf("reading frozen tuples made %d CLOG lookups", d.CLOGLookups)
+	}
+	if got := db.vac.frozenXid.Load(); got < st.OldestXmin {
+		t.Errorf("frozen xid found at open %d, below the horizon %d every tuple was frozen under", got, st.OldestXmin)
+	}
+	mustVerify(t, db)
+}
+
+func TestPruneRecordRoundTrip(t *testing.T) {
+	pages := []*prunePage{
+		{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}, freeze: []freezeOp{{5, heap.Frozen | heap.XminCommitted, 0}}},
+		{block: 9, prev: []prevFix{{0, heap.InvalidTID}}},
+	}
+	got, err := decodePrune(encodePrune(pages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, pages) {
+		t.Errorf("round trip: %+v, want %+v", got[0], pages[0])
+	}
+	for _, bad := range [][]byte{nil, {0, 0}, encodePrune(pages)[:20], append(encodePrune(pages), 0), encodePrune([]*prunePage{{block: 1}})} {
+		if _, err := decodePrune(bad); err == nil {
+			t.Errorf("decodePrune(%x) accepted", bad)
+		}
+	}
+}
+
+func FuzzDecodePrune(f *testing.F) {
+	f.Add(encodePrune([]*prunePage{{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}}}))
+	f.Add(encodePrune([]*prunePage{{block: 1, freeze: []freezeOp{{5, 0x11, 7}}}, {block: 2, unused: []uint16{0}}}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pages, err := decodePrune(data)
+		if err != nil {
+			return
+		}
+		if again := encodePrune(pages); string(again) != string(data) {
+			t.Fatalf("decode then encode changed %x into %x", data, again)
+		}
+		page := make([]byte, heap.PageSize)
+		heap.InitPage(page)
+		for _, p := range pages {
+			applyPrune(page, p) // must not panic on a page that lacks the slots
+		}
+	})
+}
+
+// BenchmarkVacuum measures vacuum throughput: each iteration updates every
+// key once (untimed), then vacuums, removing one old version per key.
+func BenchmarkVacuum(b *testing.B) {
+	db := openTest(b, b.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 64 << 20})
+	defer db.Close()
+	const keys = 5000
+	val := strings.Repeat("v", 100)
+	update := func() {
+		for i := 0; i < keys; i += 100 {
+			err := db.Update(context.Background(), func(tx *Txn) error {
+				for j := i; j < i+100; j++ {
+					if err := tx.Put([]byte(fmt.Sprintf("key%06d", j)), []byte(val)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	update()
+	mustVacuum(b, db)
+	var removed uint64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		update()
+		b.StartTimer()
+		removed += mustVacuum(b, db).TuplesRemoved
+	}
+	b.ReportMetric(float64(removed)/b.Elapsed().Seconds(), "tuples/s")
+	b.ReportMetric(float64(db.pool.NBlocks()), "heap-blocks")
+}

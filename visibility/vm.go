@@ -1,0 +1,376 @@
+package visibility
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path"
+	"sync/atomic"
+
+	"mvkv/internal/bufpool"
+	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
+)
+
+// Bits are the visibility map bits of one heap block, as PostgreSQL's
+// VISIBILITYMAP_ALL_VISIBLE and VISIBILITYMAP_ALL_FROZEN. Part of the
+// format; do not change the values.
+type Bits uint8
+
+const (
+	// AllVisible: every tuple on the heap page is visible to every
+	// snapshot, present and future.
+	AllVisible Bits = 0x01
+	// AllFrozen: every tuple on the heap page is also frozen, so nothing
+	// on it needs the CLOG. Never set without AllVisible.
+	AllFrozen Bits = 0x02
+	// ValidBits is every bit the map keeps (VISIBILITYMAP_VALID_BITS).
+	ValidBits = AllVisible | AllFrozen
+)
+
+// Geometry of a map page; see doc.go for the diagram.
+const (
+	// BitsPerHeapBlock is the number of map bits kept per heap block.
+	BitsPerHeapBlock = 2
+	// MapBytesPerPage is the number of bitmap bytes on a map page: the
+	// page minus its header (PostgreSQL's MAPSIZE).
+	MapBytesPerPage = heap.PageSize - heap.PageHeaderSize
+	// HeapBlocksPerPage is the number of heap blocks one map page covers
+	// (HEAPBLOCKS_PER_PAGE): 32672, about 255 MiB of heap.
+	HeapBlocksPerPage = MapBytesPerPage * 8 / BitsPerHeapBlock
+)
+
+// DefaultBuffers is the number of map pages cached when Options.Buffers is
+// zero. One page covers about 255 MiB of heap, so a few pages go a long way;
+// the rest are there so that concurrent callers touching different map pages
+// never find every frame pinned.
+const DefaultBuffers = 32
+
+var (
+	// ErrCorrupt is wrapped by every error that reports bytes that cannot
+	// be a valid map page; the message names the file and byte offset.
+	ErrCorrupt = errors.New("visibility: corrupt visibility map page")
+	// ErrClosed is returned by Map methods after Close.
+	ErrClosed = errors.New("visibility: map closed")
+)
+
+// MapBlock returns the map page holding heapBlk's bits.
+func MapBlock(heapBlk uint32) uint32 { return heapBlk / HeapBlocksPerPage }
+
+// bitPos returns the byte offset within a map page and the bit shift of
+// heapBlk's bits.
+func bitPos(heapBlk uint32) (off int, shift uint) {
+	i := heapBlk % HeapBlocksPerPage
+	return heap.PageHeaderSize + int(i/4), uint(i%4) * BitsPerHeapBlock
+}
+
+// PageBits returns heapBlk's bits from map page p (as read by ReadPage or
+// verified with VerifyPage). A new (all-zero) page has no bits set. It
+// returns 0 if p is not PageSize bytes.
+func PageBits(p []byte, heapBlk uint32) Bits {
+	if len(p) != heap.PageSize {
+		return 0
+	}
+	off, shift := bitPos(heapBlk)
+	return Bits(p[off]>>shift) & ValidBits
+}
+
+// VerifyPage checks a map page read from map block vmBlock: an all-zero
+// page is valid (never written); otherwise it must pass heap.VerifyPage
+// (checksum over the page and the block number) and have the map page's
+// fixed header: no line pointers, no free-space hole (lower 24, upper
+// 8192) and no page flags. It never panics, whatever p holds. Errors wrap
+// ErrCorrupt.
+func VerifyPage(p []byte, vmBlock uint32) error {
+	if err := heap.VerifyPage(p, vmBlock); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if heap.IsNew(p) {
+		return nil
+	}
+	// InitPage gives lower 24 and upper 8192, and a map page never moves
+	// them: any other value is damage.
+	if lower, upper := binary.LittleEndian.Uint16(p[14:]), binary.LittleEndian.Uint16(p[16:]); lower != heap.PageHeaderSize || upper != heap.PageSize {
+		return fmt.Errorf("%w: map page header has lower %d, upper %d, want %d, %d", ErrCorrupt, lower, upper, heap.PageHeaderSize, heap.PageSize)
+	}
+	if f := heap.PageFlags(p); f != 0 {
+		return fmt.Errorf("%w: page flags %#x on a map page", ErrCorrupt, f)
+	}
+	return nil
+}
+
+// Options configure Open.
+type Options struct {
+	// Buffers is the number of 8 KiB map pages cached (default
+	// DefaultBuffers).
+	Buffers int
+	// FlushWAL makes the WAL durable up to an LSN. It is called before a
+	// map page is written, with the page's LSN (WAL before data,
+	// docs/DESIGN.md rule 1). Nil means there is no WAL to flush.
+	FlushWAL func(lsn uint64) error
+	// Unlogged turns the WAL-before-data interlock off: pages are written
+	// without flushing the WAL to their LSN, as PostgreSQL did before 9.2,
+	// when setting a bit was not WAL-logged. UNSAFE: after a crash a bit
+	// can claim a page all-visible when it is not. Kept only for the
+	// experiment that measures what crash safety costs.
+	Unlogged bool
+}
+
+// Map is the visibility map fork of the heap, PostgreSQL's visibilitymap.c:
+// two bits per heap block in checksummed 8 KiB pages in DATA/vm, cached in
+// a buffer pool of their own. All methods are safe for concurrent use; the
+// bits of one map page are changed under that page's exclusive content
+// lock and read under its shared one.
+//
+// A Map knows nothing of the heap or the WAL records: the caller sets a bit
+// only together with PD_ALL_VISIBLE on the heap page and with the LSN of the
+// WAL record that logs both, and clears it, with PD_ALL_VISIBLE, as part of
+// every change to the page (see doc.go for why that order is crash-safe).
+type Map struct {
+	dir      string
+	storage  *vmStorage
+	pool     *bufpool.Pool
+	unlogged bool
+
+	closed atomic.Bool
+	// clears counts bit changes made by Clear; Reader uses it to know that
+	// no bit went from set to unset since it cached one.
+	clears atomic.Uint64
+	sets   atomic.Uint64
+}
+
+// Open opens (creating if needed) the map fork in dir. A map page missing
+// on disk reads as all zeros: no heap block all-visible. Errors: those of
+// creating or listing dir, or ErrCorrupt-wrapping ones for a bad segment
+// file.
+func Open(fsys vfs.FS, dir string, o Options) (*Map, error) {
+	st, err := heap.OpenStorage(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("visibility: open map fork: %w", err)
+	}
+	if o.Buffers <= 0 {
+		o.Buffers = DefaultBuffers
+	}
+	flush := o.FlushWAL
+	if flush == nil {
+		flush = func(uint64) error { return nil }
+	}
+	pageLSN := heap.PageLSN
+	if o.Unlogged {
+		pageLSN = func([]byte) uint64 { return 0 }
+	}
+	m := &Map{dir: dir, storage: &vmStorage{Storage: st, dir: dir}, unlogged: o.Unlogged}
+	m.pool = bufpool.New(m.storage, o.Buffers, flush, pageLSN)
+	return m, nil
+}
+
+// Unlogged reports whether the map was opened with Options.Unlogged.
+func (m *Map) Unlogged() bool { return m.unlogged }
+
+func (m *Map) get(heapBlk uint32) (*bufpool.Buffer, error) {
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	return m.pool.Get(MapBlock(heapBlk))
+}
+
+// Set sets bits (a subset of ValidBits) for heapBlk and reports whether
+// any bit changed, as visibilitymap_set. lsn is the end LSN of the WAL
+// record that logs the change; it becomes the map page's LSN, so the page
+// cannot reach disk before that record (rule 1). If the page's LSN is
+// already at or past lsn, the page reflects the record (redo of a change
+// the page had when it was written) and nothing changes. lsn 0 (the
+// unlogged mode) sets the bits without touching the LSN.
+//
+// The caller holds the heap page's exclusive content lock, so that the bit
+// and PD_ALL_VISIBLE change together for every reader of the heap page.
+func (m *Map) Set(heapBlk uint32, bits Bits, lsn uint64) (bool, error) {
+	bits &= ValidBits
+	buf, err := m.get(heapBlk)
+	if err != nil {
+		return false, err
+	}
+	defer buf.Release()
+	buf.Lock()
+	defer buf.Unlock()
+	page := buf.Page()
+	if heap.IsNew(page) {
+		heap.InitPage(page)
+		buf.MarkDirty()
+	}
+	if lsn != 0 && heap.PageLSN(page) >= lsn {
+		return false, nil
+	}
+	off, shift := bitPos(heapBlk)
+	old := page[off]
+	page[off] |= byte(bits) << shift
+	if page[off] == old {
+		return false, nil
+	}
+	if lsn != 0 {
+		heap.SetPageLSN(page, lsn)
+	}
+	buf.MarkDirty()
+	m.sets.Add(1)
+	return true, nil
+}
+
+// Clear clears bits for heapBlk and reports whether any was set, as
+// visibilitymap_clear. It is not WAL-logged on its own and does not move
+// the page LSN: the heap record of the change that clears it carries a
+// flag, and redo clears the bit again whatever the page LSN says. A
+// cleared bit that reaches disk early is always safe (it only makes a
+// reader do the per-tuple work).
+func (m *Map) Clear(heapBlk uint32, bits Bits) (bool, error) {
+	bits &= ValidBits
+	buf, err := m.get(heapBlk)
+	if err != nil {
+		return false, err
+	}
+	defer buf.Release()
+	buf.Lock()
+	defer buf.Unlock()
+	page := buf.Page()
+	if heap.IsNew(page) {
+		return false, nil
+	}
+	off, shift := bitPos(heapBlk)
+	old := page[off]
+	page[off] &^= byte(bits) << shift
+	if page[off] == old {
+		return false, nil
+	}
+	buf.MarkDirty()
+	// Counted while the page lock is held, so a Reader that sees the old
+	// count took its bits before this clear (see Reader).
+	m.clears.Add(1)
+	return true, nil
+}
+
+// Test returns heapBlk's bits, as visibilitymap_get_status. The answer can
+// be stale as soon as it is returned; a caller that relies on a set bit
+// must read what it protects (the heap TID it is about to trust) before
+// calling Test.
+func (m *Map) Test(heapBlk uint32) (Bits, error) {
+	buf, err := m.get(heapBlk)
+	if err != nil {
+		return 0, err
+	}
+	buf.RLock()
+	b := PageBits(buf.Page(), heapBlk)
+	buf.RUnlock()
+	buf.Release()
+	return b, nil
+}
+
+// Flush writes every dirty map page (flushing the WAL to each page's LSN
+// first, unless unlogged) and fsyncs the fork. A checkpoint calls it after
+// writing the heap pages. Errors: the first write or fsync failure; after a
+// failed fsync every later Flush fails too (rule 6).
+func (m *Map) Flush() error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	return m.pool.FlushAll()
+}
+
+// Close closes the fork's files without writing anything: call Flush first
+// for durability. Later calls of any method return ErrClosed.
+func (m *Map) Close() error {
+	if m.closed.Swap(true) {
+		return ErrClosed
+	}
+	return m.storage.Close()
+}
+
+// NBlocks returns the number of map pages on disk.
+func (m *Map) NBlocks() uint32 { return m.storage.NBlocks() }
+
+// ReadPage reads map page vmBlock from disk (not from the cache) into p
+// (PageSize bytes) and verifies it; a page never written reads as zeros.
+// Verification uses it to check what a crash would leave.
+func (m *Map) ReadPage(vmBlock uint32, p []byte) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	return m.storage.ReadBlock(vmBlock, p)
+}
+
+// MapStats counts map activity since Open. It is a value.
+type MapStats struct {
+	// BitsSet and BitsCleared count Set and Clear calls that changed a bit.
+	BitsSet, BitsCleared uint64
+	// PageReads and PageWrites count map pages read from and written to
+	// disk.
+	PageReads, PageWrites uint64
+}
+
+// Stats returns the counters. Safe to call concurrently.
+func (m *Map) Stats() MapStats {
+	p := m.pool.Stats()
+	return MapStats{BitsSet: m.sets.Load(), BitsCleared: m.clears.Load(), PageReads: p.Reads, PageWrites: p.Writes}
+}
+
+// Reader answers Test for a sequence of heap blocks, remembering the last
+// answer for as long as it cannot have gone stale: an index-only scan asks
+// about the same heap block for every key stored on it, and one map lookup
+// per heap block instead of per key is much of what makes it fast.
+//
+// A remembered set bit is reused only while the map's clear count is
+// unchanged. The count is bumped under the page lock by every Clear that
+// unsets a bit, so if it is unchanged now, no bit was unset since the
+// remembered lookup, and the bit is still set now: exactly what a fresh
+// Test made now would say. Only set bits are remembered: a block without
+// one is looked up every time, since the caller is about to do the slow,
+// per-tuple work anyway. A Reader is for one
+// goroutine; the zero value is not usable, get one from NewReader.
+type Reader struct {
+	m      *Map
+	blk    uint32
+	bits   Bits
+	clears uint64
+	valid  bool
+}
+
+// NewReader returns a Reader over m.
+func (m *Map) NewReader() *Reader { return &Reader{m: m} }
+
+// Test returns heapBlk's bits as Map.Test would if called now. The same
+// rule applies: read what the bit protects before calling Test.
+func (r *Reader) Test(heapBlk uint32) (Bits, error) {
+	c := r.m.clears.Load()
+	if r.valid && r.blk == heapBlk && r.clears == c {
+		return r.bits, nil
+	}
+	b, err := r.m.Test(heapBlk)
+	if err != nil {
+		r.valid = false
+		return 0, err
+	}
+	r.blk, r.bits, r.clears, r.valid = heapBlk, b, c, b != 0
+	return b, nil
+}
+
+// vmStorage is heap.Storage with the map page's own checks added on read.
+type vmStorage struct {
+	*heap.Storage
+	dir string
+}
+
+// ReadBlock reads and checks a map page; a page that fails gives an error
+// wrapping ErrCorrupt (and, for checksum and header damage found by the
+// heap storage manager, heap.ErrCorrupt) that names the file and offset.
+func (s *vmStorage) ReadBlock(block uint32, p []byte) error {
+	if err := s.Storage.ReadBlock(block, p); err != nil {
+		if errors.Is(err, heap.ErrCorrupt) {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		return err
+	}
+	if err := VerifyPage(p, block); err != nil {
+		file := path.Join(s.dir, fmt.Sprintf("%08d", block/heap.SegmentBlocks))
+		off := int64(block%heap.SegmentBlocks) * heap.PageSize
+		return fmt.Errorf("%s at offset %d (visibility map block %d): %w", file, off, block, err)
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package visibility
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
+)
+
+func openMap(t *testing.T, fs vfs.FS, o Options) *Map {
+	t.Helper()
+	m, err := Open(fs, "/vm", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustTest(t *testing.T, m *Map, blk uint32) Bits {
+	t.Helper()
+	b, err := m.Test(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestSetClearTestAcrossPages(t *testing.T) {
+	fs := vfs.NewMemFS()
+	m := openMap(t, fs, Options{})
+	blocks := []uint32{0, 1, 3, 4, HeapBlocksPerPage - 1, HeapBlocksPerPage, 3*HeapBlocksPerPage + 7}
+	for i, b := range blocks {
+		bits := AllVisible
+		if i%2 == 0 {
+			bits |= AllFrozen
+		}
+		changed, err := m.Set(b, bits, uint64(100+i))
+		if err != nil || !changed {
+			t.Fatalf("Set(%d): changed %v, err %v", b, changed, err)
+		}
+		if changed, _ := m.Set(b, bits, uint64(200+i)); changed {
+			t.Fatalf("Set(%d) twice reported a change", b)
+		}
+	}
+	for i, b := range blocks {
+		want := AllVisible
+		if i%2 == 0 {
+			want |= AllFrozen
+		}
+		if got := mustTest(t, m, b); got != want {
+			t.Fatalf("Test(%d) = %b, want %b", b, got, want)
+		}
+	}
+	for _, b := range []uint32{2, 5, HeapBlocksPerPage + 1, 9 * HeapBlocksPerPage} {
+		if got := mustTest(t, m, b); got != 0 {
+			t.Fatalf("Test(%d) = %b for a block never set", b, got)
+		}
+	}
+	if changed, err := m.Clear(blocks[0], AllFrozen); err != nil || !changed {
+		t.Fatalf("Clear frozen: %v %v", changed, err)
+	}
+	if got := mustTest(t, m, blocks[0]); got != AllVisible {
+		t.Fatalf("after clearing all-frozen: %b", got)
+	}
+	if changed, _ := m.Clear(blocks[1], ValidBits); !changed {
+		t.Fatal("Clear of a set bit reported no change")
+	}
+	if changed, _ := m.Clear(blocks[1], ValidBits); changed {
+		t.Fatal("Clear of a clear bit reported a change")
+	}
+	if changed, _ := m.Clear(50*HeapBlocksPerPage, ValidBits); changed {
+		t.Fatal("Clear beyond the map reported a change")
+	}
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+
+	m = openMap(t, fs, Options{})
+	defer m.Close()
+	if got := mustTest(t, m, blocks[0]); got != AllVisible {
+		t.Fatalf("after reopen: Test(%d) = %b", blocks[0], got)
+	}
+	if got := mustTest(t, m, blocks[1]); got != 0 {
+		t.Fatalf("after reopen: Test(%d) = %b", blocks[1], got)
+	}
+	if got := mustTest(t, m, blocks[len(blocks)-1]); got != AllVisible|AllFrozen {
+		t.Fatalf("after reopen: Test(%d) = %b", blocks[len(blocks)-1], got)
+	}
+}
+
+// TestSetBelowPageLSNIsRedoNoop: redo of a record the page already
+// reflects must not set a bit that a later, unlogged clear removed.
+func TestSetBelowPageLSNIsRedoNoop(t *testing.T) {
+	m := openMap(t, vfs.NewMemFS(), Options{})
+	defer m.Close()
+	if _, err := m.Set(7, AllVisible, 500); err != nil {
+		t.Fatal(err)
+	}
+	m.Clear(9, AllVisible)
+	if changed, _ := m.Set(9, AllVisible, 400); changed {
+		t.Fatal("Set with an LSN below the page LSN changed the page")
+	}
+	if changed, _ := m.Set(9, AllVisible, 500); changed {
+		t.Fatal("Set with the page's own LSN changed the page")
+	}
+	if got := mustTest(t, m, 9); got != 0 {
+		t.Fatalf("bit %b", got)
+	}
+	if changed, _ := m.Set(9, AllVisible, 501); !changed {
+		t.Fatal("Set with a newer LSN did not change the page")
+	}
+}
+
+// TestWALBeforeData: a logged map page is written only after the WAL is
+// flushed to its LSN; an unlogged one never asks.
+func TestWALBeforeData(t *testing.T) {
+	for _, unlogged := range []bool{false, true} {
+		var mu sync.Mutex
+		var asked uint64
+		fs := vfs.NewMemFS()
+		m := openMap(t, fs, Options{Unlogged: unlogged, FlushWAL: func(lsn uint64) error {
+			mu.Lock()
+			asked = max(asked, lsn)
+			mu.Unlock()
+			return nil
+		}})
+		lsn := uint64(0x1234)
+		if unlogged {
+			lsn = 0
+		}
+		m.Set(3, AllVisible, lsn)
+		if err := m.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if unlogged && asked != 0 {
+			t.Fatalf("unlogged map flushed the WAL to %#x", asked)
+		}
+		if !unlogged && asked != 0x1234 {
+			t.Fatalf("WAL flushed to %#x before writing a page with LSN 0x1234", asked)
+		}
+		m.Close()
+	}
+}
+
+func TestFlushWALFailureKeepsPageDirty(t *testing.T) {
+	fs := vfs.NewMemFS()
+	fail := errors.New("no WAL")
+	m := openMap(t, fs, Options{FlushWAL: func(uint64) error { return fail }})
+	m.Set(1, AllVisible, 10)
+	if err := m.Flush(); !errors.Is(err, fail) {
+		t.Fatalf("Flush = %v, want the WAL flush failure", err)
+	}
+	m.Close()
+	m = openMap(t, fs, Options{})
+	defer m.Close()
+	if got := mustTest(t, m, 1); got != 0 {
+		t.Fatalf("page reached disk although its WAL could not be flushed: %b", got)
+	}
+}
+
+func TestCorruptPageNamesFileAndOffset(t *testing.T) {
+	fs := vfs.NewMemFS()
+	m := openMap(t, fs, Options{})
+	m.Set(HeapBlocksPerPage+5, AllVisible, 1)
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	f, err := fs.Open("/vm/00000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{0xff}, heap.PageSize+100)
+	f.Close()
+	m = openMap(t, fs, Options{})
+	defer m.Close()
+	_, err = m.Test(HeapBlocksPerPage + 5)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "/vm/00000000") || !strings.Contains(err.Error(), "offset 8192") {
+		t.Fatalf("Test on a damaged page: %v", err)
+	}
+	if _, err := m.Test(0); err != nil {
+		t.Fatalf("an undamaged (never written) page: %v", err)
+	}
+	p := make([]byte, heap.PageSize)
+	if err := m.ReadPage(1, p); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadPage of the damaged page: %v", err)
+	}
+}
+
+func TestVerifyPageRejectsHeaderDamage(t *testing.T) {
+	good := make([]byte, heap.PageSize)
+	heap.InitPage(good)
+	good[heap.PageHeaderSize+3] = 0x31 // blocks 12..15: 01, 00, 11, 00
+	heap.SetChecksum(good, 4)
+	if err := VerifyPage(good, 4); err != nil {
+		t.Fatalf("good page: %v", err)
+	}
+	if err := VerifyPage(good, 5); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("page checked as another block: %v", err)
+	}
+	for name, damage := range map[string]func(p []byte){
+		"flags": func(p []byte) { heap.SetPageFlags(p, heap.PDAllVisible) },
+		"lower": func(p []byte) { p[14] = 28 },
+		"upper": func(p []byte) { p[16], p[17] = 0, 0x10 },
+	} {
+		p := append([]byte(nil), good...)
+		damage(p)
+		heap.SetChecksum(p, 4)
+		if err := VerifyPage(p, 4); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if PageBits(good, 12) != AllVisible || PageBits(good, 13) != 0 || PageBits(good, 14) != AllVisible|AllFrozen || PageBits(good, 15) != 0 {
+		t.Fatalf("bits of 0x31: %b %b %b %b", PageBits(good, 12), PageBits(good, 13), PageBits(good, 14), PageBits(good, 15))
+	}
+}
+
+// TestReaderNeverStaleSet: a Reader must not hand out a remembered set bit
+// after a Clear.
+func TestReaderNeverStaleSet(t *testing.T) {
+	m := openMap(t, vfs.NewMemFS(), Options{})
+	defer m.Close()
+	m.Set(10, AllVisible, 1)
+	r := m.NewReader()
+	if b, _ := r.Test(10); b != AllVisible {
+		t.Fatalf("first Test: %b", b)
+	}
+	m.Clear(10, AllVisible)
+	if b, _ := r.Test(10); b != 0 {
+		t.Fatalf("Reader kept a set bit across a Clear: %b", b)
+	}
+	m.Set(10, AllVisible, 2)
+	if b, _ := r.Test(10); b != AllVisible {
+		t.Fatalf("Reader missed a Set after a fresh lookup: %b", b)
+	}
+	before := m.pool.Stats().Hits
+	for i := 0; i < 10; i++ {
+		r.Test(10)
+	}
+	if m.pool.Stats().Hits != before {
+		t.Fatal("Reader looked the same block up again with no clear in between")
+	}
+}
+
+func TestConcurrentSetClear(t *testing.T) {
+	m := openMap(t, vfs.NewMemFS(), Options{Buffers: 2})
+	defer m.Close()
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				blk := uint32(g*HeapBlocksPerPage + i%40)
+				if _, err := m.Set(blk, AllVisible, uint64(i+1)); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%3 == 0 {
+					if _, err := m.Clear(blk, ValidBits); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if _, err := m.Test(blk); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzVerifyPage feeds arbitrary bytes to the map page decoder: it must
+// not panic, and a page it accepts must give bits within ValidBits for
+// every heap block it covers.
+func FuzzVerifyPage(f *testing.F) {
+	p := make([]byte, heap.PageSize)
+	heap.InitPage(p)
+	p[heap.PageHeaderSize] = 0x1b
+	heap.SetChecksum(p, 0)
+	f.Add(p, uint32(0))
+	f.Add(make([]byte, heap.PageSize), uint32(1))
+	f.Add([]byte{1, 2, 3}, uint32(0))
+	f.Fuzz(func(t *testing.T, p []byte, blk uint32) {
+		if len(p) == heap.PageSize && blk%7 == 0 {
+			// Mostly random pages fail the checksum; stamp some so the
+			// header checks are reached too.
+			heap.SetChecksum(p, blk)
+		}
+		if err := VerifyPage(p, blk); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		for h := uint32(0); h < HeapBlocksPerPage; h += 97 {
+			if b := PageBits(p, h); b&^ValidBits != 0 {
+				t.Fatalf("bits %b", b)
+			}
+		}
+	})
+}
