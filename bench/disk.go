@@ -2,11 +2,11 @@ package bench
 
 import (
 	"fmt"
-	"runtime"
-	"sync/atomic"
 	"time"
 
 	pvfs "github.com/cockroachdb/pebble/v2/vfs"
+
+	"mvkv/internal/vfs"
 )
 
 // DiskModel is a simulated disk for the seed experiments, whose figures
@@ -17,8 +17,9 @@ import (
 // drive with a command queue. The zero value is the real disk.
 //
 // On the engine the model is the vfs seam's (vfs.WithDiskModel); on pebble
-// it is pebbleDiskFS below, which follows the same rules so both stores pay
-// the same price per sync.
+// it is pebbleDiskFS below, which waits on the same vfs.ModelClock, so both
+// stores pay the same price per sync. Either way the model replaces the real
+// sync (see vfs.WithDiskModel for what a crash means then).
 type DiskModel struct {
 	FsyncLatency    time.Duration
 	RotationsPerSec float64
@@ -54,74 +55,22 @@ func (m DiskModel) SyncRate() float64 {
 	return 0
 }
 
-// diskClock is the model's clock for pebble, following the rules of the
-// engine's vfs.WithDiskModel so both stores see the same disk: the real
-// sync runs first, then the call returns at the later of its end and the
-// issue time plus FsyncLatency, rounded up to a rotation boundary (fixed
-// multiples of the period since epoch) that is strictly after the issue.
-type diskClock struct {
-	m     DiskModel
-	epoch time.Time     // rotation 0; carries a monotonic reading
-	syncs atomic.Uint64 // syncs made, for tests
-}
-
-// sync runs real, then waits for the model's completion time. An error from
-// the real sync is returned at once.
-func (c *diskClock) sync(real func() error) error {
-	c.syncs.Add(1)
-	issued := time.Since(c.epoch)
-	if err := real(); err != nil {
-		return err
-	}
-	at := c.completion(issued, time.Since(c.epoch))
-	// Go's sleeps overshoot by up to about a millisecond, which would turn
-	// 250 rotations/s into about 200: sleep until a millisecond before and
-	// then watch the clock, as the engine's model does.
-	for {
-		rem := at - time.Since(c.epoch)
-		if rem <= 0 {
-			return nil
-		}
-		if rem > 3*time.Millisecond/2 {
-			time.Sleep(rem - time.Millisecond)
-			continue
-		}
-		runtime.Gosched()
-	}
-}
-
-// completion returns when, as an offset from epoch, a sync issued at issued
-// whose real part ended at realEnd completes in the model.
-func (c *diskClock) completion(issued, realEnd time.Duration) time.Duration {
-	at := max(issued+c.m.FsyncLatency, realEnd)
-	r := c.m.RotationsPerSec
-	if r <= 0 {
-		return at
-	}
-	period := time.Duration(float64(time.Second) / r)
-	if period <= 0 {
-		return at
-	}
-	n := issued/period + 1 // the first boundary strictly after the issue
-	if b := at / period; b >= n {
-		n = b
-		if n*period < at {
-			n++
-		}
-	}
-	return n * period
+// vfsModel is m in the vfs seam's terms.
+func (m DiskModel) vfsModel() vfs.DiskModel {
+	return vfs.DiskModel{FsyncLatency: m.FsyncLatency, RotationsPerSec: m.RotationsPerSec}
 }
 
 // pebbleDiskFS is pebble's vfs with every Sync and SyncData (of files and
-// directories) slowed down to the disk model by diskClock, on top of the
-// real sync, as the engine's vfs.WithDiskModel does.
+// directories) replaced by the disk model's clock, the same clock the
+// engine's vfs.WithDiskModel uses, so both stores pay the same price per
+// sync and neither makes a real one.
 type pebbleDiskFS struct {
 	pvfs.FS
-	clock *diskClock
+	clock *vfs.ModelClock
 }
 
 func newPebbleDiskFS(m DiskModel) *pebbleDiskFS {
-	return &pebbleDiskFS{FS: pvfs.Default, clock: &diskClock{m: m, epoch: time.Now()}}
+	return &pebbleDiskFS{FS: pvfs.Default, clock: vfs.NewModelClock(m.vfsModel())}
 }
 
 func (fs *pebbleDiskFS) wrap(f pvfs.File, err error) (pvfs.File, error) {
@@ -153,11 +102,11 @@ func (fs *pebbleDiskFS) ReuseForWrite(oldname, newname string, c pvfs.DiskWriteC
 
 type pebbleDiskFile struct {
 	pvfs.File
-	clock *diskClock
+	clock *vfs.ModelClock
 }
 
-func (f *pebbleDiskFile) Sync() error     { return f.clock.sync(f.File.Sync) }
-func (f *pebbleDiskFile) SyncData() error { return f.clock.sync(f.File.SyncData) }
+func (f *pebbleDiskFile) Sync() error     { f.clock.Sync(); return nil }
+func (f *pebbleDiskFile) SyncData() error { f.clock.Sync(); return nil }
 
 // SyncTo is pebble's asynchronous write-back hint (sync_file_range on
 // Linux) while an sstable is written; it promises nothing, so the model

@@ -8,5 +8,5 @@ func engineDiskFS(m DiskModel) vfs.FS {
 	if m.IsZero() {
 		return nil
 	}
-	return vfs.WithDiskModel(vfs.OS{}, vfs.DiskModel{FsyncLatency: m.FsyncLatency, RotationsPerSec: m.RotationsPerSec})
+	return vfs.WithDiskModel(vfs.OS{}, m.vfsModel())
 }

@@ -21,6 +21,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		sc = engine.SyncCommitOff
 	}
 	group := !o.CLOGGroupUpdateOff
+	autovacuum := !o.AutovacuumOff
 	db, err := engine.Open(dir, engine.Options{
 		FS:                engineDiskFS(o.Disk),
 		SharedBuffers:     o.SharedBuffers,
@@ -31,6 +32,8 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		VisibilityMap:     o.VisibilityMap,
 		CLOGLocking:       o.CLOGLocking,
 		CLOGGroupUpdate:   &group,
+		Autovacuum:        &autovacuum,
+		AutovacuumNaptime: o.AutovacuumNaptime,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"mvkv/internal/vfs"
 )
 
 // lockStripes is the number of striped key locks on the pebble target.
@@ -24,7 +26,7 @@ type pebbleTarget struct {
 	db    *pebble.DB
 	cache interface{ Unref() }
 	wo    *pebble.WriteOptions // pebble.Sync, or pebble.NoSync with synchronous commit off
-	disk  *diskClock           // the disk model's clock; nil on the real disk
+	disk  *vfs.ModelClock      // the disk model's clock; nil on the real disk
 
 	// stripes[i] guards every key whose stripe(key) == i for the duration of
 	// a writing transaction. Always acquired in increasing index order.
@@ -38,7 +40,7 @@ func openPebble(dir string, o TargetOptions) (*pebbleTarget, error) {
 	}
 	cache := pebble.NewCache(size)
 	po := &pebble.Options{Cache: cache, Logger: quietLogger{}}
-	var disk *diskClock
+	var disk *vfs.ModelClock
 	if !o.Disk.IsZero() {
 		fs := newPebbleDiskFS(o.Disk)
 		po.FS, disk = fs, fs.clock

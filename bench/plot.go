@@ -87,7 +87,7 @@ func WritePlot(file string, t *SweepTable) error {
 		}
 		var parts []string
 		for i, n := range t.Axes {
-			if i != x {
+			if i != x && r.Values[i] != "" {
 				parts = append(parts, n+"="+r.Values[i])
 			}
 		}

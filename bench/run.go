@@ -106,6 +106,10 @@ type Results struct {
 	// latency and commits-per-sync histograms, commit wait); nil on other
 	// targets.
 	WAL *engine.Stats
+	// HeapBlocksBefore is the engine's heap size in 8 KiB blocks when the
+	// run began (r.WAL.HeapBlocks is the size at its end); 0 on other
+	// targets.
+	HeapBlocksBefore uint64
 	// Invariant is the post-run check, when it was made.
 	Invariant *Invariant
 }
@@ -355,6 +359,7 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	if hasEngineStats {
 		d := es.EngineStats().Sub(engineBefore)
 		r.WAL = &d
+		r.HeapBlocksBefore = engineBefore.HeapBlocks
 	}
 	if hasStats {
 		d := cs.CommitStats()

@@ -360,6 +360,7 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 		}
 		cells = next
 	}
+	cells = collapse(names, cells)
 
 	// One data directory (or database) per target.
 	var targets []string
@@ -464,6 +465,43 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 		return ErrInvariantViolated
 	}
 	return nil
+}
+
+// collapse drops the cells that would only repeat another: a knob that
+// does not apply to a cell's target (wal_flusher and vm off the engine,
+// commit_delay and commit_siblings on pebble) is run once, at its first
+// value, and shown empty, so that a sweep of target=engine,pebble with
+// wal_flusher=serial,pipelined runs pebble once per client count.
+func collapse(names []string, cells []sweepCell) []sweepCell {
+	seen := map[string]bool{}
+	var out []sweepCell
+	for _, c := range cells {
+		kind, _ := targetKind(c.cfg.Target)
+		for i, n := range names {
+			if !knobApplies(n, kind) {
+				c.values[i] = ""
+			}
+		}
+		key := strings.Join(c.values, "\x00")
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, c)
+	}
+	return out
+}
+
+// knobApplies reports whether a target of kind (engine, pebble, postgres)
+// has any use for the knob.
+func knobApplies(knob, kind string) bool {
+	switch knob {
+	case "wal_flusher", "vm":
+		return kind == "engine"
+	case "commit_delay", "commit_siblings":
+		return kind != "pebble"
+	}
+	return true
 }
 
 // targetKind returns a target spec's kind ("postgres" for "postgres=URL")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,32 +66,6 @@ func TestSweepBadValue(t *testing.T) {
 
 func TestDiskModel(t *testing.T) {
 	ms := time.Millisecond
-	for _, tc := range []struct {
-		m       DiskModel
-		elapsed time.Duration
-		want    time.Duration
-	}{
-		{DiskModel{FsyncLatency: 4 * ms}, 0, 4 * ms},
-		{DiskModel{FsyncLatency: 4 * ms}, 123 * ms, 4 * ms},
-		// 250 rotations/s: boundaries every 4 ms.
-		{DiskModel{RotationsPerSec: 250}, 0, 4 * ms},
-		{DiskModel{RotationsPerSec: 250}, 1 * ms, 3 * ms},
-		{DiskModel{RotationsPerSec: 250}, 3999 * time.Microsecond, time.Microsecond},
-		{DiskModel{RotationsPerSec: 250}, 4 * ms, 4 * ms},
-		{DiskModel{RotationsPerSec: 250}, 9 * ms, 3 * ms},
-		// Latency first, then the rest of that rotation.
-		{DiskModel{FsyncLatency: 5 * ms, RotationsPerSec: 250}, 1 * ms, 7 * ms},
-	} {
-		c := diskClock{m: tc.m}
-		if got := c.completion(tc.elapsed, tc.elapsed) - tc.elapsed; got != tc.want {
-			t.Errorf("%v: delay at %v = %v, want %v", tc.m, tc.elapsed, got, tc.want)
-		}
-	}
-	// A real sync slower than the model ends at the boundary after it.
-	c := diskClock{m: DiskModel{RotationsPerSec: 250}}
-	if got := c.completion(1*ms, 9*ms); got != 12*ms {
-		t.Errorf("sync issued at 1ms, real end 9ms: completes at %v, want 12ms", got)
-	}
 	for _, tc := range []struct {
 		m    DiskModel
 		rate float64
@@ -354,12 +329,12 @@ func TestPebbleDiskModel(t *testing.T) {
 	if err := Load(ctx, tg, 1, 10, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	before := tg.(*pebbleTarget).disk.syncs.Load()
+	before := tg.(*pebbleTarget).disk.Syncs()
 	r, err := Run(ctx, tg, RunConfig{Workload: SimpleUpdate, Scale: 1, Accounts: 10, Clients: 1, Transactions: 20, Seed: 1})
 	if err != nil || r.Processed != 20 {
 		t.Fatalf("run: %v, %+v", err, r)
 	}
-	if n := tg.(*pebbleTarget).disk.syncs.Load() - before; n < 20 {
+	if n := tg.(*pebbleTarget).disk.Syncs() - before; n < 20 {
 		t.Errorf("20 synchronous commits made %d model syncs, want at least 20", n)
 	}
 }
@@ -385,6 +360,35 @@ func tableRows(t *testing.T, s string) [][]string {
 		rows = append(rows, cells)
 	}
 	return rows
+}
+
+// TestCollapse: a knob that does not apply to a target runs once for it,
+// shown empty; cells of the engine keep every value.
+func TestCollapse(t *testing.T) {
+	names := []string{"target", "wal_flusher", "commit_delay", "clients"}
+	var cells []sweepCell
+	for _, tg := range []string{"engine", "pebble", "postgres=postgres:///x"} {
+		for _, f := range []string{"serial", "pipelined"} {
+			for _, d := range []string{"0", "10"} {
+				for _, n := range []string{"1", "8"} {
+					cells = append(cells, sweepCell{cfg: Config{Target: tg}, values: []string{tg, f, d, n}})
+				}
+			}
+		}
+	}
+	var got []string
+	for _, c := range collapse(names, cells) {
+		got = append(got, strings.Join(shown(names, c.values), " "))
+	}
+	want := []string{
+		"engine serial 0 1", "engine serial 0 8", "engine serial 10 1", "engine serial 10 8",
+		"engine pipelined 0 1", "engine pipelined 0 8", "engine pipelined 10 1", "engine pipelined 10 8",
+		"pebble   1", "pebble   8",
+		"postgres  0 1", "postgres  0 8", "postgres  10 1", "postgres  10 8",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("collapse gave\n%q\nwant\n%q", got, want)
+	}
 }
 
 // TestSweepVM sweeps the engine's visibility map mode: one row per mode,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrUnknownTarget is returned by OpenTarget for a target name it does not know.
@@ -124,6 +125,12 @@ type TargetOptions struct {
 	// VisibilityMap is the engine's visibility map mode ("crash-safe" or
 	// "unlogged"; "" means the engine's default, crash-safe). Engine only.
 	VisibilityMap string
+	// AutovacuumOff turns the engine's autovacuum off (it is on by
+	// default, as in PostgreSQL). Engine only.
+	AutovacuumOff bool
+	// AutovacuumNaptime is the engine's autovacuum_naptime; 0 means the
+	// engine's default (1 minute). Engine only.
+	AutovacuumNaptime time.Duration
 	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
 	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
 	// 17), or "" for the engine's default (bank). Engine only.

@@ -212,6 +212,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 					rep.problem("heap tuple %s: %s %d is not below the next xid %d", tid, x.name, x.xid, next)
 					continue
 				}
+				if x.name == "xmin" && h.Infomask&heap.Frozen != 0 {
+					continue // frozen: its status is no longer looked up
+				}
+				if x.xid < db.clog.OldestXid() {
+					rep.problem("heap tuple %s: %s %d is below the CLOG truncation point %d but the tuple is not frozen", tid, x.name, x.xid, db.clog.OldestXid())
+					continue
+				}
 				st, err := db.clog.Status(x.xid)
 				if err != nil {
 					rep.problem("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err)

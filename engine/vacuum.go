@@ -228,10 +228,25 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 		return v.st, err
 	}
 	db.vac.frozenXid.Store(v.st.FrozenXid)
+	// Nothing below FrozenXid needs the CLOG any more (every tuple with an
+	// older xmin is frozen, every older xmax gone), so whole CLOG segments
+	// below it can go, as PostgreSQL's vac_truncate_clog after a vacuum
+	// advances datfrozenxid. Only when a segment would actually be
+	// removed, so that a vacuum does not log a record for nothing.
+	if clogSegment(v.st.FrozenXid) > clogSegment(db.clog.OldestXid()) {
+		if err := db.truncateCLOG(v.st.FrozenXid); err != nil {
+			return v.st, err
+		}
+	}
 	db.logger.Debug("vacuum", "oldestXmin", v.st.OldestXmin, "removed", v.st.TuplesRemoved,
 		"chunks", v.st.ChunksRemoved, "keys", v.st.KeysRemoved, "frozen", v.st.TuplesFrozen,
 		"scanned", v.st.PagesScanned, "skipped", v.st.PagesSkipped, "took", v.st.Duration)
 	return v.st, nil
+}
+
+// clogSegment is the number of the CLOG segment file holding xid's status.
+func clogSegment(xid uint64) uint64 {
+	return xid / (clog.XidsPerPage * clog.PagesPerSegment)
 }
 
 // pruneBudget is the most pages one pruning record locks and names: a

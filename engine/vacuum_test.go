@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"mvkv/clog"
 	"mvkv/internal/heap"
 )
 
@@ -598,4 +601,71 @@ func BenchmarkVacuum(b *testing.B) {
 	}
 	b.ReportMetric(float64(removed)/b.Elapsed().Seconds(), "tuples/s")
 	b.ReportMetric(float64(db.pool.NBlocks()), "heap-blocks")
+}
+
+// TestVacuumTruncatesCLOG checks the wiring from vacuum's frozen horizon to
+// CLOG truncation: once every tuple below a segment boundary is frozen,
+// vacuum removes the CLOG segments below it, and the database still reads,
+// verifies and reopens. The xid counter is advanced past three segments'
+// worth of xids instead of running millions of transactions.
+func TestVacuumTruncatesCLOG(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1}
+	db := openTest(t, dir, opts)
+	for i := 0; i < 20; i++ {
+		mustPut(t, db, fmt.Sprint("k", i), "old")
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	seg0 := filepath.Join(dir, clogDir, "000000000000")
+	if _, err := os.Stat(seg0); err != nil {
+		t.Fatalf("CLOG segment 0 after a checkpoint: %v", err)
+	}
+	perSeg := uint64(clog.XidsPerPage * clog.PagesPerSegment)
+	db.procs.mu.Lock()
+	db.procs.nextXid = 3 * perSeg
+	db.procs.mu.Unlock()
+	for i := 0; i < 30; i += 2 {
+		mustPut(t, db, fmt.Sprint("k", i), "new")
+	}
+	st := mustVacuum(t, db)
+	if clogSegment(st.FrozenXid) != 3 {
+		t.Fatalf("FrozenXid %d is in CLOG segment %d, want 3", st.FrozenXid, clogSegment(st.FrozenXid))
+	}
+	if got := db.clog.OldestXid(); got != st.FrozenXid {
+		t.Fatalf("CLOG truncation point %d, want FrozenXid %d", got, st.FrozenXid)
+	}
+	if s := db.Stats(); s.CLOGTruncations != 1 {
+		t.Fatalf("CLOGTruncations = %d, want 1", s.CLOGTruncations)
+	}
+	if _, err := os.Stat(seg0); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("CLOG segment 0 after truncation: %v (want it removed)", err)
+	}
+	check := func(db *DB) {
+		t.Helper()
+		for i := 0; i < 30; i++ {
+			want, ok := "old", i < 20
+			if i%2 == 0 {
+				want, ok = "new", true
+			}
+			if got, found := get(t, db, fmt.Sprint("k", i)); found != ok || (ok && got != want) {
+				t.Fatalf("k%d = %q, %v; want %q, %v", i, got, found, want, ok)
+			}
+		}
+		mustVerify(t, db)
+	}
+	check(db)
+	if st := mustVacuum(t, db); st.FrozenXid < db.clog.OldestXid() {
+		t.Fatalf("second vacuum: FrozenXid %d below the truncation point %d", st.FrozenXid, db.clog.OldestXid())
+	}
+	if s := db.Stats(); s.CLOGTruncations != 1 {
+		t.Fatalf("a vacuum with nothing to remove truncated again: %d truncations", s.CLOGTruncations)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, opts)
+	defer db.Close()
+	check(db)
 }

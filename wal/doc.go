@@ -127,6 +127,11 @@
 // outstanding, and only one when the device turns out to serialize syncs
 // (see Writer.syncSlotsLocked). A round crossing into a new segment first
 // drains the queue, then syncs the old segment before writing the new one.
+// A committer whose record a sync already covers waits on that sync's own
+// channel: on a rotating disk every sync issued within one rotation
+// completes at the same boundary, and waking every waiter at each of those
+// retirements would cost n² wake-ups just when the next round should be
+// starting.
 //
 // none gives every Flush its own round, for comparison.
 //

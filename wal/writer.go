@@ -1,12 +1,14 @@
 package wal
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +43,15 @@ const (
 // the package documentation.
 const CommitDelayAuto = -1
 
-// DefaultPipelineDepth is the default Options.PipelineDepth.
-const DefaultPipelineDepth = 16
+// DefaultPipelineDepth is the default Options.PipelineDepth. On a rotating
+// disk every sync issued within one rotation completes at the same
+// boundary, so a slot freed there is of no use to a commit that finds them
+// all taken before it: it waits for the boundary, and its sync for the next
+// one. With 48 committers and no commit_delay a rotation sees up to about
+// 20 rounds (groups of two or three), which 16 slots cut short; 64 covers
+// them with room to spare, and a device that serializes syncs is kept to
+// one at a time whatever the depth (Writer.syncSlotsLocked).
+const DefaultPipelineDepth = 64
 
 // Options configure a Writer. The zero value gives the defaults. Options are
 // copied by OpenWriter; CommitDelay and CommitSiblings can be changed later
@@ -131,9 +140,10 @@ type failure struct{ err error }
 
 // syncReq is one outstanding sync of the pipelined flusher.
 type syncReq struct {
-	target LSN   // everything below was written before the sync was issued
-	done   bool  // guarded by Writer.fmu
-	err    error // guarded by Writer.fmu
+	target  LSN           // everything below was written before the sync was issued
+	done    bool          // guarded by Writer.fmu
+	err     error         // guarded by Writer.fmu
+	retired chan struct{} // closed when the sync leaves the in-flight queue
 }
 
 // Writer appends records to the log and makes them durable with group
@@ -197,8 +207,8 @@ type Writer struct {
 	failed    atomic.Pointer[failure]
 
 	fmu      sync.Mutex // guards the fields below up to closed; fcond's and wcond's lock
-	fcond    sync.Cond  // serial: the flusher role was released; pipelined: a sync retired
-	wcond    sync.Cond  // pipelined: the writer role was released or a sync slot freed
+	fcond    sync.Cond  // serial: the flusher role was released
+	wcond    sync.Cond  // pipelined: the writer role was released or a sync retired
 	flushing bool       // guarded by fmu: serial: someone holds the flusher role
 	writing  bool       // guarded by fmu: pipelined: someone holds the writer role
 	inflight []*syncReq // guarded by fmu: pipelined: issued syncs, oldest first
@@ -593,8 +603,8 @@ func (w *Writer) recycle(exts []extent) {
 //	        give up the writer role (the next group may now be written)
 //	        fdatasync; mark it done
 //	        retire done syncs from the queue head: flushed = their P
-//	    else: wait (for the writer role or a slot if upTo > issued, else
-//	        for a retirement)
+//	    else if upTo > issued: wait for the writer role or a slot
+//	    else: wait for the retirement of the first sync whose P >= upTo
 //
 // A sync covers what was written before it was issued, so a round's target
 // is durable when its own sync is done; but after a failed fdatasync the
@@ -604,6 +614,13 @@ func (w *Writer) recycle(exts []extent) {
 // crosses into a new segment first waits for every outstanding sync (they
 // are all of the old segment) and then writes and syncs segment by segment
 // as the serial flusher does, which keeps rule 9.
+//
+// A committer whose record is already handed to a sync waits on that
+// sync's own channel, not on a condition shared by all: on a rotating disk
+// every sync issued within a rotation completes at the same boundary, and
+// if each retirement woke every waiter, n syncs and n waiters would make n²
+// wake-ups at once, enough on two cores to push the next round past the
+// following boundary.
 func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 	led := false
 	w.fmu.Lock()
@@ -625,7 +642,15 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		}
 		if upTo <= w.issued {
 			w.waiters.Add(1)
-			w.fcond.Wait()
+			if r := w.coveringLocked(upTo); r != nil {
+				w.fmu.Unlock()
+				<-r.retired
+				w.fmu.Lock()
+			} else {
+				// Only while a failure is being recorded: every LSN
+				// below issued is flushed or has its sync in flight.
+				w.wcond.Wait()
+			}
 			w.waiters.Add(-1)
 			continue
 		}
@@ -644,6 +669,16 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		}
 		w.fmu.Lock()
 	}
+}
+
+// coveringLocked returns the oldest in-flight sync whose target is at least
+// upTo, or nil.
+func (w *Writer) coveringLocked(upTo LSN) *syncReq {
+	i, _ := slices.BinarySearchFunc(w.inflight, upTo, func(r *syncReq, l LSN) int { return cmp.Compare(r.target, l) })
+	if i == len(w.inflight) {
+		return nil
+	}
+	return w.inflight[i]
 }
 
 // syncSlotsLocked returns how many syncs may be outstanding at once. A
@@ -701,7 +736,6 @@ func (w *Writer) issue(commit bool) error {
 		}
 		w.issued = target
 		w.writing = false
-		w.fcond.Broadcast()
 		w.wcond.Broadcast()
 		w.fmu.Unlock()
 		return err
@@ -714,7 +748,6 @@ func (w *Writer) issue(commit bool) error {
 			err = w.fail(fmt.Errorf("write %s at offset %d: %w", f.Name(), off, err))
 			w.fmu.Lock()
 			w.writing = false
-			w.fcond.Broadcast()
 			w.wcond.Broadcast()
 			w.fmu.Unlock()
 			return err
@@ -722,7 +755,7 @@ func (w *Writer) issue(commit bool) error {
 		w.c.writes.Add(1)
 		w.c.writtenBytes.Add(uint64(len(e.buf)))
 	}
-	req := &syncReq{target: target}
+	req := &syncReq{target: target, retired: make(chan struct{})}
 	w.fmu.Lock()
 	overlapped := len(w.inflight) > 0
 	w.rounds++
@@ -754,8 +787,8 @@ func (w *Writer) issue(commit bool) error {
 			w.c.rounds.retired(r.target)
 			w.flushed.Store(uint64(r.target))
 		}
+		close(r.retired)
 	}
-	w.fcond.Broadcast()
 	w.wcond.Broadcast()
 	if serr != nil {
 		return w.fail(serr)

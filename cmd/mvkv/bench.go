@@ -84,6 +84,11 @@ Target options:
   --clog-group-update=on|off
                            engine's CLOG group update of commit statuses
                            (default: on)
+  --autovacuum=on|off      engine's autovacuum (default: on)
+  --autovacuum-naptime=DURATION
+                           engine's autovacuum_naptime: how often autovacuum
+                           checks the dead-tuple count (default: 1m, as
+                           PostgreSQL)
   --cpuprofile=FILE        write a CPU profile of the run to FILE
 
 Sweep options:
@@ -126,6 +131,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		walFlusher, plotFile            string
 		visibilityMap                   string
 		clogLocking, clogGroup          string
+		autovacuum                      string
+		autovacuumNaptime               time.Duration
 		pivot                           bool
 		commitSiblings, repeat          int
 		fsyncLatency                    time.Duration
@@ -172,6 +179,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&pivot, "pivot", false, "")
 	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
+	fs.StringVar(&autovacuum, "autovacuum", "on", "")
+	fs.DurationVar(&autovacuumNaptime, "autovacuum-naptime", 0, "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
 	fs.StringVar(&shared, "shared-buffers", "128MB", "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
@@ -248,6 +257,13 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
 	}
+	autovacuumOn, err := bench.ParseOnOff(autovacuum)
+	if err != nil {
+		return fail("invalid --autovacuum %q (want on or off)", autovacuum)
+	}
+	if autovacuumNaptime < 0 {
+		return fail("invalid --autovacuum-naptime %s", autovacuumNaptime)
+	}
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
 			return fail("invalid --plot: %v", err)
@@ -290,6 +306,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			CLOGLocking:        clogLocking,
 			CLOGGroupUpdateOff: !groupOn,
 			VisibilityMap:      visibilityMap,
+			AutovacuumOff:      !autovacuumOn,
+			AutovacuumNaptime:  autovacuumNaptime,
 			Disk:               bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,

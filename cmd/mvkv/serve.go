@@ -47,7 +47,7 @@ Engine options:
   --commit-siblings=NUM    commit_siblings (default: 5)
   --shared-buffers=SIZE    buffer pool, e.g. 128MB (default: 128MB)
   --wal-flusher=serial|pipelined|none
-                           group-commit flusher policy (default: serial)
+                           group-commit flusher policy (default: pipelined)
   --wal-writer-delay=MS    wal_writer_delay: how often the WAL writer
                            flushes asynchronous commits (default: 200)
   --wal-segment-size=SIZE  WAL segment size for a new data directory, a

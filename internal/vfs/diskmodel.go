@@ -3,6 +3,7 @@ package vfs
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,55 +33,89 @@ func (m DiskModel) Period() time.Duration {
 }
 
 // WithDiskModel returns fs with every file's Sync and Datasync, and SyncDir,
-// slowed down to follow m, on top of the real sync: the call first performs
-// the real sync, then returns at the model's completion time, which is the
-// later of the issue time plus m.FsyncLatency and the end of the real sync,
-// rounded up to the next rotation boundary when m.RotationsPerSec is set.
-// Rotation boundaries are fixed multiples of the period on a monotonic clock
-// started by WithDiskModel, so all files of the returned FS share one
-// platter. Several syncs may be outstanding at once, as on a drive with a
-// command queue; each completes independently at its own boundary, and all
-// syncs waiting for the same boundary return together.
+// replaced by the model: the call performs no real sync and returns at the
+// model's completion time (see ModelClock). Reads, writes, creations,
+// renames and removals still go to fs, so the files hold exactly what they
+// would on the real disk.
 //
-// Go's timers round sleeps below about a millisecond up to about a
-// millisecond and overshoot longer ones by a few hundred microseconds, which
-// would turn 250 rotations/s into about 200 effective ones. So the wait
-// sleeps until about a millisecond before the completion time and then
-// yields in a loop checking the clock (runtime.Gosched), at the cost of up
-// to a millisecond of one core per distinct completion time.
+// The model replaces the real sync rather than adding to it because the real
+// one would distort the model: its latency on a shared disk varies from
+// tens of microseconds to tens of milliseconds, and one that ends after a
+// rotation boundary pushes the modelled sync to the next one, so the
+// experiment would measure the machine's disk after all.
 //
-// An error from the real sync is returned at once, without the model's
-// delay. The returned FS is safe for concurrent use if fs is. A model that
-// adds nothing returns fs unchanged. The idea of a latency-injecting FS
-// wrapper comes from pebble's vfs/errorfs and the "slow disk" FS of its
-// tests.
+// What a crash means under a model: everything written has reached the
+// kernel's page cache, so a process crash (kill -9) loses no acknowledged
+// commit, and recovery behaves as on the real disk. An operating-system
+// crash or a power loss can lose acknowledged commits, and since the kernel
+// writes pages back in any order it can leave a hole below what the log
+// recorded as durable, which recovery reports as corruption. A modelled data
+// directory is for measurements, not for data one wants to keep.
+//
+// A model that adds nothing returns fs unchanged. The returned FS is safe
+// for concurrent use if fs is. The idea of a latency-injecting FS wrapper
+// comes from pebble's vfs/errorfs and the "slow disk" FS of its tests.
 func WithDiskModel(fs FS, m DiskModel) FS {
 	if !m.Enabled() {
 		return fs
 	}
-	return &modelFS{FS: fs, clock: newModelClock(m, time.Now)}
+	return &modelFS{FS: fs, clock: NewModelClock(m)}
 }
 
-// modelClock computes completion times and waits for them.
-type modelClock struct {
+// ModelClock is a disk model's clock: it decides when a sync issued now
+// completes and waits for that moment. All files of an FS returned by
+// WithDiskModel share one clock (one platter); a store with its own file
+// system interface (the bench's pebble target) waits on a ModelClock of its
+// own so that it pays the same price per sync as the engine.
+//
+// A sync issued at time t completes at t + FsyncLatency, or, with rotations,
+// at the first rotation boundary strictly after t (after t + FsyncLatency
+// when both are set). Boundaries are fixed multiples of the period on a
+// monotonic clock started by NewModelClock. Any number of syncs may be
+// outstanding at once, as on a drive with a command queue; each completes
+// independently, and all syncs waiting for the same boundary return
+// together.
+//
+// Waiting is precise to tens of microseconds without burning a core: Go's
+// timers round sleeps below about a millisecond up to about a millisecond
+// (which would turn 250 rotations/s into about 200 effective ones), so on
+// Linux the wait blocks on a timerfd, which the runtime's network poller
+// wakes on the kernel's high-resolution timer, and yields in a loop
+// checking the clock (runtime.Gosched) only for the last fineWindow. Where
+// there is no timerfd it sleeps until a millisecond before and yields from
+// there. Only one goroutine watches the clock per completion time.
+//
+// All methods are safe for concurrent use.
+type ModelClock struct {
 	m      DiskModel
 	period time.Duration
 	epoch  time.Time        // rotation 0; carries a monotonic reading
 	now    func() time.Time // injected for tests
 
-	mu    sync.Mutex
-	waits map[int64]chan struct{} // guarded by mu: boundaries someone is spinning for, by rotation number
+	newTimer func() (fineTimer, error) // newFineTimer; injected for tests
+
+	syncs atomic.Uint64 // syncs modelled
+
+	mu     sync.Mutex
+	waits  map[int64]chan struct{} // guarded by mu: boundaries someone is watching, by rotation number
+	timers []fineTimer             // guarded by mu: idle timers for fineSleep
 }
 
-func newModelClock(m DiskModel, now func() time.Time) *modelClock {
-	return &modelClock{m: m, period: m.Period(), epoch: now(), now: now, waits: make(map[int64]chan struct{})}
+// NewModelClock returns the clock of model m, with rotation 0 now.
+func NewModelClock(m DiskModel) *ModelClock { return newModelClock(m, time.Now) }
+
+func newModelClock(m DiskModel, now func() time.Time) *ModelClock {
+	return &ModelClock{m: m, period: m.Period(), epoch: now(), now: now, newTimer: newFineTimer, waits: make(map[int64]chan struct{})}
 }
+
+// Syncs returns how many syncs the clock has modelled.
+func (c *ModelClock) Syncs() uint64 { return c.syncs.Load() }
 
 // completion returns when a sync issued at issued (an offset from epoch)
-// whose real part ended at realEnd completes in the model, and the rotation
-// number of that boundary (-1 when there are no rotations).
-func (c *modelClock) completion(issued, realEnd time.Duration) (time.Duration, int64) {
-	at := max(issued+c.m.FsyncLatency, realEnd)
+// completes in the model, and the rotation number of that boundary (-1
+// when there are no rotations).
+func (c *ModelClock) completion(issued time.Duration) (time.Duration, int64) {
+	at := issued + c.m.FsyncLatency
 	if c.period <= 0 {
 		return at, -1
 	}
@@ -95,16 +130,14 @@ func (c *modelClock) completion(issued, realEnd time.Duration) (time.Duration, i
 	return time.Duration(n) * c.period, n
 }
 
-// sync runs real, then waits for the model's completion time.
-func (c *modelClock) sync(real func() error) error {
-	issued := c.now().Sub(c.epoch)
-	if err := real(); err != nil {
-		return err
-	}
-	at, n := c.completion(issued, c.now().Sub(c.epoch))
+// Sync returns when a sync issued now completes in the model. It performs
+// no I/O and cannot fail.
+func (c *ModelClock) Sync() {
+	c.syncs.Add(1)
+	at, n := c.completion(c.now().Sub(c.epoch))
 	if n < 0 {
 		c.waitUntil(at)
-		return nil
+		return
 	}
 	// Every sync waiting for boundary n returns when it passes; only the
 	// first one watches the clock.
@@ -117,47 +150,104 @@ func (c *modelClock) sync(real func() error) error {
 	c.mu.Unlock()
 	if ok {
 		<-ch
-		return nil
+		return
 	}
 	c.waitUntil(at)
 	c.mu.Lock()
 	delete(c.waits, n)
 	c.mu.Unlock()
 	close(ch)
-	return nil
 }
 
-// spinWindow is how long before a completion time the wait stops sleeping
-// and starts checking the clock: Go's sleeps overshoot by up to about this.
-const spinWindow = time.Millisecond
+const (
+	// fineWindow is how long before a completion time a precise wait stops
+	// sleeping and starts checking the clock: a timerfd fires up to the
+	// kernel's default timer slack (50 µs) late, plus a wake-up.
+	fineWindow = 100 * time.Microsecond
+	// coarseWindow is the same for time.Sleep, which overshoots by up to
+	// about a millisecond.
+	coarseWindow = time.Millisecond
+)
 
 // waitUntil returns once the clock reads at least at (an offset from epoch).
-func (c *modelClock) waitUntil(at time.Duration) {
+func (c *ModelClock) waitUntil(at time.Duration) {
+	fine := true
 	for {
 		rem := at - c.now().Sub(c.epoch)
-		if rem <= 0 {
+		switch {
+		case rem <= 0:
 			return
+		case fine && rem > fineWindow:
+			fine = c.fineSleep(rem - fineWindow)
+		case !fine && rem > coarseWindow+coarseWindow/2:
+			time.Sleep(rem - coarseWindow)
+		default:
+			runtime.Gosched()
 		}
-		if rem > spinWindow+spinWindow/2 {
-			time.Sleep(rem - spinWindow)
-			continue
-		}
-		runtime.Gosched()
 	}
+}
+
+// fineSleep sleeps for about d with sub-millisecond precision, on a timer
+// reused from the clock's idle list; it returns false, having slept not at
+// all, when the platform (or the process's file limit) gives no such
+// timer.
+func (c *ModelClock) fineSleep(d time.Duration) bool {
+	c.mu.Lock()
+	var t fineTimer
+	if n := len(c.timers); n > 0 {
+		t, c.timers = c.timers[n-1], c.timers[:n-1]
+	}
+	c.mu.Unlock()
+	if t == nil {
+		var err error
+		if t, err = c.newTimer(); err != nil {
+			return false
+		}
+	}
+	if err := t.sleep(d); err != nil {
+		t.close()
+		return false
+	}
+	c.mu.Lock()
+	if len(c.timers) < maxIdleTimers {
+		c.timers = append(c.timers, t)
+		t = nil
+	}
+	c.mu.Unlock()
+	if t != nil {
+		t.close()
+	}
+	return true
+}
+
+// maxIdleTimers bounds the timers a clock keeps for reuse: one per
+// completion time being watched at once, which is one per boundary with
+// rotations and one per outstanding sync with a fixed latency.
+const maxIdleTimers = 16
+
+// fineTimer is a one-shot timer precise to tens of microseconds whose wait
+// parks only the calling goroutine. Not safe for concurrent use; an idle
+// one left to the garbage collector closes itself (os.File's cleanup).
+type fineTimer interface {
+	sleep(d time.Duration) error
+	close()
 }
 
 type modelFS struct {
 	FS
-	clock *modelClock
+	clock *ModelClock
 }
 
 type modelFile struct {
 	File
-	clock *modelClock
+	clock *ModelClock
 }
 
-func (f modelFile) Sync() error     { return f.clock.sync(f.File.Sync) }
-func (f modelFile) Datasync() error { return f.clock.sync(f.File.Datasync) }
+// Sync implements File: the model's sync, without a real one.
+func (f modelFile) Sync() error { f.clock.Sync(); return nil }
+
+// Datasync implements File: the model's sync, without a real one.
+func (f modelFile) Datasync() error { f.clock.Sync(); return nil }
 
 func (fs *modelFS) wrap(f File, err error) (File, error) {
 	if err != nil {
@@ -177,7 +267,12 @@ func (fs *modelFS) OpenReadOnly(name string) (File, error) {
 	return fs.wrap(fs.FS.OpenReadOnly(name))
 }
 
-// SyncDir implements FS.
+// SyncDir implements FS: the model's sync, without a real one. The
+// directory must still exist, as a real directory fsync would require.
 func (fs *modelFS) SyncDir(name string) error {
-	return fs.clock.sync(func() error { return fs.FS.SyncDir(name) })
+	if _, err := fs.FS.ReadDir(name); err != nil {
+		return err
+	}
+	fs.clock.Sync()
+	return nil
 }

@@ -3,6 +3,7 @@ package vfs
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -15,41 +16,44 @@ func TestDiskModelCompletion(t *testing.T) {
 	lat := newModelClock(DiskModel{FsyncLatency: 2 * ms}, time.Now)
 	for _, tc := range []struct {
 		name         string
-		c            *modelClock
-		issued, real time.Duration
+		c            *ModelClock
+		issued       time.Duration
 		want         time.Duration
 		wantBoundary int64
 	}{
-		{"at epoch", rot, 0, 0, 4 * ms, 1},
-		{"mid rotation", rot, 1 * ms, 1 * ms, 4 * ms, 1},
-		{"just before a boundary", rot, 4*ms - 1, 4*ms - 1, 4 * ms, 1},
-		{"on a boundary waits a whole rotation", rot, 4 * ms, 4 * ms, 8 * ms, 2},
-		{"slow real sync misses the boundary", rot, 1 * ms, 5 * ms, 8 * ms, 2},
-		{"real sync ending on a boundary", rot, 1 * ms, 8 * ms, 8 * ms, 2},
-		{"latency then rotation", both, 1 * ms, 1 * ms, 8 * ms, 2},
-		{"latency ending on a boundary", both, 3 * ms, 3 * ms, 8 * ms, 2},
-		{"fixed latency", lat, 3 * ms, 3 * ms, 5 * ms, -1},
-		{"fixed latency, slower real sync", lat, 3 * ms, 7 * ms, 7 * ms, -1},
+		{"at epoch", rot, 0, 4 * ms, 1},
+		{"mid rotation", rot, 1 * ms, 4 * ms, 1},
+		{"just before a boundary", rot, 4*ms - 1, 4 * ms, 1},
+		{"on a boundary waits a whole rotation", rot, 4 * ms, 8 * ms, 2},
+		{"latency then rotation", both, 1 * ms, 8 * ms, 2},
+		{"latency ending on a boundary", both, 3 * ms, 8 * ms, 2},
+		{"fixed latency", lat, 3 * ms, 5 * ms, -1},
 	} {
-		got, n := tc.c.completion(tc.issued, tc.real)
+		got, n := tc.c.completion(tc.issued)
 		if got != tc.want || n != tc.wantBoundary {
-			t.Errorf("%s: completion(%v, %v) = %v, %d; want %v, %d", tc.name, tc.issued, tc.real, got, n, tc.want, tc.wantBoundary)
+			t.Errorf("%s: completion(%v) = %v, %d; want %v, %d", tc.name, tc.issued, got, n, tc.want, tc.wantBoundary)
 		}
 	}
 }
 
 // nopFile is a File whose operations do nothing, so only the model's delay
-// is measured.
-type nopFile struct{ syncErr error }
+// is measured; it counts the real syncs that reach it.
+type nopFile struct{ syncs *atomic.Int64 }
 
 func (nopFile) ReadAt(p []byte, off int64) (int, error)  { return 0, nil }
 func (nopFile) WriteAt(p []byte, off int64) (int, error) { return len(p), nil }
 func (nopFile) Close() error                             { return nil }
-func (f nopFile) Sync() error                            { return f.syncErr }
-func (f nopFile) Datasync() error                        { return f.syncErr }
+func (f nopFile) Sync() error                            { f.count(); return nil }
+func (f nopFile) Datasync() error                        { f.count(); return nil }
 func (nopFile) Truncate(int64) error                     { return nil }
 func (nopFile) Size() (int64, error)                     { return 0, nil }
 func (nopFile) Name() string                             { return "nop" }
+
+func (f nopFile) count() {
+	if f.syncs != nil {
+		f.syncs.Add(1)
+	}
+}
 
 // rotationsPerSync runs syncs back to back on g goroutines and returns, for
 // each sync, how many rotation boundaries passed between its issue and its
@@ -140,10 +144,80 @@ func TestDiskModelFS(t *testing.T) {
 		t.Fatal("opening a missing file succeeded")
 	}
 
-	boom := errors.New("boom")
-	bad := modelFile{File: nopFile{syncErr: boom}, clock: newModelClock(DiskModel{RotationsPerSec: 1}, time.Now)}
-	if err := bad.Datasync(); !errors.Is(err, boom) {
-		t.Fatalf("Datasync error = %v, want the real sync's", err)
+	if err := fs.SyncDir(dir + "/missing"); err == nil {
+		t.Fatal("SyncDir of a missing directory succeeded")
+	}
+
+	// The model replaces the real sync.
+	var real atomic.Int64
+	c := newModelClock(DiskModel{FsyncLatency: 10 * time.Microsecond}, time.Now)
+	mf := modelFile{File: nopFile{syncs: &real}, clock: c}
+	if err := mf.Datasync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mf.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := real.Load(); n != 0 {
+		t.Errorf("%d real syncs reached the file under a model, want 0", n)
+	}
+	if n := c.Syncs(); n != 2 {
+		t.Errorf("the clock counted %d syncs, want 2", n)
+	}
+}
+
+// TestModelClockNeverEarly: whatever way the clock waits (a fine timer, a
+// coarse sleep, yielding), no sync returns before its completion time.
+func TestModelClockNeverEarly(t *testing.T) {
+	noTimer := func() (fineTimer, error) { return nil, errors.New("no timer") }
+	for _, tc := range []struct {
+		m      DiskModel
+		coarse bool
+	}{
+		{DiskModel{FsyncLatency: 300 * time.Microsecond}, false},
+		{DiskModel{FsyncLatency: 2 * ms}, false},
+		{DiskModel{RotationsPerSec: 1000}, false},
+		{DiskModel{FsyncLatency: 2 * ms}, true},
+		{DiskModel{RotationsPerSec: 1000}, true},
+	} {
+		m := tc.m
+		c := NewModelClock(m)
+		if tc.coarse {
+			c.newTimer = noTimer
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 10 {
+					issued := time.Since(c.epoch)
+					want, _ := c.completion(issued)
+					c.Sync()
+					if got := time.Since(c.epoch); got < want {
+						t.Errorf("%+v: sync issued at %v returned at %v, before its completion at %v", m, issued, got, want)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// TestFineTimer: the timer sleeps at least as long as asked, and can be
+// reused.
+func TestFineTimer(t *testing.T) {
+	ft, err := newFineTimer()
+	if err != nil {
+		t.Skipf("no fine timer here: %v", err)
+	}
+	defer ft.close()
+	for _, d := range []time.Duration{0, 50 * time.Microsecond, 300 * time.Microsecond, 2 * ms} {
+		t0 := time.Now()
+		if err := ft.sleep(d); err != nil {
+			t.Fatalf("sleep(%v): %v", d, err)
+		}
+		if el := time.Since(t0); el < d {
+			t.Errorf("sleep(%v) returned after %v", d, el)
+		}
 	}
 }
 
