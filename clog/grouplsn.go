@@ -80,6 +80,9 @@ func (c *CLOG) StatusLSN(xid uint64) (Status, uint64, error) {
 	if c.closed.Load() {
 		return 0, 0, ErrClosed
 	}
+	if err := c.truncatedErr(xid); err != nil {
+		return 0, 0, err
+	}
 	pageno := xidPage(xid)
 	c.stats.lookups.Add(1)
 	b := c.bankFor(pageno)

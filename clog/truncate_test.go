@@ -90,6 +90,10 @@ func TestTruncate(t *testing.T) {
 			switch {
 			case x < oldest && !errors.Is(err, ErrTruncated):
 				t.Fatalf("%s: Status(%d) below the oldest xid = %v, %v; want ErrTruncated", when, x, st, err)
+			case x < oldest:
+				if _, _, err := c.StatusLSN(x); !errors.Is(err, ErrTruncated) {
+					t.Fatalf("%s: StatusLSN(%d) below the oldest xid = %v; want ErrTruncated", when, x, err)
+				}
 			case x >= oldest && (err != nil || st != statusFor(x)):
 				t.Fatalf("%s: Status(%d) = %v, %v; want %v", when, x, st, err, statusFor(x))
 			}
