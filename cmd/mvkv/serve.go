@@ -58,12 +58,21 @@ Engine options:
                            a bare number counts MB (default: 1GB)
   --lock-timeout=MS        lock_timeout: longest wait for a row lock; 0
                            waits as long as the client (default: 0)
-  --clog-buffers=NUM       CLOG pages cached, in banks of 16 (default: 128)
+  --clog-buffers=NUM       CLOG pages cached, in banks of 16 (default: 0,
+                           shared_buffers/512 from 16 to 1024, as
+                           PostgreSQL 17's transaction_buffers)
   --clog-locking=bank|global
                            one lock per CLOG bank, or one for all
                            (default: bank)
   --clog-group-update=on|off
                            CLOG group update of statuses (default: on)
+  --autovacuum=on|off      autovacuum (default: on)
+  --autovacuum-naptime=SEC autovacuum_naptime: how often autovacuum checks
+                           the dead-tuple count (default: 60)
+  --visibility-map=crash-safe|unlogged
+                           WAL-logged visibility map bits (default), or
+                           unlogged ones as before PostgreSQL 9.2: UNSAFE
+                           after a crash, for experiments only
 
 SIGTERM, SIGINT and the SHUTDOWN command stop the server gracefully: running
 commands finish, a checkpoint is taken, the data directory is closed.
@@ -96,6 +105,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		ckptTimeout, clogBuffers       int
 		segSize, maxWAL                string
 		clogLocking, clogGroup         string
+		autovacuum, visibilityMap      string
+		naptime                        int
 	)
 	fs.StringVar(&dir, "dir", "", "")
 	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
@@ -114,9 +125,12 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.IntVar(&ckptTimeout, "checkpoint-timeout", 300, "")
 	fs.StringVar(&maxWAL, "max-wal-size", "1GB", "")
 	fs.IntVar(&lockTimeout, "lock-timeout", 0, "")
-	fs.IntVar(&clogBuffers, "clog-buffers", 128, "")
+	fs.IntVar(&clogBuffers, "clog-buffers", 0, "")
 	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
+	fs.StringVar(&autovacuum, "autovacuum", "on", "")
+	fs.IntVar(&naptime, "autovacuum-naptime", 60, "")
+	fs.StringVar(&visibilityMap, "visibility-map", "crash-safe", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, serveUsage)
@@ -179,10 +193,22 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		return fail("invalid --checkpoint-timeout %d (0..86400 seconds)", ckptTimeout)
 	case lockTimeout < 0:
 		return fail("invalid --lock-timeout %d", lockTimeout)
-	case clogBuffers < 16 || clogBuffers > 1<<17:
-		return fail("invalid --clog-buffers %d (16..131072)", clogBuffers)
+	case clogBuffers != 0 && (clogBuffers < 16 || clogBuffers > 1<<17):
+		return fail("invalid --clog-buffers %d (0 or 16..131072)", clogBuffers)
 	case clogLocking != "bank" && clogLocking != "global":
 		return fail("invalid --clog-locking %q (want bank or global)", clogLocking)
+	case naptime < 1 || naptime > 2147483:
+		return fail("invalid --autovacuum-naptime %d (1..2147483 seconds)", naptime)
+	case visibilityMap != engine.VisibilityMapCrashSafe && visibilityMap != engine.VisibilityMapUnlogged:
+		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
+	}
+	var autovacuumOn bool
+	switch strings.ToLower(autovacuum) {
+	case "on", "true", "1", "yes":
+		autovacuumOn = true
+	case "off", "false", "0", "no":
+	default:
+		return fail("invalid --autovacuum %q (want on or off)", autovacuum)
 	}
 	var groupUpdate bool
 	switch strings.ToLower(clogGroup) {
@@ -228,6 +254,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		CLOGBuffers:       clogBuffers,
 		CLOGLocking:       clogLocking,
 		CLOGGroupUpdate:   &groupUpdate,
+		Autovacuum:        &autovacuumOn,
+		AutovacuumNaptime: time.Duration(naptime) * time.Second,
+		VisibilityMap:     visibilityMap,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "mvkv: %v\n", err)
