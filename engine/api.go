@@ -185,6 +185,15 @@ type Options struct {
 	// older than the vacuum horizon. 0 means the default; a negative value
 	// freezes every tuple below the horizon.
 	VacuumFreezeMinAge int64
+	// VacuumFreezeTableAge is vacuum_freeze_table_age in transactions
+	// (default 150,000,000). A vacuum is aggressive, reading every page
+	// that is not all-frozen so that it can advance the frozen horizon
+	// (and truncate the CLOG), once the horizon has fallen this far behind
+	// the oldest running xid; otherwise it skips all-visible pages, as
+	// PostgreSQL's lazy vacuum does. 0 means the default; a negative value
+	// makes every vacuum aggressive. A vacuum with VacuumFreezeMinAge
+	// negative (VACUUM FREEZE) is always aggressive.
+	VacuumFreezeTableAge int64
 	// VisibilityMap is how visibility map bits are kept: "crash-safe"
 	// (the default when empty; setting a bit is WAL-logged and the map
 	// page waits for its record, as PostgreSQL since 9.2) or "unlogged"

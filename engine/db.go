@@ -181,6 +181,12 @@ func (o Options) withDefaults() (Options, error) {
 	case o.VacuumFreezeMinAge < 0:
 		o.VacuumFreezeMinAge = 0
 	}
+	switch {
+	case o.VacuumFreezeTableAge == 0:
+		o.VacuumFreezeTableAge = 150_000_000
+	case o.VacuumFreezeTableAge < 0:
+		o.VacuumFreezeTableAge = 0
+	}
 	switch o.VisibilityMap {
 	case "":
 		o.VisibilityMap = VisibilityMapCrashSafe

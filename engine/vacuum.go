@@ -74,7 +74,10 @@ import (
 // Then a pass over the pages records their free space in the free space
 // map (fsm.go) and marks all-visible every page whose every tuple is
 // visible to every snapshot and ends its chain (no Prev), through the
-// visibility map; pages already all-frozen are skipped.
+// visibility map. Pages already all-visible are skipped, as PostgreSQL's
+// lazy vacuum skips them, except by an aggressive run (one every
+// vacuum_freeze_table_age xids, or VACUUM FREEZE), which reads every page
+// not all-frozen so that it can freeze and advance FrozenXid.
 //
 // Pseudocode:
 //
@@ -102,6 +105,10 @@ type VacuumStats struct {
 	// as all-frozen by the visibility map; PagesCompacted the pages a
 	// pruning record changed; PagesAllVisible the pages marked all-visible.
 	PagesScanned, PagesSkipped, PagesCompacted, PagesAllVisible uint64
+	// Aggressive says the run read every page not all-frozen, so that
+	// FrozenXid could advance (see Options.VacuumFreezeTableAge); a
+	// non-aggressive run skips all-visible pages and keeps FrozenXid.
+	Aggressive bool
 	// TuplesRemoved counts versions removed (chunks not included),
 	// ChunksRemoved out-of-line value chunks, KeysRemoved index entries
 	// dropped because every version of the key was removed, TuplesFrozen
@@ -214,6 +221,9 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	v := &vacuumRun{db: db, ctx: ctx, budget: db.pruneBudget()}
 	v.st.OldestXmin = db.oldestXmin()
 	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
+	prevFrozen := db.vac.frozenXid.Load()
+	v.st.Aggressive = db.opts.VacuumFreezeMinAge == 0 ||
+		v.st.OldestXmin-min(v.st.OldestXmin, prevFrozen) >= uint64(db.opts.VacuumFreezeTableAge)
 	v.batch.reset()
 	err := v.run()
 	v.st.Duration = time.Since(begin)
@@ -226,6 +236,11 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	if err != nil {
 		v.batch.releaseLocks(db)
 		return v.st, err
+	}
+	if !v.st.Aggressive {
+		// Skipped all-visible pages may hold unfrozen xids older than
+		// anything this run read, so the horizon cannot move forward.
+		v.st.FrozenXid = min(v.st.FrozenXid, prevFrozen)
 	}
 	db.vac.frozenXid.Store(v.st.FrozenXid)
 	// Nothing below FrozenXid needs the CLOG any more (every tuple with an
@@ -456,9 +471,10 @@ func (v *vacuumRun) chain(e *indexEntry) error {
 		}
 		return nil
 	}
-	if av, af := db.pageAllVisible(head.Block); av && af {
-		// An all-frozen page holds only frozen versions that end their
-		// chains: nothing to prune or freeze.
+	if av, af := db.pageAllVisible(head.Block); av && (af || !v.st.Aggressive) {
+		// An all-visible page holds only versions that end their chains:
+		// nothing to prune. Only an aggressive run freezes them, and an
+		// all-frozen page needs nothing at all.
 		return nil
 	}
 	for {
@@ -934,7 +950,7 @@ func (v *vacuumRun) scanPages() error {
 		if err := v.ctx.Err(); err != nil {
 			return err
 		}
-		if av, af := db.pageAllVisible(blk); av && af {
+		if av, af := db.pageAllVisible(blk); av && (af || !v.st.Aggressive) {
 			v.st.PagesSkipped++
 			continue
 		}

@@ -669,3 +669,58 @@ func TestVacuumTruncatesCLOG(t *testing.T) {
 	defer db.Close()
 	check(db)
 }
+
+// TestVacuumSkipsAllVisiblePages checks lazy vacuum's page skipping: a run
+// that is not aggressive skips pages the previous run marked all-visible
+// and keeps the frozen horizon where it was; an aggressive run reads them.
+func TestVacuumSkipsAllVisiblePages(t *testing.T) {
+	for _, aggressive := range []bool{false, true} {
+		t.Run(fmt.Sprint("aggressive=", aggressive), func(t *testing.T) {
+			opts := Options{Autovacuum: noAutovacuum}
+			if aggressive {
+				opts.VacuumFreezeTableAge = -1
+			}
+			db := openTest(t, t.TempDir(), opts)
+			defer db.Close()
+			for i := 0; i < 500; i++ {
+				mustPut(t, db, fmt.Sprintf("k%04d", i), strings.Repeat("v", 100))
+			}
+			first := mustVacuum(t, db)
+			if first.PagesAllVisible == 0 {
+				t.Fatalf("first vacuum marked no page all-visible: %+v", first)
+			}
+			for i := 0; i < 500; i += 100 {
+				mustPut(t, db, fmt.Sprintf("k%04d", i), "new")
+			}
+			second := mustVacuum(t, db)
+			if second.Aggressive != aggressive {
+				t.Fatalf("Aggressive = %v, want %v", second.Aggressive, aggressive)
+			}
+			if aggressive {
+				if second.PagesSkipped != 0 {
+					t.Errorf("aggressive vacuum skipped %d pages", second.PagesSkipped)
+				}
+			} else {
+				if second.PagesSkipped == 0 {
+					t.Errorf("lazy vacuum skipped no all-visible page: %+v", second)
+				}
+				if second.FrozenXid > first.FrozenXid {
+					t.Errorf("lazy vacuum moved FrozenXid from %d to %d", first.FrozenXid, second.FrozenXid)
+				}
+			}
+			if second.TuplesRemoved == 0 {
+				t.Errorf("second vacuum removed nothing: %+v", second)
+			}
+			mustVerify(t, db)
+			for i := 0; i < 500; i++ {
+				want := strings.Repeat("v", 100)
+				if i%100 == 0 {
+					want = "new"
+				}
+				if got, ok := get(t, db, fmt.Sprintf("k%04d", i)); !ok || got != want {
+					t.Fatalf("k%04d = %q, %v", i, got, ok)
+				}
+			}
+		})
+	}
+}
