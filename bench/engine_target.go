@@ -23,17 +23,19 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 	group := !o.CLOGGroupUpdateOff
 	autovacuum := !o.AutovacuumOff
 	db, err := engine.Open(dir, engine.Options{
-		FS:                engineDiskFS(o.Disk),
-		SharedBuffers:     o.SharedBuffers,
-		SynchronousCommit: sc,
-		CommitDelay:       o.CommitDelay,
-		CommitSiblings:    o.CommitSiblings,
-		WALFlusher:        o.WALFlusher,
-		VisibilityMap:     o.VisibilityMap,
-		CLOGLocking:       o.CLOGLocking,
-		CLOGGroupUpdate:   &group,
-		Autovacuum:        &autovacuum,
-		AutovacuumNaptime: o.AutovacuumNaptime,
+		FS:                          engineDiskFS(o.Disk),
+		SharedBuffers:               o.SharedBuffers,
+		SynchronousCommit:           sc,
+		CommitDelay:                 o.CommitDelay,
+		CommitSiblings:              o.CommitSiblings,
+		WALFlusher:                  o.WALFlusher,
+		VisibilityMap:               o.VisibilityMap,
+		CLOGLocking:                 o.CLOGLocking,
+		CLOGGroupUpdate:             &group,
+		Autovacuum:                  &autovacuum,
+		AutovacuumNaptime:           o.AutovacuumNaptime,
+		AutovacuumVacuumThreshold:   o.AutovacuumThreshold,
+		AutovacuumVacuumScaleFactor: o.AutovacuumScaleFactor,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)

@@ -131,6 +131,11 @@ type TargetOptions struct {
 	// AutovacuumNaptime is the engine's autovacuum_naptime; 0 means the
 	// engine's default (1 minute). Engine only.
 	AutovacuumNaptime time.Duration
+	// AutovacuumThreshold and AutovacuumScaleFactor are the engine's
+	// autovacuum_vacuum_threshold and autovacuum_vacuum_scale_factor; 0
+	// means the engine's defaults (50 and 0.2). Engine only.
+	AutovacuumThreshold   int
+	AutovacuumScaleFactor float64
 	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
 	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
 	// 17), or "" for the engine's default (bank). Engine only.

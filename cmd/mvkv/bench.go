@@ -89,6 +89,11 @@ Target options:
                            engine's autovacuum_naptime: how often autovacuum
                            checks the dead-tuple count (default: 1m, as
                            PostgreSQL)
+  --autovacuum-vacuum-threshold=NUM
+                           engine's autovacuum_vacuum_threshold (default: 50)
+  --autovacuum-vacuum-scale-factor=NUM
+                           engine's autovacuum_vacuum_scale_factor, a
+                           fraction of the keys (default: 0.2)
   --cpuprofile=FILE        write a CPU profile of the run to FILE
 
 Sweep options:
@@ -133,6 +138,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		clogLocking, clogGroup          string
 		autovacuum                      string
 		autovacuumNaptime               time.Duration
+		avThreshold                     int
+		avScaleFactor                   float64
 		pivot                           bool
 		commitSiblings, repeat          int
 		fsyncLatency                    time.Duration
@@ -181,6 +188,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
 	fs.StringVar(&autovacuum, "autovacuum", "on", "")
 	fs.DurationVar(&autovacuumNaptime, "autovacuum-naptime", 0, "")
+	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 0, "")
+	fs.Float64Var(&avScaleFactor, "autovacuum-vacuum-scale-factor", 0, "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
 	fs.StringVar(&shared, "shared-buffers", "128MB", "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
@@ -264,6 +273,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if autovacuumNaptime < 0 {
 		return fail("invalid --autovacuum-naptime %s", autovacuumNaptime)
 	}
+	if avThreshold < 0 {
+		return fail("invalid --autovacuum-vacuum-threshold %d", avThreshold)
+	}
+	if avScaleFactor < 0 || avScaleFactor > 100 || avScaleFactor != avScaleFactor {
+		return fail("invalid --autovacuum-vacuum-scale-factor %v (0..100)", avScaleFactor)
+	}
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
 			return fail("invalid --plot: %v", err)
@@ -297,18 +312,20 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		Target: target,
 		Dir:    dir,
 		Options: bench.TargetOptions{
-			SynchronousCommit:  syncOn,
-			CommitDelay:        commitDelay,
-			CommitSiblings:     commitSiblings,
-			SharedBuffers:      sharedBytes,
-			WALFlusher:         walFlusher,
-			RESPMode:           respMode,
-			CLOGLocking:        clogLocking,
-			CLOGGroupUpdateOff: !groupOn,
-			VisibilityMap:      visibilityMap,
-			AutovacuumOff:      !autovacuumOn,
-			AutovacuumNaptime:  autovacuumNaptime,
-			Disk:               bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
+			SynchronousCommit:     syncOn,
+			CommitDelay:           commitDelay,
+			CommitSiblings:        commitSiblings,
+			SharedBuffers:         sharedBytes,
+			WALFlusher:            walFlusher,
+			RESPMode:              respMode,
+			CLOGLocking:           clogLocking,
+			CLOGGroupUpdateOff:    !groupOn,
+			VisibilityMap:         visibilityMap,
+			AutovacuumOff:         !autovacuumOn,
+			AutovacuumNaptime:     autovacuumNaptime,
+			AutovacuumThreshold:   avThreshold,
+			AutovacuumScaleFactor: avScaleFactor,
+			Disk:                  bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,
 		Scale:        scale,
