@@ -193,7 +193,10 @@ func TestAsyncCommitRepliesBeforeDurable(t *testing.T) {
 // instead of taking one each.
 func TestPipelineGroupCommit(t *testing.T) {
 	g := newGateFS()
-	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour})
+	// The serial flusher, so that the count of syncs measures the
+	// pipeline's sharing: the pipelined one overlaps a sync per round by
+	// design while the first is held.
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, WALFlusher: "serial"})
 	defer g.open()
 	a, b := ts.raw(t), ts.raw(t)
 	a.cmd("PING")

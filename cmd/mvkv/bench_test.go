@@ -131,7 +131,7 @@ func testBenchRun(t *testing.T, target string) {
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("sweep: exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"| synchronous_commit | clients | tps | ± | calc | ratio | syncs/s | commits/sync |\n", "| on | 2 | ", " | 2000 | ", "invariant (" + target + "): ok"} {
+	for _, want := range []string{"| synchronous_commit | clients | tps | ± | runs | calc | ratio | syncs/s | commits/sync | WAL B/txn |\n", "| on | 2 | ", " | 2000 | ", "invariant (" + target + "): ok"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("sweep output lacks %q:\n%s", want, out.String())
 		}
