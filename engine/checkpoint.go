@@ -60,7 +60,7 @@ func (db *DB) checkpoint() error {
 	next := db.procs.next()
 	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(redo, next))
 	if err == nil {
-		err = db.wal.Flush(end)
+		err = db.wal.FlushData(end)
 	}
 	if err != nil {
 		return db.fail(err)

@@ -82,7 +82,7 @@ func (db *DB) truncateCLOG(oldestXid uint64) error {
 	if err != nil {
 		return db.fail(err)
 	}
-	if err := db.wal.Flush(end); err != nil {
+	if err := db.wal.FlushData(end); err != nil {
 		return db.fail(err)
 	}
 	if err := db.clog.Truncate(oldestXid); err != nil {

@@ -311,7 +311,7 @@ func (db *DB) flushWAL(lsn uint64) error {
 	if wal.LSN(lsn) > w.InsertLSN() {
 		return fmt.Errorf("%w: page LSN %#x is beyond the end of the WAL %#x", ErrCorruption, lsn, uint64(w.InsertLSN()))
 	}
-	if err := w.Flush(wal.LSN(lsn)); err != nil {
+	if err := w.FlushData(wal.LSN(lsn)); err != nil {
 		return db.fail(err)
 	}
 	return nil

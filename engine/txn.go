@@ -163,7 +163,12 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 // Scan calls fn for every key in [start, end) visible to the transaction, in
 // key order, with its value; a nil end means no upper bound. fn returning
 // false stops the scan. Under READ COMMITTED the whole scan uses one
-// snapshot. The slices passed to fn belong to fn.
+// snapshot. The slices passed to fn belong to fn. fn may write in this
+// transaction, but whether the scan then visits keys fn wrote ahead of its
+// position is unspecified: the range's index entries are collected when the
+// scan starts, and mvkv has no command ids (PostgreSQL's way of hiding a
+// statement's own later writes from it), so a key already in the index is
+// seen with fn's new value and a new key is not.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 	if err := t.usable(); err != nil {
 		return err

@@ -253,6 +253,12 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 			return v.st, err
 		}
 	}
+	// Make the run's records durable before reporting it, as PostgreSQL's
+	// VACUUM does by committing: a caller that saw Vacuum return must not
+	// find its work undone by a crash.
+	if err := db.flushWAL(uint64(db.wal.InsertLSN())); err != nil {
+		return v.st, err
+	}
 	db.logger.Debug("vacuum", "oldestXmin", v.st.OldestXmin, "removed", v.st.TuplesRemoved,
 		"chunks", v.st.ChunksRemoved, "keys", v.st.KeysRemoved, "frozen", v.st.TuplesFrozen,
 		"scanned", v.st.PagesScanned, "skipped", v.st.PagesSkipped, "took", v.st.Duration)

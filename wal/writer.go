@@ -489,6 +489,17 @@ func (w *Writer) Flush(upTo LSN) error {
 	return err
 }
 
+// FlushData returns once every record ending at or below upTo is durable,
+// for a caller that is not committing: a data page about to be written
+// (WAL before data), a checkpoint, a CLOG truncation. It never sleeps
+// commit_delay and is left out of the commit statistics (commit wait time,
+// commits per sync), which would otherwise count page writes as commits.
+// Errors as Flush.
+func (w *Writer) FlushData(upTo LSN) error {
+	w.c.flushRequests.Add(1)
+	return w.flush(upTo, false)
+}
+
 // FlushAll flushes everything inserted so far.
 func (w *Writer) FlushAll() error {
 	return w.Flush(w.InsertLSN())

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"mvkv/engine"
 )
@@ -69,5 +71,30 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 		fmt.Fprintf(stderr, "mvkv %s: need exactly one data directory\n\n%s", fs.Name(), usage)
 		return "", 2, false
 	}
-	return fs.Arg(0), 0, true
+	dir = fs.Arg(0)
+	if err := checkDataDir(dir); err != nil {
+		fmt.Fprintf(stderr, "mvkv %s: %v\n", fs.Name(), err)
+		return "", 1, false
+	}
+	return dir, 0, true
+}
+
+// checkDataDir refuses a path that is not an existing data directory, so
+// that a mistyped path gives an error instead of a new, empty database
+// (engine.Open creates what is missing) and a false "ok". A directory with
+// neither a control file nor a wal/ subdirectory is not one.
+func checkDataDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	for _, name := range []string{"control", "wal"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not an mvkv data directory (no control file and no wal/)", dir)
 }

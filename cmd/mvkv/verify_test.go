@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,5 +45,35 @@ func TestVerifyWrongVisibilityMapBit(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"verify", dir}, &out, &errb); code != 1 || !strings.Contains(out.String(), "heap block 0 is all-visible but the page lacks PD_ALL_VISIBLE") {
 		t.Fatalf("verify after setting a wrong bit: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// TestDirCommandsRefuseNonDataDirs: verify and waldump given a missing path,
+// a file or an empty directory fail with exit 1 and create nothing, instead
+// of opening a new empty database and reporting it ok.
+func TestDirCommandsRefuseNonDataDirs(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(base, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(base, "missing")
+	for _, cmd := range []string{"verify", "waldump"} {
+		for _, dir := range []string{missing, file, empty} {
+			var out, errb strings.Builder
+			if code := run([]string{cmd, dir}, &out, &errb); code != 1 || errb.Len() == 0 {
+				t.Errorf("mvkv %s %s: exit %d, stderr %q; want 1 and an error", cmd, dir, code, errb.String())
+			}
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the missing directory was created: %v", err)
+	}
+	if ents, _ := os.ReadDir(empty); len(ents) != 0 {
+		t.Errorf("the empty directory was written to: %d entries", len(ents))
 	}
 }
