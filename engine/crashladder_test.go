@@ -213,39 +213,17 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 				break
 			}
 		}
-		sc := SyncCommitOff
-		if w.sync {
-			sc = SyncCommitOn
-		}
-		tx, err := db.Begin(ctx, TxnOptions{SynchronousCommit: &sc})
+		committed, err := runLadderTxn(ctx, db, i, w, func() {
+			mu.Lock()
+			started = commitOf[i]
+			mu.Unlock()
+		})
 		if err != nil {
 			failure = err
 			break
 		}
-		for k, v := range w.writes {
-			if v == nil {
-				err = tx.Delete([]byte(k))
-			} else {
-				err = tx.Put([]byte(k), v)
-			}
-			if err != nil {
-				failure = fmt.Errorf("txn %d: %v", i, err)
-				break
-			}
-		}
-		if failure != nil {
-			break
-		}
-		if w.rollback {
-			tx.Rollback()
+		if !committed {
 			continue
-		}
-		mu.Lock()
-		started = commitOf[i]
-		mu.Unlock()
-		if err := tx.Commit(); err != nil {
-			failure = fmt.Errorf("txn %d commit: %v", i, err)
-			break
 		}
 		if w.sync {
 			mu.Lock()
@@ -350,4 +328,39 @@ func diffState(got, want ladderState) string {
 		d = append(d[:8], "...")
 	}
 	return strings.Join(d, ", ")
+}
+
+// runLadderTxn runs transaction i of a ladder workload: its writes, then a
+// rollback or a commit at the transaction's synchronous_commit setting,
+// calling beforeCommit just before Commit (the crash-point bookkeeping
+// marks the commit as started there). committed is false after a rollback.
+func runLadderTxn(ctx context.Context, db *DB, i int, w ladderTxn, beforeCommit func()) (committed bool, err error) {
+	sc := SyncCommitOff
+	if w.sync {
+		sc = SyncCommitOn
+	}
+	tx, err := db.Begin(ctx, TxnOptions{SynchronousCommit: &sc})
+	if err != nil {
+		return false, err
+	}
+	for k, v := range w.writes {
+		if v == nil {
+			err = tx.Delete([]byte(k))
+		} else {
+			err = tx.Put([]byte(k), v)
+		}
+		if err != nil {
+			tx.Rollback()
+			return false, fmt.Errorf("txn %d: %v", i, err)
+		}
+	}
+	if w.rollback {
+		tx.Rollback()
+		return false, nil
+	}
+	beforeCommit()
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("txn %d commit: %v", i, err)
+	}
+	return true, nil
 }

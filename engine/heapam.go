@@ -9,6 +9,7 @@ import (
 
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
+	"mvkv/wal"
 )
 
 // Heap access: placing tuple versions on pages and reading them back, the
@@ -232,11 +233,18 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 // was logged since the current redo pointer. The caller holds buf's content
 // lock exclusively and ckptInterlock shared.
 func (db *DB) logFPIIfNeeded(buf *bufpool.Buffer) error {
+	return db.logPageImage(buf, recFPI)
+}
+
+// logPageImage logs buf's page as a record of type typ (recFPI or
+// recFPIForHint) unless a record since the redo pointer already covers it.
+// Same locking as logFPIIfNeeded.
+func (db *DB) logPageImage(buf *bufpool.Buffer, typ wal.RecordType) error {
 	page := buf.Page()
 	if heap.PageLSN(page) > db.redoPtr.Load() || heap.IsNew(page) {
 		return nil
 	}
-	_, end, err := db.wal.Insert(recFPI, 0, encodeFPI(buf.Block(), page))
+	_, end, err := db.wal.Insert(typ, 0, encodeFPI(buf.Block(), page))
 	if err != nil {
 		return db.fail(err)
 	}

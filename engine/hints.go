@@ -119,16 +119,5 @@ func (db *DB) setHintBits(v *version) {
 // hint-only change after the redo pointer (XLogSaveBufferForHint). The
 // caller holds buf's content lock exclusively and ckptInterlock shared.
 func (db *DB) logFPIForHint(buf *bufpool.Buffer) error {
-	page := buf.Page()
-	if heap.PageLSN(page) > db.redoPtr.Load() || heap.IsNew(page) {
-		return nil
-	}
-	_, end, err := db.wal.Insert(recFPIForHint, 0, encodeFPI(buf.Block(), page))
-	if err != nil {
-		return db.fail(err)
-	}
-	buf.MarkDirty()
-	heap.SetPageLSN(page, uint64(end))
-	db.stats.fpis.Add(1)
-	return nil
+	return db.logPageImage(buf, recFPIForHint)
 }

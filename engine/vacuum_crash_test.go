@@ -109,39 +109,17 @@ func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, check
 			}
 			removed += st.TuplesRemoved
 		}
-		sc := SyncCommitOff
-		if w.sync {
-			sc = SyncCommitOn
-		}
-		tx, err := db.Begin(ctx, TxnOptions{SynchronousCommit: &sc})
+		committed, err := runLadderTxn(ctx, db, i, w, func() {
+			mu.Lock()
+			started = commitOf[i]
+			mu.Unlock()
+		})
 		if err != nil {
 			failure = err
 			break
 		}
-		for k, v := range w.writes {
-			if v == nil {
-				err = tx.Delete([]byte(k))
-			} else {
-				err = tx.Put([]byte(k), v)
-			}
-			if err != nil {
-				failure = fmt.Errorf("txn %d: %v", i, err)
-				break
-			}
-		}
-		if failure != nil {
-			break
-		}
-		if w.rollback {
-			tx.Rollback()
+		if !committed {
 			continue
-		}
-		mu.Lock()
-		started = commitOf[i]
-		mu.Unlock()
-		if err := tx.Commit(); err != nil {
-			failure = fmt.Errorf("txn %d commit: %v", i, err)
-			break
 		}
 		if w.sync {
 			mu.Lock()
