@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"mvkv/bench"
 	"mvkv/engine"
 	"mvkv/server"
 )
@@ -150,14 +151,13 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if dir == "" {
 		return fail("--dir is required")
 	}
-	var sc engine.SynchronousCommit
-	switch strings.ToLower(syncCommit) {
-	case "on", "true", "1", "yes":
-		sc = engine.SyncCommitOn
-	case "off", "false", "0", "no":
-		sc = engine.SyncCommitOff
-	default:
+	syncOn, err := bench.ParseOnOff(syncCommit)
+	if err != nil {
 		return fail("invalid --synchronous-commit %q (want on or off)", syncCommit)
+	}
+	sc := engine.SyncCommitOff
+	if syncOn {
+		sc = engine.SyncCommitOn
 	}
 	delay := engine.CommitDelayAuto
 	if commitDelay != "auto" {
@@ -202,20 +202,12 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	case visibilityMap != engine.VisibilityMapCrashSafe && visibilityMap != engine.VisibilityMapUnlogged:
 		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
 	}
-	var autovacuumOn bool
-	switch strings.ToLower(autovacuum) {
-	case "on", "true", "1", "yes":
-		autovacuumOn = true
-	case "off", "false", "0", "no":
-	default:
+	autovacuumOn, err := bench.ParseOnOff(autovacuum)
+	if err != nil {
 		return fail("invalid --autovacuum %q (want on or off)", autovacuum)
 	}
-	var groupUpdate bool
-	switch strings.ToLower(clogGroup) {
-	case "on", "true", "1", "yes":
-		groupUpdate = true
-	case "off", "false", "0", "no":
-	default:
+	groupUpdate, err := bench.ParseOnOff(clogGroup)
+	if err != nil {
 		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
 	}
 	segBytes, err := parseSize(segSize)
