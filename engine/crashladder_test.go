@@ -176,26 +176,8 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 		return 0, 0, err
 	}
 
-	var mu sync.Mutex
-	ackedSync, started := 0, 0 // states index of the last acknowledged sync commit; commits begun
-	rng := rand.New(rand.NewPCG(seed, 7))
-	m.SetOpHook(func(p vfs.CrashPoint) {
-		points++
-		if failure != nil || rng.IntN(sample) != 0 {
-			return
-		}
-		mu.Lock()
-		lo, hi := ackedSync, started
-		mu.Unlock()
-		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast} {
-			checked++
-			c := p.CrashCopy(mode, rand.New(rand.NewPCG(seed, uint64(p.Op.Index))))
-			if err := checkRecovered(c, states, lo, hi, rng); err != nil {
-				failure = fmt.Errorf("crash after op %v (%v), acknowledged sync commits through state %d, %d commits begun: %v", p.Op, mode, lo, hi, err)
-				return
-			}
-		}
-	})
+	var prog ladderProgress
+	m.SetOpHook(ladderCrashHook(seed, sample, states, rand.New(rand.NewPCG(seed, 7)), &prog, &points, &checked, &failure))
 
 	ctx := context.Background()
 	for i, w := range work {
@@ -213,11 +195,7 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 				break
 			}
 		}
-		committed, err := runLadderTxn(ctx, db, i, w, func() {
-			mu.Lock()
-			started = commitOf[i]
-			mu.Unlock()
-		})
+		committed, err := runLadderTxn(ctx, db, i, w, func() { prog.begun(commitOf[i]) })
 		if err != nil {
 			failure = err
 			break
@@ -226,9 +204,7 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 			continue
 		}
 		if w.sync {
-			mu.Lock()
-			ackedSync = commitOf[i]
-			mu.Unlock()
+			prog.acked(commitOf[i])
 		}
 		if failure != nil {
 			break
@@ -363,4 +339,44 @@ func runLadderTxn(ctx context.Context, db *DB, i int, w ladderTxn, beforeCommit 
 		return false, fmt.Errorf("txn %d commit: %v", i, err)
 	}
 	return true, nil
+}
+
+// ladderProgress is how far a ladder workload's commits have come, read by
+// its crash hook: the states index of the last acknowledged synchronous
+// commit and of the last commit begun. A crash copy must recover to a state
+// between the two.
+type ladderProgress struct {
+	mu                 sync.Mutex
+	ackedSync, started int // guarded by mu
+}
+
+func (p *ladderProgress) begun(state int) { p.mu.Lock(); p.started = state; p.mu.Unlock() }
+func (p *ladderProgress) acked(state int) { p.mu.Lock(); p.ackedSync = state; p.mu.Unlock() }
+
+func (p *ladderProgress) bounds() (lo, hi int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ackedSync, p.started
+}
+
+// ladderCrashHook returns the MemFS operation hook of a crash ladder: at
+// one file operation in sample (chosen by rng) it takes a crash copy in
+// each crash mode and checks it recovers to a state prog allows, counting
+// points and checked copies and keeping the first failure.
+func ladderCrashHook(seed uint64, sample int, states []ladderState, rng *rand.Rand, prog *ladderProgress, points, checked *int, failure *error) func(vfs.CrashPoint) {
+	return func(p vfs.CrashPoint) {
+		*points++
+		if *failure != nil || rng.IntN(sample) != 0 {
+			return
+		}
+		lo, hi := prog.bounds()
+		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast} {
+			*checked++
+			c := p.CrashCopy(mode, rand.New(rand.NewPCG(seed, uint64(p.Op.Index))))
+			if err := checkRecovered(c, states, lo, hi, rng); err != nil {
+				*failure = fmt.Errorf("crash after op %v (%v), acknowledged sync commits through state %d, %d commits begun: %v", p.Op, mode, lo, hi, err)
+				return
+			}
+		}
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,26 +72,8 @@ func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, check
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	var mu sync.Mutex
-	ackedSync, started := 0, 0
-	rng := rand.New(rand.NewPCG(seed, 8))
-	m.SetOpHook(func(p vfs.CrashPoint) {
-		points++
-		if failure != nil || rng.IntN(sample) != 0 {
-			return
-		}
-		mu.Lock()
-		lo, hi := ackedSync, started
-		mu.Unlock()
-		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast} {
-			checked++
-			c := p.CrashCopy(mode, rand.New(rand.NewPCG(seed, uint64(p.Op.Index))))
-			if err := checkRecovered(c, states, lo, hi, rng); err != nil {
-				failure = fmt.Errorf("crash after op %v (%v), acknowledged sync commits through state %d, %d commits begun: %v", p.Op, mode, lo, hi, err)
-				return
-			}
-		}
-	})
+	var prog ladderProgress
+	m.SetOpHook(ladderCrashHook(seed, sample, states, rand.New(rand.NewPCG(seed, 8)), &prog, &points, &checked, &failure))
 	ctx := context.Background()
 	for i, w := range work {
 		if i == len(work)/3 {
@@ -109,11 +90,7 @@ func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, check
 			}
 			removed += st.TuplesRemoved
 		}
-		committed, err := runLadderTxn(ctx, db, i, w, func() {
-			mu.Lock()
-			started = commitOf[i]
-			mu.Unlock()
-		})
+		committed, err := runLadderTxn(ctx, db, i, w, func() { prog.begun(commitOf[i]) })
 		if err != nil {
 			failure = err
 			break
@@ -122,9 +99,7 @@ func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, check
 			continue
 		}
 		if w.sync {
-			mu.Lock()
-			ackedSync = commitOf[i]
-			mu.Unlock()
+			prog.acked(commitOf[i])
 		}
 	}
 	if failure == nil {
