@@ -22,20 +22,30 @@ func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
 // index is the in-memory ordered index over keys (google/btree), rebuilt from
 // the heap when the database opens. It is not WAL-logged: the heap, with
 // each version's link to its predecessor, is the durable truth.
+//
+// Point lookups, one or two per key read or write, go through a hash map
+// holding the same entries: a tree descent over 100,000 keys made about 17
+// key comparisons, each chasing two pointers to cold memory, and took about
+// 10% of the server's CPU in a redis-benchmark run of random keys
+// (docs/BENCHMARKS.md). The tree serves the ordered walks (SCAN, vacuum).
+// The map costs about 50 bytes a key; the key strings are shared.
 type index struct {
 	mu sync.RWMutex
-	// tree is guarded by mu.
-	tree *btree.BTreeG[*indexEntry]
+	// tree and byKey are guarded by mu and hold the same entries.
+	tree  *btree.BTreeG[*indexEntry]
+	byKey map[string]*indexEntry
 }
 
 func newIndex() *index {
-	return &index{tree: btree.NewG(32, func(a, b *indexEntry) bool { return a.key < b.key })}
+	return &index{
+		tree:  btree.NewG(32, func(a, b *indexEntry) bool { return a.key < b.key }),
+		byKey: make(map[string]*indexEntry),
+	}
 }
 
 func (ix *index) get(key []byte) *indexEntry {
-	probe := indexEntry{key: string(key)}
 	ix.mu.RLock()
-	e, _ := ix.tree.Get(&probe)
+	e := ix.byKey[string(key)]
 	ix.mu.RUnlock()
 	return e
 }
@@ -51,13 +61,14 @@ func (ix *index) getOrCreate(key []byte) *indexEntry {
 }
 
 func (ix *index) getOrCreateLocked(key string) *indexEntry {
-	probe := &indexEntry{key: key}
-	if e, ok := ix.tree.Get(probe); ok {
+	if e := ix.byKey[key]; e != nil {
 		return e
 	}
-	probe.head.Store(heap.InvalidTID.Pack())
-	ix.tree.ReplaceOrInsert(probe)
-	return probe
+	e := &indexEntry{key: key}
+	e.head.Store(heap.InvalidTID.Pack())
+	ix.tree.ReplaceOrInsert(e)
+	ix.byKey[key] = e
+	return e
 }
 
 // rangeEntries returns the entries with start <= key < end in key order
@@ -105,7 +116,8 @@ func (ix *index) entriesAfter(after string, all bool, n int) []*indexEntry {
 func (ix *index) removeEntry(e *indexEntry) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if cur, ok := ix.tree.Get(e); ok && cur == e {
+	if ix.byKey[e.key] == e {
 		ix.tree.Delete(e)
+		delete(ix.byKey, e.key)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,8 @@ Server options:
   --maxclients=NUM         most client connections (default: 10000)
   --timeout=SEC            close clients idle this long; 0 never (default: 0)
   --shutdown-timeout=SEC   longest graceful shutdown (default: 30)
+  --cpuprofile=FILE        write a CPU profile of the server's whole run to
+                           FILE, completed at shutdown (default: none)
 
 Engine options:
   --synchronous-commit=on|off
@@ -108,6 +111,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		clogLocking, clogGroup         string
 		autovacuum, visibilityMap      string
 		naptime                        int
+		cpuprofile                     string
 	)
 	fs.StringVar(&dir, "dir", "", "")
 	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
@@ -116,6 +120,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.IntVar(&maxClients, "maxclients", 10000, "")
 	fs.IntVar(&timeout, "timeout", 0, "")
 	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
 	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
 	fs.StringVar(&commitDelay, "commit-delay", "0", "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
@@ -228,6 +233,22 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	ckpt := time.Duration(ckptTimeout) * time.Second
 	if ckptTimeout == 0 {
 		ckpt = -1
+	}
+
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			fmt.Fprintf(stderr, "mvkv: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "mvkv: %v\n", err)
+			return 1
+		}
+		// Deferred after the file's Close, so it runs first: the
+		// profile is complete once the server has shut down.
+		defer pprof.StopCPUProfile()
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
