@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 
 	"mvkv/wal"
 )
@@ -65,21 +66,91 @@ func (t *Txn) CommitAsync(after *CommitWait) (*CommitWait, error) {
 		return nil, err
 	}
 	w := &CommitWait{done: make(chan struct{}), lsn: end}
-	go w.complete(db, st, end, sync, after)
+	it := chainItem{w: w, st: st, end: end, sync: sync, after: after}
+	if after != nil && after.chain != nil && after.chain.add(it) {
+		return w, nil
+	}
+	ch := &commitChain{db: db, queue: []chainItem{it}, running: true}
+	w.chain = ch
+	go ch.run()
 	return w, nil
 }
 
-// complete runs the commit's second half. It holds what insertCommit left
-// held (closeMu and ckptInterlock shared), so a checkpoint cannot choose a
-// redo point past this commit record until the CLOG has it, and Close waits.
-func (w *CommitWait) complete(db *DB, st *txnState, end wal.LSN, sync bool, after *CommitWait) {
-	var err error
-	if sync {
-		// Flush before waiting for after: the flushes of a pipeline's
-		// commits then join the same group-commit round instead of
-		// queueing one behind another.
-		err = db.wal.Flush(end)
+// commitChain completes a caller's CommitAsync transactions in order on one
+// goroutine: a commit whose after is still in progress joins after's chain
+// instead of starting a goroutine of its own. A pipeline of 16 writes then
+// costs one goroutine and one wait for a flush, not 16 goroutines each
+// waiting for the same flush and each woken when it ends (in a
+// redis-benchmark run with -P 16, docs/BENCHMARKS.md).
+type commitChain struct {
+	db      *DB
+	mu      sync.Mutex
+	queue   []chainItem // guarded by mu; oldest first
+	running bool        // guarded by mu; false once run has returned
+}
+
+// chainItem is one commit waiting in a commitChain.
+type chainItem struct {
+	w     *CommitWait
+	st    *txnState
+	end   wal.LSN
+	sync  bool
+	after *CommitWait // an earlier commit this one completes after; may be in another chain
+}
+
+// add appends it to the chain, and reports false when the chain's
+// goroutine has already finished (the caller then starts a chain).
+func (ch *commitChain) add(it chainItem) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if !ch.running {
+		return false
 	}
+	it.w.chain = ch
+	ch.queue = append(ch.queue, it)
+	return true
+}
+
+// run completes the queued commits, batch by batch, until the queue is
+// empty. Every commit of a batch was inserted before the batch is taken,
+// so a flush up to the last one makes them all durable; the others' Flush
+// calls then return at once, and are made only so that the WAL counts
+// each commit (commits per sync).
+func (ch *commitChain) run() {
+	for {
+		ch.mu.Lock()
+		batch := ch.queue
+		ch.queue = nil
+		if len(batch) == 0 {
+			ch.running = false
+			ch.mu.Unlock()
+			return
+		}
+		ch.mu.Unlock()
+		var lastErr error
+		last := batch[len(batch)-1]
+		if last.sync {
+			lastErr = ch.db.wal.Flush(last.end)
+		}
+		for i, it := range batch {
+			var err error
+			if it.sync {
+				if i == len(batch)-1 {
+					err = lastErr
+				} else {
+					err = ch.db.wal.Flush(it.end)
+				}
+			}
+			it.w.complete(ch.db, it.st, err, it.after)
+		}
+	}
+}
+
+// complete runs the commit's second half once its flush (if any) has ended
+// with err. It holds what insertCommit left held (closeMu and ckptInterlock
+// shared), so a checkpoint cannot choose a redo point past this commit
+// record until the CLOG has it, and Close waits.
+func (w *CommitWait) complete(db *DB, st *txnState, err error, after *CommitWait) {
 	if after != nil {
 		<-after.done
 	}
@@ -92,7 +163,7 @@ func (w *CommitWait) complete(db *DB, st *txnState, end wal.LSN, sync bool, afte
 	} else {
 		// Durable already (or synchronous commit is off): only the
 		// CLOG, the running table and the row locks remain.
-		w.err = db.completeCommit(st, end, false)
+		w.err = db.completeCommit(st, w.lsn, false)
 	}
 	close(w.done)
 }
@@ -100,9 +171,10 @@ func (w *CommitWait) complete(db *DB, st *txnState, end wal.LSN, sync bool, afte
 // CommitWait is a commit in progress, returned by Txn.CommitAsync. Its
 // methods are safe for concurrent use.
 type CommitWait struct {
-	done chan struct{}
-	lsn  wal.LSN
-	err  error // set before done is closed
+	done  chan struct{}
+	lsn   wal.LSN
+	err   error        // set before done is closed
+	chain *commitChain // completing this commit; set before CommitAsync returns
 }
 
 // Wait returns once the commit has completed: nil means its commit record
