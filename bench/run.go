@@ -77,6 +77,11 @@ type RunConfig struct {
 	Progress time.Duration
 	// Seed seeds the clients' random generators; 0 takes the clock.
 	Seed uint64
+	// TableUsage asks for Results.Tables: after the run the engine's
+	// whole heap is read (engine.DB.StatTuple) to measure each table's
+	// space. The read goes through the buffer pool and evicts what the
+	// next run would find there, so sweeps leave it off.
+	TableUsage bool
 	// Log receives progress lines and client abort messages (pgbench's
 	// stderr); nil discards them.
 	Log io.Writer
@@ -111,7 +116,8 @@ type Results struct {
 	// targets.
 	HeapBlocksBefore uint64
 	// Tables is the heap space of the updated tables and of history when
-	// the run ended; nil on other targets.
+	// the run ended, when RunConfig.TableUsage asked for it; nil on other
+	// targets.
 	Tables *TableUsage
 	// Invariant is the post-run check, when it was made.
 	Invariant *Invariant
@@ -374,11 +380,13 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		d := es.EngineStats().Sub(engineBefore)
 		r.WAL = &d
 		r.HeapBlocksBefore = engineBefore.HeapBlocks
-		u, err := es.TableUsage(ctx)
-		if err != nil {
-			return r, fmt.Errorf("bench: heap space by table: %w", err)
+		if cfg.TableUsage {
+			u, err := es.TableUsage(ctx)
+			if err != nil {
+				return r, fmt.Errorf("bench: heap space by table: %w", err)
+			}
+			r.Tables = &u
 		}
-		r.Tables = &u
 	}
 	if hasStats {
 		d := cs.CommitStats()
