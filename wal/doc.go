@@ -124,8 +124,12 @@
 // queue head in LSN order, and only a retired sync moves the flushed LSN,
 // so it never skips a round whose sync has not completed (after a failed
 // fdatasync a later success proves nothing). At most PipelineDepth syncs are
-// outstanding, and only one when the device turns out to serialize syncs
-// (see Writer.syncSlotsLocked). A round crossing into a new segment first
+// outstanding, and only one when the device turns out to serialize syncs:
+// there an overlapped sync returns at least one service time after the one
+// ahead of it, where a device with a queue returns it at the same time
+// (a rotation boundary) or sooner. Spacing, unlike latency, is not
+// inflated by the goroutines' wake-up delays on a busy CPU (see
+// syncOverlap). A round crossing into a new segment first
 // drains the queue, then syncs the old segment before writing the new one.
 // A committer whose record a sync already covers waits on that sync's own
 // channel: on a rotating disk every sync issued within one rotation

@@ -1,0 +1,270 @@
+package wal
+
+import (
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"mvkv/internal/vfs"
+)
+
+// simModel is a disk model on the fake clock of a testing/synctest
+// bubble, so the pipelined flusher's device detection can be run
+// deterministically however loaded the machine is.
+type simModel struct {
+	// rotation: a sync completes at the first multiple of service after it
+	// is issued, all syncs at once (the vfs rotating-disk model).
+	// Otherwise a sync takes service; serial devices do one at a time,
+	// others any number at once (the vfs fixed-latency model).
+	rotation bool
+	serial   bool
+	service  time.Duration
+	// wake is how long a sync's goroutine takes to run again once the
+	// device is done with it, given its rank among the syncs done at the
+	// same moment and a sync counter: the scheduling delay of a busy CPU.
+	wake func(rank int, n uint64) time.Duration
+}
+
+// simDisk is a simModel at work under a Writer.
+type simDisk struct {
+	simModel
+	epoch time.Time
+	sem   chan struct{}
+
+	mu      sync.Mutex
+	ranks   map[time.Time]int // guarded by mu: syncs done at each moment so far
+	n       uint64            // guarded by mu: syncs issued
+	out     int               // guarded by mu: syncs outstanding now
+	overlap uint64            // guarded by mu: syncs issued with another outstanding
+}
+
+func (d *simDisk) sync() {
+	d.mu.Lock()
+	d.n++
+	n := d.n
+	if d.out > 0 {
+		d.overlap++
+	}
+	d.out++
+	d.mu.Unlock()
+
+	switch {
+	case d.rotation:
+		since := time.Since(d.epoch)
+		time.Sleep((since/d.service+1)*d.service - since)
+	case d.serial:
+		d.sem <- struct{}{}
+		time.Sleep(d.service)
+		<-d.sem
+	default:
+		time.Sleep(d.service)
+	}
+
+	d.mu.Lock()
+	now := time.Now()
+	rank := d.ranks[now]
+	d.ranks[now]++
+	d.out--
+	d.mu.Unlock()
+	if d.wake != nil {
+		time.Sleep(d.wake(rank, n))
+	}
+}
+
+type simFS struct {
+	*vfs.MemFS
+	d *simDisk
+}
+
+type simFile struct {
+	vfs.File
+	d *simDisk
+}
+
+func (f simFile) Datasync() error {
+	if err := f.File.Datasync(); err != nil {
+		return err
+	}
+	f.d.sync()
+	return nil
+}
+
+func (fs simFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return simFile{f, fs.d}, nil
+}
+
+func (fs simFS) Create(name string) (vfs.File, error) { return fs.wrap(fs.MemFS.Create(name)) }
+func (fs simFS) Open(name string) (vfs.File, error)   { return fs.wrap(fs.MemFS.Open(name)) }
+
+// simResult is what a simulated run ends with.
+type simResult struct {
+	overlap       syncOverlap
+	syncs         uint64 // syncs the device saw
+	overlapped    uint64 // of them, issued while another was outstanding
+	lateOverlaps  uint64 // overlapped syncs in the second half of the run
+	lateSyncs     uint64 // syncs in the second half of the run
+	pipelineDepth int
+}
+
+// runSim runs clients committers, each making commits commits with a
+// think time of a few hundred microseconds, against a pipelined Writer of
+// depth 64 on d, in a synctest bubble.
+func runSim(t *testing.T, m simModel, clients, commits int) simResult {
+	t.Helper()
+	d := &simDisk{simModel: m}
+	var res simResult
+	synctest.Test(t, func(t *testing.T) {
+		d.epoch = time.Now()
+		d.ranks = map[time.Time]int{}
+		if d.serial {
+			d.sem = make(chan struct{}, 1)
+		}
+		opts := testOpts()
+		opts.Flusher = FlusherPipelined
+		opts.PipelineDepth = 64
+		w, err := OpenWriter(simFS{vfs.NewMemFS(), d}, "/wal", 0, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mid sync.Once
+		var midSyncs, midOverlap uint64
+		var done sync.WaitGroup
+		for c := range clients {
+			done.Go(func() {
+				for i := range commits {
+					if c == 0 && i == commits/2 {
+						mid.Do(func() {
+							d.mu.Lock()
+							midSyncs, midOverlap = d.n, d.overlap
+							d.mu.Unlock()
+						})
+					}
+					time.Sleep(time.Duration(100+37*((c+i)%11)) * time.Microsecond)
+					_, end, err := w.Insert(16, uint64(c), []byte("commit"))
+					if err == nil {
+						err = w.Flush(end)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		done.Wait()
+		w.fmu.Lock()
+		res.overlap = w.overlap
+		res.pipelineDepth = w.syncSlotsLocked()
+		w.fmu.Unlock()
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		res.syncs, res.overlapped = d.n, d.overlap
+		res.lateSyncs, res.lateOverlaps = d.n-midSyncs, d.overlap-midOverlap
+		d.mu.Unlock()
+	})
+	t.Logf("%d syncs, %d overlapped (second half: %d of %d); solo %v, early share %.2f over %d samples",
+		res.syncs, res.overlapped, res.lateOverlaps, res.lateSyncs, res.overlap.solo,
+		float64(res.overlap.early)/earlyOne, res.overlap.samples)
+	return res
+}
+
+// staggered is the wake-up delay of a busy CPU at a rotation boundary: the
+// syncs that complete together run again one after another, step apart.
+func staggered(step time.Duration) func(int, uint64) time.Duration {
+	return func(rank int, _ uint64) time.Duration { return time.Duration(rank) * step }
+}
+
+// jitter is a pseudo-random wake-up delay of 0 to max in four steps.
+func jitter(max time.Duration) func(int, uint64) time.Duration {
+	return func(_ int, n uint64) time.Duration { return time.Duration(n*7919%5) * max / 4 }
+}
+
+// TestSyncOverlapDetection checks that the pipelined flusher keeps
+// overlapping syncs on devices that work on several at once (the rotating
+// disk and the fixed-latency model), also when every sync's goroutine is
+// woken late as on a busy CPU, and falls back to about one at a time on a
+// device that serializes them, also with noisy wake-ups.
+func TestSyncOverlapDetection(t *testing.T) {
+	const rot = 4 * time.Millisecond // 250 rotations per second
+	for _, tc := range []struct {
+		name     string
+		disk     simModel
+		clients  int
+		parallel bool
+	}{
+		{"rotation", simModel{rotation: true, service: rot}, 16, true},
+		{"rotation-2-clients", simModel{rotation: true, service: rot}, 2, true},
+		// The k-th sync done at a boundary runs again k x 400 µs later:
+		// with 24 committers the last ones wait for most of a rotation,
+		// so overlapped syncs look twice as slow as solo ones.
+		{"rotation-late-wakeups", simModel{rotation: true, service: rot, wake: staggered(400 * time.Microsecond)}, 24, true},
+		{"rotation-jitter", simModel{rotation: true, service: rot, wake: jitter(2 * time.Millisecond)}, 12, true},
+		{"fixed-latency", simModel{service: 2 * time.Millisecond}, 8, true},
+		{"fixed-latency-jitter", simModel{service: 2 * time.Millisecond, wake: jitter(time.Millisecond)}, 8, true},
+		{"serializing", simModel{serial: true, service: 2 * time.Millisecond}, 8, false},
+		{"serializing-jitter", simModel{serial: true, service: 2 * time.Millisecond, wake: jitter(time.Millisecond)}, 8, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runSim(t, tc.disk, tc.clients, 150)
+			if r.overlap.samples < 10 {
+				t.Fatalf("only %d overlapped syncs measured; the run decided nothing", r.overlap.samples)
+			}
+			if got := r.overlap.parallel(); got != tc.parallel {
+				t.Fatalf("parallel() = %v, want %v", got, tc.parallel)
+			}
+			// What the decision did to the second half of the run: mostly
+			// overlapped syncs on a parallel device, few on a serial one.
+			share := float64(r.lateOverlaps) / float64(r.lateSyncs)
+			if tc.parallel && share < 0.3 {
+				t.Fatalf("only %.0f%% of the second half's syncs overlapped", 100*share)
+			}
+			if !tc.parallel && (share > 0.2 || r.pipelineDepth > 2) {
+				t.Fatalf("%.0f%% of the second half's syncs overlapped, %d slots at the end", 100*share, r.pipelineDepth)
+			}
+		})
+	}
+}
+
+// TestSyncOverlapRecovers checks the probes: after a run of late
+// completions has made the flusher fall back, three early ones in a row
+// restore the full depth, and a probe slot opens every probeEvery rounds.
+func TestSyncOverlapRecovers(t *testing.T) {
+	o := newSyncOverlap()
+	if o.slots(64) != 64 {
+		t.Fatalf("%d slots before any measurement, want 64", o.slots(64))
+	}
+	o.overlappedDone(0) // no solo latency yet: dropped
+	if o.samples != 0 {
+		t.Fatal("an overlapped sync was measured without a solo latency to compare with")
+	}
+	o.soloDone(2 * time.Millisecond)
+	for range 40 {
+		o.overlappedDone(2 * time.Millisecond) // a serializing device
+	}
+	if o.parallel() {
+		t.Fatalf("parallel after 40 late completions (early share %d/%d)", o.early, earlyOne)
+	}
+	slots := map[int]int{}
+	for range 2 * probeEvery {
+		o.issued()
+		slots[o.slots(64)]++
+	}
+	if slots[1] != 2*probeEvery-2 || slots[2] != 2 {
+		t.Fatalf("slots over %d rounds: %v; want two probes of 2", 2*probeEvery, slots)
+	}
+	o.overlappedDone(-100 * time.Microsecond) // returned before its predecessor
+	o.overlappedDone(0)
+	if o.parallel() {
+		t.Fatal("parallel after two early probes")
+	}
+	o.overlappedDone(999 * time.Microsecond) // just under half a solo latency
+	if !o.parallel() {
+		t.Fatalf("not parallel after three early probes (early share %d/%d)", o.early, earlyOne)
+	}
+}
