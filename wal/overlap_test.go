@@ -21,9 +21,10 @@ type simModel struct {
 	serial   bool
 	service  time.Duration
 	// wake is how long a sync's goroutine takes to run again once the
-	// device is done with it, given its rank among the syncs done at the
-	// same moment and a sync counter: the scheduling delay of a busy CPU.
-	wake func(rank int, n uint64) time.Duration
+	// device is done with it, given how many syncs were outstanding when
+	// it was issued and a sync counter: the scheduling delay of a busy
+	// CPU, which has more goroutines to run the more syncs complete.
+	wake func(ahead int, n uint64) time.Duration
 }
 
 // simDisk is a simModel at work under a Writer.
@@ -33,16 +34,15 @@ type simDisk struct {
 	sem   chan struct{}
 
 	mu      sync.Mutex
-	ranks   map[time.Time]int // guarded by mu: syncs done at each moment so far
-	n       uint64            // guarded by mu: syncs issued
-	out     int               // guarded by mu: syncs outstanding now
-	overlap uint64            // guarded by mu: syncs issued with another outstanding
+	n       uint64 // guarded by mu: syncs issued
+	out     int    // guarded by mu: syncs outstanding now
+	overlap uint64 // guarded by mu: syncs issued with another outstanding
 }
 
 func (d *simDisk) sync() {
 	d.mu.Lock()
 	d.n++
-	n := d.n
+	n, ahead := d.n, d.out
 	if d.out > 0 {
 		d.overlap++
 	}
@@ -62,13 +62,10 @@ func (d *simDisk) sync() {
 	}
 
 	d.mu.Lock()
-	now := time.Now()
-	rank := d.ranks[now]
-	d.ranks[now]++
 	d.out--
 	d.mu.Unlock()
 	if d.wake != nil {
-		time.Sleep(d.wake(rank, n))
+		time.Sleep(d.wake(ahead, n))
 	}
 }
 
@@ -119,7 +116,6 @@ func runSim(t *testing.T, m simModel, clients, commits int) simResult {
 	var res simResult
 	synctest.Test(t, func(t *testing.T) {
 		d.epoch = time.Now()
-		d.ranks = map[time.Time]int{}
 		if d.serial {
 			d.sem = make(chan struct{}, 1)
 		}
@@ -168,16 +164,17 @@ func runSim(t *testing.T, m simModel, clients, commits int) simResult {
 		res.lateSyncs, res.lateOverlaps = d.n-midSyncs, d.overlap-midOverlap
 		d.mu.Unlock()
 	})
-	t.Logf("%d syncs, %d overlapped (second half: %d of %d); solo %v, early share %.2f over %d samples",
-		res.syncs, res.overlapped, res.lateOverlaps, res.lateSyncs, res.overlap.solo,
-		float64(res.overlap.early)/earlyOne, res.overlap.samples)
+	t.Logf("%d syncs, %d overlapped (second half: %d of %d); solo %v, overlapped %v, batched share %.2f over %d samples",
+		res.syncs, res.overlapped, res.lateOverlaps, res.lateSyncs, res.overlap.solo, res.overlap.overlap,
+		float64(res.overlap.batched)/earlyOne, res.overlap.samples)
 	return res
 }
 
 // staggered is the wake-up delay of a busy CPU at a rotation boundary: the
-// syncs that complete together run again one after another, step apart.
+// syncs that complete together run again one after another, step apart,
+// in the order they were issued.
 func staggered(step time.Duration) func(int, uint64) time.Duration {
-	return func(rank int, _ uint64) time.Duration { return time.Duration(rank) * step }
+	return func(ahead int, _ uint64) time.Duration { return time.Duration(ahead) * step }
 }
 
 // jitter is a pseudo-random wake-up delay of 0 to max in four steps.
@@ -189,7 +186,8 @@ func jitter(max time.Duration) func(int, uint64) time.Duration {
 // overlapping syncs on devices that work on several at once (the rotating
 // disk and the fixed-latency model), also when every sync's goroutine is
 // woken late as on a busy CPU, and falls back to about one at a time on a
-// device that serializes them, also with noisy wake-ups.
+// device that serializes them, also with noisy wake-ups. With the latency
+// test alone, rotation-late-wakeups falls back.
 func TestSyncOverlapDetection(t *testing.T) {
 	const rot = 4 * time.Millisecond // 250 rotations per second
 	for _, tc := range []struct {
@@ -200,9 +198,9 @@ func TestSyncOverlapDetection(t *testing.T) {
 	}{
 		{"rotation", simModel{rotation: true, service: rot}, 16, true},
 		{"rotation-2-clients", simModel{rotation: true, service: rot}, 2, true},
-		// The k-th sync done at a boundary runs again k x 400 µs later:
-		// with 24 committers the last ones wait for most of a rotation,
-		// so overlapped syncs look twice as slow as solo ones.
+		// A sync issued with k others outstanding runs again k x 400 µs
+		// after its boundary: overlapped syncs look half as slow again as
+		// solo ones, and only the batching test keeps the pipeline.
 		{"rotation-late-wakeups", simModel{rotation: true, service: rot, wake: staggered(400 * time.Microsecond)}, 24, true},
 		{"rotation-jitter", simModel{rotation: true, service: rot, wake: jitter(2 * time.Millisecond)}, 12, true},
 		{"fixed-latency", simModel{service: 2 * time.Millisecond}, 8, true},
@@ -231,24 +229,31 @@ func TestSyncOverlapDetection(t *testing.T) {
 	}
 }
 
-// TestSyncOverlapRecovers checks the probes: after a run of late
-// completions has made the flusher fall back, three early ones in a row
-// restore the full depth, and a probe slot opens every probeEvery rounds.
-func TestSyncOverlapRecovers(t *testing.T) {
+// TestSyncOverlapRules checks the two tests and the probes: slow
+// overlapped syncs make the flusher fall back unless they come back
+// together with the sync ahead of them, enough batched ones restore the
+// full depth, and a probe slot opens every probeEvery rounds.
+func TestSyncOverlapRules(t *testing.T) {
 	o := newSyncOverlap()
 	if o.slots(64) != 64 {
 		t.Fatalf("%d slots before any measurement, want 64", o.slots(64))
 	}
-	o.overlappedDone(0) // no solo latency yet: dropped
+	o.overlappedDone(time.Millisecond, 0) // no solo latency yet: dropped
 	if o.samples != 0 {
 		t.Fatal("an overlapped sync was measured without a solo latency to compare with")
 	}
 	o.soloDone(2 * time.Millisecond)
 	for range 40 {
-		o.overlappedDone(2 * time.Millisecond) // a serializing device
+		o.overlappedDone(3*time.Millisecond, time.Millisecond) // fast enough
+	}
+	if !o.parallel() {
+		t.Fatal("fell back with overlapped syncs 1.5 times as slow as solo ones")
+	}
+	for range 40 {
+		o.overlappedDone(4*time.Millisecond, 2*time.Millisecond) // a serializing device
 	}
 	if o.parallel() {
-		t.Fatalf("parallel after 40 late completions (early share %d/%d)", o.early, earlyOne)
+		t.Fatalf("parallel after 40 slow overlapped syncs (%v against %v solo)", o.overlap, o.solo)
 	}
 	slots := map[int]int{}
 	for range 2 * probeEvery {
@@ -258,13 +263,20 @@ func TestSyncOverlapRecovers(t *testing.T) {
 	if slots[1] != 2*probeEvery-2 || slots[2] != 2 {
 		t.Fatalf("slots over %d rounds: %v; want two probes of 2", 2*probeEvery, slots)
 	}
-	o.overlappedDone(-100 * time.Microsecond) // returned before its predecessor
-	o.overlappedDone(0)
-	if o.parallel() {
-		t.Fatal("parallel after two early probes")
+	// Slow, but back together with the sync ahead (a rotating disk whose
+	// goroutines wake late): five in a row are not yet half the share,
+	// six are.
+	for i := range 6 {
+		if o.parallel() {
+			t.Fatalf("parallel after %d batched probes", i)
+		}
+		gap := 249 * time.Microsecond // just under an eighth of a solo sync
+		if i%2 == 1 {
+			gap = -100 * time.Microsecond // returned before the one ahead
+		}
+		o.overlappedDone(5*time.Millisecond, gap)
 	}
-	o.overlappedDone(999 * time.Microsecond) // just under half a solo latency
 	if !o.parallel() {
-		t.Fatalf("not parallel after three early probes (early share %d/%d)", o.early, earlyOne)
+		t.Fatalf("not parallel after six batched probes (share %d/%d)", o.batched, earlyOne)
 	}
 }

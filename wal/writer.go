@@ -144,6 +144,7 @@ type syncReq struct {
 	overlapped bool          // another sync was in flight when it was issued
 	done       bool          // guarded by Writer.fmu
 	doneAt     time.Time     // guarded by Writer.fmu: when the sync returned
+	lat        time.Duration // guarded by Writer.fmu: how long it took
 	err        error         // guarded by Writer.fmu
 	retired    chan struct{} // closed when the sync leaves the in-flight queue
 }
@@ -701,9 +702,7 @@ func (w *Writer) coveringLocked(upTo LSN) *syncReq {
 // the one ahead of it, which only splits the next group in two; on such a
 // device the flusher keeps one sync at a time (the serial scheme, with its
 // larger groups), allowing a second one every probeEvery-th round to keep
-// measuring. The device is told by how soon an overlapped sync returns
-// after the one ahead of it (syncOverlap), which, unlike its latency, a
-// busy CPU does not inflate.
+// measuring. See syncOverlap for how the device is judged.
 func (w *Writer) syncSlotsLocked() int { return w.overlap.slots(w.depth) }
 
 // ewma folds sample into the moving average avg with weight 1/8 (TCP's
@@ -779,7 +778,7 @@ func (w *Writer) issue(commit bool) error {
 	if !req.overlapped {
 		w.overlap.soloDone(t1.Sub(t0))
 	}
-	req.done, req.doneAt, req.err = true, t1, serr
+	req.done, req.doneAt, req.lat, req.err = true, t1, t1.Sub(t0), serr
 	for len(w.inflight) > 0 && w.inflight[0].done {
 		r := w.inflight[0]
 		w.inflight[0] = nil
@@ -787,7 +786,7 @@ func (w *Writer) issue(commit bool) error {
 		// The sync retired just before r is the one that was last in the
 		// queue when r was issued.
 		if r.overlapped && !w.lastDoneAt.IsZero() {
-			w.overlap.overlappedDone(r.doneAt.Sub(w.lastDoneAt))
+			w.overlap.overlappedDone(r.lat, r.doneAt.Sub(w.lastDoneAt))
 		}
 		w.lastDoneAt = r.doneAt
 		if r.err != nil {
