@@ -65,6 +65,27 @@ func (t *engineTarget) CommitStats() CommitStats {
 
 func (t *engineTarget) EngineStats() engine.Stats { return t.db.Stats() }
 
+// TableUsage counts the heap pages holding rows of the tables the
+// transactions update (accounts, tellers, branches) and of history, with
+// engine.DB.StatTuple: what pg_relation_size would give if they were
+// relations of their own.
+func (t *engineTarget) TableUsage(ctx context.Context) (TableUsage, error) {
+	u, _, err := t.db.StatTuple(ctx, func(key []byte) string {
+		switch {
+		case bytes.HasPrefix(key, []byte(prefixHistory)):
+			return "history"
+		case bytes.HasPrefix(key, []byte(prefixAccount)), bytes.HasPrefix(key, []byte(prefixTeller)),
+			bytes.HasPrefix(key, []byte(prefixBranch)):
+			return "updated"
+		}
+		return "other"
+	})
+	if err != nil {
+		return TableUsage{}, err
+	}
+	return TableUsage{UpdatedPages: u["updated"].Pages, HistoryPages: u["history"].Pages}, nil
+}
+
 func (t *engineTarget) DetectScale(ctx context.Context) (int, error) {
 	txn, err := t.db.Begin(ctx, engine.TxnOptions{Isolation: engine.RepeatableRead, ReadOnly: true})
 	if err != nil {

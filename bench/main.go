@@ -119,6 +119,7 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 		Duration:     cfg.Duration,
 		Progress:     cfg.Progress,
 		Seed:         cfg.Seed,
+		TableUsage:   true,
 		Log:          log,
 	})
 	if err != nil {

@@ -80,6 +80,10 @@ func WriteReport(w io.Writer, r *Results) error {
 	}
 	if w := r.WAL; w != nil && w.HeapBlocks > 0 {
 		writeVacuumReport(p, r.HeapBlocksBefore, w)
+		if u := r.Tables; u != nil && r.HeapBlocksBefore > 0 {
+			p("heap pages holding accounts, tellers or branches rows at end: %.1f MiB (%.2fx the heap at start); history rows: %.1f MiB\n",
+				float64(u.UpdatedPages)*8192/(1<<20), float64(u.UpdatedPages)/float64(r.HeapBlocksBefore), float64(u.HistoryPages)*8192/(1<<20))
+		}
 	}
 	if r.Aborted > 0 {
 		p("number of aborted clients: %d\n", r.Aborted)
@@ -120,6 +124,9 @@ func writeVacuumReport(p func(string, ...any), before uint64, w *engine.Stats) {
 	p("heap size: %.1f MiB at start, %.1f MiB at end (%.2fx)\n", mib(before), mib(w.HeapBlocks), growth)
 	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d versions removed, %d frozen\n",
 		w.VacuumRuns, w.AutovacuumRuns, w.VacuumPagesScanned, w.VacuumPagesSkipped, w.VacuumTuplesRemoved, w.VacuumTuplesFrozen)
+	p("buffer pool during run: %d hits, %d misses, %d page reads, %d page writes, %d evictions\n",
+		w.BufferHits, w.BufferMisses, w.BufferReads, w.BufferWrites, w.BufferEvictions)
+	p("vacuum version chains: %d read, %d skipped (clean or on all-visible pages)\n", w.VacuumChainsRead, w.VacuumChainsSkipped)
 	p("visibility map during run: %d bits set, %d cleared; hint bits set: %d\n", w.VMBitsSet, w.VMBitsCleared, w.HintBitsSet)
 }
 

@@ -77,6 +77,11 @@ type RunConfig struct {
 	Progress time.Duration
 	// Seed seeds the clients' random generators; 0 takes the clock.
 	Seed uint64
+	// TableUsage asks for Results.Tables: after the run the engine's
+	// whole heap is read (engine.DB.StatTuple) to measure each table's
+	// space. The read goes through the buffer pool and evicts what the
+	// next run would find there, so sweeps leave it off.
+	TableUsage bool
 	// Log receives progress lines and client abort messages (pgbench's
 	// stderr); nil discards them.
 	Log io.Writer
@@ -110,8 +115,21 @@ type Results struct {
 	// run began (r.WAL.HeapBlocks is the size at its end); 0 on other
 	// targets.
 	HeapBlocksBefore uint64
+	// Tables is the heap space of the updated tables and of history when
+	// the run ended, when RunConfig.TableUsage asked for it; nil on other
+	// targets.
+	Tables *TableUsage
 	// Invariant is the post-run check, when it was made.
 	Invariant *Invariant
+}
+
+// TableUsage is the engine heap's space by pgbench table at the end of a
+// run, in 8 KiB pages; a page holding rows of both kinds counts for both.
+type TableUsage struct {
+	// UpdatedPages holds rows of accounts, tellers or branches.
+	UpdatedPages uint64
+	// HistoryPages holds history rows.
+	HistoryPages uint64
 }
 
 // stats accumulate one worker's transactions (pgbench's StatsData).
@@ -173,9 +191,11 @@ func avgStddev(n int64, sum, sum2 float64) (float64, float64) {
 	return avg / 1000, math.Sqrt(v) / 1000
 }
 
-// engineStatser is the engine target: its full statistics, cumulative.
+// engineStatser is the engine target: its full statistics, cumulative,
+// and its heap space by table.
 type engineStatser interface {
 	EngineStats() engine.Stats
+	TableUsage(ctx context.Context) (TableUsage, error)
 }
 
 // IsFailure reports whether err is a transaction failure pgbench 15 counts
@@ -360,6 +380,13 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		d := es.EngineStats().Sub(engineBefore)
 		r.WAL = &d
 		r.HeapBlocksBefore = engineBefore.HeapBlocks
+		if cfg.TableUsage {
+			u, err := es.TableUsage(ctx)
+			if err != nil {
+				return r, fmt.Errorf("bench: heap space by table: %w", err)
+			}
+			r.Tables = &u
+		}
 	}
 	if hasStats {
 		d := cs.CommitStats()

@@ -485,9 +485,11 @@ type Stats struct {
 	// Vacuum (vacuum.go): runs (manual and autovacuum), heap pages
 	// examined and skipped as all-visible, tuple versions (and out-of-line
 	// chunks) removed, pages compacted by a pruning record, and tuples
-	// frozen.
+	// frozen; version chains read and skipped by the first pass
+	// (VacuumStats.ChainsRead, ChainsSkipped).
 	VacuumRuns, AutovacuumRuns                                    uint64
 	VacuumPagesScanned, VacuumPagesSkipped                        uint64
+	VacuumChainsRead, VacuumChainsSkipped                         uint64
 	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen uint64
 	// HintBitsSet counts hint bits written by readers; HintHits the CLOG
 	// lookups a hint bit made unnecessary (hints.go).
@@ -523,6 +525,7 @@ func (s Stats) Sub(o Stats) Stats {
 		HeapBlocks:     s.HeapBlocks,
 		VacuumRuns:     s.VacuumRuns - o.VacuumRuns, AutovacuumRuns: s.AutovacuumRuns - o.AutovacuumRuns,
 		VacuumPagesScanned: s.VacuumPagesScanned - o.VacuumPagesScanned, VacuumPagesSkipped: s.VacuumPagesSkipped - o.VacuumPagesSkipped,
+		VacuumChainsRead: s.VacuumChainsRead - o.VacuumChainsRead, VacuumChainsSkipped: s.VacuumChainsSkipped - o.VacuumChainsSkipped,
 		VacuumTuplesRemoved: s.VacuumTuplesRemoved - o.VacuumTuplesRemoved, VacuumPagesCompacted: s.VacuumPagesCompacted - o.VacuumPagesCompacted,
 		VacuumTuplesFrozen: s.VacuumTuplesFrozen - o.VacuumTuplesFrozen,
 		HintBitsSet:        s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
@@ -556,6 +559,7 @@ func (db *DB) Stats() Stats {
 		HeapBlocks:     uint64(db.pool.NBlocks()),
 		VacuumRuns:     db.vac.runs.Load(), AutovacuumRuns: db.av.runs.Load(),
 		VacuumPagesScanned: db.vac.pagesScanned.Load(), VacuumPagesSkipped: db.vac.pagesSkipped.Load(),
+		VacuumChainsRead: db.vac.chainsRead.Load(), VacuumChainsSkipped: db.vac.chainsSkipped.Load(),
 		VacuumTuplesRemoved: db.vac.tuplesRemoved.Load(), VacuumPagesCompacted: db.vac.pagesCompacted.Load(),
 		VacuumTuplesFrozen: db.vac.tuplesFrozen.Load(),
 		HintBitsSet:        db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),

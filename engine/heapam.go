@@ -35,14 +35,26 @@ const chunkSize = heap.MaxTupleSize - heap.TupleHeaderSize
 // reported instead of followed forever.
 const maxChainLength = 1 << 24
 
+// nInsertTargets is the number of insert target slots of each kind: new
+// keys (and out-of-line chunks) use slots [0, nInsertTargets), new versions
+// of existing keys that do not fit on their predecessor's page use
+// [nInsertTargets, 2*nInsertTargets).
 const nInsertTargets = 8
 
 const noBlock = math.MaxUint32
 
 // insertTargets are the pages new tuples go to, one per slot, so that
 // concurrent writers do not all contend for the last page of the heap.
+//
+// New keys and new versions of existing keys fill different pages. A key
+// that was updated once is likely to be updated again, and one that was only
+// inserted (a log, pgbench's history) likely never: kept apart, the pages of
+// inserted-only keys are left alone after vacuum marks them all-visible, so
+// later vacuums skip them and index-only reads stay on the fast path, while
+// the pages of updated keys are the ones vacuum keeps compacting. PostgreSQL
+// gets the same separation from keeping tables in relations of their own.
 type insertTargets struct {
-	blk [nInsertTargets]atomic.Uint32
+	blk [2 * nInsertTargets]atomic.Uint32
 }
 
 func (it *insertTargets) reset() {
@@ -120,8 +132,22 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 	}
 
 	slot := int(xid % nInsertTargets)
+	if old.Valid() {
+		slot += nInsertTargets
+	}
+	// A new version goes on its predecessor's page when it fits, as
+	// PostgreSQL's heap_update tries the old page first: one page to lock
+	// and log, and a key's versions stay together, so the space vacuum
+	// frees on a page is taken by the next versions of the same keys.
+	samePage := old.Valid()
 	for {
-		tgt, err := db.targetBuffer(slot, len(tup))
+		var tgt *bufpool.Buffer
+		var err error
+		if samePage {
+			tgt, err = db.pool.Get(old.Block)
+		} else {
+			tgt, err = db.targetBuffer(slot, len(tup))
+		}
 		if err != nil {
 			return heap.InvalidTID, err
 		}
@@ -153,6 +179,13 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 
 		page := tgt.Page()
 		wasNew := heap.IsNew(page)
+		if samePage && (wasNew || heap.FreeSpace(page) < len(tup)) {
+			// A new page cannot hold the old version: leave it to
+			// setXmaxOnPage below to report, on the usual path.
+			unlock()
+			samePage = false
+			continue
+		}
 		if wasNew {
 			heap.InitPage(page)
 		} else if heap.FreeSpace(page) < len(tup) {

@@ -15,7 +15,32 @@ import (
 type indexEntry struct {
 	key  string
 	head atomic.Uint64 // heap.TID.Pack(); heap.InvalidTID before the first version lands
+	// vac says whether vacuum may skip the key: vacDirty, vacExamining or
+	// vacClean (see markWritten and vacuumRun.chain).
+	vac atomic.Uint32
 }
+
+// The states of indexEntry.vac. A key is clean when vacuum found its chain
+// to be a single version that every snapshot sees, with no xmax: nothing on
+// it can become removable until the key is written again.
+//
+// Writers mark the key dirty after their heap change; vacuum marks it
+// examining before it reads the chain and makes it clean (compare-and-swap
+// from examining) only if the chain it read was clean. A write whose heap
+// change vacuum's read missed marks the key dirty after vacuum marked it
+// examining, so the swap fails; a write whose mark came before was visible
+// to the read. Either way no write is skipped. Entries start dirty, also
+// when the index is rebuilt at open.
+const (
+	vacDirty uint32 = iota
+	vacExamining
+	vacClean
+)
+
+// markWritten records that the key's chain changed (a version added, an
+// xmax set, or an attempt that may have placed chunks). The caller has made
+// its heap change already.
+func (e *indexEntry) markWritten() { e.vac.Store(vacDirty) }
 
 func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
 

@@ -322,6 +322,8 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		return ErrClosed
 	}
 	e := db.idx.getOrCreate(key)
+	// Whatever happens below, vacuum must look at this key again.
+	defer e.markWritten()
 	head := e.headTID()
 	cur, found, deleted, err := db.latest(e, me, fn != nil)
 	if err != nil {

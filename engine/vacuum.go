@@ -105,6 +105,11 @@ type VacuumStats struct {
 	// as all-frozen by the visibility map; PagesCompacted the pages a
 	// pruning record changed; PagesAllVisible the pages marked all-visible.
 	PagesScanned, PagesSkipped, PagesCompacted, PagesAllVisible uint64
+	// ChainsRead counts the keys whose version chains the first pass
+	// read; ChainsSkipped those it did not need to read, because no one
+	// wrote the key since a run found its one version visible to everyone,
+	// or because its newest version lies on an all-visible page.
+	ChainsRead, ChainsSkipped uint64
 	// Aggressive says the run read every page not all-frozen, so that
 	// FrozenXid could advance (see Options.VacuumFreezeTableAge); a
 	// non-aggressive run skips all-visible pages and keeps FrozenXid.
@@ -129,6 +134,7 @@ type vacuumState struct {
 	mu sync.Mutex
 
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
+	chainsRead, chainsSkipped                                                     atomic.Uint64
 
 	// frozenXid is FrozenXid of the last run, or what the index rebuild
 	// found at open.
@@ -233,6 +239,8 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	db.vac.pagesCompacted.Add(v.st.PagesCompacted)
 	db.vac.pagesScanned.Add(v.st.PagesScanned)
 	db.vac.pagesSkipped.Add(v.st.PagesSkipped)
+	db.vac.chainsRead.Add(v.st.ChainsRead)
+	db.vac.chainsSkipped.Add(v.st.ChainsSkipped)
 	if err != nil {
 		v.batch.releaseLocks(db)
 		return v.st, err
@@ -477,21 +485,38 @@ func (v *vacuumRun) chain(e *indexEntry) error {
 		}
 		return nil
 	}
+	if !v.st.Aggressive && e.vac.Load() == vacClean {
+		// Nothing was written to the key since a run found its one
+		// version visible to everyone: nothing to prune. Only an
+		// aggressive run freezes it.
+		v.st.ChainsSkipped++
+		return nil
+	}
 	if av, af := db.pageAllVisible(head.Block); av && (af || !v.st.Aggressive) {
 		// An all-visible page holds only versions that end their chains:
 		// nothing to prune. Only an aggressive run freezes them, and an
 		// all-frozen page needs nothing at all.
+		v.st.ChainsSkipped++
 		return nil
 	}
+	v.st.ChainsRead++
 	for {
+		e.vac.Store(vacExamining)
 		c, err := v.readChain(e)
 		if err != nil {
+			e.vac.Store(vacDirty)
 			return err
 		}
 		p, partial := v.plan(e, c)
 		if p == nil {
+			if v.chainClean(c) {
+				e.vac.CompareAndSwap(vacExamining, vacClean)
+			} else {
+				e.vac.CompareAndSwap(vacExamining, vacDirty)
+			}
 			return nil
 		}
+		e.vac.CompareAndSwap(vacExamining, vacDirty)
 		if err := v.add(p); err != nil {
 			return err
 		}
@@ -504,6 +529,18 @@ func (v *vacuumRun) chain(e *indexEntry) error {
 			return err
 		}
 	}
+}
+
+// chainClean reports whether chain c (newest first), which vacuum has
+// nothing to do on, is a single version every snapshot sees and that no one
+// deleted: one no run can remove anything from until the key is written.
+func (v *vacuumRun) chainClean(c []chainVersion) bool {
+	if len(c) != 1 {
+		return false
+	}
+	cv := &c[0]
+	return cv.xminCommitted && cv.v.hdr.Xmax == 0 && !cv.v.hdr.Prev.Valid() &&
+		(cv.v.hdr.Infomask&heap.Frozen != 0 || cv.v.hdr.Xmin < v.st.OldestXmin)
 }
 
 // plan decides what to do with chain c of entry e (newest first). It

@@ -63,6 +63,10 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if *start != "" && *end != "" && e < s {
+		fmt.Fprintf(stderr, "mvkv waldump: --end %s lies before --start %s\n", *end, *start)
+		return 2
+	}
 	if err := engine.DumpWAL(nil, dir, s, e, stdout); err != nil {
 		fmt.Fprintf(stderr, "mvkv waldump: %v\n", err)
 		return 1

@@ -1,0 +1,66 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"mvkv/internal/heap"
+)
+
+func TestStatTuple(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	const accounts, history = 300, 200
+	for i := 0; i < accounts; i++ {
+		mustPut(t, db, fmt.Sprintf("a:%05d", i), strings.Repeat("x", 90))
+	}
+	for i := 0; i < history; i++ {
+		mustPut(t, db, fmt.Sprintf("h:%05d", i), strings.Repeat("y", 30))
+	}
+	for i := 0; i < 50; i++ {
+		mustPut(t, db, fmt.Sprintf("a:%05d", i), strings.Repeat("z", 90))
+	}
+	mustPut(t, db, "big", strings.Repeat("b", 3*heap.PageSize))
+	class := func(k []byte) string {
+		if k == nil {
+			return "chunk"
+		}
+		return string(k[:min(2, len(k))])
+	}
+	u, pages, err := db.StatTuple(context.Background(), class)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != uint64(db.pool.NBlocks()) {
+		t.Errorf("read %d pages of %d", pages, db.pool.NBlocks())
+	}
+	if u["a:"].Tuples != accounts+50 || u["h:"].Tuples != history || u["bi"].Tuples != 1 || u["chunk"].Tuples != 4 {
+		t.Errorf("tuples by class: %+v", u)
+	}
+	var sum uint64
+	for c, x := range u {
+		if x.Pages == 0 || x.Pages > pages || x.TupleBytes > x.Pages*heap.PageSize {
+			t.Errorf("%s: %+v in %d pages", c, x, pages)
+		}
+		sum += x.TupleBytes
+	}
+	if sum > pages*heap.PageSize {
+		t.Errorf("%d tuple bytes in %d pages", sum, pages)
+	}
+	// Vacuum removes the 50 old account versions.
+	mustVacuum(t, db)
+	if u, _, err = db.StatTuple(context.Background(), class); err != nil || u["a:"].Tuples != accounts {
+		t.Errorf("after vacuum: %+v, %v", u["a:"], err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := db.StatTuple(ctx, class); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled: %v", err)
+	}
+	db.Close()
+	if _, _, err := db.StatTuple(context.Background(), class); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v", err)
+	}
+}
