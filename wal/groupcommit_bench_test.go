@@ -120,7 +120,8 @@ func benchGroupCommit(b *testing.B, fsys vfs.FS, policy FlusherPolicy, delay, n 
 	}
 	b.ReportMetric(float64(d.Syncs)/el, "syncs/s")
 	w.fmu.Lock()
-	b.ReportMetric(float64(w.soloEWMA)/1e6, "solo-ms")
-	b.ReportMetric(float64(w.overlapEWMA)/1e6, "overlap-ms")
+	b.ReportMetric(float64(w.overlap.solo)/1e6, "solo-ms")
+	b.ReportMetric(float64(w.overlap.overlap)/1e6, "overlap-ms")
+	b.ReportMetric(float64(w.overlap.batched)/earlyOne, "batched-share")
 	w.fmu.Unlock()
 }

@@ -140,10 +140,13 @@ type failure struct{ err error }
 
 // syncReq is one outstanding sync of the pipelined flusher.
 type syncReq struct {
-	target  LSN           // everything below was written before the sync was issued
-	done    bool          // guarded by Writer.fmu
-	err     error         // guarded by Writer.fmu
-	retired chan struct{} // closed when the sync leaves the in-flight queue
+	target     LSN           // everything below was written before the sync was issued
+	overlapped bool          // another sync was in flight when it was issued
+	done       bool          // guarded by Writer.fmu
+	doneAt     time.Time     // guarded by Writer.fmu: when the sync returned
+	lat        time.Duration // guarded by Writer.fmu: how long it took
+	err        error         // guarded by Writer.fmu
+	retired    chan struct{} // closed when the sync leaves the in-flight queue
 }
 
 // Writer appends records to the log and makes them durable with group
@@ -185,7 +188,7 @@ type Writer struct {
 	depth      int // pipelined: most syncs in flight
 	logger     *slog.Logger
 	activeTxns func() int
-	now        func() time.Time    // injected clock, for the commit_delay wait
+	now        func() time.Time    // injected clock, for the commit_delay wait and timing pipelined syncs
 	sleep      func(time.Duration) // injected sleep, for delays of 1ms and more
 
 	commitDelay    atomic.Int64 // microseconds
@@ -218,11 +221,10 @@ type Writer struct {
 
 	syncEWMA atomic.Int64 // moving average of sync latency, nanoseconds (commit_delay=auto)
 
-	// Pipelined: moving averages of the latency of syncs issued with none
-	// outstanding (solo) and with some outstanding (overlapped), in
-	// nanoseconds, and the rounds issued; guarded by fmu. See syncSlotsLocked.
-	soloEWMA, overlapEWMA int64
-	rounds                uint64
+	// Pipelined: whether the device overlaps syncs (see syncSlotsLocked),
+	// and when the last retired sync returned; guarded by fmu.
+	overlap    syncOverlap
+	lastDoneAt time.Time
 
 	// Owned by the holder of the flusher role (pipelined: the writer role,
 	// with no sync in flight for a switch; or Close once closed).
@@ -334,6 +336,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	}
 	w.fcond.L = &w.fmu
 	w.wcond.L = &w.fmu
+	w.overlap = newSyncOverlap()
 	w.issued = end
 	w.commitDelay.Store(int64(opts.CommitDelay))
 	w.commitSiblings.Store(int64(opts.CommitSiblings))
@@ -695,22 +698,12 @@ func (w *Writer) coveringLocked(upTo LSN) *syncReq {
 // syncSlotsLocked returns how many syncs may be outstanding at once. A
 // second sync issued while one is outstanding only helps on a device that
 // works on several at once (a drive with a command queue, the rotating-disk
-// model): there it completes about as soon as the first, so the overlapped
-// syncs' average latency is no worse than solo ones'. A device that
-// serializes syncs makes an overlapped sync wait for the one ahead of it,
-// which only splits the next group in two; when overlapped syncs take more
-// than 1.5 times as long as solo ones, the flusher keeps one sync at a time
-// (the serial scheme, with its larger groups), allowing a second one every
-// 32nd round to keep measuring.
-func (w *Writer) syncSlotsLocked() int {
-	if w.soloEWMA == 0 || w.overlapEWMA == 0 || 2*w.overlapEWMA <= 3*w.soloEWMA {
-		return w.depth
-	}
-	if w.rounds%32 == 0 {
-		return min(2, w.depth)
-	}
-	return 1
-}
+// model). A device that serializes syncs makes an overlapped sync wait for
+// the one ahead of it, which only splits the next group in two; on such a
+// device the flusher keeps one sync at a time (the serial scheme, with its
+// larger groups), allowing a second one every probeEvery-th round to keep
+// measuring. See syncOverlap for how the device is judged.
+func (w *Writer) syncSlotsLocked() int { return w.overlap.slots(w.depth) }
 
 // ewma folds sample into the moving average avg with weight 1/8 (TCP's
 // smoothed round-trip time); an average of 0 has no samples yet.
@@ -768,30 +761,34 @@ func (w *Writer) issue(commit bool) error {
 	}
 	req := &syncReq{target: target, retired: make(chan struct{})}
 	w.fmu.Lock()
-	overlapped := len(w.inflight) > 0
-	w.rounds++
+	req.overlapped = len(w.inflight) > 0
+	w.overlap.issued()
 	w.inflight = append(w.inflight, req)
 	w.issued = target
 	w.writing = false
 	w.wcond.Broadcast()
 	w.fmu.Unlock()
 
-	t0 := time.Now()
+	t0 := w.now()
 	serr := w.sync(f)
-	lat := int64(time.Since(t0))
+	t1 := w.now()
 
 	w.fmu.Lock()
 	defer w.fmu.Unlock()
-	if overlapped {
-		w.overlapEWMA = ewma(w.overlapEWMA, lat)
-	} else {
-		w.soloEWMA = ewma(w.soloEWMA, lat)
+	if !req.overlapped {
+		w.overlap.soloDone(t1.Sub(t0))
 	}
-	req.done, req.err = true, serr
+	req.done, req.doneAt, req.lat, req.err = true, t1, t1.Sub(t0), serr
 	for len(w.inflight) > 0 && w.inflight[0].done {
 		r := w.inflight[0]
 		w.inflight[0] = nil
 		w.inflight = w.inflight[1:]
+		// The sync retired just before r is the one that was last in the
+		// queue when r was issued.
+		if r.overlapped && !w.lastDoneAt.IsZero() {
+			w.overlap.overlappedDone(r.lat, r.doneAt.Sub(w.lastDoneAt))
+		}
+		w.lastDoneAt = r.doneAt
 		if r.err != nil {
 			w.fail(r.err)
 		} else if w.failed.Load() == nil {
