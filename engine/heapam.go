@@ -64,13 +64,21 @@ func (it *insertTargets) reset() {
 }
 
 // targetBuffer returns the insert target of slot, pinned: the current one,
-// else a page the free space map says has need bytes free, else a new page
-// at the end of the heap.
+// else a page the free space map says has need bytes free (half a page for
+// the slots of new keys), else a new page at the end of the heap.
 func (db *DB) targetBuffer(slot, need int) (*bufpool.Buffer, error) {
 	if blk := db.targets.blk[slot].Load(); blk != noBlock {
 		return db.pool.Get(blk)
 	}
-	if blk, ok := db.fsm.take(need); ok {
+	want := need
+	if slot < nInsertTargets {
+		// New keys take only pages at least half empty: the space vacuum
+		// frees among updated keys (a few dead versions a page) stays for
+		// their next versions, as PostgreSQL keeps a table's free space
+		// for that table, while pages emptied by deletes are reused.
+		want = max(need, heap.PageSize/2)
+	}
+	if blk, ok := db.fsm.take(want); ok {
 		buf, err := db.pool.Get(blk)
 		if err != nil {
 			return nil, err
@@ -84,6 +92,18 @@ func (db *DB) targetBuffer(slot, need int) (*bufpool.Buffer, error) {
 	}
 	db.targets.blk[slot].Store(buf.Block())
 	return buf, nil
+}
+
+// recordFreeSpace notes blk's free space in the free space map unless blk
+// is an insert target now: its writers are filling it already, and handing
+// it to a slot of the other kind would mix new keys with updated ones.
+func (db *DB) recordFreeSpace(blk uint32, free int) {
+	for i := range db.targets.blk {
+		if db.targets.blk[i].Load() == blk {
+			return
+		}
+	}
+	db.fsm.record(blk, free)
 }
 
 // placeTuple writes one heap change and its WAL record:

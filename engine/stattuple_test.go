@@ -64,3 +64,51 @@ func TestStatTuple(t *testing.T) {
 		t.Errorf("after Close: %v", err)
 	}
 }
+
+// The space vacuum frees among updated keys goes to their next versions,
+// not to new keys: after updates and a vacuum, new keys land on pages of
+// their own, while a page emptied by deletes is reused by them.
+func TestNewKeysKeepOffUpdatedPages(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	for i := 0; i < 600; i++ {
+		mustPut(t, db, fmt.Sprintf("a:%05d", i), strings.Repeat("x", 90))
+	}
+	for i := 0; i < 600; i += 5 { // 5 is prime to the 8 insert targets: every page loses some
+		mustPut(t, db, fmt.Sprintf("a:%05d", i), strings.Repeat("y", 90))
+	}
+	mustVacuum(t, db)
+	// Forget the partly filled insert targets the load left, so that
+	// the new keys' pages come from the free space map or the end of
+	// the heap only.
+	db.targets.reset()
+	for i := 0; i < 300; i++ {
+		mustPut(t, db, fmt.Sprintf("n:%05d", i), strings.Repeat("z", 30))
+	}
+	seen := map[string]bool{}
+	mixed := 0
+	for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {
+		u := map[string]HeapUsage{}
+		if _, err := db.statPage(blk, func(k []byte) string { return string(k[:2]) }, u, seen); err != nil {
+			t.Fatal(err)
+		}
+		if u["a:"].Tuples > 0 && u["n:"].Tuples > 0 {
+			mixed++
+		}
+	}
+	if mixed > 0 {
+		t.Errorf("%d pages hold both updated and new keys", mixed)
+	}
+	// Deleting a run of keys empties pages; new keys reuse them.
+	for i := 0; i < 600; i++ {
+		mustDelete(t, db, fmt.Sprintf("a:%05d", i))
+	}
+	mustVacuum(t, db)
+	before := db.pool.NBlocks()
+	for i := 300; i < 900; i++ {
+		mustPut(t, db, fmt.Sprintf("n:%05d", i), strings.Repeat("z", 30))
+	}
+	if after := db.pool.NBlocks(); after > before {
+		t.Errorf("heap grew from %d to %d pages with emptied pages free", before, after)
+	}
+}

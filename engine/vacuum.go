@@ -882,7 +882,7 @@ func (db *DB) logPrune(blocks []uint32, pages map[uint32]*prunePage, prepare fun
 	}
 	for _, b := range bufs {
 		heap.SetPageLSN(b.Page(), uint64(end))
-		db.fsm.record(b.Block(), heap.FreeSpace(b.Page()))
+		db.recordFreeSpace(b.Block(), heap.FreeSpace(b.Page()))
 	}
 	if locked != nil {
 		locked()
@@ -1079,7 +1079,7 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 			allVisible = false
 		}
 	}
-	db.fsm.record(blk, heap.FreeSpace(page))
+	db.recordFreeSpace(blk, heap.FreeSpace(page))
 	if allVisible {
 		// Set the bits unless they are set already; an all-visible page
 		// whose tuples this run froze becomes all-frozen.
