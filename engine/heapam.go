@@ -95,10 +95,11 @@ func (db *DB) targetBuffer(slot, need int) (*bufpool.Buffer, error) {
 }
 
 // recordFreeSpace notes blk's free space in the free space map unless blk
-// is an insert target now: its writers are filling it already, and handing
-// it to a slot of the other kind would mix new keys with updated ones.
+// is the insert target of a slot for new versions of existing keys: its
+// writers are filling it already, and a new key taking it from the map
+// would mix the two kinds of pages.
 func (db *DB) recordFreeSpace(blk uint32, free int) {
-	for i := range db.targets.blk {
+	for i := nInsertTargets; i < len(db.targets.blk); i++ {
 		if db.targets.blk[i].Load() == blk {
 			return
 		}
