@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -220,21 +221,29 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 }
 
 func cmdInfo(x *execCtx, args [][]byte) error {
-	x.out = redcon.AppendBulkString(x.out, x.c.s.info(args[1:]))
+	info, err := x.c.s.info(x.c.ctx, args[1:])
+	if err != nil {
+		x.out = appendEngineError(x.out, err)
+		return nil
+	}
+	x.out = redcon.AppendBulkString(x.out, info)
 	return nil
 }
 
-// info renders INFO's sections: server, clients, persistence, stats, and
-// mvkv (WAL, group commit, CLOG, buffer pool, checkpoints).
-func (s *Server) info(want [][]byte) string {
+// info renders INFO's sections in Redis's order: server, clients,
+// persistence, stats, keyspace, then mvkv (WAL, group commit, CLOG, buffer
+// pool, checkpoints), placed last as Redis places modules' sections.
+// Only the keyspace section can fail: it reads the keys.
+func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	sel := map[string]bool{}
 	for _, w := range want {
 		sel[strings.ToLower(string(w))] = true
 	}
 	all := len(sel) == 0 || sel["all"] || sel["everything"] || sel["default"]
 	var b strings.Builder
+	wanted := func(name string) bool { return all || sel[name] }
 	section := func(name string, lines ...string) {
-		if !all && !sel[name] {
+		if !wanted(name) {
 			return
 		}
 		if b.Len() > 0 {
@@ -286,6 +295,17 @@ func (s *Server) info(want [][]byte) string {
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
 		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
 		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()))
+	if wanted("keyspace") {
+		keys, expires, err := s.keyspace(ctx)
+		if err != nil {
+			return "", err
+		}
+		if keys == 0 {
+			section("keyspace") // as Redis: no db0 line for an empty database
+		} else {
+			section("keyspace", fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", keys, expires))
+		}
+	}
 	section("mvkv",
 		fmt.Sprintf("commits:%d", st.Commits),
 		fmt.Sprintf("aborts:%d", st.Aborts),
@@ -326,7 +346,30 @@ func (s *Server) info(want [][]byte) string {
 		fmt.Sprintf("buffer_writes:%d", st.BufferWrites),
 		fmt.Sprintf("buffer_evictions:%d", st.BufferEvictions),
 		fmt.Sprintf("index_keys:%d", st.Keys))
-	return b.String()
+	return b.String(), nil
+}
+
+// keyspace counts the live keys and, among them, those with an expiry, for
+// INFO's keyspace section. Redis keeps both as counters; mvkv has neither
+// (the index also holds deleted keys, and deadlines live in the values),
+// so this is one read-only scan of every key and its value: O(N) in keys,
+// the cost of DBSIZE. Keys past their deadline but not yet reaped count as
+// gone, as DBSIZE counts them. avg_ttl is not estimated (reported as 0).
+func (s *Server) keyspace(ctx context.Context) (keys, expires int64, err error) {
+	err = s.db.View(ctx, func(tx *engine.Txn) error {
+		keys, expires = 0, 0
+		now := time.Now().UnixMilli()
+		return tx.Scan(nil, nil, func(_, raw []byte) bool {
+			if _, deadline := decodeValue(raw); deadline == 0 {
+				keys++
+			} else if deadline > now {
+				keys++
+				expires++
+			}
+			return true
+		})
+	})
+	return keys, expires, err
 }
 
 // cursorTable maps SCAN cursors to the key the scan resumes from. Redis

@@ -165,7 +165,7 @@ func init() {
 		{"unwatch", 1, 0, ctl(func(c *conn, _ [][]byte) { c.unwatchAll(); c.out = append(c.out, "+OK\r\n"...) })},
 		{"shutdown", -1, flagNoMulti, cmdShutdown},
 		{"checkpoint", 1, flagNoMulti, cmdCheckpoint},
-		{"vacuum", -1, flagNoMulti, cmdVacuum},
+		{"vacuum", 1, flagNoMulti, cmdVacuum},
 	}
 	commandTable = make(map[string]*command, len(cmds))
 	for _, c := range cmds {

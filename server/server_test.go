@@ -433,6 +433,9 @@ func TestErrorReplies(t *testing.T) {
 		{[]string{"SCAN", "x"}, "-ERR invalid cursor\r\n"},
 		{[]string{"SCAN", "0", "COUNT", "0"}, "-ERR syntax error\r\n"},
 		{[]string{"VACUUM"}, "+OK\r\n"},
+		{[]string{"VACUUM", "full"}, "-ERR wrong number of arguments for 'vacuum' command\r\n"},
+		{[]string{"VACUUM", "extra", "args"}, "-ERR wrong number of arguments for 'vacuum' command\r\n"},
+		{[]string{"CHECKPOINT", "now"}, "-ERR wrong number of arguments for 'checkpoint' command\r\n"},
 	} {
 		r.cmd(c.args...)
 		if got := r.reply(); got != c.want {
@@ -657,4 +660,59 @@ func TestShutdownCommand(t *testing.T) {
 		t.Fatalf("after shutdown: %q %v", v, err)
 	}
 	tx.Rollback()
+}
+
+// TestInfoKeyspace checks INFO's keyspace section against Redis 7's text:
+// no db0 line while the database is empty, keys counting only live keys,
+// expires those of them with a deadline, and the section placed after
+// stats in the default, all and everything selections.
+func TestInfoKeyspace(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	info := func(args ...string) string {
+		t.Helper()
+		r.cmd(append([]string{"INFO"}, args...)...)
+		got := r.reply()
+		head, body, ok := strings.Cut(got, "\r\n")
+		if !ok || !strings.HasPrefix(head, "$") {
+			t.Fatalf("INFO %q: %q", args, got)
+		}
+		return body[:len(body)-2]
+	}
+	if got := info("keyspace"); got != "# Keyspace\r\n" {
+		t.Fatalf("INFO keyspace, empty: %q", got)
+	}
+	for _, c := range [][]string{
+		{"SET", "a", "1"},
+		{"SET", "b", "2", "EX", "1000"},
+		{"SET", "c", "3"},
+		{"PEXPIRE", "c", "100000"},
+		{"SET", "d", "4"},
+		{"DEL", "d"},
+		// Past its deadline already: gone, and not counted.
+		{"SET", "e", "5", "PXAT", "1"},
+	} {
+		r.cmd(c...)
+		r.reply()
+	}
+	want := "# Keyspace\r\ndb0:keys=3,expires=2,avg_ttl=0\r\n"
+	if got := info("keyspace"); got != want {
+		t.Fatalf("INFO keyspace: %q, want %q", got, want)
+	}
+	for _, sel := range [][]string{nil, {"all"}, {"everything"}, {"default"}, {"KEYSPACE", "server"}} {
+		got := info(sel...)
+		i := strings.Index(got, want)
+		if i < 0 {
+			t.Fatalf("INFO %q lacks %q:\n%s", sel, want, got)
+		}
+		if j := strings.Index(got, "# Stats"); j > i {
+			t.Errorf("INFO %q: keyspace before stats:\n%s", sel, got)
+		}
+		if j := strings.Index(got, "# Mvkv"); j >= 0 && j < i {
+			t.Errorf("INFO %q: mvkv before keyspace:\n%s", sel, got)
+		}
+	}
+	if got := info("stats"); strings.Contains(got, "Keyspace") {
+		t.Errorf("INFO stats has the keyspace section:\n%s", got)
+	}
 }
