@@ -74,8 +74,19 @@ Engine options:
   --clog-group-update=on|off
                            CLOG group update of statuses (default: on)
   --autovacuum=on|off      autovacuum (default: on)
-  --autovacuum-naptime=SEC autovacuum_naptime: how often autovacuum checks
-                           the dead-tuple count (default: 60)
+  --autovacuum-naptime=SEC|DURATION
+                           autovacuum_naptime: how often autovacuum checks
+                           the dead-tuple count; a bare number counts
+                           seconds, as PostgreSQL's, or a duration such as
+                           90s or 5m, from 1s to 2147483s (default: 60)
+  --autovacuum-vacuum-threshold=NUM
+                           autovacuum_vacuum_threshold: dead tuples beyond
+                           scale factor x live tuples before autovacuum
+                           runs vacuum, at least 1 (default: 50)
+  --autovacuum-vacuum-scale-factor=NUM
+                           autovacuum_vacuum_scale_factor: the fraction of
+                           the live tuples added to the threshold, above 0
+                           and at most 100 (default: 0.2)
   --visibility-map=crash-safe|unlogged
                            WAL-logged visibility map bits (default), or
                            unlogged ones as before PostgreSQL 9.2: UNSAFE
@@ -113,7 +124,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		segSize, maxWAL                string
 		clogLocking, clogGroup         string
 		autovacuum, visibilityMap      string
-		naptime                        int
+		naptime                        string
+		avThreshold                    int
+		avScaleFactor                  float64
 		cpuprofile                     string
 	)
 	fs.StringVar(&dir, "dir", "", "")
@@ -142,7 +155,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
 	fs.StringVar(&autovacuum, "autovacuum", "on", "")
-	fs.IntVar(&naptime, "autovacuum-naptime", 60, "")
+	fs.StringVar(&naptime, "autovacuum-naptime", "60", "")
+	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 50, "")
+	fs.Float64Var(&avScaleFactor, "autovacuum-vacuum-scale-factor", 0.2, "")
 	fs.StringVar(&visibilityMap, "visibility-map", "crash-safe", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -209,10 +224,17 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		return fail("invalid --clog-buffers %d (0 or 16..131072)", clogBuffers)
 	case clogLocking != "bank" && clogLocking != "global":
 		return fail("invalid --clog-locking %q (want bank or global)", clogLocking)
-	case naptime < 1 || naptime > 2147483:
-		return fail("invalid --autovacuum-naptime %d (1..2147483 seconds)", naptime)
+	// engine.Options takes 0 for the default, so 0 cannot be passed on.
+	case avThreshold < 1:
+		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1)", avThreshold)
+	case !(avScaleFactor > 0 && avScaleFactor <= 100):
+		return fail("invalid --autovacuum-vacuum-scale-factor %v (above 0, at most 100)", avScaleFactor)
 	case visibilityMap != engine.VisibilityMapCrashSafe && visibilityMap != engine.VisibilityMapUnlogged:
 		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
+	}
+	napDuration, err := parseNaptime(naptime)
+	if err != nil {
+		return fail("invalid --autovacuum-naptime %q: %v", naptime, err)
 	}
 	autovacuumOn, err := bench.ParseOnOff(autovacuum)
 	if err != nil {
@@ -258,6 +280,24 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		defer pprof.StopCPUProfile()
 	}
 
+	// Bind before opening the data directory: a bad or busy address fails
+	// at once rather than after recovery, and the data directory is left
+	// untouched.
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintln(stderr, errorLine(err))
+		return 1
+	}
+	defer ln.Close() // after Serve has closed it; a second Close is harmless
+	var mln net.Listener
+	if metricsAddr != "" {
+		if mln, err = net.Listen("tcp", metricsAddr); err != nil {
+			fmt.Fprintf(stderr, "mvkv: metrics: %v\n", err)
+			return 1
+		}
+		defer mln.Close()
+	}
+
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	db, err := engine.Open(dir, engine.Options{
 		Logger:            log,
@@ -275,24 +315,22 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		CLOGLocking:       clogLocking,
 		CLOGGroupUpdate:   &groupUpdate,
 		Autovacuum:        &autovacuumOn,
-		AutovacuumNaptime: time.Duration(naptime) * time.Second,
+		AutovacuumNaptime: napDuration,
 		VisibilityMap:     visibilityMap,
+
+		AutovacuumVacuumThreshold:   avThreshold,
+		AutovacuumVacuumScaleFactor: avScaleFactor,
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "mvkv: %v\n", err)
+		fmt.Fprintln(stderr, errorLine(err))
 		return 1
 	}
 	defer func() {
 		if err := db.Close(); err != nil {
-			fmt.Fprintf(stderr, "mvkv: close: %v\n", err)
+			fmt.Fprintf(stderr, "mvkv: close: %s\n", strings.TrimPrefix(err.Error(), "mvkv: "))
 			status = 1
 		}
 	}()
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		fmt.Fprintf(stderr, "mvkv: %v\n", err)
-		return 1
-	}
 	srv := server.New(db, server.Config{
 		MaxClients:        maxClients,
 		Timeout:           time.Duration(timeout) * time.Second,
@@ -301,13 +339,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		ShutdownTimeout:   time.Duration(shutdownTimeout) * time.Second,
 		Logger:            log,
 	})
-	if metricsAddr != "" {
-		mln, err := net.Listen("tcp", metricsAddr)
-		if err != nil {
-			ln.Close()
-			fmt.Fprintf(stderr, "mvkv: metrics: %v\n", err)
-			return 1
-		}
+	if mln != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(srv.Registry(), promhttp.HandlerOpts{}))
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -317,7 +349,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	fmt.Fprintf(stdout, "ready to accept connections on %s\n", ln.Addr())
 	if err := srv.Serve(ctx, ln); !errors.Is(err, server.ErrServerClosed) {
-		fmt.Fprintf(stderr, "mvkv: %v\n", err)
+		fmt.Fprintln(stderr, errorLine(err))
 		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(shutdownTimeout)*time.Second)
 		srv.Shutdown(sctx)
 		cancel()
@@ -332,4 +364,35 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	fmt.Fprintf(stdout, "shut down\n")
 	return status
+}
+
+// errorLine is err as one line of stderr with a single "mvkv: " prefix: the
+// engine's errors carry it already, the standard library's do not.
+func errorLine(err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, "mvkv: ") {
+		return msg
+	}
+	return "mvkv: " + err.Error()
+}
+
+// parseNaptime parses --autovacuum-naptime as PostgreSQL's
+// autovacuum_naptime: a bare integer counts seconds; otherwise a Go
+// duration (90s, 5m). The range is PostgreSQL's, 1 s to 2147483 s.
+func parseNaptime(v string) (time.Duration, error) {
+	const lo, hi = time.Second, 2147483 * time.Second
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 1 || n > int64(hi/time.Second) {
+			return 0, fmt.Errorf("want 1..2147483 seconds")
+		}
+		d = time.Duration(n) * time.Second
+	} else {
+		if d, err = time.ParseDuration(v); err != nil {
+			return 0, fmt.Errorf("want a number of seconds or a duration such as 90s")
+		}
+	}
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("want 1s..2147483s")
+	}
+	return d, nil
 }

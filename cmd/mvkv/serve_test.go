@@ -6,10 +6,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -90,6 +94,11 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--dir", t.TempDir(), "--wal-segment-size", "3MB"},
 		{"serve", "--dir", t.TempDir(), "--max-wal-size", "1MB"},
 		{"serve", "--dir", t.TempDir(), "--wal-writer-delay", "0"},
+		{"serve", "--dir", t.TempDir(), "--autovacuum-naptime", "500ms"},
+		{"serve", "--dir", t.TempDir(), "--autovacuum-naptime", "0"},
+		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-threshold", "-1"},
+		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-scale-factor", "101"},
+		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-scale-factor", "NaN"},
 	} {
 		errb.Reset()
 		if code := run(args, &out, &errb); code != 2 {
@@ -104,7 +113,8 @@ func TestServe(t *testing.T) {
 	dir := t.TempDir()
 	p := startServe(t, dir, "--commit-delay", "auto", "--commit-siblings", "0", "--wal-writer-delay", "50",
 		"--checkpoint-timeout", "0", "--max-wal-size", "64", "--lock-timeout", "5000", "--clog-buffers", "32",
-		"--clog-locking", "global", "--clog-group-update", "off", "--wal-segment-size", "4MB")
+		"--clog-locking", "global", "--clog-group-update", "off", "--wal-segment-size", "4MB",
+		"--autovacuum-naptime", "90s", "--autovacuum-vacuum-threshold", "10", "--autovacuum-vacuum-scale-factor", "0.5")
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: p.addr})
 	if err := c.Set(ctx, "persisted", "yes", 0).Err(); err != nil {
@@ -215,5 +225,85 @@ func TestServeRedisTools(t *testing.T) {
 	defer c.Close()
 	if got := c.Get(context.Background(), "counter:__rand_int__").Val(); got != fmt.Sprint(20000) {
 		t.Errorf("counter after redis-benchmark: %q, want 20000", got)
+	}
+}
+
+// TestParseNaptime pins --autovacuum-naptime's two forms, PostgreSQL's bare
+// seconds and a Go duration as mvkv bench takes, and PostgreSQL's range.
+func TestParseNaptime(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration // 0: an error
+	}{
+		{"60", time.Minute},
+		{"1", time.Second},
+		{"2147483", 2147483 * time.Second},
+		{"1s", time.Second},
+		{"90s", 90 * time.Second},
+		{"5m", 5 * time.Minute},
+		{"1500ms", 1500 * time.Millisecond},
+		{"2147483s", 2147483 * time.Second},
+		{"500ms", 0},
+		{"0", 0},
+		{"0s", 0},
+		{"-1", 0},
+		{"-5s", 0},
+		{"2147484", 0},
+		{"2147484s", 0},
+		{"1e3", 0},
+		{"", 0},
+		{"soon", 0},
+	} {
+		got, err := parseNaptime(c.in)
+		switch {
+		case c.want == 0 && err == nil:
+			t.Errorf("parseNaptime(%q) = %v, want an error", c.in, got)
+		case c.want != 0 && (err != nil || got != c.want):
+			t.Errorf("parseNaptime(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+}
+
+// TestServeDirIsFile checks the error for a --dir that is a regular file
+// carries one "mvkv: " prefix.
+func TestServeDirIsFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "afile")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := serveRun(context.Background(), []string{"--dir", f, "--listen", "127.0.0.1:0"}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1; stderr %q", code, errb.String())
+	}
+	if got := errb.String(); !strings.HasPrefix(got, "mvkv: ") || strings.Contains(got, "mvkv: mvkv:") || !strings.Contains(got, f) {
+		t.Fatalf("stderr %q, want one line with one \"mvkv: \" prefix naming %s", got, f)
+	}
+}
+
+// TestServeBadAddress checks that a bad --listen or a busy --metrics
+// address fails before the data directory is opened: the directory is not
+// even created.
+func TestServeBadAddress(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:notaport"},
+		{"--listen", busy.Addr().String()},
+		{"--listen", "127.0.0.1:0", "--metrics", busy.Addr().String()},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		var out, errb bytes.Buffer
+		if code := serveRun(context.Background(), append([]string{"--dir", dir}, args...), &out, &errb); code != 1 {
+			t.Errorf("%q: exit %d, want 1; stderr %q", args, code, errb.String())
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%q: the data directory was opened before the address was checked (stat: %v)", args, err)
+		}
+		if got := errb.String(); !strings.HasPrefix(got, "mvkv: ") || strings.Contains(got, "recovery") {
+			t.Errorf("%q: stderr %q", args, got)
+		}
 	}
 }
