@@ -80,9 +80,10 @@ Engine options:
                            seconds, as PostgreSQL's, or a duration such as
                            90s or 5m, from 1s to 2147483s (default: 60)
   --autovacuum-vacuum-threshold=NUM
-                           autovacuum_vacuum_threshold: dead tuples beyond
-                           scale factor x live tuples before autovacuum
-                           runs vacuum, at least 1 (default: 50)
+                           autovacuum_vacuum_threshold: autovacuum runs
+                           vacuum once the dead tuples exceed this plus
+                           the scale factor times the live tuples; at
+                           least 1 (default: 50)
   --autovacuum-vacuum-scale-factor=NUM
                            autovacuum_vacuum_scale_factor: the fraction of
                            the live tuples added to the threshold, above 0
@@ -226,9 +227,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		return fail("invalid --clog-locking %q (want bank or global)", clogLocking)
 	// engine.Options takes 0 for the default, so 0 cannot be passed on.
 	case avThreshold < 1:
-		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1)", avThreshold)
+		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1; the engine takes 0 for its default)", avThreshold)
 	case !(avScaleFactor > 0 && avScaleFactor <= 100):
-		return fail("invalid --autovacuum-vacuum-scale-factor %v (above 0, at most 100)", avScaleFactor)
+		return fail("invalid --autovacuum-vacuum-scale-factor %v (above 0, at most 100; the engine takes 0 for its default)", avScaleFactor)
 	case visibilityMap != engine.VisibilityMapCrashSafe && visibilityMap != engine.VisibilityMapUnlogged:
 		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
 	}
