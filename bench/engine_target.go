@@ -67,8 +67,9 @@ func (t *engineTarget) EngineStats() engine.Stats { return t.db.Stats() }
 
 // TableUsage counts the heap pages holding rows of the tables the
 // transactions update (accounts, tellers, branches) and of history, with
-// engine.DB.StatTuple: what pg_relation_size would give if they were
-// relations of their own.
+// engine.DB.StatTuple. A page holding rows of both kinds counts in both,
+// so the two may add up to more than the heap; were the tables relations
+// of their own, as in PostgreSQL, those rows would sit on pages of each.
 func (t *engineTarget) TableUsage(ctx context.Context) (TableUsage, error) {
 	u, _, err := t.db.StatTuple(ctx, func(key []byte) string {
 		switch {

@@ -81,7 +81,7 @@ func WriteReport(w io.Writer, r *Results) error {
 	if w := r.WAL; w != nil && w.HeapBlocks > 0 {
 		writeVacuumReport(p, r.HeapBlocksBefore, w)
 		if u := r.Tables; u != nil && r.HeapBlocksBefore > 0 {
-			p("heap pages holding accounts, tellers or branches rows at end: %.1f MiB (%.2fx the heap at start); history rows: %.1f MiB\n",
+			p("heap pages holding accounts, tellers or branches rows at end: %.1f MiB (%.2fx the heap at start); history rows: %.1f MiB (a page holding both counts in both)\n",
 				float64(u.UpdatedPages)*8192/(1<<20), float64(u.UpdatedPages)/float64(r.HeapBlocksBefore), float64(u.HistoryPages)*8192/(1<<20))
 		}
 	}

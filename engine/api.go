@@ -110,7 +110,8 @@ type Options struct {
 	Logger *slog.Logger
 	// SharedBuffers is the size of the heap buffer pool in bytes (default
 	// 128 MiB, PostgreSQL's shared_buffers default), rounded down to 8 KiB
-	// pages, at least 16 pages.
+	// pages, at least 16 pages and at most the machine's physical memory
+	// (Open returns an error above it: the pool is allocated at once).
 	SharedBuffers int64
 	// SynchronousCommit is the default for transactions (default on).
 	SynchronousCommit SynchronousCommit

@@ -127,7 +127,7 @@ func TestCloseWakesLockWaiters(t *testing.T) {
 }
 
 func TestOptionsValidation(t *testing.T) {
-	for _, o := range []Options{{SharedBuffers: -1}, {CLOGBuffers: -5}, {MaxWALSize: -1}, {CommitDelay: 100001}, {CommitSiblings: 1001}} {
+	for _, o := range []Options{{SharedBuffers: -1}, {CLOGBuffers: -5}, {MaxWALSize: -1}, {CommitDelay: 100001}, {CommitSiblings: 1001}, {SharedBuffers: 1 << 62}, {SharedBuffers: 99999 << 40}} {
 		if _, err := Open(t.TempDir(), o); err == nil {
 			t.Errorf("Open accepted %+v", o)
 		}

@@ -125,6 +125,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SharedBuffers < 16*heap.PageSize {
 		o.SharedBuffers = 16 * heap.PageSize
 	}
+	if mem := physicalMemory(); mem > 0 && o.SharedBuffers > mem {
+		// The pool is allocated at Open; asking for more than the machine
+		// has would only end in the runtime's fatal out-of-memory error.
+		return o, fmt.Errorf("mvkv: shared_buffers of %d bytes exceeds the machine's %d bytes of memory", o.SharedBuffers, mem)
+	}
 	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
 		return o, fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", o.CommitDelay)
 	}

@@ -322,8 +322,18 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		return ErrClosed
 	}
 	e := db.idx.getOrCreate(key)
-	// Whatever happens below, vacuum must look at this key again.
-	defer e.markWritten()
+	defer func() {
+		if !e.headTID().Valid() {
+			// No version landed (a delete of a missing key, or a first
+			// write that failed): drop the entry now rather than leave it
+			// to vacuum, which a workload of such deletes never starts.
+			// The row lock, still held, keeps every writer of the key out.
+			db.idx.removeEntry(e)
+			return
+		}
+		// Whatever happened, vacuum must look at this key again.
+		e.markWritten()
+	}()
 	head := e.headTID()
 	cur, found, deleted, err := db.latest(e, me, fn != nil)
 	if err != nil {

@@ -102,8 +102,9 @@ type VacuumStats struct {
 	// with an older xmin is frozen, and no tuple has an older xmax.
 	FrozenXid uint64
 	// PagesScanned and PagesSkipped count heap pages examined and skipped
-	// as all-frozen by the visibility map; PagesCompacted the pages a
-	// pruning record changed; PagesAllVisible the pages marked all-visible.
+	// by the visibility map (all-visible pages by a lazy run, all-frozen
+	// ones by an aggressive run); PagesCompacted the pages a pruning record
+	// changed; PagesAllVisible the pages marked all-visible.
 	PagesScanned, PagesSkipped, PagesCompacted, PagesAllVisible uint64
 	// ChainsRead counts the keys whose version chains the first pass
 	// read; ChainsSkipped those it did not need to read, because no one

@@ -780,3 +780,22 @@ func TestVacuumSkipsCleanChains(t *testing.T) {
 	}
 	mustVerify(t, db)
 }
+
+// Deleting a key that does not exist leaves no index entry behind, even
+// with no vacuum to come.
+func TestDeleteOfMissingKeyLeavesNoEntry(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	for i := 0; i < 100; i++ {
+		mustDelete(t, db, fmt.Sprint("missing", i))
+	}
+	if n := db.Stats().Keys; n != 1 {
+		t.Errorf("Stats().Keys = %d after deletes of missing keys, want 1", n)
+	}
+	mustPut(t, db, "missing7", "now")
+	if got, ok := get(t, db, "missing7"); !ok || got != "now" {
+		t.Errorf("missing7 = %q, %v", got, ok)
+	}
+	mustVerify(t, db)
+}

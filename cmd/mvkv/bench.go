@@ -234,10 +234,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("invalid thread progress delay: %d", progress)
 	case commitSiblings < 0 || commitSiblings > 1000:
 		return fail("invalid commit siblings: %d (0..1000)", commitSiblings)
-	case fsyncLatency < 0:
-		return fail("invalid --fsync-latency: %v", fsyncLatency)
-	case diskRotation < 0 || math.IsInf(diskRotation, 0) || math.IsNaN(diskRotation):
-		return fail("invalid --disk-rotation: %v", diskRotation)
+	case fsyncLatency < 0 || fsyncLatency > maxFsyncLatency:
+		return fail("invalid --fsync-latency: %v (0..%v)", fsyncLatency, maxFsyncLatency)
+	case math.IsNaN(diskRotation) || diskRotation < 0 || (diskRotation > 0 && diskRotation < 1) || diskRotation > 1e6:
+		return fail("invalid --disk-rotation: %v (0, or 1..1000000 rotations a second)", diskRotation)
 	case repeat < 1:
 		return fail("invalid --repeat: %d", repeat)
 	}
@@ -384,6 +384,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 
 // parseSize reads a PostgreSQL memory setting: a number with a unit B, kB,
 // MB, GB or TB (1024-based, as PostgreSQL), or a bare number of 8 kB pages.
+// maxFsyncLatency bounds --fsync-latency: a model is for experiments, and a
+// sync of hours would only hang the run (Open syncs too).
+const maxFsyncLatency = 10 * time.Second
+
 func parseSize(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	i := 0
