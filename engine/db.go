@@ -125,11 +125,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SharedBuffers < 16*heap.PageSize {
 		o.SharedBuffers = 16 * heap.PageSize
 	}
-	if mem := physicalMemory(); mem > 0 && o.SharedBuffers > mem {
-		// The pool is allocated at Open; asking for more than the machine
-		// has would only end in the runtime's fatal out-of-memory error.
-		return o, fmt.Errorf("mvkv: shared_buffers of %d bytes exceeds the machine's %d bytes of memory", o.SharedBuffers, mem)
-	}
+
 	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
 		return o, fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", o.CommitDelay)
 	}
@@ -218,6 +214,11 @@ func Open(dir string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if mem := physicalMemory(); mem > 0 && opts.SharedBuffers > mem {
+		// The pool is allocated at once; asking for more than the machine
+		// has would only end in the runtime's fatal out-of-memory error.
+		return nil, fmt.Errorf("mvkv: shared_buffers of %d bytes exceeds the machine's %d bytes of memory", opts.SharedBuffers, mem)
 	}
 	fsys := opts.FS
 	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir), filepath.Join(dir, vmDir)} {
