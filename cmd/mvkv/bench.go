@@ -352,17 +352,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		cfg.Dir = tmp
 	}
 	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
+		stop, err := startCPUProfile(cpuprofile)
 		if err != nil {
 			fmt.Fprintf(stderr, "mvkv: %v\n", err)
 			return 1
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "mvkv: %v\n", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -384,6 +379,23 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 
 // parseSize reads a PostgreSQL memory setting: a number with a unit B, kB,
 // MB, GB or TB (1024-based, as PostgreSQL), or a bare number of 8 kB pages.
+// startCPUProfile starts a CPU profile written to path; stop ends it and
+// closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
 // maxFsyncLatency bounds --fsync-latency: a model is for experiments, and a
 // sync of hours would only hang the run (Open syncs too).
 const maxFsyncLatency = 10 * time.Second

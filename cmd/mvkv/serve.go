@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -266,19 +265,13 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 
 	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
+		stop, err := startCPUProfile(cpuprofile)
 		if err != nil {
 			fmt.Fprintf(stderr, "mvkv: %v\n", err)
 			return 1
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "mvkv: %v\n", err)
-			return 1
-		}
-		// Deferred after the file's Close, so it runs first: the
-		// profile is complete once the server has shut down.
-		defer pprof.StopCPUProfile()
+		// The profile is complete once the server has shut down.
+		defer stop()
 	}
 
 	// Bind before opening the data directory: a bad or busy address fails
