@@ -142,12 +142,13 @@ func (o Options) withDefaults() (Options, error) {
 		o.WALWriterDelay = 200 * time.Millisecond
 	}
 	if o.WALFlusher == "" {
-		// Measured in docs/BENCHMARKS.md: on this machine's disk pipelined
-		// matched or beat serial in 12 of 14 cells (2 to 9 times serial's
-		// TPC-B tps, where ten branch rows keep groups small), and on the
-		// rotating-disk model it beat serial's clients/2 ceiling unless
-		// other processes held the CPUs long enough to miss rotations.
-		o.WALFlusher = string(wal.FlusherPipelined)
+		// Measured in docs/BENCHMARKS.md ("Choosing the default flusher"):
+		// on this machine's disk serial made 1.5 to 2.3 times pipelined's
+		// tps at 8 and 32 clients, on TPC-B and -N, with groups two to six
+		// times larger; pipelined wins on a device that completes several
+		// syncs at once (the rotating-disk model), where it is the one
+		// to choose.
+		o.WALFlusher = string(wal.FlusherSerial)
 	}
 	if o.WALSegmentSize == 0 {
 		o.WALSegmentSize = 16 << 20

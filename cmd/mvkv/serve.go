@@ -51,9 +51,9 @@ Engine options:
   --shared-buffers=SIZE    buffer pool, e.g. 128MB (default: 128MB)
   --wal-flusher=serial|pipelined|none
                            group-commit flusher policy (default: serial,
-                           unlike the engine's and mvkv bench's pipelined:
-                           with many clients it makes fewer, larger groups,
-                           and each fdatasync costs CPU the clients need)
+                           as the engine's: with many clients it makes
+                           fewer, larger groups, and each fdatasync costs
+                           CPU the clients need)
   --wal-writer-delay=MS    wal_writer_delay: how often the WAL writer
                            flushes asynchronous commits (default: 200)
   --wal-segment-size=SIZE  WAL segment size for a new data directory, a
@@ -141,7 +141,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&commitDelay, "commit-delay", "0", "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
 	fs.StringVar(&shared, "shared-buffers", "128MB", "")
-	// Serial, not the engine's pipelined: under redis-benchmark with 32
+	// Serial, as the engine's default: under redis-benchmark with 32
 	// and 64 clients of random keys it made 2 to 3 times fewer WAL syncs
 	// and 1.3 to 1.9 times the requests per second, the two CPUs being
 	// shared with the clients (docs/BENCHMARKS.md).
