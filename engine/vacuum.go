@@ -476,14 +476,9 @@ func (v *vacuumRun) chain(e *indexEntry) error {
 	db := v.db
 	head := e.headTID()
 	if !head.Valid() {
-		// An entry without versions (a delete of a key that did not
-		// exist, or a first write that failed): drop it unless a writer
-		// is about to give it one.
-		if v.lockKey(e, head) {
-			db.idx.removeEntry(e)
-			v.batch.unlockKey(db, e)
-			v.st.KeysRemoved++
-		}
+		// A writer is placing the key's first version, or has just
+		// failed to and drops the entry itself before it releases the
+		// row lock (Txn.writeLocked): nothing here for vacuum.
 		return nil
 	}
 	if !v.st.Aggressive && e.vac.Load() == vacClean {
