@@ -59,6 +59,14 @@ type Config struct {
 	// with a row per value of the other knobs and a column per client
 	// count (--pivot; WritePivotTable).
 	Pivot bool
+	// Fresh runs every run of a sweep on its own copy of the loaded data
+	// (--fresh): the engine and pebble targets are loaded once as before,
+	// then each run copies the directory to a sibling named DIR.fresh,
+	// runs there and removes it. Without it the runs share one directory
+	// and each inherits the history rows, dead versions and WAL of the
+	// ones before it, which in a long sweep can move tps more than the
+	// knob being swept. Server targets cannot be copied and are refused.
+	Fresh bool
 }
 
 // Main does what one `mvkv bench` invocation does: open the target on

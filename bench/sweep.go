@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -388,6 +390,14 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 		cells = next
 	}
 	cells = collapse(names, cells)
+	if cfg.Fresh {
+		for _, c := range cells {
+			if c.cfg.Target != "engine" && c.cfg.Target != "pebble" {
+				t, _ := targetKind(c.cfg.Target)
+				return fmt.Errorf("%w: --fresh copies a data directory, and target %s has none", ErrBadSweep, t)
+			}
+		}
+	}
 
 	// One data directory (or database) per target.
 	var targets []string
@@ -452,6 +462,10 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 
 	// The invariant, once per target after all its runs.
 	violated := false
+	if cfg.Fresh && ctx.Err() == nil {
+		table.Notes = append(table.Notes, "invariant: ok after every run, each on a fresh copy of the loaded data")
+		targets = nil
+	}
 	for _, name := range targets {
 		inv, err := checkTarget(context.WithoutCancel(ctx), cfg, name, dirs[name])
 		if err != nil {
@@ -617,6 +631,19 @@ func loadIfEmpty(ctx context.Context, cfg Config, t Target, log io.Writer) (int,
 
 // runCell opens the target with the cell's knobs and runs it repeat times.
 func runCell(ctx context.Context, cfg Config, dir string, scale, repeat int, label string, log io.Writer) (runs []*Results, err error) {
+	if cfg.Fresh {
+		for i := range repeat {
+			if ctx.Err() != nil {
+				break
+			}
+			r, err := runFresh(ctx, cfg, dir, scale, i, repeat, label, log)
+			if err != nil {
+				return runs, err
+			}
+			runs = append(runs, r...)
+		}
+		return runs, nil
+	}
 	t, err := OpenTarget(cfg.Target, dir, cfg.Options)
 	if err != nil {
 		return nil, err
@@ -630,29 +657,121 @@ func runCell(ctx context.Context, cfg Config, dir string, scale, repeat int, lab
 		if ctx.Err() != nil {
 			break
 		}
-		seed := cfg.Seed
-		if seed != 0 {
-			seed += uint64(i)
-		}
-		r, err := Run(ctx, t, RunConfig{
-			Workload: cfg.Workload, Scale: scale, Accounts: cfg.Accounts,
-			Clients: cfg.Clients, Threads: cfg.Threads, Transactions: cfg.Transactions,
-			Duration: cfg.Duration, Progress: cfg.Progress, Seed: seed, Log: log,
-		})
+		r, err := runOne(ctx, t, cfg, scale, i, repeat, label, log)
 		if err != nil {
 			return runs, err
 		}
 		runs = append(runs, r)
-		line := fmt.Sprintf("%s run %d/%d: tps %.1f, latency %.3f ms", label, i+1, repeat, r.TPS, r.LatencyAvg)
-		if c := r.Commit; c != nil && c.WALSyncs > 0 {
-			line += fmt.Sprintf(", %d WAL syncs (%.2f commits per sync)", c.WALSyncs, float64(c.Commits)/float64(c.WALSyncs))
-		}
-		if r.Failed > 0 || r.Aborted > 0 {
-			line += fmt.Sprintf(", %d failed, %d clients aborted", r.Failed, r.Aborted)
-		}
-		fmt.Fprintln(log, line)
 	}
 	return runs, nil
+}
+
+// runFresh copies the loaded data in dir to dir+".fresh", runs repetition
+// i there, and removes the copy (--fresh).
+func runFresh(ctx context.Context, cfg Config, dir string, scale, i, repeat int, label string, log io.Writer) (runs []*Results, err error) {
+	copyDir := filepath.Clean(dir) + ".fresh"
+	if err := os.RemoveAll(copyDir); err != nil {
+		return nil, fmt.Errorf("bench: --fresh: %w", err)
+	}
+	if err := copyTree(dir, copyDir); err != nil {
+		os.RemoveAll(copyDir)
+		return nil, fmt.Errorf("bench: --fresh: copy %s: %w", dir, err)
+	}
+	defer func() {
+		if rerr := os.RemoveAll(copyDir); rerr != nil && err == nil {
+			err = fmt.Errorf("bench: --fresh: %w", rerr)
+		}
+	}()
+	t, err := OpenTarget(cfg.Target, copyDir, cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := t.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench: close %s: %w", label, cerr)
+		}
+	}()
+	r, err := runOne(ctx, t, cfg, scale, i, repeat, label, log)
+	if err != nil {
+		return nil, err
+	}
+	// The copy is removed next, so its balances are checked now.
+	sums, err := t.Sums(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("bench: invariant check of %s: %w", t.Name(), err)
+	}
+	if inv := CheckInvariant(sums); !inv.OK {
+		s := inv.Sums
+		return nil, fmt.Errorf("%w: %s run %d (accounts=%d, tellers=%d, branches=%d, history=%d)",
+			ErrInvariantViolated, label, i+1, s.Accounts, s.Tellers, s.Branches, s.History)
+	}
+	return []*Results{r}, nil
+}
+
+// runOne runs repetition i of a cell on the open target t and logs its line.
+func runOne(ctx context.Context, t Target, cfg Config, scale, i, repeat int, label string, log io.Writer) (*Results, error) {
+	seed := cfg.Seed
+	if seed != 0 {
+		seed += uint64(i)
+	}
+	r, err := Run(ctx, t, RunConfig{
+		Workload: cfg.Workload, Scale: scale, Accounts: cfg.Accounts,
+		Clients: cfg.Clients, Threads: cfg.Threads, Transactions: cfg.Transactions,
+		Duration: cfg.Duration, Progress: cfg.Progress, Seed: seed, Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	line := fmt.Sprintf("%s run %d/%d: tps %.1f, latency %.3f ms", label, i+1, repeat, r.TPS, r.LatencyAvg)
+	if c := r.Commit; c != nil && c.WALSyncs > 0 {
+		line += fmt.Sprintf(", %d WAL syncs (%.2f commits per sync)", c.WALSyncs, float64(c.Commits)/float64(c.WALSyncs))
+	}
+	if r.Failed > 0 || r.Aborted > 0 {
+		line += fmt.Sprintf(", %d failed, %d clients aborted", r.Failed, r.Aborted)
+	}
+	fmt.Fprintln(log, line)
+	return r, nil
+}
+
+// copyTree copies the regular files and directories under src to dst,
+// which must not exist, and syncs nothing: the copy is a scratch
+// directory for one run.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.Mkdir(to, 0o755)
+		case d.Type().IsRegular():
+			return copyFile(path, to)
+		default:
+			return fmt.Errorf("%s: not a regular file or directory", path)
+		}
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // checkTarget reads the target's sums after the sweep.

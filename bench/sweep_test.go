@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -411,5 +412,52 @@ func TestSweepVM(t *testing.T) {
 	}
 	if _, err := OpenTarget("engine", t.TempDir(), TargetOptions{VisibilityMap: "eventually"}); err == nil {
 		t.Fatal("the engine opened with an unknown visibility map mode")
+	}
+}
+
+// TestSweepFresh checks --fresh: every run works on its own copy, so the
+// loaded directory keeps no history row, the copy is gone afterwards, and
+// a server target is refused.
+func TestSweepFresh(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "data")
+	cfg := Config{
+		Target: "engine", Dir: dir, Scale: 1, Accounts: testAccounts, Workload: SimpleUpdate,
+		Clients: 2, Threads: 1, Transactions: 25, Seed: 7,
+		Options: TargetOptions{SynchronousCommit: true, CommitSiblings: 5},
+		Sweep:   []Axis{{Name: "wal_flusher", Values: []string{"serial", "pipelined"}}},
+		Repeat:  2, Fresh: true,
+	}
+	var out, log bytes.Buffer
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("sweep: %v\nlog:\n%s", err, log.String())
+	}
+	if n := strings.Count(log.String(), " run "); n != 4 {
+		t.Errorf("%d runs logged, want 2 cells x 2:\n%s", n, log.String())
+	}
+	if !strings.Contains(out.String(), "invariant: ok after every run") {
+		t.Errorf("no invariant note:\n%s", out.String())
+	}
+	if _, err := os.Stat(dir + ".fresh"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the run copy is still there: %v", err)
+	}
+	tg, err := OpenTarget("engine", dir, cfg.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := tg.Sums(ctx)
+	if cerr := tg.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sums.HistoryRows != 0 {
+		t.Errorf("the loaded directory has %d history rows after fresh runs; the runs wrote to it", sums.HistoryRows)
+	}
+
+	cfg.Sweep = []Axis{{Name: "target", Values: []string{"engine", "postgres=postgres://nobody@/x?host=/nonexistent"}}}
+	if err := Main(ctx, cfg, &out, &log); !errors.Is(err, ErrBadSweep) {
+		t.Errorf("--fresh with a PostgreSQL target: %v, want ErrBadSweep", err)
 	}
 }

@@ -124,13 +124,13 @@
 // queue head in LSN order, and only a retired sync moves the flushed LSN,
 // so it never skips a round whose sync has not completed (after a failed
 // fdatasync a later success proves nothing). At most PipelineDepth syncs are
-// outstanding, and only one when overlapping does not pay: when overlapped
-// syncs take more than 1.5 times as long as solo ones (the device queues
-// them behind each other, as this machine's fdatasync does) and do not come
-// back together with the sync ahead of them, as a rotating disk returns
-// all syncs of a rotation at one boundary. The second test keeps a busy
-// CPU, whose wake-up delays inflate overlapped latencies, from passing a
-// rotating disk for a serializing one (see syncOverlap). A round crossing into a new segment first
+// outstanding, and only one when overlapping does not pay. That depends on
+// more than the device: on this machine an overlapped fdatasync is neither
+// serialized nor parallel, and with syncs of about 150 µs on two cores the
+// extra rounds cost more CPU than they save waiting. So the flusher runs
+// both ways in turn, short trials of the other way between windows of the
+// chosen one, and keeps the way that makes more commits durable per busy
+// second (see syncOverlap). A round crossing into a new segment first
 // drains the queue, then syncs the old segment before writing the new one.
 // A committer whose record a sync already covers waits on that sync's own
 // channel: on a rotating disk every sync issued within one rotation

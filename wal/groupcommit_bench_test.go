@@ -120,8 +120,7 @@ func benchGroupCommit(b *testing.B, fsys vfs.FS, policy FlusherPolicy, delay, n 
 	}
 	b.ReportMetric(float64(d.Syncs)/el, "syncs/s")
 	w.fmu.Lock()
-	b.ReportMetric(float64(w.overlap.solo)/1e6, "solo-ms")
-	b.ReportMetric(float64(w.overlap.overlap)/1e6, "overlap-ms")
-	b.ReportMetric(float64(w.overlap.batched)/earlyOne, "batched-share")
+	b.ReportMetric(w.overlap.rate[0], "one-at-a-time-commits/s")
+	b.ReportMetric(w.overlap.rate[1], "overlapped-commits/s")
 	w.fmu.Unlock()
 }

@@ -20,6 +20,15 @@ type simModel struct {
 	rotation bool
 	serial   bool
 	service  time.Duration
+	// merge is, for a serial device, the share of a sync's service time
+	// during which a newly issued sync joins it and completes with it, as
+	// the kernel merges a cache flush into one not yet sent to the device.
+	merge float64
+	// cpu, when set, is a single core that every commit occupies for
+	// commitCPU and every sync for syncCPU before it reaches the device:
+	// a machine whose syncs are fast enough for the CPU to be the
+	// bottleneck, where every extra round costs the commits time.
+	commitCPU, syncCPU time.Duration
 	// wake is how long a sync's goroutine takes to run again once the
 	// device is done with it, given how many syncs were outstanding when
 	// it was issued and a sync counter: the scheduling delay of a busy
@@ -31,15 +40,28 @@ type simModel struct {
 type simDisk struct {
 	simModel
 	epoch time.Time
-	sem   chan struct{}
+	core  chan struct{}
 
-	mu      sync.Mutex
-	n       uint64 // guarded by mu: syncs issued
-	out     int    // guarded by mu: syncs outstanding now
-	overlap uint64 // guarded by mu: syncs issued with another outstanding
+	mu        sync.Mutex
+	busyUntil time.Time // guarded by mu: serial: when the device is next free
+	curStart  time.Time // guarded by mu: serial: when the sync in service started
+	n         uint64    // guarded by mu: syncs issued
+	out       int       // guarded by mu: syncs outstanding now
+	overlap   uint64    // guarded by mu: syncs issued with another outstanding
+}
+
+// onCore occupies the simulated core for t.
+func (d *simDisk) onCore(t time.Duration) {
+	if t == 0 {
+		return
+	}
+	d.core <- struct{}{}
+	time.Sleep(t)
+	<-d.core
 }
 
 func (d *simDisk) sync() {
+	d.onCore(d.syncCPU)
 	d.mu.Lock()
 	d.n++
 	n, ahead := d.n, d.out
@@ -54,9 +76,21 @@ func (d *simDisk) sync() {
 		since := time.Since(d.epoch)
 		time.Sleep((since/d.service+1)*d.service - since)
 	case d.serial:
-		d.sem <- struct{}{}
-		time.Sleep(d.service)
-		<-d.sem
+		d.mu.Lock()
+		now := time.Now()
+		var done time.Time
+		if now.Before(d.busyUntil) && float64(now.Sub(d.curStart)) < d.merge*float64(d.service) {
+			done = d.busyUntil
+		} else {
+			start := now
+			if start.Before(d.busyUntil) {
+				start = d.busyUntil
+			}
+			d.curStart, d.busyUntil = start, start.Add(d.service)
+			done = d.busyUntil
+		}
+		d.mu.Unlock()
+		time.Sleep(time.Until(done))
 	default:
 		time.Sleep(d.service)
 	}
@@ -116,9 +150,7 @@ func runSim(t *testing.T, m simModel, clients, commits int) simResult {
 	var res simResult
 	synctest.Test(t, func(t *testing.T) {
 		d.epoch = time.Now()
-		if d.serial {
-			d.sem = make(chan struct{}, 1)
-		}
+		d.core = make(chan struct{}, 1)
 		opts := testOpts()
 		opts.Flusher = FlusherPipelined
 		opts.PipelineDepth = 64
@@ -140,6 +172,7 @@ func runSim(t *testing.T, m simModel, clients, commits int) simResult {
 						})
 					}
 					time.Sleep(time.Duration(100+37*((c+i)%11)) * time.Microsecond)
+					d.onCore(d.commitCPU)
 					_, end, err := w.Insert(16, uint64(c), []byte("commit"))
 					if err == nil {
 						err = w.Flush(end)
@@ -164,9 +197,8 @@ func runSim(t *testing.T, m simModel, clients, commits int) simResult {
 		res.lateSyncs, res.lateOverlaps = d.n-midSyncs, d.overlap-midOverlap
 		d.mu.Unlock()
 	})
-	t.Logf("%d syncs, %d overlapped (second half: %d of %d); solo %v, overlapped %v, batched share %.2f over %d samples",
-		res.syncs, res.overlapped, res.lateOverlaps, res.lateSyncs, res.overlap.solo, res.overlap.overlap,
-		float64(res.overlap.batched)/earlyOne, res.overlap.samples)
+	t.Logf("%d syncs, %d overlapped (second half: %d of %d); commits per second %.0f one at a time, %.0f overlapped, over %d windows",
+		res.syncs, res.overlapped, res.lateOverlaps, res.lateSyncs, res.overlap.rate[0], res.overlap.rate[1], res.overlap.windows)
 	return res
 }
 
@@ -194,24 +226,28 @@ func TestSyncOverlapDetection(t *testing.T) {
 		name     string
 		disk     simModel
 		clients  int
+		commits  int
 		parallel bool
 	}{
-		{"rotation", simModel{rotation: true, service: rot}, 16, true},
-		{"rotation-2-clients", simModel{rotation: true, service: rot}, 2, true},
+		{"rotation", simModel{rotation: true, service: rot}, 16, 150, true},
+		{"rotation-2-clients", simModel{rotation: true, service: rot}, 2, 600, true},
 		// A sync issued with k others outstanding runs again k x 400 µs
 		// after its boundary: overlapped syncs look half as slow again as
 		// solo ones, and only the batching test keeps the pipeline.
-		{"rotation-late-wakeups", simModel{rotation: true, service: rot, wake: staggered(400 * time.Microsecond)}, 24, true},
-		{"rotation-jitter", simModel{rotation: true, service: rot, wake: jitter(2 * time.Millisecond)}, 12, true},
-		{"fixed-latency", simModel{service: 2 * time.Millisecond}, 8, true},
-		{"fixed-latency-jitter", simModel{service: 2 * time.Millisecond, wake: jitter(time.Millisecond)}, 8, true},
-		{"serializing", simModel{serial: true, service: 2 * time.Millisecond}, 8, false},
-		{"serializing-jitter", simModel{serial: true, service: 2 * time.Millisecond, wake: jitter(time.Millisecond)}, 8, false},
+		{"rotation-late-wakeups", simModel{rotation: true, service: rot, wake: staggered(400 * time.Microsecond)}, 24, 150, true},
+		{"rotation-jitter", simModel{rotation: true, service: rot, wake: jitter(2 * time.Millisecond)}, 12, 150, true},
+		{"fixed-latency", simModel{service: 2 * time.Millisecond}, 8, 150, true},
+		{"fixed-latency-jitter", simModel{service: 2 * time.Millisecond, wake: jitter(time.Millisecond)}, 8, 150, true},
+		// This machine: syncs of about 150 µs that the device partly
+		// serializes (it merges a third of the overlapped ones into the
+		// one ahead) and a core that commits and rounds keep busy.
+		{"fast-sync-busy-cpu", simModel{serial: true, service: 150 * time.Microsecond, merge: 1.0 / 3, commitCPU: 30 * time.Microsecond, syncCPU: 100 * time.Microsecond}, 8, 2000, false},
+		{"fast-sync-busy-cpu-jitter", simModel{serial: true, service: 150 * time.Microsecond, merge: 1.0 / 3, commitCPU: 30 * time.Microsecond, syncCPU: 100 * time.Microsecond, wake: jitter(50 * time.Microsecond)}, 8, 2000, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runSim(t, tc.disk, tc.clients, 150)
-			if r.overlap.samples < 10 {
-				t.Fatalf("only %d overlapped syncs measured; the run decided nothing", r.overlap.samples)
+			r := runSim(t, tc.disk, tc.clients, tc.commits)
+			if r.overlap.windows < 2*trialEvery {
+				t.Fatalf("only %d windows measured; the run decided nothing", r.overlap.windows)
 			}
 			if got := r.overlap.parallel(); got != tc.parallel {
 				t.Fatalf("parallel() = %v, want %v", got, tc.parallel)
@@ -229,54 +265,81 @@ func TestSyncOverlapDetection(t *testing.T) {
 	}
 }
 
-// TestSyncOverlapRules checks the two tests and the probes: slow
-// overlapped syncs make the flusher fall back unless they come back
-// together with the sync ahead of them, enough batched ones restore the
-// full depth, and a probe slot opens every probeEvery rounds.
+// TestSyncOverlapRules checks the windows: a trial of the other way every
+// trialEvery windows, a switch when the other way commits more than 10%
+// faster, and none for less.
 func TestSyncOverlapRules(t *testing.T) {
 	o := newSyncOverlap()
 	if o.slots(64) != 64 {
 		t.Fatalf("%d slots before any measurement, want 64", o.slots(64))
 	}
-	o.overlappedDone(time.Millisecond, 0) // no solo latency yet: dropped
-	if o.samples != 0 {
-		t.Fatal("an overlapped sync was measured without a solo latency to compare with")
+	now := time.Unix(0, 0)
+	// window runs one window at rate commits per second (per way), each
+	// round a millisecond with a second of idle time between windows, and
+	// returns the slots it ran with.
+	window := func(onePerSec, pipePerSec float64) int {
+		slots := o.slots(64)
+		rate := onePerSec
+		if slots > 1 {
+			rate = pipePerSec
+		}
+		for w := o.windows; o.windows == w; {
+			k := int(rate / 1000)
+			for range k {
+				o.enter(now)
+			}
+			o.issued(now)
+			now = now.Add(time.Millisecond)
+			for range k {
+				o.leave(now, true)
+			}
+		}
+		now = now.Add(time.Second) // idle: not counted
+		return slots
 	}
-	o.soloDone(2 * time.Millisecond)
-	for range 40 {
-		o.overlappedDone(3*time.Millisecond, time.Millisecond) // fast enough
+	var ran []int
+	for range 3 * trialEvery {
+		ran = append(ran, window(10000, 13000)) // overlapping 30% faster
 	}
-	if !o.parallel() {
-		t.Fatal("fell back with overlapped syncs 1.5 times as slow as solo ones")
+	trials := 0
+	for i, s := range ran {
+		if s == 1 {
+			trials++
+			if i%trialEvery != 1 {
+				t.Fatalf("window %d ran one sync at a time outside a trial: %v", i, ran)
+			}
+		}
 	}
-	for range 40 {
-		o.overlappedDone(4*time.Millisecond, 2*time.Millisecond) // a serializing device
+	if trials != 3 || !o.parallel() {
+		t.Fatalf("windows %v, parallel %v; want a trial of one at a time every %d windows", ran, o.parallel(), trialEvery)
+	}
+	// A rotating disk: overlapping twice as fast, and trials grow rare.
+	ran = ran[:0]
+	for range 4 * trialRarely {
+		ran = append(ran, window(10000, 20000))
+	}
+	trials = 0
+	for _, s := range ran[trialRarely:] {
+		if s == 1 {
+			trials++
+		}
+	}
+	if trials != 3 || !o.parallel() {
+		t.Fatalf("windows %v, parallel %v; want a trial every %d windows once overlapping is twice as fast", ran, o.parallel(), trialRarely)
+	}
+	// The device turns serializing: one at a time is now twice as fast,
+	// and the next trial and a window or two of averaging switch.
+	for range 2 * trialEvery {
+		window(20000, 10000)
 	}
 	if o.parallel() {
-		t.Fatalf("parallel after 40 slow overlapped syncs (%v against %v solo)", o.overlap, o.solo)
+		t.Fatalf("still overlapping after %d windows at half the rate (%.0f against %.0f)", 2*trialEvery, o.rate[1], o.rate[0])
 	}
-	slots := map[int]int{}
-	for range 2 * probeEvery {
-		o.issued()
-		slots[o.slots(64)]++
+	// Within 10%: no switch back.
+	for range 4 * trialEvery {
+		window(20000, 21000)
 	}
-	if slots[1] != 2*probeEvery-2 || slots[2] != 2 {
-		t.Fatalf("slots over %d rounds: %v; want two probes of 2", 2*probeEvery, slots)
-	}
-	// Slow, but back together with the sync ahead (a rotating disk whose
-	// goroutines wake late): five in a row are not yet half the share,
-	// six are.
-	for i := range 6 {
-		if o.parallel() {
-			t.Fatalf("parallel after %d batched probes", i)
-		}
-		gap := 249 * time.Microsecond // just under an eighth of a solo sync
-		if i%2 == 1 {
-			gap = -100 * time.Microsecond // returned before the one ahead
-		}
-		o.overlappedDone(5*time.Millisecond, gap)
-	}
-	if !o.parallel() {
-		t.Fatalf("not parallel after six batched probes (share %d/%d)", o.batched, earlyOne)
+	if o.parallel() {
+		t.Fatalf("switched for a 5%% difference (%.0f against %.0f)", o.rate[1], o.rate[0])
 	}
 }

@@ -140,13 +140,10 @@ type failure struct{ err error }
 
 // syncReq is one outstanding sync of the pipelined flusher.
 type syncReq struct {
-	target     LSN           // everything below was written before the sync was issued
-	overlapped bool          // another sync was in flight when it was issued
-	done       bool          // guarded by Writer.fmu
-	doneAt     time.Time     // guarded by Writer.fmu: when the sync returned
-	lat        time.Duration // guarded by Writer.fmu: how long it took
-	err        error         // guarded by Writer.fmu
-	retired    chan struct{} // closed when the sync leaves the in-flight queue
+	target  LSN           // everything below was written before the sync was issued
+	done    bool          // guarded by Writer.fmu
+	err     error         // guarded by Writer.fmu
+	retired chan struct{} // closed when the sync leaves the in-flight queue
 }
 
 // Writer appends records to the log and makes them durable with group
@@ -221,10 +218,9 @@ type Writer struct {
 
 	syncEWMA atomic.Int64 // moving average of sync latency, nanoseconds (commit_delay=auto)
 
-	// Pipelined: whether the device overlaps syncs (see syncSlotsLocked),
-	// and when the last retired sync returned; guarded by fmu.
-	overlap    syncOverlap
-	lastDoneAt time.Time
+	// Pipelined: whether to overlap syncs (see syncSlotsLocked); guarded
+	// by fmu.
+	overlap syncOverlap
 
 	// Owned by the holder of the flusher role (pipelined: the writer role,
 	// with no sync in flight for a switch; or Close once closed).
@@ -638,12 +634,21 @@ func (w *Writer) recycle(exts []extent) {
 func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 	led := false
 	w.fmu.Lock()
+	if commit {
+		w.overlap.enter(w.now())
+	}
 	for {
 		if f := w.failed.Load(); f != nil {
+			if commit {
+				w.overlap.leave(w.now(), false)
+			}
 			w.fmu.Unlock()
 			return f.err
 		}
 		if LSN(w.flushed.Load()) >= upTo {
+			if commit {
+				w.overlap.leave(w.now(), true)
+			}
 			w.fmu.Unlock()
 			if !led && commit {
 				w.c.grouped.Add(1)
@@ -651,6 +656,9 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 			return nil
 		}
 		if w.closed {
+			if commit {
+				w.overlap.leave(w.now(), false)
+			}
 			w.fmu.Unlock()
 			return ErrClosed
 		}
@@ -678,10 +686,14 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		led = true
 		w.fmu.Unlock()
 		err := w.issue(commit)
+		w.fmu.Lock()
 		if err != nil {
+			if commit {
+				w.overlap.leave(w.now(), false)
+			}
+			w.fmu.Unlock()
 			return err
 		}
-		w.fmu.Lock()
 	}
 }
 
@@ -696,23 +708,13 @@ func (w *Writer) coveringLocked(upTo LSN) *syncReq {
 }
 
 // syncSlotsLocked returns how many syncs may be outstanding at once. A
-// second sync issued while one is outstanding only helps on a device that
-// works on several at once (a drive with a command queue, the rotating-disk
-// model). A device that serializes syncs makes an overlapped sync wait for
-// the one ahead of it, which only splits the next group in two; on such a
-// device the flusher keeps one sync at a time (the serial scheme, with its
-// larger groups), allowing a second one every probeEvery-th round to keep
-// measuring. See syncOverlap for how the device is judged.
+// second sync issued while one is outstanding helps on a device that works
+// on several at once (a drive with a command queue, the rotating-disk
+// model); where it does not, it only splits the next group in two and
+// costs another round, and one sync at a time (the serial scheme, with its
+// larger groups) commits faster. syncOverlap measures both ways and keeps
+// the faster.
 func (w *Writer) syncSlotsLocked() int { return w.overlap.slots(w.depth) }
-
-// ewma folds sample into the moving average avg with weight 1/8 (TCP's
-// smoothed round-trip time); an average of 0 has no samples yet.
-func ewma(avg, sample int64) int64 {
-	if avg == 0 {
-		return sample
-	}
-	return avg + (sample-avg)/8
-}
 
 // issue performs one pipelined round; the caller holds the writer role,
 // which issue gives up once the round's sync is issued.
@@ -761,34 +763,22 @@ func (w *Writer) issue(commit bool) error {
 	}
 	req := &syncReq{target: target, retired: make(chan struct{})}
 	w.fmu.Lock()
-	req.overlapped = len(w.inflight) > 0
-	w.overlap.issued()
+	w.overlap.issued(w.now())
 	w.inflight = append(w.inflight, req)
 	w.issued = target
 	w.writing = false
 	w.wcond.Broadcast()
 	w.fmu.Unlock()
 
-	t0 := w.now()
 	serr := w.sync(f)
-	t1 := w.now()
 
 	w.fmu.Lock()
 	defer w.fmu.Unlock()
-	if !req.overlapped {
-		w.overlap.soloDone(t1.Sub(t0))
-	}
-	req.done, req.doneAt, req.lat, req.err = true, t1, t1.Sub(t0), serr
+	req.done, req.err = true, serr
 	for len(w.inflight) > 0 && w.inflight[0].done {
 		r := w.inflight[0]
 		w.inflight[0] = nil
 		w.inflight = w.inflight[1:]
-		// The sync retired just before r is the one that was last in the
-		// queue when r was issued.
-		if r.overlapped && !w.lastDoneAt.IsZero() {
-			w.overlap.overlappedDone(r.lat, r.doneAt.Sub(w.lastDoneAt))
-		}
-		w.lastDoneAt = r.doneAt
 		if r.err != nil {
 			w.fail(r.err)
 		} else if w.failed.Load() == nil {

@@ -113,6 +113,11 @@ Sweep options:
                            optimum line when a disk model is set
   --pivot                  also print tps as one table with a row per value
                            of the other knobs and a column per client count
+  --fresh                  run every run of the sweep on a fresh copy of the
+                           loaded data (engine and pebble; the copy is made
+                           beside the data directory and removed after the
+                           run), so that no cell inherits the history rows,
+                           bloat and WAL of the runs before it
 
 Common options:
   -h, --help               show this help, then exit
@@ -140,7 +145,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		autovacuumNaptime               time.Duration
 		avThreshold                     int
 		avScaleFactor                   float64
-		pivot                           bool
+		pivot, fresh                    bool
 		commitSiblings, repeat          int
 		fsyncLatency                    time.Duration
 		diskRotation                    float64
@@ -184,6 +189,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&repeat, "repeat", 1, "")
 	fs.StringVar(&plotFile, "plot", "", "")
 	fs.BoolVar(&pivot, "pivot", false, "")
+	fs.BoolVar(&fresh, "fresh", false, "")
 	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
 	fs.StringVar(&autovacuum, "autovacuum", "on", "")
@@ -297,6 +303,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if pivot && len(sweeps) == 0 {
 		return fail("--pivot needs --sweep")
 	}
+	if fresh && len(sweeps) == 0 && repeat < 2 {
+		return fail("--fresh needs --sweep or --repeat")
+	}
+	if init && fresh {
+		return fail("-i cannot be combined with --fresh")
+	}
 	if init && dir == "" && !strings.HasPrefix(target, "postgres=") {
 		return fail("-i needs --dir: a temporary directory would be removed right away")
 	}
@@ -341,6 +353,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		Repeat:       repeat,
 		Plot:         plotFile,
 		Pivot:        pivot,
+		Fresh:        fresh,
 	}
 	if cfg.Dir == "" {
 		tmp, err := os.MkdirTemp("", "mvkv-bench-")
