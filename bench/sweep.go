@@ -734,8 +734,9 @@ func runOne(ctx context.Context, t Target, cfg Config, scale, i, repeat int, lab
 }
 
 // copyTree copies the regular files and directories under src to dst,
-// which must not exist, and syncs nothing: the copy is a scratch
-// directory for one run.
+// which must not exist. Each file is synced: otherwise the kernel would
+// write the copy back during the run, and the run's WAL syncs would wait
+// behind it.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -768,6 +769,10 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
 		out.Close()
 		return err
 	}
