@@ -182,7 +182,8 @@ type pebbleClient struct {
 func (c *pebbleClient) Close() error { return nil }
 
 // get reads key through the indexed batch (so it sees the batch's own
-// writes) and checks the value's length.
+// writes), checks the value's length and returns a copy: the slice pebble
+// returns belongs to it once the closer is closed.
 func get(b *pebble.Batch, key []byte, size int) ([]byte, error) {
 	v, closer, err := b.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -195,7 +196,7 @@ func get(b *pebble.Batch, key []byte, size int) ([]byte, error) {
 	if len(v) != size {
 		return nil, fmt.Errorf("%w: key %q: value is %d bytes, want %d", ErrBadValue, key, len(v), size)
 	}
-	return v, nil
+	return slices.Clone(v), nil
 }
 
 func update(b *pebble.Batch, key []byte, size int, delta int64) (int64, error) {
