@@ -31,8 +31,8 @@ import "time"
 // second) goes into that way's moving average (weight 1/4), and the
 // flusher switches when the other way's average is more than 10% higher.
 // The trials cost little where one way is far better (on a rotating disk
-// a trial runs at half the rate for under 2% of the time) and keep the
-// choice current when the load changes.
+// a trial runs at half the rate for under 1% of the time) and keep the
+// choice current when the load changes: a trial every 400 ms at most.
 type syncOverlap struct {
 	pipelined bool       // the chosen way: overlap syncs
 	trial     bool       // the current window runs the other way
@@ -53,8 +53,8 @@ type syncOverlap struct {
 
 const (
 	// A window run the chosen way lasts at least windowRounds rounds and
-	// windowTime; a trial of the other way lasts trialRounds rounds or a
-	// quarter of windowTime, whichever ends first. The bounds in time keep
+	// windowTime; a trial of the other way lasts trialRounds rounds or an
+	// eighth of windowTime, whichever ends first. The bounds in time keep
 	// a trial's share of the time small when the two ways' rounds differ
 	// in length: on a rotating disk an overlapped round takes a fraction
 	// of a rotation and a round one at a time takes two rotations.
@@ -65,8 +65,8 @@ const (
 	// how often when the chosen way commits at least 1.5 times as fast as
 	// the other, where a trial costs the most and is least likely to
 	// change anything.
-	trialEvery  = 4
-	trialRarely = 16
+	trialEvery  = 8
+	trialRarely = 32
 )
 
 func newSyncOverlap() syncOverlap { return syncOverlap{pipelined: true} }
@@ -102,7 +102,7 @@ func (o *syncOverlap) issued(now time.Time) {
 	o.rounds++
 	el := now.Sub(o.start)
 	if o.trial {
-		if o.rounds < trialRounds && el < windowTime/4 {
+		if o.rounds < trialRounds && el < windowTime/8 {
 			return
 		}
 	} else if o.rounds < windowRounds || el < windowTime {

@@ -246,8 +246,8 @@ func TestSyncOverlapDetection(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runSim(t, tc.disk, tc.clients, tc.commits)
-			if r.overlap.windows < 2*trialEvery {
-				t.Fatalf("only %d windows measured; the run decided nothing", r.overlap.windows)
+			if r.overlap.measured[0] == 0 || r.overlap.measured[1] == 0 {
+				t.Fatalf("windows measured one at a time and overlapped: %v; the run compared nothing", r.overlap.measured)
 			}
 			if got := r.overlap.parallel(); got != tc.parallel {
 				t.Fatalf("parallel() = %v, want %v", got, tc.parallel)

@@ -767,7 +767,14 @@ func (w *Writer) issue(commit bool) error {
 	w.inflight = append(w.inflight, req)
 	w.issued = target
 	w.writing = false
-	w.wcond.Broadcast()
+	// Wake the committers waiting for the writer role only if one of them
+	// can take it now. With no slot free they could only go back to sleep
+	// (on this sync's channel, or on wcond again), and the retirement
+	// below wakes them anyway: one wake-up per waiter per round fewer,
+	// which one sync at a time on two cores notices.
+	if len(w.inflight) < w.syncSlotsLocked() {
+		w.wcond.Broadcast()
+	}
 	w.fmu.Unlock()
 
 	serr := w.sync(f)
