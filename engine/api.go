@@ -127,11 +127,13 @@ type Options struct {
 	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
 	// often the background WAL writer flushes asynchronous commits.
 	WALWriterDelay time.Duration
-	// WALFlusher is the group-commit flusher policy: "serial" (the
-	// default: PostgreSQL's leader/follower XLogFlush, one sync at a
-	// time), "pipelined" (the next group's write and sync start while
-	// earlier syncs are outstanding) or "none" (one sync per commit). See package wal
-	// and docs/BENCHMARKS.md for the measurements behind the default.
+	// WALFlusher is the group-commit flusher policy: "pipelined" (the
+	// default: the next group's write and sync may start while earlier
+	// syncs are outstanding, when measuring shows that commits faster
+	// than one sync at a time), "serial" (PostgreSQL's leader/follower
+	// XLogFlush, one sync at a time) or "none" (one sync per commit). See
+	// package wal and docs/BENCHMARKS.md for the measurements behind the
+	// default.
 	WALFlusher string
 	// WALSegmentSize is the size of a WAL segment file in bytes, a power of
 	// two from 1 MiB to 1 GiB (default 16 MiB). It applies to a new data

@@ -142,13 +142,14 @@ func (o Options) withDefaults() (Options, error) {
 		o.WALWriterDelay = 200 * time.Millisecond
 	}
 	if o.WALFlusher == "" {
-		// Measured in docs/BENCHMARKS.md ("Choosing the default flusher"):
-		// on this machine's disk serial made 1.5 to 2.3 times pipelined's
-		// tps at 8 and 32 clients, on TPC-B and -N, with groups two to six
-		// times larger; pipelined wins on a device that completes several
-		// syncs at once (the rotating-disk model), where it is the one
-		// to choose.
-		o.WALFlusher = string(wal.FlusherSerial)
+		// Measured in docs/BENCHMARKS.md ("Choosing by commit rate"):
+		// pipelined picks overlapping syncs or one at a time by the commit
+		// rate it measures, so on this machine's disk it runs one at a
+		// time and keeps within noise of serial (0.90 to 1.25 times its
+		// tps at 8 to 64 clients, -N and TPC-B), and on a device that
+		// completes several syncs at once (the rotating-disk model) it
+		// makes twice serial's rate.
+		o.WALFlusher = string(wal.FlusherPipelined)
 	}
 	if o.WALSegmentSize == 0 {
 		o.WALSegmentSize = 16 << 20
