@@ -640,7 +640,7 @@ func runCell(ctx context.Context, cfg Config, dir string, scale, repeat int, lab
 			if err != nil {
 				return runs, err
 			}
-			runs = append(runs, r...)
+			runs = append(runs, r)
 		}
 		return runs, nil
 	}
@@ -668,7 +668,7 @@ func runCell(ctx context.Context, cfg Config, dir string, scale, repeat int, lab
 
 // runFresh copies the loaded data in dir to dir+".fresh", runs repetition
 // i there, and removes the copy (--fresh).
-func runFresh(ctx context.Context, cfg Config, dir string, scale, i, repeat int, label string, log io.Writer) (runs []*Results, err error) {
+func runFresh(ctx context.Context, cfg Config, dir string, scale, i, repeat int, label string, log io.Writer) (_ *Results, err error) {
 	copyDir := filepath.Clean(dir) + ".fresh"
 	if err := os.RemoveAll(copyDir); err != nil {
 		return nil, fmt.Errorf("bench: --fresh: %w", err)
@@ -705,7 +705,7 @@ func runFresh(ctx context.Context, cfg Config, dir string, scale, i, repeat int,
 		return nil, fmt.Errorf("%w: %s run %d (accounts=%d, tellers=%d, branches=%d, history=%d)",
 			ErrInvariantViolated, label, i+1, s.Accounts, s.Tellers, s.Branches, s.History)
 	}
-	return []*Results{r}, nil
+	return r, nil
 }
 
 // runOne runs repetition i of a cell on the open target t and logs its line.
