@@ -61,8 +61,9 @@ type Config struct {
 	Pivot bool
 	// Fresh runs every run of a sweep on its own copy of the loaded data
 	// (--fresh): the engine and pebble targets are loaded once as before,
-	// then each run copies the directory to a sibling named DIR.fresh,
-	// runs there and removes it. Without it the runs share one directory
+	// then each run copies the directory to a new sibling DIR.fresh-*
+	// (os.MkdirTemp, so nothing already there is touched), runs there,
+	// checks the balances and removes it. Without it the runs share one directory
 	// and each inherits the history rows, dead versions and WAL of the
 	// ones before it, which in a long sweep can move tps more than the
 	// knob being swept. Server targets cannot be copied and are refused.

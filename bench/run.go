@@ -381,7 +381,8 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		r.WAL = &d
 		r.HeapBlocksBefore = engineBefore.HeapBlocks
 		if cfg.TableUsage {
-			u, err := es.TableUsage(ctx)
+			// An interrupted run still reports, as pgbench does.
+			u, err := es.TableUsage(context.WithoutCancel(ctx))
 			if err != nil {
 				return r, fmt.Errorf("bench: heap space by table: %w", err)
 			}

@@ -462,8 +462,9 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 
 	// The invariant, once per target after all its runs.
 	violated := false
-	if cfg.Fresh && ctx.Err() == nil {
-		table.Notes = append(table.Notes, "invariant: ok after every run, each on a fresh copy of the loaded data")
+	if cfg.Fresh {
+		// The copies are gone; the loaded data was never written.
+		table.Notes = append(table.Notes, "invariant: ok after every completed run, each on a fresh copy of the loaded data")
 		targets = nil
 	}
 	for _, name := range targets {
@@ -666,16 +667,26 @@ func runCell(ctx context.Context, cfg Config, dir string, scale, repeat int, lab
 	return runs, nil
 }
 
-// runFresh copies the loaded data in dir to dir+".fresh", runs repetition
-// i there, and removes the copy (--fresh).
+// runFresh copies the loaded data in dir to a new directory beside it,
+// runs repetition i there, checks the balances and removes the copy
+// (--fresh). The copy's name comes from os.MkdirTemp, so nothing that was
+// there before is overwritten or removed; dir may be relative, ".", or a
+// symbolic link.
 func runFresh(ctx context.Context, cfg Config, dir string, scale, i, repeat int, label string, log io.Writer) (_ *Results, err error) {
-	copyDir := filepath.Clean(dir) + ".fresh"
-	if err := os.RemoveAll(copyDir); err != nil {
+	src, err := filepath.Abs(dir)
+	if err == nil {
+		src, err = filepath.EvalSymlinks(src)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("bench: --fresh: %w", err)
 	}
-	if err := copyTree(dir, copyDir); err != nil {
+	copyDir, err := os.MkdirTemp(filepath.Dir(src), filepath.Base(src)+".fresh-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: --fresh: make a directory beside %s for the copy: %w", src, err)
+	}
+	if err := copyTree(src, copyDir); err != nil {
 		os.RemoveAll(copyDir)
-		return nil, fmt.Errorf("bench: --fresh: copy %s: %w", dir, err)
+		return nil, fmt.Errorf("bench: --fresh: copy %s to %s: %w", src, copyDir, err)
 	}
 	defer func() {
 		if rerr := os.RemoveAll(copyDir); rerr != nil && err == nil {
@@ -733,8 +744,8 @@ func runOne(ctx context.Context, t Target, cfg Config, scale, i, repeat int, lab
 	return r, nil
 }
 
-// copyTree copies the regular files and directories under src to dst,
-// which must not exist. Each file is synced: otherwise the kernel would
+// copyTree copies the regular files and directories under src into dst,
+// an empty directory. Each file is synced: otherwise the kernel would
 // write the copy back during the run, and the run's WAL syncs would wait
 // behind it.
 func copyTree(src, dst string) error {
@@ -749,6 +760,9 @@ func copyTree(src, dst string) error {
 		to := filepath.Join(dst, rel)
 		switch {
 		case d.IsDir():
+			if rel == "." {
+				return nil
+			}
 			return os.Mkdir(to, 0o755)
 		case d.Type().IsRegular():
 			return copyFile(path, to)

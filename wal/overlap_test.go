@@ -216,10 +216,12 @@ func jitter(max time.Duration) func(int, uint64) time.Duration {
 
 // TestSyncOverlapDetection checks that the pipelined flusher keeps
 // overlapping syncs on devices that work on several at once (the rotating
-// disk and the fixed-latency model), also when every sync's goroutine is
-// woken late as on a busy CPU, and falls back to about one at a time on a
-// device that serializes them, also with noisy wake-ups. With the latency
-// test alone, rotation-late-wakeups falls back.
+// disk and the fixed-latency model, also when the sync goroutines wake
+// late as on a busy CPU), and ends at one sync at a time on a fast,
+// partly serializing device whose CPU every round costs. Where the two
+// ways commit at about the same rate either choice is right, and the test
+// only checks that the way chosen is not more than 10% slower than the
+// other, as measured.
 func TestSyncOverlapDetection(t *testing.T) {
 	const rot = 4 * time.Millisecond // 250 rotations per second
 	for _, tc := range []struct {
@@ -227,38 +229,50 @@ func TestSyncOverlapDetection(t *testing.T) {
 		disk     simModel
 		clients  int
 		commits  int
-		parallel bool
+		want     string // "overlap", "one" or "either"
 	}{
-		{"rotation", simModel{rotation: true, service: rot}, 16, 150, true},
-		{"rotation-2-clients", simModel{rotation: true, service: rot}, 2, 600, true},
+		{"rotation", simModel{rotation: true, service: rot}, 16, 150, "overlap"},
+		{"rotation-2-clients", simModel{rotation: true, service: rot}, 2, 600, "overlap"},
 		// A sync issued with k others outstanding runs again k x 400 µs
-		// after its boundary: overlapped syncs look half as slow again as
-		// solo ones, and only the batching test keeps the pipeline.
-		{"rotation-late-wakeups", simModel{rotation: true, service: rot, wake: staggered(400 * time.Microsecond)}, 24, 150, true},
-		{"rotation-jitter", simModel{rotation: true, service: rot, wake: jitter(2 * time.Millisecond)}, 12, 150, true},
-		{"fixed-latency", simModel{service: 2 * time.Millisecond}, 8, 150, true},
-		{"fixed-latency-jitter", simModel{service: 2 * time.Millisecond, wake: jitter(time.Millisecond)}, 8, 150, true},
+		// after its boundary: with 24 clients the last of a rotation's
+		// syncs wakes nearly two rotations late, and overlapping gains
+		// about nothing.
+		{"rotation-late-wakeups", simModel{rotation: true, service: rot, wake: staggered(400 * time.Microsecond)}, 24, 150, "either"},
+		{"rotation-late-wakeups-8-clients", simModel{rotation: true, service: rot, wake: staggered(100 * time.Microsecond)}, 8, 300, "overlap"},
+		{"rotation-jitter", simModel{rotation: true, service: rot, wake: jitter(2 * time.Millisecond)}, 12, 150, "overlap"},
+		{"fixed-latency", simModel{service: 2 * time.Millisecond}, 8, 150, "overlap"},
+		{"fixed-latency-jitter", simModel{service: 2 * time.Millisecond, wake: jitter(time.Millisecond)}, 8, 150, "overlap"},
 		// This machine: syncs of about 150 µs that the device partly
 		// serializes (it merges a third of the overlapped ones into the
 		// one ahead) and a core that commits and rounds keep busy.
-		{"fast-sync-busy-cpu", simModel{serial: true, service: 150 * time.Microsecond, merge: 1.0 / 3, commitCPU: 30 * time.Microsecond, syncCPU: 100 * time.Microsecond}, 8, 2000, false},
-		{"fast-sync-busy-cpu-jitter", simModel{serial: true, service: 150 * time.Microsecond, merge: 1.0 / 3, commitCPU: 30 * time.Microsecond, syncCPU: 100 * time.Microsecond, wake: jitter(50 * time.Microsecond)}, 8, 2000, false},
+		{"fast-sync-busy-cpu", simModel{serial: true, service: 150 * time.Microsecond, merge: 1.0 / 3, commitCPU: 30 * time.Microsecond, syncCPU: 100 * time.Microsecond}, 8, 2000, "one"},
+		{"fast-sync-busy-cpu-jitter", simModel{serial: true, service: 150 * time.Microsecond, merge: 1.0 / 3, commitCPU: 30 * time.Microsecond, syncCPU: 100 * time.Microsecond, wake: jitter(50 * time.Microsecond)}, 8, 2000, "one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runSim(t, tc.disk, tc.clients, tc.commits)
 			if r.overlap.measured[0] == 0 || r.overlap.measured[1] == 0 {
 				t.Fatalf("windows measured one at a time and overlapped: %v; the run compared nothing", r.overlap.measured)
 			}
-			if got := r.overlap.parallel(); got != tc.parallel {
-				t.Fatalf("parallel() = %v, want %v", got, tc.parallel)
+			chosen, other := r.overlap.rate[0], r.overlap.rate[1]
+			if r.overlap.parallel() {
+				chosen, other = other, chosen
+			}
+			if chosen < 0.9*other {
+				t.Fatalf("kept the way committing %.0f/s against %.0f/s the other way", chosen, other)
+			}
+			if tc.want == "either" {
+				return
+			}
+			if got, want := r.overlap.parallel(), tc.want == "overlap"; got != want {
+				t.Fatalf("parallel() = %v, want %v", got, want)
 			}
 			// What the decision did to the second half of the run: mostly
 			// overlapped syncs on a parallel device, few on a serial one.
 			share := float64(r.lateOverlaps) / float64(r.lateSyncs)
-			if tc.parallel && share < 0.3 {
+			if tc.want == "overlap" && share < 0.3 {
 				t.Fatalf("only %.0f%% of the second half's syncs overlapped", 100*share)
 			}
-			if !tc.parallel && (share > 0.2 || r.pipelineDepth > 2) {
+			if tc.want == "one" && (share > 0.2 || r.pipelineDepth > 2) {
 				t.Fatalf("%.0f%% of the second half's syncs overlapped, %d slots at the end", 100*share, r.pipelineDepth)
 			}
 		})

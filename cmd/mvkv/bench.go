@@ -63,8 +63,8 @@ Target options:
                            engine's adaptive delay (default: 0)
   --commit-siblings=NUM    commit_siblings (default: 5)
   --wal-flusher=serial|pipelined|none
-                           engine's group-commit flusher (default: the
-                           engine's)
+                           engine's group-commit flusher (default:
+                           pipelined, the engine's)
   --visibility-map=crash-safe|unlogged
                            engine's visibility map: WAL-logged bits
                            (default) or unlogged ones as before PostgreSQL
@@ -113,11 +113,12 @@ Sweep options:
                            optimum line when a disk model is set
   --pivot                  also print tps as one table with a row per value
                            of the other knobs and a column per client count
-  --fresh                  run every run of the sweep on a fresh copy of the
-                           loaded data (engine and pebble; the copy is made
-                           beside the data directory and removed after the
-                           run), so that no cell inherits the history rows,
-                           bloat and WAL of the runs before it
+  --fresh                  with --sweep or --repeat: run every run on a fresh
+                           copy of the loaded data (engine and pebble; the
+                           copy is a new directory DIR.fresh-* beside the
+                           data directory, removed after the run), so that
+                           no run inherits the history rows, bloat and WAL
+                           of the runs before it
 
 Common options:
   -h, --help               show this help, then exit
