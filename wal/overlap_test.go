@@ -225,11 +225,11 @@ func jitter(max time.Duration) func(int, uint64) time.Duration {
 func TestSyncOverlapDetection(t *testing.T) {
 	const rot = 4 * time.Millisecond // 250 rotations per second
 	for _, tc := range []struct {
-		name     string
-		disk     simModel
-		clients  int
-		commits  int
-		want     string // "overlap", "one" or "either"
+		name    string
+		disk    simModel
+		clients int
+		commits int
+		want    string // "overlap", "one" or "either"
 	}{
 		{"rotation", simModel{rotation: true, service: rot}, 16, 150, "overlap"},
 		{"rotation-2-clients", simModel{rotation: true, service: rot}, 2, 600, "overlap"},
