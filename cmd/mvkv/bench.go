@@ -85,10 +85,11 @@ Target options:
                            engine's CLOG group update of commit statuses
                            (default: on)
   --autovacuum=on|off      engine's autovacuum (default: on)
-  --autovacuum-naptime=DURATION
+  --autovacuum-naptime=SECONDS|DURATION
                            engine's autovacuum_naptime: how often autovacuum
-                           checks the dead-tuple count (default: 1m, as
-                           PostgreSQL)
+                           checks the dead-tuple count, seconds or a
+                           duration such as 10s, 1s to 2147483s (default:
+                           1m, as PostgreSQL)
   --autovacuum-vacuum-threshold=NUM
                            engine's autovacuum_vacuum_threshold (default: 50)
   --autovacuum-vacuum-scale-factor=NUM
@@ -143,7 +144,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		visibilityMap                   string
 		clogLocking, clogGroup          string
 		autovacuum                      string
-		autovacuumNaptime               time.Duration
+		autovacuumNaptime               string
 		avThreshold                     int
 		avScaleFactor                   float64
 		pivot, fresh                    bool
@@ -194,7 +195,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
 	fs.StringVar(&autovacuum, "autovacuum", "on", "")
-	fs.DurationVar(&autovacuumNaptime, "autovacuum-naptime", 0, "")
+	fs.StringVar(&autovacuumNaptime, "autovacuum-naptime", "", "")
 	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 0, "")
 	fs.Float64Var(&avScaleFactor, "autovacuum-vacuum-scale-factor", 0, "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
@@ -277,14 +278,20 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("invalid --autovacuum %q (want on or off)", autovacuum)
 	}
-	if autovacuumNaptime < 0 {
-		return fail("invalid --autovacuum-naptime %s", autovacuumNaptime)
+	var naptime time.Duration
+	if set["autovacuum-naptime"] {
+		d, err := parseNaptime(autovacuumNaptime)
+		if err != nil {
+			return fail("invalid --autovacuum-naptime %q: %v", autovacuumNaptime, err)
+		}
+		naptime = d
 	}
-	if avThreshold < 0 {
-		return fail("invalid --autovacuum-vacuum-threshold %d", avThreshold)
+	// engine.Options takes 0 for the default, so 0 cannot be passed on.
+	if set["autovacuum-vacuum-threshold"] && avThreshold < 1 {
+		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1; the engine takes 0 for its default)", avThreshold)
 	}
-	if avScaleFactor < 0 || avScaleFactor > 100 || avScaleFactor != avScaleFactor {
-		return fail("invalid --autovacuum-vacuum-scale-factor %v (0..100)", avScaleFactor)
+	if set["autovacuum-vacuum-scale-factor"] && !(avScaleFactor > 0 && avScaleFactor <= 100) {
+		return fail("invalid --autovacuum-vacuum-scale-factor %v (above 0, at most 100; the engine takes 0 for its default)", avScaleFactor)
 	}
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
@@ -335,7 +342,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			CLOGGroupUpdateOff:    !groupOn,
 			VisibilityMap:         visibilityMap,
 			AutovacuumOff:         !autovacuumOn,
-			AutovacuumNaptime:     autovacuumNaptime,
+			AutovacuumNaptime:     naptime,
 			AutovacuumThreshold:   avThreshold,
 			AutovacuumScaleFactor: avScaleFactor,
 			Disk:                  bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},

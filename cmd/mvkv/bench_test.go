@@ -61,6 +61,14 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--clog-group-update", "sometimes"},
 		{"--sweep", "clog=global,bank+groups"},
 		{"--pivot"},
+		{"--fresh"},
+		{"-i", "--dir", "x", "--fresh"},
+		{"--autovacuum-naptime", "0"},
+		{"--autovacuum-naptime", "-5s"},
+		{"--autovacuum-naptime", "soon"},
+		{"--autovacuum-vacuum-threshold", "0"},
+		{"--autovacuum-vacuum-scale-factor", "0"},
+		{"--autovacuum-vacuum-scale-factor", "NaN"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
