@@ -145,11 +145,10 @@ func (o Options) withDefaults() (Options, error) {
 		// Measured in docs/BENCHMARKS.md ("Choosing by commit rate"):
 		// pipelined picks overlapping syncs or one at a time by the commit
 		// rate it measures, so on this machine's disk it runs one at a
-		// time and its tps is 0.81 to 1.25 times serial's at 8 to 64
-		// clients depending on the sweep (within the disk's
-		// minute-to-minute variation, but not ahead), and on a device
-		// that completes several syncs at once (the rotating-disk model)
-		// it makes twice serial's rate.
+		// time and, in interleaved pairs, is level with serial (0.98 to
+		// 1.05 of its tps) except TPC-B at 16 and 32 clients (0.94,
+		// 0.95); on a device that completes several syncs at once (the
+		// rotating-disk model) it makes twice serial's rate.
 		o.WALFlusher = string(wal.FlusherPipelined)
 	}
 	if o.WALSegmentSize == 0 {
