@@ -630,35 +630,27 @@ func loadIfEmpty(ctx context.Context, cfg Config, t Target, log io.Writer) (int,
 	return scale, nil
 }
 
-// runCell opens the target with the cell's knobs and runs it repeat times.
+// runCell opens the target with the cell's knobs and runs it repeat times,
+// or with --fresh runs each repetition on its own copy (runFresh).
 func runCell(ctx context.Context, cfg Config, dir string, scale, repeat int, label string, log io.Writer) (runs []*Results, err error) {
-	if cfg.Fresh {
-		for i := range repeat {
-			if ctx.Err() != nil {
-				break
-			}
-			r, err := runFresh(ctx, cfg, dir, scale, i, repeat, label, log)
-			if err != nil {
-				return runs, err
-			}
-			runs = append(runs, r)
+	run := func(i int) (*Results, error) { return runFresh(ctx, cfg, dir, scale, i, repeat, label, log) }
+	if !cfg.Fresh {
+		t, err := OpenTarget(cfg.Target, dir, cfg.Options)
+		if err != nil {
+			return nil, err
 		}
-		return runs, nil
+		defer func() {
+			if cerr := t.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("bench: close %s: %w", label, cerr)
+			}
+		}()
+		run = func(i int) (*Results, error) { return runOne(ctx, t, cfg, scale, i, repeat, label, log) }
 	}
-	t, err := OpenTarget(cfg.Target, dir, cfg.Options)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if cerr := t.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("bench: close %s: %w", label, cerr)
-		}
-	}()
 	for i := range repeat {
 		if ctx.Err() != nil {
 			break
 		}
-		r, err := runOne(ctx, t, cfg, scale, i, repeat, label, log)
+		r, err := run(i)
 		if err != nil {
 			return runs, err
 		}

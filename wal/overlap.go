@@ -27,12 +27,17 @@ import "time"
 // chosen way (overlapping up to the configured depth, or one sync at a
 // time as the serial scheme); every trialEvery-th window (every
 // trialRarely-th once one way is 1.5 times as fast) is a shorter trial
-// run the other way. Each window's commit rate (flush requests by committers per
-// second) goes into that way's moving average (weight 1/4), and the
-// flusher switches when the other way's average is more than 10% higher.
-// The trials cost little where one way is far better (on a rotating disk
-// a trial runs at half the rate for under 1% of the time) and keep the
-// choice current when the load changes: a trial every 400 ms at most.
+// run the other way. Each window's commit rate goes into that way's
+// moving average (weight 1/4), and the flusher switches when the other
+// way's average is more than 10% higher. The rate is commits made durable
+// per second during which at least one committer was waiting for the
+// flusher: a window spanning an idle spell would otherwise look slow, and
+// one such window could make the worse way look 1.5 times better and keep
+// it chosen until the rare trials corrected it. Trials grow rare only
+// after the other way has been measured three times. The trials cost
+// little where one way is far better (on a rotating disk a trial runs at
+// half the rate for under 1% of the time) and keep the choice current
+// when the load changes: a trial every 400 ms at most.
 type syncOverlap struct {
 	pipelined bool       // the chosen way: overlap syncs
 	trial     bool       // the current window runs the other way
