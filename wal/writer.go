@@ -185,7 +185,7 @@ type Writer struct {
 	depth      int // pipelined: most syncs in flight
 	logger     *slog.Logger
 	activeTxns func() int
-	now        func() time.Time    // injected clock, for the commit_delay wait and timing pipelined syncs
+	now        func() time.Time    // injected clock, for the commit_delay wait and the pipelined flusher's commit-rate windows
 	sleep      func(time.Duration) // injected sleep, for delays of 1ms and more
 
 	commitDelay    atomic.Int64 // microseconds
