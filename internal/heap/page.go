@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
-	"sort"
 )
 
 // PageSize is the size in bytes of a heap page, and of a block on disk
@@ -400,8 +399,6 @@ func Prune(p []byte, dead, unused []uint16) error {
 	if err := checkLinePointers(p, lower, upper); err != nil {
 		return err
 	}
-	type item struct{ slot, off, length int }
-	items := make([]item, 0, n)
 	for _, s := range dead {
 		setLP(p, int(s), 0, 0, LPDead)
 	}
@@ -416,26 +413,37 @@ func Prune(p []byte, dead, unused []uint16) error {
 	}
 	lower = PageHeaderSize + n*ItemIDSize
 	hasFree := false
+	// Each remaining tuple as offset<<16 | slot (both below 1<<16), in a
+	// fixed array: vacuum compacts many pages a second, and this keeps the
+	// sort free of allocation and reflection.
+	var items [(PageSize - PageHeaderSize) / ItemIDSize]uint32
+	k := 0
 	for i := 0; i < n; i++ {
-		off, length, st := getLP(p, i)
+		off, _, st := getLP(p, i)
 		switch st {
 		case LPNormal:
-			items = append(items, item{i, off, length})
+			items[k] = uint32(off)<<16 | uint32(i)
+			k++
 		case LPUnused:
 			hasFree = true
 		}
 	}
 	// Move tuples from the highest offset down so that a move never
 	// overwrites a tuple not yet moved (copy handles the overlap of one).
-	sort.Slice(items, func(a, b int) bool { return items[a].off > items[b].off })
+	// Offsets are distinct (checkLinePointers), so the order is total and
+	// redo repeats it.
+	order := items[:k]
+	slices.Sort(order)
 	upper = PageSize
-	for _, it := range items {
-		upper -= alignUp(it.length)
-		if upper != it.off {
-			copy(p[upper:upper+it.length], p[it.off:it.off+it.length])
+	for i := len(order) - 1; i >= 0; i-- {
+		slot := int(order[i] & 0xffff)
+		off, length, _ := getLP(p, slot)
+		upper -= alignUp(length)
+		if upper != off {
+			copy(p[upper:upper+length], p[off:off+length])
 		}
-		clear(p[upper+it.length : upper+alignUp(it.length)])
-		setLP(p, it.slot, upper, it.length, LPNormal)
+		clear(p[upper+length : upper+alignUp(length)])
+		setLP(p, slot, upper, length, LPNormal)
 	}
 	clear(p[lower:upper])
 	put16(p, offLower, uint16(lower))
