@@ -122,8 +122,8 @@ func writeVacuumReport(p func(string, ...any), before uint64, w *engine.Stats) {
 		growth = float64(w.HeapBlocks) / float64(before)
 	}
 	p("heap size: %.1f MiB at start, %.1f MiB at end (%.2fx)\n", mib(before), mib(w.HeapBlocks), growth)
-	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d versions removed, %d frozen\n",
-		w.VacuumRuns, w.AutovacuumRuns, w.VacuumPagesScanned, w.VacuumPagesSkipped, w.VacuumTuplesRemoved, w.VacuumTuplesFrozen)
+	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d page compactions, %d versions removed, %d frozen\n",
+		w.VacuumRuns, w.AutovacuumRuns, w.VacuumPagesScanned, w.VacuumPagesSkipped, w.VacuumPagesCompacted, w.VacuumTuplesRemoved, w.VacuumTuplesFrozen)
 	p("buffer pool during run: %d hits, %d misses, %d page reads, %d page writes, %d evictions\n",
 		w.BufferHits, w.BufferMisses, w.BufferReads, w.BufferWrites, w.BufferEvictions)
 	p("vacuum version chains: %d read, %d skipped (clean or on all-visible pages)\n", w.VacuumChainsRead, w.VacuumChainsSkipped)
