@@ -60,7 +60,7 @@ func DescribeRecord(rec wal.Record) string {
 			desc = "malformed"
 		}
 	case recHeap2Prune:
-		desc = describePrune(rec.Data)
+		desc = describePrune(rec.Data, rec.Flags)
 	case recHeap2Visible:
 		desc = describeVisible(rec.Data)
 	case recFPI, recFPIForHint:

@@ -36,7 +36,11 @@ import (
 //	+-------------------------------------------------------------+
 //
 // On each page the prev and freeze changes are made first, then the unused
-// slots are freed and the page compacted with heap.Prune.
+// slots are freed and the page compacted with heap.Prune; with
+// flagPruneNoRepair the slots are freed in place (heap.SetUnused) and the
+// page is left as it is, to be compacted by a later record. A page part
+// that changes nothing is valid only without that flag: it compacts the
+// page.
 
 // maxPrunePages bounds the pages one pruning record may name.
 const maxPrunePages = 64
@@ -92,10 +96,11 @@ func encodePrune(pages []*prunePage) []byte {
 	return b
 }
 
-// decodePrune parses a pruning record payload. Every count is bounded by
-// what fits on a page and every length checked against the payload, so it
-// never panics and allocates at most in proportion to len(data).
-func decodePrune(data []byte) ([]*prunePage, error) {
+// decodePrune parses a pruning record payload with the record's flags.
+// Every count is bounded by what fits on a page and every length checked
+// against the payload, so it never panics and allocates at most in
+// proportion to len(data).
+func decodePrune(data []byte, flags uint8) ([]*prunePage, error) {
 	if len(data) < 2 {
 		return nil, errBadRecord
 	}
@@ -132,7 +137,7 @@ func decodePrune(data []byte) ([]*prunePage, error) {
 			p.freeze = append(p.freeze, freezeOp{slot: binary.LittleEndian.Uint16(data), infomask: binary.LittleEndian.Uint16(data[2:]), xmax: binary.LittleEndian.Uint64(data[4:])})
 			data = data[12:]
 		}
-		if p.empty() {
+		if p.empty() && flags&flagPruneNoRepair != 0 {
 			return nil, fmt.Errorf("%w: pruning record part for block %d changes nothing", errBadRecord, p.block)
 		}
 		pages = append(pages, p)
@@ -143,10 +148,11 @@ func decodePrune(data []byte) ([]*prunePage, error) {
 	return pages, nil
 }
 
-// applyPrune makes p's changes to page. The caller holds the page's
-// exclusive content lock. An error means the page does not hold the tuples
-// the record names (corruption, when replaying).
-func applyPrune(page []byte, p *prunePage) error {
+// applyPrune makes p's changes to page, as a pruning record with flags
+// says. The caller holds the page's exclusive content lock. An error means
+// the page does not hold the tuples the record names (corruption, when
+// replaying).
+func applyPrune(page []byte, p *prunePage, flags uint8) error {
 	for _, f := range p.prev {
 		raw, err := heap.Tuple(page, f.slot)
 		if err != nil {
@@ -162,6 +168,12 @@ func applyPrune(page []byte, p *prunePage) error {
 		heap.SetTupleXmax(raw, f.xmax)
 		heap.SetTupleInfomask(raw, f.infomask)
 	}
+	if flags&flagPruneNoRepair != 0 {
+		if len(p.unused) == 0 {
+			return nil
+		}
+		return heap.SetUnused(page, p.unused)
+	}
 	if len(p.unused) == 0 && len(p.prev) == 0 && len(p.freeze) > 0 {
 		return nil // freezing alone moves nothing
 	}
@@ -169,9 +181,10 @@ func applyPrune(page []byte, p *prunePage) error {
 }
 
 // describePrune renders a pruning record for DescribeRecord:
-// "blk 3: unused 1,4 prev 2->(0,1) frozen 5; blk 7: ...".
-func describePrune(data []byte) string {
-	pages, err := decodePrune(data)
+// "blk 3: unused 1,4 prev 2->(0,1) frozen 5; blk 7: ...", then
+// "(compacted)" unless flagPruneNoRepair says the pages were not.
+func describePrune(data []byte, flags uint8) string {
+	pages, err := decodePrune(data, flags)
 	if err != nil {
 		return "malformed: " + err.Error()
 	}
@@ -200,17 +213,20 @@ func describePrune(data []byte) string {
 			}
 		}
 	}
+	if flags&flagPruneNoRepair == 0 {
+		b.WriteString(" (compacted)")
+	}
 	return b.String()
 }
 
 // redoPrune replays a pruning record page by page.
 func (db *DB) redoPrune(rec wal.Record) error {
-	pages, err := decodePrune(rec.Data)
+	pages, err := decodePrune(rec.Data, rec.Flags)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruption, err)
 	}
 	for _, p := range pages {
-		if err := db.redoBlock(p.block, rec.End, func(page []byte) error { return applyPrune(page, p) }); err != nil {
+		if err := db.redoBlock(p.block, rec.End, func(page []byte) error { return applyPrune(page, p, rec.Flags) }); err != nil {
 			return err
 		}
 	}

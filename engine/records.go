@@ -90,6 +90,13 @@ const (
 	// for the new version's page when it is another block
 	// (XLH_UPDATE_NEW_ALL_VISIBLE_CLEARED).
 	flagNewAllVisibleCleared uint8 = 1 << 2
+	// flagPruneNoRepair on recHeap2Prune: the named slots become unused
+	// but no tuple moves (heap.SetUnused), so the freed storage stays a
+	// hole in the page. Without the flag the page is compacted after the
+	// changes (heap.Prune), and a page part may then be empty: compaction
+	// alone, which is how vacuum repairs a page once it has finished
+	// freeing slots on it (engine/vacuum.go, scanPage).
+	flagPruneNoRepair uint8 = 1 << 3
 )
 
 var errBadRecord = errors.New("malformed WAL record")

@@ -71,6 +71,14 @@ import (
 // CLOG any more. VacuumStats.FrozenXid is then the oldest xid a tuple still
 // names (the analog of relfrozenxid), which CLOG truncation may use.
 //
+// Pruning records free slots in place (flagPruneNoRepair): each key's chain
+// lies on its own pages, so a batch of a few dozen keys names a few dozen
+// pages, and one page of updated keys is named by many batches of a run.
+// Compacting it in each of them cost one page compaction per removed
+// version; instead the pass over the pages below compacts each page with
+// holes once, in a pruning record of its own, as PostgreSQL's vacuum calls
+// PageRepairFragmentation once a page.
+//
 // Then a pass over the pages records their free space in the free space
 // map (fsm.go) and marks all-visible every page whose every tuple is
 // visible to every snapshot and ends its chain (no Prev), through the
@@ -88,7 +96,8 @@ import (
 //	      whole key goes; add the plan to the batch, writing the batch as
 //	      one pruning record when its pages would exceed the budget
 //	write the chunks of removed versions (and orphans) free
-//	for each page not all-frozen: record free space; set all-visible
+//	for each page not all-frozen: compact it if it has holes; record
+//	  free space; set all-visible
 
 // VacuumStats describe one run of DB.Vacuum.
 type VacuumStats struct {
@@ -103,8 +112,10 @@ type VacuumStats struct {
 	FrozenXid uint64
 	// PagesScanned and PagesSkipped count heap pages examined and skipped
 	// by the visibility map (all-visible pages by a lazy run, all-frozen
-	// ones by an aggressive run); PagesCompacted the pages a pruning record
-	// changed; PagesAllVisible the pages marked all-visible.
+	// ones by an aggressive run); PagesCompacted the pages whose tuples
+	// were packed to turn freed storage into free space (once a page, at
+	// the end of the run, for the versions the chain pass removed);
+	// PagesAllVisible the pages marked all-visible.
 	PagesScanned, PagesSkipped, PagesCompacted, PagesAllVisible uint64
 	// ChainsRead counts the keys whose version chains the first pass
 	// read; ChainsSkipped those it did not need to read, because no one
@@ -787,7 +798,10 @@ func (v *vacuumRun) flush() error {
 	}
 	slices.Sort(blocks)
 	db := v.db
-	err := db.logPrune(blocks, b.pages, func(blk uint32, page []byte, p *prunePage) {
+	// The slots are freed in place: a page of updated keys is named by
+	// many batches of one run (each key's chain spans its own two pages),
+	// and scanPage compacts it once at the end.
+	err := db.logPrune(blocks, b.pages, flagPruneNoRepair, func(blk uint32, page []byte, p *prunePage) {
 		// Freezing is planned from a read under the shared lock; a
 		// writer may have set a new xmax since. Keep it, then.
 		for i := range p.freeze {
@@ -823,7 +837,6 @@ func (v *vacuumRun) flush() error {
 	}
 	v.st.TuplesRemoved += uint64(b.removed)
 	v.st.ChunksRemoved += uint64(b.chunksRemoved)
-	v.st.PagesCompacted += uint64(len(blocks))
 	for _, p := range b.pages {
 		v.st.TuplesFrozen += uint64(len(p.freeze))
 	}
@@ -832,10 +845,10 @@ func (v *vacuumRun) flush() error {
 
 // logPrune locks the blocks (ascending) exclusively, logs full-page images
 // where needed, lets prepare fill in after-images that depend on the page,
-// applies the changes, inserts the pruning record, stamps the pages and
-// records their free space. locked runs after the changes, with the locks
-// still held.
-func (db *DB) logPrune(blocks []uint32, pages map[uint32]*prunePage, prepare func(blk uint32, page []byte, p *prunePage), locked func()) error {
+// applies the changes, inserts the pruning record with flags, stamps the
+// pages and records their free space. locked runs after the changes, with
+// the locks still held.
+func (db *DB) logPrune(blocks []uint32, pages map[uint32]*prunePage, flags uint8, prepare func(blk uint32, page []byte, p *prunePage), locked func()) error {
 	db.ckptInterlock.RLock()
 	defer db.ckptInterlock.RUnlock()
 	bufs := make([]*bufpool.Buffer, 0, len(blocks))
@@ -864,7 +877,7 @@ func (db *DB) logPrune(blocks []uint32, pages map[uint32]*prunePage, prepare fun
 		if prepare != nil {
 			prepare(b.Block(), b.Page(), p)
 		}
-		if err := applyPrune(b.Page(), p); err != nil {
+		if err := applyPrune(b.Page(), p, flags); err != nil {
 			// Pages before this one are changed without a record: stop
 			// taking writes, recovery will redo from the checkpoint.
 			return db.fail(fmt.Errorf("%w: vacuum of heap block %d: %v", ErrCorruption, b.Block(), err))
@@ -872,7 +885,7 @@ func (db *DB) logPrune(blocks []uint32, pages map[uint32]*prunePage, prepare fun
 		b.MarkDirty()
 		list[i] = p
 	}
-	_, end, err := db.wal.Insert(recHeap2Prune, 0, encodePrune(list))
+	_, end, err := db.wal.InsertFlags(recHeap2Prune, flags, 0, encodePrune(list))
 	if err != nil {
 		return db.fail(err)
 	}
@@ -931,7 +944,7 @@ func (v *vacuumRun) freeChunks() error {
 			if len(keep) == 0 {
 				return nil
 			}
-			return db.logPrune(keep, pages, nil, nil)
+			return db.logPrune(keep, pages, 0, nil, nil)
 		})
 		if err != nil {
 			return err
@@ -1075,6 +1088,11 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 			allVisible = false
 		}
 	}
+	if heap.HoleBytes(page) > 0 {
+		if err := v.compactPage(buf); err != nil {
+			return h, err
+		}
+	}
 	db.recordFreeSpace(blk, heap.FreeSpace(page))
 	if allVisible {
 		// Set the bits unless they are set already; an all-visible page
@@ -1088,4 +1106,26 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 		}
 	}
 	return oldest, nil
+}
+
+// compactPage packs the tuples of buf's page, turning the holes left by
+// this run's (or an interrupted run's) pruning records into free space,
+// with a pruning record whose one page part is empty. The caller holds the
+// page's exclusive lock and ckptInterlock shared.
+func (v *vacuumRun) compactPage(buf *bufpool.Buffer) error {
+	db := v.db
+	if err := db.logFPIIfNeeded(buf); err != nil {
+		return err
+	}
+	if err := heap.Prune(buf.Page(), nil, nil); err != nil {
+		return db.fail(fmt.Errorf("%w: vacuum of heap block %d: %v", ErrCorruption, buf.Block(), err))
+	}
+	buf.MarkDirty()
+	_, end, err := db.wal.InsertFlags(recHeap2Prune, 0, 0, encodePrune([]*prunePage{{block: buf.Block()}}))
+	if err != nil {
+		return db.fail(err)
+	}
+	heap.SetPageLSN(buf.Page(), uint64(end))
+	v.st.PagesCompacted++
+	return nil
 }

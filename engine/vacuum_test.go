@@ -534,25 +534,37 @@ func TestPruneRecordRoundTrip(t *testing.T) {
 		{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}, freeze: []freezeOp{{5, heap.Frozen | heap.XminCommitted, 0}}},
 		{block: 9, prev: []prevFix{{0, heap.InvalidTID}}},
 	}
-	got, err := decodePrune(encodePrune(pages))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, pages) {
-		t.Errorf("round trip: %+v, want %+v", got[0], pages[0])
-	}
-	for _, bad := range [][]byte{nil, {0, 0}, encodePrune(pages)[:20], append(encodePrune(pages), 0), encodePrune([]*prunePage{{block: 1}})} {
-		if _, err := decodePrune(bad); err == nil {
-			t.Errorf("decodePrune(%x) accepted", bad)
+	for _, flags := range []uint8{0, flagPruneNoRepair} {
+		got, err := decodePrune(encodePrune(pages), flags)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if !reflect.DeepEqual(got, pages) {
+			t.Errorf("round trip: %+v, want %+v", got[0], pages[0])
+		}
+		for _, bad := range [][]byte{nil, {0, 0}, encodePrune(pages)[:20], append(encodePrune(pages), 0)} {
+			if _, err := decodePrune(bad, flags); err == nil {
+				t.Errorf("decodePrune(%x, %#x) accepted", bad, flags)
+			}
+		}
+	}
+	// A part that changes nothing compacts the page, which a record that
+	// does not compact cannot say.
+	empty := encodePrune([]*prunePage{{block: 1}})
+	if _, err := decodePrune(empty, 0); err != nil {
+		t.Errorf("compaction-only part refused: %v", err)
+	}
+	if _, err := decodePrune(empty, flagPruneNoRepair); err == nil {
+		t.Error("empty part accepted with flagPruneNoRepair")
 	}
 }
 
 func FuzzDecodePrune(f *testing.F) {
-	f.Add(encodePrune([]*prunePage{{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}}}))
-	f.Add(encodePrune([]*prunePage{{block: 1, freeze: []freezeOp{{5, 0x11, 7}}}, {block: 2, unused: []uint16{0}}}))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		pages, err := decodePrune(data)
+	f.Add(uint8(0), encodePrune([]*prunePage{{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}}}))
+	f.Add(flagPruneNoRepair, encodePrune([]*prunePage{{block: 1, freeze: []freezeOp{{5, 0x11, 7}}}, {block: 2, unused: []uint16{0}}}))
+	f.Add(uint8(0), encodePrune([]*prunePage{{block: 4}}))
+	f.Fuzz(func(t *testing.T, flags uint8, data []byte) {
+		pages, err := decodePrune(data, flags)
 		if err != nil {
 			return
 		}
@@ -562,7 +574,7 @@ func FuzzDecodePrune(f *testing.F) {
 		page := make([]byte, heap.PageSize)
 		heap.InitPage(page)
 		for _, p := range pages {
-			applyPrune(page, p) // must not panic on a page that lacks the slots
+			applyPrune(page, p, flags) // must not panic on a page that lacks the slots
 		}
 	})
 }
@@ -798,4 +810,71 @@ func TestDeleteOfMissingKeyLeavesNoEntry(t *testing.T) {
 		t.Errorf("missing7 = %q, %v", got, ok)
 	}
 	mustVerify(t, db)
+}
+
+// Vacuum frees slots in place and compacts each page once: with a pruning
+// budget of a few pages, chains spread over many pages name each page in
+// many batches, yet no page is compacted twice in a run, none is left with
+// holes, and the freed space is taken by the next versions instead of new
+// pages. Recovery replays both kinds of record to the same pages.
+func TestVacuumCompactsEachPageOnce(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Autovacuum: noAutovacuum, SharedBuffers: 16 * heap.PageSize}
+	db := openTest(t, dir, opts)
+	const keys = 1500
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := func(round int) string { return fmt.Sprintf("%03d", round) + strings.Repeat("v", 97) }
+	for i := 0; i < keys; i++ {
+		mustPut(t, db, fmt.Sprintf("k%05d", i), val(0))
+	}
+	for round := 1; round <= 3; round++ {
+		for _, i := range rng.Perm(keys) {
+			mustPut(t, db, fmt.Sprintf("k%05d", i), val(round))
+		}
+	}
+	st := mustVacuum(t, db)
+	nblocks := uint64(db.pool.NBlocks())
+	if st.TuplesRemoved < 3*keys {
+		t.Fatalf("vacuum removed %d versions, want at least %d", st.TuplesRemoved, 3*keys)
+	}
+	if st.PagesCompacted == 0 || st.PagesCompacted > nblocks {
+		t.Errorf("%d page compactions in a heap of %d pages, want each page at most once", st.PagesCompacted, nblocks)
+	}
+	holes := func(db *DB) int {
+		n := 0
+		for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {
+			buf, err := db.pool.Get(blk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf.RLock()
+			if heap.HoleBytes(buf.Page()) > 0 {
+				n++
+			}
+			buf.RUnlock()
+			buf.Release()
+		}
+		return n
+	}
+	if n := holes(db); n != 0 {
+		t.Errorf("%d pages left with holes after vacuum", n)
+	}
+	mustVerify(t, db)
+	for _, i := range rng.Perm(keys) {
+		mustPut(t, db, fmt.Sprintf("k%05d", i), val(4))
+	}
+	if grown := uint64(db.pool.NBlocks()); grown != nblocks {
+		t.Errorf("heap grew from %d to %d pages although vacuum freed a version of every key", nblocks, grown)
+	}
+	crashCopy := t.TempDir()
+	copyDir(t, dir, crashCopy)
+	db.Close()
+	db = openTest(t, crashCopy, opts)
+	defer db.Close()
+	mustVerify(t, db)
+	for i := 0; i < keys; i++ {
+		if got, ok := get(t, db, fmt.Sprintf("k%05d", i)); !ok || got != val(4) {
+			t.Fatalf("k%05d after recovery = %q, %v", i, got, ok)
+		}
+	}
 }

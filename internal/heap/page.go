@@ -380,24 +380,78 @@ func checkLP(slot, off, length, upper int) error {
 // exactly. Every listed slot must be LPNormal or LPDead, else ErrBadSlot and p
 // is unchanged. With both lists empty it only compacts.
 func Prune(p []byte, dead, unused []uint16) error {
-	lower, upper, err := header(p)
+	lower, err := markLinePointers(p, dead, unused)
 	if err != nil {
 		return err
+	}
+	n := (lower - PageHeaderSize) / ItemIDSize
+	// Each remaining tuple as offset<<16 | slot (both below 1<<16), in a
+	// fixed array: vacuum compacts many pages a second, and this keeps the
+	// sort free of allocation and reflection.
+	var items [(PageSize - PageHeaderSize) / ItemIDSize]uint32
+	k := 0
+	for i := 0; i < n; i++ {
+		if off, _, st := getLP(p, i); st == LPNormal {
+			items[k] = uint32(off)<<16 | uint32(i)
+			k++
+		}
+	}
+	// Move tuples from the highest offset down so that a move never
+	// overwrites a tuple not yet moved (copy handles the overlap of one).
+	// Offsets are distinct (checkLinePointers), so the order is total and
+	// redo repeats it.
+	order := items[:k]
+	slices.Sort(order)
+	upper := PageSize
+	for i := len(order) - 1; i >= 0; i-- {
+		slot := int(order[i] & 0xffff)
+		off, length, _ := getLP(p, slot)
+		upper -= alignUp(length)
+		if upper != off {
+			copy(p[upper:upper+length], p[off:off+length])
+		}
+		clear(p[upper+length : upper+alignUp(length)])
+		setLP(p, slot, upper, length, LPNormal)
+	}
+	clear(p[lower:upper])
+	put16(p, offUpper, uint16(upper))
+	return nil
+}
+
+// SetUnused is Prune without the compaction: each slot in unused becomes
+// LPUnused and trailing unused line pointers are cut off, but no tuple
+// moves, so the storage of the freed tuples stays where it was (a hole
+// that HoleBytes counts) until a Prune of the page packs the rest. Vacuum
+// frees the versions of many keys a page at a time, several times a run
+// for the same page; it compacts each page once, when it has finished with
+// it. Errors as Prune's; p is unchanged on error.
+func SetUnused(p []byte, unused []uint16) error {
+	_, err := markLinePointers(p, nil, unused)
+	return err
+}
+
+// markLinePointers checks the line pointers and the listed slots, marks the
+// slots, truncates trailing unused line pointers and sets the free-lines
+// hint. It returns the new lower bound; upper is unchanged.
+func markLinePointers(p []byte, dead, unused []uint16) (int, error) {
+	lower, upper, err := header(p)
+	if err != nil {
+		return 0, err
 	}
 	n := (lower - PageHeaderSize) / ItemIDSize
 	for _, list := range [][]uint16{dead, unused} {
 		for _, s := range list {
 			if int(s) >= n {
-				return fmt.Errorf("%w: slot %d beyond %d line pointers", ErrBadSlot, s, n)
+				return 0, fmt.Errorf("%w: slot %d beyond %d line pointers", ErrBadSlot, s, n)
 			}
 			if _, _, st := getLP(p, int(s)); st != LPNormal && st != LPDead {
-				return fmt.Errorf("%w: slot %d is unused", ErrBadSlot, s)
+				return 0, fmt.Errorf("%w: slot %d is unused", ErrBadSlot, s)
 			}
 		}
 	}
 	// Compaction trusts the line pointers, so check them first.
 	if err := checkLinePointers(p, lower, upper); err != nil {
-		return err
+		return 0, err
 	}
 	for _, s := range dead {
 		setLP(p, int(s), 0, 0, LPDead)
@@ -411,49 +465,41 @@ func Prune(p []byte, dead, unused []uint16) error {
 		}
 		n--
 	}
-	lower = PageHeaderSize + n*ItemIDSize
+	newLower := PageHeaderSize + n*ItemIDSize
 	hasFree := false
-	// Each remaining tuple as offset<<16 | slot (both below 1<<16), in a
-	// fixed array: vacuum compacts many pages a second, and this keeps the
-	// sort free of allocation and reflection.
-	var items [(PageSize - PageHeaderSize) / ItemIDSize]uint32
-	k := 0
 	for i := 0; i < n; i++ {
-		off, _, st := getLP(p, i)
-		switch st {
-		case LPNormal:
-			items[k] = uint32(off)<<16 | uint32(i)
-			k++
-		case LPUnused:
+		if _, _, st := getLP(p, i); st == LPUnused {
 			hasFree = true
+			break
 		}
 	}
-	// Move tuples from the highest offset down so that a move never
-	// overwrites a tuple not yet moved (copy handles the overlap of one).
-	// Offsets are distinct (checkLinePointers), so the order is total and
-	// redo repeats it.
-	order := items[:k]
-	slices.Sort(order)
-	upper = PageSize
-	for i := len(order) - 1; i >= 0; i-- {
-		slot := int(order[i] & 0xffff)
-		off, length, _ := getLP(p, slot)
-		upper -= alignUp(length)
-		if upper != off {
-			copy(p[upper:upper+length], p[off:off+length])
-		}
-		clear(p[upper+length : upper+alignUp(length)])
-		setLP(p, slot, upper, length, LPNormal)
-	}
-	clear(p[lower:upper])
-	put16(p, offLower, uint16(lower))
-	put16(p, offUpper, uint16(upper))
+	// The line pointers cut off leave zeroes behind, as free space is.
+	clear(p[newLower:lower])
+	put16(p, offLower, uint16(newLower))
 	f := u16(p, offFlags) &^ PDHasFreeLines
 	if hasFree {
 		f |= PDHasFreeLines
 	}
 	put16(p, offFlags, f)
-	return nil
+	return newLower, nil
+}
+
+// HoleBytes returns how many bytes of p's tuple space, between upper and
+// the end of the page, hold no tuple: the storage SetUnused left behind,
+// which a Prune of the page would turn into free space. A page whose line
+// pointers do not fit its tuple space counts as having none.
+func HoleBytes(p []byte) int {
+	lower, upper, err := header(p)
+	if err != nil {
+		return 0
+	}
+	used := 0
+	for i := 0; i < (lower-PageHeaderSize)/ItemIDSize; i++ {
+		if _, length, st := getLP(p, i); st == LPNormal {
+			used += alignUp(length)
+		}
+	}
+	return max(0, PageSize-upper-used)
 }
 
 // pageChecksum is CRC-32C over the page with the checksum field taken as

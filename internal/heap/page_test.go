@@ -474,3 +474,63 @@ func BenchmarkPrune(b *testing.B) {
 		}
 	}
 }
+
+// TestSetUnusedThenCompact checks that freeing slots without moving tuples
+// and compacting later gives the same page, byte for byte, as Prune doing
+// both at once, and that HoleBytes counts exactly the storage in between.
+func TestSetUnusedThenCompact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	p := newPage()
+	live := map[uint16]int{}
+	for round := 0; round < 200; round++ {
+		for {
+			tup := mkTuple(round*100+len(live), rng.IntN(200))
+			s, err := AddTuple(p, tup)
+			if err != nil {
+				break
+			}
+			live[s] = len(tup)
+		}
+		var unused []uint16
+		freed := 0
+		for s, n := range live {
+			if rng.IntN(3) == 0 {
+				unused = append(unused, s)
+				freed += alignUp(n)
+				delete(live, s)
+			}
+		}
+		want := bytes.Clone(p)
+		if err := Prune(want, nil, unused); err != nil {
+			t.Fatal(err)
+		}
+		if HoleBytes(p) != 0 {
+			t.Fatalf("round %d: %d hole bytes before freeing", round, HoleBytes(p))
+		}
+		free := FreeSpace(p)
+		if err := SetUnused(p, unused); err != nil {
+			t.Fatal(err)
+		}
+		if got := HoleBytes(p); got != freed {
+			t.Fatalf("round %d: HoleBytes %d, want %d", round, got, freed)
+		}
+		if FreeSpace(p) < free || FreeSpace(p) >= free+freed && freed > 0 {
+			t.Fatalf("round %d: free space %d -> %d with %d bytes freed in place", round, free, FreeSpace(p), freed)
+		}
+		SetChecksum(p, 0)
+		if err := VerifyPage(p, 0); err != nil {
+			t.Fatalf("round %d: page with holes: %v", round, err)
+		}
+		if err := Prune(p, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		SetChecksum(p, 0)
+		SetChecksum(want, 0)
+		if !bytes.Equal(p, want) {
+			t.Fatalf("round %d: SetUnused then Prune differs from Prune", round)
+		}
+	}
+	if err := SetUnused(p, []uint16{uint16(NumSlots(p))}); !errors.Is(err, ErrBadSlot) {
+		t.Errorf("SetUnused beyond the line pointers: %v", err)
+	}
+}
