@@ -492,8 +492,9 @@ type Stats struct {
 	Keys uint64
 	// Vacuum (vacuum.go): runs (manual and autovacuum), heap pages
 	// examined and skipped as all-visible, tuple versions (and out-of-line
-	// chunks) removed, pages compacted by a pruning record, and tuples
-	// frozen; version chains read and skipped by the first pass
+	// chunks) removed, page compactions (vacuum's, once a page it freed
+	// slots on, and a writer's, when a tuple fits a page only with the
+	// holes vacuum left), and tuples frozen; version chains read and skipped by the first pass
 	// (VacuumStats.ChainsRead, ChainsSkipped).
 	VacuumRuns, AutovacuumRuns                                    uint64
 	VacuumPagesScanned, VacuumPagesSkipped                        uint64

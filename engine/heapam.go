@@ -200,6 +200,17 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 
 		page := tgt.Page()
 		wasNew := heap.IsNew(page)
+		if !wasNew && heap.FreeSpace(page) < len(tup) && heap.FreeSpace(page)+heap.HoleBytes(page) >= len(tup) {
+			// Vacuum freed slots here in place and has not compacted
+			// the page yet: compact it now rather than leave the space
+			// unused until the end of vacuum's run, as PostgreSQL's
+			// heap_page_prune_opt repairs a page that is nearly full.
+			if err := db.repairFragmentation(tgt); err != nil {
+				unlock()
+				return heap.InvalidTID, err
+			}
+			db.vac.pagesCompacted.Add(1)
+		}
 		if samePage && (wasNew || heap.FreeSpace(page) < len(tup)) {
 			// A new page cannot hold the old version: leave it to
 			// setXmaxOnPage below to report, on the usual path.

@@ -891,7 +891,8 @@ func (db *DB) logPrune(blocks []uint32, pages map[uint32]*prunePage, flags uint8
 	}
 	for _, b := range bufs {
 		heap.SetPageLSN(b.Page(), uint64(end))
-		db.recordFreeSpace(b.Block(), heap.FreeSpace(b.Page()))
+		// Holes count: the insert that needs them compacts the page.
+		db.recordFreeSpace(b.Block(), heap.FreeSpace(b.Page())+heap.HoleBytes(b.Page()))
 	}
 	if locked != nil {
 		locked()
@@ -1109,16 +1110,28 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 }
 
 // compactPage packs the tuples of buf's page, turning the holes left by
-// this run's (or an interrupted run's) pruning records into free space,
-// with a pruning record whose one page part is empty. The caller holds the
-// page's exclusive lock and ckptInterlock shared.
+// this run's (or an interrupted run's) pruning records into free space.
+// The caller holds the page's exclusive lock and ckptInterlock shared.
 func (v *vacuumRun) compactPage(buf *bufpool.Buffer) error {
-	db := v.db
+	if err := v.db.repairFragmentation(buf); err != nil {
+		return err
+	}
+	v.st.PagesCompacted++
+	return nil
+}
+
+// repairFragmentation compacts buf's page, as PostgreSQL's
+// PageRepairFragmentation, with a pruning record whose one page part is
+// empty (a full-page image first if the page needs one). Vacuum calls it
+// once for each page it left holes in; placeTuple calls it when a tuple
+// fits a page only with its holes. The caller holds the page's exclusive
+// lock and ckptInterlock shared.
+func (db *DB) repairFragmentation(buf *bufpool.Buffer) error {
 	if err := db.logFPIIfNeeded(buf); err != nil {
 		return err
 	}
 	if err := heap.Prune(buf.Page(), nil, nil); err != nil {
-		return db.fail(fmt.Errorf("%w: vacuum of heap block %d: %v", ErrCorruption, buf.Block(), err))
+		return db.fail(fmt.Errorf("%w: compaction of heap block %d: %v", ErrCorruption, buf.Block(), err))
 	}
 	buf.MarkDirty()
 	_, end, err := db.wal.InsertFlags(recHeap2Prune, 0, 0, encodePrune([]*prunePage{{block: buf.Block()}}))
@@ -1126,6 +1139,5 @@ func (v *vacuumRun) compactPage(buf *bufpool.Buffer) error {
 		return db.fail(err)
 	}
 	heap.SetPageLSN(buf.Page(), uint64(end))
-	v.st.PagesCompacted++
 	return nil
 }

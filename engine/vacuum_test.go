@@ -878,3 +878,83 @@ func TestVacuumCompactsEachPageOnce(t *testing.T) {
 		}
 	}
 }
+
+// Space vacuum freed in place is usable before the page is compacted: a
+// version that fits a page only with its holes compacts the page itself
+// (the analog of heap_page_prune_opt) instead of going to another page.
+func TestUpdateCompactsPageWithHoles(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	key := func(i int) string { return fmt.Sprintf("k%03d", i) }
+	// One transaction, one insert target: the keys fill page 0 first.
+	putAll := func(from, to int, val string) {
+		t.Helper()
+		err := db.Update(context.Background(), func(tx *Txn) error {
+			for i := from; i < to; i++ {
+				if err := tx.Put([]byte(key(i)), []byte(val)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	putAll(0, 200, strings.Repeat("a", 100))
+	onPage0 := -1
+	for i := 0; i < 200; i++ {
+		if db.idx.get([]byte(key(i))).headTID().Block == 0 {
+			onPage0 = i
+		}
+	}
+	if onPage0 < 30 {
+		t.Fatalf("only %d keys on page 0", onPage0+1)
+	}
+	// New versions of the first 20 keys go to another page: page 0 is full.
+	putAll(0, 20, strings.Repeat("b", 100))
+	// Vacuum's chain pass only: the 20 old versions on page 0 are freed
+	// in place, and the end-of-run compaction does not happen.
+	db.vac.mu.Lock()
+	v := &vacuumRun{db: db, ctx: context.Background(), budget: db.pruneBudget()}
+	v.st.OldestXmin = db.oldestXmin()
+	v.batch.reset()
+	for _, e := range db.idx.entriesAfter("", true, 1<<20) {
+		if err := v.chain(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := v.flush()
+	db.vac.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page0 := func() (holes, free int) {
+		buf, err := db.pool.Get(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer buf.Release()
+		buf.RLock()
+		defer buf.RUnlock()
+		return heap.HoleBytes(buf.Page()), heap.FreeSpace(buf.Page())
+	}
+	holes, free := page0()
+	if holes < 1000 || free >= 150 {
+		t.Fatalf("page 0 has %d hole bytes and %d free; the test needs holes and no room", holes, free)
+	}
+	// A key whose only version is on page 0 gets a new one: it goes on
+	// page 0, which is compacted for it.
+	before := db.Stats()
+	mustPut(t, db, key(onPage0), strings.Repeat("c", 100))
+	if h := db.idx.get([]byte(key(onPage0))).headTID(); h.Block != 0 {
+		t.Errorf("new version went to %s, not to page 0", h)
+	}
+	if holes, _ := page0(); holes != 0 {
+		t.Errorf("page 0 still has %d hole bytes", holes)
+	}
+	if d := db.Stats().Sub(before); d.VacuumPagesCompacted != 1 {
+		t.Errorf("%d compactions, want 1", d.VacuumPagesCompacted)
+	}
+	mustVerify(t, db)
+}
