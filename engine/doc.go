@@ -29,12 +29,15 @@
 // (google/btree) maps a key to the newest version; it is not logged and is
 // rebuilt from the heap at Open.
 //
-// A writer gets an xid at its first write (64-bit, never wrapping), takes the
-// key's row lock, and then finds the newest version whose creator committed.
-// Under REPEATABLE READ, if that version's creator (or deleter) is not in
-// the transaction's snapshot, the write fails with ErrSerializationFailure:
-// first updater wins. Otherwise the writer stamps xmax on that version and
-// places the new version on a heap page, logging both in one WAL record.
+// A writer takes the key's row lock, and then finds the newest version whose
+// creator committed. Under REPEATABLE READ, if that version's creator (or
+// deleter) is not in the transaction's snapshot, the write fails with
+// ErrSerializationFailure: first updater wins. Otherwise the writer gets an
+// xid if it has none yet (64-bit, never wrapping), stamps xmax on that
+// version and places the new version on a heap page, logging both in one
+// WAL record. A write that places nothing (a delete of a missing key) keeps
+// the row lock but gets no xid, so a transaction of such writes commits as a
+// read-only one: no commit record, no wait for a flush.
 //
 // A lock held by another transaction is waited for until that transaction
 // ends; deadlocks are detected when the wait would close a cycle.

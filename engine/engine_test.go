@@ -323,15 +323,7 @@ var vfsOS = vfsOSType{}
 func waitUntilWaiting(t *testing.T, db *DB) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		waiting := false
-		db.procs.mu.Lock()
-		db.locks.deadlockMu.Lock()
-		for _, st := range db.procs.running {
-			waiting = waiting || st.waitingFor != nil
-		}
-		db.locks.deadlockMu.Unlock()
-		db.procs.mu.Unlock()
-		if waiting {
+		if db.locks.waiting.Load() > 0 {
 			return
 		}
 	}

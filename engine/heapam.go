@@ -523,7 +523,7 @@ func (db *DB) latestOnce(e *indexEntry, me uint64, wantVal bool) (v version, fou
 		if v, err = db.readVersion(tid, e.key, wantVal); err != nil {
 			return v, false, false, err
 		}
-		ok := v.hdr.Xmin == me
+		ok := me != 0 && v.hdr.Xmin == me
 		if !ok {
 			if ok, err = db.xminCommitted(&v); err != nil {
 				return v, false, false, err

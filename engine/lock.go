@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,11 @@ type lockManager struct {
 	shards [64]lockShard
 
 	deadlockMu sync.Mutex
+
+	// waiting counts the transactions sleeping on a row lock. A waiter
+	// may have no xid yet (it gets one when it places its first version),
+	// so the running table does not show it.
+	waiting atomic.Int64
 }
 
 type lockShard struct {
@@ -82,7 +88,7 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		}
 		lm.deadlockMu.Unlock()
 		if cycle {
-			return fmt.Errorf("%w: transaction %d waits for transaction %d, which waits for it", ErrDeadlock, me.xid, holder.xid)
+			return fmt.Errorf("%w: %s waits for %s, which waits for it", ErrDeadlock, me.name(), holder.name())
 		}
 
 		if timeout > 0 && deadline == nil {
@@ -91,15 +97,17 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 			deadline = t.C
 		}
 		var err error
+		lm.waiting.Add(1)
 		select {
 		case <-holder.done:
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-deadline:
-			err = fmt.Errorf("%w: waiting for transaction %d", ErrLockTimeout, holder.xid)
+			err = fmt.Errorf("%w: waiting for %s", ErrLockTimeout, holder.name())
 		case <-closing:
 			err = ErrClosed
 		}
+		lm.waiting.Add(-1)
 		lm.deadlockMu.Lock()
 		me.waitingFor = nil
 		lm.deadlockMu.Unlock()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -11,8 +12,16 @@ import (
 // xid, whom it waits for, and a channel closed when it has ended (committed
 // or aborted, CLOG set, out of the running table, row locks released).
 // Waiting on done is the analog of PostgreSQL's XactLockTableWait.
+//
+// A transaction's txnState exists from its first row lock, its xid only
+// from the first version it places (procArray.assign): a write that places
+// nothing, such as a delete of a missing key, holds its row lock without
+// an xid, is never in the running table, and ends as a read-only
+// transaction does, with no commit record to wait for. An xid is set once,
+// by the owner, while waiters of its row locks may read it for their
+// error messages, hence the atomic.
 type txnState struct {
-	xid  uint64
+	xid  atomic.Uint64 // 0 until assign
 	done chan struct{}
 
 	// waitingFor is the transaction whose end this one is waiting for, or
@@ -45,22 +54,37 @@ func newProcArray(nextXid uint64) *procArray {
 	return &procArray{nextXid: nextXid, running: make(map[uint64]*txnState)}
 }
 
-// assign hands out the next xid and enters the transaction into the table.
-func (p *procArray) assign() *txnState {
+// newTxnState returns the state of a transaction that has no xid yet.
+func newTxnState() *txnState {
+	return &txnState{done: make(chan struct{})}
+}
+
+// name names the transaction in an error message.
+func (st *txnState) name() string {
+	if xid := st.xid.Load(); xid != 0 {
+		return fmt.Sprintf("transaction %d", xid)
+	}
+	return "a transaction with no xid"
+}
+
+// assign gives st the next xid and enters it into the table, and returns
+// the xid. st must not have one yet.
+func (p *procArray) assign(st *txnState) uint64 {
 	p.mu.Lock()
-	st := &txnState{xid: p.nextXid, done: make(chan struct{})}
+	xid := p.nextXid
+	st.xid.Store(xid)
 	p.nextXid++
-	p.running[st.xid] = st
+	p.running[xid] = st
 	p.mu.Unlock()
 	p.active.Add(1)
-	return st
+	return xid
 }
 
 // remove takes a finished transaction out of the table. The caller must have
 // set its CLOG status first (docs/DESIGN.md rule 2).
 func (p *procArray) remove(st *txnState) {
 	p.mu.Lock()
-	delete(p.running, st.xid)
+	delete(p.running, st.xid.Load())
 	p.mu.Unlock()
 	p.active.Add(-1)
 }

@@ -33,7 +33,7 @@ type Txn struct {
 	opts TxnOptions
 	sync bool
 
-	st   *txnState            // nil until the first write assigns an xid
+	st   *txnState            // nil until the first write takes a row lock; its xid comes with the first version placed
 	snap *visibility.Snapshot // the transaction snapshot (REPEATABLE READ), taken at the first statement
 	done bool                 // Commit or Rollback was called
 	err  error                // the error that aborted the transaction, if any
@@ -64,13 +64,21 @@ func (db *DB) Begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	return &Txn{db: db, ctx: ctx, opts: o, sync: sc}, nil
 }
 
-// XID returns the transaction's id, or 0 while it has written nothing (an
-// xid is assigned at the first write, as in PostgreSQL).
+// XID returns the transaction's id, or 0 while it has written nothing. An
+// xid is assigned when the transaction first places a version, as in
+// PostgreSQL: a delete of a missing key, or an Update whose function
+// returned an error, takes the key's row lock but no xid.
 func (t *Txn) XID() uint64 {
 	if t.st == nil {
 		return 0
 	}
-	return t.st.xid
+	return t.st.xid.Load()
+}
+
+// hasXid reports whether the transaction has an xid, and so has changed
+// the heap and must end with a commit or abort record.
+func (t *Txn) hasXid() bool {
+	return t.st != nil && t.st.xid.Load() != 0
 }
 
 func (t *Txn) usable() error {
@@ -306,10 +314,20 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	if err := db.writable(); err != nil {
 		return err
 	}
+	// The row lock needs an owner, not an xid. The xid is assigned only
+	// when a version is about to be placed (xid below), so that a write
+	// that places nothing (a delete of a missing key, an Update whose
+	// function fails) leaves no xid to commit and the transaction commits
+	// as a read-only one: no commit record, no wait for a WAL flush. The
+	// xid is not needed before: no tuple carries it yet, the row lock and
+	// the waits-for graph go by txnState, and the snapshot checks below
+	// are made against other transactions' xids. PostgreSQL likewise
+	// assigns an xid at the first tuple it changes, not at a DELETE that
+	// matches no row.
 	if t.st == nil {
-		t.st = db.procs.assign()
+		t.st = newTxnState()
 	}
-	me := t.st.xid
+	me := t.st.xid.Load()
 	if err := db.locks.acquire(t.ctx, key, t.st, db.opts.LockTimeout, db.closing); err != nil {
 		return err
 	}
@@ -355,11 +373,21 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		}
 	}
 	live := found && !deleted
+	// xid assigns the transaction's xid if it has none yet, right before
+	// a version is placed. The row lock, held, keeps every other writer
+	// of key out meanwhile; a snapshot taken before the assignment sees
+	// the xid as in the future, so as in progress.
+	xid := func() uint64 {
+		if me == 0 {
+			me = db.procs.assign(t.st)
+		}
+		return me
+	}
 	if del {
 		if !live {
 			return nil
 		}
-		_, err := db.placeTuple(me, cur.tid, nil)
+		_, err := db.placeTuple(xid(), cur.tid, nil)
 		if err == nil {
 			t.obsoleted++
 		}
@@ -378,7 +406,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	if len(val) > MaxValueSize {
 		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, len(val), MaxValueSize)
 	}
-	tup, err := db.buildTuple(me, head, key, val)
+	tup, err := db.buildTuple(xid(), head, key, val)
 	if err != nil {
 		return err
 	}
@@ -410,7 +438,9 @@ func truncKey(k []byte) []byte {
 // synchronous commit Commit waits until the WAL is durable past it (sharing
 // one fsync with concurrent committers); then the CLOG marks the xid
 // committed; then the xid leaves the running table; then the row locks are
-// released. A read-only transaction writes no commit record.
+// released. A transaction that placed no version (read-only, or whose
+// writes changed nothing, such as deletes of missing keys) writes no commit
+// record and waits for no flush; it only releases its row locks.
 //
 // Commit returns ErrTxnDone if the transaction already ended, the error that
 // aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
@@ -429,9 +459,10 @@ func (t *Txn) Commit() error {
 
 // end marks the transaction ended for Commit and CommitAsync. It returns
 // the state whose commit record must be written, or nil (with the error to
-// return, if any) when there is nothing to commit: a read-only transaction,
-// one already ended, one aborted by an earlier error (rolled back here), or
-// one whose context had ended (rolled back).
+// return, if any) when there is nothing to commit: a transaction that
+// placed no version (its row locks are released here), one already ended,
+// one aborted by an earlier error (rolled back here), or one whose context
+// had ended (rolled back).
 func (t *Txn) end() (*txnState, error) {
 	if t.done {
 		return nil, ErrTxnDone
@@ -443,6 +474,13 @@ func (t *Txn) end() (*txnState, error) {
 	}
 	t.done = true
 	t.releaseSnapshot()
+	if t.st != nil && !t.hasXid() {
+		// Row locks only: nothing to make durable or visible, so
+		// nothing to write, whether the context ended or not.
+		t.db.releaseLocks(t.st)
+		t.st = nil
+		return nil, nil
+	}
 	// A context that ended before Commit abandons the transaction.
 	if err := t.ctx.Err(); err != nil && t.st != nil {
 		st := t.st
@@ -472,6 +510,10 @@ func (t *Txn) Rollback() error {
 	}
 	st := t.st
 	t.st = nil
+	if st.xid.Load() == 0 {
+		t.db.releaseLocks(st)
+		return nil
+	}
 	t.db.av.noteEnd(false, t.newVersions, t.obsoleted)
 	return t.db.abort(st)
 }
@@ -502,7 +544,7 @@ func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
 		return 0, ErrClosed
 	}
 	db.ckptInterlock.RLock()
-	_, end, err := db.wal.Insert(recCommit, st.xid, timestampPayload())
+	_, end, err := db.wal.Insert(recCommit, st.xid.Load(), timestampPayload())
 	if err != nil {
 		db.ckptInterlock.RUnlock()
 		db.closeMu.RUnlock()
@@ -528,7 +570,7 @@ func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
 		// stays in the running table, invisible, until recovery decides.
 		return db.fail(err)
 	}
-	err = db.clog.SetStatus(st.xid, clog.StatusCommitted, uint64(end))
+	err = db.clog.SetStatus(st.xid.Load(), clog.StatusCommitted, uint64(end))
 	db.ckptInterlock.RUnlock()
 	db.closeMu.RUnlock()
 	if err != nil {
@@ -551,10 +593,10 @@ func (db *DB) abort(st *txnState) error {
 	db.ckptInterlock.RLock()
 	if db.writable() == nil {
 		// Not flushed: a lost abort record means the same as no record.
-		_, end, err = db.wal.Insert(recAbort, st.xid, timestampPayload())
+		_, end, err = db.wal.Insert(recAbort, st.xid.Load(), timestampPayload())
 	}
 	if err == nil {
-		err = db.clog.SetStatus(st.xid, clog.StatusAborted, uint64(end))
+		err = db.clog.SetStatus(st.xid.Load(), clog.StatusAborted, uint64(end))
 	}
 	db.ckptInterlock.RUnlock()
 	db.finish(st)
@@ -568,6 +610,12 @@ func (db *DB) abort(st *txnState) error {
 // locks, waking the transactions waiting for it.
 func (db *DB) finish(st *txnState) {
 	db.procs.remove(st)
+	db.releaseLocks(st)
+}
+
+// releaseLocks releases st's row locks and wakes the transactions waiting
+// for it. On its own it ends a transaction that has no xid.
+func (db *DB) releaseLocks(st *txnState) {
 	db.locks.releaseAll(st)
 	close(st.done)
 }

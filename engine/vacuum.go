@@ -698,7 +698,7 @@ func (b *pruneBatch) reset() {
 	b.pages = map[uint32]*prunePage{}
 	b.freeze = map[heap.TID]plannedFreeze{}
 	b.heads = map[*indexEntry]heap.TID{}
-	b.owner = &txnState{done: make(chan struct{})}
+	b.owner = newTxnState()
 	b.removed, b.chunksRemoved = 0, 0
 }
 

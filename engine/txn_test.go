@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// walDelta is what one function wrote to the WAL and how often it asked for
+// or made a flush.
+func walDelta(db *DB, fn func()) Stats {
+	before := db.Stats()
+	fn()
+	return db.Stats().Sub(before)
+}
+
+// A transaction whose only write was a delete of a missing key placed
+// nothing: it gets no xid and commits as a read-only transaction does,
+// with no commit record and no wait for a flush. A delete of a live key
+// still writes and flushes.
+func TestDeleteMissingKeyWritesNothing(t *testing.T) {
+	off := false
+	db := openTest(t, t.TempDir(), Options{Autovacuum: &off})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "live", "1")
+
+	for _, iso := range []IsolationLevel{ReadCommitted, RepeatableRead} {
+		d := walDelta(db, func() {
+			tx, err := db.Begin(ctx, TxnOptions{Isolation: iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Delete([]byte("missing")); err != nil {
+				t.Fatalf("isolation %v: delete of a missing key: %v", iso, err)
+			}
+			if x := tx.XID(); x != 0 {
+				t.Errorf("isolation %v: delete of a missing key assigned xid %d", iso, x)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("isolation %v: commit: %v", iso, err)
+			}
+		})
+		if d.WALRecords != 0 || d.WALFlushRequests != 0 || d.WALSyncs != 0 || d.Commits != 0 {
+			t.Errorf("isolation %v: delete of a missing key wrote %d WAL records, made %d flush requests and %d syncs, counted %d commits; want none",
+				iso, d.WALRecords, d.WALFlushRequests, d.WALSyncs, d.Commits)
+		}
+	}
+
+	// The same through CommitAsync, and for an Update whose function
+	// fails (it too places nothing).
+	d := walDelta(db, func() {
+		tx, _ := db.Begin(ctx, TxnOptions{})
+		errNo := errors.New("no")
+		if err := tx.Update([]byte("live"), func([]byte, bool) ([]byte, error) { return nil, errNo }); !errors.Is(err, errNo) {
+			t.Fatalf("Update: %v, want the function's error", err)
+		}
+		if err := tx.Delete([]byte("missing")); err != nil {
+			t.Fatal(err)
+		}
+		w, err := tx.CommitAsync(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Wait(ctx); err != nil || w.LSN() != 0 {
+			t.Fatalf("CommitAsync: Wait %v, LSN %#x; want nil, 0", err, w.LSN())
+		}
+	})
+	if d.WALRecords != 0 || d.WALFlushRequests != 0 || d.WALSyncs != 0 {
+		t.Errorf("CommitAsync of writes that placed nothing: %d WAL records, %d flush requests, %d syncs; want none",
+			d.WALRecords, d.WALFlushRequests, d.WALSyncs)
+	}
+
+	// Rolling back writes nothing either (no abort record).
+	d = walDelta(db, func() {
+		tx, _ := db.Begin(ctx, TxnOptions{})
+		if err := tx.Delete([]byte("missing")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if d.WALRecords != 0 || d.Aborts != 0 {
+		t.Errorf("rollback of a delete of a missing key: %d WAL records, %d aborts; want none", d.WALRecords, d.Aborts)
+	}
+
+	d = walDelta(db, func() {
+		if err := db.Update(ctx, func(tx *Txn) error { return tx.Delete([]byte("live")) }); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if d.WALRecords < 2 || d.WALFlushRequests == 0 || d.Commits != 1 {
+		t.Errorf("delete of a live key: %d WAL records, %d flush requests, %d commits; want a delete and a commit record, a flush, a commit",
+			d.WALRecords, d.WALFlushRequests, d.Commits)
+	}
+	if _, ok := get(t, db, "live"); ok {
+		t.Error("deleted key still found")
+	}
+}
+
+// A delete of a missing key still takes the key's row lock until the
+// transaction ends, with no xid: a writer of the key waits for it.
+func TestDeleteMissingKeyHoldsRowLock(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	t1, _ := db.Begin(ctx, TxnOptions{})
+	if err := t1.Delete([]byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	t2, _ := db.Begin(ctx, TxnOptions{})
+	errc := make(chan error, 1)
+	go func() { errc <- t2.Put([]byte("k"), []byte("2")) }()
+	waitUntilWaiting(t, db)
+	select {
+	case err := <-errc:
+		t.Fatalf("Put did not wait for the deleter's row lock: %v", err)
+	default:
+	}
+	if err := t1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Put after the deleter ended: %v", err)
+	}
+	if t2.XID() == 0 {
+		t.Error("a Put that placed a version has no xid")
+	}
+	if err := t2.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := get(t, db, "k"); v != "2" {
+		t.Fatalf("k = %q, want 2", v)
+	}
+}
+
+// Under REPEATABLE READ a delete of a key deleted, or created, since the
+// snapshot still fails with ErrSerializationFailure, though it places
+// nothing and has no xid.
+func TestDeleteMissingKeyRepeatableReadConflicts(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "gone", "1")
+	tx, _ := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	if _, err := tx.Get([]byte("other")); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(u *Txn) error { return u.Delete([]byte("gone")) }); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, db, "new", "1")
+	if err := tx.Delete([]byte("gone")); !errors.Is(err, ErrSerializationFailure) {
+		t.Fatalf("delete of a key deleted since the snapshot: %v, want ErrSerializationFailure", err)
+	}
+	tx.Rollback()
+
+	tx, _ = db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	tx.Get([]byte("other"))
+	mustPut(t, db, "new", "2")
+	if err := tx.Delete([]byte("new")); !errors.Is(err, ErrSerializationFailure) {
+		t.Fatalf("delete of a key written since the snapshot: %v, want ErrSerializationFailure", err)
+	}
+	tx.Rollback()
+}
