@@ -145,8 +145,10 @@ func (r *VerifyReport) problem(format string, args ...any) {
 
 // Verify checks the consistency of an open database, as bbolt's check and
 // PostgreSQL's amcheck do: every heap page's checksum and line pointers
-// (read from disk after a checkpoint, not from the buffer pool); every
-// visibility map page's checksum, and every set bit against its heap page
+// (read from disk after a checkpoint, not from the buffer pool); the
+// visibility map files' sizes (a page cut short loses its bits without
+// failing a checksum), every map page's checksum, and every set bit against
+// its heap page
 // (PD_ALL_VISIBLE and every tuple visible to all, see verifyVM); every
 // tuple header (xmin and xmax below the next xid, their CLOG status, chunk
 // and version-chain links); the index against a fresh scan of the heap; and

@@ -332,11 +332,14 @@ func (db *DB) notVisibleToAll(h heap.TupleHeader, frozen bool, snap *visibility.
 	return ""
 }
 
-// verifyVMBits reads every map page from disk, checks it, and returns the
-// bits of every heap block that has any. Bits set for blocks beyond the
-// heap's nblocks are problems.
+// verifyVMBits checks that the map files hold whole pages, reads every map
+// page from disk, checks it, and returns the bits of every heap block that
+// has any. Bits set for blocks beyond the heap's nblocks are problems.
 func (db *DB) verifyVMBits(rep *VerifyReport, nblocks uint32) map[uint32]visibility.Bits {
 	out := make(map[uint32]visibility.Bits)
+	for _, err := range db.vm.CheckFiles() {
+		rep.problem("visibility map: %v", err)
+	}
 	page := make([]byte, heap.PageSize)
 	for vb := uint32(0); vb < db.vm.NBlocks(); vb++ {
 		if err := db.vm.ReadPage(vb, page); err != nil {

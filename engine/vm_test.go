@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -626,5 +628,41 @@ func TestIndexOnlyBitClearedMidScan(t *testing.T) {
 	}
 	if strings.Join(seen, ",") != "k1a,k1b" {
 		t.Fatalf("ScanKeys at a snapshot from before k2 came back saw %v", seen)
+	}
+}
+
+// A visibility map file cut short in the middle of a page opens (the
+// partial page reads as one never written) and its checksums pass, but the
+// bits it held are gone: Verify reports the file, its size and the offset
+// of the page cut short.
+func TestVerifyFindsTruncatedVM(t *testing.T) {
+	dir := t.TempDir()
+	off := false
+	db := openTest(t, dir, Options{Autovacuum: &off})
+	putKeys(t, db, "a", 200, 100)
+	mustVacuum(t, db)
+	if db.Stats().VMBitsSet == 0 {
+		t.Fatal("vacuum set no visibility map bit")
+	}
+	mustVerify(t, db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(dir, vmDir, "00000000")
+	if err := os.Truncate(name, heap.PageSize/2); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, Options{Autovacuum: &off})
+	defer db.Close()
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("visibility map: %s is %d bytes, not a whole number of %d-byte pages: the page at offset 0", name, heap.PageSize/2, heap.PageSize)
+	if rep.OK() || !strings.Contains(strings.Join(rep.Problems, "\n"), want) {
+		t.Fatalf("Verify of a map file cut short: %v, want a problem containing %q", rep.Problems, want)
+	}
+	if errs := db.vm.CheckFiles(); len(errs) != 1 || !errors.Is(errs[0], visibility.ErrCorrupt) || !errors.Is(errs[0], heap.ErrCorrupt) {
+		t.Fatalf("CheckFiles: %v, want one error matching visibility.ErrCorrupt and heap.ErrCorrupt", errs)
 	}
 }

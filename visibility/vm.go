@@ -296,6 +296,34 @@ func (m *Map) ReadPage(vmBlock uint32, p []byte) error {
 	return m.storage.ReadBlock(vmBlock, p)
 }
 
+// CheckFiles checks that every map fork file holds whole pages, as
+// heap.Storage.CheckSizes does, and returns an error matching ErrCorrupt
+// (and heap.ErrCorrupt) for each one cut short, naming the file, its size
+// and the offset of the partial page; nil if all check out. A map page cut
+// short reads as a page never written, so the bits it held are lost
+// without any page failing its checksum: only the file size shows it.
+// Verification calls it after a checkpoint.
+func (m *Map) CheckFiles() []error {
+	if m.closed.Load() {
+		return []error{ErrClosed}
+	}
+	var errs []error
+	for _, err := range m.storage.CheckSizes() {
+		if errors.Is(err, heap.ErrCorrupt) {
+			err = corruptFile{err}
+		}
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// corruptFile is a map file that fails a check of the file as a whole; it
+// matches ErrCorrupt and what it wraps, and reads as the wrapped error.
+type corruptFile struct{ err error }
+
+func (c corruptFile) Error() string   { return c.err.Error() }
+func (c corruptFile) Unwrap() []error { return []error{ErrCorrupt, c.err} }
+
 // MapStats counts map activity since Open. It is a value.
 type MapStats struct {
 	// BitsSet and BitsCleared count Set and Clear calls that changed a bit.
