@@ -18,6 +18,10 @@ var (
 	ErrInvariantViolated = errors.New("bench: invariant violated")
 	// ErrAlreadyLoaded: -i on a directory that already holds data.
 	ErrAlreadyLoaded = errors.New("bench: directory is already initialized")
+	// ErrInterrupted: ctx ended (an interrupt) before the load, run or
+	// sweep completed. What was measured until then has been written;
+	// a command exits non-zero on it, as pgbench killed by SIGINT does.
+	ErrInterrupted = errors.New("bench: interrupted; the above results are incomplete")
 )
 
 // Config is everything `mvkv bench` takes; see the command's usage for the
@@ -81,7 +85,24 @@ type Config struct {
 // are swept), runs every cell, then prints one table (WriteSweepTable) and
 // draws the plot. Errors wrap ErrBadSweep or ErrBadPlot for a sweep that
 // cannot run.
+//
+// When ctx ends first (an interrupt), a run stops and still reports, a
+// sweep stops between runs and prints the table of the runs made, and
+// Main then returns ErrInterrupted (wrapping ctx's error if the load or
+// the run failed on it); ErrAborted and ErrInvariantViolated take
+// precedence, since they say more.
 func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
+	defer func() {
+		if ctx.Err() == nil {
+			return
+		}
+		switch {
+		case err == nil:
+			err = ErrInterrupted
+		case errors.Is(err, ctx.Err()) && !errors.Is(err, ErrInterrupted):
+			err = fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+	}()
 	if len(cfg.Sweep) > 0 || cfg.Repeat > 1 || cfg.Plot != "" {
 		if cfg.Initialize {
 			return fmt.Errorf("%w: -i loads, it does not run a sweep", ErrBadSweep)

@@ -469,3 +469,58 @@ func TestSweepFresh(t *testing.T) {
 		t.Errorf("--fresh with a PostgreSQL target: %v, want ErrBadSweep", err)
 	}
 }
+
+// cancelOn is a log that cancels a context once a line containing sub has
+// been written to it: an interrupt at a known point of a sweep.
+type cancelOn struct {
+	bytes.Buffer
+	sub    string
+	cancel context.CancelFunc
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.Buffer.Write(p)
+	if strings.Contains(c.String(), c.sub) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// TestSweepInterrupted: a sweep interrupted after its first cell prints the
+// table of what ran, says it was interrupted, and returns ErrInterrupted;
+// so does a plain run on an ended context.
+func TestSweepInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	clients, err := ParseAxis("clients=1,2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Target: "engine", Dir: dir, Scale: 1, Accounts: testAccounts, Workload: SimpleUpdate,
+		Clients: 1, Threads: 1, Transactions: 5, Seed: 7,
+		Options: TargetOptions{CommitSiblings: 5},
+		Sweep:   []Axis{clients},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := &cancelOn{sub: " run 1/1", cancel: cancel}
+	var out bytes.Buffer
+	err = Main(ctx, cfg, &out, log)
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted sweep: err = %v, want ErrInterrupted\nlog:\n%s", err, log.String())
+	}
+	if !strings.Contains(out.String(), "interrupted: the sweep stopped early") || !strings.Contains(out.String(), "invariant (engine): ok") {
+		t.Errorf("interrupted sweep's table lacks the interruption note or the invariant:\n%s", out.String())
+	}
+	if rows := tableRows(t, out.String()); len(rows) != 1 {
+		t.Errorf("rows %q, want only the cell that ran:\n%s", rows, out.String())
+	}
+
+	// A plain run on the loaded directory.
+	cfg.Sweep = nil
+	out.Reset()
+	err = Main(ctx, cfg, &out, &bytes.Buffer{})
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted run: err = %v, want ErrInterrupted", err)
+	}
+}
