@@ -126,7 +126,10 @@ Common options:
 `
 
 // benchMain is `mvkv bench`. Exit status: 0 on success, 1 on an error or a
-// violated invariant, 2 on a usage error or an aborted run (as pgbench).
+// violated invariant, 2 on a usage error or an aborted run (as pgbench),
+// 128 plus the signal's number when SIGINT (130) or SIGTERM (143)
+// interrupted the load, run or sweep, as a shell reports a command killed
+// by the signal.
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mvkv bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -183,10 +186,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&diskRotation, "disk-rotation", 0, "")
 	fs.Func("sweep", "", func(s string) error {
 		a, err := bench.ParseAxis(s)
-		if err == nil {
-			sweeps = append(sweeps, a)
+		if err != nil {
+			// The flag package prints it after its own prefix.
+			return errors.New(errText(err))
 		}
-		return err
+		sweeps = append(sweeps, a)
+		return nil
 	})
 	fs.IntVar(&repeat, "repeat", 1, "")
 	fs.StringVar(&plotFile, "plot", "", "")
@@ -261,7 +266,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	commitDelay, err := bench.ParseCommitDelay(commitDelayArg)
 	if err != nil {
-		return fail("invalid --commit-delay %q: %v", commitDelayArg, err)
+		return fail("invalid --commit-delay %q: %s", commitDelayArg, errText(err))
 	}
 	syncOn, err := bench.ParseOnOff(syncCommit)
 	if err != nil {
@@ -295,7 +300,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
-			return fail("invalid --plot: %v", err)
+			return fail("invalid --plot: %s", errText(err))
 		}
 	}
 	sharedBytes, err := parseSize(shared)
@@ -366,7 +371,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if cfg.Dir == "" {
 		tmp, err := os.MkdirTemp("", "mvkv-bench-")
 		if err != nil {
-			fmt.Fprintf(stderr, "mvkv: %v\n", err)
+			fmt.Fprintf(stderr, "mvkv bench: %v\n", err)
 			return 1
 		}
 		defer os.RemoveAll(tmp)
@@ -375,26 +380,90 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if cpuprofile != "" {
 		stop, err := startCPUProfile(cpuprofile)
 		if err != nil {
-			fmt.Fprintf(stderr, "mvkv: %v\n", err)
+			fmt.Fprintf(stderr, "mvkv bench: %v\n", err)
 			return 1
 		}
 		defer stop()
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = bench.Main(ctx, cfg, stdout, stderr)
+	return benchStatus(ctx, bench.Main(ctx, cfg, stdout, stderr), stderr)
+}
+
+// benchStatus prints bench.Main's error, if any, and returns the exit
+// status for it (see benchMain). ctx is the one Main ran with; its cause
+// names the signal that interrupted the run.
+func benchStatus(ctx context.Context, err error, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, bench.ErrBadSweep) || errors.Is(err, bench.ErrBadPlot):
-		return fail("%v", err)
+		fmt.Fprintf(stderr, "mvkv bench: %s\n", errText(err))
+		fmt.Fprintf(stderr, "Try \"mvkv bench --help\" for more information.\n")
+		return 2
 	case errors.Is(err, bench.ErrAborted):
 		fmt.Fprintf(stderr, "mvkv bench: fatal: Run was aborted; the above results are incomplete.\n")
 		return 2
-	default:
-		fmt.Fprintf(stderr, "mvkv: %v\n", err)
+	case errors.Is(err, bench.ErrInterrupted):
+		var sig signalCause
+		if errors.As(context.Cause(ctx), &sig) {
+			n, ok := sig.sig.(syscall.Signal)
+			if !ok {
+				fmt.Fprintf(stderr, "mvkv bench: interrupted (%v); the above results are incomplete\n", sig.sig)
+				return 1
+			}
+			fmt.Fprintf(stderr, "mvkv bench: interrupted (signal %d, %v); the above results are incomplete\n", int(n), n)
+			return 128 + int(n)
+		}
+		fmt.Fprintf(stderr, "mvkv bench: %s\n", errText(err))
 		return 1
+	default:
+		fmt.Fprintf(stderr, "mvkv bench: %s\n", errText(err))
+		return 1
+	}
+}
+
+// errText is err's message without the package prefix ("bench: ",
+// "mvkv: ") that the sentinels of the packages start with, for a line
+// that starts with the command's own prefix: "mvkv bench: bad sweep: ...",
+// not "mvkv bench: bench: bad sweep: ...". The error itself is unchanged,
+// so errors.Is still matches it.
+func errText(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"bench: ", "mvkv: "} {
+		if m, ok := strings.CutPrefix(msg, p); ok {
+			return m
+		}
+	}
+	return msg
+}
+
+// signalCause is the cause of a context that signalContext ended.
+type signalCause struct{ sig os.Signal }
+
+func (s signalCause) Error() string { return "received " + s.sig.String() }
+
+// signalContext is signal.NotifyContext that also records which signal
+// ended the context, as its cause (context.Cause gives a signalCause), so
+// that the exit status can name it: NotifyContext's cause is only a
+// message. stop unregisters the signals and releases the context.
+func signalContext(parent context.Context, sigs ...os.Signal) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			cancel(signalCause{s})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(context.Canceled)
 	}
 }
 

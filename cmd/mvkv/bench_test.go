@@ -2,10 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"mvkv/bench"
 )
 
 func TestBenchHelp(t *testing.T) {
@@ -153,5 +159,68 @@ func testBenchRun(t *testing.T, target string) {
 	}
 	if fi, err := os.Stat(plot); err != nil || fi.Size() == 0 {
 		t.Errorf("plot: %v", err)
+	}
+}
+
+// An interrupted bench exits as a shell reports a command killed by the
+// signal (130 for SIGINT, 143 for SIGTERM) and says so; an ended context
+// without a signal exits 1. Before, an interrupted sweep exited 0.
+func TestBenchStatusInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  int
+	}{
+		{signalCause{os.Interrupt}, 130},
+		{signalCause{syscall.SIGTERM}, 143},
+		{context.Canceled, 1},
+	} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(tc.cause)
+		var errb bytes.Buffer
+		err := fmt.Errorf("%w: %w", bench.ErrInterrupted, context.Canceled)
+		if got := benchStatus(ctx, err, &errb); got != tc.want {
+			t.Errorf("%v: exit %d, want %d", tc.cause, got, tc.want)
+		}
+		if s := errb.String(); !strings.HasPrefix(s, "mvkv bench: interrupted") || strings.Count(s, "bench:") != 1 {
+			t.Errorf("%v: stderr %q, want one line saying it was interrupted", tc.cause, s)
+		}
+	}
+}
+
+// signalContext ends its context on the signal and names it as the cause.
+func TestSignalContext(t *testing.T) {
+	ctx, stop := signalContext(context.Background(), syscall.SIGUSR1)
+	defer stop()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	<-ctx.Done()
+	var sig signalCause
+	if !errors.As(context.Cause(ctx), &sig) || sig.sig != syscall.SIGUSR1 {
+		t.Fatalf("cause %v, want SIGUSR1", context.Cause(ctx))
+	}
+}
+
+// Errors carry one prefix: the command's, not also the package's
+// ("mvkv bench: bench: bad sweep").
+func TestBenchErrorOnePrefix(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sweep", "clients=0,1"}, "mvkv bench: bad sweep: clients=0: "},
+		{[]string{"--sweep", "shared_buffers=1,2"}, "for flag -sweep: bad sweep: unknown knob"},
+		{[]string{"--plot", "tps.txt", "--sweep", "clients=1,2"}, "mvkv bench: invalid --plot: cannot plot: "},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"bench"}, tc.args...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", tc.args, code)
+		}
+		if s := errb.String(); !strings.Contains(s, tc.want) || strings.Contains(s, "bench: bench:") || strings.Contains(s, ": bench: ") {
+			t.Errorf("%v: stderr %q, want it to contain %q with one prefix", tc.args, s, tc.want)
+		}
+	}
+	if got := errText(fmt.Errorf("%w: x", bench.ErrBadSweep)); got != "bad sweep: x" {
+		t.Errorf("errText = %q", got)
 	}
 }

@@ -35,7 +35,7 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 	}
 	db, err := engine.Open(dir, engine.Options{})
 	if err != nil {
-		fmt.Fprintf(stderr, "mvkv verify: %v\n", err)
+		fmt.Fprintf(stderr, "mvkv verify: %s\n", errText(err))
 		return 1
 	}
 	rep, err := db.Verify()
@@ -44,7 +44,7 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stdout, rep.String())
 	if err != nil {
-		fmt.Fprintf(stderr, "mvkv verify: %v\n", err)
+		fmt.Fprintf(stderr, "mvkv verify: %s\n", errText(err))
 		return 1
 	}
 	if !rep.OK() {

@@ -77,3 +77,21 @@ func TestDirCommandsRefuseNonDataDirs(t *testing.T) {
 		t.Errorf("the empty directory was written to: %d entries", len(ents))
 	}
 }
+
+// An engine error is printed after the command's prefix without its own
+// ("mvkv verify: mvkv: data directory is in use" before).
+func TestVerifyErrorOnePrefix(t *testing.T) {
+	dir := t.TempDir()
+	db, err := engine.Open(dir, engine.Options{SharedBuffers: 1 << 20, WALSegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var out, errb bytes.Buffer
+	if code := run([]string{"verify", dir}, &out, &errb); code != 1 {
+		t.Fatalf("verify of a directory in use: exit %d, want 1", code)
+	}
+	if s := errb.String(); !strings.HasPrefix(s, "mvkv verify: data directory is in use") {
+		t.Errorf("stderr %q, want one prefix", s)
+	}
+}

@@ -68,7 +68,7 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := engine.DumpWAL(nil, dir, s, e, stdout); err != nil {
-		fmt.Fprintf(stderr, "mvkv waldump: %v\n", err)
+		fmt.Fprintf(stderr, "mvkv waldump: %s\n", errText(err))
 		return 1
 	}
 	return 0
