@@ -18,6 +18,9 @@ type indexEntry struct {
 	// vac says whether vacuum may skip the key: vacDirty, vacExamining or
 	// vacClean (see markWritten and vacuumRun.chain).
 	vac atomic.Uint32
+	// listed says the entry is on the index's dirty list, or in the hands
+	// of a lazy vacuum run that took it from there (see noteDirty).
+	listed atomic.Bool
 }
 
 // The states of indexEntry.vac. A key is clean when vacuum found its chain
@@ -37,10 +40,52 @@ const (
 	vacClean
 )
 
-// markWritten records that the key's chain changed (a version added, an
-// xmax set, or an attempt that may have placed chunks). The caller has made
-// its heap change already.
-func (e *indexEntry) markWritten() { e.vac.Store(vacDirty) }
+// markWritten records that e's chain changed (a version added, an xmax
+// set, or an attempt that may have placed chunks) and puts e on the dirty
+// list. The caller has made its heap change already.
+func (ix *index) markWritten(e *indexEntry) {
+	e.vac.Store(vacDirty)
+	ix.noteDirty(e)
+}
+
+// noteDirty puts e on the dirty list unless it is there already.
+//
+// The dirty list is what a lazy vacuum reads instead of walking every key,
+// so that its first pass costs in proportion to the keys written since the
+// last run and not to the size of the index (ten million history keys, of
+// which a run reads a few hundred thousand), as PostgreSQL's lazy vacuum
+// reads only the pages the visibility map does not vouch for. The rule:
+// every entry that is not clean is listed or held by the running vacuum.
+// Entries are listed when created and by every write; a lazy run takes the
+// whole list, clears listed on each entry before it examines it (so a write
+// from then on lists it again), and lists again the entries it leaves not
+// clean, and the ones it did not reach if it stops early.
+func (ix *index) noteDirty(e *indexEntry) {
+	if e.listed.Swap(true) {
+		return
+	}
+	ix.dirtyMu.Lock()
+	ix.dirty = append(ix.dirty, e)
+	ix.dirtyMu.Unlock()
+}
+
+// takeDirty empties the dirty list and returns what it held. The entries
+// keep listed set; the caller clears it on each before examining it.
+func (ix *index) takeDirty() []*indexEntry {
+	ix.dirtyMu.Lock()
+	defer ix.dirtyMu.Unlock()
+	d := ix.dirty
+	ix.dirty = nil
+	return d
+}
+
+// returnDirty puts back entries taken by takeDirty that a vacuum run did
+// not examine (their listed flag still set).
+func (ix *index) returnDirty(es []*indexEntry) {
+	ix.dirtyMu.Lock()
+	ix.dirty = append(ix.dirty, es...)
+	ix.dirtyMu.Unlock()
+}
 
 func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
 
@@ -59,6 +104,11 @@ type index struct {
 	// tree and byKey are guarded by mu and hold the same entries.
 	tree  *btree.BTreeG[*indexEntry]
 	byKey map[string]*indexEntry
+
+	dirtyMu sync.Mutex
+	// dirty holds the entries vacuum should examine (noteDirty). Guarded
+	// by dirtyMu, taken after mu when both are held.
+	dirty []*indexEntry
 }
 
 func newIndex() *index {
@@ -93,6 +143,7 @@ func (ix *index) getOrCreateLocked(key string) *indexEntry {
 	e.head.Store(heap.InvalidTID.Pack())
 	ix.tree.ReplaceOrInsert(e)
 	ix.byKey[key] = e
+	ix.noteDirty(e)
 	return e
 }
 

@@ -350,7 +350,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 			return
 		}
 		// Whatever happened, vacuum must look at this key again.
-		e.markWritten()
+		db.idx.markWritten(e)
 	}()
 	head := e.headTID()
 	cur, found, deleted, err := db.latest(e, me, fn != nil)

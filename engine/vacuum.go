@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -324,22 +325,29 @@ func (db *DB) whileOpen(fn func() error) error {
 
 func (v *vacuumRun) run() error {
 	db := v.db
-	const step = 256
-	after, all := "", true
-	for {
-		entries := db.idx.entriesAfter(after, all, step)
-		if len(entries) == 0 {
-			break
-		}
-		for _, e := range entries {
-			if err := v.ctx.Err(); err != nil {
-				return err
+	if v.st.Aggressive {
+		// Freezing needs every key, clean ones too: walk the whole index.
+		// The dirty list stays as it is; the next lazy run finds most of
+		// its entries clean.
+		const step = 256
+		after, all := "", true
+		for {
+			entries := db.idx.entriesAfter(after, all, step)
+			if len(entries) == 0 {
+				break
 			}
-			if err := db.whileOpen(func() error { return v.chain(e) }); err != nil {
-				return err
+			for _, e := range entries {
+				if err := v.ctx.Err(); err != nil {
+					return err
+				}
+				if err := db.whileOpen(func() error { _, err := v.chain(e); return err }); err != nil {
+					return err
+				}
 			}
+			after, all = entries[len(entries)-1].key, false
 		}
-		after, all = entries[len(entries)-1].key, false
+	} else if err := v.runDirty(); err != nil {
+		return err
 	}
 	if err := db.whileOpen(v.flush); err != nil {
 		return err
@@ -350,6 +358,58 @@ func (v *vacuumRun) run() error {
 		return err
 	}
 	return v.scanPages()
+}
+
+// runDirty is a lazy run's first pass: the keys on the dirty list, in the
+// order of their heads' blocks, so that the chains of keys whose versions
+// share pages are read together (key order scattered them over the heap).
+// Keys not on the list are clean and count as skipped.
+func (v *vacuumRun) runDirty() error {
+	db := v.db
+	list := db.idx.takeDirty()
+	v.st.ChainsSkipped += uint64(max(0, db.idx.len()-len(list)))
+	heads := make([]uint64, len(list))
+	for i, e := range list {
+		heads[i] = e.head.Load()
+	}
+	order := make([]int, len(list))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(heads[a], heads[b]) })
+	for n, i := range order {
+		e := list[i]
+		if err := v.ctx.Err(); err != nil {
+			v.returnUnexamined(list, order[n:])
+			return err
+		}
+		// From here a write lists e again.
+		e.listed.Store(false)
+		var relist bool
+		err := db.whileOpen(func() error {
+			var err error
+			relist, err = v.chain(e)
+			return err
+		})
+		if relist || err != nil {
+			db.idx.noteDirty(e)
+		}
+		if err != nil {
+			v.returnUnexamined(list, order[n+1:])
+			return err
+		}
+	}
+	return nil
+}
+
+// returnUnexamined puts the entries of list at the positions rest back on
+// the dirty list.
+func (v *vacuumRun) returnUnexamined(list []*indexEntry, rest []int) {
+	back := make([]*indexEntry, len(rest))
+	for j, i := range rest {
+		back[j] = list[i]
+	}
+	v.db.idx.returnDirty(back)
 }
 
 // chainVersion is one version as vacuum sees it.
@@ -482,29 +542,33 @@ func (p *chainPlan) blocks() []uint32 {
 	return out
 }
 
-// chain plans and batches the work on one key.
-func (v *vacuumRun) chain(e *indexEntry) error {
+// chain plans and batches the work on one key. It reports whether the key
+// should be examined again by the next lazy run: it is not clean, and not
+// on an all-visible page (which vouches that nothing on its chain can
+// become removable until a write, which lists it again).
+func (v *vacuumRun) chain(e *indexEntry) (relist bool, err error) {
 	db := v.db
 	head := e.headTID()
 	if !head.Valid() {
 		// A writer is placing the key's first version, or has just
 		// failed to and drops the entry itself before it releases the
-		// row lock (Txn.writeLocked): nothing here for vacuum.
-		return nil
+		// row lock (Txn.writeLocked): nothing here for vacuum. The
+		// writer lists the key when it is done.
+		return false, nil
 	}
 	if !v.st.Aggressive && e.vac.Load() == vacClean {
 		// Nothing was written to the key since a run found its one
 		// version visible to everyone: nothing to prune. Only an
 		// aggressive run freezes it.
 		v.st.ChainsSkipped++
-		return nil
+		return false, nil
 	}
 	if av, af := db.pageAllVisible(head.Block); av && (af || !v.st.Aggressive) {
 		// An all-visible page holds only versions that end their chains:
 		// nothing to prune. Only an aggressive run freezes them, and an
 		// all-frozen page needs nothing at all.
 		v.st.ChainsSkipped++
-		return nil
+		return false, nil
 	}
 	v.st.ChainsRead++
 	for {
@@ -512,7 +576,7 @@ func (v *vacuumRun) chain(e *indexEntry) error {
 		c, err := v.readChain(e)
 		if err != nil {
 			e.vac.Store(vacDirty)
-			return err
+			return true, err
 		}
 		p, partial := v.plan(e, c)
 		if p == nil {
@@ -521,19 +585,21 @@ func (v *vacuumRun) chain(e *indexEntry) error {
 			} else {
 				e.vac.CompareAndSwap(vacExamining, vacDirty)
 			}
-			return nil
+			return e.vac.Load() != vacClean, nil
 		}
 		e.vac.CompareAndSwap(vacExamining, vacDirty)
 		if err := v.add(p); err != nil {
-			return err
+			return true, err
 		}
 		if !partial {
-			return nil
+			// What this run removes leaves at least the newest version,
+			// which the next run must see settle.
+			return true, nil
 		}
 		// Only the bottom of a long chain fitted the budget: write it
 		// and plan the rest again.
 		if err := v.flush(); err != nil {
-			return err
+			return true, err
 		}
 	}
 }

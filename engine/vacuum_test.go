@@ -920,7 +920,7 @@ func TestUpdateCompactsPageWithHoles(t *testing.T) {
 	v.st.OldestXmin = db.oldestXmin()
 	v.batch.reset()
 	for _, e := range db.idx.entriesAfter("", true, 1<<20) {
-		if err := v.chain(e); err != nil {
+		if _, err := v.chain(e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -955,6 +955,92 @@ func TestUpdateCompactsPageWithHoles(t *testing.T) {
 	}
 	if d := db.Stats().Sub(before); d.VacuumPagesCompacted != 1 {
 		t.Errorf("%d compactions, want 1", d.VacuumPagesCompacted)
+	}
+	mustVerify(t, db)
+}
+
+// A lazy vacuum reads the keys written since the last run, from the dirty
+// list, and not the clean rest of the index; a run stopped early leaves
+// what it did not reach for the next one.
+func TestLazyVacuumReadsDirtyList(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	const n = 300
+	key := func(i int) string { return fmt.Sprintf("k%04d", i) }
+	for i := 0; i < n; i++ {
+		mustPut(t, db, key(i), strings.Repeat("v", 100))
+	}
+	if st := mustVacuum(t, db); st.ChainsRead != n {
+		t.Fatalf("first vacuum read %d chains, want %d", st.ChainsRead, n)
+	}
+	if st := mustVacuum(t, db); st.ChainsRead != 0 || st.ChainsSkipped != n {
+		t.Fatalf("vacuum with nothing written read %d chains and skipped %d, want 0 and %d", st.ChainsRead, st.ChainsSkipped, n)
+	}
+	for _, i := range []int{3, 150, 299} {
+		mustPut(t, db, key(i), "new")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := db.Vacuum(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled vacuum: %v", err)
+	}
+	st := mustVacuum(t, db)
+	if st.ChainsRead != 3 || st.TuplesRemoved != 3 {
+		t.Fatalf("after 3 updates and a canceled run: read %d chains, removed %d versions; want 3 and 3", st.ChainsRead, st.TuplesRemoved)
+	}
+	if st := mustVacuum(t, db); st.ChainsRead != 0 {
+		t.Errorf("the updated keys were read again although clean: %d chains", st.ChainsRead)
+	}
+	if got := heapTuples(t, db); got != n {
+		t.Errorf("%d tuples in the heap, want %d", got, n)
+	}
+	mustVerify(t, db)
+}
+
+// No write escapes the dirty list: with writers and lazy vacuums running
+// at once, two vacuums after the writers stop leave one version a key.
+func TestDirtyListMissesNoWrite(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	const keys = 200
+	key := func(i int) string { return fmt.Sprintf("k%04d", i) }
+	for i := 0; i < keys; i++ {
+		mustPut(t, db, key(i), "0")
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for j := 0; j < 1500; j++ {
+				err := db.Update(context.Background(), func(tx *Txn) error {
+					return tx.Put([]byte(key(rng.IntN(keys))), []byte(fmt.Sprint(j)))
+				})
+				if err != nil && !errors.Is(err, ErrSerializationFailure) && !errors.Is(err, ErrDeadlock) {
+					t.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	go func() {
+		wg.Wait()
+		close(stop)
+	}()
+	for done := false; !done; {
+		select {
+		case <-stop:
+			done = true
+		default:
+			mustVacuum(t, db)
+		}
+	}
+	mustVacuum(t, db)
+	mustVacuum(t, db)
+	if got := heapTuples(t, db); got != keys {
+		t.Errorf("%d tuples left for %d keys: a written key was not vacuumed", got, keys)
 	}
 	mustVerify(t, db)
 }
