@@ -309,7 +309,8 @@ func (db *DB) logPageImage(buf *bufpool.Buffer, typ wal.RecordType) error {
 	if heap.PageLSN(page) > db.redoPtr.Load() || heap.IsNew(page) {
 		return nil
 	}
-	_, end, err := db.wal.Insert(typ, 0, encodeFPI(buf.Block(), page))
+	data, flags := encodeFPI(buf.Block(), page)
+	_, end, err := db.wal.InsertFlags(typ, flags, 0, data)
 	if err != nil {
 		return db.fail(err)
 	}

@@ -64,8 +64,11 @@ func DescribeRecord(rec wal.Record) string {
 	case recHeap2Visible:
 		desc = describeVisible(rec.Data)
 	case recFPI, recFPIForHint:
-		if blk, _, err := decodeFPI(rec.Data); err == nil {
+		if blk, _, err := decodeFPI(rec.Data, rec.Flags); err == nil {
 			desc = fmt.Sprintf("block %d", blk)
+			if rec.Flags&flagFPIHole != 0 {
+				desc += fmt.Sprintf(" (hole of %d bytes left out)", binary.LittleEndian.Uint16(rec.Data[6:]))
+			}
 		} else {
 			desc = "malformed: " + err.Error()
 		}

@@ -44,7 +44,8 @@ const (
 	// page as it was just before the first change to it after a
 	// checkpoint's redo point. Redo restores it unconditionally, which
 	// repairs a page torn by a power loss; the change record that follows
-	// is then applied on top. Payload: block 4, then PageSize bytes.
+	// is then applied on top. Payload: block 4, then the page, without
+	// its free space when the record carries flagFPIHole (encodeFPI).
 	recFPI wal.RecordType = 22
 	// recHeap2Prune is vacuum's pruning record, as PostgreSQL's
 	// XLOG_HEAP2_PRUNE (with freezing folded in, as PostgreSQL 17's
@@ -97,6 +98,9 @@ const (
 	// alone, which is how vacuum repairs a page once it has finished
 	// freeing slots on it (engine/vacuum.go, scanPage).
 	flagPruneNoRepair uint8 = 1 << 3
+	// flagFPIHole on recFPI and recFPIForHint: the image leaves out the
+	// page's free space, which redo restores as zeroes (encodeFPI).
+	flagFPIHole uint8 = 1 << 4
 )
 
 var errBadRecord = errors.New("malformed WAL record")
@@ -204,23 +208,74 @@ func decodeCheckpoint(data []byte) (redo wal.LSN, nextXid uint64, err error) {
 	return wal.LSN(binary.LittleEndian.Uint64(data)), binary.LittleEndian.Uint64(data[8:]), nil
 }
 
+// minFPIHole is the smallest free space in bytes that an FPI leaves out;
+// below it the four bytes that describe the hole are not worth it.
+const minFPIHole = 64
+
 // encodeFPI copies a page into an FPI record, with the copy's checksum set
-// so that redo can verify the image before restoring it.
-func encodeFPI(block uint32, page []byte) []byte {
-	b := make([]byte, 4, 4+len(page))
+// so that redo can verify the image before restoring it. When the page's
+// free space (heap.FreeRange, zero bytes) is at least minFPIHole long it is
+// left out and the record carries flagFPIHole: the pages an FPI is taken of
+// most often after a checkpoint, those of updated keys, keep room for the
+// next versions, and leaving it out shrinks the wave of images that
+// follows every checkpoint, as PostgreSQL's "hole" does. Payload:
+//
+//	without flagFPIHole:  | block 4 | page 8192                          |
+//	with flagFPIHole:     | block 4 | holeOff 2 | holeLen 2 | page bytes |
+//	                        (the page without [holeOff, holeOff+holeLen))
+func encodeFPI(block uint32, page []byte) ([]byte, uint8) {
+	lower, upper := heap.FreeRange(page)
+	if upper-lower < minFPIHole {
+		b := make([]byte, 4, 4+len(page))
+		binary.LittleEndian.PutUint32(b, block)
+		b = append(b, page...)
+		heap.SetChecksum(b[4:], block)
+		return b, 0
+	}
+	// The checksum is computed over the page as redo will rebuild it,
+	// with the hole zeroed (it is zero already; this makes sure).
+	img := make([]byte, heap.PageSize)
+	copy(img, page)
+	clear(img[lower:upper])
+	heap.SetChecksum(img, block)
+	b := make([]byte, 8, 8+heap.PageSize-(upper-lower))
 	binary.LittleEndian.PutUint32(b, block)
-	b = append(b, page...)
-	heap.SetChecksum(b[4:], block)
-	return b
+	binary.LittleEndian.PutUint16(b[4:], uint16(lower))
+	binary.LittleEndian.PutUint16(b[6:], uint16(upper-lower))
+	b = append(b, img[:lower]...)
+	b = append(b, img[upper:]...)
+	return b, flagFPIHole
 }
 
-func decodeFPI(data []byte) (block uint32, page []byte, err error) {
-	if len(data) != 4+heap.PageSize {
-		return 0, nil, errBadRecord
+// decodeFPI rebuilds the page of an FPI record with the record's flags and
+// verifies it (checksum, header, line pointers). Every length is checked
+// against the payload, so it never panics.
+func decodeFPI(data []byte, flags uint8) (block uint32, page []byte, err error) {
+	if flags&flagFPIHole == 0 {
+		if len(data) != 4+heap.PageSize {
+			return 0, nil, errBadRecord
+		}
+		block, page = binary.LittleEndian.Uint32(data), data[4:]
+	} else {
+		if len(data) < 8 {
+			return 0, nil, errBadRecord
+		}
+		block = binary.LittleEndian.Uint32(data)
+		off, n := int(binary.LittleEndian.Uint16(data[4:])), int(binary.LittleEndian.Uint16(data[6:]))
+		if n < minFPIHole || off < heap.PageHeaderSize || off+n > heap.PageSize || len(data) != 8+heap.PageSize-n {
+			return 0, nil, fmt.Errorf("%w: full-page image of block %d: hole of %d bytes at %d in a %d-byte payload", errBadRecord, block, n, off, len(data))
+		}
+		page = make([]byte, heap.PageSize)
+		copy(page, data[8:8+off])
+		copy(page[off+n:], data[8+off:])
 	}
-	block, page = binary.LittleEndian.Uint32(data), data[4:]
 	if err := heap.VerifyPage(page, block); err != nil {
 		return 0, nil, fmt.Errorf("%w: full-page image of block %d: %v", errBadRecord, block, err)
+	}
+	if flags&flagFPIHole != 0 {
+		if lower, upper := heap.FreeRange(page); lower != int(binary.LittleEndian.Uint16(data[4:])) || upper-lower != int(binary.LittleEndian.Uint16(data[6:])) {
+			return 0, nil, fmt.Errorf("%w: full-page image of block %d: hole does not match the page's free space", errBadRecord, block)
+		}
 	}
 	return block, page, nil
 }

@@ -195,7 +195,7 @@ func (db *DB) redo(rec wal.Record) error {
 	case recCLOGTruncate:
 		return db.redoCLOGTruncate(rec)
 	case recFPI, recFPIForHint:
-		blk, img, err := decodeFPI(rec.Data)
+		blk, img, err := decodeFPI(rec.Data, rec.Flags)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrCorruption, err)
 		}

@@ -484,6 +484,19 @@ func markLinePointers(p []byte, dead, unused []uint16) (int, error) {
 	return newLower, nil
 }
 
+// FreeRange returns the page's free space as [lower, upper): the bytes
+// between the line pointer array and the tuples, which are zero. A full-page
+// image leaves them out, as PostgreSQL's XLogRecordAssemble leaves out the
+// "hole" of a page of standard layout. A new or malformed page has none
+// (0, 0).
+func FreeRange(p []byte) (lower, upper int) {
+	lower, upper, err := header(p)
+	if err != nil {
+		return 0, 0
+	}
+	return lower, upper
+}
+
 // HoleBytes returns how many bytes of p's tuple space, between upper and
 // the end of the page, hold no tuple: the storage SetUnused left behind,
 // which a Prune of the page would turn into free space. A page whose line
