@@ -74,6 +74,7 @@ func WriteReport(w io.Writer, r *Results) error {
 		p("WAL flushes during run: %d, commit wait average = %.3f ms\n", w.WALFlushes, wait)
 		p("WAL sync latency: %s\n", w.WALSyncLatency)
 		p("WAL commits per sync: %s\n", w.WALCommitsPerSync)
+		p("full-page images during run: %d (%d checkpoints)\n", w.FullPageImages, w.Checkpoints)
 	}
 	if w := r.WAL; w != nil && w.CLOGLookups > 0 {
 		writeCLOGReport(p, w)
