@@ -208,6 +208,13 @@ func IsFailure(err error) bool {
 	return errors.Is(err, engine.ErrSerializationFailure) || errors.Is(err, engine.ErrDeadlock)
 }
 
+// MaxClients is the most clients a run may have. Each client is a
+// goroutine with its own connection or transaction state and its own
+// latency record, so a mistyped -c would otherwise exhaust memory before
+// the first transaction; pgbench is bounded the same way by the number of
+// connections it can open.
+const MaxClients = 10000
+
 // Run drives cfg.Clients clients against t and returns the results. The
 // target must be loaded at cfg.Scale. A client whose transaction fails with
 // an error other than IsFailure stops (pgbench's "client aborted"); the run
@@ -216,8 +223,8 @@ func IsFailure(err error) bool {
 // the results so far. Run returns an error only when clients cannot be
 // opened.
 func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
-	if cfg.Clients < 1 {
-		return nil, fmt.Errorf("bench: %d clients: need at least 1", cfg.Clients)
+	if cfg.Clients < 1 || cfg.Clients > MaxClients {
+		return nil, fmt.Errorf("bench: %d clients: need 1 to %d", cfg.Clients, MaxClients)
 	}
 	if cfg.Scale < 1 {
 		return nil, fmt.Errorf("bench: scale %d: need at least 1", cfg.Scale)

@@ -54,8 +54,8 @@ const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchron
 var knobs = map[string]func(c *Config, v string) error{
 	"clients": func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return fmt.Errorf("want a number of clients >= 1")
+		if err != nil || n < 1 || n > MaxClients {
+			return fmt.Errorf("want a number of clients from 1 to %d", MaxClients)
 		}
 		c.Clients = n
 		c.Threads = min(c.Threads, n)

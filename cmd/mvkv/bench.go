@@ -235,8 +235,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case scale < 1:
 		return fail("invalid scaling factor: %d", scale)
-	case clients < 1:
-		return fail("invalid number of clients: %d", clients)
+	case clients < 1 || clients > bench.MaxClients:
+		return fail("invalid number of clients: %d (1 to %d)", clients, bench.MaxClients)
 	case jobs < 1:
 		return fail("invalid number of threads: %d", jobs)
 	case txns < 1:

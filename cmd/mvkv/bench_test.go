@@ -41,6 +41,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"-t", "5", "-T", "5"},
 		{"-N", "-S"},
 		{"-c", "0"},
+		{"-c", "100000000"},
+		{"--sweep", "clients=1,20000"},
 		{"-c", "2", "-j", "3"},
 		{"-i"},
 		{"--synchronous-commit", "maybe"},
