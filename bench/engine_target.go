@@ -24,6 +24,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 	autovacuum := !o.AutovacuumOff
 	db, err := engine.Open(dir, engine.Options{
 		FS:                          engineDiskFS(o.Disk),
+		Logger:                      o.Logger,
 		SharedBuffers:               o.SharedBuffers,
 		SynchronousCommit:           sc,
 		CommitDelay:                 o.CommitDelay,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 )
 
@@ -103,6 +104,9 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 			err = fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
 	}()
+	if cfg.Options.Logger == nil {
+		cfg.Options.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	if len(cfg.Sweep) > 0 || cfg.Repeat > 1 || cfg.Plot != "" {
 		if cfg.Initialize {
 			return fmt.Errorf("%w: -i loads, it does not run a sweep", ErrBadSweep)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -100,6 +101,11 @@ type Client interface {
 // TargetOptions are the knobs passed to a target at open. Fields a target
 // has no use for are ignored.
 type TargetOptions struct {
+	// Logger receives the engine's operational messages (engine.Options
+	// Logger); Main sets one that prints warnings and errors to its log
+	// writer when it is nil, so that a recovery that cut a torn WAL tail
+	// or accepted a torn CLOG page says so.
+	Logger *slog.Logger
 	// SynchronousCommit is synchronous_commit: true waits for the commit's
 	// WAL sync (pebble.Sync on pebble).
 	SynchronousCommit bool
