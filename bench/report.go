@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"mvkv/engine"
 )
@@ -35,7 +36,12 @@ func WriteReport(w io.Writer, r *Results) error {
 	p("number of threads: %d\n", r.Threads)
 	p("maximum number of tries: 1\n")
 	if r.Duration > 0 {
-		p("duration: %d s\n", int64(r.Duration.Seconds()))
+		if r.Elapsed > 0 && r.Elapsed < r.Duration-time.Second {
+			// Stopped early (interrupted): say how long it ran.
+			p("duration: %d s (of %d s)\n", int64(r.Elapsed.Seconds()+0.5), int64(r.Duration.Seconds()))
+		} else {
+			p("duration: %d s\n", int64(r.Duration.Seconds()))
+		}
 		p("number of transactions actually processed: %d\n", r.Processed)
 	} else {
 		p("number of transactions per client: %d\n", r.Transactions)

@@ -26,6 +26,12 @@ func TestReportGolden(t *testing.T) {
 			Commit:    &CommitStats{Commits: 12345, WALSyncs: 2469, WALBytes: 4567890},
 			Invariant: CheckInvariant(Sums{Accounts: -4711, Tellers: -4711, Branches: -4711, History: -4711}),
 		}},
+		{"interrupted_run", Results{
+			Target: "engine", Workload: TPCB, Scale: 2, Clients: 4, Threads: 1,
+			Duration: 30 * time.Second, Elapsed: 4806 * time.Millisecond, Processed: 45434,
+			LatencyAvg: 0.42, LatencyStddev: 0.1, ConnTime: 0.01, TPS: 9453.6,
+			Invariant: CheckInvariant(Sums{Accounts: 7, Tellers: 7, Branches: 7, History: 7}),
+		}},
 		{"simple_update_transactions_failed", Results{
 			Target: "pebble", Workload: SimpleUpdate, Scale: 1, Clients: 4, Threads: 1,
 			Transactions: 100, Processed: 397, Failed: 3,
