@@ -243,7 +243,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("invalid number of transactions: %d", txns)
 	case seconds < 0 || (seconds == 0 && (set["T"] || set["time"])):
 		return fail("invalid duration: %d", seconds)
-	case progress < 0:
+	case progress < 0 || (progress == 0 && (set["P"] || set["progress"])):
 		return fail("invalid thread progress delay: %d", progress)
 	case commitSiblings < 0 || commitSiblings > 1000:
 		return fail("invalid commit siblings: %d (0..1000)", commitSiblings)
@@ -303,7 +303,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return fail("invalid --plot: %s", errText(err))
 		}
 	}
-	sharedBytes, err := parseSize(shared)
+	sharedBytes, err := parseSharedBuffers(shared)
 	if err != nil {
 		return fail("invalid --shared-buffers: %v", err)
 	}
@@ -489,6 +489,17 @@ func startCPUProfile(path string) (stop func(), err error) {
 // maxFsyncLatency bounds --fsync-latency: a model is for experiments, and a
 // sync of hours would only hang the run (Open syncs too).
 const maxFsyncLatency = 10 * time.Second
+
+// parseSharedBuffers parses shared_buffers as parseSize does and refuses
+// less than PostgreSQL's minimum of 16 buffers (128kB), 0 included: the
+// engine would quietly take its default for 0 and 16 buffers for less.
+func parseSharedBuffers(s string) (int64, error) {
+	n, err := parseSize(s)
+	if err == nil && n < 16*8<<10 {
+		err = fmt.Errorf("%q: below the minimum of 16 buffers (128kB)", s)
+	}
+	return n, err
+}
 
 func parseSize(s string) (int64, error) {
 	s = strings.TrimSpace(s)

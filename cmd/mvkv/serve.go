@@ -209,7 +209,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	case shutdownTimeout < 1:
 		return fail("invalid --shutdown-timeout %d", shutdownTimeout)
 	}
-	sharedBytes, err := parseSize(shared)
+	sharedBytes, err := parseSharedBuffers(shared)
 	if err != nil {
 		return fail("invalid --shared-buffers: %v", err)
 	}
