@@ -37,7 +37,9 @@
 // version and places the new version on a heap page, logging both in one
 // WAL record. A write that places nothing (a delete of a missing key) keeps
 // the row lock but gets no xid, so a transaction of such writes commits as a
-// read-only one: no commit record, no wait for a flush.
+// read-only one: no commit record, and no wait for a flush unless
+// asynchronous commits before it are not yet durable (a synchronous commit
+// that is acknowledged leaves every commit before it durable).
 //
 // A lock held by another transaction is waited for until that transaction
 // ends; deadlocks are detected when the wait would close a cycle.

@@ -318,7 +318,8 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	// when a version is about to be placed (xid below), so that a write
 	// that places nothing (a delete of a missing key, an Update whose
 	// function fails) leaves no xid to commit and the transaction commits
-	// as a read-only one: no commit record, no wait for a WAL flush. The
+	// as a read-only one: no commit record, and no wait for a WAL flush
+	// unless earlier records are not durable yet (flushBeforeNoXidAck). The
 	// xid is not needed before: no tuple carries it yet, the row lock and
 	// the waits-for graph go by txnState, and the snapshot checks below
 	// are made against other transactions' xids. PostgreSQL likewise
@@ -440,7 +441,9 @@ func truncKey(k []byte) []byte {
 // committed; then the xid leaves the running table; then the row locks are
 // released. A transaction that placed no version (read-only, or whose
 // writes changed nothing, such as deletes of missing keys) writes no commit
-// record and waits for no flush; it only releases its row locks.
+// record; it releases its row locks and, when synchronous, waits for a
+// flush only if the WAL holds records not yet durable (asynchronous commits
+// before it, see flushBeforeNoXidAck).
 //
 // Commit returns ErrTxnDone if the transaction already ended, the error that
 // aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
@@ -479,6 +482,9 @@ func (t *Txn) end() (*txnState, error) {
 		// nothing to write, whether the context ended or not.
 		t.db.releaseLocks(t.st)
 		t.st = nil
+		if t.sync {
+			return nil, t.db.flushBeforeNoXidAck()
+		}
 		return nil, nil
 	}
 	// A context that ended before Commit abandons the transaction.
@@ -495,6 +501,22 @@ func (t *Txn) end() (*txnState, error) {
 		t.db.av.noteEnd(true, t.newVersions, t.obsoleted)
 	}
 	return t.st, nil
+}
+
+// flushBeforeNoXidAck makes the WAL durable up to its insert position, if
+// it is not already, before a synchronous commit of a transaction that
+// placed nothing is acknowledged. Such a transaction writes no record, but
+// what it did may rest on asynchronous commits before it (a delete that
+// found a key missing because one of them deleted it), and an acknowledged
+// synchronous commit must leave every commit before it durable, as a
+// synchronous commit with a record does by flushing past it (the crash
+// ladder checks this prefix). When every commit is synchronous the WAL is
+// durable already and this costs two loads.
+func (db *DB) flushBeforeNoXidAck() error {
+	if lsn := db.wal.InsertLSN(); db.wal.FlushedLSN() < lsn {
+		return db.flushWAL(uint64(lsn))
+	}
+	return nil
 }
 
 // Rollback ends the transaction and discards its writes. It returns
