@@ -368,19 +368,22 @@ func (v *vacuumRun) runDirty() error {
 	db := v.db
 	list := db.idx.takeDirty()
 	v.st.ChainsSkipped += uint64(max(0, db.idx.len()-len(list)))
-	heads := make([]uint64, len(list))
+	// Sort by a snapshot of the heads: a head may move while we sort.
+	type headed struct {
+		head uint64
+		e    *indexEntry
+	}
+	hs := make([]headed, len(list))
 	for i, e := range list {
-		heads[i] = e.head.Load()
+		hs[i] = headed{e.head.Load(), e}
 	}
-	order := make([]int, len(list))
-	for i := range order {
-		order[i] = i
+	slices.SortFunc(hs, func(a, b headed) int { return cmp.Compare(a.head, b.head) })
+	for i := range hs {
+		list[i] = hs[i].e
 	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(heads[a], heads[b]) })
-	for n, i := range order {
-		e := list[i]
+	for n, e := range list {
 		if err := v.ctx.Err(); err != nil {
-			v.returnUnexamined(list, order[n:])
+			db.idx.returnDirty(list[n:])
 			return err
 		}
 		// From here a write lists e again.
@@ -395,21 +398,11 @@ func (v *vacuumRun) runDirty() error {
 			db.idx.noteDirty(e)
 		}
 		if err != nil {
-			v.returnUnexamined(list, order[n+1:])
+			db.idx.returnDirty(list[n+1:])
 			return err
 		}
 	}
 	return nil
-}
-
-// returnUnexamined puts the entries of list at the positions rest back on
-// the dirty list.
-func (v *vacuumRun) returnUnexamined(list []*indexEntry, rest []int) {
-	back := make([]*indexEntry, len(rest))
-	for j, i := range rest {
-		back[j] = list[i]
-	}
-	v.db.idx.returnDirty(back)
 }
 
 // chainVersion is one version as vacuum sees it.
