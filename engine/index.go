@@ -75,7 +75,9 @@ func (ix *index) takeDirty() []*indexEntry {
 	ix.dirtyMu.Lock()
 	defer ix.dirtyMu.Unlock()
 	d := ix.dirty
-	ix.dirty = nil
+	// The next run's list is about as long: allocate it once rather than
+	// through a dozen doublings.
+	ix.dirty = make([]*indexEntry, 0, len(d))
 	return d
 }
 

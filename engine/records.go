@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"mvkv/internal/heap"
 	"mvkv/wal"
@@ -212,6 +213,10 @@ func decodeCheckpoint(data []byte) (redo wal.LSN, nextXid uint64, err error) {
 // below it the four bytes that describe the hole are not worth it.
 const minFPIHole = 64
 
+// fpiScratch holds the page copies encodeFPI checksums, one a concurrent
+// caller: after a checkpoint every first change to a page logs an image.
+var fpiScratch = sync.Pool{New: func() any { return new([heap.PageSize]byte) }}
+
 // encodeFPI copies a page into an FPI record, with the copy's checksum set
 // so that redo can verify the image before restoring it. When the page's
 // free space (heap.FreeRange, zero bytes) is at least minFPIHole long it is
@@ -234,7 +239,9 @@ func encodeFPI(block uint32, page []byte) ([]byte, uint8) {
 	}
 	// The checksum is computed over the page as redo will rebuild it,
 	// with the hole zeroed (it is zero already; this makes sure).
-	img := make([]byte, heap.PageSize)
+	scratch := fpiScratch.Get().(*[heap.PageSize]byte)
+	defer fpiScratch.Put(scratch)
+	img := scratch[:]
 	copy(img, page)
 	clear(img[lower:upper])
 	heap.SetChecksum(img, block)

@@ -307,6 +307,15 @@ type vacuumRun struct {
 	st     VacuumStats
 	batch  pruneBatch
 	chunks []heap.TID // chunks of removed versions, freed after the batch naming their version
+
+	// Scratch space reused from key to key: a run reads hundreds of
+	// thousands of chains, and a fresh chain, plan and page list for each
+	// were a third of all the bytes a bloat run allocated, which the
+	// garbage collector then had to chase (docs/BENCHMARKS.md).
+	chainBuf  []chainVersion
+	removeBuf []bool
+	planBuf   chainPlan
+	blocksBuf []uint32
 }
 
 // open runs fn with closeMu held shared, so Close waits for it but not for
@@ -416,8 +425,11 @@ type chainVersion struct {
 }
 
 // readChain reads the versions of e's key from its head, oldest last.
+//
+// The slice is v's scratch space, valid until the next call.
 func (v *vacuumRun) readChain(e *indexEntry) ([]chainVersion, error) {
-	var out []chainVersion
+	out := v.chainBuf[:0]
+	defer func() { v.chainBuf = out[:0] }()
 	head := e.headTID()
 	for tid := head; tid.Valid(); {
 		if len(out) > maxChainLength {
@@ -500,24 +512,38 @@ func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err erro
 }
 
 // chainPlan is what vacuum does to one chain.
+//
+// Each version appears at most once in prev and once in freeze.
 type chainPlan struct {
 	e        *indexEntry
 	head     heap.TID
 	moveHead bool     // the head goes; vacuum holds the key's row lock
 	newHead  heap.TID // the entry's head afterwards, if moveHead
 	remove   []heap.TID
-	prev     map[heap.TID]heap.TID // kept version -> its new Prev
-	freeze   map[heap.TID]plannedFreeze
+	prev     []plannedPrev
+	freeze   []plannedFreeze
 	chunks   []heap.TID
 }
 
+// plannedPrev gives a kept version its new Prev.
+type plannedPrev struct {
+	tid, prev heap.TID
+}
+
 type plannedFreeze struct {
+	tid       heap.TID
 	xmax      uint64 // the xmax seen when planning
 	clearXmax bool   // xmax is an aborted xid below the cutoff
 }
 
-func (p *chainPlan) blocks() []uint32 {
-	var out []uint32
+// reset empties p for a new chain, keeping its slices' storage.
+func (p *chainPlan) reset(e *indexEntry, head heap.TID) {
+	*p = chainPlan{e: e, head: head, newHead: heap.InvalidTID,
+		remove: p.remove[:0], prev: p.prev[:0], freeze: p.freeze[:0], chunks: p.chunks[:0]}
+}
+
+// blocks appends the distinct blocks p touches to out.
+func (p *chainPlan) blocks(out []uint32) []uint32 {
 	add := func(b uint32) {
 		if !slices.Contains(out, b) {
 			out = append(out, b)
@@ -526,11 +552,11 @@ func (p *chainPlan) blocks() []uint32 {
 	for _, t := range p.remove {
 		add(t.Block)
 	}
-	for t := range p.prev {
-		add(t.Block)
+	for _, f := range p.prev {
+		add(f.tid.Block)
 	}
-	for t := range p.freeze {
-		add(t.Block)
+	for _, f := range p.freeze {
+		add(f.tid.Block)
 	}
 	return out
 }
@@ -612,14 +638,16 @@ func (v *vacuumRun) chainClean(c []chainVersion) bool {
 // plan decides what to do with chain c of entry e (newest first). It
 // returns nil when there is nothing to do, and partial when the plan covers
 // only the bottom of the chain because the whole would exceed the page
-// budget.
+// budget. The plan is v's scratch space, valid until the next call.
 func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial bool) {
 	h, cutoff := v.st.OldestXmin, v.st.FreezeCutoff
 	n := len(c)
 	if n == 0 {
 		return nil, false
 	}
-	remove := make([]bool, n)
+	remove := slices.Grow(v.removeBuf[:0], n)[:n]
+	clear(remove)
+	v.removeBuf = remove
 	k := -1
 	for i := range c {
 		if c[i].xminCommitted && c[i].v.hdr.Xmin < h {
@@ -652,7 +680,9 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 	if !moveHead {
 		remove[0] = false
 	}
-	p = &chainPlan{e: e, head: c[0].v.tid, moveHead: moveHead, newHead: heap.InvalidTID, prev: map[heap.TID]heap.TID{}, freeze: map[heap.TID]plannedFreeze{}}
+	p = &v.planBuf
+	p.reset(e, c[0].v.tid)
+	p.moveHead = moveHead
 	next := heap.InvalidTID // the kept version below the one being looked at
 	for i := n - 1; i >= 0; i-- {
 		if remove[i] {
@@ -661,16 +691,17 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 			continue
 		}
 		if c[i].v.hdr.Prev != next {
-			p.prev[c[i].v.tid] = next
+			p.prev = append(p.prev, plannedPrev{tid: c[i].v.tid, prev: next})
 		}
 		next = c[i].v.tid
 	}
 	p.newHead = next // the newest kept version
 	if k >= 0 && !remove[k] && c[k].v.hdr.Xmin < cutoff && c[k].v.hdr.Infomask&heap.Frozen == 0 {
-		p.freeze[c[k].v.tid] = plannedFreeze{
+		p.freeze = append(p.freeze, plannedFreeze{
+			tid:       c[k].v.tid,
 			xmax:      c[k].v.hdr.Xmax,
 			clearXmax: c[k].xmaxAborted && c[k].v.hdr.Xmax < cutoff,
-		}
+		})
 	}
 	if len(p.remove) == 0 && len(p.prev) == 0 && len(p.freeze) == 0 {
 		if moveHead {
@@ -678,7 +709,8 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 		}
 		return nil, false
 	}
-	if len(p.blocks()) <= v.budget {
+	v.blocksBuf = p.blocks(v.blocksBuf[:0])
+	if len(v.blocksBuf) <= v.budget {
 		return p, false
 	}
 	if moveHead {
@@ -702,7 +734,8 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 	if j == n {
 		return nil, false // even one version does not fit: leave the chain
 	}
-	p = &chainPlan{e: e, head: c[0].v.tid, prev: map[heap.TID]heap.TID{c[j-1].v.tid: heap.InvalidTID}, freeze: map[heap.TID]plannedFreeze{}}
+	p.reset(e, c[0].v.tid)
+	p.prev = append(p.prev, plannedPrev{tid: c[j-1].v.tid, prev: heap.InvalidTID})
 	for i := j; i < n; i++ {
 		p.remove = append(p.remove, c[i].v.tid)
 		p.chunks = append(p.chunks, c[i].chunks...)
@@ -795,7 +828,8 @@ func (b *pruneBatch) releaseLocks(db *DB) {
 // not fit beside it.
 func (v *vacuumRun) add(p *chainPlan) error {
 	b := &v.batch
-	blocks := p.blocks()
+	blocks := p.blocks(v.blocksBuf[:0])
+	v.blocksBuf = blocks
 	n := len(b.pages)
 	for _, blk := range blocks {
 		if b.pages[blk] == nil {
@@ -821,14 +855,14 @@ func (v *vacuumRun) add(p *chainPlan) error {
 		pp := b.page(t.Block)
 		pp.unused = append(pp.unused, t.Slot)
 	}
-	for t, prev := range p.prev {
-		pp := b.page(t.Block)
-		pp.prev = append(pp.prev, prevFix{slot: t.Slot, prev: prev})
+	for _, f := range p.prev {
+		pp := b.page(f.tid.Block)
+		pp.prev = append(pp.prev, prevFix{slot: f.tid.Slot, prev: f.prev})
 	}
-	for t, f := range p.freeze {
-		pp := b.page(t.Block)
-		pp.freeze = append(pp.freeze, freezeOp{slot: t.Slot})
-		b.freeze[t] = f
+	for _, f := range p.freeze {
+		pp := b.page(f.tid.Block)
+		pp.freeze = append(pp.freeze, freezeOp{slot: f.tid.Slot})
+		b.freeze[f.tid] = f
 	}
 	if p.moveHead {
 		b.heads[p.e] = p.newHead
@@ -1104,6 +1138,11 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 	allVisible, allFrozen := true, true
 	var newestXmin uint64
 	for s := 0; s < heap.NumSlots(page); s++ {
+		if heap.SlotState(page, uint16(s)) != heap.LPNormal {
+			// Freed slots are common on pruned pages; skip them
+			// before Tuple builds an error for each.
+			continue
+		}
 		raw, err := heap.Tuple(page, uint16(s))
 		if errors.Is(err, heap.ErrBadSlot) {
 			continue

@@ -3,6 +3,7 @@ package heap
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // TupleHeader is the fixed part of every heap tuple (PostgreSQL's
@@ -73,6 +74,8 @@ func AppendTuple(dst []byte, h TupleHeader, key, val []byte) []byte {
 	binary.LittleEndian.PutUint16(hdr[tOffInfomask:], h.Infomask)
 	binary.LittleEndian.PutUint16(hdr[tOffKeyLen:], uint16(len(key)))
 	binary.LittleEndian.PutUint32(hdr[tOffValLen:], uint32(len(val)))
+	// One allocation at most, not one for each of the three appends.
+	dst = slices.Grow(dst, TupleHeaderSize+len(key)+len(val))
 	dst = append(dst, hdr[:]...)
 	dst = append(dst, key...)
 	return append(dst, val...)
