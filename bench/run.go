@@ -327,31 +327,43 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	}
 
 	done := make(chan struct{})
+	var elapsed time.Duration // set before done is closed
 	var pwg sync.WaitGroup
 	if cfg.Progress > 0 {
 		pwg.Go(func() {
 			tick := time.NewTicker(cfg.Progress)
 			defer tick.Stop()
 			last, lastAt := snapshot{}, start
+			report := func(now time.Time) {
+				cur := total(workers)
+				n := cur.cnt - last.cnt
+				lat, sd := avgStddev(n, cur.sum-last.sum, cur.sum2-last.sum2)
+				logMu.Lock()
+				fmt.Fprintf(log, "progress: %.1f s, %.1f tps, lat %.3f ms stddev %.3f, %d failed\n",
+					now.Sub(start).Seconds(), float64(n)/now.Sub(lastAt).Seconds(), lat, sd, cur.failed-last.failed)
+				logMu.Unlock()
+				last, lastAt = cur, now
+			}
 			for {
 				select {
 				case <-done:
+					// The run's end and the last tick come together,
+					// and the tick often loses: report the last interval
+					// anyway, so that the last minute of a -P 60 run is
+					// always printed. A remainder under half an interval
+					// (an interrupted run) is left out as too noisy.
+					if end := start.Add(elapsed); end.Sub(lastAt) >= cfg.Progress/2 {
+						report(end)
+					}
 					return
 				case now := <-tick.C:
-					cur := total(workers)
-					n := cur.cnt - last.cnt
-					lat, sd := avgStddev(n, cur.sum-last.sum, cur.sum2-last.sum2)
-					logMu.Lock()
-					fmt.Fprintf(log, "progress: %.1f s, %.1f tps, lat %.3f ms stddev %.3f, %d failed\n",
-						now.Sub(start).Seconds(), float64(n)/now.Sub(lastAt).Seconds(), lat, sd, cur.failed-last.failed)
-					logMu.Unlock()
-					last, lastAt = cur, now
+					report(now)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed = time.Since(start)
 	close(done)
 	pwg.Wait()
 	for _, c := range clients {

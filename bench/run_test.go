@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +192,31 @@ func TestRunAbortsClientOnMissingRow(t *testing.T) {
 	}
 	if r.Aborted != 2 || r.Failed != 0 || !strings.Contains(log.String(), "aborted") {
 		t.Fatalf("aborted %d, failed %d; want 2, 0; log:\n%s", r.Aborted, r.Failed, log.String())
+	}
+}
+
+// TestProgressReportsLastInterval checks that the interval ending with the
+// run is reported even when the run's end beats the last tick.
+func TestProgressReportsLastInterval(t *testing.T) {
+	for i := range 3 {
+		cfg := Config{
+			Target: "pebble", Dir: t.TempDir(), Options: TargetOptions{SynchronousCommit: false},
+			Scale: 1, Accounts: testAccounts, Clients: 2, Threads: 1,
+			Duration: 400 * time.Millisecond, Progress: 200 * time.Millisecond,
+		}
+		var out, log bytes.Buffer
+		if err := Main(context.Background(), cfg, &out, &log); err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, log.String())
+		}
+		var last float64
+		for _, line := range strings.Split(log.String(), "\n") {
+			var at float64
+			if _, err := fmt.Sscanf(line, "progress: %f s,", &at); err == nil {
+				last = at
+			}
+		}
+		if last < 0.39 {
+			t.Fatalf("run %d: last progress line at %.1f s of a 0.4 s run:\n%s", i, last, log.String())
+		}
 	}
 }
