@@ -139,7 +139,8 @@ type TargetOptions struct {
 	AutovacuumNaptime time.Duration
 	// AutovacuumThreshold and AutovacuumScaleFactor are the engine's
 	// autovacuum_vacuum_threshold and autovacuum_vacuum_scale_factor; 0
-	// means the engine's defaults (50 and 0.2). Engine only.
+	// means the engine's defaults (50 and 0.2), and a negative scale
+	// factor means 0 (engine.Options). Engine only.
 	AutovacuumThreshold   int
 	AutovacuumScaleFactor float64
 	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per

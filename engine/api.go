@@ -178,6 +178,11 @@ type Options struct {
 	AutovacuumVacuumThreshold int
 	// AutovacuumVacuumScaleFactor is autovacuum_vacuum_scale_factor
 	// (default 0.2), a fraction of the live tuples (the keys in the index).
+	// 0 means the default; a negative value means 0, so that the threshold
+	// alone triggers a run. The keys of every kind share the one heap, so a
+	// positive factor makes the trigger grow with keys that are only ever
+	// inserted (pgbench's history), where PostgreSQL's grows with the
+	// updated table alone.
 	AutovacuumVacuumScaleFactor float64
 	// AutovacuumNaptime is autovacuum_naptime (default 1 min): how often
 	// the worker checks the dead-tuple count. Short values are allowed, for

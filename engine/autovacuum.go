@@ -44,7 +44,8 @@ func (a *autovacuumState) noteEnd(committed bool, newVersions, obsoleted int) {
 // how many there are.
 func (db *DB) autovacuumDue() (bool, int64) {
 	dead := db.av.dead.Load()
-	limit := float64(db.opts.AutovacuumVacuumThreshold) + db.opts.AutovacuumVacuumScaleFactor*float64(db.idx.len())
+	scale := max(0, db.opts.AutovacuumVacuumScaleFactor) // negative: 0 (Options)
+	limit := float64(db.opts.AutovacuumVacuumThreshold) + scale*float64(db.idx.len())
 	return float64(dead) > limit, dead
 }
 

@@ -166,7 +166,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 10
 	}
-	if o.AutovacuumVacuumThreshold < 0 || o.AutovacuumVacuumScaleFactor < 0 || o.AutovacuumNaptime < 0 {
+	if o.AutovacuumVacuumThreshold < 0 || o.AutovacuumNaptime < 0 {
 		return o, errors.New("mvkv: negative autovacuum setting in Options")
 	}
 	if o.AutovacuumVacuumThreshold == 0 {

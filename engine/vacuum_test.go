@@ -1044,3 +1044,35 @@ func TestDirtyListMissesNoWrite(t *testing.T) {
 	}
 	mustVerify(t, db)
 }
+
+// A negative autovacuum_vacuum_scale_factor stands for 0: the threshold
+// alone decides, however many keys there are; 0 itself is the default.
+func TestAutovacuumScaleFactorZero(t *testing.T) {
+	off := false
+	for _, c := range []struct {
+		scale float64
+		due   bool
+	}{{-1, true}, {0, false}, {0.001, true}, {0.2, false}} {
+		db := openTest(t, t.TempDir(), Options{Autovacuum: &off, AutovacuumVacuumThreshold: 100, AutovacuumVacuumScaleFactor: c.scale})
+		txn, err := db.Begin(context.Background(), TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5000 {
+			if err := txn.Put([]byte(fmt.Sprint("key", i)), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			mustPut(t, db, fmt.Sprint("key", i), "w")
+		}
+		// 200 dead tuples: above 100 + 0.001*5000, below 100 + 0.2*5000.
+		if due, dead := db.autovacuumDue(); due != c.due || dead != 200 {
+			t.Errorf("scale factor %v: due %v with %d dead, want %v with 200", c.scale, due, dead, c.due)
+		}
+		db.Close()
+	}
+}

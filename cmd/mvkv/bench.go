@@ -94,7 +94,8 @@ Target options:
                            engine's autovacuum_vacuum_threshold (default: 50)
   --autovacuum-vacuum-scale-factor=NUM
                            engine's autovacuum_vacuum_scale_factor, a
-                           fraction of the keys (default: 0.2)
+                           fraction of the keys; 0: the threshold alone
+                           (default: 0.2)
   --cpuprofile=FILE        write a CPU profile of the run to FILE
 
 Sweep options:
@@ -295,8 +296,13 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if set["autovacuum-vacuum-threshold"] && avThreshold < 1 {
 		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1; the engine takes 0 for its default)", avThreshold)
 	}
-	if set["autovacuum-vacuum-scale-factor"] && !(avScaleFactor > 0 && avScaleFactor <= 100) {
-		return fail("invalid --autovacuum-vacuum-scale-factor %v (above 0, at most 100; the engine takes 0 for its default)", avScaleFactor)
+	if set["autovacuum-vacuum-scale-factor"] {
+		if !(avScaleFactor >= 0 && avScaleFactor <= 100) {
+			return fail("invalid --autovacuum-vacuum-scale-factor %v (at least 0, at most 100)", avScaleFactor)
+		}
+		if avScaleFactor == 0 {
+			avScaleFactor = -1 // engine.Options' 0, which 0 itself is not
+		}
 	}
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {

@@ -78,7 +78,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--autovacuum-naptime", "-5s"},
 		{"--autovacuum-naptime", "soon"},
 		{"--autovacuum-vacuum-threshold", "0"},
-		{"--autovacuum-vacuum-scale-factor", "0"},
+		{"--autovacuum-vacuum-scale-factor", "-0.5"},
 		{"--autovacuum-vacuum-scale-factor", "NaN"},
 	} {
 		var out, errb bytes.Buffer

@@ -85,8 +85,8 @@ Engine options:
                            least 1 (default: 50)
   --autovacuum-vacuum-scale-factor=NUM
                            autovacuum_vacuum_scale_factor: the fraction of
-                           the live tuples added to the threshold, above 0
-                           and at most 100 (default: 0.2)
+                           the live tuples added to the threshold, from 0
+                           (the threshold alone) to 100 (default: 0.2)
   --visibility-map=crash-safe|unlogged
                            WAL-logged visibility map bits (default), or
                            unlogged ones as before PostgreSQL 9.2: UNSAFE
@@ -227,8 +227,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	// engine.Options takes 0 for the default, so 0 cannot be passed on.
 	case avThreshold < 1:
 		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1; the engine takes 0 for its default)", avThreshold)
-	case !(avScaleFactor > 0 && avScaleFactor <= 100):
-		return fail("invalid --autovacuum-vacuum-scale-factor %v (above 0, at most 100; the engine takes 0 for its default)", avScaleFactor)
+	case !(avScaleFactor >= 0 && avScaleFactor <= 100):
+		return fail("invalid --autovacuum-vacuum-scale-factor %v (at least 0, at most 100)", avScaleFactor)
 	case visibilityMap != engine.VisibilityMapCrashSafe && visibilityMap != engine.VisibilityMapUnlogged:
 		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
 	}
@@ -313,7 +313,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		VisibilityMap:     visibilityMap,
 
 		AutovacuumVacuumThreshold:   avThreshold,
-		AutovacuumVacuumScaleFactor: avScaleFactor,
+		AutovacuumVacuumScaleFactor: engineScaleFactor(avScaleFactor),
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, errorLine(err))
@@ -389,4 +389,13 @@ func parseNaptime(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("want 1s..2147483s")
 	}
 	return d, nil
+}
+
+// engineScaleFactor passes autovacuum_vacuum_scale_factor to engine.Options,
+// where 0 means the default and a negative value means 0.
+func engineScaleFactor(f float64) float64 {
+	if f == 0 {
+		return -1
+	}
+	return f
 }
