@@ -262,6 +262,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		}
 		newTID := heap.TID{Block: tgt.Block(), Slot: s}
 		tgt.MarkDirty()
+		scratch := getScratch()
 		typ, rec := recHeapInsert, []byte(nil)
 		if old.Valid() {
 			ob := tgt
@@ -273,14 +274,15 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 				return heap.InvalidTID, db.corrupt(old, err)
 			}
 			ob.MarkDirty()
-			typ, rec = recHeapUpdate, encodeUpdate(old, newTID, tup)
+			typ, rec = recHeapUpdate, appendUpdate((*scratch)[:0], old, newTID, tup)
 		} else {
-			rec = encodeInsert(newTID, tup)
+			rec = appendInsert((*scratch)[:0], newTID, tup)
 		}
 		if wasNew {
 			flags |= flagInitPage
 		}
 		_, end, err := db.wal.InsertFlags(typ, flags, xid, rec)
+		putScratch(scratch, rec) // the WAL has copied it
 		if err != nil {
 			unlock()
 			return heap.InvalidTID, db.fail(err)
@@ -339,13 +341,13 @@ func (db *DB) corrupt(tid heap.TID, err error) error {
 	return fmt.Errorf("%w: heap tuple %s: %v", ErrCorruption, tid, err)
 }
 
-// buildTuple encodes a new version, moving a large value out of line into
-// chunk tuples first (the TOAST idea): the main tuple's value is then the
-// value's length and the list of chunk TIDs.
-func (db *DB) buildTuple(xid uint64, prev heap.TID, key, val []byte) ([]byte, error) {
+// buildTuple appends a new version to dst, moving a large value out of
+// line into chunk tuples first (the TOAST idea): the main tuple's value is
+// then the value's length and the list of chunk TIDs.
+func (db *DB) buildTuple(dst []byte, xid uint64, prev heap.TID, key, val []byte) ([]byte, error) {
 	h := heap.TupleHeader{Xmin: xid, Prev: prev}
 	if heap.TupleHeaderSize+len(key)+len(val) <= toastThreshold {
-		return heap.AppendTuple(nil, h, key, val), nil
+		return heap.AppendTuple(dst, h, key, val), nil
 	}
 	ptr := binary.LittleEndian.AppendUint32(nil, uint32(len(val)))
 	n := (len(val) + chunkSize - 1) / chunkSize
@@ -360,7 +362,7 @@ func (db *DB) buildTuple(xid uint64, prev heap.TID, key, val []byte) ([]byte, er
 		ptr = appendTID(ptr, tid)
 	}
 	h.Infomask |= heap.External
-	return heap.AppendTuple(nil, h, key, ptr), nil
+	return heap.AppendTuple(dst, h, key, ptr), nil
 }
 
 // detoast reassembles an out-of-line value from its pointer list.

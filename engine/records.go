@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"mvkv/internal/heap"
@@ -150,17 +151,42 @@ type heapRecord struct {
 	Tuple    []byte
 }
 
-func encodeInsert(tid heap.TID, tup []byte) []byte {
-	b := make([]byte, 0, 6+len(tup))
-	b = appendTID(b, tid)
-	return append(b, tup...)
+func encodeInsert(tid heap.TID, tup []byte) []byte { return appendInsert(nil, tid, tup) }
+
+func encodeUpdate(old, new heap.TID, tup []byte) []byte { return appendUpdate(nil, old, new, tup) }
+
+// appendInsert and appendUpdate append the record to dst (growing it once
+// at most), so that writers can encode into a reused buffer.
+func appendInsert(dst []byte, tid heap.TID, tup []byte) []byte {
+	dst = slices.Grow(dst, 6+len(tup))
+	dst = appendTID(dst, tid)
+	return append(dst, tup...)
 }
 
-func encodeUpdate(old, new heap.TID, tup []byte) []byte {
-	b := make([]byte, 0, 12+len(tup))
-	b = appendTID(b, old)
-	b = appendTID(b, new)
-	return append(b, tup...)
+func appendUpdate(dst []byte, old, new heap.TID, tup []byte) []byte {
+	dst = slices.Grow(dst, 12+len(tup))
+	dst = appendTID(dst, old)
+	dst = appendTID(dst, new)
+	return append(dst, tup...)
+}
+
+// scratchBufs holds the buffers writers build tuples and heap records in:
+// each write built one of each and dropped it as soon as the page and the
+// WAL had copied it, and those were a fifth of the bytes a bloat run
+// allocated (docs/BENCHMARKS.md). Buffers above maxScratch are not kept.
+var scratchBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxScratch = 64 << 10
+
+func getScratch() *[]byte { return scratchBufs.Get().(*[]byte) }
+
+// putScratch keeps b's storage (grown to hold used) for the next write.
+func putScratch(b *[]byte, used []byte) {
+	if cap(used) > maxScratch {
+		return
+	}
+	*b = used[:0]
+	scratchBufs.Put(b)
 }
 
 func encodeDelete(old heap.TID) []byte { return appendTID(make([]byte, 0, 6), old) }

@@ -407,7 +407,8 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	if len(val) > MaxValueSize {
 		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, len(val), MaxValueSize)
 	}
-	tup, err := db.buildTuple(xid(), head, key, val)
+	scratch := getScratch()
+	tup, err := db.buildTuple((*scratch)[:0], xid(), head, key, val)
 	if err != nil {
 		return err
 	}
@@ -416,6 +417,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		oldTID = cur.tid
 	}
 	newTID, err := db.placeTuple(me, oldTID, tup)
+	putScratch(scratch, tup) // the page and the WAL have copied it
 	if err != nil {
 		return err
 	}
