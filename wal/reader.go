@@ -243,6 +243,11 @@ func (r *Reader) advance() {
 			r.closeFile()
 			return
 		}
+		if cerr := r.checkAfterMissing(next); cerr != nil {
+			r.err = cerr
+			r.closeFile()
+			return
+		}
 		r.finish()
 		return
 	}
@@ -271,6 +276,30 @@ func (r *Reader) checkLaterSegment(bad LSN) error {
 	}
 	return fmt.Errorf("%w: %s at offset 0: bad segment header followed by valid segment %s",
 		ErrCorrupt, path.Join(r.dir, segmentName(bad)), segmentName(later))
+}
+
+// checkAfterMissing is called when the segment at missing does not exist.
+// Segments are created in order and removed only from the front, below the
+// redo point, so a later segment that holds a valid first record means the
+// missing one was lost, and with it every commit it held: corruption, not
+// the end of the log. (A segment prepared ahead of the log holds no valid
+// record, and one reused from an earlier position names another LSN.)
+func (r *Reader) checkAfterMissing(missing LSN) error {
+	names, err := r.fs.ReadDir(r.dir)
+	if err != nil {
+		return fmt.Errorf("wal: list %s: %w", r.dir, err)
+	}
+	for _, n := range names {
+		start, ok := parseSegmentName(n)
+		if !ok || start <= missing {
+			continue
+		}
+		if r.firstRecordValid(start) {
+			return fmt.Errorf("%w: %s is missing, but segment %s after it holds valid records",
+				ErrCorrupt, path.Join(r.dir, segmentName(missing)), n)
+		}
+	}
+	return nil
 }
 
 // firstRecordValid reports whether the segment starting at seg exists, has a

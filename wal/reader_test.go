@@ -316,6 +316,39 @@ func TestSegmentHeaders(t *testing.T) {
 			t.Fatalf("Next: %v, want ErrCorrupt", err)
 		}
 	})
+	t.Run("missing segment before a valid segment is corruption", func(t *testing.T) {
+		dir, _ := build(t)
+		if err := (vfs.OS{}).Remove(path.Join(dir, segmentName(2*testSeg))); err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewReader(vfs.OS{}, dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for {
+			_, err = r.Next()
+			if err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), segmentName(2*testSeg)+" is missing") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming the missing segment", err)
+		}
+	})
+	t.Run("missing segment before a prepared one ends the log", func(t *testing.T) {
+		dir, want := build(t)
+		// Segment 4 is prepared and empty: no evidence that 3 held records.
+		if err := (vfs.OS{}).Remove(path.Join(dir, segmentName(3*testSeg))); err != nil {
+			t.Fatal(err)
+		}
+		got, end, _ := readAll(t, vfs.OS{}, dir, 0)
+		w, wantEnd := endOfSeg(want, 2*testSeg)
+		checkRecords(t, got, w)
+		if end != wantEnd {
+			t.Fatalf("End %s, want %s", end, wantEnd)
+		}
+	})
 	t.Run("start on a boundary", func(t *testing.T) {
 		dir, want := build(t)
 		_, end := endOfSeg(want, testSeg)
