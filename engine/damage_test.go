@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mvkv/internal/vfs"
+	"mvkv/wal"
 )
 
 // fillDurable commits n single-key transactions with 1,900-byte values,
@@ -136,5 +139,35 @@ func TestOptionsValidation(t *testing.T) {
 	db.Close()
 	if err := db.SetCommitDelay(10); !errors.Is(err, ErrClosed) {
 		t.Fatalf("SetCommitDelay after Close: %v", err)
+	}
+}
+
+// A WAL that ends before the last checkpoint record (here cut at that
+// record) fails Open with ErrCorruption naming the segment file and the
+// offset where the valid log ends.
+func TestWALEndingBeforeCheckpointIsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{})
+	for i := 0; i < 200; i++ {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 200))
+	}
+	db.Close()
+	ctrl, found, err := readControl(vfs.OS{}, dir)
+	if err != nil || !found || ctrl.CheckpointLSN == 0 {
+		t.Fatalf("control file: %+v found %v err %v", ctrl, found, err)
+	}
+	segs := walSegments(t, dir)
+	fi, err := os.Stat(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, off := wal.SegmentFile(ctrl.CheckpointLSN, fi.Size())
+	if err := os.Truncate(filepath.Join(dir, walDir, name), off); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	want := fmt.Sprintf("%s at offset %d", name, off)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v; want ErrCorruption naming %q", err, want)
 	}
 }

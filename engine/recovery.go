@@ -74,7 +74,12 @@ func (db *DB) recover(ctrl controlData) error {
 		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
 	}
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
-		return fmt.Errorf("%w: %s: the valid WAL ends at %s, but the last checkpoint record starts there or later (%s): WAL is missing", ErrCorruption, walPath, end, ctrl.CheckpointLSN)
+		where := walPath
+		if sz := r.SegmentSize(); sz > 0 {
+			name, off := wal.SegmentFile(end, sz)
+			where = fmt.Sprintf("%s at offset %d", filepath.Join(walPath, name), off)
+		}
+		return fmt.Errorf("%w: %s: the valid WAL ends there (%s), before the last checkpoint record (%s): the WAL from there on is damaged or missing", ErrCorruption, where, end, ctrl.CheckpointLSN)
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err

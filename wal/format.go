@@ -110,6 +110,14 @@ func recordSize(n int) int64 {
 }
 
 // segmentName is the file name of the segment starting at start.
+// SegmentFile returns the name of the segment file that holds lsn, in a log
+// of segmentSize-byte segments (a positive size), and lsn's byte offset in
+// it: for reports that must name the file and offset of damage.
+func SegmentFile(lsn LSN, segmentSize int64) (name string, offset int64) {
+	off := int64(uint64(lsn) % uint64(segmentSize))
+	return segmentName(lsn - LSN(off)), off
+}
+
 func segmentName(start LSN) string {
 	return fmt.Sprintf("%016X", uint64(start))
 }
