@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -92,8 +93,12 @@ func checkDataDir(dir string) error {
 		return fmt.Errorf("%s is not a directory", dir)
 	}
 	for _, name := range []string{"control", "wal"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if err == nil {
 			return nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err // permission denied, say, not a missing file
 		}
 	}
 	return fmt.Errorf("%s is not an mvkv data directory (no control file and no wal/)", dir)
