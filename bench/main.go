@@ -19,6 +19,9 @@ var (
 	ErrInvariantViolated = errors.New("bench: invariant violated")
 	// ErrAlreadyLoaded: -i on a directory that already holds data.
 	ErrAlreadyLoaded = errors.New("bench: directory is already initialized")
+	// ErrIncompleteLoad: the directory holds the branches of a load but not
+	// its last account: the load was killed before it finished.
+	ErrIncompleteLoad = errors.New("bench: the load into the directory did not finish")
 	// ErrInterrupted: ctx ended (an interrupt) before the load, run or
 	// sweep completed. What was measured until then has been written;
 	// a command exits non-zero on it, as pgbench killed by SIGINT does.
@@ -126,13 +129,22 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("bench: detect scale: %w", err)
 	}
+	_, server := t.(tableCreator)
 	if cfg.Initialize {
 		// A server has no directory to choose instead, so -i reloads it,
 		// as pgbench -i does.
-		if _, server := t.(tableCreator); scale > 0 && !server {
+		if scale > 0 && !server {
+			if err := checkLoaded(ctx, t, cfg.Dir, scale, cfg.Accounts); err != nil {
+				return err
+			}
 			return fmt.Errorf("%w: %s holds %d branches; remove it or choose another directory", ErrAlreadyLoaded, cfg.Dir, scale)
 		}
 		return Load(ctx, t, cfg.Scale, cfg.Accounts, log)
+	}
+	if scale > 0 {
+		if err := checkLoaded(ctx, t, cfg.Dir, scale, cfg.Accounts); err != nil {
+			return err
+		}
 	}
 	switch {
 	case scale == 0:
@@ -174,6 +186,29 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 		return ErrAborted
 	case !r.Invariant.OK:
 		return ErrInvariantViolated
+	}
+	return nil
+}
+
+// checkLoaded returns ErrIncompleteLoad when the last account of a load of
+// the given scale is missing. Load writes the branches first and the
+// accounts in order, each batch atomically and the last one durably, so the
+// last account is there exactly when the load finished.
+func checkLoaded(ctx context.Context, t Target, dir string, scale, accounts int) error {
+	if accounts <= 0 {
+		accounts = defaultAccounts
+	}
+	c, err := t.NewClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	last := int64(scale) * int64(accounts)
+	if err := c.SelectOnly(ctx, last); err != nil {
+		if errors.Is(err, errMissingRow) {
+			return fmt.Errorf("%w: %s holds %d branches but not account %d; remove it and load again", ErrIncompleteLoad, dir, scale, last)
+		}
+		return fmt.Errorf("bench: check the load: %w", err)
 	}
 	return nil
 }

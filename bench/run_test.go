@@ -220,3 +220,33 @@ func TestProgressReportsLastInterval(t *testing.T) {
 		}
 	}
 }
+
+// A directory whose load was cut short (branches written, accounts not)
+// is refused with ErrIncompleteLoad, by a run and by -i alike.
+func TestIncompleteLoadIsRefused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tg, err := OpenTarget("pebble", dir, TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []KV{{branchKey(1), branchValue(0)}, {tellerKey(1), tellerValue(0, 1)}}
+	if err := tg.LoadBatch(ctx, rows, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, init := range []bool{false, true} {
+		cfg := Config{
+			Target: "pebble", Dir: dir, Initialize: init,
+			Scale: 1, Accounts: testAccounts, Clients: 1, Threads: 1,
+			Duration: 100 * time.Millisecond,
+		}
+		var out, log bytes.Buffer
+		err := Main(ctx, cfg, &out, &log)
+		if !errors.Is(err, ErrIncompleteLoad) {
+			t.Fatalf("-i %v: %v, want ErrIncompleteLoad\n%s", init, err, log.String())
+		}
+	}
+}
