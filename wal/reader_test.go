@@ -82,6 +82,22 @@ func nonZero(b []byte) int64 {
 	return n
 }
 
+// readToError reads dir's log from its start and returns the error that
+// ends the reading (io.EOF at a clean end).
+func readToError(t *testing.T, dir string) error {
+	t.Helper()
+	r, err := NewReader(vfs.OS{}, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		if _, err := r.Next(); err != nil {
+			return err
+		}
+	}
+}
+
 // TestTornTail cuts or zeroes the last record at every byte offset: the
 // reader must end exactly at the previous record, count the dropped bytes,
 // and a writer reopened there must append cleanly.
@@ -301,17 +317,7 @@ func TestSegmentHeaders(t *testing.T) {
 		b := readFile(t, name)
 		b[20] ^= 1
 		writeFile(t, name, b)
-		r, err := NewReader(vfs.OS{}, dir, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		for {
-			_, err = r.Next()
-			if err != nil {
-				break
-			}
-		}
+		err := readToError(t, dir)
 		if !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("Next: %v, want ErrCorrupt", err)
 		}
@@ -321,17 +327,7 @@ func TestSegmentHeaders(t *testing.T) {
 		if err := (vfs.OS{}).Remove(path.Join(dir, segmentName(2*testSeg))); err != nil {
 			t.Fatal(err)
 		}
-		r, err := NewReader(vfs.OS{}, dir, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		for {
-			_, err = r.Next()
-			if err != nil {
-				break
-			}
-		}
+		err := readToError(t, dir)
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), segmentName(2*testSeg)+" is missing") {
 			t.Fatalf("Next: %v, want ErrCorrupt naming the missing segment", err)
 		}
