@@ -89,7 +89,9 @@ func DescribeRecord(rec wal.Record) string {
 // directory dir in LSN order, from start (0: the oldest record present) up
 // to but not including end (0: the end of the valid log), one per line, then
 // a summary line saying where the log ends and how many torn bytes follow.
-// It only reads. fsys nil means the operating system's file system.
+// It only reads. fsys nil means the operating system's file system. A start
+// where no valid record begins (inside a record) returns an error wrapping
+// wal.ErrCorrupt that says so.
 func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 	if fsys == nil {
 		fsys = vfs.OS{}
@@ -100,12 +102,20 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 	}
 	defer r.Close()
 	n := 0
+	// A start inside a record reads as damage; say what is more likely.
+	notARecord := func() bool { return n == 0 && start != 0 }
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
+			if notARecord() && r.DroppedBytes() > 0 {
+				return fmt.Errorf("%w: no valid record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first)", wal.ErrCorrupt, wal.LSN(start))
+			}
 			break
 		}
 		if err != nil {
+			if notARecord() && errors.Is(err, wal.ErrCorrupt) {
+				return fmt.Errorf("no valid record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first): %w", wal.LSN(start), err)
+			}
 			return err
 		}
 		if end != 0 && uint64(rec.LSN) >= end {

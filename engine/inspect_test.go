@@ -3,11 +3,16 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
+	"mvkv/wal"
 )
 
 func TestVerifyAndDumpWAL(t *testing.T) {
@@ -48,5 +53,26 @@ func TestVerifyAndDumpWAL(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Fatalf("waldump output lacks %q:\n%.2000s", want, s)
 		}
+	}
+
+	// A start inside a record is reported as such; the record's own LSN
+	// is a good start.
+	wr, err := wal.NewReader(vfs.OS{}, filepath.Join(dir, walDir), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec wal.Record
+	for range 10 {
+		if rec, err = wr.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wr.Close()
+	err = DumpWAL(nil, dir, uint64(rec.LSN)+8, 0, io.Discard)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "no valid record starts at") {
+		t.Fatalf("DumpWAL from inside a record: %v", err)
+	}
+	if err := DumpWAL(nil, dir, uint64(rec.LSN), 0, io.Discard); err != nil {
+		t.Fatalf("DumpWAL from a record: %v", err)
 	}
 }
