@@ -404,7 +404,7 @@ func benchStatus(ctx context.Context, err error, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, bench.ErrBadSweep) || errors.Is(err, bench.ErrBadPlot):
+	case errors.Is(err, bench.ErrBadSweep) || errors.Is(err, bench.ErrBadPlot) || errors.Is(err, bench.ErrUnknownTarget):
 		fmt.Fprintf(stderr, "mvkv bench: %s\n", errText(err))
 		fmt.Fprintf(stderr, "Try \"mvkv bench --help\" for more information.\n")
 		return 2

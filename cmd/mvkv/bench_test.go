@@ -80,6 +80,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--autovacuum-vacuum-threshold", "0"},
 		{"--autovacuum-vacuum-scale-factor", "-0.5"},
 		{"--autovacuum-vacuum-scale-factor", "NaN"},
+		{"--target", "nope"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
