@@ -78,13 +78,21 @@ func TestDamagedDurableWALIsCorruption(t *testing.T) {
 	}
 }
 
-func TestShortHeapOrMissingControlIsCorruption(t *testing.T) {
+// filledAndClosed returns a directory holding n committed keys with
+// 200-byte values, closed cleanly (so checkpointed).
+func filledAndClosed(t *testing.T, n int) string {
+	t.Helper()
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{})
-	for i := 0; i < 500; i++ {
+	for i := 0; i < n; i++ {
 		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 200))
 	}
 	db.Close()
+	return dir
+}
+
+func TestShortHeapOrMissingControlIsCorruption(t *testing.T) {
+	dir := filledAndClosed(t, 500)
 
 	short := t.TempDir()
 	copyDir(t, dir, short)
@@ -146,12 +154,7 @@ func TestOptionsValidation(t *testing.T) {
 // record) fails Open with ErrCorruption naming the segment file and the
 // offset where the valid log ends.
 func TestWALEndingBeforeCheckpointIsCorruption(t *testing.T) {
-	dir := t.TempDir()
-	db := openTest(t, dir, Options{})
-	for i := 0; i < 200; i++ {
-		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 200))
-	}
-	db.Close()
+	dir := filledAndClosed(t, 200)
 	ctrl, found, err := readControl(vfs.OS{}, dir)
 	if err != nil || !found || ctrl.CheckpointLSN == 0 {
 		t.Fatalf("control file: %+v found %v err %v", ctrl, found, err)
