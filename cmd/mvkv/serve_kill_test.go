@@ -83,6 +83,7 @@ func TestServeKill(t *testing.T) {
 		wg      sync.WaitGroup
 	)
 	killed := make(chan struct{})
+	var killOnce sync.Once // two clients may reach the total at once
 	for g := range clients {
 		wg.Add(1)
 		go func() {
@@ -120,11 +121,7 @@ func TestServeKill(t *testing.T) {
 				mu.Unlock()
 				next += n
 				if total.Add(int64(n+1)) >= 600 {
-					select {
-					case <-killed:
-					default:
-						close(killed)
-					}
+					killOnce.Do(func() { close(killed) })
 				}
 			}
 		}()
