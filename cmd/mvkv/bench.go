@@ -304,6 +304,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			avScaleFactor = -1 // engine.Options' 0, which 0 itself is not
 		}
 	}
+	// Checked here too, not only when a RESP target opens, so that a
+	// mistyped mode is not silently ignored on other targets.
+	if respMode != bench.RESPModeMulti && respMode != bench.RESPModeWatch {
+		return fail("invalid --resp-mode %q (want multi or watch)", respMode)
+	}
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
 			return fail("invalid --plot: %s", errText(err))

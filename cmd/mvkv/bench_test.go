@@ -81,6 +81,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--autovacuum-vacuum-scale-factor", "-0.5"},
 		{"--autovacuum-vacuum-scale-factor", "NaN"},
 		{"--target", "nope"},
+		{"--resp-mode", "weird"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
