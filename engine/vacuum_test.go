@@ -959,6 +959,17 @@ func TestUpdateCompactsPageWithHoles(t *testing.T) {
 	mustVerify(t, db)
 }
 
+// putNumberedKeys commits keys k0000 ... k(n-1), each set to val, one
+// transaction each, and returns the function that names key i.
+func putNumberedKeys(t *testing.T, db *DB, n int, val string) func(int) string {
+	t.Helper()
+	key := func(i int) string { return fmt.Sprintf("k%04d", i) }
+	for i := 0; i < n; i++ {
+		mustPut(t, db, key(i), val)
+	}
+	return key
+}
+
 // A lazy vacuum reads the keys written since the last run, from the dirty
 // list, and not the clean rest of the index; a run stopped early leaves
 // what it did not reach for the next one.
@@ -966,10 +977,7 @@ func TestLazyVacuumReadsDirtyList(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
 	defer db.Close()
 	const n = 300
-	key := func(i int) string { return fmt.Sprintf("k%04d", i) }
-	for i := 0; i < n; i++ {
-		mustPut(t, db, key(i), strings.Repeat("v", 100))
-	}
+	key := putNumberedKeys(t, db, n, strings.Repeat("v", 100))
 	if st := mustVacuum(t, db); st.ChainsRead != n {
 		t.Fatalf("first vacuum read %d chains, want %d", st.ChainsRead, n)
 	}
@@ -1003,10 +1011,7 @@ func TestDirtyListMissesNoWrite(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
 	defer db.Close()
 	const keys = 200
-	key := func(i int) string { return fmt.Sprintf("k%04d", i) }
-	for i := 0; i < keys; i++ {
-		mustPut(t, db, key(i), "0")
-	}
+	key := putNumberedKeys(t, db, keys, "0")
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for w := 0; w < 4; w++ {
