@@ -507,7 +507,7 @@ func (db *DB) didCommit(xid uint64) (bool, error) {
 // whether that version's xmax committed (or is the writer's).
 func (db *DB) latest(e *indexEntry, me uint64, wantVal bool) (v version, found, deleted bool, err error) {
 	for restarts := 0; ; restarts++ {
-		if err := restartWalk(restarts, e.key); err != nil {
+		if err := restartWalk(restarts, e.key()); err != nil {
 			return v, false, false, err
 		}
 		v, found, deleted, err = db.latestOnce(e, me, wantVal)
@@ -523,7 +523,7 @@ func (db *DB) latestOnce(e *indexEntry, me uint64, wantVal bool) (v version, fou
 		if n > maxChainLength {
 			return v, false, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
 		}
-		if v, err = db.readVersion(tid, e.key, wantVal); err != nil {
+		if v, err = db.readVersion(tid, e.key(), wantVal); err != nil {
 			return v, false, false, err
 		}
 		ok := me != 0 && v.hdr.Xmin == me

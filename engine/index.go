@@ -3,6 +3,7 @@ package engine
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 
@@ -12,15 +13,51 @@ import (
 // indexEntry maps a key to the TID of its newest tuple version. The head is
 // an atomic so that a new version of an existing key replaces it without the
 // tree's write lock; it changes only under the key's row lock.
+//
+// An entry and its key bytes are one allocation that holds no pointers
+// (newIndexEntry): the key follows the fields in memory. The index holds an
+// entry for every key ever written (millions of history rows in a bench
+// run), and the garbage collector's work on a heap that large is counted in
+// objects and pointers: a separate key string made two objects a key and
+// one more pointer to follow, and the mark phases that walked them took a
+// third of the CPU late in a 10-minute run (docs/BENCHMARKS.md). An object
+// with no pointers is marked but never scanned. Entries are never copied
+// (the key bytes are outside the struct); always use the pointer.
 type indexEntry struct {
-	key  string
 	head atomic.Uint64 // heap.TID.Pack(); heap.InvalidTID before the first version lands
 	// vac says whether vacuum may skip the key: vacDirty, vacExamining or
 	// vacClean (see markWritten and vacuumRun.chain).
 	vac atomic.Uint32
+	// keyLen is the length of the key bytes that follow the entry.
+	keyLen uint32
 	// listed says the entry is on the index's dirty list, or in the hands
 	// of a lazy vacuum run that took it from there (see noteDirty).
 	listed atomic.Bool
+}
+
+// entryHeader is where an entry's key bytes start.
+const entryHeader = unsafe.Sizeof(indexEntry{})
+
+// newIndexEntry returns an entry for key with an invalid head. The entry
+// and a copy of the key are allocated together as words, which the
+// collector knows hold no pointers, and are 8-byte aligned as the atomics
+// need.
+func newIndexEntry(key string) *indexEntry {
+	// At least one byte past the key, so that the address of the key
+	// bytes lies inside the allocation even for an empty key.
+	words := make([]uint64, (int(entryHeader)+len(key))/8+1)
+	e := (*indexEntry)(unsafe.Pointer(&words[0]))
+	e.keyLen = uint32(len(key))
+	copy(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(e), entryHeader)), len(key)), key)
+	e.head.Store(heap.InvalidTID.Pack())
+	return e
+}
+
+// key returns the entry's key. The string points into the entry, so it
+// keeps the entry alive for as long as it is held, and the bytes never
+// change.
+func (e *indexEntry) key() string {
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(e), entryHeader)), int(e.keyLen))
 }
 
 // The states of indexEntry.vac. A key is clean when vacuum found its chain
@@ -115,7 +152,7 @@ type index struct {
 
 func newIndex() *index {
 	return &index{
-		tree:  btree.NewG(32, func(a, b *indexEntry) bool { return a.key < b.key }),
+		tree:  btree.NewG(32, func(a, b *indexEntry) bool { return a.key() < b.key() }),
 		byKey: make(map[string]*indexEntry),
 	}
 }
@@ -141,10 +178,11 @@ func (ix *index) getOrCreateLocked(key string) *indexEntry {
 	if e := ix.byKey[key]; e != nil {
 		return e
 	}
-	e := &indexEntry{key: key}
-	e.head.Store(heap.InvalidTID.Pack())
+	e := newIndexEntry(key)
 	ix.tree.ReplaceOrInsert(e)
-	ix.byKey[key] = e
+	// The map's key is the entry's own copy, not the caller's string: one
+	// copy of the key bytes, inside the entry.
+	ix.byKey[e.key()] = e
 	ix.noteDirty(e)
 	return e
 }
@@ -156,11 +194,11 @@ func (ix *index) rangeEntries(start, end []byte) []*indexEntry {
 	visit := func(e *indexEntry) bool { out = append(out, e); return true }
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	lo := &indexEntry{key: string(start)}
+	lo := newIndexEntry(string(start))
 	if end == nil {
 		ix.tree.AscendGreaterOrEqual(lo, visit)
 	} else {
-		ix.tree.AscendRange(lo, &indexEntry{key: string(end)}, visit)
+		ix.tree.AscendRange(lo, newIndexEntry(string(end)), visit)
 	}
 	return out
 }
@@ -177,7 +215,7 @@ func (ix *index) len() int {
 func (ix *index) entriesAfter(after string, all bool, n int) []*indexEntry {
 	out := make([]*indexEntry, 0, n)
 	visit := func(e *indexEntry) bool {
-		if !all && e.key == after {
+		if !all && e.key() == after {
 			return true
 		}
 		out = append(out, e)
@@ -185,7 +223,7 @@ func (ix *index) entriesAfter(after string, all bool, n int) []*indexEntry {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	ix.tree.AscendGreaterOrEqual(&indexEntry{key: after}, visit)
+	ix.tree.AscendGreaterOrEqual(newIndexEntry(after), visit)
 	return out
 }
 
@@ -194,8 +232,8 @@ func (ix *index) entriesAfter(after string, all bool, n int) []*indexEntry {
 func (ix *index) removeEntry(e *indexEntry) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ix.byKey[e.key] == e {
+	if ix.byKey[e.key()] == e {
 		ix.tree.Delete(e)
-		delete(ix.byKey, e.key)
+		delete(ix.byKey, e.key())
 	}
 }

@@ -86,7 +86,7 @@ func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
 		if err != nil {
 			return err
 		}
-		if ok && !fn([]byte(e.key)) {
+		if ok && !fn([]byte(e.key())) {
 			return nil
 		}
 	}
@@ -165,7 +165,7 @@ func (db *DB) keyVisible(e *indexEntry, snap *visibility.Snapshot, me uint64, r 
 	}
 	c.fetches++
 	for restarts := 0; ; restarts++ {
-		if err := restartWalk(restarts, e.key); err != nil {
+		if err := restartWalk(restarts, e.key()); err != nil {
 			return false, err
 		}
 		ok, err := db.chainVisible(e, snap, me)
@@ -184,7 +184,7 @@ func (db *DB) chainVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) 
 		if n > maxChainLength {
 			return false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
 		}
-		v, err := db.readVersion(tid, e.key, false)
+		v, err := db.readVersion(tid, e.key(), false)
 		if err != nil {
 			return false, err
 		}

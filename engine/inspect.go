@@ -275,14 +275,14 @@ func (db *DB) Verify() (VerifyReport, error) {
 	db.idx.mu.RLock()
 	rep.Keys = db.idx.tree.Len()
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
-		want, ok := heads[e.key]
+		want, ok := heads[e.key()]
 		got := e.head.Load()
 		if !ok && heap.UnpackTID(got).Valid() {
-			rep.problem("index: key %q points at %s, which is not a newest version in the heap", truncKey([]byte(e.key)), heap.UnpackTID(got))
+			rep.problem("index: key %q points at %s, which is not a newest version in the heap", truncKey([]byte(e.key())), heap.UnpackTID(got))
 		} else if ok && got != want {
-			rep.problem("index: key %q points at %s, the heap's newest version is %s", truncKey([]byte(e.key)), heap.UnpackTID(got), heap.UnpackTID(want))
+			rep.problem("index: key %q points at %s, the heap's newest version is %s", truncKey([]byte(e.key())), heap.UnpackTID(got), heap.UnpackTID(want))
 		}
-		delete(heads, e.key)
+		delete(heads, e.key())
 		return true
 	})
 	db.idx.mu.RUnlock()

@@ -198,7 +198,7 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 		if err != nil {
 			return err
 		}
-		if found && !fn([]byte(e.key), val) {
+		if found && !fn([]byte(e.key()), val) {
 			return nil
 		}
 	}
@@ -213,7 +213,7 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 // the snapshot can see, and the chain from the head still leads to it.
 func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) ([]byte, bool, error) {
 	for restarts := 0; ; restarts++ {
-		if err := restartWalk(restarts, e.key); err != nil {
+		if err := restartWalk(restarts, e.key()); err != nil {
 			return nil, false, err
 		}
 		val, found, err := db.fetchVisibleOnce(e, snap, me)
@@ -229,7 +229,7 @@ func (db *DB) fetchVisibleOnce(e *indexEntry, snap *visibility.Snapshot, me uint
 		if n > maxChainLength {
 			return nil, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
 		}
-		v, err := db.readVersion(tid, e.key, true)
+		v, err := db.readVersion(tid, e.key(), true)
 		if err != nil {
 			return nil, false, err
 		}
@@ -247,7 +247,7 @@ func (db *DB) fetchVisibleOnce(e *indexEntry, snap *visibility.Snapshot, me uint
 		if err != nil || gone {
 			return nil, false, err
 		}
-		val, err := db.value(v, e.key)
+		val, err := db.value(v, e.key())
 		return val, err == nil, err
 	}
 	return nil, false, nil
@@ -396,7 +396,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	}
 	var old []byte
 	if live {
-		if old, err = db.value(cur, e.key); err != nil {
+		if old, err = db.value(cur, e.key()); err != nil {
 			return err
 		}
 	}

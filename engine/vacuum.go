@@ -353,7 +353,7 @@ func (v *vacuumRun) run() error {
 					return err
 				}
 			}
-			after, all = entries[len(entries)-1].key, false
+			after, all = entries[len(entries)-1].key(), false
 		}
 	} else if err := v.runDirty(); err != nil {
 		return err
@@ -435,12 +435,12 @@ func (v *vacuumRun) readChain(e *indexEntry) ([]chainVersion, error) {
 		if len(out) > maxChainLength {
 			return nil, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
 		}
-		cv, err := v.readVersion(tid, e.key)
+		cv, err := v.readVersion(tid, e.key())
 		if err != nil {
 			if errors.Is(err, errVanished) {
 				// Only vacuum frees slots, and it runs alone: a chain
 				// that leads nowhere is broken.
-				return nil, fmt.Errorf("%w: version chain of key %q: %s holds no version of it", ErrCorruption, truncKey([]byte(e.key)), tid)
+				return nil, fmt.Errorf("%w: version chain of key %q: %s holds no version of it", ErrCorruption, truncKey([]byte(e.key())), tid)
 			}
 			return nil, err
 		}
@@ -748,7 +748,7 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 // since the chain was read). It reports whether the whole key may go.
 func (v *vacuumRun) lockKey(e *indexEntry, head heap.TID) bool {
 	b := &v.batch
-	if !v.db.locks.tryAcquire(e.key, b.owner) {
+	if !v.db.locks.tryAcquire(e.key(), b.owner) {
 		return false
 	}
 	if e.headTID() != head {
@@ -805,13 +805,13 @@ func (b *pruneBatch) page(blk uint32) *prunePage {
 
 // unlockKey gives back one key's row lock taken by lockKey.
 func (b *pruneBatch) unlockKey(db *DB, e *indexEntry) {
-	sh := db.locks.shard([]byte(e.key))
+	sh := db.locks.shard([]byte(e.key()))
 	sh.mu.Lock()
-	if sh.holders[e.key] == b.owner {
-		delete(sh.holders, e.key)
+	if sh.holders[e.key()] == b.owner {
+		delete(sh.holders, e.key())
 	}
 	sh.mu.Unlock()
-	b.owner.locks = slices.DeleteFunc(b.owner.locks, func(k string) bool { return k == e.key })
+	b.owner.locks = slices.DeleteFunc(b.owner.locks, func(k string) bool { return k == e.key() })
 }
 
 // releaseLocks ends the batch's hold on row locks, waking waiters.

@@ -330,7 +330,7 @@ func vacuumModel(t *testing.T, seed uint64, steps int) {
 	}
 	chains := 0
 	for _, e := range db.idx.entriesAfter("", true, 1000) {
-		v, err := db.readVersion(e.headTID(), e.key, false)
+		v, err := db.readVersion(e.headTID(), e.key(), false)
 		if err != nil {
 			t.Fatal(err)
 		}
