@@ -42,7 +42,7 @@ const entryHeader = unsafe.Sizeof(indexEntry{})
 // and a copy of the key are allocated together as words, which the
 // collector knows hold no pointers, and are 8-byte aligned as the atomics
 // need.
-func newIndexEntry(key string) *indexEntry {
+func newIndexEntry[K string | []byte](key K) *indexEntry {
 	// At least one byte past the key, so that the address of the key
 	// bytes lies inside the allocation even for an empty key.
 	words := make([]uint64, (int(entryHeader)+len(key))/8+1)
@@ -171,16 +171,19 @@ func (ix *index) getOrCreate(key []byte) *indexEntry {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return ix.getOrCreateLocked(string(key))
+	return ix.getOrCreateLocked(key)
 }
 
-func (ix *index) getOrCreateLocked(key string) *indexEntry {
-	if e := ix.byKey[key]; e != nil {
+// getOrCreateLocked is getOrCreate with mu held for writing. key is copied
+// into the entry only, once: a string made of it for the map would be a
+// second copy, and garbage at once.
+func (ix *index) getOrCreateLocked(key []byte) *indexEntry {
+	if e := ix.byKey[string(key)]; e != nil {
 		return e
 	}
 	e := newIndexEntry(key)
 	ix.tree.ReplaceOrInsert(e)
-	// The map's key is the entry's own copy, not the caller's string: one
+	// The map's key is the entry's own copy, not the caller's bytes: one
 	// copy of the key bytes, inside the entry.
 	ix.byKey[e.key()] = e
 	ix.noteDirty(e)
@@ -194,11 +197,11 @@ func (ix *index) rangeEntries(start, end []byte) []*indexEntry {
 	visit := func(e *indexEntry) bool { out = append(out, e); return true }
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	lo := newIndexEntry(string(start))
+	lo := newIndexEntry(start)
 	if end == nil {
 		ix.tree.AscendGreaterOrEqual(lo, visit)
 	} else {
-		ix.tree.AscendRange(lo, newIndexEntry(string(end)), visit)
+		ix.tree.AscendRange(lo, newIndexEntry(end), visit)
 	}
 	return out
 }

@@ -20,7 +20,7 @@ func TestIndexEntryKeyCopy(t *testing.T) {
 			src[i] = byte('a' + i%26)
 		}
 		want := string(src)
-		e := newIndexEntry(string(src))
+		e := newIndexEntry(src)
 		for i := range src {
 			src[i] = 'x'
 		}

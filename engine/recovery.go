@@ -389,7 +389,7 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 				if h.Prev.Valid() {
 					referenced[h.Prev.Pack()] = struct{}{}
 				}
-				cands = append(cands, cand{tid.Pack(), db.idx.getOrCreateLocked(string(key))})
+				cands = append(cands, cand{tid.Pack(), db.idx.getOrCreateLocked(key)})
 			}
 			db.fsm.record(blk, heap.FreeSpace(page))
 			if blk == nblocks-1 {
