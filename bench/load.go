@@ -22,8 +22,8 @@ const loadBatchRows = 10000
 // FinishLoad. Progress goes to log in pgbench -i's words. The last batch is
 // durable; FinishLoad makes the rest durable on both targets.
 func Load(ctx context.Context, t Target, scale, accounts int, log io.Writer) error {
-	if scale < 1 {
-		return fmt.Errorf("bench: scale %d: must be at least 1", scale)
+	if scale < 1 || scale > MaxScale {
+		return fmt.Errorf("bench: scale %d: must be 1 to %d", scale, MaxScale)
 	}
 	if accounts <= 0 {
 		accounts = defaultAccounts

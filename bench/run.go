@@ -215,6 +215,12 @@ func IsFailure(err error) bool {
 // connections it can open.
 const MaxClients = 10000
 
+// MaxScale is the largest scale factor: at pgbench's 100,000 accounts a
+// scale unit, the most whose account ids fit the keys' 10 digits (and
+// about 1.5 TB of accounts). A mistyped -s would otherwise start loading
+// rows it could never finish.
+const MaxScale = 99999
+
 // Run drives cfg.Clients clients against t and returns the results. The
 // target must be loaded at cfg.Scale. A client whose transaction fails with
 // an error other than IsFailure stops (pgbench's "client aborted"); the run
@@ -226,8 +232,8 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	if cfg.Clients < 1 || cfg.Clients > MaxClients {
 		return nil, fmt.Errorf("bench: %d clients: need 1 to %d", cfg.Clients, MaxClients)
 	}
-	if cfg.Scale < 1 {
-		return nil, fmt.Errorf("bench: scale %d: need at least 1", cfg.Scale)
+	if cfg.Scale < 1 || cfg.Scale > MaxScale {
+		return nil, fmt.Errorf("bench: scale %d: need 1 to %d", cfg.Scale, MaxScale)
 	}
 	threads := min(max(cfg.Threads, 1), cfg.Clients)
 	accounts := int64(cfg.Accounts)

@@ -234,17 +234,17 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("-N and -S are mutually exclusive")
 	}
 	switch {
-	case scale < 1:
-		return fail("invalid scaling factor: %d", scale)
+	case scale < 1 || scale > bench.MaxScale:
+		return fail("invalid scaling factor: %d (1 to %d)", scale, bench.MaxScale)
 	case clients < 1 || clients > bench.MaxClients:
 		return fail("invalid number of clients: %d (1 to %d)", clients, bench.MaxClients)
 	case jobs < 1:
 		return fail("invalid number of threads: %d", jobs)
 	case txns < 1:
 		return fail("invalid number of transactions: %d", txns)
-	case seconds < 0 || (seconds == 0 && (set["T"] || set["time"])):
+	case seconds < 0 || (seconds == 0 && (set["T"] || set["time"])) || seconds > maxSeconds:
 		return fail("invalid duration: %d", seconds)
-	case progress < 0 || (progress == 0 && (set["P"] || set["progress"])):
+	case progress < 0 || (progress == 0 && (set["P"] || set["progress"])) || progress > maxSeconds:
 		return fail("invalid thread progress delay: %d", progress)
 	case commitSiblings < 0 || commitSiblings > 1000:
 		return fail("invalid commit siblings: %d (0..1000)", commitSiblings)
@@ -544,3 +544,7 @@ func parseSize(s string) (int64, error) {
 	}
 	return n * mult, nil
 }
+
+// maxSeconds is the longest -T or -P a time.Duration holds (about 292
+// years); a longer one would wrap to a negative duration.
+const maxSeconds = int(math.MaxInt64 / int64(time.Second))
