@@ -56,6 +56,14 @@ func pageSegment(pageno uint64) (segno uint64, off int64) {
 	return pageno / PagesPerSegment, int64(pageno%PagesPerSegment) * PageSize
 }
 
+// XidFile returns where xid's status lives on disk: the segment file's name
+// (without directory) and the byte offset in it of the byte holding the
+// status, so that a finding about xid can name the file and offset.
+func XidFile(xid uint64) (name string, offset int64) {
+	segno, off := pageSegment(xidPage(xid))
+	return segmentName(segno), off + int64(xidByte(xid))
+}
+
 // segmentName returns the file name (without directory) of segment segno.
 func segmentName(segno uint64) string {
 	return fmt.Sprintf("%0*X", segmentNameLen, segno)

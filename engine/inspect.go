@@ -101,6 +101,16 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 		return err
 	}
 	defer r.Close()
+	// The checkpoint record the control file names must be in the log;
+	// a dump that reads past where it should be without meeting it is
+	// reading a log with a segment missing or damaged. A control file that
+	// cannot be read leaves the dump to the WAL alone.
+	var ckpt wal.LSN
+	if ctrl, found, err := readControl(fsys, dir); err == nil && found && ctrl.CheckpointLSN != 0 &&
+		end == 0 && wal.LSN(start) <= ctrl.CheckpointLSN {
+		ckpt = ctrl.CheckpointLSN
+	}
+	sawCheckpoint := false
 	n := 0
 	// A start inside a record reads as damage; say what is more likely.
 	notARecord := func() bool { return n == 0 && start != 0 }
@@ -125,6 +135,9 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 		if _, err := fmt.Fprintln(w, DescribeRecord(rec)); err != nil {
 			return err
 		}
+		if rec.LSN == ckpt {
+			sawCheckpoint = rec.Type == recCheckpoint
+		}
 		n++
 	}
 	fmt.Fprintf(w, "%d records; the valid log ends at %s", n, r.End())
@@ -132,7 +145,21 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 		fmt.Fprintf(w, " followed by %d bytes of torn tail", d)
 	}
 	fmt.Fprintln(w)
+	if ckpt != 0 && !sawCheckpoint {
+		return fmt.Errorf("%w: the control file names a checkpoint record at %s (in %s), but the valid log read here, which ends at %s, has no checkpoint there: that segment is missing or damaged",
+			wal.ErrCorrupt, ckpt, segmentPathOf(filepath.Join(dir, walDir), ckpt, r.SegmentSize()), r.End())
+	}
 	return nil
+}
+
+// segmentPathOf names the segment file in walPath holding lsn, or walPath
+// itself when the segment size is unknown (no segment could be read).
+func segmentPathOf(walPath string, lsn wal.LSN, segSize int64) string {
+	if segSize <= 0 {
+		return walPath
+	}
+	name, _ := wal.SegmentFile(lsn, segSize)
+	return filepath.Join(walPath, name)
 }
 
 // VerifyReport is the outcome of Verify.
@@ -163,8 +190,9 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // failing a checksum), every map page's checksum, and every set bit against
 // its heap page
 // (PD_ALL_VISIBLE and every tuple visible to all, see verifyVM); every
-// tuple header (xmin and xmax below the next xid, their CLOG status, chunk
-// and version-chain links); the index against a fresh scan of the heap; and
+// tuple header (xmin and xmax below the next xid, their CLOG status and
+// any hint bits against it, so that a lost CLOG segment shows, chunk and
+// version-chain links); the index against a fresh scan of the heap; and
 // the control file against the WAL. It takes a checkpoint first, so it
 // needs a writable database; it does not stop concurrent transactions, but
 // run it on a quiet database for an exact answer. The error is for failures
@@ -186,6 +214,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 		chunk bool
 	}
 	tuples := make(map[uint64]tupleInfo)
+	// Hints the CLOG contradicts, counted per CLOG page: a lost page
+	// contradicts thousands, and one finding a page says it all.
+	type clogPage struct {
+		file string
+		off  int64
+	}
+	lostCLOG := make(map[clogPage]int)
 	referenced := make(map[uint64]bool)
 	nblocks := db.storage.NBlocks()
 	vmBits, vmSnap := db.verifyVMBits(&rep, nblocks), db.procs.snapshot()
@@ -217,9 +252,10 @@ func (db *DB) Verify() (VerifyReport, error) {
 			}
 			rep.Tuples++
 			for _, x := range []struct {
-				name string
-				xid  uint64
-			}{{"xmin", h.Xmin}, {"xmax", h.Xmax}} {
+				name            string
+				xid             uint64
+				committed, dead uint16 // its hint bits
+			}{{"xmin", h.Xmin, heap.XminCommitted, heap.XminInvalid}, {"xmax", h.Xmax, heap.XmaxCommitted, heap.XmaxInvalid}} {
 				if x.xid == 0 && x.name == "xmax" {
 					continue
 				}
@@ -239,6 +275,17 @@ func (db *DB) Verify() (VerifyReport, error) {
 					rep.problem("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err)
 				} else if st == clog.StatusSubCommitted {
 					rep.problem("heap tuple %s: %s %d is sub-committed, which mvkv never writes", tid, x.name, x.xid)
+				} else if hinted := hintedStatus(h.Infomask, x.committed, x.dead); hinted != clog.StatusInProgress && hinted != st {
+					// A hint caches a final CLOG status, set only after
+					// the CLOG said so; a CLOG that now says otherwise
+					// lost that page (a zeroed or missing segment reads
+					// as "in progress"), and every unhinted tuple of
+					// those xids reads wrongly too.
+					name, off := clog.XidFile(x.xid)
+					page := clogPage{name, off - off%clog.PageSize}
+					if lostCLOG[page]++; lostCLOG[page] == 1 {
+						rep.problem("heap tuple %s: %s %d is hinted %s, but the CLOG says %s (%s at offset %d): the CLOG is damaged or lost", tid, x.name, x.xid, hinted, st, filepath.Join(db.dir, clogDir, name), off)
+					}
 				}
 			}
 			chunk := h.Infomask&heap.Chunk != 0
@@ -249,6 +296,11 @@ func (db *DB) Verify() (VerifyReport, error) {
 				}
 				referenced[h.Prev.Pack()] = true
 			}
+		}
+	}
+	for page, n := range lostCLOG {
+		if n > 1 {
+			rep.problem("%d more tuple xids whose hints the CLOG page at %s offset %d contradicts", n-1, filepath.Join(db.dir, clogDir, page.file), page.off)
 		}
 	}
 	heads := make(map[string]uint64)
@@ -321,6 +373,18 @@ func (db *DB) Verify() (VerifyReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// hintedStatus is the final status a tuple's hint bits record for one of
+// its xids, or StatusInProgress when neither bit is set.
+func hintedStatus(infomask, committed, dead uint16) clog.Status {
+	switch {
+	case infomask&committed != 0:
+		return clog.StatusCommitted
+	case infomask&dead != 0:
+		return clog.StatusAborted
+	}
+	return clog.StatusInProgress
 }
 
 // checkCheckpointRecord reads the record the control file names and checks

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"path/filepath"
 	"time"
@@ -42,6 +43,11 @@ func (db *DB) recover(ctrl controlData) error {
 
 	r, err := wal.NewReader(db.fs, walPath, ctrl.RedoLSN)
 	if err != nil {
+		if ctrl.CheckpointLSN != 0 && errors.Is(err, fs.ErrNotExist) {
+			// Segments are removed only below the redo point, so the
+			// one holding it was lost, not recycled.
+			return fmt.Errorf("%w: %v; %s is the last checkpoint's redo point", ErrCorruption, err, ctrl.RedoLSN)
+		}
 		return err
 	}
 	var first wal.LSN
@@ -74,12 +80,7 @@ func (db *DB) recover(ctrl controlData) error {
 		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
 	}
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
-		where := walPath
-		if sz := r.SegmentSize(); sz > 0 {
-			name, off := wal.SegmentFile(end, sz)
-			where = fmt.Sprintf("%s at offset %d", filepath.Join(walPath, name), off)
-		}
-		return fmt.Errorf("%w: %s: the valid WAL ends there (%s), before the last checkpoint record (%s): the WAL from there on is damaged or missing", ErrCorruption, where, end, ctrl.CheckpointLSN)
+		return db.walEndsBeforeCheckpoint(walPath, r.SegmentSize(), end, ctrl)
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err
@@ -420,4 +421,30 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 	}
 	db.vac.frozenXid.Store(frozenXid)
 	return maxXid, nil
+}
+
+// walEndsBeforeCheckpoint describes a log whose valid part ends at or
+// before the checkpoint record the control file names: where it ends (the
+// segment file and offset, or the file's own end when the file was cut
+// short of the segment size, which no crash can do: segments are created
+// whole) and which record is lost.
+func (db *DB) walEndsBeforeCheckpoint(walPath string, segSize int64, end wal.LSN, ctrl controlData) error {
+	where := walPath
+	if segSize > 0 {
+		name, off := wal.SegmentFile(end, segSize)
+		file := filepath.Join(walPath, name)
+		where = fmt.Sprintf("%s at offset %d", file, off)
+		if n, err := db.fs.Stat(file); err == nil && n < segSize {
+			switch {
+			case n < off:
+				where = fmt.Sprintf("%s is %d bytes, cut short of the %d-byte segment size; the log read from the redo point ends at its offset %d, past the file's end", file, n, segSize, off)
+			case n == off:
+				where += fmt.Sprintf(", the file's end (it is cut short of the %d-byte segment size)", segSize)
+			}
+		}
+	}
+	if end == ctrl.CheckpointLSN {
+		return fmt.Errorf("%w: %s: the last checkpoint record (%s), which the control file names, is damaged or missing", ErrCorruption, where, ctrl.CheckpointLSN)
+	}
+	return fmt.Errorf("%w: %s: the valid WAL ends there (%s), before the last checkpoint record (%s): the WAL from there on is damaged or missing", ErrCorruption, where, end, ctrl.CheckpointLSN)
 }

@@ -64,8 +64,7 @@ func NewReader(fsys vfs.FS, dir string, start LSN) (*Reader, error) {
 			i--
 		}
 		if i < 0 {
-			return nil, fmt.Errorf("wal: start %s precedes the oldest segment %s in %s: %w",
-				start, segmentName(segs[0]), dir, fs.ErrNotExist)
+			return nil, r.missingSegment(segs[0], start, "the oldest segment present is "+segmentName(segs[0]))
 		}
 	} else {
 		i = 0
@@ -85,10 +84,27 @@ func NewReader(fsys vfs.FS, dir string, start LSN) (*Reader, error) {
 	}
 	if r.pos > r.seg+LSN(r.segSize) {
 		r.closeFile()
-		return nil, fmt.Errorf("wal: start %s lies beyond segment %s of %d bytes: %w",
-			start, segmentName(r.seg), r.segSize, fs.ErrNotExist)
+		return nil, r.missingSegment(r.seg, start, "the segment before it is "+segmentName(r.seg))
 	}
 	return r, nil
+}
+
+// missingSegment builds NewReader's error for a start whose segment file is
+// not in the directory, naming that file when the segment size can be read
+// from known, a segment that is present.
+func (r *Reader) missingSegment(known, start LSN, why string) error {
+	size := r.segSize
+	if size == 0 {
+		if h, err := r.peekHeader(known); err == nil {
+			size = h.size
+		}
+	}
+	if size <= 0 {
+		return fmt.Errorf("wal: the segment in %s holding %s is missing (%s): %w", r.dir, start, why, fs.ErrNotExist)
+	}
+	name, _ := SegmentFile(start, size)
+	return fmt.Errorf("wal: %s, which holds %s, is missing (%s): %w",
+		path.Join(r.dir, name), start, why, fs.ErrNotExist)
 }
 
 // peekHeader reads and checks the header of the segment named by start.
@@ -355,16 +371,27 @@ func (r *Reader) checkDurableAfter() error {
 			continue
 		}
 		if h.durable > bad {
-			return fmt.Errorf("%w: %s at offset %d: the record at %s is damaged, but the valid record at %s says the log was durable up to %s",
-				ErrCorrupt, name, int64(bad-r.seg), bad, lsn, h.durable)
+			return fmt.Errorf("%w: %s at offset %d%s: the record at %s is damaged, but the valid record at %s says the log was durable up to %s",
+				ErrCorrupt, name, int64(bad-r.seg), r.cutShort(), bad, lsn, h.durable)
 		}
 		off += recordSize(h.n) - 8
 	}
 	if next := r.seg + LSN(r.segSize); r.firstRecordValid(next) {
-		return fmt.Errorf("%w: %s at offset %d: the record at %s is damaged, but the log goes on in segment %s",
-			ErrCorrupt, name, int64(bad-r.seg), bad, segmentName(next))
+		return fmt.Errorf("%w: %s at offset %d%s: the record at %s is damaged, but the log goes on in segment %s",
+			ErrCorrupt, name, int64(bad-r.seg), r.cutShort(), bad, segmentName(next))
 	}
 	return nil
+}
+
+// cutShort describes the current segment file when it is shorter than the
+// segment size, which only damage can make (segments are created whole),
+// so that an error naming an offset past the file's end says why.
+func (r *Reader) cutShort() string {
+	n, err := r.f.Size()
+	if err != nil || n >= r.segSize {
+		return ""
+	}
+	return fmt.Sprintf(" (the file is %d bytes, cut short of the %d-byte segment size)", n, r.segSize)
 }
 
 // finish ends the log at r.pos and counts the non-zero bytes that follow it

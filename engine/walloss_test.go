@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mvkv/clog"
+	"mvkv/internal/vfs"
+	"mvkv/wal"
+)
+
+// checkpointSegment returns the directory's control data and the path and
+// offset of the WAL segment holding its last checkpoint record.
+func checkpointSegment(t *testing.T, dir string) (controlData, string, int64) {
+	t.Helper()
+	ctrl, found, err := readControl(vfs.OS{}, dir)
+	if err != nil || !found || ctrl.CheckpointLSN == 0 {
+		t.Fatalf("control file: %+v found %v err %v", ctrl, found, err)
+	}
+	fi, err := os.Stat(walSegments(t, dir)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, off := wal.SegmentFile(ctrl.CheckpointLSN, fi.Size())
+	return ctrl, filepath.Join(dir, walDir, name), off
+}
+
+// The segment holding the last checkpoint removed: Open and DumpWAL both
+// report corruption naming that segment, instead of a file-not-found error
+// or a dump of "0 records" that exits cleanly.
+func TestMissingCheckpointSegmentIsCorruption(t *testing.T) {
+	dir := filledAndClosed(t, 200)
+	_, seg, _ := checkpointSegment(t, dir)
+	if err := os.Remove(seg); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Base(seg)
+	err := DumpWAL(nil, dir, 0, 0, io.Discard)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("DumpWAL: %v; want wal.ErrCorrupt naming %s", err, want)
+	}
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v; want ErrCorruption naming %s", err, want)
+	}
+}
+
+// A segment cut short below the checkpoint record (only damage does that:
+// segments are created whole) fails Open with an error that says the file
+// is cut short, rather than naming an offset past the file's end as where
+// the valid log ends.
+func TestShortSegmentIsNamedAsCutShort(t *testing.T) {
+	dir := filledAndClosed(t, 200)
+	_, seg, off := checkpointSegment(t, dir)
+	cut := off / 2
+	if err := os.Truncate(seg, cut); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir, Options{})
+	want := fmt.Sprintf("is %d bytes, cut short", cut)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v; want ErrCorruption saying %q", err, want)
+	}
+}
+
+// A CLOG segment zeroed or removed after a clean shutdown reads as "every
+// xid in progress", which would make committed tuples invisible. Verify
+// finds it through the tuples whose hint bits recorded the commit, and
+// names the CLOG file.
+func TestVerifyFindsLostCLOG(t *testing.T) {
+	for _, damage := range []string{"zeroed", "removed"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+			for i := range 300 {
+				mustPut(t, db, fmt.Sprintf("key-%05d", i), "v")
+			}
+			// Vacuum sets the hint bits of every tuple it looks at.
+			if _, err := db.Vacuum(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := db.Verify()
+			if err != nil || !rep.OK() {
+				t.Fatalf("healthy database: %v\n%s", err, rep)
+			}
+			db.Close()
+
+			name, _ := clog.XidFile(db.procs.next() - 1)
+			p := filepath.Join(dir, clogDir, name)
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if damage == "zeroed" {
+				err = os.WriteFile(p, make([]byte, fi.Size()), 0o644)
+			} else {
+				err = os.Remove(p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+			defer db.Close()
+			rep, err = db.Verify()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() || !strings.Contains(rep.String(), "the CLOG is damaged or lost") || !strings.Contains(rep.String(), name) {
+				t.Fatalf("verify of a %s CLOG segment:\n%s", damage, rep)
+			}
+		})
+	}
+}
