@@ -335,6 +335,79 @@ func WriteSweepTable(w io.Writer, t *SweepTable) error {
 	return ew.err
 }
 
+// CompareVariants answers, for every swept knob other than clients that
+// took exactly two values, the question the 2011 visibility-map thread
+// asked of crash-safe against unlogged maps: does the difference between
+// the two variants exceed the run-to-run variation? It returns one line
+// per combination of the other knobs (one client count, say) where both
+// cells ran at least twice, giving both means, the difference in percent
+// and both sample standard deviations. The difference exceeds the
+// variation when it is more than twice the standard error of the
+// difference of the means (Welch's), about a two-sided 95% test for runs
+// whose tps is normally distributed. Cells with one run say nothing about
+// variation and are skipped, so a sweep without --repeat gets no lines.
+func CompareVariants(t *SweepTable) []string {
+	var out []string
+	for ai, axis := range t.Axes {
+		if axis == "clients" {
+			continue
+		}
+		var vals []string
+		for _, r := range t.Rows {
+			if !slices.Contains(vals, r.Values[ai]) {
+				vals = append(vals, r.Values[ai])
+			}
+		}
+		if len(vals) != 2 {
+			continue
+		}
+		// Rows keyed by the other knobs' values, in the order first run.
+		var keys []string
+		pairs := map[string]*[2]*SweepRow{}
+		for i := range t.Rows {
+			r := &t.Rows[i]
+			var parts []string
+			for j, name := range t.Axes {
+				if j != ai {
+					parts = append(parts, name+"="+r.Values[j])
+				}
+			}
+			key := strings.Join(parts, ", ")
+			p, ok := pairs[key]
+			if !ok {
+				p = new([2]*SweepRow)
+				pairs[key] = p
+				keys = append(keys, key)
+			}
+			p[slices.Index(vals, r.Values[ai])] = r
+		}
+		for _, key := range keys {
+			a, b := pairs[key][0], pairs[key][1]
+			if a == nil || b == nil || len(a.Runs) < 2 || len(b.Runs) < 2 {
+				continue
+			}
+			ma, sa := a.TPS()
+			mb, sb := b.TPS()
+			se := math.Sqrt(sa*sa/float64(len(a.Runs)) + sb*sb/float64(len(b.Runs)))
+			verdict := "within the run-to-run variation"
+			if math.Abs(mb-ma) > 2*se {
+				verdict = "the difference EXCEEDS the run-to-run variation"
+			}
+			where := ""
+			if key != "" {
+				where = " at " + key
+			}
+			diff := 0.0
+			if ma > 0 {
+				diff = 100 * (mb - ma) / ma
+			}
+			out = append(out, fmt.Sprintf("%s %s vs %s%s: %.0f vs %.0f tps (%+.1f%%), stddev %.0f and %.0f: %s",
+				axis, vals[0], vals[1], where, ma, mb, diff, sa, sb, verdict))
+		}
+	}
+	return out
+}
+
 // sweepCell is one point of the cross product with its configuration.
 type sweepCell struct {
 	cfg    Config
@@ -484,6 +557,7 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 	if aborted {
 		table.Notes = append(table.Notes, "some runs had aborted clients; see the log")
 	}
+	table.Notes = append(table.Notes, CompareVariants(table)...)
 	if err := WriteSweepTable(out, table); err != nil {
 		return err
 	}

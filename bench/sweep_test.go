@@ -579,3 +579,41 @@ func TestBenchLogsEngineWarnings(t *testing.T) {
 		t.Errorf("run on a damaged CLOG page (err %v) logged no warning:\n%s", err, log.String())
 	}
 }
+
+func TestCompareVariants(t *testing.T) {
+	runs := func(tps ...float64) []*Results {
+		var out []*Results
+		for _, x := range tps {
+			out = append(out, &Results{TPS: x, Elapsed: time.Second})
+		}
+		return out
+	}
+	table := &SweepTable{
+		Axes: []string{"vm", "clients"},
+		Rows: []SweepRow{
+			{Values: []string{"crash-safe", "1"}, Clients: 1, Runs: runs(1000, 1100, 900)},
+			{Values: []string{"crash-safe", "8"}, Clients: 8, Runs: runs(5000, 5010, 4990)},
+			{Values: []string{"crash-safe", "32"}, Clients: 32, Runs: runs(7000)},
+			{Values: []string{"unlogged", "1"}, Clients: 1, Runs: runs(1050, 950, 1150)},
+			{Values: []string{"unlogged", "8"}, Clients: 8, Runs: runs(6000, 6010, 5990)},
+			{Values: []string{"unlogged", "32"}, Clients: 32, Runs: runs(7100, 7200)},
+		},
+	}
+	got := CompareVariants(table)
+	want := []string{
+		"vm crash-safe vs unlogged at clients=1: 1000 vs 1050 tps (+5.0%), stddev 100 and 100: within the run-to-run variation",
+		"vm crash-safe vs unlogged at clients=8: 5000 vs 6000 tps (+20.0%), stddev 10 and 10: the difference EXCEEDS the run-to-run variation",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("CompareVariants:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Three values, or a clients-only sweep: nothing to compare.
+	table.Rows[3].Values[0] = "other"
+	if got := CompareVariants(table); len(got) != 0 {
+		t.Fatalf("three variants: %q", got)
+	}
+	if got := CompareVariants(&SweepTable{Axes: []string{"clients"}, Rows: []SweepRow{{Values: []string{"1"}, Runs: runs(1, 2)}}}); len(got) != 0 {
+		t.Fatalf("clients only: %q", got)
+	}
+}

@@ -110,7 +110,9 @@ Sweep options:
                            WAL syncs/s, commits/sync) instead of the report;
                            data is loaded once per target and reused
   --repeat=NUM             run each cell NUM times; the table shows mean
-                           and standard deviation (default: 1)
+                           and standard deviation (default: 1), and for a
+                           swept knob with two values, whether their
+                           difference exceeds the run-to-run variation
   --plot=FILE.png|FILE.svg draw tps against clients per series, with the
                            optimum line when a disk model is set
   --pivot                  also print tps as one table with a row per value
