@@ -140,7 +140,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		} else if cleared {
 			flags |= flagAllVisibleCleared
 		}
-		if err := setXmaxOnPage(buf.Page(), old, xid); err != nil {
+		if err := setXmaxOnPage(buf.Page(), old, xid, false); err != nil {
 			return heap.InvalidTID, db.corrupt(old, err)
 		}
 		buf.MarkDirty()
@@ -269,7 +269,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			if oldBuf != nil {
 				ob = oldBuf
 			}
-			if err := setXmaxOnPage(ob.Page(), old, xid); err != nil {
+			if err := setXmaxOnPage(ob.Page(), old, xid, true); err != nil {
 				unlock()
 				return heap.InvalidTID, db.corrupt(old, err)
 			}
@@ -322,7 +322,10 @@ func (db *DB) logPageImage(buf *bufpool.Buffer, typ wal.RecordType) error {
 	return nil
 }
 
-func setXmaxOnPage(page []byte, tid heap.TID, xid uint64) error {
+// setXmaxOnPage sets xid as the xmax of the tuple at tid on page, for an
+// update (updated: a new version names the tuple as its Prev) or a delete,
+// in the forward path and in redo alike.
+func setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool) error {
 	raw, err := heap.Tuple(page, tid.Slot)
 	if err != nil {
 		return err
@@ -332,8 +335,12 @@ func setXmaxOnPage(page []byte, tid heap.TID, xid uint64) error {
 	}
 	heap.SetTupleXmax(raw, xid)
 	// A hint about the xmax being replaced (an aborted updater's) must not
-	// be read as one about the new xmax.
-	heap.SetTupleInfomask(raw, heap.TupleInfomask(raw)&^(heap.XmaxCommitted|heap.XmaxInvalid))
+	// be read as one about the new xmax, nor its Updated flag.
+	mask := heap.TupleInfomask(raw) &^ (heap.XmaxCommitted | heap.XmaxInvalid | heap.Updated)
+	if updated {
+		mask |= heap.Updated
+	}
+	heap.SetTupleInfomask(raw, mask)
 	return nil
 }
 

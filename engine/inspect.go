@@ -317,6 +317,11 @@ func (db *DB) Verify() (VerifyReport, error) {
 				rep.problem("heap tuple %s: predecessor %s belongs to another key", heap.UnpackTID(tid), t.h.Prev)
 			}
 		}
+		if !referenced[tid] && t.h.Xmax != 0 && t.h.Infomask&heap.Updated != 0 && db.xmaxCommittedForVerify(t.h) {
+			// A delete leaves a newest version with a committed xmax
+			// too; the Updated flag says a newer version was made.
+			rep.problem("key %q: its newest version %s was updated by committed xid %d, but no version names it as its predecessor: the newer version is lost", truncKey([]byte(t.key)), heap.UnpackTID(tid), t.h.Xmax)
+		}
 		if !referenced[tid] {
 			if other, dup := heads[t.key]; dup {
 				rep.problem("key %q has two newest versions %s and %s", truncKey([]byte(t.key)), heap.UnpackTID(other), heap.UnpackTID(tid))
@@ -373,6 +378,20 @@ func (db *DB) Verify() (VerifyReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// xmaxCommittedForVerify reports whether h's xmax committed, from its hint
+// or the CLOG; a CLOG error reads as not committed (the tuple pass above
+// has reported it).
+func (db *DB) xmaxCommittedForVerify(h heap.TupleHeader) bool {
+	if h.Infomask&heap.XmaxCommitted != 0 {
+		return true
+	}
+	if h.Infomask&heap.XmaxInvalid != 0 || h.Xmax < db.clog.OldestXid() {
+		return false
+	}
+	st, err := db.clog.Status(h.Xmax)
+	return err == nil && st == clog.StatusCommitted
 }
 
 // hintedStatus is the final status a tuple's hint bits record for one of

@@ -908,7 +908,7 @@ func (v *vacuumRun) flush() error {
 			mask := heap.TupleInfomask(raw) | heap.Frozen | heap.XminCommitted
 			if plan.clearXmax && f.xmax == plan.xmax {
 				f.xmax = 0
-				mask &^= heap.XmaxCommitted | heap.XmaxInvalid
+				mask &^= heap.XmaxCommitted | heap.XmaxInvalid | heap.Updated
 			}
 			f.infomask = mask
 		}

@@ -54,7 +54,8 @@
 //	    16     4  prev.block older version of the same key: block...
 //	    20     2  prev.slot  ...and slot; 0xFFFFFFFF/0xFFFF (InvalidTID) for none
 //	    22     2  infomask   XminCommitted 0x01, XminInvalid 0x02, XmaxCommitted 0x04,
-//	                         XmaxInvalid 0x08, Frozen 0x10, External 0x20, Chunk 0x40
+//	                         XmaxInvalid 0x08, Frozen 0x10, External 0x20, Chunk 0x40,
+//	                         Updated 0x80
 //	    24     2  keylen     key length in bytes
 //	    26     2  reserved   zero
 //	    28     4  vallen     value length in bytes
