@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,9 +46,17 @@ next:
 func CheckPlotFile(file string) error {
 	switch strings.ToLower(filepath.Ext(file)) {
 	case ".png", ".svg", ".pdf", ".eps", ".jpg", ".jpeg", ".tif", ".tiff":
-		return nil
+	default:
+		return fmt.Errorf("%w: %q: want a .png or .svg file", ErrBadPlot, file)
 	}
-	return fmt.Errorf("%w: %q: want a .png or .svg file", ErrBadPlot, file)
+	// Checked before a sweep runs, not after it: a directory that is not
+	// there would otherwise cost the whole sweep's results.
+	if fi, err := os.Stat(filepath.Dir(file)); err != nil {
+		return fmt.Errorf("%w: %q: %v", ErrBadPlot, file, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%w: %q: %s is not a directory", ErrBadPlot, file, filepath.Dir(file))
+	}
+	return nil
 }
 
 // WritePlot draws t's tps (mean, with ± one standard deviation bars when

@@ -437,7 +437,9 @@ func (db *DB) walEndsBeforeCheckpoint(walPath string, segSize int64, end wal.LSN
 		if n, err := db.fs.Stat(file); err == nil && n < segSize {
 			switch {
 			case n < off:
-				where = fmt.Sprintf("%s is %d bytes, cut short of the %d-byte segment size; the log read from the redo point ends at its offset %d, past the file's end", file, n, segSize, off)
+				// Nothing past the file's end can have been read, so the
+				// log ends where reading began: at the redo point.
+				where = fmt.Sprintf("%s is %d bytes, cut short of the %d-byte segment size; the last checkpoint's redo point %s lies at its offset %d, past the file's end", file, n, segSize, ctrl.RedoLSN, off)
 			case n == off:
 				where += fmt.Sprintf(", the file's end (it is cut short of the %d-byte segment size)", segSize)
 			}

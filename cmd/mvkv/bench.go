@@ -193,6 +193,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			// The flag package prints it after its own prefix.
 			return errors.New(errText(err))
 		}
+		for _, b := range sweeps {
+			if b.Name == a.Name {
+				return fmt.Errorf("%s is swept twice; give all its values in one --sweep %s=V1,V2,...", a.Name, a.Name)
+			}
+		}
 		sweeps = append(sweeps, a)
 		return nil
 	})

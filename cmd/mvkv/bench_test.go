@@ -71,6 +71,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--sweep", "clients=0,1"},
 		{"--repeat", "0"},
 		{"--plot", "tps.txt", "--sweep", "clients=1,2"},
+		{"--plot", "/nonexistent-dir/tps.png", "--sweep", "clients=1,2"},
+		{"--sweep", "clients=1,2", "--sweep", "clients=3"},
 		{"-i", "--dir", "x", "--sweep", "clients=1,2"},
 		{"--clog-locking", "striped"},
 		{"--clog-group-update", "sometimes"},
