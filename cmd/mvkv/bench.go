@@ -195,7 +195,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		for _, b := range sweeps {
 			if b.Name == a.Name {
-				return fmt.Errorf("%s is swept twice; give all its values in one --sweep %s=V1,V2,...", a.Name, a.Name)
+				return fmt.Errorf("%s is swept twice; give all its values to one --sweep, as %s=V1,V2", a.Name, a.Name)
 			}
 		}
 		sweeps = append(sweeps, a)
