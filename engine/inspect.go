@@ -194,11 +194,21 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // any hint bits against it, so that a lost CLOG segment shows, chunk and
 // version-chain links); the index against a fresh scan of the heap; and
 // the control file against the WAL. It takes a checkpoint first, so it
-// needs a writable database; it does not stop concurrent transactions, but
-// run it on a quiet database for an exact answer. The error is for failures
+// needs a writable database. It holds off vacuum and autovacuum while it
+// runs (a vacuum run waits for it, and it waits for a run in progress); it
+// does not stop concurrent transactions, so run it without writers for an
+// exact answer. The error is for failures
 // to check (I/O); findings go into the report.
 func (db *DB) Verify() (VerifyReport, error) {
 	var rep VerifyReport
+	// Vacuum moves versions and rewrites Prev links across pages, and the
+	// pool writes those pages back one at a time: a scan of the files
+	// during a run sees chains half rewritten. Holding vacuum off for the
+	// whole check (taken before the checkpoint, so that the files the
+	// scan reads hold no run's partial work either) keeps Verify exact
+	// while autovacuum is on.
+	db.vac.mu.Lock()
+	defer db.vac.mu.Unlock()
 	if err := db.Checkpoint(); err != nil {
 		return rep, err
 	}
@@ -221,6 +231,12 @@ func (db *DB) Verify() (VerifyReport, error) {
 		off  int64
 	}
 	lostCLOG := make(map[clogPage]int)
+	// Versions per key and xmin, for the Updated check below.
+	type keyXmin struct {
+		key  string
+		xmin uint64
+	}
+	xmins := make(map[keyXmin]int)
 	referenced := make(map[uint64]bool)
 	nblocks := db.storage.NBlocks()
 	vmBits, vmSnap := db.verifyVMBits(&rep, nblocks), db.procs.snapshot()
@@ -289,7 +305,11 @@ func (db *DB) Verify() (VerifyReport, error) {
 				}
 			}
 			chunk := h.Infomask&heap.Chunk != 0
-			tuples[tid.Pack()] = tupleInfo{h: h, key: string(key), chunk: chunk}
+			k := string(key)
+			tuples[tid.Pack()] = tupleInfo{h: h, key: k, chunk: chunk}
+			if !chunk {
+				xmins[keyXmin{k, h.Xmin}]++
+			}
 			if h.Prev.Valid() {
 				if referenced[h.Prev.Pack()] {
 					rep.problem("heap tuple %s: version %s is the predecessor of two versions", tid, h.Prev)
@@ -317,10 +337,23 @@ func (db *DB) Verify() (VerifyReport, error) {
 				rep.problem("heap tuple %s: predecessor %s belongs to another key", heap.UnpackTID(tid), t.h.Prev)
 			}
 		}
-		if !referenced[tid] && t.h.Xmax != 0 && t.h.Infomask&heap.Updated != 0 && db.xmaxCommittedForVerify(t.h) {
-			// A delete leaves a newest version with a committed xmax
-			// too; the Updated flag says a newer version was made.
-			rep.problem("key %q: its newest version %s was updated by committed xid %d, but no version names it as its predecessor: the newer version is lost", truncKey([]byte(t.key)), heap.UnpackTID(tid), t.h.Xmax)
+		if t.h.Xmax != 0 && t.h.Infomask&heap.Updated != 0 && db.xmaxCommittedForVerify(t.h) {
+			// A committed update made a version of the key with that
+			// xmin (vacuum removes the new version only after this
+			// one). Without the Updated flag a lost newest version
+			// reads as a delete; checking xmins rather than Prev links
+			// also covers an aborted version left between the two.
+			n := xmins[keyXmin{t.key, t.h.Xmax}]
+			if t.h.Xmin == t.h.Xmax {
+				n-- // updated again by the transaction that made it
+			}
+			if n <= 0 {
+				what := "version"
+				if !referenced[tid] {
+					what = "newest version"
+				}
+				rep.problem("key %q: its %s %s was updated by committed xid %d, but no version of the key has that xmin: the newer version is lost", truncKey([]byte(t.key)), what, heap.UnpackTID(tid), t.h.Xmax)
+			}
 		}
 		if !referenced[tid] {
 			if other, dup := heads[t.key]; dup {
