@@ -152,20 +152,7 @@ func TestVerifyFindsLostNewestVersion(t *testing.T) {
 	}
 	db.Close()
 
-	f, err := os.OpenFile(filepath.Join(dir, heapDir, "00000000"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, heap.PageSize), int64(head.Block)*heap.PageSize); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	rep, err = db.Verify()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep = verifyWithPageZeroed(t, dir, head.Block)
 	if rep.OK() || !strings.Contains(rep.String(), `key "key-0": its newest version`) || strings.Contains(rep.String(), "key-5") {
 		t.Fatalf("verify after losing the page of key-0's newest version (%s):\n%s", head, rep)
 	}
@@ -198,20 +185,7 @@ func TestVerifyFindsLostVersionAfterAbortedOne(t *testing.T) {
 	}
 	db.Close()
 
-	f, err := os.OpenFile(filepath.Join(dir, heapDir, "00000000"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, heap.PageSize), int64(head.Block)*heap.PageSize); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	rep, err := db.Verify()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := verifyWithPageZeroed(t, dir, head.Block)
 	if rep.OK() || !strings.Contains(rep.String(), `key "key-0": its version`) {
 		t.Fatalf("verify after losing key-0's newest version behind an aborted one (%s):\n%s", head, rep)
 	}
@@ -243,4 +217,26 @@ func TestVerifyDuringVacuum(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// verifyWithPageZeroed zeroes heap block blk of the closed database in dir,
+// as a lost write or a wiped sector would leave it (a zeroed page reads as a
+// new, empty one), then opens the database and returns Verify's report.
+func verifyWithPageZeroed(t *testing.T, dir string, blk uint32) VerifyReport {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, heapDir, "00000000"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, heap.PageSize), int64(blk)*heap.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
