@@ -36,6 +36,10 @@ func TestVerifyAndWaldumpCommands(t *testing.T) {
 	if code := run([]string{"waldump", "--start", "0/2000000", "--end", "0/1000000", dir}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "before --start") {
 		t.Fatalf("waldump --end before --start: exit %d, %q", code, errb.String())
 	}
+	errb.Reset()
+	if code := run([]string{"waldump", dir, "--start", "0/1"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "options go before DIR") {
+		t.Fatalf("waldump with an option after DIR: exit %d, %q", code, errb.String())
+	}
 	if code := run([]string{"verify"}, &out, &errb); code != 2 {
 		t.Fatalf("verify without a directory: exit %d", code)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"mvkv/engine"
 )
@@ -69,6 +70,14 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 		return "", 2, false
 	}
 	if fs.NArg() != 1 {
+		// The flag package stops at the first argument that is not a
+		// flag, so options after DIR arrive here as extra arguments.
+		for _, a := range fs.Args()[min(1, fs.NArg()):] {
+			if strings.HasPrefix(a, "-") {
+				fmt.Fprintf(stderr, "mvkv %s: %s after the data directory: options go before DIR\n\n%s", fs.Name(), a, usage)
+				return "", 2, false
+			}
+		}
 		fmt.Fprintf(stderr, "mvkv %s: need exactly one data directory\n\n%s", fs.Name(), usage)
 		return "", 2, false
 	}
