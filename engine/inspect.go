@@ -222,6 +222,9 @@ func (db *DB) Verify() (VerifyReport, error) {
 		h     heap.TupleHeader
 		key   string
 		chunk bool
+		// xmaxCommitted: from its hint, or else the CLOG lookup the
+		// header check makes anyway.
+		xmaxCommitted bool
 	}
 	tuples := make(map[uint64]tupleInfo)
 	// Hints the CLOG contradicts, counted per CLOG page: a lost page
@@ -267,6 +270,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 				continue
 			}
 			rep.Tuples++
+			xmaxCommitted := h.Infomask&heap.XmaxCommitted != 0
 			for _, x := range []struct {
 				name            string
 				xid             uint64
@@ -287,6 +291,9 @@ func (db *DB) Verify() (VerifyReport, error) {
 					continue
 				}
 				st, err := db.clog.Status(x.xid)
+				if err == nil && x.name == "xmax" && st == clog.StatusCommitted && h.Infomask&heap.XmaxInvalid == 0 {
+					xmaxCommitted = true
+				}
 				if err != nil {
 					rep.problem("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err)
 				} else if st == clog.StatusSubCommitted {
@@ -306,7 +313,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 			}
 			chunk := h.Infomask&heap.Chunk != 0
 			k := string(key)
-			tuples[tid.Pack()] = tupleInfo{h: h, key: k, chunk: chunk}
+			tuples[tid.Pack()] = tupleInfo{h: h, key: k, chunk: chunk, xmaxCommitted: xmaxCommitted}
 			if !chunk {
 				xmins[keyXmin{k, h.Xmin}]++
 			}
@@ -337,7 +344,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 				rep.problem("heap tuple %s: predecessor %s belongs to another key", heap.UnpackTID(tid), t.h.Prev)
 			}
 		}
-		if t.h.Xmax != 0 && t.h.Infomask&heap.Updated != 0 && db.xmaxCommittedForVerify(t.h) {
+		if t.h.Xmax != 0 && t.h.Infomask&heap.Updated != 0 && t.xmaxCommitted {
 			// A committed update made a version of the key with that
 			// xmin (vacuum removes the new version only after this
 			// one). Without the Updated flag a lost newest version
@@ -411,20 +418,6 @@ func (db *DB) Verify() (VerifyReport, error) {
 		}
 	}
 	return rep, nil
-}
-
-// xmaxCommittedForVerify reports whether h's xmax committed, from its hint
-// or the CLOG; a CLOG error reads as not committed (the tuple pass above
-// has reported it).
-func (db *DB) xmaxCommittedForVerify(h heap.TupleHeader) bool {
-	if h.Infomask&heap.XmaxCommitted != 0 {
-		return true
-	}
-	if h.Infomask&heap.XmaxInvalid != 0 || h.Xmax < db.clog.OldestXid() {
-		return false
-	}
-	st, err := db.clog.Status(h.Xmax)
-	return err == nil && st == clog.StatusCommitted
 }
 
 // hintedStatus is the final status a tuple's hint bits record for one of

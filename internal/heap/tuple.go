@@ -58,11 +58,12 @@ const (
 	External uint16 = 1 << 5
 	// Chunk: this tuple is one chunk of an out-of-line value.
 	Chunk uint16 = 1 << 6
-	// Updated: xmax is an updater's, not a deleter's, so a newer version
-	// of the key names this tuple as its Prev. The analog of PostgreSQL's
-	// t_ctid pointing at another tuple: it lets a check tell a key whose
-	// newest version was lost from a deleted key, which otherwise look
-	// the same (a newest version with a committed xmax).
+	// Updated: xmax is an updater's, not a deleter's, so the transaction
+	// xmax made a newer version of the key (with xmin = xmax; its Prev
+	// names this tuple, or an aborted version in between). The analog of
+	// PostgreSQL's t_ctid pointing at another tuple: it lets a check tell
+	// a key whose newest version was lost from a deleted key, which
+	// otherwise look the same (a newest version with a committed xmax).
 	Updated uint16 = 1 << 7
 )
 
