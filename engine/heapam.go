@@ -324,8 +324,7 @@ func (db *DB) logPageImage(buf *bufpool.Buffer, typ wal.RecordType) error {
 
 // setXmaxOnPage sets xid as the xmax of the tuple at tid on page, for an
 // update (updated: the same transaction makes a newer version of the key,
-// heap.Updated) or a delete,
-// in the forward path and in redo alike.
+// heap.Updated) or a delete, in the forward path and in redo alike.
 func setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool) error {
 	raw, err := heap.Tuple(page, tid.Slot)
 	if err != nil {
