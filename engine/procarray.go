@@ -89,6 +89,17 @@ func (p *procArray) remove(st *txnState) {
 	p.active.Add(-1)
 }
 
+// isRunning reports whether xid is in the running table, as PostgreSQL's
+// TransactionIdIsInProgress. Together with rule 2's order (the CLOG status
+// is set before the transaction leaves the table), a CLOG lookup made after
+// isRunning returned false gives the xid's final status.
+func (p *procArray) isRunning(xid uint64) bool {
+	p.mu.Lock()
+	_, ok := p.running[xid]
+	p.mu.Unlock()
+	return ok
+}
+
 // snapshot takes an MVCC snapshot, as GetSnapshotData.
 func (p *procArray) snapshot() *visibility.Snapshot {
 	p.mu.Lock()

@@ -34,7 +34,10 @@ import (
 // tail may sit only in the operating system's cache.
 //
 // Transactions seen in the WAL without a commit or abort record were in
-// progress at the crash; they are marked aborted. Then the index is rebuilt
+// progress at the crash; they are marked aborted. One whose records all lie
+// before the redo point is not seen and stays "in progress" in the CLOG;
+// not running, it reads as aborted, and vacuum treats it so (xidState).
+// Then the index is rebuilt
 // from the heap: for every key, the head of its version chain is the one
 // version no other version names as its predecessor.
 func (db *DB) recover(ctrl controlData) error {

@@ -483,6 +483,17 @@ func (v *vacuumRun) readVersion(tid heap.TID, key string) (chainVersion, error) 
 // xidState returns the final state of v's xmin (or xmax), from hints or the
 // CLOG; both false means in progress. Like xminCommitted it notes in v.hint
 // what the CLOG taught.
+//
+// An xid the CLOG calls in progress that is not in the running table
+// crashed: it counts as aborted, as in PostgreSQL's
+// HeapTupleSatisfiesVacuum (TransactionIdIsInProgress, then
+// TransactionIdDidCommit, else aborted). Recovery marks aborted only the
+// unfinished xids it meets in the WAL it replays; one whose records all lay
+// before the redo point stays "in progress" in the CLOG for good, and
+// without this rule vacuum would keep its versions forever and FrozenXid,
+// hence CLOG truncation, could never pass it. No hint is set for such an
+// xid: the CLOG still says in progress, and a hint contradicting the CLOG
+// is what Verify reports as a lost CLOG page.
 func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err error) {
 	xid, cbit, ibit := v.hdr.Xmin, heap.XminCommitted, heap.XminInvalid
 	if xmax {
@@ -496,19 +507,28 @@ func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err erro
 	case v.hdr.Infomask&ibit != 0:
 		return false, true, nil
 	}
-	st, err := db.clog.Status(xid)
-	if err != nil {
-		return false, false, err
+	for look := 0; ; look++ {
+		st, err := db.clog.Status(xid)
+		if err != nil {
+			return false, false, err
+		}
+		switch st {
+		case clog.StatusCommitted:
+			committed, err = db.hintedCommitted(v, xid, cbit, ibit)
+			return committed, false, err
+		case clog.StatusAborted:
+			v.hint |= ibit
+			return false, true, nil
+		}
+		if look == 1 {
+			return false, true, nil
+		}
+		if db.procs.isRunning(xid) {
+			return false, false, nil
+		}
+		// Not running: it ended since the first look (its status is
+		// final now, rule 2) or it crashed. Look again to tell which.
 	}
-	switch st {
-	case clog.StatusCommitted:
-		committed, err = db.hintedCommitted(v, xid, cbit, ibit)
-		return committed, false, err
-	case clog.StatusAborted:
-		v.hint |= ibit
-		return false, true, nil
-	}
-	return false, false, nil
 }
 
 // chainPlan is what vacuum does to one chain.

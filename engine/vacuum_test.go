@@ -17,6 +17,7 @@ import (
 
 	"mvkv/clog"
 	"mvkv/internal/heap"
+	"mvkv/internal/vfs"
 )
 
 var noAutovacuum = func() *bool { b := false; return &b }()
@@ -1080,4 +1081,77 @@ func TestAutovacuumScaleFactorZero(t *testing.T) {
 		}
 		db.Close()
 	}
+}
+
+// TestVacuumRemovesCrashedTransaction leaves a transaction open across a
+// checkpoint and crashes: every record of its xid lies before the redo
+// point, so recovery never marks it aborted and the CLOG says "in
+// progress" for good. Vacuum must still count it as aborted (it is not
+// running): remove the versions it inserted, clear the xmax it set, and let
+// FrozenXid pass it. Otherwise its versions stay forever and the CLOG can
+// never be truncated past it.
+func TestVacuumRemovesCrashedTransaction(t *testing.T) {
+	ctx := context.Background()
+	m := memDB(t)
+	opts := Options{FS: m, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1, CheckpointTimeout: -1}
+	db := openTest(t, "/db", opts)
+	mustPut(t, db, "kept", "v1")
+	tx, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("chunked ", 4000) // stored out of line
+	for k, v := range map[string]string{"kept": "crashed update", "new": "crashed insert", "big": big} {
+		if err := tx.Put([]byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xid := tx.st.xid.Load()
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := m.CrashCopy(vfs.DropUnsynced, nil)
+	tx.Rollback()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	opts.FS = crashed
+	db = openTest(t, "/db", opts)
+	defer db.Close()
+	if st, err := db.clog.Status(xid); err != nil || st != clog.StatusInProgress {
+		t.Fatalf("CLOG status of the crashed xid %d after recovery: %v, %v; the test needs it in progress", xid, st, err)
+	}
+	check := func(when string) {
+		t.Helper()
+		if v, ok := get(t, db, "kept"); !ok || v != "v1" {
+			t.Fatalf("%s: kept = %q, %v; want v1", when, v, ok)
+		}
+		for _, k := range []string{"new", "big"} {
+			if v, ok := get(t, db, k); ok {
+				t.Fatalf("%s: %s = %.20q, inserted by the crashed transaction", when, k, v)
+			}
+		}
+	}
+	check("after recovery")
+	mustPut(t, db, "later", "x")
+	st := mustVacuum(t, db)
+	check("after vacuum")
+	if st.FrozenXid <= xid {
+		t.Errorf("FrozenXid %d after an aggressive vacuum, not past the crashed xid %d", st.FrozenXid, xid)
+	}
+	if st.TuplesRemoved < 3 || st.ChunksRemoved == 0 {
+		t.Errorf("vacuum removed %d versions and %d chunks; want the crashed transaction's 3 versions and its chunks", st.TuplesRemoved, st.ChunksRemoved)
+	}
+	v, err := db.readVersion(db.idx.get([]byte("kept")).headTID(), "kept", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.hdr.Xmax != 0 || v.hdr.Infomask&heap.Frozen == 0 {
+		t.Errorf("kept after vacuum: xmax %d, infomask %#x; want the crashed xmax cleared and the version frozen", v.hdr.Xmax, v.hdr.Infomask)
+	}
+	if st.KeysRemoved != 2 {
+		t.Errorf("KeysRemoved %d, want 2 (new, big)", st.KeysRemoved)
+	}
+	mustVerify(t, db)
 }
