@@ -200,7 +200,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 
 		page := tgt.Page()
 		wasNew := heap.IsNew(page)
-		if !wasNew && heap.FreeSpace(page) < len(tup) && heap.FreeSpace(page)+heap.HoleBytes(page) >= len(tup) {
+		if !wasNew && heap.FreeSpace(page) < len(tup) && heap.MayHaveHoles(page) && heap.FreeSpace(page)+heap.HoleBytes(page) >= len(tup) {
 			// Vacuum freed slots here in place and has not compacted
 			// the page yet: compact it now rather than leave the space
 			// unused until the end of vacuum's run, as PostgreSQL's

@@ -14,7 +14,8 @@
 //	     0     8  lsn       LSN of the last WAL record that changed the page (pd_lsn)
 //	     8     4  checksum  CRC-32C of the page with this field as zero, then of the
 //	                        block number as 4 bytes (pd_checksum)
-//	    12     2  flags     PDAllVisible 0x0001, PDHasFreeLines 0x0002 (pd_flags)
+//	    12     2  flags     PDAllVisible 0x0001, PDHasFreeLines 0x0002,
+//	                        PDHasHoles 0x0004 (pd_flags)
 //	    14     2  lower     end of the line pointer array = 24 + 4*NumSlots (pd_lower)
 //	    16     2  upper     start of tuple storage, multiple of 8 (pd_upper)
 //	    18     2  version   page layout version, 1

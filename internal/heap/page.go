@@ -53,6 +53,15 @@ const (
 	// AddTuple looks for one to reuse before growing the line pointer
 	// array, as PostgreSQL's PD_HAS_FREE_LINES. Maintained by this package.
 	PDHasFreeLines uint16 = 0x0002
+	// PDHasHoles is a hint that SetUnused left the storage of freed tuples
+	// in place (bytes HoleBytes counts) and no Prune has packed the page
+	// since, so that a writer finding the page full knows whether
+	// compacting it could make room without scanning its line pointers,
+	// as PostgreSQL's pd_prune_xid tells heap_page_prune_opt whether
+	// pruning may be worth trying. Maintained by this package. Pages
+	// written before the flag existed may have holes without it; only
+	// that fast path misses them, not HoleBytes.
+	PDHasHoles uint16 = 0x0004
 )
 
 // LineState is the state of a line pointer (PostgreSQL's lp_flags).
@@ -143,7 +152,8 @@ func SetPageLSN(p []byte, lsn uint64) {
 	binary.LittleEndian.PutUint64(p[offLSN:], lsn)
 }
 
-// PageFlags returns the page flags (PDAllVisible, PDHasFreeLines).
+// PageFlags returns the page flags (PDAllVisible, PDHasFreeLines,
+// PDHasHoles).
 func PageFlags(p []byte) uint16 {
 	if len(p) < PageHeaderSize {
 		return 0
@@ -152,8 +162,8 @@ func PageFlags(p []byte) uint16 {
 }
 
 // SetPageFlags replaces the page flags. Callers that change one flag should
-// preserve the others (PageFlags(p)|PDAllVisible), since PDHasFreeLines is
-// kept by this package.
+// preserve the others (PageFlags(p)|PDAllVisible), since PDHasFreeLines and
+// PDHasHoles are kept by this package.
 func SetPageFlags(p []byte, f uint16) {
 	if len(p) < PageHeaderSize {
 		return
@@ -415,6 +425,7 @@ func Prune(p []byte, dead, unused []uint16) error {
 	}
 	clear(p[lower:upper])
 	put16(p, offUpper, uint16(upper))
+	put16(p, offFlags, u16(p, offFlags)&^PDHasHoles)
 	return nil
 }
 
@@ -426,8 +437,28 @@ func Prune(p []byte, dead, unused []uint16) error {
 // for the same page; it compacts each page once, when it has finished with
 // it. Errors as Prune's; p is unchanged on error.
 func SetUnused(p []byte, unused []uint16) error {
-	_, err := markLinePointers(p, nil, unused)
-	return err
+	lower, _, err := header(p)
+	if err != nil {
+		return err
+	}
+	// Only a slot that still has storage leaves a hole behind; an LPDead
+	// one gave its storage up already.
+	holes := false
+	n := (lower - PageHeaderSize) / ItemIDSize
+	for _, s := range unused {
+		if int(s) < n {
+			if _, length, st := getLP(p, int(s)); st == LPNormal && length > 0 {
+				holes = true
+			}
+		}
+	}
+	if _, err := markLinePointers(p, nil, unused); err != nil {
+		return err
+	}
+	if holes {
+		put16(p, offFlags, u16(p, offFlags)|PDHasHoles)
+	}
+	return nil
 }
 
 // markLinePointers checks the line pointers and the listed slots, marks the
@@ -495,6 +526,12 @@ func FreeRange(p []byte) (lower, upper int) {
 		return 0, 0
 	}
 	return lower, upper
+}
+
+// MayHaveHoles reports whether p carries the PDHasHoles hint: false means
+// HoleBytes is 0, unless the page was written before the hint existed.
+func MayHaveHoles(p []byte) bool {
+	return PageFlags(p)&PDHasHoles != 0
 }
 
 // HoleBytes returns how many bytes of p's tuple space, between upper and

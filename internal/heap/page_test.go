@@ -504,8 +504,8 @@ func TestSetUnusedThenCompact(t *testing.T) {
 		if err := Prune(want, nil, unused); err != nil {
 			t.Fatal(err)
 		}
-		if HoleBytes(p) != 0 {
-			t.Fatalf("round %d: %d hole bytes before freeing", round, HoleBytes(p))
+		if HoleBytes(p) != 0 || MayHaveHoles(p) {
+			t.Fatalf("round %d: %d hole bytes (hint %v) before freeing", round, HoleBytes(p), MayHaveHoles(p))
 		}
 		free := FreeSpace(p)
 		if err := SetUnused(p, unused); err != nil {
@@ -513,6 +513,9 @@ func TestSetUnusedThenCompact(t *testing.T) {
 		}
 		if got := HoleBytes(p); got != freed {
 			t.Fatalf("round %d: HoleBytes %d, want %d", round, got, freed)
+		}
+		if MayHaveHoles(p) != (freed > 0) {
+			t.Fatalf("round %d: PDHasHoles %v with %d bytes freed in place", round, MayHaveHoles(p), freed)
 		}
 		if FreeSpace(p) < free || FreeSpace(p) >= free+freed && freed > 0 {
 			t.Fatalf("round %d: free space %d -> %d with %d bytes freed in place", round, free, FreeSpace(p), freed)
@@ -523,6 +526,9 @@ func TestSetUnusedThenCompact(t *testing.T) {
 		}
 		if err := Prune(p, nil, nil); err != nil {
 			t.Fatal(err)
+		}
+		if MayHaveHoles(p) {
+			t.Fatalf("round %d: PDHasHoles still set after compaction", round)
 		}
 		SetChecksum(p, 0)
 		SetChecksum(want, 0)
