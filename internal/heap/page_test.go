@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -538,5 +539,93 @@ func TestSetUnusedThenCompact(t *testing.T) {
 	}
 	if err := SetUnused(p, []uint16{uint16(NumSlots(p))}); !errors.Is(err, ErrBadSlot) {
 		t.Errorf("SetUnused beyond the line pointers: %v", err)
+	}
+}
+
+// BenchmarkVerifyPage checks a full page whose slots were reused (offsets
+// out of slot order), as the buffer pool does on every page it reads: the
+// line pointers must be proved not to overlap without the descending-order
+// shortcut.
+func BenchmarkVerifyPage(b *testing.B) {
+	p := newPage()
+	for i := 0; ; i++ {
+		if _, err := AddTuple(p, mkTuple(i, 20)); err != nil {
+			break
+		}
+	}
+	var evens []uint16
+	for s := 0; s < NumSlots(p); s += 2 {
+		evens = append(evens, uint16(s))
+	}
+	if err := Prune(p, nil, evens); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := AddTuple(p, mkTuple(1000+i, 20)); err != nil {
+			break
+		}
+	}
+	SetChecksum(p, 7)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := VerifyPage(p, 7); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// overlapsNaively is the pairwise definition checkLinePointers must agree
+// with: two normal line pointers whose byte ranges intersect.
+func overlapsNaively(p []byte) bool {
+	n := NumSlots(p)
+	for i := 0; i < n; i++ {
+		oi, li, si := getLP(p, i)
+		for j := i + 1; j < n; j++ {
+			oj, lj, sj := getLP(p, j)
+			if si == LPNormal && sj == LPNormal && oi < oj+lj && oj < oi+li {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestCheckLinePointersFindsEveryOverlap builds pages of random line
+// pointers, aligned and in bounds, with and without overlaps and in any
+// slot order, and compares the check with the pairwise definition.
+func TestCheckLinePointersFindsEveryOverlap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	found := 0
+	for round := 0; round < 20000; round++ {
+		p := newPage()
+		n := 1 + rng.IntN(40)
+		lower := PageHeaderSize + n*ItemIDSize
+		upper := alignUp(lower) + rng.IntN(64)*tupleAlign
+		if upper >= PageSize {
+			upper = PageSize - 256
+		}
+		put16(p, offLower, uint16(lower))
+		put16(p, offUpper, uint16(upper))
+		for s := 0; s < n; s++ {
+			if rng.IntN(8) == 0 {
+				continue // LPUnused
+			}
+			off := upper + rng.IntN((PageSize-upper)/tupleAlign)*tupleAlign
+			length := 1 + rng.IntN(min(300, PageSize-off))
+			setLP(p, s, off, length, LPNormal)
+		}
+		err := checkLinePointers(p, lower, upper)
+		if want := overlapsNaively(p); want != (err != nil) {
+			t.Fatalf("round %d: checkLinePointers = %v, pairwise overlap %v", round, err, want)
+		}
+		if err != nil {
+			found++
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "overlap") {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	if found < 1000 || found > 19000 {
+		t.Fatalf("%d of 20000 pages overlapped; the test needs both kinds", found)
 	}
 }
