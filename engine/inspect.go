@@ -14,6 +14,24 @@ import (
 	"mvkv/wal"
 )
 
+// validLogEnd reads the log from from (a segment's first LSN) to its end
+// and returns where the valid log ends; ok is false if it could not be
+// read to the end.
+func validLogEnd(fsys vfs.FS, walPath string, from wal.LSN) (end wal.LSN, ok bool) {
+	r, err := wal.NewReader(fsys, walPath, from)
+	if err != nil {
+		return 0, false
+	}
+	defer r.Close()
+	for {
+		if _, err := r.Next(); errors.Is(err, io.EOF) {
+			return r.End(), true
+		} else if err != nil {
+			return 0, false
+		}
+	}
+}
+
 // DescribeRecord renders one WAL record the way pg_waldump does: type,
 // transaction, lengths, and the blocks it touches. It never fails: a
 // malformed payload is described as such.
@@ -106,8 +124,14 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 	// reading a log with a segment missing or damaged. A control file that
 	// cannot be read leaves the dump to the WAL alone.
 	var ckpt wal.LSN
-	if ctrl, found, err := readControl(fsys, dir); err == nil && found && ctrl.CheckpointLSN != 0 &&
-		end == 0 && wal.LSN(start) <= ctrl.CheckpointLSN {
+	ctrlNote := ""
+	ctrl, found, err := readControl(fsys, dir)
+	switch {
+	case err != nil:
+		ctrlNote = fmt.Sprintf("the control file could not be read (%v), so the checkpoint record it names was not looked for", err)
+	case !found:
+		ctrlNote = fmt.Sprintf("%s has no control file, so no checkpoint record was looked for", dir)
+	case ctrl.CheckpointLSN != 0 && end == 0 && wal.LSN(start) <= ctrl.CheckpointLSN:
 		ckpt = ctrl.CheckpointLSN
 	}
 	sawCheckpoint := false
@@ -140,11 +164,25 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 		}
 		n++
 	}
+	if n == 0 && start != 0 {
+		// The reader stops where the segments run out, which is not where
+		// the log ends when start lies past the end: find the real end
+		// from the start of the segment before start.
+		if size := r.SegmentSize(); size > 0 {
+			from := wal.LSN(start-1) - wal.LSN(start-1)%wal.LSN(size)
+			if logEnd, ok := validLogEnd(fsys, filepath.Join(dir, walDir), from); ok && logEnd < wal.LSN(start) {
+				return fmt.Errorf("--start %s lies past the end of the valid log, at %s", wal.LSN(start), logEnd)
+			}
+		}
+	}
 	fmt.Fprintf(w, "%d records; the valid log ends at %s", n, r.End())
 	if d := r.DroppedBytes(); d > 0 {
-		fmt.Fprintf(w, " followed by %d bytes of torn tail", d)
+		fmt.Fprintf(w, " followed by a torn tail (%d non-zero bytes)", d)
 	}
 	fmt.Fprintln(w)
+	if ctrlNote != "" {
+		fmt.Fprintln(w, "note: "+ctrlNote)
+	}
 	if ckpt != 0 && !sawCheckpoint {
 		return fmt.Errorf("%w: the control file names a checkpoint record at %s (in %s), but the valid log read here, which ends at %s, has no checkpoint there: that segment is missing or damaged",
 			wal.ErrCorrupt, ckpt, segmentPathOf(filepath.Join(dir, walDir), ckpt, r.SegmentSize()), r.End())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,5 +75,39 @@ func TestVerifyAndDumpWAL(t *testing.T) {
 	}
 	if err := DumpWAL(nil, dir, uint64(rec.LSN), 0, io.Discard); err != nil {
 		t.Fatalf("DumpWAL from a record: %v", err)
+	}
+
+	// A start at the boundary after the last segment, past the end of
+	// the log, is refused with where the log really ends, not reported
+	// as the end itself.
+	wr, err = wal.NewReader(vfs.OS{}, filepath.Join(dir, walDir), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = wr.Next()
+	}
+	logEnd, size := wr.End(), wal.LSN(wr.SegmentSize())
+	wr.Close()
+	if logEnd%size == 0 {
+		t.Fatalf("the log ends on a segment boundary (%s); the test needs it inside one", logEnd)
+	}
+	past := logEnd - logEnd%size + size
+	err = DumpWAL(nil, dir, uint64(past), 0, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "past the end of the valid log, at "+logEnd.String()) {
+		t.Fatalf("DumpWAL from %s, past the end at %s: %v", past, logEnd, err)
+	}
+
+	// Without a control file the dump still runs, and says what it could
+	// not check.
+	if err := os.Remove(filepath.Join(dir, controlName)); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := DumpWAL(nil, dir, 0, 0, &out); err != nil {
+		t.Fatalf("DumpWAL without a control file: %v", err)
+	}
+	if !strings.Contains(out.String(), "has no control file") {
+		t.Errorf("waldump output says nothing of the missing control file:\n%s", out.String()[max(0, out.Len()-300):])
 	}
 }

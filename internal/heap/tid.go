@@ -29,8 +29,13 @@ func UnpackTID(v uint64) TID {
 	return TID{Block: uint32(v >> 16), Slot: uint16(v)}
 }
 
-// String formats t as PostgreSQL prints a ctid: "(block,slot)".
+// String formats t as PostgreSQL prints a ctid: "(block,slot)". InvalidTID,
+// which ends every version chain, prints as "(none)" rather than as its
+// all-ones block and slot.
 func (t TID) String() string {
+	if !t.Valid() {
+		return "(none)"
+	}
 	b := make([]byte, 0, 20)
 	b = append(b, '(')
 	b = strconv.AppendUint(b, uint64(t.Block), 10)
