@@ -37,6 +37,8 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		AutovacuumNaptime:           o.AutovacuumNaptime,
 		AutovacuumVacuumThreshold:   o.AutovacuumThreshold,
 		AutovacuumVacuumScaleFactor: o.AutovacuumScaleFactor,
+		VacuumFreezeMinAge:          o.VacuumFreezeMinAge,
+		VacuumFreezeTableAge:        o.VacuumFreezeTableAge,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)

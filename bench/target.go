@@ -143,6 +143,12 @@ type TargetOptions struct {
 	// factor means 0 (engine.Options). Engine only.
 	AutovacuumThreshold   int
 	AutovacuumScaleFactor float64
+	// VacuumFreezeMinAge and VacuumFreezeTableAge are the engine's
+	// vacuum_freeze_min_age and vacuum_freeze_table_age in transactions,
+	// as engine.Options takes them: 0 means the engine's defaults
+	// (50,000,000 and 150,000,000), a negative value freezes every tuple
+	// below the horizon (makes every vacuum aggressive). Engine only.
+	VacuumFreezeMinAge, VacuumFreezeTableAge int64
 	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
 	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
 	// 17), or "" for the engine's default (bank). Engine only.

@@ -96,6 +96,14 @@ Target options:
                            engine's autovacuum_vacuum_scale_factor, a
                            fraction of the keys; 0: the threshold alone
                            (default: 0.2)
+  --vacuum-freeze-min-age=NUM
+                           engine's vacuum_freeze_min_age in transactions,
+                           0 to 1000000000; 0 freezes every tuple vacuum
+                           can (default: 50000000, as PostgreSQL)
+  --vacuum-freeze-table-age=NUM
+                           engine's vacuum_freeze_table_age in
+                           transactions, 0 to 2000000000; 0 makes every
+                           vacuum aggressive (default: 150000000)
   --cpuprofile=FILE        write a CPU profile of the run to FILE
 
 Sweep options:
@@ -152,6 +160,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		autovacuum                      string
 		autovacuumNaptime               string
 		avThreshold                     int
+		freezeMinAge, freezeTableAge    int64
 		avScaleFactor                   float64
 		pivot, fresh                    bool
 		commitSiblings, repeat          int
@@ -211,6 +220,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&autovacuumNaptime, "autovacuum-naptime", "", "")
 	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 0, "")
 	fs.Float64Var(&avScaleFactor, "autovacuum-vacuum-scale-factor", 0, "")
+	fs.Int64Var(&freezeMinAge, "vacuum-freeze-min-age", 50_000_000, "")
+	fs.Int64Var(&freezeTableAge, "vacuum-freeze-table-age", 150_000_000, "")
 	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
 	fs.StringVar(&shared, "shared-buffers", "128MB", "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
@@ -311,6 +322,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			avScaleFactor = -1 // engine.Options' 0, which 0 itself is not
 		}
 	}
+	engineFreezeMinAge, engineFreezeTableAge, err := freezeAges(freezeMinAge, freezeTableAge)
+	if err != nil {
+		return fail("%v", err)
+	}
 	// Checked here too, not only when a RESP target opens, so that a
 	// mistyped mode is not silently ignored on other targets.
 	if respMode != bench.RESPModeMulti && respMode != bench.RESPModeWatch {
@@ -368,6 +383,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			AutovacuumNaptime:     naptime,
 			AutovacuumThreshold:   avThreshold,
 			AutovacuumScaleFactor: avScaleFactor,
+			VacuumFreezeMinAge:    engineFreezeMinAge,
+			VacuumFreezeTableAge:  engineFreezeTableAge,
 			Disk:                  bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,

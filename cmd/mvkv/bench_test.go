@@ -86,6 +86,10 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--autovacuum-vacuum-threshold", "0"},
 		{"--autovacuum-vacuum-scale-factor", "-0.5"},
 		{"--autovacuum-vacuum-scale-factor", "NaN"},
+		{"--vacuum-freeze-min-age", "-1"},
+		{"--vacuum-freeze-min-age", "1000000001"},
+		{"--vacuum-freeze-table-age", "-1"},
+		{"--vacuum-freeze-table-age", "2000000001"},
 		{"--target", "nope"},
 		{"--resp-mode", "weird"},
 	} {

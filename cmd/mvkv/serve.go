@@ -87,6 +87,17 @@ Engine options:
                            autovacuum_vacuum_scale_factor: the fraction of
                            the live tuples added to the threshold, from 0
                            (the threshold alone) to 100 (default: 0.2)
+  --vacuum-freeze-min-age=NUM
+                           vacuum_freeze_min_age in transactions, 0 to
+                           1000000000: vacuum freezes a tuple this much
+                           older than its horizon; 0 freezes every tuple
+                           it can (default: 50000000)
+  --vacuum-freeze-table-age=NUM
+                           vacuum_freeze_table_age in transactions, 0 to
+                           2000000000: a vacuum reads every page not
+                           all-frozen once the frozen horizon lags this
+                           far; 0 makes every vacuum aggressive (default:
+                           150000000)
   --visibility-map=crash-safe|unlogged
                            WAL-logged visibility map bits (default), or
                            unlogged ones as before PostgreSQL 9.2: UNSAFE
@@ -127,6 +138,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		naptime                        string
 		avThreshold                    int
 		avScaleFactor                  float64
+		freezeMinAge, freezeTableAge   int64
 		cpuprofile                     string
 	)
 	fs.StringVar(&dir, "dir", "", "")
@@ -158,6 +170,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&naptime, "autovacuum-naptime", "60", "")
 	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 50, "")
 	fs.Float64Var(&avScaleFactor, "autovacuum-vacuum-scale-factor", 0.2, "")
+	fs.Int64Var(&freezeMinAge, "vacuum-freeze-min-age", 50_000_000, "")
+	fs.Int64Var(&freezeTableAge, "vacuum-freeze-table-age", 150_000_000, "")
 	fs.StringVar(&visibilityMap, "visibility-map", "crash-safe", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -231,6 +245,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		return fail("invalid --autovacuum-vacuum-scale-factor %v (at least 0, at most 100)", avScaleFactor)
 	case visibilityMap != engine.VisibilityMapCrashSafe && visibilityMap != engine.VisibilityMapUnlogged:
 		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
+	}
+	engineFreezeMinAge, engineFreezeTableAge, err := freezeAges(freezeMinAge, freezeTableAge)
+	if err != nil {
+		return fail("%v", err)
 	}
 	napDuration, err := parseNaptime(naptime)
 	if err != nil {
@@ -314,6 +332,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 
 		AutovacuumVacuumThreshold:   avThreshold,
 		AutovacuumVacuumScaleFactor: engineScaleFactor(avScaleFactor),
+		VacuumFreezeMinAge:          engineFreezeMinAge,
+		VacuumFreezeTableAge:        engineFreezeTableAge,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, errorLine(err))
@@ -393,6 +413,26 @@ func parseNaptime(v string) (time.Duration, error) {
 
 // engineScaleFactor passes autovacuum_vacuum_scale_factor to engine.Options,
 // where 0 means the default and a negative value means 0.
+// freezeAges checks --vacuum-freeze-min-age and --vacuum-freeze-table-age
+// against PostgreSQL's ranges and turns them into engine.Options values,
+// where 0 means the default: PostgreSQL's 0 (freeze everything, every
+// vacuum aggressive) is the engine's negative value.
+func freezeAges(minAge, tableAge int64) (engineMin, engineTable int64, err error) {
+	if minAge < 0 || minAge > 1_000_000_000 {
+		return 0, 0, fmt.Errorf("invalid --vacuum-freeze-min-age %d (0..1000000000)", minAge)
+	}
+	if tableAge < 0 || tableAge > 2_000_000_000 {
+		return 0, 0, fmt.Errorf("invalid --vacuum-freeze-table-age %d (0..2000000000)", tableAge)
+	}
+	if minAge == 0 {
+		minAge = -1
+	}
+	if tableAge == 0 {
+		tableAge = -1
+	}
+	return minAge, tableAge, nil
+}
+
 func engineScaleFactor(f float64) float64 {
 	if f == 0 {
 		return -1

@@ -101,6 +101,8 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-scale-factor", "-0.5"},
 		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-scale-factor", "101"},
 		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-scale-factor", "NaN"},
+		{"serve", "--dir", t.TempDir(), "--vacuum-freeze-min-age", "-5"},
+		{"serve", "--dir", t.TempDir(), "--vacuum-freeze-table-age", "3000000000"},
 	} {
 		errb.Reset()
 		if code := run(args, &out, &errb); code != 2 {
