@@ -439,29 +439,35 @@ func TestPruneKeepsOffsetOrder(t *testing.T) {
 	}
 }
 
+// reusedSlotsPage returns a full page of tuples with valLen-byte values
+// whose even slots were freed and refilled, so that offsets are out of
+// slot order, as on a page of updated keys after vacuum.
+func reusedSlotsPage(b *testing.B, valLen int) []byte {
+	p := newPage()
+	fill := func(from int) {
+		for i := from; ; i++ {
+			if _, err := AddTuple(p, mkTuple(i, valLen)); err != nil {
+				return
+			}
+		}
+	}
+	fill(0)
+	var evens []uint16
+	for s := 0; s < NumSlots(p); s += 2 {
+		evens = append(evens, uint16(s))
+	}
+	if err := Prune(p, nil, evens); err != nil {
+		b.Fatal(err)
+	}
+	fill(1000)
+	return p
+}
+
 // BenchmarkPrune compacts a full page of 100-byte tuples whose slots were
 // reused (offsets out of slot order), freeing a quarter of them, as vacuum
 // does to a page of updated keys.
 func BenchmarkPrune(b *testing.B) {
-	base := newPage()
-	for i := 0; ; i++ {
-		if _, err := AddTuple(base, mkTuple(i, 60)); err != nil {
-			break
-		}
-	}
-	n := NumSlots(base)
-	var evens []uint16
-	for s := 0; s < n; s += 2 {
-		evens = append(evens, uint16(s))
-	}
-	if err := Prune(base, nil, evens); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		if _, err := AddTuple(base, mkTuple(1000+i, 60)); err != nil {
-			break
-		}
-	}
+	base := reusedSlotsPage(b, 60)
 	var quarter []uint16
 	for s := 0; s < NumSlots(base); s += 4 {
 		quarter = append(quarter, uint16(s))
@@ -547,24 +553,7 @@ func TestSetUnusedThenCompact(t *testing.T) {
 // line pointers must be proved not to overlap without the descending-order
 // shortcut.
 func BenchmarkVerifyPage(b *testing.B) {
-	p := newPage()
-	for i := 0; ; i++ {
-		if _, err := AddTuple(p, mkTuple(i, 20)); err != nil {
-			break
-		}
-	}
-	var evens []uint16
-	for s := 0; s < NumSlots(p); s += 2 {
-		evens = append(evens, uint16(s))
-	}
-	if err := Prune(p, nil, evens); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		if _, err := AddTuple(p, mkTuple(1000+i, 20)); err != nil {
-			break
-		}
-	}
+	p := reusedSlotsPage(b, 20)
 	SetChecksum(p, 7)
 	b.ReportAllocs()
 	for b.Loop() {
