@@ -221,8 +221,11 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		if wasNew {
 			heap.InitPage(page)
 		} else if heap.FreeSpace(page) < len(tup) {
+			// The block number is read before unlock releases the pin: a
+			// released frame may be loaded with another block at once.
+			full := tgt.Block()
 			unlock()
-			db.targets.blk[slot].CompareAndSwap(tgt.Block(), noBlock)
+			db.targets.blk[slot].CompareAndSwap(full, noBlock)
 			continue
 		}
 		// Full-page images go first, while the pages are unchanged.

@@ -372,6 +372,12 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 				tid := heap.TID{Block: blk, Slot: uint16(s)}
 				if h.Infomask&heap.Chunk != 0 {
 					chunks = append(chunks, tid)
+					// An unfrozen chunk's xmin is looked up in the
+					// CLOG (vacuum, Verify), so FrozenXid must not
+					// pass it.
+					if h.Infomask&heap.Frozen == 0 {
+						frozenXid = min(frozenXid, h.Xmin)
+					}
 					continue
 				}
 				if h.Infomask&heap.External != 0 {

@@ -132,6 +132,10 @@ type VacuumStats struct {
 	// dropped because every version of the key was removed, TuplesFrozen
 	// versions frozen.
 	TuplesRemoved, ChunksRemoved, KeysRemoved, TuplesFrozen uint64
+	// ChunksFrozen counts out-of-line value chunks frozen: a chunk
+	// whose inserter committed before the freeze cutoff is frozen by the
+	// pass over the pages, whatever its version's fate.
+	ChunksFrozen uint64
 	// RecentlyDead counts versions deleted or superseded by a committed
 	// transaction that some snapshot may still see; a later run removes
 	// them.
@@ -554,6 +558,10 @@ type plannedFreeze struct {
 	tid       heap.TID
 	xmax      uint64 // the xmax seen when planning
 	clearXmax bool   // xmax is an aborted xid below the cutoff
+	// counted says the op freezes a version not frozen before, for
+	// VacuumStats.TuplesFrozen; false for a frozen version whose dead
+	// xmax is only being cleared.
+	counted bool
 }
 
 // reset empties p for a new chain, keeping its slices' storage.
@@ -716,12 +724,17 @@ func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial
 		next = c[i].v.tid
 	}
 	p.newHead = next // the newest kept version
-	if k >= 0 && !remove[k] && c[k].v.hdr.Xmin < cutoff && c[k].v.hdr.Infomask&heap.Frozen == 0 {
-		p.freeze = append(p.freeze, plannedFreeze{
-			tid:       c[k].v.tid,
-			xmax:      c[k].v.hdr.Xmax,
-			clearXmax: c[k].xmaxAborted && c[k].v.hdr.Xmax < cutoff,
-		})
+	if k >= 0 && !remove[k] {
+		hdr := c[k].v.hdr
+		frozen := hdr.Infomask&heap.Frozen != 0
+		// An aborted (or crashed) xmax below the cutoff goes too, also
+		// from a version frozen by an earlier run: a rolled-back update
+		// or delete of a frozen key leaves one, and until it is cleared
+		// FrozenXid cannot pass it.
+		clearXmax := c[k].xmaxAborted && hdr.Xmax < cutoff
+		if (!frozen && hdr.Xmin < cutoff) || (frozen && clearXmax) {
+			p.freeze = append(p.freeze, plannedFreeze{tid: c[k].v.tid, xmax: hdr.Xmax, clearXmax: clearXmax, counted: !frozen})
+		}
 	}
 	if len(p.remove) == 0 && len(p.prev) == 0 && len(p.freeze) == 0 {
 		if moveHead {
@@ -950,8 +963,10 @@ func (v *vacuumRun) flush() error {
 	}
 	v.st.TuplesRemoved += uint64(b.removed)
 	v.st.ChunksRemoved += uint64(b.chunksRemoved)
-	for _, p := range b.pages {
-		v.st.TuplesFrozen += uint64(len(p.freeze))
+	for _, f := range b.freeze {
+		if f.counted {
+			v.st.TuplesFrozen++
+		}
 	}
 	return nil
 }
@@ -1157,6 +1172,7 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 	oldest := h
 	allVisible, allFrozen := true, true
 	var newestXmin uint64
+	var freezeChunks []uint16
 	for s := 0; s < heap.NumSlots(page); s++ {
 		if heap.SlotState(page, uint16(s)) != heap.LPNormal {
 			// Freed slots are common on pruned pages; skip them
@@ -1183,15 +1199,23 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 		if !committed || hdr.Xmin >= h {
 			allVisible = false
 		}
-		if hdr.Infomask&heap.Frozen == 0 {
-			// Chunks are not frozen (they are read only through their
-			// version), so a page holding one is never all-frozen and
-			// FrozenXid stays at or below its xmin: the CLOG keeps the
-			// status that vacuum and Verify look up for it.
+		chunk := hdr.Infomask&heap.Chunk != 0
+		if chunk && committed && hdr.Xmin < v.st.FreezeCutoff && hdr.Infomask&heap.Frozen == 0 {
+			// A chunk is read only through its version and never
+			// hinted, so its xmin is looked up in the CLOG by vacuum
+			// and Verify until it is frozen. Freezing says no more than
+			// that its inserter committed long ago, true whatever
+			// becomes of the version; without it FrozenXid, and CLOG
+			// truncation, would stop for good at the oldest live large
+			// value.
+			freezeChunks = append(freezeChunks, uint16(s))
+		} else if hdr.Infomask&heap.Frozen == 0 {
+			// Until then the CLOG must keep the status that vacuum
+			// and Verify look up.
 			allFrozen = false
 			oldest = min(oldest, hdr.Xmin)
 		}
-		if hdr.Infomask&heap.Chunk != 0 {
+		if chunk {
 			continue // no xmax and no chain of their own
 		}
 		if hdr.Xmax != 0 {
@@ -1206,6 +1230,12 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 		if hdr.Prev.Valid() {
 			allVisible = false
 		}
+	}
+	if len(freezeChunks) > 0 {
+		if err := db.freezeChunks(buf, freezeChunks); err != nil {
+			return h, err
+		}
+		v.st.ChunksFrozen += uint64(len(freezeChunks))
 	}
 	if heap.HoleBytes(page) > 0 {
 		if err := v.compactPage(buf); err != nil {
@@ -1235,6 +1265,35 @@ func (v *vacuumRun) compactPage(buf *bufpool.Buffer) error {
 		return err
 	}
 	v.st.PagesCompacted++
+	return nil
+}
+
+// freezeChunks freezes the chunk tuples in slots of buf's page with a
+// pruning record of one page part (a full-page image first if the page
+// needs one). The caller holds the page's exclusive lock and
+// ckptInterlock shared.
+func (db *DB) freezeChunks(buf *bufpool.Buffer, slots []uint16) error {
+	if err := db.logFPIIfNeeded(buf); err != nil {
+		return err
+	}
+	page := buf.Page()
+	pp := &prunePage{block: buf.Block()}
+	for _, s := range slots {
+		raw, err := heap.Tuple(page, s)
+		if err != nil {
+			return db.corrupt(heap.TID{Block: buf.Block(), Slot: s}, err)
+		}
+		pp.freeze = append(pp.freeze, freezeOp{slot: s, infomask: heap.TupleInfomask(raw) | heap.Frozen | heap.XminCommitted})
+	}
+	if err := applyPrune(page, pp, flagPruneNoRepair); err != nil {
+		return db.fail(fmt.Errorf("%w: freezing chunks of heap block %d: %v", ErrCorruption, buf.Block(), err))
+	}
+	buf.MarkDirty()
+	_, end, err := db.wal.InsertFlags(recHeap2Prune, flagPruneNoRepair, 0, encodePrune([]*prunePage{pp}))
+	if err != nil {
+		return db.fail(err)
+	}
+	heap.SetPageLSN(page, uint64(end))
 	return nil
 }
 

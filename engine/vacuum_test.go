@@ -1155,3 +1155,80 @@ func TestVacuumRemovesCrashedTransaction(t *testing.T) {
 	}
 	mustVerify(t, db)
 }
+
+// TestVacuumClearsDeadXmaxOfFrozenVersion rolls back an update of a key
+// frozen by an earlier run: the frozen version keeps the aborted xmax,
+// which the next freeze must clear, or FrozenXid (and CLOG truncation)
+// stays at it for good.
+func TestVacuumClearsDeadXmaxOfFrozenVersion(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1})
+	defer db.Close()
+	mustPut(t, db, "a", "1")
+	if st := mustVacuum(t, db); st.TuplesFrozen != 1 {
+		t.Fatalf("first vacuum froze %d versions, want 1", st.TuplesFrozen)
+	}
+	tx, err := db.Begin(context.Background(), TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte("a"), []byte("rolled back")); err != nil {
+		t.Fatal(err)
+	}
+	aborted := tx.st.xid.Load()
+	tx.Rollback()
+	mustPut(t, db, "b", "later") // moves the horizon past the aborted xid
+	st := mustVacuum(t, db)
+	if st.FrozenXid <= aborted {
+		t.Errorf("FrozenXid %d, not past the rolled-back update's xid %d", st.FrozenXid, aborted)
+	}
+	v, err := db.readVersion(db.idx.get([]byte("a")).headTID(), "a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.hdr.Xmax != 0 || v.hdr.Infomask&heap.Frozen == 0 {
+		t.Errorf("a: xmax %d, infomask %#x; want the aborted xmax cleared, still frozen", v.hdr.Xmax, v.hdr.Infomask)
+	}
+	if st.TuplesFrozen != 1 { // b; clearing a's xmax freezes nothing new
+		t.Errorf("TuplesFrozen %d, want 1", st.TuplesFrozen)
+	}
+	if got, ok := get(t, db, "a"); !ok || got != "1" {
+		t.Errorf("a = %q, %v", got, ok)
+	}
+	mustVerify(t, db)
+}
+
+// TestVacuumFreezesChunks freezes a large value stored out of line: its
+// chunks are frozen too, so FrozenXid passes their xmin, at once and after
+// a crash, and the CLOG could be truncated past it.
+func TestVacuumFreezesChunks(t *testing.T) {
+	m := memDB(t)
+	opts := Options{FS: m, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1, CheckpointTimeout: -1}
+	db := openTest(t, "/db", opts)
+	big := strings.Repeat("0123456789", 4000)
+	mustPut(t, db, "big", big)
+	mustPut(t, db, "small", "x")
+	st := mustVacuum(t, db)
+	if st.ChunksFrozen == 0 || st.FrozenXid != st.OldestXmin {
+		t.Fatalf("ChunksFrozen %d, FrozenXid %d (OldestXmin %d); want chunks frozen and FrozenXid at the horizon", st.ChunksFrozen, st.FrozenXid, st.OldestXmin)
+	}
+	if again := mustVacuum(t, db); again.ChunksFrozen != 0 || again.FrozenXid < st.FrozenXid {
+		t.Errorf("second vacuum: ChunksFrozen %d, FrozenXid %d", again.ChunksFrozen, again.FrozenXid)
+	}
+	mustVerify(t, db)
+	crashed := m.CrashCopy(vfs.DropUnsynced, nil)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, fsys := range map[string]*vfs.MemFS{"reopened": m, "after a crash": crashed} {
+		opts.FS = fsys
+		db := openTest(t, "/db", opts)
+		if got, ok := get(t, db, "big"); !ok || got != big {
+			t.Fatalf("%s: big has %d bytes, %v", name, len(got), ok)
+		}
+		if got := db.vac.frozenXid.Load(); got < st.FrozenXid {
+			t.Errorf("%s: frozen xid found at open %d, below %d", name, got, st.FrozenXid)
+		}
+		mustVerify(t, db)
+		db.Close()
+	}
+}
