@@ -14,20 +14,20 @@ import (
 	"mvkv/wal"
 )
 
-// validLogEnd reads the log from from (a segment's first LSN) to its end
-// and returns where the valid log ends; ok is false if it could not be
-// read to the end.
-func validLogEnd(fsys vfs.FS, walPath string, from wal.LSN) (end wal.LSN, ok bool) {
+// validLogEnd reads the log from from (a record's LSN, or 0 for the oldest
+// segment) to its end and returns where the valid log ends and how many
+// non-zero bytes follow; ok is false if it could not be read to the end.
+func validLogEnd(fsys vfs.FS, walPath string, from wal.LSN) (end wal.LSN, dropped int64, ok bool) {
 	r, err := wal.NewReader(fsys, walPath, from)
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	defer r.Close()
 	for {
 		if _, err := r.Next(); errors.Is(err, io.EOF) {
-			return r.End(), true
+			return r.End(), r.DroppedBytes(), true
 		} else if err != nil {
-			return 0, false
+			return 0, 0, false
 		}
 	}
 }
@@ -114,11 +114,7 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 	if fsys == nil {
 		fsys = vfs.OS{}
 	}
-	r, err := wal.NewReader(fsys, filepath.Join(dir, walDir), wal.LSN(start))
-	if err != nil {
-		return err
-	}
-	defer r.Close()
+	walPath := filepath.Join(dir, walDir)
 	// The checkpoint record the control file names must be in the log;
 	// a dump that reads past where it should be without meeting it is
 	// reading a log with a segment missing or damaged. A control file that
@@ -134,6 +130,36 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 	case ctrl.CheckpointLSN != 0 && end == 0 && wal.LSN(start) <= ctrl.CheckpointLSN:
 		ckpt = ctrl.CheckpointLSN
 	}
+	// A start at or past the end of the valid log is answered from where
+	// the log really ends, read from the checkpoint (or, without one at or
+	// below start, from the oldest segment): the reader alone would stop
+	// where the segment files run out, or call the torn tail after the
+	// end a start inside a record.
+	if start != 0 && (!found || ctrl.CheckpointLSN <= wal.LSN(start)) {
+		from := wal.LSN(0)
+		if found {
+			from = ctrl.CheckpointLSN
+		}
+		if logEnd, dropped, ok := validLogEnd(fsys, walPath, from); ok && wal.LSN(start) >= logEnd {
+			if wal.LSN(start) > logEnd {
+				return fmt.Errorf("--start %s lies past the end of the valid log, at %s", wal.LSN(start), logEnd)
+			}
+			fmt.Fprintf(w, "0 records; the valid log ends at %s", logEnd)
+			if dropped > 0 {
+				fmt.Fprintf(w, " followed by a torn tail (%d non-zero bytes)", dropped)
+			}
+			fmt.Fprintln(w)
+			if ctrlNote != "" {
+				fmt.Fprintln(w, "note: "+ctrlNote)
+			}
+			return nil
+		}
+	}
+	r, err := wal.NewReader(fsys, walPath, wal.LSN(start))
+	if err != nil {
+		return err
+	}
+	defer r.Close()
 	sawCheckpoint := false
 	n := 0
 	// A start inside a record reads as damage; say what is more likely.
@@ -163,17 +189,6 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 			sawCheckpoint = rec.Type == recCheckpoint
 		}
 		n++
-	}
-	if n == 0 && start != 0 {
-		// The reader stops where the segments run out, which is not where
-		// the log ends when start lies past the end: find the real end
-		// from the start of the segment before start.
-		if size := r.SegmentSize(); size > 0 {
-			from := wal.LSN(start-1) - wal.LSN(start-1)%wal.LSN(size)
-			if logEnd, ok := validLogEnd(fsys, filepath.Join(dir, walDir), from); ok && logEnd < wal.LSN(start) {
-				return fmt.Errorf("--start %s lies past the end of the valid log, at %s", wal.LSN(start), logEnd)
-			}
-		}
 	}
 	fmt.Fprintf(w, "%d records; the valid log ends at %s", n, r.End())
 	if d := r.DroppedBytes(); d > 0 {
@@ -325,7 +340,11 @@ func (db *DB) Verify() (VerifyReport, error) {
 					continue // frozen: its status is no longer looked up
 				}
 				if x.xid < db.clog.OldestXid() {
-					rep.problem("heap tuple %s: %s %d is below the CLOG truncation point %d but the tuple is not frozen", tid, x.name, x.xid, db.clog.OldestXid())
+					if x.name == "xmin" {
+						rep.problem("heap tuple %s: xmin %d is below the CLOG truncation point %d but the tuple is not frozen", tid, x.xid, db.clog.OldestXid())
+					} else {
+						rep.problem("heap tuple %s: xmax %d is below the CLOG truncation point %d: vacuum should have cleared it or removed the tuple", tid, x.xid, db.clog.OldestXid())
+					}
 					continue
 				}
 				st, err := db.clog.Status(x.xid)

@@ -92,11 +92,36 @@ func TestVerifyAndDumpWAL(t *testing.T) {
 	if logEnd%size == 0 {
 		t.Fatalf("the log ends on a segment boundary (%s); the test needs it inside one", logEnd)
 	}
-	past := logEnd - logEnd%size + size
-	err = DumpWAL(nil, dir, uint64(past), 0, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "past the end of the valid log, at "+logEnd.String()) {
-		t.Fatalf("DumpWAL from %s, past the end at %s: %v", past, logEnd, err)
+	next := logEnd - logEnd%size + size
+	for _, past := range []wal.LSN{logEnd + 8, next, next + 1, next + 0x20, next + size + 0x20} {
+		err = DumpWAL(nil, dir, uint64(past), 0, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "past the end of the valid log, at "+logEnd.String()) {
+			t.Fatalf("DumpWAL from %s, past the end at %s: %v", past, logEnd, err)
+		}
 	}
+	// At the end itself: no records, and where the log ends, also with a
+	// torn tail after it.
+	atEnd := func(want string) {
+		t.Helper()
+		out.Reset()
+		if err := DumpWAL(nil, dir, uint64(logEnd), 0, &out); err != nil {
+			t.Fatalf("DumpWAL from the end %s: %v", logEnd, err)
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("DumpWAL from the end %s:\n%s", logEnd, out.String())
+		}
+	}
+	atEnd("0 records; the valid log ends at " + logEnd.String() + "\n")
+	name, off := wal.SegmentFile(logEnd, int64(size))
+	f, err := os.OpenFile(filepath.Join(dir, walDir, name), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xA5}, 100), off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	atEnd("0 records; the valid log ends at " + logEnd.String() + " followed by a torn tail (100 non-zero bytes)")
 
 	// Without a control file the dump still runs, and says what it could
 	// not check.

@@ -37,6 +37,14 @@ func TestVerifyAndWaldumpCommands(t *testing.T) {
 		t.Fatalf("waldump --end before --start: exit %d, %q", code, errb.String())
 	}
 	errb.Reset()
+	out.Reset()
+	run([]string{"waldump", dir}, &out, &errb)
+	second := strings.SplitN(strings.SplitN(out.String(), "\n", 3)[1], ",", 2)[0] // "lsn: X"
+	out.Reset()
+	if code := run([]string{"waldump", "--start", strings.TrimPrefix(second, "lsn: "), "--end", "0", dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), "type: CHECKPOINT") {
+		t.Fatalf("waldump --start %s --end 0 (no end): exit %d, %q", second, code, errb.String())
+	}
+	errb.Reset()
 	if code := run([]string{"waldump", dir, "--start", "0/1"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "options go before DIR") {
 		t.Fatalf("waldump with an option after DIR: exit %d, %q", code, errb.String())
 	}

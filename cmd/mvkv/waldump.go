@@ -63,7 +63,7 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if *start != "" && *end != "" && e < s {
+	if e != 0 && e < s { // --end 0, like no --end, means the end of the log
 		fmt.Fprintf(stderr, "mvkv waldump: --end %s lies before --start %s\n", *end, *start)
 		return 2
 	}
