@@ -159,7 +159,7 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		return nil
 	}
 	if err := VerifyPage(p, block); err != nil {
-		return fmt.Errorf("heap: %s at offset %d (block %d): %w", f.Name(), off, block, err)
+		return fmt.Errorf("%s at offset %d (block %d): %w", f.Name(), off, block, err)
 	}
 	return nil
 }
