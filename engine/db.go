@@ -87,6 +87,9 @@ type DB struct {
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
 		hintBitsSet, hintHits              atomic.Uint64
+		// chainPrunes counts the pages an update pruned of its key's
+		// dead versions (pruneChainOnPage), chainPruned the versions.
+		chainPrunes, chainPruned atomic.Uint64
 		// indexOnlyVisible and indexOnlyHeapFetches count index-only
 		// lookups answered from the visibility map and from the heap.
 		indexOnlyVisible, indexOnlyHeapFetches atomic.Uint64
@@ -500,6 +503,11 @@ type Stats struct {
 	VacuumPagesScanned, VacuumPagesSkipped                        uint64
 	VacuumChainsRead, VacuumChainsSkipped                         uint64
 	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen uint64
+	// ChainPrunes counts the times an update found its old version's page
+	// full and removed the key's dead versions below it on that page
+	// (PostgreSQL's heap_page_prune_opt), ChainPrunedVersions the versions
+	// it removed.
+	ChainPrunes, ChainPrunedVersions uint64
 	// HintBitsSet counts hint bits written by readers; HintHits the CLOG
 	// lookups a hint bit made unnecessary (hints.go).
 	HintBitsSet, HintHits uint64
@@ -537,7 +545,8 @@ func (s Stats) Sub(o Stats) Stats {
 		VacuumChainsRead: s.VacuumChainsRead - o.VacuumChainsRead, VacuumChainsSkipped: s.VacuumChainsSkipped - o.VacuumChainsSkipped,
 		VacuumTuplesRemoved: s.VacuumTuplesRemoved - o.VacuumTuplesRemoved, VacuumPagesCompacted: s.VacuumPagesCompacted - o.VacuumPagesCompacted,
 		VacuumTuplesFrozen: s.VacuumTuplesFrozen - o.VacuumTuplesFrozen,
-		HintBitsSet:        s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
+		ChainPrunes:        s.ChainPrunes - o.ChainPrunes, ChainPrunedVersions: s.ChainPrunedVersions - o.ChainPrunedVersions,
+		HintBitsSet: s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
 		VMBitsSet: s.VMBitsSet - o.VMBitsSet, VMBitsCleared: s.VMBitsCleared - o.VMBitsCleared,
 		VMPageReads: s.VMPageReads - o.VMPageReads, VMPageWrites: s.VMPageWrites - o.VMPageWrites,
 		IndexOnlyVisible: s.IndexOnlyVisible - o.IndexOnlyVisible, IndexOnlyHeapFetches: s.IndexOnlyHeapFetches - o.IndexOnlyHeapFetches,
@@ -571,7 +580,8 @@ func (db *DB) Stats() Stats {
 		VacuumChainsRead: db.vac.chainsRead.Load(), VacuumChainsSkipped: db.vac.chainsSkipped.Load(),
 		VacuumTuplesRemoved: db.vac.tuplesRemoved.Load(), VacuumPagesCompacted: db.vac.pagesCompacted.Load(),
 		VacuumTuplesFrozen: db.vac.tuplesFrozen.Load(),
-		HintBitsSet:        db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),
+		ChainPrunes:        db.stats.chainPrunes.Load(), ChainPrunedVersions: db.stats.chainPruned.Load(),
+		HintBitsSet: db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),
 		VMBitsSet: v.BitsSet, VMBitsCleared: v.BitsCleared, VMPageReads: v.PageReads, VMPageWrites: v.PageWrites,
 		IndexOnlyVisible: db.stats.indexOnlyVisible.Load(), IndexOnlyHeapFetches: db.stats.indexOnlyHeapFetches.Load(),
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"mvkv/internal/bufpool"
@@ -211,6 +212,15 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			}
 			db.vac.pagesCompacted.Add(1)
 		}
+		if samePage && !wasNew && heap.FreeSpace(page) < len(tup) {
+			if n, err := db.pruneChainOnPage(tgt, old); err != nil {
+				unlock()
+				return heap.InvalidTID, err
+			} else if n > 0 {
+				db.stats.chainPrunes.Add(1)
+				db.stats.chainPruned.Add(uint64(n))
+			}
+		}
 		if samePage && (wasNew || heap.FreeSpace(page) < len(tup)) {
 			// A new page cannot hold the old version: leave it to
 			// setXmaxOnPage below to report, on the usual path.
@@ -349,6 +359,88 @@ func setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool) error {
 
 func (db *DB) corrupt(tid heap.TID, err error) error {
 	return fmt.Errorf("%w: heap tuple %s: %v", ErrCorruption, tid, err)
+}
+
+// minChainPrune is the fewest versions pruneChainOnPage removes: one prune
+// costs a WAL record and a compaction of the page, about what placing the
+// new version on another page costs, so a prune that frees a version or
+// two does not pay. A key updated faster than vacuum comes stacks dozens
+// on its page.
+const minChainPrune = 8
+
+// pruneChainOnPage is PostgreSQL's heap_page_prune_opt, for one chain: an
+// update whose old version cur is on a full page removes the versions of
+// the same key below cur on that page, which no snapshot can see once
+// cur's inserter committed before the horizon (every snapshot stops at cur
+// or a newer version, and so does a writer's walk), so that the new
+// version can go on the same page. Without it a key updated faster than
+// autovacuum visits piles up dead versions page after page until the heap
+// outgrows the buffer pool. It returns how many versions it removed.
+//
+// Only the updated key's chain is touched, and only versions on cur's page
+// and directly below cur, so the change is local to the page: cur's Prev
+// moves past them, their slots are freed and the page is compacted, in one
+// pruning record. An out-of-line version ends the run (its chunks are on
+// other pages, freed only by vacuum). It gives way to vacuum: a run in
+// progress planned from chains it read, so the prune is skipped while one
+// holds db.vac.mu (TryLock, since the caller holds a page lock that vacuum
+// may be waiting for).
+//
+// The caller holds the key's row lock (no other writer changes the
+// chain), buf's exclusive lock and ckptInterlock shared; cur is the newest
+// version whose inserter committed, or the caller's own.
+func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
+	page := buf.Page()
+	raw, err := heap.Tuple(page, cur.Slot)
+	if err != nil {
+		return 0, db.corrupt(cur, err)
+	}
+	// The candidates first, before anything that takes a global lock:
+	// most full pages have too few to be worth a record and a compaction,
+	// and then the new version simply goes to another page.
+	var unused []uint16
+	prev := heap.TuplePrev(raw)
+	for prev.Valid() && prev.Block == cur.Block && len(unused) < (heap.PageSize-heap.PageHeaderSize)/heap.ItemIDSize {
+		d, err := heap.Tuple(page, prev.Slot)
+		if err != nil {
+			return 0, db.corrupt(prev, err)
+		}
+		if heap.TupleInfomask(d)&(heap.External|heap.Chunk) != 0 {
+			break
+		}
+		unused = append(unused, prev.Slot)
+		prev = heap.TuplePrev(d)
+	}
+	if len(unused) < minChainPrune {
+		return 0, nil
+	}
+	if !db.vac.mu.TryLock() {
+		return 0, nil
+	}
+	defer db.vac.mu.Unlock()
+	// A committed xmin below the horizon is visible to every snapshot; the
+	// caller's own xid is running, hence never below it.
+	if heap.TupleXmin(raw) >= db.oldestXmin() {
+		return 0, nil
+	}
+	slices.Sort(unused)
+	if slices.Contains(unused, cur.Slot) || len(slices.Compact(slices.Clone(unused))) != len(unused) {
+		return 0, db.corrupt(cur, fmt.Errorf("version chain below it loops on its page"))
+	}
+	if err := db.logFPIIfNeeded(buf); err != nil {
+		return 0, err
+	}
+	pp := &prunePage{block: cur.Block, unused: unused, prev: []prevFix{{slot: cur.Slot, prev: prev}}}
+	if err := applyPrune(page, pp, 0); err != nil {
+		return 0, db.fail(fmt.Errorf("%w: pruning heap block %d: %v", ErrCorruption, cur.Block, err))
+	}
+	buf.MarkDirty()
+	_, end, err := db.wal.InsertFlags(recHeap2Prune, 0, 0, encodePrune([]*prunePage{pp}))
+	if err != nil {
+		return 0, db.fail(err)
+	}
+	heap.SetPageLSN(page, uint64(end))
+	return len(unused), nil
 }
 
 // buildTuple appends a new version to dst, moving a large value out of

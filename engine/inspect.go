@@ -276,8 +276,9 @@ func (db *DB) Verify() (VerifyReport, error) {
 		key   string
 		chunk bool
 		// xmaxCommitted: from its hint, or else the CLOG lookup the
-		// header check makes anyway.
-		xmaxCommitted bool
+		// header check makes anyway. xminCommitted and xminAborted
+		// likewise (neither: in progress).
+		xmaxCommitted, xminCommitted, xminAborted bool
 	}
 	tuples := make(map[uint64]tupleInfo)
 	// Hints the CLOG contradicts, counted per CLOG page: a lost page
@@ -370,7 +371,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 			}
 			chunk := h.Infomask&heap.Chunk != 0
 			k := string(key)
-			tuples[tid.Pack()] = tupleInfo{h: h, key: k, chunk: chunk, xmaxCommitted: xmaxCommitted}
+			info := tupleInfo{h: h, key: k, chunk: chunk, xmaxCommitted: xmaxCommitted}
+			if st, err := db.clog.Status(h.Xmin); h.Infomask&heap.Frozen != 0 || (err == nil && st == clog.StatusCommitted && h.Infomask&heap.XminInvalid == 0) {
+				info.xminCommitted = true
+			} else if err == nil && (st == clog.StatusAborted || h.Infomask&heap.XminInvalid != 0) {
+				info.xminAborted = true
+			}
+			tuples[tid.Pack()] = info
 			if !chunk {
 				xmins[keyXmin{k, h.Xmin}]++
 			}
@@ -385,6 +392,28 @@ func (db *DB) Verify() (VerifyReport, error) {
 	for page, n := range lostCLOG {
 		if n > 1 {
 			rep.problem("%d more tuple xids whose hints the CLOG page at %s offset %d contradicts", n-1, filepath.Join(db.dir, clogDir, page.file), page.off)
+		}
+	}
+	// Versions a committed version reaches through its Prev link, past
+	// aborted versions in between: an update's prune of its page
+	// (pruneChainOnPage) removes the versions right above one of these,
+	// so its Updated xmax then names no remaining version and nothing is
+	// lost.
+	belowCommitted := make(map[uint64]bool)
+	for _, t := range tuples {
+		if !t.xminCommitted || t.chunk {
+			continue
+		}
+		for p, n := t.h.Prev, 0; p.Valid() && n < maxChainLength; n++ {
+			if belowCommitted[p.Pack()] {
+				break
+			}
+			belowCommitted[p.Pack()] = true
+			pt, ok := tuples[p.Pack()]
+			if !ok || !pt.xminAborted {
+				break
+			}
+			p = pt.h.Prev
 		}
 	}
 	heads := make(map[string]uint64)
@@ -407,11 +436,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 			// one). Without the Updated flag a lost newest version
 			// reads as a delete; checking xmins rather than Prev links
 			// also covers an aborted version left between the two.
+			// An update's prune of its page may have removed the
+			// versions right above this one (belowCommitted).
 			n := xmins[keyXmin{t.key, t.h.Xmax}]
 			if t.h.Xmin == t.h.Xmax {
 				n-- // updated again by the transaction that made it
 			}
-			if n <= 0 {
+			if n <= 0 && !belowCommitted[tid] {
 				what := "version"
 				if !referenced[tid] {
 					what = "newest version"

@@ -133,7 +133,9 @@ func TestVerifyFindsLostNewestVersion(t *testing.T) {
 	}
 	first := heap.UnpackTID(db.idx.get([]byte("key-0")).head.Load())
 	// New versions go on their predecessor's page while it has room: four
-	// fill it, and the fifth goes to another page.
+	// fill it, and the fifth goes to another page. A snapshot held open
+	// keeps the updates from pruning key-0's old versions to make room.
+	release := holdSnapshot(t, db)
 	for i := range 4 {
 		mustPut(t, db, "key-0", big+fmt.Sprint(i))
 	}
@@ -150,6 +152,7 @@ func TestVerifyFindsLostNewestVersion(t *testing.T) {
 	if head.Block == first.Block {
 		t.Fatalf("key-0's newest version %s is on the page of its first %s; the test needs another page", head, first)
 	}
+	release()
 	db.Close()
 
 	rep = verifyWithPageZeroed(t, dir, head.Block)
@@ -166,6 +169,7 @@ func TestVerifyFindsLostVersionAfterAbortedOne(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	big := strings.Repeat("v", 1900) // four tuples a page, inline
+	release := holdSnapshot(t, db)   // no pruning: the chain must leave the page
 	for i := range 3 {
 		mustPut(t, db, "key-0", big+fmt.Sprint(i))
 	}
@@ -179,6 +183,7 @@ func TestVerifyFindsLostVersionAfterAbortedOne(t *testing.T) {
 	}
 	tx.Rollback()
 	mustPut(t, db, "key-0", big+"newest")
+	release()
 	head := heap.UnpackTID(db.idx.get([]byte("key-0")).head.Load())
 	if head.Block == first.Block {
 		t.Fatalf("key-0's newest version %s is on the page of the others %s; the test needs another page", head, first)

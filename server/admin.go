@@ -328,6 +328,8 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("clog_misses:%d", st.CLOGMisses),
 		fmt.Sprintf("clog_page_reads:%d", st.CLOGPageReads),
 		fmt.Sprintf("clog_page_writes:%d", st.CLOGPageWrites),
+		fmt.Sprintf("chain_prunes:%d", st.ChainPrunes),
+		fmt.Sprintf("chain_pruned_versions:%d", st.ChainPrunedVersions),
 		fmt.Sprintf("hint_bits_set:%d", st.HintBitsSet),
 		fmt.Sprintf("hint_bit_hits:%d", st.HintHits),
 		fmt.Sprintf("vm_bits_set:%d", st.VMBitsSet),
