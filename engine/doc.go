@@ -63,9 +63,13 @@
 // on by default) removes those no snapshot can see any more: it computes the
 // oldest xmin of running transactions and open snapshots, prunes each key's
 // chain in WAL-logged pruning records, freezes old tuples, compacts pages
-// and records their free space, which inserts then reuse. Readers set hint
-// bits on tuples whose transaction status is final, so later readers skip
-// the CLOG (vacuum.go, hints.go, fsm.go, autovacuum.go).
+// and records their free space, which inserts then reuse. Between runs, an
+// update whose old version's page is full removes the key's own dead
+// versions below it on that page, as PostgreSQL's heap_page_prune_opt does
+// for HOT chains, so a key updated faster than vacuum comes stays on its
+// page (pruneChainOnPage). Readers set hint bits on tuples whose
+// transaction status is final, so later readers skip the CLOG (vacuum.go,
+// heapam.go, hints.go, fsm.go, autovacuum.go).
 //
 // # Caveats
 //
