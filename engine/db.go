@@ -94,6 +94,9 @@ type DB struct {
 		// lookups answered from the visibility map and from the heap.
 		indexOnlyVisible, indexOnlyHeapFetches atomic.Uint64
 	}
+	// horizon is the highest vacuum horizon computed for
+	// pruneChainOnPage so far (belowHorizon).
+	horizon  atomic.Uint64
 	recovery RecoveryInfo
 }
 

@@ -414,15 +414,15 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 	if len(unused) < minChainPrune {
 		return 0, nil
 	}
+	// A committed xmin below the horizon is visible to every snapshot; the
+	// caller's own xid is running, hence never below it.
+	if !db.belowHorizon(heap.TupleXmin(raw)) {
+		return 0, nil
+	}
 	if !db.vac.mu.TryLock() {
 		return 0, nil
 	}
 	defer db.vac.mu.Unlock()
-	// A committed xmin below the horizon is visible to every snapshot; the
-	// caller's own xid is running, hence never below it.
-	if heap.TupleXmin(raw) >= db.oldestXmin() {
-		return 0, nil
-	}
 	slices.Sort(unused)
 	if slices.Contains(unused, cur.Slot) || len(slices.Compact(slices.Clone(unused))) != len(unused) {
 		return 0, db.corrupt(cur, fmt.Errorf("version chain below it loops on its page"))
@@ -441,6 +441,23 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 	}
 	heap.SetPageLSN(page, uint64(end))
 	return len(unused), nil
+}
+
+// belowHorizon reports whether xid is below the vacuum horizon, for
+// pruneChainOnPage. The horizon never moves back (a new snapshot's xmin is
+// at least the oldest running xid when it is taken), so a horizon computed
+// earlier is still a safe answer when xid is below it; only otherwise is it
+// computed again, under the running table's and the snapshots' locks, as
+// PostgreSQL's GlobalVisState keeps a cached bound and rechecks the
+// ProcArray only for xids past it.
+func (db *DB) belowHorizon(xid uint64) bool {
+	if xid < db.horizon.Load() {
+		return true
+	}
+	h := db.oldestXmin()
+	for old := db.horizon.Load(); h > old && !db.horizon.CompareAndSwap(old, h); old = db.horizon.Load() {
+	}
+	return xid < h
 }
 
 // buildTuple appends a new version to dst, moving a large value out of
