@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -399,6 +400,10 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 	// most full pages have too few to be worth a record and a compaction,
 	// and then the new version simply goes to another page.
 	var unused []uint16
+	_, key, _, err := heap.DecodeTuple(raw)
+	if err != nil {
+		return 0, db.corrupt(cur, err)
+	}
 	prev := heap.TuplePrev(raw)
 	for prev.Valid() && prev.Block == cur.Block && len(unused) < (heap.PageSize-heap.PageHeaderSize)/heap.ItemIDSize {
 		d, err := heap.Tuple(page, prev.Slot)
@@ -407,6 +412,11 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 		}
 		if heap.TupleInfomask(d)&(heap.External|heap.Chunk) != 0 {
 			break
+		}
+		// A damaged Prev must be reported, not followed into another
+		// key's tuples and freed.
+		if _, dkey, _, err := heap.DecodeTuple(d); err != nil || !bytes.Equal(dkey, key) {
+			return 0, db.corrupt(prev, fmt.Errorf("version below %s in its chain does not hold key %q", cur, truncKey(key)))
 		}
 		unused = append(unused, prev.Slot)
 		prev = heap.TuplePrev(d)

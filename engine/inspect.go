@@ -374,7 +374,10 @@ func (db *DB) Verify() (VerifyReport, error) {
 			info := tupleInfo{h: h, key: k, chunk: chunk, xmaxCommitted: xmaxCommitted}
 			if st, err := db.clog.Status(h.Xmin); h.Infomask&heap.Frozen != 0 || (err == nil && st == clog.StatusCommitted && h.Infomask&heap.XminInvalid == 0) {
 				info.xminCommitted = true
-			} else if err == nil && (st == clog.StatusAborted || h.Infomask&heap.XminInvalid != 0) {
+			} else if err == nil && (st == clog.StatusAborted || h.Infomask&heap.XminInvalid != 0 ||
+				st == clog.StatusInProgress && !db.procs.isRunning(h.Xmin)) {
+				// In progress but not running: crashed, as xidState
+				// counts it.
 				info.xminAborted = true
 			}
 			tuples[tid.Pack()] = info

@@ -96,6 +96,8 @@ var engineMetrics = func() []metricDesc {
 		d("mvkv_buffer_hits_total", "Heap buffer pool hits.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().BufferHits) }),
 		d("mvkv_buffer_misses_total", "Heap buffer pool misses.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().BufferMisses) }),
 		d("mvkv_hint_bits_set_total", "Hint bits written by readers.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().HintBitsSet) }),
+		d("mvkv_chain_prunes_total", "Pages an update pruned of its key's dead versions (heap_page_prune_opt).", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().ChainPrunes) }),
+		d("mvkv_chain_pruned_versions_total", "Dead versions removed by updates' prunes.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().ChainPrunedVersions) }),
 		d("mvkv_vm_bits_set_total", "Visibility map bits set by vacuum.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().VMBitsSet) }),
 		d("mvkv_vm_bits_cleared_total", "Visibility map bits cleared by heap changes.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().VMBitsCleared) }),
 		d("mvkv_index_only_visible_total", "Index-only lookups answered from the visibility map.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().IndexOnlyVisible) }),
