@@ -95,7 +95,7 @@ type DB struct {
 		indexOnlyVisible, indexOnlyHeapFetches atomic.Uint64
 	}
 	// horizon is the highest vacuum horizon computed for
-	// pruneChainOnPage so far (belowHorizon).
+	// pruneChainOnPage so far (computeHorizon).
 	horizon  atomic.Uint64
 	recovery RecoveryInfo
 }

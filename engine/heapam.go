@@ -371,16 +371,16 @@ const minChainPrune = 8
 
 // pruneChainOnPage is PostgreSQL's heap_page_prune_opt, for one chain: an
 // update whose old version cur is on a full page removes the versions of
-// the same key below cur on that page, which no snapshot can see once
-// cur's inserter committed before the horizon (every snapshot stops at cur
-// or a newer version, and so does a writer's walk), so that the new
-// version can go on the same page. Without it a key updated faster than
+// the same key below cur on that page that no snapshot can see: those
+// below the newest one whose inserter committed before the horizon (every
+// snapshot stops at that version or a newer one, and so does a writer's
+// walk), so that the new version can go on the same page. Without it a key updated faster than
 // autovacuum visits piles up dead versions page after page until the heap
 // outgrows the buffer pool. It returns how many versions it removed.
 //
 // Only the updated key's chain is touched, and only versions on cur's page
-// and directly below cur, so the change is local to the page: cur's Prev
-// moves past them, their slots are freed and the page is compacted, in one
+// and directly below cur, so the change is local to the page: the kept
+// version's Prev moves past them, their slots are freed and the page is compacted, in one
 // pruning record. An out-of-line version ends the run (its chunks are on
 // other pages, freed only by vacuum). It gives way to vacuum: a run in
 // progress planned from chains it read, so the prune is skipped while one
@@ -398,19 +398,26 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 	}
 	// The candidates first, before anything that takes a global lock:
 	// most full pages have too few to be worth a record and a compaction,
-	// and then the new version simply goes to another page.
-	var unused []uint16
+	// and then the new version simply goes to another page. seg is cur
+	// and the versions directly below it on this page, newest first.
+	type segVersion struct {
+		slot      uint16
+		xmin      uint64
+		committed bool // known from cur's role or a hint bit
+	}
 	_, key, _, err := heap.DecodeTuple(raw)
 	if err != nil {
 		return 0, db.corrupt(cur, err)
 	}
+	seg := []segVersion{{slot: cur.Slot, xmin: heap.TupleXmin(raw), committed: true}}
 	prev := heap.TuplePrev(raw)
-	for prev.Valid() && prev.Block == cur.Block && len(unused) < (heap.PageSize-heap.PageHeaderSize)/heap.ItemIDSize {
+	for prev.Valid() && prev.Block == cur.Block && len(seg) <= (heap.PageSize-heap.PageHeaderSize)/heap.ItemIDSize {
 		d, err := heap.Tuple(page, prev.Slot)
 		if err != nil {
 			return 0, db.corrupt(prev, err)
 		}
-		if heap.TupleInfomask(d)&(heap.External|heap.Chunk) != 0 {
+		mask := heap.TupleInfomask(d)
+		if mask&(heap.External|heap.Chunk) != 0 {
 			break
 		}
 		// A damaged Prev must be reported, not followed into another
@@ -418,29 +425,58 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 		if _, dkey, _, err := heap.DecodeTuple(d); err != nil || !bytes.Equal(dkey, key) {
 			return 0, db.corrupt(prev, fmt.Errorf("version below %s in its chain does not hold key %q", cur, truncKey(key)))
 		}
-		unused = append(unused, prev.Slot)
+		seg = append(seg, segVersion{slot: prev.Slot, xmin: heap.TupleXmin(d),
+			committed: mask&(heap.Frozen|heap.XminCommitted) != 0 && mask&heap.XminInvalid == 0})
 		prev = heap.TuplePrev(d)
 	}
-	if len(unused) < minChainPrune {
+	if len(seg)-1 < minChainPrune {
 		return 0, nil
 	}
-	// A committed xmin below the horizon is visible to every snapshot; the
-	// caller's own xid is running, hence never below it.
-	if !db.belowHorizon(heap.TupleXmin(raw)) {
+	// The anchor is the newest version of the segment whose inserter
+	// committed below the horizon: every snapshot stops at it or at a
+	// newer version, so everything below it is dead. cur qualifies
+	// unless a snapshot older than cur's commit is open; then a version
+	// further down may, as PostgreSQL prunes below the newest version
+	// all snapshots see. Only hint bits vouch for the lower versions' commits,
+	// so that no CLOG page is read under the page lock; readers set them
+	// on the versions they see.
+	k := -1
+	h, exact := db.horizon.Load(), false
+	for i, v := range seg {
+		if len(seg)-1-i < minChainPrune {
+			break
+		}
+		if !v.committed {
+			continue
+		}
+		if v.xmin >= h && !exact {
+			h, exact = db.computeHorizon(), true
+		}
+		if v.xmin < h {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
 		return 0, nil
 	}
 	if !db.vac.mu.TryLock() {
 		return 0, nil
 	}
 	defer db.vac.mu.Unlock()
+	anchor := seg[k].slot
+	unused := make([]uint16, 0, len(seg)-1-k)
+	for _, v := range seg[k+1:] {
+		unused = append(unused, v.slot)
+	}
 	slices.Sort(unused)
-	if slices.Contains(unused, cur.Slot) || len(slices.Compact(slices.Clone(unused))) != len(unused) {
+	if slices.Contains(unused, anchor) || len(slices.Compact(slices.Clone(unused))) != len(unused) {
 		return 0, db.corrupt(cur, fmt.Errorf("version chain below it loops on its page"))
 	}
 	if err := db.logFPIIfNeeded(buf); err != nil {
 		return 0, err
 	}
-	pp := &prunePage{block: cur.Block, unused: unused, prev: []prevFix{{slot: cur.Slot, prev: prev}}}
+	pp := &prunePage{block: cur.Block, unused: unused, prev: []prevFix{{slot: anchor, prev: prev}}}
 	if err := applyPrune(page, pp, 0); err != nil {
 		return 0, db.fail(fmt.Errorf("%w: pruning heap block %d: %v", ErrCorruption, cur.Block, err))
 	}
@@ -453,21 +489,18 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 	return len(unused), nil
 }
 
-// belowHorizon reports whether xid is below the vacuum horizon, for
-// pruneChainOnPage. The horizon never moves back (a new snapshot's xmin is
-// at least the oldest running xid when it is taken), so a horizon computed
-// earlier is still a safe answer when xid is below it; only otherwise is it
-// computed again, under the running table's and the snapshots' locks, as
-// PostgreSQL's GlobalVisState keeps a cached bound and rechecks the
+// computeHorizon computes the vacuum horizon for pruneChainOnPage, under
+// the running table's and the snapshots' locks, and returns the highest
+// one computed so far. The horizon never moves back (a new snapshot's xmin
+// is at least the oldest running xid when it is taken), so db.horizon, an
+// earlier answer, is still safe to use without the locks for an xid below
+// it, as PostgreSQL's GlobalVisState keeps a cached bound and rechecks the
 // ProcArray only for xids past it.
-func (db *DB) belowHorizon(xid uint64) bool {
-	if xid < db.horizon.Load() {
-		return true
-	}
+func (db *DB) computeHorizon() uint64 {
 	h := db.oldestXmin()
 	for old := db.horizon.Load(); h > old && !db.horizon.CompareAndSwap(old, h); old = db.horizon.Load() {
 	}
-	return xid < h
+	return db.horizon.Load()
 }
 
 // buildTuple appends a new version to dst, moving a large value out of

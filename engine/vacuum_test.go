@@ -1372,3 +1372,58 @@ func TestVerifyAfterPruningPastCrashedVersion(t *testing.T) {
 	}
 	mustVerify(t, db)
 }
+
+// TestUpdatePrunesBelowSnapshots updates one key while readers keep taking
+// short REPEATABLE READ snapshots: the old version is often newer than
+// some open snapshot, and the prune then keeps everything down to the
+// newest version all snapshots see and removes what lies below it, so the
+// key still stays on a few pages. Every read returns a committed value.
+func TestUpdatePrunesBelowSnapshots(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	val := func(i int) string { return fmt.Sprintf("%06d", i) + strings.Repeat("v", 200) }
+	mustPut(t, db, "hot", val(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for range 2 {
+		wg.Go(func() {
+			last := -1
+			for ctx.Err() == nil {
+				tx, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
+				if err != nil {
+					return
+				}
+				v, err := tx.Get([]byte("hot"))
+				tx.Rollback()
+				if err != nil {
+					errc <- err
+					return
+				}
+				var n int
+				fmt.Sscanf(string(v[:6]), "%d", &n)
+				if n < last || string(v) != val(n) {
+					errc <- fmt.Errorf("read %.6s after %d", v, last)
+					return
+				}
+				last = n
+			}
+		})
+	}
+	for i := 1; i <= 5000; i++ {
+		mustPut(t, db, "hot", val(i))
+	}
+	cancel()
+	wg.Wait()
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	st := db.Stats()
+	t.Logf("%d heap pages, %d versions pruned in %d prunes", db.pool.NBlocks(), st.ChainPrunedVersions, st.ChainPrunes)
+	if n := db.pool.NBlocks(); n > 4 || st.ChainPrunedVersions < 4800 {
+		t.Errorf("5000 updates next to short snapshots: %d heap pages, %d versions pruned", n, st.ChainPrunedVersions)
+	}
+	mustVerify(t, db)
+}
