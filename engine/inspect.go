@@ -277,7 +277,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 		chunk bool
 		// xmaxCommitted: from its hint, or else the CLOG lookup the
 		// header check makes anyway. xminCommitted and xminAborted
-		// likewise (neither: in progress).
+		// likewise, from that same lookup (neither: in progress).
 		xmaxCommitted, xminCommitted, xminAborted bool
 	}
 	tuples := make(map[uint64]tupleInfo)
@@ -325,6 +325,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 			}
 			rep.Tuples++
 			xmaxCommitted := h.Infomask&heap.XmaxCommitted != 0
+			xminCommitted, xminAborted := h.Infomask&heap.Frozen != 0, false
 			for _, x := range []struct {
 				name            string
 				xid             uint64
@@ -352,6 +353,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 				if err == nil && x.name == "xmax" && st == clog.StatusCommitted && h.Infomask&heap.XmaxInvalid == 0 {
 					xmaxCommitted = true
 				}
+				if err == nil && x.name == "xmin" {
+					xminCommitted = st == clog.StatusCommitted && h.Infomask&heap.XminInvalid == 0
+					// In progress but not running: crashed, as
+					// xidState counts it.
+					xminAborted = !xminCommitted && (st == clog.StatusAborted || h.Infomask&heap.XminInvalid != 0 ||
+						st == clog.StatusInProgress && !db.procs.isRunning(x.xid))
+				}
 				if err != nil {
 					rep.problem("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err)
 				} else if st == clog.StatusSubCommitted {
@@ -371,16 +379,8 @@ func (db *DB) Verify() (VerifyReport, error) {
 			}
 			chunk := h.Infomask&heap.Chunk != 0
 			k := string(key)
-			info := tupleInfo{h: h, key: k, chunk: chunk, xmaxCommitted: xmaxCommitted}
-			if st, err := db.clog.Status(h.Xmin); h.Infomask&heap.Frozen != 0 || (err == nil && st == clog.StatusCommitted && h.Infomask&heap.XminInvalid == 0) {
-				info.xminCommitted = true
-			} else if err == nil && (st == clog.StatusAborted || h.Infomask&heap.XminInvalid != 0 ||
-				st == clog.StatusInProgress && !db.procs.isRunning(h.Xmin)) {
-				// In progress but not running: crashed, as xidState
-				// counts it.
-				info.xminAborted = true
-			}
-			tuples[tid.Pack()] = info
+			tuples[tid.Pack()] = tupleInfo{h: h, key: k, chunk: chunk,
+				xmaxCommitted: xmaxCommitted, xminCommitted: xminCommitted, xminAborted: xminAborted}
 			if !chunk {
 				xmins[keyXmin{k, h.Xmin}]++
 			}

@@ -370,14 +370,13 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 				}
 				maxXid = max(maxXid, h.Xmin, h.Xmax)
 				tid := heap.TID{Block: blk, Slot: uint16(s)}
+				// Chunks too: an unfrozen chunk's xmin is looked up in
+				// the CLOG (vacuum, Verify), so FrozenXid must not pass it.
+				if h.Infomask&heap.Frozen == 0 {
+					frozenXid = min(frozenXid, h.Xmin)
+				}
 				if h.Infomask&heap.Chunk != 0 {
 					chunks = append(chunks, tid)
-					// An unfrozen chunk's xmin is looked up in the
-					// CLOG (vacuum, Verify), so FrozenXid must not
-					// pass it.
-					if h.Infomask&heap.Frozen == 0 {
-						frozenXid = min(frozenXid, h.Xmin)
-					}
 					continue
 				}
 				if h.Infomask&heap.External != 0 {
@@ -389,9 +388,6 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 					for _, c := range ctids {
 						usedChunks[c.Pack()] = struct{}{}
 					}
-				}
-				if h.Infomask&heap.Frozen == 0 {
-					frozenXid = min(frozenXid, h.Xmin)
 				}
 				if h.Xmax != 0 {
 					frozenXid = min(frozenXid, h.Xmax)
