@@ -473,19 +473,10 @@ func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
 	if slices.Contains(unused, anchor) || len(slices.Compact(slices.Clone(unused))) != len(unused) {
 		return 0, db.corrupt(cur, fmt.Errorf("version chain below it loops on its page"))
 	}
-	if err := db.logFPIIfNeeded(buf); err != nil {
+	pp := &prunePage{block: cur.Block, unused: unused, prev: []prevFix{{slot: anchor, prev: prev}}}
+	if err := db.logPrunePage(buf, pp, 0, "pruning"); err != nil {
 		return 0, err
 	}
-	pp := &prunePage{block: cur.Block, unused: unused, prev: []prevFix{{slot: anchor, prev: prev}}}
-	if err := applyPrune(page, pp, 0); err != nil {
-		return 0, db.fail(fmt.Errorf("%w: pruning heap block %d: %v", ErrCorruption, cur.Block, err))
-	}
-	buf.MarkDirty()
-	_, end, err := db.wal.InsertFlags(recHeap2Prune, 0, 0, encodePrune([]*prunePage{pp}))
-	if err != nil {
-		return 0, db.fail(err)
-	}
-	heap.SetPageLSN(page, uint64(end))
 	return len(unused), nil
 }
 

@@ -1273,9 +1273,6 @@ func (v *vacuumRun) compactPage(buf *bufpool.Buffer) error {
 // needs one). The caller holds the page's exclusive lock and
 // ckptInterlock shared.
 func (db *DB) freezeChunks(buf *bufpool.Buffer, slots []uint16) error {
-	if err := db.logFPIIfNeeded(buf); err != nil {
-		return err
-	}
 	page := buf.Page()
 	pp := &prunePage{block: buf.Block()}
 	for _, s := range slots {
@@ -1285,16 +1282,7 @@ func (db *DB) freezeChunks(buf *bufpool.Buffer, slots []uint16) error {
 		}
 		pp.freeze = append(pp.freeze, freezeOp{slot: s, infomask: heap.TupleInfomask(raw) | heap.Frozen | heap.XminCommitted})
 	}
-	if err := applyPrune(page, pp, flagPruneNoRepair); err != nil {
-		return db.fail(fmt.Errorf("%w: freezing chunks of heap block %d: %v", ErrCorruption, buf.Block(), err))
-	}
-	buf.MarkDirty()
-	_, end, err := db.wal.InsertFlags(recHeap2Prune, flagPruneNoRepair, 0, encodePrune([]*prunePage{pp}))
-	if err != nil {
-		return db.fail(err)
-	}
-	heap.SetPageLSN(page, uint64(end))
-	return nil
+	return db.logPrunePage(buf, pp, flagPruneNoRepair, "freezing chunks of")
 }
 
 // repairFragmentation compacts buf's page, as PostgreSQL's
@@ -1304,14 +1292,25 @@ func (db *DB) freezeChunks(buf *bufpool.Buffer, slots []uint16) error {
 // fits a page only with its holes. The caller holds the page's exclusive
 // lock and ckptInterlock shared.
 func (db *DB) repairFragmentation(buf *bufpool.Buffer) error {
+	return db.logPrunePage(buf, &prunePage{block: buf.Block()}, 0, "compaction of")
+}
+
+// logPrunePage applies p, a pruning record's part for buf's page, and logs
+// it as a record of its own with flags (a full-page image first if the page
+// needs one): the one-page pruning done under a lock the caller already
+// holds, by vacuum's page pass, placeTuple and pruneChainOnPage (logPrune
+// locks the pages of a batch itself). what names the change in the
+// corruption error. The caller holds the page's exclusive lock and
+// ckptInterlock shared.
+func (db *DB) logPrunePage(buf *bufpool.Buffer, p *prunePage, flags uint8, what string) error {
 	if err := db.logFPIIfNeeded(buf); err != nil {
 		return err
 	}
-	if err := heap.Prune(buf.Page(), nil, nil); err != nil {
-		return db.fail(fmt.Errorf("%w: compaction of heap block %d: %v", ErrCorruption, buf.Block(), err))
+	if err := applyPrune(buf.Page(), p, flags); err != nil {
+		return db.fail(fmt.Errorf("%w: %s heap block %d: %v", ErrCorruption, what, buf.Block(), err))
 	}
 	buf.MarkDirty()
-	_, end, err := db.wal.InsertFlags(recHeap2Prune, 0, 0, encodePrune([]*prunePage{{block: buf.Block()}}))
+	_, end, err := db.wal.InsertFlags(recHeap2Prune, flags, 0, encodePrune([]*prunePage{p}))
 	if err != nil {
 		return db.fail(err)
 	}
