@@ -17,6 +17,10 @@ import (
 //
 //	autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * live tuples
 //
+// An update that prunes its key's dead versions from a full page takes
+// them off the count (noteRemoved), so a hot key that keeps itself pruned
+// does not start vacuum runs with nothing left to do.
+//
 // (PostgreSQL's vacuum threshold, live tuples being the keys in the index,
 // our reltuples) and runs Vacuum when it is exceeded. The count Vacuum saw
 // at its start is subtracted afterwards; versions that were still visible
@@ -37,6 +41,21 @@ func (a *autovacuumState) noteEnd(committed bool, newVersions, obsoleted int) {
 		a.dead.Add(int64(obsoleted))
 	} else {
 		a.dead.Add(int64(newVersions))
+	}
+}
+
+// noteRemoved takes n tuples that were removed other than by an autovacuum
+// run off the count: the versions an update pruned from its key's chain, as
+// PostgreSQL's heap_page_prune reports what it reclaimed to pgstat, and
+// what a run removed. The count never goes below zero (pgstat clamps
+// n_dead_tup the same way): a run subtracts the count it started from,
+// which may include versions a prune removed during the run.
+func (a *autovacuumState) noteRemoved(n int64) {
+	for {
+		old := a.dead.Load()
+		if a.dead.CompareAndSwap(old, max(0, old-n)) {
+			return
+		}
 	}
 }
 
@@ -73,7 +92,7 @@ func (db *DB) autovacuumWorker() {
 		st, err := db.Vacuum(ctx)
 		switch {
 		case err == nil:
-			db.av.dead.Add(-dead)
+			db.av.noteRemoved(dead)
 			db.av.runs.Add(1)
 			db.logger.Debug("autovacuum", "dead", dead, "removed", st.TuplesRemoved, "took", st.Duration)
 		case errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):

@@ -220,6 +220,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			} else if n > 0 {
 				db.stats.chainPrunes.Add(1)
 				db.stats.chainPruned.Add(uint64(n))
+				db.av.noteRemoved(int64(n))
 			}
 		}
 		if samePage && (wasNew || heap.FreeSpace(page) < len(tup)) {

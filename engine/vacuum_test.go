@@ -1270,6 +1270,12 @@ func TestUpdatePrunesItsChain(t *testing.T) {
 	if st.ChainPrunedVersions < 4000 || st.ChainPrunes == 0 {
 		t.Errorf("%d prunes removed %d versions, want most of the 5000", st.ChainPrunes, st.ChainPrunedVersions)
 	}
+	// The pruned versions are off autovacuum's dead-tuple count: 4,999
+	// updates left 4,999 dead versions, and what is left is what the
+	// prunes did not remove.
+	if dead := db.av.dead.Load(); dead != 4999-int64(st.ChainPrunedVersions) {
+		t.Errorf("autovacuum counts %d dead tuples after %d of 4999 were pruned", dead, st.ChainPrunedVersions)
+	}
 	mustVerify(t, db)
 
 	reader, err := db.Begin(context.Background(), TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
