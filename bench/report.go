@@ -134,6 +134,7 @@ func writeVacuumReport(p func(string, ...any), before uint64, w *engine.Stats) {
 	p("buffer pool during run: %d hits, %d misses, %d page reads, %d page writes, %d evictions\n",
 		w.BufferHits, w.BufferMisses, w.BufferReads, w.BufferWrites, w.BufferEvictions)
 	p("vacuum version chains: %d read, %d skipped (clean or on all-visible pages)\n", w.VacuumChainsRead, w.VacuumChainsSkipped)
+	p("pruning by updates during run: %d pages pruned of their key's dead versions, %d versions removed\n", w.ChainPrunes, w.ChainPrunedVersions)
 	p("visibility map during run: %d bits set, %d cleared; hint bits set: %d\n", w.VMBitsSet, w.VMBitsCleared, w.HintBitsSet)
 }
 
