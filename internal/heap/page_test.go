@@ -2,8 +2,10 @@ package heap
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -616,5 +618,22 @@ func TestCheckLinePointersFindsEveryOverlap(t *testing.T) {
 	}
 	if found < 1000 || found > 19000 {
 		t.Fatalf("%d of 20000 pages overlapped; the test needs both kinds", found)
+	}
+}
+
+// TestCRC32Uint32 checks the checksum's byte-at-a-time step against
+// crc32.Update over the same four bytes.
+func TestCRC32Uint32(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 10000 {
+		c, v := r.Uint32(), r.Uint32()
+		if i == 0 {
+			c, v = 0, 0
+		}
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], v)
+		if got, want := crc32Uint32(c, v), crc32.Update(c, castagnoli, b[:]); got != want {
+			t.Fatalf("crc32Uint32(%#x, %#x) = %#x, crc32.Update gives %#x", c, v, got, want)
+		}
 	}
 }
