@@ -88,7 +88,7 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		}
 		lm.deadlockMu.Unlock()
 		if cycle {
-			return fmt.Errorf("%w: %s waits for %s, which waits for it", ErrDeadlock, me.name(), holder.name())
+			return fmt.Errorf("%w: %s waits for %s on key %q, which waits for it", ErrDeadlock, me.name(), holder.name(), truncKey(key))
 		}
 
 		if timeout > 0 && deadline == nil {

@@ -64,7 +64,10 @@ func (st *txnState) name() string {
 	if xid := st.xid.Load(); xid != 0 {
 		return fmt.Sprintf("transaction %d", xid)
 	}
-	return "a transaction with no xid"
+	// An xid comes with the first version placed; a transaction that
+	// has only locked keys (a delete of an absent key, an update that
+	// changed nothing) has none.
+	return "a transaction that has written nothing yet"
 }
 
 // assign gives st the next xid and enters it into the table, and returns

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -665,9 +666,54 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	return nil
 }
 
+// writeKeys returns the keys a write command's arguments name that it
+// may lock, for lockOrder; keys the engine cannot store are left out (the
+// command refuses them itself). FLUSHALL, which locks every key, names
+// none.
+func writeKeys(args [][]byte) [][]byte {
+	cmd := commandTable[lower(args[0])]
+	if cmd == nil || cmd.flags&flagWrite == 0 || len(args) < 2 {
+		return nil
+	}
+	var ks [][]byte
+	switch cmd.name {
+	case "flushall":
+		return nil
+	case "del":
+		ks = args[1:]
+	case "mset":
+		for i := 1; i < len(args); i += 2 {
+			ks = append(ks, args[i])
+		}
+	default:
+		ks = args[1:2]
+	}
+	out := ks[:0:0]
+	for _, k := range ks {
+		if len(k) > 0 && len(k) <= engine.MaxKeySize {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// sortedKeys returns keys in byte order without repeats: the order in
+// which a multi-key write takes its row locks, so that two such writes of
+// the same keys never wait for each other in a cycle (see lockOrder).
+func sortedKeys(keys [][]byte) [][]byte {
+	if len(keys) < 2 {
+		return keys
+	}
+	ks := slices.Clone(keys)
+	slices.SortFunc(ks, bytes.Compare)
+	return slices.CompactFunc(ks, bytes.Equal)
+}
+
 func cmdDel(x *execCtx, args [][]byte) error {
 	n := 0
-	for _, k := range args[1:] {
+	// In key order (sortedKeys); a key named twice is deleted once and
+	// counted once, as in Redis.
+	for _, k := range sortedKeys(args[1:]) {
 		if len(k) == 0 || len(k) > engine.MaxKeySize {
 			continue
 		}
@@ -813,7 +859,7 @@ func cmdMSet(x *execCtx, args [][]byte) error {
 			return nil
 		}
 	}
-	for i := 1; i < len(args); i += 2 {
+	for _, i := range sortedPairs(args) {
 		if err := x.tx.Put(args[i], encodeValue(args[i+1], 0)); err != nil {
 			return err
 		}
@@ -821,6 +867,30 @@ func cmdMSet(x *execCtx, args [][]byte) error {
 	}
 	x.ok()
 	return nil
+}
+
+// sortedPairs returns the argument positions of MSET's keys in key order,
+// each key once, at its last position: as in Redis, the last value given
+// for a key is the one set, and the ones before it are not written at all
+// (they would only be versions for vacuum to remove). Key order is the lock
+// order of lockOrder.
+func sortedPairs(args [][]byte) []int {
+	idx := make([]int, 0, len(args)/2)
+	for i := 1; i+1 < len(args); i += 2 {
+		idx = append(idx, i)
+	}
+	if len(idx) < 2 {
+		return idx
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return bytes.Compare(args[a], args[b]) })
+	out := idx[:0]
+	for j, i := range idx {
+		if j+1 < len(idx) && bytes.Equal(args[i], args[idx[j+1]]) {
+			continue // a later value for the same key follows
+		}
+		out = append(out, i)
+	}
+	return out
 }
 
 func cmdDBSize(x *execCtx, _ [][]byte) error {

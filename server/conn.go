@@ -440,11 +440,7 @@ func (c *conn) exec() {
 		c.out = append(c.out, "*-1\r\n"...)
 		return
 	}
-	keys := make([]string, 0, len(c.watched))
-	for k := range c.watched {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := lockOrder(c.watched, queue)
 	mark := len(c.out)
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
@@ -461,6 +457,42 @@ func (c *conn) exec() {
 	}
 }
 
+// lockOrder returns the keys whose row locks an EXEC takes before it runs
+// its commands, in byte order: every watched key, and, when the block
+// writes more than one key, every key it writes.
+//
+// The watched keys are locked for WATCH's check (watchKeys). The written
+// keys are locked up front, in one order for every block, so that two
+// blocks writing the same keys in different orders (MULTI SET a SET b
+// against MULTI SET b SET a) queue behind each other instead of
+// deadlocking: lock waits then always go from a smaller key to a larger,
+// and no cycle can form. MSET and DEL on their own write in key order for
+// the same reason (sortedPairs, sortedKeys). A block that writes one key
+// cannot be part of a cycle and skips the extra lookups.
+func lockOrder(watched map[string]watched, queue [][][]byte) []string {
+	set := make(map[string]struct{}, len(watched))
+	for k := range watched {
+		set[k] = struct{}{}
+	}
+	written := make(map[string]struct{})
+	for _, args := range queue {
+		for _, k := range writeKeys(args) {
+			written[string(k)] = struct{}{}
+		}
+	}
+	if len(written) > 1 {
+		for k := range written {
+			set[k] = struct{}{}
+		}
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 func (c *conn) execOnce(queue [][][]byte, keys []string, pipelined bool, mark int) error {
 	tx, err := c.begin(true)
 	if err != nil {
@@ -468,7 +500,8 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, pipelined bool, mark in
 	}
 	// Holding the row lock of every watched key, no transaction can be
 	// between writing one and committing: any commit since WATCH has
-	// bumped the key's version (writers bump before they commit).
+	// bumped the key's version (writers bump before they commit). The
+	// keys the block writes are locked here too (lockOrder).
 	for _, k := range keys {
 		if err := tx.Update([]byte(k), func([]byte, bool) ([]byte, error) { return nil, errNoop }); err != nil && !errors.Is(err, errNoop) {
 			c.rollback(tx)

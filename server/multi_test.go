@@ -286,3 +286,80 @@ func TestCloseInMulti(t *testing.T) {
 		t.Fatal("INFO shows open transactions")
 	}
 }
+
+// TestMultiKeyWritesDoNotDeadlock: MSET, DEL and EXEC blocks naming the
+// same keys in opposite orders take their row locks in one order, so they
+// queue behind each other and never deadlock. With MaxRetries 1 a deadlock
+// would reach the client as an error instead of being rerun.
+func TestMultiKeyWritesDoNotDeadlock(t *testing.T) {
+	ts := startServer(t, Config{MaxRetries: 1})
+	ctx := context.Background()
+	const rounds = 150
+	type job func(rdb *redis.Client, i int) error
+	jobs := []job{
+		func(rdb *redis.Client, i int) error { return rdb.MSet(ctx, "d1", i, "d2", i, "d3", i).Err() },
+		func(rdb *redis.Client, i int) error { return rdb.MSet(ctx, "d3", i, "d2", i, "d1", i).Err() },
+		func(rdb *redis.Client, i int) error { return rdb.Del(ctx, "d2", "d1").Err() },
+		func(rdb *redis.Client, i int) error {
+			_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Incr(ctx, "d3")
+				p.Set(ctx, "d1", i, 0)
+				return nil
+			})
+			return err
+		},
+		func(rdb *redis.Client, i int) error {
+			_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, "d1", i, 0)
+				p.Set(ctx, "d2", i, 0)
+				p.Incr(ctx, "d3")
+				return nil
+			})
+			return err
+		},
+	}
+	errs := make(chan error, len(jobs))
+	for _, j := range jobs {
+		rdb := ts.client(t)
+		go func() {
+			for i := range rounds {
+				if err := j(rdb, i); err != nil && !strings.Contains(err.Error(), "not an integer") {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range jobs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMSetRepeatedKey: the last value given for a key is the one set, and
+// the earlier ones are not written as versions of their own.
+func TestMSetRepeatedKey(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := ts.client(t)
+	ctx := context.Background()
+	args := []any{}
+	for i := range 1000 {
+		args = append(args, "r", i, "s", -i)
+	}
+	before := ts.db.Stats()
+	if err := rdb.MSet(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, s := rdb.Get(ctx, "r").Val(), rdb.Get(ctx, "s").Val(); r != "999" || s != "-999" {
+		t.Fatalf("r = %q, s = %q after MSET", r, s)
+	}
+	// Two versions and a commit record, not 2,000 versions.
+	if d := ts.db.Stats().Sub(before); d.WALRecords > 3 {
+		t.Fatalf("MSET of 2 keys, each named 1000 times, wrote %d WAL records", d.WALRecords)
+	}
+	if n := rdb.Del(ctx, "r", "s", "r", "nosuch").Val(); n != 2 {
+		t.Fatalf("DEL r s r nosuch = %d, want 2", n)
+	}
+}
