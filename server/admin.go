@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,12 +172,29 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 			x.errorf("ERR wrong number of arguments for 'config|get' command")
 			return nil
 		}
+		// As Redis 7's configGetCommand: a name without glob characters
+		// is answered under the spelling it was asked by, a pattern
+		// under the parameters' own names, each parameter once.
 		var pairs []string
-		for name, k := range knobs {
-			for _, p := range args[2:] {
-				if globMatch([]byte(strings.ToLower(string(p))), []byte(name)) {
-					pairs = append(pairs, name, k.get(s))
-					break
+		seen := map[string]bool{}
+		for _, p := range args[2:] {
+			pat := strings.ToLower(string(p))
+			if !strings.ContainsAny(pat, "[*?") {
+				if k, ok := knobs[pat]; ok && !seen[pat] {
+					seen[pat] = true
+					pairs = append(pairs, string(p), k.get(s))
+				}
+				continue
+			}
+			names := make([]string, 0, len(knobs))
+			for name := range knobs {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			for _, name := range names {
+				if !seen[name] && globMatch([]byte(pat), []byte(name)) {
+					seen[name] = true
+					pairs = append(pairs, name, knobs[name].get(s))
 				}
 			}
 		}
@@ -193,6 +211,10 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 			x.syntaxError()
 			return nil
 		}
+		// As Redis 7's configSetCommand: every name is checked before
+		// anything changes, and a value that fails undoes the ones set
+		// before it, so the command applies all or nothing.
+		seen := map[string]bool{}
 		for i := 2; i < len(args); i += 2 {
 			name := strings.ToLower(string(args[i]))
 			k, ok := knobs[name]
@@ -204,14 +226,43 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - can't set immutable config", name)
 				return nil
 			}
+			if seen[name] {
+				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - duplicate parameter", name)
+				return nil
+			}
+			seen[name] = true
+		}
+		var undo []func()
+		for i := 2; i < len(args); i += 2 {
+			name := strings.ToLower(string(args[i]))
+			k := knobs[name]
+			old := k.get(s)
 			if err := k.set(s, string(args[i+1])); err != nil {
+				for j := len(undo) - 1; j >= 0; j-- {
+					undo[j]()
+				}
 				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - %v", name, err)
 				return nil
 			}
+			undo = append(undo, func() { k.set(s, old) })
 		}
 		x.ok()
 	case "resetstat":
 		x.ok()
+	case "help":
+		if len(args) != 2 {
+			x.errorf("ERR wrong number of arguments for 'config|help' command")
+			return nil
+		}
+		x.out = appendHelp(x.out, "CONFIG",
+			"GET <pattern>",
+			"    Return parameters matching the glob-like <pattern> and their values.",
+			"SET <directive> <value>",
+			"    Set the configuration <directive> to <value>.",
+			"RESETSTAT",
+			"    Reset statistics reported by the INFO command.",
+			"REWRITE",
+			"    Rewrite the configuration file.")
 	case "rewrite":
 		x.errorf("ERR The server is running without a config file")
 	default:

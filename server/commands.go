@@ -308,6 +308,18 @@ func cmdAuth(x *execCtx, args [][]byte) error {
 	return nil
 }
 
+// appendHelp appends a HELP reply in Redis's form (addReplyHelp): a
+// heading, the given lines, and HELP's own entry, each a status string.
+func appendHelp(out []byte, cmd string, lines ...string) []byte {
+	out = redcon.AppendArray(out, len(lines)+3)
+	out = redcon.AppendString(out, cmd+" <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")
+	for _, l := range lines {
+		out = redcon.AppendString(out, l)
+	}
+	out = redcon.AppendString(out, "HELP")
+	return redcon.AppendString(out, "    Prints this help.")
+}
+
 func validClientName(n []byte) bool {
 	for _, b := range n {
 		if b < '!' || b > '~' {
@@ -320,7 +332,7 @@ func validClientName(n []byte) bool {
 func cmdClient(x *execCtx, args [][]byte) error {
 	c := x.c
 	sub := strings.ToLower(string(args[1]))
-	arity := map[string]int{"id": 2, "getname": 2, "setname": 3, "setinfo": 4, "list": -2}
+	arity := map[string]int{"id": 2, "getname": 2, "setname": 3, "setinfo": 4, "list": -2, "info": 2, "help": 2}
 	want, known := arity[sub]
 	if !known {
 		x.errorf("ERR unknown subcommand '%s'. Try CLIENT HELP.", trunc(args[1], 128))
@@ -331,6 +343,28 @@ func cmdClient(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	switch sub {
+	case "help":
+		x.out = appendHelp(x.out, "CLIENT",
+			"GETNAME",
+			"    Return the name of the current connection.",
+			"ID",
+			"    Return the ID of the current connection.",
+			"INFO",
+			"    Return information about the current client connection.",
+			"LIST [options ...]",
+			"    Return information about client connections. Options:",
+			"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+			"      Return clients of specified type.",
+			"    * ID <client-id> [<client-id> ...]",
+			"      Return clients with the specified IDs.",
+			"SETINFO <option> <value>",
+			"    Set client meta attr. Options are:",
+			"    * LIB-NAME: the client lib name.",
+			"    * LIB-VER: the client lib version.",
+			"SETNAME <name>",
+			"    Assign the name <name> to the current connection.")
+	case "info":
+		x.out = redcon.AppendBulkString(x.out, c.s.clientList(map[uint64]bool{c.id: true}))
 	case "id":
 		x.out = redcon.AppendInt(x.out, int64(c.id))
 	case "getname":
@@ -469,7 +503,7 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	sub := strings.ToLower(string(args[1]))
-	arity := map[string]int{"count": 2, "docs": -2, "info": -2, "list": -2}
+	arity := map[string]int{"count": 2, "docs": -2, "info": -2, "list": -2, "getkeys": -4, "help": 2}
 	want, known := arity[sub]
 	if !known {
 		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
@@ -484,6 +518,41 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 		names = append(names, lower(a))
 	}
 	switch sub {
+	case "help":
+		x.out = appendHelp(x.out, "COMMAND",
+			"(no subcommand)",
+			"    Return details about all Redis commands.",
+			"COUNT",
+			"    Return the total number of commands in this Redis server.",
+			"LIST",
+			"    Return a list of all commands in this Redis server.",
+			"INFO [<command-name> ...]",
+			"    Return details about multiple Redis commands.",
+			"    If no command names are given, documentation details for all",
+			"    commands are returned.",
+			"DOCS [<command-name> ...]",
+			"    Return documentation details about multiple Redis commands.",
+			"    If no command names are given, documentation details for all",
+			"    commands are returned.",
+			"GETKEYS <full-command>",
+			"    Return the keys from a full Redis command.")
+	case "getkeys":
+		// As Redis's getKeysSubcommand, with its error texts.
+		cmd := commandTable[lower(args[2])]
+		full := args[2:]
+		if cmd == nil {
+			x.errorf("ERR Invalid command specified")
+		} else if first, _, _ := keySpec(cmd); first == 0 {
+			x.errorf("ERR The command has no key arguments")
+		} else if (cmd.arity > 0 && len(full) != cmd.arity) || (cmd.arity < 0 && len(full) < -cmd.arity) {
+			x.errorf("ERR Invalid number of arguments specified for command")
+		} else {
+			ks := commandKeys(cmd, full)
+			x.out = redcon.AppendArray(x.out, len(ks))
+			for _, k := range ks {
+				x.out = redcon.AppendBulk(x.out, k)
+			}
+		}
 	case "count":
 		x.out = redcon.AppendInt(x.out, int64(len(commandTable)))
 	case "docs":
@@ -533,16 +602,7 @@ func appendCommandInfo(out []byte, cmd *command) []byte {
 	for _, f := range flags {
 		out = redcon.AppendString(out, f)
 	}
-	first, last, step := 0, 0, 0
-	if cmd.flags&(flagRead|flagWrite) != 0 && cmd.name != "dbsize" && cmd.name != "flushall" && cmd.name != "scan" {
-		first, last, step = 1, 1, 1
-		switch cmd.name {
-		case "del", "exists", "mget":
-			last = -1
-		case "mset":
-			last, step = -1, 2
-		}
-	}
+	first, last, step := keySpec(cmd)
 	out = redcon.AppendInt(out, int64(first))
 	out = redcon.AppendInt(out, int64(last))
 	out = redcon.AppendInt(out, int64(step))
@@ -666,30 +726,52 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	return nil
 }
 
+// keySpec is where a command's keys are among its arguments, as Redis's
+// legacy (first, last, step) key specification: arguments first to last
+// (-1: the last argument), every step-th; all 0 for a command without
+// keys. COMMAND INFO and COMMAND GETKEYS show it, and lockOrder uses it.
+func keySpec(cmd *command) (first, last, step int) {
+	if cmd.flags&(flagRead|flagWrite) == 0 {
+		return 0, 0, 0
+	}
+	switch cmd.name {
+	case "dbsize", "flushall", "scan":
+		return 0, 0, 0
+	case "del", "exists", "mget":
+		return 1, -1, 1
+	case "mset":
+		return 1, -1, 2
+	}
+	return 1, 1, 1
+}
+
+// commandKeys returns the keys args name, by keySpec.
+func commandKeys(cmd *command, args [][]byte) [][]byte {
+	first, last, step := keySpec(cmd)
+	if first == 0 {
+		return nil
+	}
+	if last < 0 {
+		last += len(args)
+	}
+	var ks [][]byte
+	for i := first; i <= last && i < len(args); i += step {
+		ks = append(ks, args[i])
+	}
+	return ks
+}
+
 // writeKeys returns the keys a write command's arguments name that it
 // may lock, for lockOrder; keys the engine cannot store are left out (the
 // command refuses them itself). FLUSHALL, which locks every key, names
 // none.
 func writeKeys(args [][]byte) [][]byte {
 	cmd := commandTable[lower(args[0])]
-	if cmd == nil || cmd.flags&flagWrite == 0 || len(args) < 2 {
+	if cmd == nil || cmd.flags&flagWrite == 0 {
 		return nil
 	}
-	var ks [][]byte
-	switch cmd.name {
-	case "flushall":
-		return nil
-	case "del":
-		ks = args[1:]
-	case "mset":
-		for i := 1; i < len(args); i += 2 {
-			ks = append(ks, args[i])
-		}
-	default:
-		ks = args[1:2]
-	}
-	out := ks[:0:0]
-	for _, k := range ks {
+	var out [][]byte
+	for _, k := range commandKeys(cmd, args) {
 		if len(k) > 0 && len(k) <= engine.MaxKeySize {
 			out = append(out, k)
 		}
@@ -1055,17 +1137,35 @@ func (c *conn) watch(args [][]byte) {
 	c.out = append(c.out, "+OK\r\n"...)
 }
 
+// cmdShutdown parses the options as Redis 7's shutdownCommand: any of
+// NOSAVE, SAVE, NOW, FORCE and ABORT, but not NOSAVE with SAVE, nor ABORT
+// with any other (a syntax error). The shutdown itself is always the
+// graceful one, with a checkpoint: NOSAVE cannot skip what makes the data
+// durable, and there is no save to force past.
 func cmdShutdown(x *execCtx, args [][]byte) error {
+	var nosave, save, abort, other bool
 	for _, a := range args[1:] {
 		switch strings.ToUpper(string(a)) {
-		case "NOSAVE", "SAVE", "NOW", "FORCE":
+		case "NOSAVE":
+			nosave = true
+		case "SAVE":
+			save = true
+		case "NOW", "FORCE":
+			other = true
 		case "ABORT":
-			x.errorf("ERR No shutdown in progress.")
-			return nil
+			abort = true
 		default:
 			x.syntaxError()
 			return nil
 		}
+	}
+	if (nosave && save) || (abort && (nosave || save || other)) {
+		x.syntaxError()
+		return nil
+	}
+	if abort {
+		x.errorf("ERR No shutdown in progress.")
+		return nil
 	}
 	// As Redis: no reply on success, the connection just closes.
 	x.c.quit = true

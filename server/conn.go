@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -269,11 +270,11 @@ func (c *conn) dispatch(req request) {
 		return
 	}
 	if !c.authed && cmd.flags&flagNoAuth == 0 {
-		c.queueError("NOAUTH Authentication required.")
+		c.reject(cmd, "NOAUTH Authentication required.")
 		return
 	}
 	if (cmd.arity > 0 && len(req.args) != cmd.arity) || (cmd.arity < 0 && len(req.args) < -cmd.arity) {
-		c.queueError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		c.reject(cmd, "ERR wrong number of arguments for '"+cmd.name+"' command")
 		return
 	}
 	if req.oversize > 0 {
@@ -310,6 +311,19 @@ func (c *conn) dispatch(req request) {
 	}
 	c.runSingle(cmd, req.args)
 	c.reapExpired()
+}
+
+// reject refuses a command before it runs. A refused EXEC discards the
+// transaction, MULTI or not, and says why, as Redis's rejectCommand and
+// execCommandAbort: "EXECABORT Transaction discarded because of: ...".
+func (c *conn) reject(cmd *command, msg string) {
+	if cmd.name != "exec" {
+		c.queueError(msg)
+		return
+	}
+	c.resetMulti()
+	c.unwatchAll()
+	c.out = redcon.AppendError(c.out, "EXECABORT Transaction discarded because of: "+strings.TrimPrefix(msg, "ERR "))
 }
 
 // queueError replies with a command error; inside MULTI it also makes the

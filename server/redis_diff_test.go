@@ -50,6 +50,13 @@ var redisDiffScript = []string{
 	"HELLO x", "HELLO 1", "HELLO 4", "HELLO 2 FOO", "HELLO 2 AUTH", "HELLO 2 SETNAME",
 	"AUTH", "AUTH a", "AUTH a b", "AUTH a b c",
 	"FLUSHALL x", "FLUSHALL SYNC", "FLUSHALL ASYNC x", "DBSIZE", "SHUTDOWN FOO", "SHUTDOWN ABORT",
+	"SHUTDOWN NOSAVE SAVE", "SHUTDOWN NOW ABORT", "SHUTDOWN NOW FORCE ABORT",
+	"EXEC a1", "MULTI", "SET q 1", "EXEC a1", "EXEC", "GET q", "WATCH q", "EXEC x", "MULTI", "EXEC",
+	"CONFIG SET timeout 0 timeout 1", "CONFIG SET timeout 5 maxclients abc", "CONFIG GET timeout",
+	"CONFIG GET MAXCLIENTS", "CONFIG GET maxclients MAXCLIENTS", "CONFIG HELP", "CONFIG HELP x",
+	"COMMAND GETKEYS MSET a 1 b", "COMMAND GETKEYS GET", "COMMAND GETKEYS PING x", "COMMAND GETKEYS GET a b",
+	"COMMAND GETKEYS SET a", "COMMAND GETKEYS DEL a b c", "COMMAND GETKEYS DBSIZE x", "COMMAND GETKEYS NOPE x",
+	"COMMAND GETKEYS set k v EX 10", "CLIENT HELP x", "CLIENT INFO x",
 }
 
 // TestRepliesMatchRedis runs redisDiffScript against a real redis-server
@@ -91,5 +98,27 @@ func TestRepliesMatchRedis(t *testing.T) {
 		if want, got := redis.reply(), mvkv.reply(); got != want {
 			t.Errorf("%s: got %q, Redis %q", line, got, want)
 		}
+	}
+}
+
+// TestHelpSubcommands: the error for an unknown subcommand says "Try
+// CLIENT HELP" (and CONFIG, COMMAND), so HELP must answer, in Redis's
+// form: a heading, the subcommands, and HELP itself last.
+func TestHelpSubcommands(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	for _, c := range []struct{ cmd, sub string }{{"CLIENT", "SETNAME <name>"}, {"CONFIG", "SET <directive> <value>"}, {"COMMAND", "GETKEYS <full-command>"}} {
+		r.cmd(c.cmd, "HELP")
+		got := r.reply()
+		if !strings.HasPrefix(got, "*") || !strings.Contains(got, "+"+c.cmd+" <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n") ||
+			!strings.Contains(got, "+"+c.sub+"\r\n") || !strings.HasSuffix(got, "+HELP\r\n+    Prints this help.\r\n") {
+			t.Errorf("%s HELP: %q", c.cmd, got)
+		}
+	}
+	r.cmd("CLIENT", "SETNAME", "me")
+	r.expect("+OK\r\n")
+	r.cmd("CLIENT", "INFO")
+	if got := r.reply(); !strings.Contains(got, " name=me ") || strings.Count(got, "id=") != 1 {
+		t.Errorf("CLIENT INFO: %q", got)
 	}
 }
