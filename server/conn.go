@@ -379,7 +379,7 @@ func appendEngineError(out []byte, err error) []byte {
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errShutdown):
 		return redcon.AppendError(out, "ERR server is shutting down")
 	case errors.Is(err, engine.ErrTooLarge):
-		return redcon.AppendError(out, "ERR key or value too large (keys up to 1024 bytes, values up to 1048576 bytes)")
+		return redcon.AppendError(out, "ERR key or value too large (keys up to 1024 bytes, values up to 1048576 bytes, 1048566 for a key with an expiry)")
 	case errors.Is(err, engine.ErrEmptyKey):
 		return redcon.AppendError(out, "ERR empty keys are not supported")
 	}
