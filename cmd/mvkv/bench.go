@@ -24,7 +24,8 @@ Usage:
   mvkv bench [OPTION]...
 
 Initialization options:
-  -i, --initialize         invokes initialization mode (needs --dir)
+  -i, --initialize         invokes initialization mode (needs --dir, except
+                           with a postgres= or resp= target, which it loads)
   -s, --scale=NUM          scaling factor (default: 1): 100000 accounts,
                            10 tellers and 1 branch per unit
 
@@ -52,7 +53,8 @@ Target options:
                            and loads pgbench's tables (dropping old ones)
   --target=resp=ADDR       a RESP server such as mvkv serve, e.g.
                            resp=127.0.0.1:7379 (balances as integers, the
-                           transaction as MULTI/INCRBY/EXEC)
+                           transaction as MULTI/INCRBY/EXEC); a server
+                           holding no pgbench rows is loaded first
   --resp-mode=multi|watch  RESP: MULTI/EXEC blocks (default), or WATCH, GET,
                            MULTI/SET/EXEC with aborted EXECs counted as failed
   --dir=DIR                data directory (default: a temporary directory,
@@ -355,7 +357,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if init && fresh {
 		return fail("-i cannot be combined with --fresh")
 	}
-	if init && dir == "" && !strings.HasPrefix(target, "postgres=") {
+	if init && dir == "" && !strings.HasPrefix(target, "postgres=") && !strings.HasPrefix(target, "resp=") {
 		return fail("-i needs --dir: a temporary directory would be removed right away")
 	}
 
