@@ -272,7 +272,9 @@ func TestSyncOverlapDetection(t *testing.T) {
 			if tc.want == "overlap" && share < 0.3 {
 				t.Fatalf("only %.0f%% of the second half's syncs overlapped", 100*share)
 			}
-			if tc.want == "one" && (share > 0.2 || r.pipelineDepth > 2) {
+			// The depth at the end is the chosen way's unless the run
+			// ended inside a short trial of the other way.
+			if tc.want == "one" && (share > 0.2 || (r.pipelineDepth > 2 && !r.overlap.trial)) {
 				t.Fatalf("%.0f%% of the second half's syncs overlapped, %d slots at the end", 100*share, r.pipelineDepth)
 			}
 		})
