@@ -202,7 +202,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 
 		page := tgt.Page()
 		wasNew := heap.IsNew(page)
-		if !wasNew && heap.FreeSpace(page) < len(tup) && heap.MayHaveHoles(page) && heap.FreeSpace(page)+heap.HoleBytes(page) >= len(tup) {
+		if !wasNew && !heap.Fits(page, len(tup)) && heap.MayHaveHoles(page) && heap.FreeSpace(page)+heap.HoleBytes(page) >= len(tup) {
 			// Vacuum freed slots here in place and has not compacted
 			// the page yet: compact it now rather than leave the space
 			// unused until the end of vacuum's run, as PostgreSQL's
@@ -213,7 +213,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			}
 			db.vac.pagesCompacted.Add(1)
 		}
-		if samePage && !wasNew && heap.FreeSpace(page) < len(tup) {
+		if samePage && !wasNew && !heap.Fits(page, len(tup)) {
 			if n, err := db.pruneChainOnPage(tgt, old); err != nil {
 				unlock()
 				return heap.InvalidTID, err
@@ -223,7 +223,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 				db.av.noteRemoved(int64(n))
 			}
 		}
-		if samePage && (wasNew || heap.FreeSpace(page) < len(tup)) {
+		if samePage && (wasNew || !heap.Fits(page, len(tup))) {
 			// A new page cannot hold the old version: leave it to
 			// setXmaxOnPage below to report, on the usual path.
 			unlock()
@@ -232,7 +232,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		}
 		if wasNew {
 			heap.InitPage(page)
-		} else if heap.FreeSpace(page) < len(tup) {
+		} else if !heap.Fits(page, len(tup)) {
 			// The block number is read before unlock releases the pin: a
 			// released frame may be loaded with another block at once.
 			full := tgt.Block()

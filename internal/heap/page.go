@@ -244,6 +244,34 @@ func FreeSpace(p []byte) int {
 	return n &^ (tupleAlign - 1)
 }
 
+// Fits reports whether AddTuple would accept a tuple of n bytes on p right
+// now: FreeSpace(p) >= n. It looks for a free line pointer only when the
+// answer depends on one, that is when the tuple fits in a reused slot but
+// not beside a new line pointer. A writer asks this of every page it tries,
+// several times a write, and on a page whose slots vacuum freed
+// (PDHasFreeLines) FreeSpace's scan of the line pointers was one of the
+// larger costs of an update (docs/BENCHMARKS.md).
+func Fits(p []byte, n int) bool {
+	lower, upper, err := header(p)
+	if err != nil {
+		return false
+	}
+	room := func(x int) int {
+		if x <= 0 {
+			return 0
+		}
+		return x &^ (tupleAlign - 1)
+	}
+	if n <= room(upper-lower-ItemIDSize) {
+		return true
+	}
+	if n > room(upper-lower) {
+		return false
+	}
+	_, ok := findFreeSlot(p, lower)
+	return ok
+}
+
 // findFreeSlot returns the lowest LPUnused slot, if the page hints it has one.
 func findFreeSlot(p []byte, lower int) (int, bool) {
 	if u16(p, offFlags)&PDHasFreeLines == 0 {

@@ -637,3 +637,42 @@ func TestCRC32Uint32(t *testing.T) {
 		}
 	}
 }
+
+// TestFitsAgreesWithFreeSpace: Fits(p, n) is FreeSpace(p) >= n, on pages
+// with and without free line pointers, at every tuple size around the
+// boundary.
+func TestFitsAgreesWithFreeSpace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	for round := 0; round < 3000; round++ {
+		p := newPage()
+		InitPage(p)
+		var slots []uint16
+		for {
+			s, err := AddTuple(p, bytes.Repeat([]byte{'t'}, 1+rng.IntN(400)))
+			if err != nil {
+				break
+			}
+			slots = append(slots, s)
+			if rng.IntN(60) == 0 {
+				break
+			}
+		}
+		var unused []uint16
+		for _, s := range slots {
+			if rng.IntN(4) == 0 {
+				unused = append(unused, s)
+			}
+		}
+		if len(unused) > 0 {
+			if err := SetUnused(p, unused); err != nil {
+				t.Fatal(err)
+			}
+		}
+		free := FreeSpace(p)
+		for n := max(1, free-40); n <= free+40; n++ {
+			if got, want := Fits(p, n), free >= n; got != want {
+				t.Fatalf("round %d: Fits(p, %d) = %v, FreeSpace = %d (%d slots set unused)", round, n, got, free, len(unused))
+			}
+		}
+	}
+}
