@@ -552,6 +552,21 @@ func TestSetUnusedThenCompact(t *testing.T) {
 
 // BenchmarkVerifyPage checks a full page whose slots were reused (offsets
 // out of slot order), as the buffer pool does on every page it reads: the
+// BenchmarkSetUnused frees four slots of a full page of reused slots, as
+// one of vacuum's pruning batches does to a page it names.
+func BenchmarkSetUnused(b *testing.B) {
+	base := reusedSlotsPage(b, 60)
+	four := []uint16{3, 17, 31, 45}
+	p := make([]byte, PageSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(p, base)
+		if err := SetUnused(p, four); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // line pointers must be proved not to overlap without the descending-order
 // shortcut.
 func BenchmarkVerifyPage(b *testing.B) {
