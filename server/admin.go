@@ -347,14 +347,14 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
 		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()))
 	if wanted("keyspace") {
-		keys, expires, err := s.keyspace(ctx)
+		keys, expires, avgTTL, err := s.keyspace(ctx)
 		if err != nil {
 			return "", err
 		}
 		if keys == 0 {
 			section("keyspace") // as Redis: no db0 line for an empty database
 		} else {
-			section("keyspace", fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", keys, expires))
+			section("keyspace", fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=%d", keys, expires, avgTTL))
 		}
 	}
 	section("mvkv",
@@ -407,10 +407,13 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 // (the index also holds deleted keys, and deadlines live in the values),
 // so this is one read-only scan of every key and its value: O(N) in keys,
 // the cost of DBSIZE. Keys past their deadline but not yet reaped count as
-// gone, as DBSIZE counts them. avg_ttl is not estimated (reported as 0).
-func (s *Server) keyspace(ctx context.Context) (keys, expires int64, err error) {
+// gone, as DBSIZE counts them. avgTTL is the mean time to live of the keys
+// with an expiry, in milliseconds, exact where Redis samples it (0 when no
+// key has one, as Redis).
+func (s *Server) keyspace(ctx context.Context) (keys, expires, avgTTL int64, err error) {
+	var ttlSum float64
 	err = s.db.View(ctx, func(tx *engine.Txn) error {
-		keys, expires = 0, 0
+		keys, expires, ttlSum = 0, 0, 0
 		now := time.Now().UnixMilli()
 		return tx.Scan(nil, nil, func(_, raw []byte) bool {
 			if _, deadline := decodeValue(raw); deadline == 0 {
@@ -418,11 +421,15 @@ func (s *Server) keyspace(ctx context.Context) (keys, expires int64, err error) 
 			} else if deadline > now {
 				keys++
 				expires++
+				ttlSum += float64(deadline - now)
 			}
 			return true
 		})
 	})
-	return keys, expires, err
+	if expires > 0 {
+		avgTTL = int64(ttlSum / float64(expires))
+	}
+	return keys, expires, avgTTL, err
 }
 
 // cursorTable maps SCAN cursors to the key the scan resumes from. Redis
