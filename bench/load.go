@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// tableCreator is a target with a schema (PostgreSQL): CreateTables drops
-// and creates pgbench's tables before Load's first batch.
+// tableCreator is a server target (PostgreSQL, a RESP server): CreateTables
+// drops and creates pgbench's tables, or deletes their rows, before Load's
+// first batch, so that -i reloads a loaded server.
 type tableCreator interface {
 	CreateTables(ctx context.Context) error
 }

@@ -88,6 +88,30 @@ func (t *respTarget) scanPrefix(ctx context.Context, prefix string, fn func(k, v
 	}
 }
 
+// CreateTables deletes pgbench's rows (the keys under the four table
+// prefixes) from the server, so that -i reloads a loaded server as pgbench
+// -i drops and creates its tables. Other keys are left alone.
+func (t *respTarget) CreateTables(ctx context.Context) error {
+	for _, prefix := range []string{prefixAccount, prefixTeller, prefixBranch, prefixHistory} {
+		var cursor uint64
+		for {
+			keys, next, err := t.admin.Scan(ctx, cursor, prefix+"*", 1000).Result()
+			if err != nil {
+				return respErr(err)
+			}
+			if len(keys) > 0 {
+				if err := t.admin.Del(ctx, keys...).Err(); err != nil {
+					return respErr(err)
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
 func (t *respTarget) DetectScale(ctx context.Context) (int, error) {
 	n := 0
 	err := t.scanPrefix(ctx, prefixBranch, func(_, _ string) error { n++; return nil })

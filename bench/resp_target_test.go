@@ -91,3 +91,42 @@ func TestRESPBadMode(t *testing.T) {
 		t.Fatalf("unknown target: %v", err)
 	}
 }
+
+// TestRESPInitializeReloads: -i against a loaded RESP server deletes
+// pgbench's rows, history included, and loads the scale asked for, as
+// pgbench -i does to PostgreSQL; other keys stay.
+func TestRESPInitializeReloads(t *testing.T) {
+	addr := startRESP(t)
+	ctx := context.Background()
+	var out, log bytes.Buffer
+	cfg := Config{Target: "resp=" + addr, Initialize: true, Scale: 1, Accounts: testAccounts}
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatal(err)
+	}
+	tg, err := OpenTarget("resp="+addr, "", TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if _, err := Run(ctx, tg, RunConfig{Workload: TPCB, Scale: 1, Accounts: testAccounts, Clients: 2, Threads: 1, Transactions: 20, Log: &log, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rt := tg.(*respTarget)
+	if err := rt.admin.Set(ctx, "other", "kept", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Scale = 2
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("second -i: %v", err)
+	}
+	s, err := tg.Sums(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tg.DetectScale(ctx); err != nil || n != 2 || s.HistoryRows != 0 || !CheckInvariant(s).OK {
+		t.Fatalf("after reloading at scale 2: scale %d (%v), sums %+v", n, err, s)
+	}
+	if v, err := rt.admin.Get(ctx, "other").Result(); err != nil || v != "kept" {
+		t.Fatalf("other = %q, %v", v, err)
+	}
+}

@@ -457,6 +457,9 @@ func (db *DB) closeFiles() error {
 // activity in between.
 type Stats struct {
 	Commits, Aborts uint64
+	// Deadlocks counts row lock waits refused with ErrDeadlock
+	// (PostgreSQL's pg_stat_database.deadlocks).
+	Deadlocks uint64
 	// WAL
 	WALRecords, WALBytes, WALWrites, WALSyncs uint64
 	WALFlushRequests                          uint64 // Flush calls (commits waiting for durability, page writes)
@@ -527,7 +530,7 @@ type Stats struct {
 // Sub returns the counters of s minus those of o (gauges keep s's value).
 func (s Stats) Sub(o Stats) Stats {
 	return Stats{
-		Commits: s.Commits - o.Commits, Aborts: s.Aborts - o.Aborts,
+		Commits: s.Commits - o.Commits, Aborts: s.Aborts - o.Aborts, Deadlocks: s.Deadlocks - o.Deadlocks,
 		WALRecords: s.WALRecords - o.WALRecords, WALBytes: s.WALBytes - o.WALBytes,
 		WALWrites: s.WALWrites - o.WALWrites, WALSyncs: s.WALSyncs - o.WALSyncs,
 		WALFlushRequests: s.WALFlushRequests - o.WALFlushRequests, WALSyncNanos: s.WALSyncNanos - o.WALSyncNanos,
@@ -563,7 +566,7 @@ func (s Stats) Sub(o Stats) Stats {
 func (db *DB) Stats() Stats {
 	w, p, c, v := db.wal.Stats(), db.pool.Stats(), db.clog.Stats(), db.vm.Stats()
 	return Stats{
-		Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(),
+		Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(), Deadlocks: db.locks.deadlocks.Load(),
 		WALRecords: w.Records, WALBytes: w.Bytes, WALWrites: w.Writes, WALSyncs: w.Syncs,
 		WALFlushRequests: w.FlushRequests, WALSyncNanos: w.SyncNanos,
 		WALFlushes: w.Flushes, WALSyncLatency: w.SyncLatency, WALCommitsPerSync: w.CommitsPerSync, WALCommitWaitNanos: w.CommitWaitNanos,

@@ -33,6 +33,8 @@ type lockManager struct {
 	// may have no xid yet (it gets one when it places its first version),
 	// so the running table does not show it.
 	waiting atomic.Int64
+	// deadlocks counts the waits refused with ErrDeadlock.
+	deadlocks atomic.Uint64
 }
 
 type lockShard struct {
@@ -88,6 +90,7 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		}
 		lm.deadlockMu.Unlock()
 		if cycle {
+			lm.deadlocks.Add(1)
 			return fmt.Errorf("%w: %s waits for %s on key %q, which waits for it", ErrDeadlock, me.name(), holder.name(), truncKey(key))
 		}
 

@@ -222,12 +222,13 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 				x.errorf("ERR Unknown option or number of arguments for CONFIG SET - '%s'", trunc(args[i], 128))
 				return nil
 			}
+			// Redis names the parameter as the client spelled it.
 			if k.set == nil {
-				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - can't set immutable config", name)
+				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - can't set immutable config", trunc(args[i], 128))
 				return nil
 			}
 			if seen[name] {
-				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - duplicate parameter", name)
+				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - duplicate parameter", trunc(args[i], 128))
 				return nil
 			}
 			seen[name] = true
@@ -248,6 +249,10 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 		}
 		x.ok()
 	case "resetstat":
+		if len(args) != 2 {
+			x.errorf("ERR wrong number of arguments for 'config|resetstat' command")
+			return nil
+		}
 		x.ok()
 	case "help":
 		if len(args) != 2 {
@@ -383,6 +388,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("chain_pruned_versions:%d", st.ChainPrunedVersions),
 		fmt.Sprintf("hint_bits_set:%d", st.HintBitsSet),
 		fmt.Sprintf("hint_bit_hits:%d", st.HintHits),
+		fmt.Sprintf("deadlocks:%d", st.Deadlocks),
 		fmt.Sprintf("vm_bits_set:%d", st.VMBitsSet),
 		fmt.Sprintf("vm_bits_cleared:%d", st.VMBitsCleared),
 		fmt.Sprintf("index_only_visible:%d", st.IndexOnlyVisible),

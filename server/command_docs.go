@@ -44,7 +44,7 @@ var commandDocs = map[string]cmdDoc{
 	"auth":     {"Authenticates the connection.", "1.0.0", "connection", "O(N) where N is the number of passwords defined for the user", []argDoc{opt(str("username")), str("password")}},
 	"quit":     {"Closes the connection.", "1.0.0", "connection", "O(1)", nil},
 	"select":   {"Changes the selected database (only 0 exists).", "1.0.0", "connection", "O(1)", []argDoc{integer("index")}},
-	"client":   {"A container for client connection commands: ID, GETNAME, SETNAME, SETINFO, LIST.", "2.4.0", "connection", "Depends on subcommand.", nil},
+	"client":   {"A container for client connection commands: ID, INFO, GETNAME, SETNAME, SETINFO, LIST, HELP.", "2.4.0", "connection", "Depends on subcommand.", nil},
 	"command":  {"Returns detailed information about all commands.", "2.8.13", "server", "O(N) where N is the total number of commands", nil},
 	"config":   {"A container for CONFIG GET and CONFIG SET; engine knobs take PostgreSQL's names.", "2.0.0", "server", "Depends on subcommand.", nil},
 	"info":     {"Returns information and statistics about the server and the engine.", "1.0.0", "server", "O(1)", []argDoc{opt(many(str("section")))}},

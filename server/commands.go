@@ -731,13 +731,13 @@ func cmdSet(x *execCtx, args [][]byte) error {
 // (-1: the last argument), every step-th; all 0 for a command without
 // keys. COMMAND INFO and COMMAND GETKEYS show it, and lockOrder uses it.
 func keySpec(cmd *command) (first, last, step int) {
-	if cmd.flags&(flagRead|flagWrite) == 0 {
+	if cmd.flags&(flagRead|flagWrite) == 0 && cmd.name != "watch" {
 		return 0, 0, 0
 	}
 	switch cmd.name {
 	case "dbsize", "flushall", "scan":
 		return 0, 0, 0
-	case "del", "exists", "mget":
+	case "del", "exists", "mget", "watch":
 		return 1, -1, 1
 	case "mset":
 		return 1, -1, 2

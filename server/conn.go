@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -238,6 +240,16 @@ func (c *conn) rollback(tx *engine.Txn) {
 	c.s.openTxns.Add(-1)
 }
 
+// backoff waits before the attempt after attempt (1, 2, ...) of a command
+// or EXEC block that ended in a deadlock or serialization failure: a
+// random time up to 100 µs doubled per attempt, at most 10 ms. Rerun at
+// once, the victim of a deadlock meets the same transactions in the same
+// state and is chosen again; a random wait lets them finish first.
+func backoff(attempt int) {
+	limit := min(100*time.Microsecond<<min(attempt-1, 10), 10*time.Millisecond)
+	time.Sleep(rand.N(limit))
+}
+
 func retryable(err error) bool {
 	return errors.Is(err, engine.ErrSerializationFailure) || errors.Is(err, engine.ErrDeadlock)
 }
@@ -269,12 +281,13 @@ func (c *conn) dispatch(req request) {
 		c.queueError(unknownCommand(req.args))
 		return
 	}
-	if !c.authed && cmd.flags&flagNoAuth == 0 {
-		c.reject(cmd, "NOAUTH Authentication required.")
-		return
-	}
+	// Arity before authentication, in the order of Redis's processCommand.
 	if (cmd.arity > 0 && len(req.args) != cmd.arity) || (cmd.arity < 0 && len(req.args) < -cmd.arity) {
 		c.reject(cmd, "ERR wrong number of arguments for '"+cmd.name+"' command")
+		return
+	}
+	if !c.authed && cmd.flags&flagNoAuth == 0 {
+		c.reject(cmd, "NOAUTH Authentication required.")
 		return
 	}
 	if req.oversize > 0 {
@@ -363,6 +376,7 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 		}
 		c.out = c.out[:mark]
 		if retryable(err) && attempt < c.s.cfg.MaxRetries {
+			backoff(attempt)
 			continue
 		}
 		c.out = appendEngineError(c.out, err)
@@ -454,16 +468,17 @@ func (c *conn) exec() {
 		c.out = append(c.out, "*-1\r\n"...)
 		return
 	}
-	keys := lockOrder(c.watched, queue)
+	keys, all := lockOrder(c.watched, queue)
 	mark := len(c.out)
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
-		err := c.execOnce(queue, keys, pipelined, mark)
+		err := c.execOnce(queue, keys, all, pipelined, mark)
 		if err == nil {
 			return
 		}
 		c.out = c.out[:mark]
 		if retryable(err) && attempt < c.s.cfg.MaxRetries {
+			backoff(attempt)
 			continue
 		}
 		c.out = appendEngineError(c.out, err)
@@ -472,45 +487,68 @@ func (c *conn) exec() {
 }
 
 // lockOrder returns the keys whose row locks an EXEC takes before it runs
-// its commands, in byte order: every watched key, and, when the block
-// writes more than one key, every key it writes.
+// its commands, in byte order, and whether the block also deletes every
+// key (FLUSHALL), whose locks it then takes in the same pass. The keys are
+// the watched ones, and, when with them the block names more than one key,
+// every key it writes.
 //
 // The watched keys are locked for WATCH's check (watchKeys). The written
 // keys are locked up front, in one order for every block, so that two
 // blocks writing the same keys in different orders (MULTI SET a SET b
-// against MULTI SET b SET a) queue behind each other instead of
-// deadlocking: lock waits then always go from a smaller key to a larger,
-// and no cycle can form. MSET and DEL on their own write in key order for
-// the same reason (sortedPairs, sortedKeys). A block that writes one key
-// cannot be part of a cycle and skips the extra lookups.
-func lockOrder(watched map[string]watched, queue [][][]byte) []string {
+// against MULTI SET b SET a), or a block and an MSET, queue behind each
+// other instead of deadlocking: every transaction that holds more than
+// one row lock then takes them in key order, so lock waits always go from
+// a smaller key to a larger and no cycle can form. MSET and DEL on their
+// own write in key order for the same reason (sortedPairs, sortedKeys),
+// WATCH holds at most one lock at a time, and FLUSHALL inside a block
+// would lock every key in key order while holding the block's earlier
+// writes, so the block locks all of them first. A block that names one
+// key holds one lock, cannot be part of a cycle, and skips the lookups.
+// Keys the engine cannot store are left out: nobody can write them.
+func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all bool) {
 	set := make(map[string]struct{}, len(watched))
 	for k := range watched {
-		set[k] = struct{}{}
-	}
-	written := make(map[string]struct{})
-	for _, args := range queue {
-		for _, k := range writeKeys(args) {
-			written[string(k)] = struct{}{}
-		}
-	}
-	if len(written) > 1 {
-		for k := range written {
+		if len(k) > 0 && len(k) <= engine.MaxKeySize {
 			set[k] = struct{}{}
 		}
 	}
-	keys := make([]string, 0, len(set))
+	for _, args := range queue {
+		if lower(args[0]) == "flushall" {
+			all = true
+		}
+		for _, k := range writeKeys(args) {
+			set[string(k)] = struct{}{}
+		}
+	}
+	if len(set) < 2 && len(watched) == 0 && !all {
+		return nil, false
+	}
+	keys = make([]string, 0, len(set))
 	for k := range set {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	return keys
+	return keys, all
 }
 
-func (c *conn) execOnce(queue [][][]byte, keys []string, pipelined bool, mark int) error {
+func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, mark int) error {
 	tx, err := c.begin(true)
 	if err != nil {
 		return err
+	}
+	if all {
+		// FLUSHALL will lock every key: take them now, in one key order
+		// with the rest.
+		err := tx.Scan(nil, nil, func(k, _ []byte) bool {
+			keys = append(keys, string(k))
+			return true
+		})
+		if err != nil {
+			c.rollback(tx)
+			return err
+		}
+		sort.Strings(keys)
+		keys = slices.Compact(keys)
 	}
 	// Holding the row lock of every watched key, no transaction can be
 	// between writing one and committing: any commit since WATCH has
@@ -600,9 +638,31 @@ func (c *conn) watchKeys(keys [][]byte) error {
 		c.watched[ks] = watched{version: c.s.watch.acquire(ks)}
 		fresh = append(fresh, k)
 	}
-	if len(fresh) == 0 {
-		return nil
+	// Each key's lock is taken and dropped in a transaction of its own:
+	// holding one while waiting for the next could close a cycle with a
+	// writer that takes them in the other order. A key the engine cannot
+	// store needs no wait: nobody can write it.
+	for i, k := range fresh {
+		if len(k) == 0 || len(k) > engine.MaxKeySize {
+			continue
+		}
+		if err := c.waitForWriters(k); err != nil {
+			// Registered but not waited for: unregister them, so that
+			// a later EXEC does not trust them.
+			for _, k := range fresh[i:] {
+				c.s.watch.release(string(k))
+				delete(c.watched, string(k))
+			}
+			return err
+		}
 	}
+	return nil
+}
+
+// waitForWriters takes and drops k's row lock, so that a writer of k that
+// has not committed yet has done so when it returns, and records the
+// deadline k has then in c.watched.
+func (c *conn) waitForWriters(k []byte) error {
 	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted})
 	if err != nil {
 		return err
@@ -610,18 +670,16 @@ func (c *conn) watchKeys(keys [][]byte) error {
 	c.s.openTxns.Add(1)
 	defer c.rollback(tx)
 	x := &execCtx{c: c, tx: tx}
-	for _, k := range fresh {
-		err := tx.Update(k, func(raw []byte, found bool) ([]byte, error) {
-			if _, d, ok := x.live(raw, found); ok {
-				w := c.watched[string(k)]
-				w.deadline = d
-				c.watched[string(k)] = w
-			}
-			return nil, errNoop
-		})
-		if err != nil && !errors.Is(err, errNoop) {
-			return err
+	err = tx.Update(k, func(raw []byte, found bool) ([]byte, error) {
+		if _, d, ok := x.live(raw, found); ok {
+			w := c.watched[string(k)]
+			w.deadline = d
+			c.watched[string(k)] = w
 		}
+		return nil, errNoop
+	})
+	if err != nil && !errors.Is(err, errNoop) {
+		return err
 	}
 	return nil
 }

@@ -33,17 +33,20 @@
 // Errors follow Redis: queue-time errors (unknown command, wrong number of
 // arguments) answer EXEC with EXECABORT; run-time errors (INCR of a
 // non-integer, a syntax error) become error elements of EXEC's array and
-// the other commands still apply, as in Redis. Multi-key writes take their
-// row locks in key order: MSET and DEL write their keys sorted (MSET's last
-// value for a repeated key is the only one written), and an EXEC block that
-// writes more than one key locks them all, sorted, before its first
-// command. So two clients naming the same keys in different orders queue
-// behind each other and cannot deadlock; a deadlock needs an embedding
-// program's transaction, or FLUSHALL inside a block. A deadlock or
-// serialization failure reruns the whole block (or single command) up to
-// Config.MaxRetries times; nothing has been replied yet, so this is
-// invisible. Any other engine failure rolls the block back and answers EXEC
-// with the error.
+// the other commands still apply, as in Redis. Every transaction that
+// holds more than one row lock takes them in key order: MSET and DEL write
+// their keys sorted (MSET's last value for a repeated key is the only one
+// written); an EXEC block that names more than one key, counting its
+// watched keys, locks them all, sorted, before its first command; and
+// WATCH holds one lock at a time. So clients naming the same keys in
+// different orders queue behind each other and cannot deadlock. What can
+// still deadlock is an embedding program's transaction, or FLUSHALL inside
+// a block, which locks every key and may meet one that became visible
+// after the block took its locks. A deadlock or serialization failure
+// reruns the whole block (or single command) after a short random wait, up
+// to Config.MaxRetries times; nothing has been replied yet, so this is
+// invisible. INFO's deadlocks field counts them. Any other engine failure
+// rolls the block back and answers EXEC with the error.
 //
 // # WATCH
 //

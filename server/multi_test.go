@@ -287,9 +287,10 @@ func TestCloseInMulti(t *testing.T) {
 	}
 }
 
-// TestMultiKeyWritesDoNotDeadlock: MSET, DEL and EXEC blocks naming the
-// same keys in opposite orders take their row locks in one order, so they
-// queue behind each other and never deadlock. With MaxRetries 1 a deadlock
+// TestMultiKeyWritesDoNotDeadlock: MSET, DEL, WATCH and EXEC blocks (with
+// watched keys too) naming the same keys in different orders take their
+// row locks in one order, so they queue behind each other and never
+// deadlock. With MaxRetries 1 a deadlock
 // would reach the client as an error instead of being rerun.
 func TestMultiKeyWritesDoNotDeadlock(t *testing.T) {
 	ts := startServer(t, Config{MaxRetries: 1})
@@ -316,6 +317,24 @@ func TestMultiKeyWritesDoNotDeadlock(t *testing.T) {
 				return nil
 			})
 			return err
+		},
+		// A watched key and one written key: two locks, in key order.
+		func(rdb *redis.Client, i int) error {
+			err := rdb.Watch(ctx, func(tx *redis.Tx) error {
+				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Set(ctx, "d1", i, 0)
+					return nil
+				})
+				return err
+			}, "d3")
+			if errors.Is(err, redis.TxFailedErr) {
+				return nil // another client wrote d3: EXEC's null reply
+			}
+			return err
+		},
+		// WATCH of several keys holds one lock at a time.
+		func(rdb *redis.Client, i int) error {
+			return rdb.Watch(ctx, func(*redis.Tx) error { return nil }, "d3", "d2", "d1")
 		},
 	}
 	errs := make(chan error, len(jobs))
@@ -362,4 +381,43 @@ func TestMSetRepeatedKey(t *testing.T) {
 	if n := rdb.Del(ctx, "r", "s", "r", "nosuch").Val(); n != 2 {
 		t.Fatalf("DEL r s r nosuch = %d, want 2", n)
 	}
+}
+
+// TestFlushAllInBlockRetries: FLUSHALL inside a block, after the block's
+// own write, can still deadlock with MSET (it locks every key, and a key
+// written after the block took its locks is out of their order); the
+// rerun after a random wait (backoff) succeeds, so no client sees it.
+func TestFlushAllInBlockRetries(t *testing.T) {
+	ts := startServer(t, Config{})
+	ctx := context.Background()
+	const rounds = 200
+	errs := make(chan error, 3)
+	for c := range 3 {
+		rdb := ts.client(t)
+		go func() {
+			for i := range rounds {
+				var err error
+				if c == 0 {
+					_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+						p.Set(ctx, "f3", i, 0)
+						p.FlushAll(ctx)
+						return nil
+					})
+				} else {
+					err = rdb.MSet(ctx, "f1", i, "f2", i, "f3", i).Err()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d deadlocks, each rerun", ts.db.Stats().Deadlocks)
 }

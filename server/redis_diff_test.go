@@ -57,6 +57,7 @@ var redisDiffScript = []string{
 	"COMMAND GETKEYS MSET a 1 b", "COMMAND GETKEYS GET", "COMMAND GETKEYS PING x", "COMMAND GETKEYS GET a b",
 	"COMMAND GETKEYS SET a", "COMMAND GETKEYS DEL a b c", "COMMAND GETKEYS DBSIZE x", "COMMAND GETKEYS NOPE x",
 	"COMMAND GETKEYS set k v EX 10", "CLIENT HELP x", "CLIENT INFO x",
+	"COMMAND GETKEYS watch a b", "CONFIG SET timeout 5 TIMEOUT 6", "CONFIG RESETSTAT x",
 }
 
 // TestRepliesMatchRedis runs redisDiffScript against a real redis-server

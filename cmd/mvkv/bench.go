@@ -25,7 +25,8 @@ Usage:
 
 Initialization options:
   -i, --initialize         invokes initialization mode (needs --dir, except
-                           with a postgres= or resp= target, which it loads)
+                           with a postgres= or resp= target, which it
+                           reloads, deleting pgbench's old rows)
   -s, --scale=NUM          scaling factor (default: 1): 100000 accounts,
                            10 tellers and 1 branch per unit
 

@@ -252,6 +252,9 @@ func FreeSpace(p []byte) int {
 // (PDHasFreeLines) FreeSpace's scan of the line pointers was one of the
 // larger costs of an update (docs/BENCHMARKS.md).
 func Fits(p []byte, n int) bool {
+	if n <= 0 {
+		return true // FreeSpace is never negative
+	}
 	lower, upper, err := header(p)
 	if err != nil {
 		return false
@@ -463,7 +466,11 @@ func Prune(p []byte, dead, unused []uint16) error {
 // that HoleBytes counts) until a Prune of the page packs the rest. Vacuum
 // frees the versions of many keys a page at a time, several times a run
 // for the same page; it compacts each page once, when it has finished with
-// it. Errors as Prune's; p is unchanged on error.
+// it. It returns ErrBadSlot for a slot that is out of range or unused and
+// an error wrapping ErrCorrupt for a malformed header; p is unchanged on
+// error. Unlike Prune it does not prove the line pointers free of overlaps
+// (it moves no tuple; see markLinePointers): the page was verified when it
+// was read, and the Prune that compacts it checks again.
 func SetUnused(p []byte, unused []uint16) error {
 	lower, _, err := header(p)
 	if err != nil {

@@ -550,8 +550,6 @@ func TestSetUnusedThenCompact(t *testing.T) {
 	}
 }
 
-// BenchmarkVerifyPage checks a full page whose slots were reused (offsets
-// out of slot order), as the buffer pool does on every page it reads: the
 // BenchmarkSetUnused frees four slots of a full page of reused slots, as
 // one of vacuum's pruning batches does to a page it names.
 func BenchmarkSetUnused(b *testing.B) {
@@ -567,6 +565,8 @@ func BenchmarkSetUnused(b *testing.B) {
 	}
 }
 
+// BenchmarkVerifyPage checks a full page whose slots were reused (offsets
+// out of slot order), as the buffer pool does on every page it reads: the
 // line pointers must be proved not to overlap without the descending-order
 // shortcut.
 func BenchmarkVerifyPage(b *testing.B) {
@@ -684,9 +684,21 @@ func TestFitsAgreesWithFreeSpace(t *testing.T) {
 			}
 		}
 		free := FreeSpace(p)
-		for n := max(1, free-40); n <= free+40; n++ {
+		for n := free - 40; n <= free+40; n++ {
 			if got, want := Fits(p, n), free >= n; got != want {
 				t.Fatalf("round %d: Fits(p, %d) = %v, FreeSpace = %d (%d slots set unused)", round, n, got, free, len(unused))
+			}
+		}
+	}
+	// A new page, and one whose header is malformed.
+	bad := newPage()
+	put16(bad, offLower, PageSize)
+	put16(bad, offUpper, PageHeaderSize)
+	for _, p := range [][]byte{newPage(), bad} {
+		free := FreeSpace(p)
+		for n := -2; n <= 2; n++ {
+			if got, want := Fits(p, n), free >= n; got != want {
+				t.Fatalf("Fits(%d) = %v on a page with FreeSpace %d", n, got, free)
 			}
 		}
 	}
