@@ -421,3 +421,19 @@ func TestFlushAllInBlockRetries(t *testing.T) {
 	}
 	t.Logf("%d deadlocks, each rerun", ts.db.Stats().Deadlocks)
 }
+
+// TestWatchKeyTheEngineCannotStore: WATCH of an empty key, or of one
+// longer than the engine takes, succeeds as in Redis and never fires, since
+// nobody can write such a key; the EXEC after it runs.
+func TestWatchKeyTheEngineCannotStore(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("WATCH", "", strings.Repeat("k", 2000), "w")
+	r.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "w", "1")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*1\r\n+OK\r\n")
+}
