@@ -128,7 +128,7 @@ var commandTable map[string]*command
 
 func init() {
 	cmds := []*command{
-		{"ping", -1, flagNoAuth, cmdPing},
+		{"ping", -1, 0, cmdPing},
 		{"echo", 2, 0, cmdEcho},
 		{"hello", -1, flagNoAuth, cmdHello},
 		{"auth", -2, flagNoAuth, cmdAuth},

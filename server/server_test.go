@@ -458,6 +458,11 @@ func TestAuth(t *testing.T) {
 	r := ts.raw(t)
 	r.cmd("GET", "k")
 	r.expect("-NOAUTH Authentication required.\r\n")
+	// As Redis 7: PING needs AUTH too, and arity comes first.
+	r.cmd("PING")
+	r.expect("-NOAUTH Authentication required.\r\n")
+	r.cmd("GET")
+	r.expect("-ERR wrong number of arguments for 'get' command\r\n")
 	r.cmd("AUTH", "wrong")
 	r.expect("-WRONGPASS invalid username-password pair or user is disabled.\r\n")
 	r.cmd("AUTH", "s3cret")
