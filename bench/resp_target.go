@@ -59,8 +59,9 @@ func (t *respTarget) Name() string { return "resp" }
 
 func (t *respTarget) Close() error { return t.admin.Close() }
 
-// scanPrefix calls fn with every key under prefix and its value.
-func (t *respTarget) scanPrefix(ctx context.Context, prefix string, fn func(k, v string) error) error {
+// scanKeys calls fn with every batch of keys under prefix that SCAN
+// returns (up to about 1,000 at a time, never empty).
+func (t *respTarget) scanKeys(ctx context.Context, prefix string, fn func(keys []string) error) error {
 	var cursor uint64
 	for {
 		keys, next, err := t.admin.Scan(ctx, cursor, prefix+"*", 1000).Result()
@@ -68,18 +69,8 @@ func (t *respTarget) scanPrefix(ctx context.Context, prefix string, fn func(k, v
 			return err
 		}
 		if len(keys) > 0 {
-			vals, err := t.admin.MGet(ctx, keys...).Result()
-			if err != nil {
+			if err := fn(keys); err != nil {
 				return err
-			}
-			for i, v := range vals {
-				s, ok := v.(string)
-				if !ok {
-					continue // deleted since the scan
-				}
-				if err := fn(keys[i], s); err != nil {
-					return err
-				}
 			}
 		}
 		if cursor = next; cursor == 0 {
@@ -88,25 +79,34 @@ func (t *respTarget) scanPrefix(ctx context.Context, prefix string, fn func(k, v
 	}
 }
 
+// scanPrefix calls fn with every key under prefix and its value.
+func (t *respTarget) scanPrefix(ctx context.Context, prefix string, fn func(k, v string) error) error {
+	return t.scanKeys(ctx, prefix, func(keys []string) error {
+		vals, err := t.admin.MGet(ctx, keys...).Result()
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				continue // deleted since the scan
+			}
+			if err := fn(keys[i], s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // CreateTables deletes pgbench's rows (the keys under the four table
 // prefixes) from the server, so that -i reloads a loaded server as pgbench
 // -i drops and creates its tables. Other keys are left alone.
 func (t *respTarget) CreateTables(ctx context.Context) error {
 	for _, prefix := range []string{prefixAccount, prefixTeller, prefixBranch, prefixHistory} {
-		var cursor uint64
-		for {
-			keys, next, err := t.admin.Scan(ctx, cursor, prefix+"*", 1000).Result()
-			if err != nil {
-				return respErr(err)
-			}
-			if len(keys) > 0 {
-				if err := t.admin.Del(ctx, keys...).Err(); err != nil {
-					return respErr(err)
-				}
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
+		err := t.scanKeys(ctx, prefix, func(keys []string) error { return t.admin.Del(ctx, keys...).Err() })
+		if err != nil {
+			return respErr(err)
 		}
 	}
 	return nil

@@ -177,6 +177,11 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 		// under the parameters' own names, each parameter once.
 		var pairs []string
 		seen := map[string]bool{}
+		names := make([]string, 0, len(knobs))
+		for name := range knobs {
+			names = append(names, name)
+		}
+		sort.Strings(names)
 		for _, p := range args[2:] {
 			pat := strings.ToLower(string(p))
 			if !strings.ContainsAny(pat, "[*?") {
@@ -186,11 +191,6 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 				}
 				continue
 			}
-			names := make([]string, 0, len(knobs))
-			for name := range knobs {
-				names = append(names, name)
-			}
-			sort.Strings(names)
 			for _, name := range names {
 				if !seen[name] && globMatch([]byte(pat), []byte(name)) {
 					seen[name] = true

@@ -85,7 +85,7 @@ func (x *execCtx) writeErr(err error) error {
 
 // checkKey replies with an error for a key the engine cannot store.
 func (x *execCtx) checkKey(k []byte) bool {
-	if len(k) == 0 || len(k) > engine.MaxKeySize {
+	if !storable(k) {
 		x.out = appendEngineError(x.out, map[bool]error{true: engine.ErrEmptyKey, false: engine.ErrTooLarge}[len(k) == 0])
 		x.failed = true
 		return false
@@ -104,7 +104,7 @@ func (x *execCtx) get(k []byte) ([]byte, error) {
 // getDeadline is get that also returns the key's deadline (Unix
 // milliseconds, 0 for none) and whether it is live.
 func (x *execCtx) getDeadline(k []byte) ([]byte, int64, bool, error) {
-	if len(k) == 0 || len(k) > engine.MaxKeySize {
+	if !storable(k) {
 		return nil, 0, false, nil
 	}
 	raw, err := x.tx.Get(k)
@@ -308,6 +308,15 @@ func cmdAuth(x *execCtx, args [][]byte) error {
 	return nil
 }
 
+// storable reports whether the engine can store key k: 1 to
+// engine.MaxKeySize bytes.
+func storable[K string | []byte](k K) bool { return len(k) > 0 && len(k) <= engine.MaxKeySize }
+
+// arityOK reports whether n arguments, the command name included, fit
+// arity in Redis's convention: exactly arity, or at least -arity when it is
+// negative.
+func arityOK(arity, n int) bool { return (arity > 0 && n == arity) || (arity < 0 && n >= -arity) }
+
 // appendHelp appends a HELP reply in Redis's form (addReplyHelp): a
 // heading, the given lines, and HELP's own entry, each a status string.
 func appendHelp(out []byte, cmd string, lines ...string) []byte {
@@ -338,7 +347,7 @@ func cmdClient(x *execCtx, args [][]byte) error {
 		x.errorf("ERR unknown subcommand '%s'. Try CLIENT HELP.", trunc(args[1], 128))
 		return nil
 	}
-	if (want > 0 && len(args) != want) || (want < 0 && len(args) < -want) {
+	if !arityOK(want, len(args)) {
 		x.errorf("ERR wrong number of arguments for 'client|%s' command", sub)
 		return nil
 	}
@@ -509,7 +518,7 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
 		return nil
 	}
-	if (want > 0 && len(args) != want) || (want < 0 && len(args) < -want) {
+	if !arityOK(want, len(args)) {
 		x.errorf("ERR wrong number of arguments for 'command|%s' command", sub)
 		return nil
 	}
@@ -544,7 +553,7 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 			x.errorf("ERR Invalid command specified")
 		} else if first, _, _ := keySpec(cmd); first == 0 {
 			x.errorf("ERR The command has no key arguments")
-		} else if (cmd.arity > 0 && len(full) != cmd.arity) || (cmd.arity < 0 && len(full) < -cmd.arity) {
+		} else if !arityOK(cmd.arity, len(full)) {
 			x.errorf("ERR Invalid number of arguments specified for command")
 		} else {
 			ks := commandKeys(cmd, full)
@@ -731,9 +740,6 @@ func cmdSet(x *execCtx, args [][]byte) error {
 // (-1: the last argument), every step-th; all 0 for a command without
 // keys. COMMAND INFO and COMMAND GETKEYS show it, and lockOrder uses it.
 func keySpec(cmd *command) (first, last, step int) {
-	if cmd.flags&(flagRead|flagWrite) == 0 && cmd.name != "watch" {
-		return 0, 0, 0
-	}
 	switch cmd.name {
 	case "dbsize", "flushall", "scan":
 		return 0, 0, 0
@@ -741,6 +747,9 @@ func keySpec(cmd *command) (first, last, step int) {
 		return 1, -1, 1
 	case "mset":
 		return 1, -1, 2
+	}
+	if cmd.flags&(flagRead|flagWrite) == 0 {
+		return 0, 0, 0
 	}
 	return 1, 1, 1
 }
@@ -772,7 +781,7 @@ func writeKeys(args [][]byte) [][]byte {
 	}
 	var out [][]byte
 	for _, k := range commandKeys(cmd, args) {
-		if len(k) > 0 && len(k) <= engine.MaxKeySize {
+		if storable(k) {
 			out = append(out, k)
 		}
 	}
@@ -796,7 +805,7 @@ func cmdDel(x *execCtx, args [][]byte) error {
 	// In key order (sortedKeys); a key named twice is deleted once and
 	// counted once, as in Redis.
 	for _, k := range sortedKeys(args[1:]) {
-		if len(k) == 0 || len(k) > engine.MaxKeySize {
+		if !storable(k) {
 			continue
 		}
 		// Lock the key and learn whether it is live, then delete it:

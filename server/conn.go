@@ -282,7 +282,7 @@ func (c *conn) dispatch(req request) {
 		return
 	}
 	// Arity before authentication, in the order of Redis's processCommand.
-	if (cmd.arity > 0 && len(req.args) != cmd.arity) || (cmd.arity < 0 && len(req.args) < -cmd.arity) {
+	if !arityOK(cmd.arity, len(req.args)) {
 		c.reject(cmd, "ERR wrong number of arguments for '"+cmd.name+"' command")
 		return
 	}
@@ -508,7 +508,7 @@ func (c *conn) exec() {
 func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all bool) {
 	set := make(map[string]struct{}, len(watched))
 	for k := range watched {
-		if len(k) > 0 && len(k) <= engine.MaxKeySize {
+		if storable(k) {
 			set[k] = struct{}{}
 		}
 	}
@@ -538,7 +538,9 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 	}
 	if all {
 		// FLUSHALL will lock every key: take them now, in one key order
-		// with the rest.
+		// with the rest. Clipped, so that a rerun's keys start afresh
+		// from lockOrder's.
+		keys = slices.Clip(keys)
 		err := tx.Scan(nil, nil, func(k, _ []byte) bool {
 			keys = append(keys, string(k))
 			return true
@@ -643,7 +645,7 @@ func (c *conn) watchKeys(keys [][]byte) error {
 	// writer that takes them in the other order. A key the engine cannot
 	// store needs no wait: nobody can write it.
 	for i, k := range fresh {
-		if len(k) == 0 || len(k) > engine.MaxKeySize {
+		if !storable(k) {
 			continue
 		}
 		if err := c.waitForWriters(k); err != nil {

@@ -238,6 +238,12 @@ func FreeSpace(p []byte) int {
 	if _, ok := findFreeSlot(p, lower); !ok {
 		n -= ItemIDSize
 	}
+	return tupleRoom(n)
+}
+
+// tupleRoom is the longest tuple a gap of n bytes holds, tuples starting
+// tupleAlign-aligned; 0 for no gap.
+func tupleRoom(n int) int {
 	if n <= 0 {
 		return 0
 	}
@@ -259,16 +265,10 @@ func Fits(p []byte, n int) bool {
 	if err != nil {
 		return false
 	}
-	room := func(x int) int {
-		if x <= 0 {
-			return 0
-		}
-		return x &^ (tupleAlign - 1)
-	}
-	if n <= room(upper-lower-ItemIDSize) {
+	if n <= tupleRoom(upper-lower-ItemIDSize) {
 		return true
 	}
-	if n > room(upper-lower) {
+	if n > tupleRoom(upper-lower) {
 		return false
 	}
 	_, ok := findFreeSlot(p, lower)
