@@ -129,12 +129,11 @@ func writeVacuumReport(p func(string, ...any), before uint64, w *engine.Stats) {
 		growth = float64(w.HeapBlocks) / float64(before)
 	}
 	p("heap size: %.1f MiB at start, %.1f MiB at end (%.2fx)\n", mib(before), mib(w.HeapBlocks), growth)
-	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d page compactions, %d versions removed, %d frozen\n",
-		w.VacuumRuns, w.AutovacuumRuns, w.VacuumPagesScanned, w.VacuumPagesSkipped, w.VacuumPagesCompacted, w.VacuumTuplesRemoved, w.VacuumTuplesFrozen)
+	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d read from disk through its ring (%d buffers taken from the pool), %d versions removed, %d frozen\n",
+		w.VacuumRuns, w.AutovacuumRuns, w.VacuumPagesScanned, w.VacuumPagesSkipped, w.VacuumPagesRead, w.VacuumRingSwept, w.VacuumTuplesRemoved, w.VacuumTuplesFrozen)
 	p("buffer pool during run: %d hits, %d misses, %d page reads, %d page writes, %d evictions\n",
 		w.BufferHits, w.BufferMisses, w.BufferReads, w.BufferWrites, w.BufferEvictions)
-	p("vacuum version chains: %d read, %d skipped (clean or on all-visible pages)\n", w.VacuumChainsRead, w.VacuumChainsSkipped)
-	p("pruning by updates during run: %d pages pruned of their key's dead versions, %d versions removed\n", w.ChainPrunes, w.ChainPrunedVersions)
+	p("pruning during run: %d pages pruned by updates (%d versions removed), %d by reads (%d versions removed), %d by vacuum\n", w.PrunesByUpdate, w.PrunedByUpdate, w.PrunesByRead, w.PrunedByRead, w.VacuumPagesPruned)
 	p("visibility map during run: %d bits set, %d cleared; hint bits set: %d\n", w.VMBitsSet, w.VMBitsCleared, w.HintBitsSet)
 }
 

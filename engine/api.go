@@ -113,6 +113,13 @@ type Options struct {
 	// pages, at least 16 pages and at most the machine's physical memory
 	// (Open returns an error above it: the pool is allocated at once).
 	SharedBuffers int64
+	// FillFactor is PostgreSQL's fillfactor, a percentage from 10 to 100
+	// (0 means the default, 100): an insert of a new key goes on a page
+	// only if the page keeps 100-FillFactor percent of its bytes free
+	// afterwards, so that later versions of the keys on the page fit on it
+	// too (an update tries its old version's page first). Open returns an
+	// error outside the range.
+	FillFactor int
 	// SynchronousCommit is the default for transactions (default on).
 	SynchronousCommit SynchronousCommit
 	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):

@@ -59,6 +59,10 @@ type DB struct {
 	// insertion until the CLOG is set, and exclusively by a checkpoint while
 	// it chooses its redo point (PostgreSQL's DELAY_CHKPT_START).
 	ckptInterlock sync.RWMutex
+	// pruneMu is tried shared by pruning outside vacuum, and held
+	// exclusively by Verify so that no page changes under its scan.
+	// Pruning never waits for it: it skips the page.
+	pruneMu sync.RWMutex
 	// ckptMu lets one checkpoint run at a time.
 	ckptMu   sync.Mutex
 	lastCkpt atomic.Int64 // unix nanoseconds of the last checkpoint's end
@@ -87,15 +91,16 @@ type DB struct {
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
 		hintBitsSet, hintHits              atomic.Uint64
-		// chainPrunes counts the pages an update pruned of its key's
-		// dead versions (pruneChainOnPage), chainPruned the versions.
-		chainPrunes, chainPruned atomic.Uint64
+		// prunesByUpdate and prunesByRead count pages pruned by a writer
+		// that found a page full and by a reader (pruneheap.go),
+		// prunedByUpdate and prunedByRead the versions they freed.
+		prunesByUpdate, prunedByUpdate, prunesByRead, prunedByRead atomic.Uint64
 		// indexOnlyVisible and indexOnlyHeapFetches count index-only
 		// lookups answered from the visibility map and from the heap.
 		indexOnlyVisible, indexOnlyHeapFetches atomic.Uint64
 	}
 	// horizon is the highest vacuum horizon computed for
-	// pruneChainOnPage so far (computeHorizon).
+	// pruning so far (computeHorizon).
 	horizon  atomic.Uint64
 	recovery RecoveryInfo
 }
@@ -130,6 +135,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.SharedBuffers < 16*heap.PageSize {
 		o.SharedBuffers = 16 * heap.PageSize
+	}
+	if o.FillFactor == 0 {
+		o.FillFactor = 100
+	}
+	if o.FillFactor < 10 || o.FillFactor > 100 {
+		return o, fmt.Errorf("mvkv: fillfactor %d out of range 10..100", o.FillFactor)
 	}
 
 	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
@@ -499,21 +510,23 @@ type Stats struct {
 	// Keys is the number of keys in the index (live, deleted or never
 	// committed), a gauge: Sub keeps the later value.
 	Keys uint64
-	// Vacuum (vacuum.go): runs (manual and autovacuum), heap pages
-	// examined and skipped as all-visible, tuple versions (and out-of-line
-	// chunks) removed, page compactions (vacuum's, once a page it freed
-	// slots on, and a writer's, when a tuple fits a page only with the
-	// holes vacuum left), and tuples frozen; version chains read and skipped by the first pass
-	// (VacuumStats.ChainsRead, ChainsSkipped).
+	// Vacuum: runs (manual and autovacuum), heap pages examined and
+	// skipped as all-visible by the first pass, pages pruned (changed by
+	// the first pass), pages read from disk and buffer frames taken from
+	// the pool for its ring (see VacuumStats), tuple versions removed,
+	// page compactions (vacuum's second pass, and a writer's, when a tuple
+	// fits a page only with its holes), and tuples frozen.
 	VacuumRuns, AutovacuumRuns                                    uint64
-	VacuumPagesScanned, VacuumPagesSkipped                        uint64
-	VacuumChainsRead, VacuumChainsSkipped                         uint64
+	VacuumPagesScanned, VacuumPagesSkipped, VacuumPagesPruned     uint64
+	VacuumPagesRead, VacuumRingSwept                              uint64
 	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen uint64
-	// ChainPrunes counts the times an update found its old version's page
-	// full and removed the key's dead versions below it on that page
-	// (PostgreSQL's heap_page_prune_opt), ChainPrunedVersions the versions
-	// it removed.
-	ChainPrunes, ChainPrunedVersions uint64
+	// PrunesByUpdate counts heap pages pruned by a writer that found the
+	// page without room for its version, PrunesByRead those pruned by a
+	// reader that visited a nearly full page with removable versions
+	// (PostgreSQL's heap_page_prune_opt); PrunedByUpdate and PrunedByRead
+	// count the versions they freed. Vacuum's own pruning is counted in
+	// VacuumTuplesRemoved.
+	PrunesByUpdate, PrunedByUpdate, PrunesByRead, PrunedByRead uint64
 	// HintBitsSet counts hint bits written by readers; HintHits the CLOG
 	// lookups a hint bit made unnecessary (hints.go).
 	HintBitsSet, HintHits uint64
@@ -548,10 +561,11 @@ func (s Stats) Sub(o Stats) Stats {
 		HeapBlocks:     s.HeapBlocks,
 		VacuumRuns:     s.VacuumRuns - o.VacuumRuns, AutovacuumRuns: s.AutovacuumRuns - o.AutovacuumRuns,
 		VacuumPagesScanned: s.VacuumPagesScanned - o.VacuumPagesScanned, VacuumPagesSkipped: s.VacuumPagesSkipped - o.VacuumPagesSkipped,
-		VacuumChainsRead: s.VacuumChainsRead - o.VacuumChainsRead, VacuumChainsSkipped: s.VacuumChainsSkipped - o.VacuumChainsSkipped,
+		VacuumPagesPruned: s.VacuumPagesPruned - o.VacuumPagesPruned, VacuumPagesRead: s.VacuumPagesRead - o.VacuumPagesRead, VacuumRingSwept: s.VacuumRingSwept - o.VacuumRingSwept,
 		VacuumTuplesRemoved: s.VacuumTuplesRemoved - o.VacuumTuplesRemoved, VacuumPagesCompacted: s.VacuumPagesCompacted - o.VacuumPagesCompacted,
 		VacuumTuplesFrozen: s.VacuumTuplesFrozen - o.VacuumTuplesFrozen,
-		ChainPrunes:        s.ChainPrunes - o.ChainPrunes, ChainPrunedVersions: s.ChainPrunedVersions - o.ChainPrunedVersions,
+		PrunesByUpdate:     s.PrunesByUpdate - o.PrunesByUpdate, PrunedByUpdate: s.PrunedByUpdate - o.PrunedByUpdate,
+		PrunesByRead: s.PrunesByRead - o.PrunesByRead, PrunedByRead: s.PrunedByRead - o.PrunedByRead,
 		HintBitsSet: s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
 		VMBitsSet: s.VMBitsSet - o.VMBitsSet, VMBitsCleared: s.VMBitsCleared - o.VMBitsCleared,
 		VMPageReads: s.VMPageReads - o.VMPageReads, VMPageWrites: s.VMPageWrites - o.VMPageWrites,
@@ -583,10 +597,11 @@ func (db *DB) Stats() Stats {
 		HeapBlocks:     uint64(db.pool.NBlocks()),
 		VacuumRuns:     db.vac.runs.Load(), AutovacuumRuns: db.av.runs.Load(),
 		VacuumPagesScanned: db.vac.pagesScanned.Load(), VacuumPagesSkipped: db.vac.pagesSkipped.Load(),
-		VacuumChainsRead: db.vac.chainsRead.Load(), VacuumChainsSkipped: db.vac.chainsSkipped.Load(),
+		VacuumPagesPruned: db.vac.pagesPruned.Load(), VacuumPagesRead: db.vac.pagesRead.Load(), VacuumRingSwept: db.vac.ringSwept.Load(),
 		VacuumTuplesRemoved: db.vac.tuplesRemoved.Load(), VacuumPagesCompacted: db.vac.pagesCompacted.Load(),
 		VacuumTuplesFrozen: db.vac.tuplesFrozen.Load(),
-		ChainPrunes:        db.stats.chainPrunes.Load(), ChainPrunedVersions: db.stats.chainPruned.Load(),
+		PrunesByUpdate:     db.stats.prunesByUpdate.Load(), PrunedByUpdate: db.stats.prunedByUpdate.Load(),
+		PrunesByRead: db.stats.prunesByRead.Load(), PrunedByRead: db.stats.prunedByRead.Load(),
 		HintBitsSet: db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),
 		VMBitsSet: v.BitsSet, VMBitsCleared: v.BitsCleared, VMPageReads: v.PageReads, VMPageWrites: v.PageWrites,
 		IndexOnlyVisible: db.stats.indexOnlyVisible.Load(), IndexOnlyHeapFetches: db.stats.indexOnlyHeapFetches.Load(),

@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sync/atomic"
 
 	"mvkv/internal/bufpool"
@@ -94,6 +92,16 @@ func (db *DB) targetBuffer(slot, need int) (*bufpool.Buffer, error) {
 	}
 	db.targets.blk[slot].Store(buf.Block())
 	return buf, nil
+}
+
+// fillReserve is the room in bytes an insert of a new key (old invalid)
+// must leave free on its page: 100-fillfactor percent of the page. A new
+// version of an existing key may fill the page.
+func (db *DB) fillReserve(old heap.TID) int {
+	if old.Valid() {
+		return 0
+	}
+	return heap.PageSize * (100 - db.opts.FillFactor) / 100
 }
 
 // recordFreeSpace notes blk's free space in the free space map unless blk
@@ -213,14 +221,14 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			}
 			db.vac.pagesCompacted.Add(1)
 		}
-		if samePage && !wasNew && !heap.Fits(page, len(tup)) {
-			if n, err := db.pruneChainOnPage(tgt, old); err != nil {
+		if !wasNew && !heap.Fits(page, len(tup)) && db.pruneWorthwhile(page) && db.pruneMu.TryRLock() {
+			// heap_page_prune_opt: free what no snapshot sees on this
+			// page, whatever its key, before looking elsewhere.
+			_, err := db.prunePageLocked(tgt, pruneByUpdate, nil)
+			db.pruneMu.RUnlock()
+			if err != nil {
 				unlock()
 				return heap.InvalidTID, err
-			} else if n > 0 {
-				db.stats.chainPrunes.Add(1)
-				db.stats.chainPruned.Add(uint64(n))
-				db.av.noteRemoved(int64(n))
 			}
 		}
 		if samePage && (wasNew || !heap.Fits(page, len(tup))) {
@@ -232,7 +240,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		}
 		if wasNew {
 			heap.InitPage(page)
-		} else if !heap.Fits(page, len(tup)) {
+		} else if !heap.Fits(page, len(tup)+db.fillReserve(old)) {
 			// The block number is read before unlock releases the pin: a
 			// released frame may be loaded with another block at once.
 			full := tgt.Block()
@@ -356,6 +364,9 @@ func setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool) error {
 		mask |= heap.Updated
 	}
 	heap.SetTupleInfomask(raw, mask)
+	// The old version may become removable once xid commits below the
+	// horizon: the page's prune hint says so to the next visitor.
+	heap.NotePrunable(page, xid)
 	return nil
 }
 
@@ -363,125 +374,7 @@ func (db *DB) corrupt(tid heap.TID, err error) error {
 	return fmt.Errorf("%w: heap tuple %s: %v", ErrCorruption, tid, err)
 }
 
-// minChainPrune is the fewest versions pruneChainOnPage removes: one prune
-// costs a WAL record and a compaction of the page, about what placing the
-// new version on another page costs, so a prune that frees a version or
-// two does not pay. A key updated faster than vacuum comes stacks dozens
-// on its page.
-const minChainPrune = 8
-
-// pruneChainOnPage is PostgreSQL's heap_page_prune_opt, for one chain: an
-// update whose old version cur is on a full page removes the versions of
-// the same key below cur on that page that no snapshot can see: those
-// below the newest one whose inserter committed before the horizon (every
-// snapshot stops at that version or a newer one, and so does a writer's
-// walk), so that the new version can go on the same page. Without it a key updated faster than
-// autovacuum visits piles up dead versions page after page until the heap
-// outgrows the buffer pool. It returns how many versions it removed.
-//
-// Only the updated key's chain is touched, and only versions on cur's page
-// and directly below cur, so the change is local to the page: the kept
-// version's Prev moves past them, their slots are freed and the page is compacted, in one
-// pruning record. An out-of-line version ends the run (its chunks are on
-// other pages, freed only by vacuum). It gives way to vacuum: a run in
-// progress planned from chains it read, so the prune is skipped while one
-// holds db.vac.mu (TryLock, since the caller holds a page lock that vacuum
-// may be waiting for).
-//
-// The caller holds the key's row lock (no other writer changes the
-// chain), buf's exclusive lock and ckptInterlock shared; cur is the newest
-// version whose inserter committed, or the caller's own.
-func (db *DB) pruneChainOnPage(buf *bufpool.Buffer, cur heap.TID) (int, error) {
-	page := buf.Page()
-	raw, err := heap.Tuple(page, cur.Slot)
-	if err != nil {
-		return 0, db.corrupt(cur, err)
-	}
-	// The candidates first, before anything that takes a global lock:
-	// most full pages have too few to be worth a record and a compaction,
-	// and then the new version simply goes to another page. seg is cur
-	// and the versions directly below it on this page, newest first.
-	type segVersion struct {
-		slot      uint16
-		xmin      uint64
-		committed bool // known from cur's role or a hint bit
-	}
-	_, key, _, err := heap.DecodeTuple(raw)
-	if err != nil {
-		return 0, db.corrupt(cur, err)
-	}
-	seg := []segVersion{{slot: cur.Slot, xmin: heap.TupleXmin(raw), committed: true}}
-	prev := heap.TuplePrev(raw)
-	for prev.Valid() && prev.Block == cur.Block && len(seg) <= (heap.PageSize-heap.PageHeaderSize)/heap.ItemIDSize {
-		d, err := heap.Tuple(page, prev.Slot)
-		if err != nil {
-			return 0, db.corrupt(prev, err)
-		}
-		mask := heap.TupleInfomask(d)
-		if mask&(heap.External|heap.Chunk) != 0 {
-			break
-		}
-		// A damaged Prev must be reported, not followed into another
-		// key's tuples and freed.
-		if _, dkey, _, err := heap.DecodeTuple(d); err != nil || !bytes.Equal(dkey, key) {
-			return 0, db.corrupt(prev, fmt.Errorf("version below %s in its chain does not hold key %q", cur, truncKey(key)))
-		}
-		seg = append(seg, segVersion{slot: prev.Slot, xmin: heap.TupleXmin(d),
-			committed: mask&(heap.Frozen|heap.XminCommitted) != 0 && mask&heap.XminInvalid == 0})
-		prev = heap.TuplePrev(d)
-	}
-	if len(seg)-1 < minChainPrune {
-		return 0, nil
-	}
-	// The anchor is the newest version of the segment whose inserter
-	// committed below the horizon: every snapshot stops at it or at a
-	// newer version, so everything below it is dead. cur qualifies
-	// unless a snapshot older than cur's commit is open; then a version
-	// further down may, as PostgreSQL prunes below the newest version
-	// all snapshots see. Only hint bits vouch for the lower versions' commits,
-	// so that no CLOG page is read under the page lock; readers set them
-	// on the versions they see.
-	k := -1
-	h, exact := db.horizon.Load(), false
-	for i, v := range seg {
-		if len(seg)-1-i < minChainPrune {
-			break
-		}
-		if !v.committed {
-			continue
-		}
-		if v.xmin >= h && !exact {
-			h, exact = db.computeHorizon(), true
-		}
-		if v.xmin < h {
-			k = i
-			break
-		}
-	}
-	if k < 0 {
-		return 0, nil
-	}
-	if !db.vac.mu.TryLock() {
-		return 0, nil
-	}
-	defer db.vac.mu.Unlock()
-	anchor := seg[k].slot
-	unused := make([]uint16, 0, len(seg)-1-k)
-	for _, v := range seg[k+1:] {
-		unused = append(unused, v.slot)
-	}
-	slices.Sort(unused)
-	if slices.Contains(unused, anchor) || len(slices.Compact(slices.Clone(unused))) != len(unused) {
-		return 0, db.corrupt(cur, fmt.Errorf("version chain below it loops on its page"))
-	}
-	pp := &prunePage{block: cur.Block, unused: unused, prev: []prevFix{{slot: anchor, prev: prev}}}
-	if err := db.logPrunePage(buf, pp, 0, "pruning"); err != nil {
-		return 0, err
-	}
-	return len(unused), nil
-}
-
-// computeHorizon computes the vacuum horizon for pruneChainOnPage, under
+// computeHorizon computes the vacuum horizon for pruning, under
 // the running table's and the snapshots' locks, and returns the highest
 // one computed so far. The horizon never moves back (a new snapshot's xmin
 // is at least the oldest running xid when it is taken), so db.horizon, an
@@ -606,7 +499,12 @@ func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, erro
 	if err == nil && !vanished && wantVal {
 		v.val, v.have = append([]byte(nil), val...), true
 	}
+	page := buf.Page()
+	prune := db.pruneHintDue(page) && heap.FreeSpace(page) < db.pruneReadFree()
 	buf.RUnlock()
+	if prune {
+		db.pruneForRead(buf)
+	}
 	buf.Release()
 	if vanished {
 		return v, errVanished
@@ -653,52 +551,4 @@ func (db *DB) didCommit(xid uint64) (bool, error) {
 		return false, err
 	}
 	return st == statusCommitted, nil
-}
-
-// latest finds, for a writer holding the key's row lock, the newest version
-// whose inserter committed (or is the writer itself). Every other writer of
-// the key has ended, so each xmin in the chain is final. deleted reports
-// whether that version's xmax committed (or is the writer's).
-func (db *DB) latest(e *indexEntry, me uint64, wantVal bool) (v version, found, deleted bool, err error) {
-	for restarts := 0; ; restarts++ {
-		if err := restartWalk(restarts, e.key()); err != nil {
-			return v, false, false, err
-		}
-		v, found, deleted, err = db.latestOnce(e, me, wantVal)
-		if !errors.Is(err, errVanished) {
-			return v, found, deleted, err
-		}
-	}
-}
-
-func (db *DB) latestOnce(e *indexEntry, me uint64, wantVal bool) (v version, found, deleted bool, err error) {
-	head := e.headTID()
-	for n, tid := 0, head; tid.Valid(); n++ {
-		if n > maxChainLength {
-			return v, false, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
-		}
-		if v, err = db.readVersion(tid, e.key(), wantVal); err != nil {
-			return v, false, false, err
-		}
-		ok := me != 0 && v.hdr.Xmin == me
-		if !ok {
-			if ok, err = db.xminCommitted(&v); err != nil {
-				return v, false, false, err
-			}
-		}
-		if ok {
-			if x := v.hdr.Xmax; x != 0 {
-				if x == me {
-					deleted = true
-				} else if deleted, err = db.xmaxCommitted(&v); err != nil {
-					return v, false, false, err
-				}
-			}
-			db.setHintBits(&v)
-			return v, true, deleted, nil
-		}
-		db.setHintBits(&v)
-		tid = v.hdr.Prev
-	}
-	return version{}, false, false, nil
 }

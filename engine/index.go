@@ -25,14 +25,8 @@ import (
 // (the key bytes are outside the struct); always use the pointer.
 type indexEntry struct {
 	head atomic.Uint64 // heap.TID.Pack(); heap.InvalidTID before the first version lands
-	// vac says whether vacuum may skip the key: vacDirty, vacExamining or
-	// vacClean (see markWritten and vacuumRun.chain).
-	vac atomic.Uint32
 	// keyLen is the length of the key bytes that follow the entry.
 	keyLen uint32
-	// listed says the entry is on the index's dirty list, or in the hands
-	// of a lazy vacuum run that took it from there (see noteDirty).
-	listed atomic.Bool
 }
 
 // entryHeader is where an entry's key bytes start.
@@ -66,72 +60,6 @@ func (e *indexEntry) key() string {
 	return unsafe.String(e.keyStart(), int(e.keyLen))
 }
 
-// The states of indexEntry.vac. A key is clean when vacuum found its chain
-// to be a single version that every snapshot sees, with no xmax: nothing on
-// it can become removable until the key is written again.
-//
-// Writers mark the key dirty after their heap change; vacuum marks it
-// examining before it reads the chain and makes it clean (compare-and-swap
-// from examining) only if the chain it read was clean. A write whose heap
-// change vacuum's read missed marks the key dirty after vacuum marked it
-// examining, so the swap fails; a write whose mark came before was visible
-// to the read. Either way no write is skipped. Entries start dirty, also
-// when the index is rebuilt at open.
-const (
-	vacDirty uint32 = iota
-	vacExamining
-	vacClean
-)
-
-// markWritten records that e's chain changed (a version added, an xmax
-// set, or an attempt that may have placed chunks) and puts e on the dirty
-// list. The caller has made its heap change already.
-func (ix *index) markWritten(e *indexEntry) {
-	e.vac.Store(vacDirty)
-	ix.noteDirty(e)
-}
-
-// noteDirty puts e on the dirty list unless it is there already.
-//
-// The dirty list is what a lazy vacuum reads instead of walking every key,
-// so that its first pass costs in proportion to the keys written since the
-// last run and not to the size of the index (ten million history keys, of
-// which a run reads a few hundred thousand), as PostgreSQL's lazy vacuum
-// reads only the pages the visibility map does not vouch for. The rule:
-// every entry that is not clean is listed or held by the running vacuum.
-// Entries are listed when created and by every write; a lazy run takes the
-// whole list, clears listed on each entry before it examines it (so a write
-// from then on lists it again), and lists again the entries it leaves not
-// clean, and the ones it did not reach if it stops early.
-func (ix *index) noteDirty(e *indexEntry) {
-	if e.listed.Swap(true) {
-		return
-	}
-	ix.dirtyMu.Lock()
-	ix.dirty = append(ix.dirty, e)
-	ix.dirtyMu.Unlock()
-}
-
-// takeDirty empties the dirty list and returns what it held. The entries
-// keep listed set; the caller clears it on each before examining it.
-func (ix *index) takeDirty() []*indexEntry {
-	ix.dirtyMu.Lock()
-	defer ix.dirtyMu.Unlock()
-	d := ix.dirty
-	// The next run's list is about as long: allocate it once rather than
-	// through a dozen doublings.
-	ix.dirty = make([]*indexEntry, 0, len(d))
-	return d
-}
-
-// returnDirty puts back entries taken by takeDirty that a vacuum run did
-// not examine (their listed flag still set).
-func (ix *index) returnDirty(es []*indexEntry) {
-	ix.dirtyMu.Lock()
-	ix.dirty = append(ix.dirty, es...)
-	ix.dirtyMu.Unlock()
-}
-
 func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
 
 // index is the in-memory ordered index over keys (google/btree), rebuilt from
@@ -149,11 +77,6 @@ type index struct {
 	// tree and byKey are guarded by mu and hold the same entries.
 	tree  *btree.BTreeG[*indexEntry]
 	byKey map[string]*indexEntry
-
-	dirtyMu sync.Mutex
-	// dirty holds the entries vacuum should examine (noteDirty). Guarded
-	// by dirtyMu, taken after mu when both are held.
-	dirty []*indexEntry
 }
 
 func newIndex() *index {
@@ -192,7 +115,6 @@ func (ix *index) getOrCreateLocked(key []byte) *indexEntry {
 	// The map's key is the entry's own copy, not the caller's bytes: one
 	// copy of the key bytes, inside the entry.
 	ix.byKey[e.key()] = e
-	ix.noteDirty(e)
 	return e
 }
 

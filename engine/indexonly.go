@@ -1,9 +1,6 @@
 package engine
 
 import (
-	"fmt"
-
-	"errors"
 	"mvkv/visibility"
 )
 
@@ -164,42 +161,5 @@ func (db *DB) keyVisible(e *indexEntry, snap *visibility.Snapshot, me uint64, r 
 		return true, nil
 	}
 	c.fetches++
-	for restarts := 0; ; restarts++ {
-		if err := restartWalk(restarts, e.key()); err != nil {
-			return false, err
-		}
-		ok, err := db.chainVisible(e, snap, me)
-		if !errors.Is(err, errVanished) {
-			return ok, err
-		}
-	}
-}
-
-// chainVisible walks a chain as fetchVisibleOnce does, reading tuple
-// headers only; errVanished means vacuum freed a version under the walk and
-// the caller starts again from the head.
-func (db *DB) chainVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (bool, error) {
-	head := e.headTID()
-	for n, tid := 0, head; tid.Valid(); n++ {
-		if n > maxChainLength {
-			return false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
-		}
-		v, err := db.readVersion(tid, e.key(), false)
-		if err != nil {
-			return false, err
-		}
-		ok, err := snap.XidVisible(v.hdr.Xmin, me, func(uint64) (bool, error) { return db.xminCommitted(&v) })
-		if err != nil {
-			return false, err
-		}
-		if !ok {
-			db.setHintBits(&v)
-			tid = v.hdr.Prev
-			continue
-		}
-		gone, err := snap.XidVisible(v.hdr.Xmax, me, func(uint64) (bool, error) { return db.xmaxCommitted(&v) })
-		db.setHintBits(&v)
-		return !gone && err == nil, err
-	}
-	return false, nil
+	return db.chainVisible(e, snap, me)
 }

@@ -262,6 +262,8 @@ func (db *DB) Verify() (VerifyReport, error) {
 	// while autovacuum is on.
 	db.vac.mu.Lock()
 	defer db.vac.mu.Unlock()
+	db.pruneMu.Lock()
+	defer db.pruneMu.Unlock()
 	if err := db.Checkpoint(); err != nil {
 		return rep, err
 	}
@@ -288,13 +290,6 @@ func (db *DB) Verify() (VerifyReport, error) {
 		off  int64
 	}
 	lostCLOG := make(map[clogPage]int)
-	// Versions per key and xmin, for the Updated check below.
-	type keyXmin struct {
-		key  string
-		xmin uint64
-	}
-	xmins := make(map[keyXmin]int)
-	referenced := make(map[uint64]bool)
 	nblocks := db.storage.NBlocks()
 	vmBits, vmSnap := db.verifyVMBits(&rep, nblocks), db.procs.snapshot()
 	page := make([]byte, heap.PageSize)
@@ -381,15 +376,6 @@ func (db *DB) Verify() (VerifyReport, error) {
 			k := string(key)
 			tuples[tid.Pack()] = tupleInfo{h: h, key: k, chunk: chunk,
 				xmaxCommitted: xmaxCommitted, xminCommitted: xminCommitted, xminAborted: xminAborted}
-			if !chunk {
-				xmins[keyXmin{k, h.Xmin}]++
-			}
-			if h.Prev.Valid() {
-				if referenced[h.Prev.Pack()] {
-					rep.problem("heap tuple %s: version %s is the predecessor of two versions", tid, h.Prev)
-				}
-				referenced[h.Prev.Pack()] = true
-			}
 		}
 	}
 	for page, n := range lostCLOG {
@@ -397,63 +383,34 @@ func (db *DB) Verify() (VerifyReport, error) {
 			rep.problem("%d more tuple xids whose hints the CLOG page at %s offset %d contradicts", n-1, filepath.Join(db.dir, clogDir, page.file), page.off)
 		}
 	}
-	// Versions a committed version reaches through its Prev link, past
-	// aborted versions in between: an update's prune of its page
-	// (pruneChainOnPage) removes the versions right above one of these,
-	// so its Updated xmax then names no remaining version and nothing is
-	// lost.
-	belowCommitted := make(map[uint64]bool)
-	for _, t := range tuples {
-		if !t.xminCommitted || t.chunk {
-			continue
-		}
-		for p, n := t.h.Prev, 0; p.Valid() && n < maxChainLength; n++ {
-			if belowCommitted[p.Pack()] {
-				break
-			}
-			belowCommitted[p.Pack()] = true
-			pt, ok := tuples[p.Pack()]
-			if !ok || !pt.xminAborted {
-				break
-			}
-			p = pt.h.Prev
-		}
-	}
+	// The newest version of each key: the one whose inserter committed and
+	// whose xmax did not (chain.go). Prev links are not checked for
+	// existence: pruning frees a version on its own page and leaves the
+	// link to it dangling, which walks recognize. An update link whose
+	// target still checks out must be the only one naming it.
+	//
+	// A lost newest version cannot be inferred from the versions left: a
+	// version replaced by an update whose own version is gone is what a
+	// key deleted below the horizon leaves too, once pruning freed its last
+	// version before the page of the one below was visited.
 	heads := make(map[string]uint64)
+	strictRefs := make(map[uint64]bool)
 	for tid, t := range tuples {
 		if t.chunk {
 			continue
 		}
 		if t.h.Prev.Valid() {
-			p, ok := tuples[t.h.Prev.Pack()]
-			switch {
-			case !ok:
-				rep.problem("heap tuple %s: predecessor %s does not exist", heap.UnpackTID(tid), t.h.Prev)
-			case p.chunk || p.key != t.key:
-				rep.problem("heap tuple %s: predecessor %s belongs to another key", heap.UnpackTID(tid), t.h.Prev)
-			}
-		}
-		if t.h.Xmax != 0 && t.h.Infomask&heap.Updated != 0 && t.xmaxCommitted {
-			// A committed update made a version of the key with that
-			// xmin (vacuum removes the new version only after this
-			// one). Without the Updated flag a lost newest version
-			// reads as a delete; checking xmins rather than Prev links
-			// also covers an aborted version left between the two.
-			// An update's prune of its page may have removed the
-			// versions right above this one (belowCommitted).
-			n := xmins[keyXmin{t.key, t.h.Xmax}]
-			if t.h.Xmin == t.h.Xmax {
-				n-- // updated again by the transaction that made it
-			}
-			if n <= 0 && !belowCommitted[tid] {
-				what := "version"
-				if !referenced[tid] {
-					what = "newest version"
+			if p, ok := tuples[t.h.Prev.Pack()]; ok && !p.chunk && p.key == t.key && strictLink(&t.h, &p.h) {
+				if strictRefs[t.h.Prev.Pack()] {
+					rep.problem("heap tuple %s: version %s is the predecessor of two versions", heap.UnpackTID(tid), t.h.Prev)
 				}
-				rep.problem("key %q: its %s %s was updated by committed xid %d, but no version of the key has that xmin: the newer version is lost", truncKey([]byte(t.key)), what, heap.UnpackTID(tid), t.h.Xmax)
+				strictRefs[t.h.Prev.Pack()] = true
 			}
 		}
-		if !referenced[tid] {
+		if !t.xminCommitted {
+			continue
+		}
+		if t.h.Xmax == 0 || !t.xmaxCommitted {
 			if other, dup := heads[t.key]; dup {
 				rep.problem("key %q has two newest versions %s and %s", truncKey([]byte(t.key)), heap.UnpackTID(other), heap.UnpackTID(tid))
 			}
@@ -465,9 +422,15 @@ func (db *DB) Verify() (VerifyReport, error) {
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
 		want, ok := heads[e.key()]
 		got := e.head.Load()
-		if !ok && heap.UnpackTID(got).Valid() {
+		// An entry may also point at a version that is not the newest
+		// committed one: a deleted key's last version until vacuum drops
+		// the entry, or a version whose inserter aborted or is still
+		// running, above the newest committed one.
+		t, exists := tuples[got]
+		pending := exists && !t.chunk && t.key == e.key() && (!t.xminCommitted || (!ok && t.h.Xmax != 0))
+		if !ok && heap.UnpackTID(got).Valid() && !pending {
 			rep.problem("index: key %q points at %s, which is not a newest version in the heap", truncKey([]byte(e.key())), heap.UnpackTID(got))
-		} else if ok && got != want {
+		} else if ok && got != want && !pending {
 			rep.problem("index: key %q points at %s, the heap's newest version is %s", truncKey([]byte(e.key())), heap.UnpackTID(got), heap.UnpackTID(want))
 		}
 		delete(heads, e.key())

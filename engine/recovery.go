@@ -329,12 +329,6 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 // that is now missing (rule 1 was kept, so the WAL was lost), and its
 // tuples' xids could be handed out again.
 func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
-	type cand struct {
-		tid uint64
-		e   *indexEntry
-	}
-	var cands []cand
-	referenced := make(map[uint64]struct{})
 	// Chunks, and the chunks some version's external pointer names: the
 	// difference are orphans for the next vacuum (vacuum.go).
 	var chunks []heap.TID
@@ -392,10 +386,30 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 				if h.Xmax != 0 {
 					frozenXid = min(frozenXid, h.Xmax)
 				}
-				if h.Prev.Valid() {
-					referenced[h.Prev.Pack()] = struct{}{}
+				// The key's newest version is the one whose inserter
+				// committed and whose xmax did not (chain.go); nothing
+				// runs yet, so an xid still in progress crashed. A key
+				// with none is deleted or never committed, and gets no
+				// entry: its versions are left to pruning.
+				v := version{tid: tid, hdr: h}
+				committed, _, err := db.xidState(&v, false)
+				if err == nil && committed && h.Xmax != 0 {
+					var gone bool
+					gone, _, err = db.xidState(&v, true)
+					committed = !gone
 				}
-				cands = append(cands, cand{tid.Pack(), db.idx.getOrCreateLocked(key)})
+				if err != nil {
+					perr = fmt.Errorf("heap block %d slot %d: %w", blk, s, err)
+					break
+				}
+				if committed {
+					e := db.idx.getOrCreateLocked(key)
+					if old := e.headTID(); old.Valid() {
+						perr = fmt.Errorf("%w: key %q has two newest versions %s and %s", ErrCorruption, truncKey(key), old, tid)
+						break
+					}
+					e.head.Store(tid.Pack())
+				}
 			}
 			db.fsm.record(blk, heap.FreeSpace(page))
 			if blk == nblocks-1 {
@@ -406,11 +420,6 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 		buf.Release()
 		if perr != nil {
 			return 0, perr
-		}
-	}
-	for _, c := range cands {
-		if _, ok := referenced[c.tid]; !ok {
-			c.e.head.Store(c.tid)
 		}
 	}
 	db.vac.mu.Lock()

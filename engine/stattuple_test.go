@@ -19,6 +19,7 @@ func TestStatTuple(t *testing.T) {
 	for i := 0; i < history; i++ {
 		mustPut(t, db, fmt.Sprintf("h:%05d", i), strings.Repeat("y", 30))
 	}
+	release := holdSnapshot(t, db) // no pruning: the old versions stay
 	for i := 0; i < 50; i++ {
 		mustPut(t, db, fmt.Sprintf("a:%05d", i), strings.Repeat("z", 90))
 	}
@@ -50,6 +51,7 @@ func TestStatTuple(t *testing.T) {
 		t.Errorf("%d tuple bytes in %d pages", sum, pages)
 	}
 	// Vacuum removes the 50 old account versions.
+	release()
 	mustVacuum(t, db)
 	if u, _, err = db.StatTuple(context.Background(), class); err != nil || u["a:"].Tuples != accounts {
 		t.Errorf("after vacuum: %+v, %v", u["a:"], err)

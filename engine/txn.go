@@ -205,54 +205,6 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 	return nil
 }
 
-// fetchVisible walks a key's chain from its newest version and returns the
-// value of the first version whose xmin the snapshot sees, unless the
-// snapshot sees its xmax too (the key is deleted for it). A walk that finds
-// a version gone (removed by vacuum after the walk read the TID pointing at
-// it) starts again from the current head: vacuum never removes a version
-// the snapshot can see, and the chain from the head still leads to it.
-func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) ([]byte, bool, error) {
-	for restarts := 0; ; restarts++ {
-		if err := restartWalk(restarts, e.key()); err != nil {
-			return nil, false, err
-		}
-		val, found, err := db.fetchVisibleOnce(e, snap, me)
-		if !errors.Is(err, errVanished) {
-			return val, found, err
-		}
-	}
-}
-
-func (db *DB) fetchVisibleOnce(e *indexEntry, snap *visibility.Snapshot, me uint64) ([]byte, bool, error) {
-	head := e.headTID()
-	for n, tid := 0, head; tid.Valid(); n++ {
-		if n > maxChainLength {
-			return nil, false, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
-		}
-		v, err := db.readVersion(tid, e.key(), true)
-		if err != nil {
-			return nil, false, err
-		}
-		ok, err := snap.XidVisible(v.hdr.Xmin, me, func(uint64) (bool, error) { return db.xminCommitted(&v) })
-		if err != nil {
-			return nil, false, err
-		}
-		if !ok {
-			db.setHintBits(&v)
-			tid = v.hdr.Prev
-			continue
-		}
-		gone, err := snap.XidVisible(v.hdr.Xmax, me, func(uint64) (bool, error) { return db.xmaxCommitted(&v) })
-		db.setHintBits(&v)
-		if err != nil || gone {
-			return nil, false, err
-		}
-		val, err := db.value(v, e.key())
-		return val, err == nil, err
-	}
-	return nil, false, nil
-}
-
 // Put sets key to value, creating a new version.
 func (t *Txn) Put(key, value []byte) error {
 	return t.write(key, func([]byte, bool) ([]byte, error) { return value, nil }, false, len(value))
@@ -348,12 +300,8 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 			// to vacuum, which a workload of such deletes never starts.
 			// The row lock, still held, keeps every writer of the key out.
 			db.idx.removeEntry(e)
-			return
 		}
-		// Whatever happened, vacuum must look at this key again.
-		db.idx.markWritten(e)
 	}()
-	head := e.headTID()
 	cur, found, deleted, err := db.latest(e, me, fn != nil)
 	if err != nil {
 		return err
@@ -363,8 +311,15 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		if deleted {
 			last = cur.hdr.Xmax
 		}
+		// The version's hints, Frozen first, answer before the CLOG:
+		// a frozen version's xmin may lie below the CLOG's truncation
+		// point.
+		committed := func(uint64) (bool, error) { return db.xminCommitted(&cur) }
+		if deleted {
+			committed = func(uint64) (bool, error) { return db.xmaxCommitted(&cur) }
+		}
 		snap, release := t.snapshot()
-		ok, err := snap.XidVisible(last, me, db.didCommit)
+		ok, err := snap.XidVisible(last, me, committed)
 		release()
 		if err != nil {
 			return err
@@ -407,8 +362,19 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	if len(val) > MaxValueSize {
 		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, len(val), MaxValueSize)
 	}
+	// The new version links to the newest committed version, or past a
+	// version this transaction made itself to what that one links to, so
+	// that the reachable chain below the head holds committed versions
+	// only (chain.go).
+	prev := heap.InvalidTID
+	if found {
+		prev = cur.tid
+		if me != 0 && cur.hdr.Xmin == me {
+			prev = cur.hdr.Prev
+		}
+	}
 	scratch := getScratch()
-	tup, err := db.buildTuple((*scratch)[:0], xid(), head, key, val)
+	tup, err := db.buildTuple((*scratch)[:0], xid(), prev, key, val)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -17,7 +15,7 @@ import (
 	"mvkv/visibility"
 )
 
-// Vacuum, the analog of PostgreSQL's vacuumlazy.c and pruneheap.c.
+// Vacuum, the analog of PostgreSQL's vacuumlazy.c.
 //
 // The horizon. Vacuum first computes OldestXmin, as
 // GetOldestNonRemovableTransactionId: the smallest of the next xid, every
@@ -27,78 +25,69 @@ import (
 // them. Snapshots are registered (snapshotRegistry) under the same mutex the
 // horizon is computed under, so a snapshot being taken cannot be missed.
 //
-// What goes. Versions of a key form a chain from the index's head to older
-// versions (docs/DESIGN.md, "Decisions taken in the code"). Vacuum walks
-// each chain and removes, as HeapTupleSatisfiesVacuum would call them DEAD:
+// Pass 1 reads the heap in block order, each page once, through a small
+// ring of buffers (a BufferAccessStrategy of type BAS_VACUUM) so that a heap
+// larger than the buffer pool does not evict the working set. Pages the
+// visibility map calls all-visible are skipped by a lazy run, all-frozen ones
+// by an aggressive run. Each page read is pruned as an update or read would
+// prune it (pruneheap.go), under its exclusive lock (PostgreSQL's cleanup
+// lock) and in the same one-page record, and besides:
 //
-//   - every version older than the newest version whose xmin committed
-//     below the horizon: every snapshot stops at that version or earlier;
-//   - that version itself if its xmax also committed below the horizon:
-//     the key is deleted for every snapshot;
-//   - versions whose inserter aborted (or crashed);
+//   - out-of-line versions that no snapshot sees go too, and their chunks,
+//     which live on other pages, are listed for pass 2;
+//   - committed xmins below the freeze cutoff (OldestXmin -
+//     vacuum_freeze_min_age) get the Frozen and XminCommitted bits, and
+//     aborted xmaxes below it are cleared, so that nothing below the cutoff
+//     needs the CLOG any more;
+//   - an index head that no snapshot needs (its key deleted below the
+//     horizon, or its inserter aborted) is listed for pass 2, since moving
+//     or dropping an index entry takes the key's row lock, which is tried
+//     only with no page lock held;
+//   - the page's free space goes into the free space map, and a page whose
+//     every tuple every snapshot sees is marked all-visible (all-frozen if
+//     nothing on it needs the CLOG) in the visibility map.
 //
-// and keeps the rest. When nothing is kept the whole key goes, with its
-// index entry. Versions newer than a kept one are never removed by the first
-// rule, so the chain from the head still reaches every version any snapshot
-// can see; the Prev links of kept versions are rewritten to skip removed
-// ones. The head (an aborted version, or the last version of a deleted key)
-// is removed only while vacuum holds the key's row lock (tried, never waited
-// for), so no writer is between reading the head and linking a new version
-// to it; the index entry then moves to the newest kept version, or goes.
+// There is no walk along version chains: a chain's versions are freed page
+// by page, each where it lies, which the chain rules (chain.go) allow.
 //
-// Crash safety. A removal and the Prev rewrite around it may touch two
-// pages, so one pruning record (prune.go) covers every page a step changes,
-// taken under all their exclusive locks (in block order, as placeTuple
-// locks), with full-page images first (rule 4). Out-of-line chunks of a
-// removed version go in later records: between the two a crash leaves
-// chunks no version points to, which the index rebuild at open finds and
-// hands to the next vacuum (orphans).
+// Pass 2 visits, again in block order and through the ring, only the pages
+// pass 1 listed work for: index heads whose row lock it gets at once
+// (never waiting, so a writer waiting for vacuum cannot deadlock) are
+// dropped or moved to the newest committed version and freed; chunks of
+// the out-of-line versions pass 1 freed are freed. A crash between the two
+// passes leaves chunks no version names, which the index rebuild at open
+// finds and hands to the next run (orphans). So a page is read at most twice
+// by a run, and changed at most twice.
 //
-// Readers. Removed slots become unused at once and may be reused by the
-// next insert. A reader that read a TID just before (from the index head, or
-// a newer version's Prev) may find the slot empty or holding another key's
-// tuple; readVersion checks the key and the walk starts again from the head
-// (errVanished). Every version the reader's snapshot can see is still
-// reachable from there, so the restart returns the same answer the reader
-// would have got, and a tuple of the same key found in a reused slot is a
-// newer version whose chain leads to all of them too. PostgreSQL instead
-// keeps dead line pointers until index entries are gone; an in-memory index
-// with one entry per key makes the key check cheaper than a second pass.
+// Concurrency. Nothing stops transactions or their pruning for the run:
+// each page is changed under its own exclusive lock only, as pruning by
+// updates and reads changes it, and pass 2 checks under the page lock that
+// what pass 1 listed is still there. Runs are serialized with each other
+// and with Verify.
 //
-// Freezing. The newest all-visible version of a key whose xmin is older
-// than the freeze cutoff (OldestXmin - vacuum_freeze_min_age) gets the
-// Frozen and XminCommitted bits, and an aborted xmax below the cutoff is
-// cleared, in the same pruning record, so nothing below the cutoff needs the
-// CLOG any more. VacuumStats.FrozenXid is then the oldest xid a tuple still
-// names (the analog of relfrozenxid), which CLOG truncation may use.
+// FrozenXid, the analog of relfrozenxid, is the oldest xid a tuple still
+// names after the run; whole CLOG segments below it are truncated. A lazy
+// run skips all-visible pages whose tuples may hold older unfrozen xids, so
+// it keeps the previous value; an aggressive run (one every
+// vacuum_freeze_table_age xids, or VACUUM FREEZE) reads every page not
+// all-frozen and advances it.
 //
-// Pruning records free slots in place (flagPruneNoRepair): each key's chain
-// lies on its own pages, so a batch of a few dozen keys names a few dozen
-// pages, and one page of updated keys is named by many batches of a run.
-// Compacting it in each of them cost one page compaction per removed
-// version; instead the pass over the pages below compacts each page with
-// holes once, in a pruning record of its own, as PostgreSQL's vacuum calls
-// PageRepairFragmentation once a page.
-//
-// Then a pass over the pages records their free space in the free space
-// map (fsm.go) and marks all-visible every page whose every tuple is
-// visible to every snapshot and ends its chain (no Prev), through the
-// visibility map. Pages already all-visible are skipped, as PostgreSQL's
-// lazy vacuum skips them, except by an aggressive run (one every
-// vacuum_freeze_table_age xids, or VACUUM FREEZE), which reads every page
-// not all-frozen so that it can freeze and advance FrozenXid.
+// Rejected: the chain walk earlier versions of mvkv did, key by key from the
+// index head down, removing a chain's dead versions and rewriting Prev links
+// across pages in one record. It read pages in key order (each page once per
+// key on it), needed every page of a chain locked at once, and held off all
+// pruning for a whole run; on a heap larger than the pool it evicted the
+// working set several times over.
 //
 // Pseudocode:
 //
 //	h := oldestXmin(); cutoff := h - freeze_min_age
-//	for each index entry, in key order:
-//	    walk the chain, classify each version against h
-//	    plan removals, Prev rewrites and freezing; try the row lock if the
-//	      whole key goes; add the plan to the batch, writing the batch as
-//	      one pruning record when its pages would exceed the budget
-//	write the chunks of removed versions (and orphans) free
-//	for each page not all-frozen: compact it if it has holes; record
-//	  free space; set all-visible
+//	for each block, skipping all-visible (all-frozen) ones:
+//	    lock it; prune it, freezing and noting heads and chunks; FSM; VM
+//	for each block with listed heads or chunks:
+//	    try each head's row lock; move or drop its index entry
+//	    lock the page; free those heads and chunks in one record
+//	truncate the CLOG below FrozenXid; flush the WAL
 
 // VacuumStats describe one run of DB.Vacuum.
 type VacuumStats struct {
@@ -111,18 +100,22 @@ type VacuumStats struct {
 	// the CLOG after this run, as PostgreSQL's relfrozenxid: every tuple
 	// with an older xmin is frozen, and no tuple has an older xmax.
 	FrozenXid uint64
-	// PagesScanned and PagesSkipped count heap pages examined and skipped
-	// by the visibility map (all-visible pages by a lazy run, all-frozen
-	// ones by an aggressive run); PagesCompacted the pages whose tuples
-	// were packed to turn freed storage into free space (once a page, at
-	// the end of the run, for the versions the chain pass removed);
-	// PagesAllVisible the pages marked all-visible.
-	PagesScanned, PagesSkipped, PagesCompacted, PagesAllVisible uint64
-	// ChainsRead counts the keys whose version chains the first pass
-	// read; ChainsSkipped those it did not need to read, because no one
-	// wrote the key since a run found its one version visible to everyone,
-	// or because its newest version lies on an all-visible page.
-	ChainsRead, ChainsSkipped uint64
+	// PagesScanned and PagesSkipped count heap pages examined by the first
+	// pass and skipped by the visibility map (all-visible pages by a lazy
+	// run, all-frozen ones by an aggressive run); PagesRevisited the pages
+	// the second pass came back to (for index heads and chunks);
+	// PagesPruned the pages whose tuples the run freed or froze;
+	// PagesCompacted the pages packed by the second pass; PagesAllVisible
+	// the pages marked all-visible.
+	PagesScanned, PagesSkipped, PagesRevisited, PagesPruned, PagesCompacted, PagesAllVisible uint64
+	// PagesRead counts the pages the run read from disk (not found in the
+	// buffer pool), RingSwept the buffer frames it took from the pool's
+	// clock sweep for them: at most the ring's size, unless ring frames
+	// were in use by others when their turn came.
+	PagesRead, RingSwept uint64
+	// HeadsBusy counts index heads the run could have dropped or moved but
+	// left because a writer held the key's row lock.
+	HeadsBusy uint64
 	// Aggressive says the run read every page not all-frozen, so that
 	// FrozenXid could advance (see Options.VacuumFreezeTableAge); a
 	// non-aggressive run skips all-visible pages and keeps FrozenXid.
@@ -146,23 +139,29 @@ type VacuumStats struct {
 
 // vacuumState serializes vacuum runs and keeps their cumulative counters.
 type vacuumState struct {
-	// mu is held for a whole run: one vacuum at a time, so that nothing but
-	// the running vacuum frees slots while it plans.
+	// mu is held for a whole run: one vacuum at a time, and none while
+	// Verify reads the files.
 	mu sync.Mutex
 
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
-	chainsRead, chainsSkipped                                                     atomic.Uint64
+	pagesPruned, pagesRead, ringSwept                                             atomic.Uint64
 
 	// frozenXid is FrozenXid of the last run, or what the index rebuild
 	// found at open.
 	frozenXid atomic.Uint64
 
 	// orphans are chunks that the index rebuild found no version pointing
-	// to (a crash between a pruning record and the one freeing its
-	// chunks, or a write that failed between placing the chunks and the
-	// tuple). Guarded by mu.
+	// to (a crash between a run's two passes, or a write that failed
+	// between placing the chunks and the tuple). Guarded by mu.
 	orphans []heap.TID
 }
+
+// vacuumRingFrames is the size of vacuum's buffer ring: 256 KiB, as
+// PostgreSQL's BAS_VACUUM ring was for years (capped at an eighth of the
+// pool by NewRing). Small enough that vacuum never displaces the working
+// set, large enough that the WAL flush a dirty ring frame needs before
+// reuse is usually done already.
+const vacuumRingFrames = 32
 
 // snapshotRegistry counts the open snapshots by xmin, so that vacuum's
 // horizon includes them (PostgreSQL keeps MyProc->xmin for the same
@@ -219,15 +218,16 @@ func (db *DB) oldestXmin() uint64 {
 }
 
 // Vacuum removes the tuple versions no snapshot can see any more, freezes
-// old ones, compacts pages, records their free space and marks all-visible
-// pages in the visibility map (see the comment at the top of vacuum.go).
-// Runs are serialized; transactions go on meanwhile (a key's head is
-// removed only if its row lock is free). Everything it changes is
-// WAL-logged, so a crash at any point leaves a consistent database.
+// old ones, records the pages' free space and marks all-visible pages in the
+// visibility map, reading the heap in block order (see the comment at the
+// top of vacuum.go). Runs are serialized; transactions go on meanwhile,
+// pruning as they go (a key's index head is moved only if its row lock is
+// free). Everything it changes is WAL-logged, so a crash at any point
+// leaves a consistent database.
 //
 // It returns ErrClosed after Close, the failure that stopped writes, the
 // context's error (work done so far stays done), or ErrCorruption for a
-// chain or page that fails its checks.
+// page that fails its checks.
 func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -241,25 +241,25 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	db.vac.mu.Lock()
 	defer db.vac.mu.Unlock()
 	begin := time.Now()
-	v := &vacuumRun{db: db, ctx: ctx, budget: db.pruneBudget()}
+	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}, freed: map[uint64]bool{}}
 	v.st.OldestXmin = db.oldestXmin()
 	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
 	prevFrozen := db.vac.frozenXid.Load()
 	v.st.Aggressive = db.opts.VacuumFreezeMinAge == 0 ||
 		v.st.OldestXmin-min(v.st.OldestXmin, prevFrozen) >= uint64(db.opts.VacuumFreezeTableAge)
-	v.batch.reset()
 	err := v.run()
 	v.st.Duration = time.Since(begin)
+	v.st.PagesRead, v.st.RingSwept = v.ring.Reads, v.ring.Swept
 	db.vac.runs.Add(1)
 	db.vac.tuplesRemoved.Add(v.st.TuplesRemoved)
 	db.vac.tuplesFrozen.Add(v.st.TuplesFrozen)
 	db.vac.pagesCompacted.Add(v.st.PagesCompacted)
 	db.vac.pagesScanned.Add(v.st.PagesScanned)
 	db.vac.pagesSkipped.Add(v.st.PagesSkipped)
-	db.vac.chainsRead.Add(v.st.ChainsRead)
-	db.vac.chainsSkipped.Add(v.st.ChainsSkipped)
+	db.vac.pagesPruned.Add(v.st.PagesPruned)
+	db.vac.pagesRead.Add(v.st.PagesRead)
+	db.vac.ringSwept.Add(v.st.RingSwept)
 	if err != nil {
-		v.batch.releaseLocks(db)
 		return v.st, err
 	}
 	if !v.st.Aggressive {
@@ -286,7 +286,7 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	}
 	db.logger.Debug("vacuum", "oldestXmin", v.st.OldestXmin, "removed", v.st.TuplesRemoved,
 		"chunks", v.st.ChunksRemoved, "keys", v.st.KeysRemoved, "frozen", v.st.TuplesFrozen,
-		"scanned", v.st.PagesScanned, "skipped", v.st.PagesSkipped, "took", v.st.Duration)
+		"scanned", v.st.PagesScanned, "skipped", v.st.PagesSkipped, "read", v.st.PagesRead, "took", v.st.Duration)
 	return v.st, nil
 }
 
@@ -295,35 +295,49 @@ func clogSegment(xid uint64) uint64 {
 	return xid / (clog.XidsPerPage * clog.PagesPerSegment)
 }
 
-// pruneBudget is the most pages one pruning record locks and names: a
-// quarter of the buffer pool, so that vacuum's pins never starve the
-// transactions running beside it.
-func (db *DB) pruneBudget() int {
-	frames := int(db.opts.SharedBuffers / heap.PageSize)
-	return max(2, min(maxPrunePages, frames/4))
-}
-
 // vacuumRun is the state of one Vacuum call. Used by one goroutine.
 type vacuumRun struct {
-	db     *DB
-	ctx    context.Context
-	budget int
-	st     VacuumStats
-	batch  pruneBatch
-	chunks []heap.TID // chunks of removed versions, freed after the batch naming their version
-
-	// Scratch space reused from key to key: a run reads hundreds of
-	// thousands of chains, and a fresh chain, plan and page list for each
-	// were a third of all the bytes a bloat run allocated, which the
-	// garbage collector then had to chase (docs/BENCHMARKS.md).
-	chainBuf  []chainVersion
-	removeBuf []bool
-	planBuf   chainPlan
-	blocksBuf []uint32
+	db   *DB
+	ctx  context.Context
+	ring *bufpool.Ring
+	st   VacuumStats
+	// work is what pass 1 left for pass 2, by block.
+	work map[uint32]*pageWork
+	// abortedChunks are chunks whose inserter aborted, and freed the
+	// chunks pass 2 freed: those not freed count against FrozenXid.
+	abortedChunks []abortedChunk
+	freed         map[uint64]bool
 }
 
-// open runs fn with closeMu held shared, so Close waits for it but not for
-// the whole vacuum.
+type abortedChunk struct {
+	tid, xmin uint64
+}
+
+// pageWork is pass 2's work on one page.
+type pageWork struct {
+	heads  []headWork
+	chunks []uint16
+}
+
+// headWork is an index head pass 1 found that no snapshot needs.
+type headWork struct {
+	slot      uint16
+	key       string
+	aborted   bool   // its inserter aborted; else its key was deleted below the horizon
+	oldestXid uint64 // the oldest xid it names, for FrozenXid if it stays
+}
+
+func (v *vacuumRun) pageWork(blk uint32) *pageWork {
+	w := v.work[blk]
+	if w == nil {
+		w = &pageWork{}
+		v.work[blk] = w
+	}
+	return w
+}
+
+// whileOpen runs fn with closeMu held shared, so Close waits for it but
+// not for the whole vacuum.
 func (db *DB) whileOpen(fn func() error) error {
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
@@ -338,150 +352,230 @@ func (db *DB) whileOpen(fn func() error) error {
 
 func (v *vacuumRun) run() error {
 	db := v.db
-	if v.st.Aggressive {
-		// Freezing needs every key, clean ones too: walk the whole index.
-		// The dirty list stays as it is; the next lazy run finds most of
-		// its entries clean.
-		const step = 256
-		after, all := "", true
-		for {
-			entries := db.idx.entriesAfter(after, all, step)
-			if len(entries) == 0 {
-				break
-			}
-			for _, e := range entries {
-				if err := v.ctx.Err(); err != nil {
-					return err
-				}
-				if err := db.whileOpen(func() error { _, err := v.chain(e); return err }); err != nil {
-					return err
-				}
-			}
-			after, all = entries[len(entries)-1].key(), false
-		}
-	} else if err := v.runDirty(); err != nil {
-		return err
-	}
-	if err := db.whileOpen(v.flush); err != nil {
-		return err
-	}
-	v.chunks = append(v.chunks, db.vac.orphans...)
-	db.vac.orphans = nil
-	if err := v.freeChunks(); err != nil {
-		return err
-	}
-	return v.scanPages()
-}
-
-// runDirty is a lazy run's first pass: the keys on the dirty list, in the
-// order of their heads' blocks, so that the chains of keys whose versions
-// share pages are read together (key order scattered them over the heap).
-// Keys not on the list are clean and count as skipped.
-func (v *vacuumRun) runDirty() error {
-	db := v.db
-	list := db.idx.takeDirty()
-	v.st.ChainsSkipped += uint64(max(0, db.idx.len()-len(list)))
-	// Sort by a snapshot of the heads: a head may move while we sort.
-	type headed struct {
-		head uint64
-		e    *indexEntry
-	}
-	hs := make([]headed, len(list))
-	for i, e := range list {
-		hs[i] = headed{e.head.Load(), e}
-	}
-	slices.SortFunc(hs, func(a, b headed) int { return cmp.Compare(a.head, b.head) })
-	for i := range hs {
-		list[i] = hs[i].e
-	}
-	for n, e := range list {
+	oldest := v.st.OldestXmin
+	nblocks := db.pool.NBlocks()
+	for blk := uint32(0); blk < nblocks; blk++ {
 		if err := v.ctx.Err(); err != nil {
-			db.idx.returnDirty(list[n:])
 			return err
 		}
-		// From here a write lists e again.
-		e.listed.Store(false)
-		var relist bool
+		if av, af := db.pageAllVisible(blk); av && (af || !v.st.Aggressive) {
+			v.st.PagesSkipped++
+			continue
+		}
 		err := db.whileOpen(func() error {
-			var err error
-			relist, err = v.chain(e)
+			x, err := v.scanPage(blk)
+			oldest = min(oldest, x)
 			return err
 		})
-		if relist || err != nil {
-			db.idx.noteDirty(e)
-		}
 		if err != nil {
-			db.idx.returnDirty(list[n+1:])
 			return err
+		}
+		v.st.PagesScanned++
+	}
+	v.st.FrozenXid = oldest
+	for _, c := range db.vac.orphans {
+		w := v.pageWork(c.Block)
+		w.chunks = append(w.chunks, c.Slot)
+	}
+	db.vac.orphans = nil
+	// Index heads first: the chunks of an out-of-line head are known to
+	// be free only once the head is gone.
+	for _, heads := range []bool{true, false} {
+		blocks := make([]uint32, 0, len(v.work))
+		for blk, w := range v.work {
+			if (heads && len(w.heads) > 0) || (!heads && len(w.chunks) > 0) {
+				blocks = append(blocks, blk)
+			}
+		}
+		slices.Sort(blocks)
+		for _, blk := range blocks {
+			if err := v.ctx.Err(); err != nil {
+				v.keepChunks()
+				return err
+			}
+			if err := db.whileOpen(func() error { return v.revisit(blk, v.work[blk], heads) }); err != nil {
+				v.keepChunks()
+				return err
+			}
+			v.st.PagesRevisited++
+		}
+	}
+	for _, c := range v.abortedChunks {
+		if !v.freed[c.tid] {
+			v.st.FrozenXid = min(v.st.FrozenXid, c.xmin)
 		}
 	}
 	return nil
 }
 
-// chainVersion is one version as vacuum sees it.
-type chainVersion struct {
-	v      version
-	chunks []heap.TID // for an External version, its chunks
-	// xmin and xmax states: committed, aborted (neither: in progress, or
-	// no xmax).
-	xminCommitted, xminAborted bool
-	xmaxCommitted, xmaxAborted bool
-}
-
-// readChain reads the versions of e's key from its head, oldest last.
-//
-// The slice is v's scratch space, valid until the next call.
-func (v *vacuumRun) readChain(e *indexEntry) ([]chainVersion, error) {
-	out := v.chainBuf[:0]
-	defer func() { v.chainBuf = out[:0] }()
-	head := e.headTID()
-	for tid := head; tid.Valid(); {
-		if len(out) > maxChainLength {
-			return nil, fmt.Errorf("%w: version chain from %s does not end", ErrCorruption, head)
+// keepChunks hands the chunks a run stopped before freeing to the next run.
+func (v *vacuumRun) keepChunks() {
+	for blk, w := range v.work {
+		for _, s := range w.chunks {
+			v.db.vac.orphans = append(v.db.vac.orphans, heap.TID{Block: blk, Slot: s})
 		}
-		cv, err := v.readVersion(tid, e.key())
-		if err != nil {
-			if errors.Is(err, errVanished) {
-				// Only vacuum frees slots, and it runs alone: a chain
-				// that leads nowhere is broken.
-				return nil, fmt.Errorf("%w: version chain of key %q: %s holds no version of it", ErrCorruption, truncKey([]byte(e.key())), tid)
-			}
-			return nil, err
-		}
-		out = append(out, cv)
-		tid = cv.v.hdr.Prev
+		w.chunks = nil
 	}
-	return out, nil
 }
 
-func (v *vacuumRun) readVersion(tid heap.TID, key string) (chainVersion, error) {
+// scanPage is pass 1 on one page: it prunes and freezes the page, lists
+// work for pass 2, records its free space and sets its visibility map bits.
+// It returns the oldest xid a tuple on it still names (OldestXmin if none).
+func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 	db := v.db
-	cv := chainVersion{}
-	var ext bool
-	vv, err := db.readVersion(tid, key, false)
+	buf, err := v.ring.Get(blk)
 	if err != nil {
-		return cv, err
+		return v.st.OldestXmin, err
 	}
-	if ext = vv.hdr.Infomask&heap.External != 0; ext {
-		if vv, err = db.readVersion(tid, key, true); err != nil {
-			return cv, err
+	defer buf.Release()
+	db.ckptInterlock.RLock()
+	defer db.ckptInterlock.RUnlock()
+	buf.Lock()
+	defer buf.Unlock()
+	if heap.IsNew(buf.Page()) {
+		return v.st.OldestXmin, nil
+	}
+	res, err := db.prunePageLocked(buf, pruneByVacuum, v)
+	if err != nil {
+		return v.st.OldestXmin, err
+	}
+	if res.allVisible {
+		// Set the bits unless they are set already; an all-visible page
+		// whose tuples this run froze becomes all-frozen.
+		av, af := db.pageAllVisible(blk)
+		if heap.PageFlags(buf.Page())&heap.PDAllVisible == 0 || !av || (res.allFrozen && !af) {
+			if err := db.setPageAllVisible(buf, res.allFrozen, res.newestXmin); err != nil {
+				return v.st.OldestXmin, err
+			}
+			v.st.PagesAllVisible++
 		}
-		if cv.chunks, err = chunkTIDs(vv.val); err != nil {
-			return cv, db.corrupt(tid, err)
+	}
+	return res.oldestXid, nil
+}
+
+// revisit is pass 2 on one page: with heads set, it drops or moves the
+// index heads pass 1 listed on it whose row locks are free, and frees them,
+// listing their chunks if they were out of line; else it frees the listed
+// chunks. One pruning record either way.
+func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
+	db := v.db
+	owner := newTxnState()
+	defer func() {
+		db.locks.releaseAll(owner)
+		close(owner.done)
+	}()
+	// Row locks and new heads first, with no page lock held: finding the
+	// newest committed version below an aborted head reads other pages.
+	type move struct {
+		e       *indexEntry
+		slot    uint16
+		newHead heap.TID
+	}
+	var moves []move
+	var todo []headWork
+	var chunks []uint16
+	if heads {
+		todo = w.heads
+		w.heads = nil
+	} else {
+		chunks = w.chunks
+		w.chunks = nil
+	}
+	for _, h := range todo {
+		tid := heap.TID{Block: blk, Slot: h.slot}
+		e := db.idx.get([]byte(h.key))
+		if e == nil || e.headTID() != tid {
+			continue // a writer moved it on
 		}
-		vv.val, vv.have = nil, false
+		if !db.locks.tryAcquire(h.key, owner) || e.headTID() != tid {
+			// Left for the next run, and so are its xids.
+			v.st.HeadsBusy++
+			v.st.FrozenXid = min(v.st.FrozenXid, h.oldestXid)
+			continue
+		}
+		newHead := heap.InvalidTID
+		if h.aborted {
+			cur, found, _, err := db.latest(e, 0, false)
+			if err != nil {
+				return err
+			}
+			if found {
+				newHead = cur.tid
+			}
+		}
+		moves = append(moves, move{e: e, slot: h.slot, newHead: newHead})
 	}
-	cv.v = vv
-	if cv.xminCommitted, cv.xminAborted, err = db.xidState(&cv.v, false); err != nil {
-		return cv, err
+	if len(moves) == 0 && len(chunks) == 0 {
+		return nil
 	}
-	if vv.hdr.Xmax != 0 {
-		if cv.xmaxCommitted, cv.xmaxAborted, err = db.xidState(&cv.v, true); err != nil {
-			return cv, err
+	buf, err := v.ring.Get(blk)
+	if err != nil {
+		return err
+	}
+	defer buf.Release()
+	db.ckptInterlock.RLock()
+	defer db.ckptInterlock.RUnlock()
+	buf.Lock()
+	defer buf.Unlock()
+	page := buf.Page()
+	pp := &prunePage{block: blk}
+	// Each slot is checked again under the page lock: a head must still
+	// be the version pass 1 saw (the row lock keeps writers off, and
+	// pruning never frees an index head), a chunk still a chunk (only
+	// vacuum frees chunks, and runs are serialized).
+	var done []move
+	for _, m := range moves {
+		raw, err := heap.Tuple(page, m.slot)
+		if err != nil {
+			continue
+		}
+		hdr, key, val, err := heap.DecodeTuple(raw)
+		if err != nil || string(key) != m.e.key() {
+			continue
+		}
+		if hdr.Infomask&heap.External != 0 {
+			ctids, err := chunkTIDs(val)
+			if err != nil {
+				return db.corrupt(heap.TID{Block: blk, Slot: m.slot}, err)
+			}
+			for _, c := range ctids {
+				cw := v.pageWork(c.Block)
+				cw.chunks = append(cw.chunks, c.Slot)
+			}
+		}
+		pp.unused = append(pp.unused, m.slot)
+		done = append(done, m)
+	}
+	for _, s := range chunks {
+		raw, err := heap.Tuple(page, s)
+		if err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 && !slices.Contains(pp.unused, s) {
+			pp.unused = append(pp.unused, s)
+			v.st.ChunksRemoved++
+			v.freed[heap.TID{Block: blk, Slot: s}.Pack()] = true
 		}
 	}
-	db.setHintBits(&cv.v)
-	return cv, nil
+	if len(pp.unused) == 0 {
+		return nil
+	}
+	slices.Sort(pp.unused)
+	if err := db.logPrunePage(buf, pp, 0, "vacuum of"); err != nil {
+		return err
+	}
+	// Still under the page lock: a reader that finds a removed head's
+	// slot empty restarts and must find the new head.
+	for _, m := range done {
+		m.e.head.Store(m.newHead.Pack())
+	}
+	for _, m := range done {
+		if !m.newHead.Valid() {
+			db.idx.removeEntry(m.e)
+			v.st.KeysRemoved++
+		}
+	}
+	v.st.TuplesRemoved += uint64(len(done))
+	v.st.PagesCompacted++
+	db.recordFreeSpace(blk, heap.FreeSpace(page))
+	return nil
 }
 
 // xidState returns the final state of v's xmin (or xmax), from hints or the
@@ -535,263 +629,6 @@ func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err erro
 	}
 }
 
-// chainPlan is what vacuum does to one chain.
-//
-// Each version appears at most once in prev and once in freeze.
-type chainPlan struct {
-	e        *indexEntry
-	head     heap.TID
-	moveHead bool     // the head goes; vacuum holds the key's row lock
-	newHead  heap.TID // the entry's head afterwards, if moveHead
-	remove   []heap.TID
-	prev     []plannedPrev
-	freeze   []plannedFreeze
-	chunks   []heap.TID
-}
-
-// plannedPrev gives a kept version its new Prev.
-type plannedPrev struct {
-	tid, prev heap.TID
-}
-
-type plannedFreeze struct {
-	tid       heap.TID
-	xmax      uint64 // the xmax seen when planning
-	clearXmax bool   // xmax is an aborted xid below the cutoff
-	// counted says the op freezes a version not frozen before, for
-	// VacuumStats.TuplesFrozen; false for a frozen version whose dead
-	// xmax is only being cleared.
-	counted bool
-}
-
-// reset empties p for a new chain, keeping its slices' storage.
-func (p *chainPlan) reset(e *indexEntry, head heap.TID) {
-	*p = chainPlan{e: e, head: head, newHead: heap.InvalidTID,
-		remove: p.remove[:0], prev: p.prev[:0], freeze: p.freeze[:0], chunks: p.chunks[:0]}
-}
-
-// blocks appends the distinct blocks p touches to out, in block order.
-// Sorting, rather than a look-up per version, keeps it linear-logarithmic
-// in the chain's length: one transaction that wrote a key 100,000 times
-// leaves a chain that long.
-func (p *chainPlan) blocks(out []uint32) []uint32 {
-	start := len(out)
-	for _, t := range p.remove {
-		out = append(out, t.Block)
-	}
-	for _, f := range p.prev {
-		out = append(out, f.tid.Block)
-	}
-	for _, f := range p.freeze {
-		out = append(out, f.tid.Block)
-	}
-	slices.Sort(out[start:])
-	return append(out[:start], slices.Compact(out[start:])...)
-}
-
-// chain plans and batches the work on one key. It reports whether the key
-// should be examined again by the next lazy run: it is not clean, and not
-// on an all-visible page (which vouches that nothing on its chain can
-// become removable until a write, which lists it again).
-func (v *vacuumRun) chain(e *indexEntry) (relist bool, err error) {
-	db := v.db
-	head := e.headTID()
-	if !head.Valid() {
-		// A writer is placing the key's first version, or has just
-		// failed to and drops the entry itself before it releases the
-		// row lock (Txn.writeLocked): nothing here for vacuum. The
-		// writer lists the key when it is done.
-		return false, nil
-	}
-	if !v.st.Aggressive && e.vac.Load() == vacClean {
-		// Nothing was written to the key since a run found its one
-		// version visible to everyone: nothing to prune. Only an
-		// aggressive run freezes it.
-		v.st.ChainsSkipped++
-		return false, nil
-	}
-	if av, af := db.pageAllVisible(head.Block); av && (af || !v.st.Aggressive) {
-		// An all-visible page holds only versions that end their chains:
-		// nothing to prune. Only an aggressive run freezes them, and an
-		// all-frozen page needs nothing at all.
-		v.st.ChainsSkipped++
-		return false, nil
-	}
-	v.st.ChainsRead++
-	for {
-		e.vac.Store(vacExamining)
-		c, err := v.readChain(e)
-		if err != nil {
-			e.vac.Store(vacDirty)
-			return true, err
-		}
-		p, partial := v.plan(e, c)
-		if p == nil {
-			if v.chainClean(c) {
-				e.vac.CompareAndSwap(vacExamining, vacClean)
-			} else {
-				e.vac.CompareAndSwap(vacExamining, vacDirty)
-			}
-			return e.vac.Load() != vacClean, nil
-		}
-		e.vac.CompareAndSwap(vacExamining, vacDirty)
-		if err := v.add(p); err != nil {
-			return true, err
-		}
-		if !partial {
-			// What this run removes leaves at least the newest version,
-			// which the next run must see settle.
-			return true, nil
-		}
-		// Only the bottom of a long chain fitted the budget: write it
-		// and plan the rest again.
-		if err := v.flush(); err != nil {
-			return true, err
-		}
-	}
-}
-
-// chainClean reports whether chain c (newest first), which vacuum has
-// nothing to do on, is a single version every snapshot sees and that no one
-// deleted: one no run can remove anything from until the key is written.
-func (v *vacuumRun) chainClean(c []chainVersion) bool {
-	if len(c) != 1 {
-		return false
-	}
-	cv := &c[0]
-	return cv.xminCommitted && cv.v.hdr.Xmax == 0 && !cv.v.hdr.Prev.Valid() &&
-		(cv.v.hdr.Infomask&heap.Frozen != 0 || cv.v.hdr.Xmin < v.st.OldestXmin)
-}
-
-// plan decides what to do with chain c of entry e (newest first). It
-// returns nil when there is nothing to do, and partial when the plan covers
-// only the bottom of the chain because the whole would exceed the page
-// budget. The plan is v's scratch space, valid until the next call.
-func (v *vacuumRun) plan(e *indexEntry, c []chainVersion) (p *chainPlan, partial bool) {
-	h, cutoff := v.st.OldestXmin, v.st.FreezeCutoff
-	n := len(c)
-	if n == 0 {
-		return nil, false
-	}
-	remove := slices.Grow(v.removeBuf[:0], n)[:n]
-	clear(remove)
-	v.removeBuf = remove
-	k := -1
-	for i := range c {
-		if c[i].xminCommitted && c[i].v.hdr.Xmin < h {
-			k = i
-			break
-		}
-	}
-	upper := n
-	if k >= 0 {
-		upper = k
-		for i := k + 1; i < n; i++ {
-			remove[i] = true
-		}
-		if c[k].xmaxCommitted && c[k].v.hdr.Xmax < h {
-			remove[k] = true
-		} else if c[k].xmaxCommitted {
-			v.st.RecentlyDead++
-		}
-	}
-	for i := 0; i < upper; i++ {
-		if c[i].xminAborted {
-			remove[i] = true
-		} else if c[i].xminCommitted && c[i].xmaxCommitted {
-			v.st.RecentlyDead++
-		}
-	}
-	// Removing the head moves the index entry, which only a holder of the
-	// key's row lock may do.
-	moveHead := remove[0] && v.lockKey(e, c[0].v.tid)
-	if !moveHead {
-		remove[0] = false
-	}
-	p = &v.planBuf
-	p.reset(e, c[0].v.tid)
-	p.moveHead = moveHead
-	next := heap.InvalidTID // the kept version below the one being looked at
-	for i := n - 1; i >= 0; i-- {
-		if remove[i] {
-			p.remove = append(p.remove, c[i].v.tid)
-			p.chunks = append(p.chunks, c[i].chunks...)
-			continue
-		}
-		if c[i].v.hdr.Prev != next {
-			p.prev = append(p.prev, plannedPrev{tid: c[i].v.tid, prev: next})
-		}
-		next = c[i].v.tid
-	}
-	p.newHead = next // the newest kept version
-	if k >= 0 && !remove[k] {
-		hdr := c[k].v.hdr
-		frozen := hdr.Infomask&heap.Frozen != 0
-		// An aborted (or crashed) xmax below the cutoff goes too, also
-		// from a version frozen by an earlier run: a rolled-back update
-		// or delete of a frozen key leaves one, and until it is cleared
-		// FrozenXid cannot pass it.
-		clearXmax := c[k].xmaxAborted && hdr.Xmax < cutoff
-		if (!frozen && hdr.Xmin < cutoff) || (frozen && clearXmax) {
-			p.freeze = append(p.freeze, plannedFreeze{tid: c[k].v.tid, xmax: hdr.Xmax, clearXmax: clearXmax, counted: !frozen})
-		}
-	}
-	if len(p.remove) == 0 && len(p.prev) == 0 && len(p.freeze) == 0 {
-		if moveHead {
-			v.batch.unlockKey(v.db, e)
-		}
-		return nil, false
-	}
-	v.blocksBuf = p.blocks(v.blocksBuf[:0])
-	if len(v.blocksBuf) <= v.budget {
-		return p, false
-	}
-	if moveHead {
-		// The row lock was taken for a plan that does not fit; the
-		// partial plan below keeps the head.
-		v.batch.unlockKey(v.db, e)
-	}
-	// Too many pages at once: remove the longest run of versions at the
-	// bottom of the chain that fits, cutting the chain above it. Removing
-	// c[j-1..n-1] touches their blocks and the block of c[j-2], whose Prev
-	// is cut; the set grows by one version a step, so the search is linear.
-	j := n
-	blocks := map[uint32]bool{c[n-1].v.tid.Block: true}
-	for j-1 >= 1 && remove[j-1] {
-		b := c[j-2].v.tid.Block
-		if !blocks[b] && len(blocks)+1 > v.budget {
-			break
-		}
-		blocks[b] = true
-		j--
-	}
-	if j == n {
-		return nil, false // even one version does not fit: leave the chain
-	}
-	p.reset(e, c[0].v.tid)
-	p.prev = append(p.prev, plannedPrev{tid: c[j-1].v.tid, prev: heap.InvalidTID})
-	for i := j; i < n; i++ {
-		p.remove = append(p.remove, c[i].v.tid)
-		p.chunks = append(p.chunks, c[i].chunks...)
-	}
-	return p, true
-}
-
-// lockKey tries to take e's row lock for the batch, without waiting, and
-// checks that head is still the head (a writer may have added a version
-// since the chain was read). It reports whether the whole key may go.
-func (v *vacuumRun) lockKey(e *indexEntry, head heap.TID) bool {
-	b := &v.batch
-	if !v.db.locks.tryAcquire(e.key(), b.owner) {
-		return false
-	}
-	if e.headTID() != head {
-		v.batch.unlockKey(v.db, e)
-		return false
-	}
-	return true
-}
-
 // tryAcquire takes key's row lock for me if nobody holds it.
 func (lm *lockManager) tryAcquire(key string, me *txnState) bool {
 	sh := lm.shard([]byte(key))
@@ -803,304 +640,6 @@ func (lm *lockManager) tryAcquire(key string, me *txnState) bool {
 	sh.holders[key] = me
 	me.locks = append(me.locks, key)
 	return true
-}
-
-// pruneBatch collects chain plans until their pages fill the budget; flush
-// writes them as one pruning record.
-type pruneBatch struct {
-	pages  map[uint32]*prunePage
-	freeze map[heap.TID]plannedFreeze
-	// heads are the entries whose head the batch removes, with the new
-	// head (InvalidTID: the whole key goes). Their row locks are held by
-	// owner.
-	heads map[*indexEntry]heap.TID
-	// owner holds the row locks of those keys. It never waits, so
-	// writers waiting for it cannot be part of a deadlock.
-	owner                  *txnState
-	removed, chunksRemoved int
-}
-
-func (b *pruneBatch) reset() {
-	b.pages = map[uint32]*prunePage{}
-	b.freeze = map[heap.TID]plannedFreeze{}
-	b.heads = map[*indexEntry]heap.TID{}
-	b.owner = newTxnState()
-	b.removed, b.chunksRemoved = 0, 0
-}
-
-func (b *pruneBatch) page(blk uint32) *prunePage {
-	p := b.pages[blk]
-	if p == nil {
-		p = &prunePage{block: blk}
-		b.pages[blk] = p
-	}
-	return p
-}
-
-// unlockKey gives back one key's row lock taken by lockKey.
-func (b *pruneBatch) unlockKey(db *DB, e *indexEntry) {
-	sh := db.locks.shard([]byte(e.key()))
-	sh.mu.Lock()
-	if sh.holders[e.key()] == b.owner {
-		delete(sh.holders, e.key())
-	}
-	sh.mu.Unlock()
-	b.owner.locks = slices.DeleteFunc(b.owner.locks, func(k string) bool { return k == e.key() })
-}
-
-// releaseLocks ends the batch's hold on row locks, waking waiters.
-func (b *pruneBatch) releaseLocks(db *DB) {
-	if b.owner == nil {
-		return
-	}
-	db.locks.releaseAll(b.owner)
-	close(b.owner.done)
-	b.owner = nil
-}
-
-// add puts p into the batch, flushing the batch first if p's pages would
-// not fit beside it.
-func (v *vacuumRun) add(p *chainPlan) error {
-	b := &v.batch
-	blocks := p.blocks(v.blocksBuf[:0])
-	v.blocksBuf = blocks
-	n := len(b.pages)
-	for _, blk := range blocks {
-		if b.pages[blk] == nil {
-			n++
-		}
-	}
-	if n > v.budget && len(b.pages) > 0 {
-		// The row lock of a moved head travels with its plan into the
-		// next batch.
-		var moved bool
-		if p.moveHead {
-			b.unlockKey(v.db, p.e)
-			moved = true
-		}
-		if err := v.flush(); err != nil {
-			return err
-		}
-		if moved && !v.lockKey(p.e, p.head) {
-			return nil // a writer came in between: try again next run
-		}
-	}
-	for _, t := range p.remove {
-		pp := b.page(t.Block)
-		pp.unused = append(pp.unused, t.Slot)
-	}
-	for _, f := range p.prev {
-		pp := b.page(f.tid.Block)
-		pp.prev = append(pp.prev, prevFix{slot: f.tid.Slot, prev: f.prev})
-	}
-	for _, f := range p.freeze {
-		pp := b.page(f.tid.Block)
-		pp.freeze = append(pp.freeze, freezeOp{slot: f.tid.Slot})
-		b.freeze[f.tid] = f
-	}
-	if p.moveHead {
-		b.heads[p.e] = p.newHead
-	}
-	b.removed += len(p.remove)
-	v.chunks = append(v.chunks, p.chunks...)
-	return nil
-}
-
-// flush writes the batch as one pruning record and starts a new batch.
-func (v *vacuumRun) flush() error {
-	b := &v.batch
-	defer func() {
-		b.releaseLocks(v.db)
-		b.reset()
-	}()
-	if len(b.pages) == 0 {
-		return nil
-	}
-	blocks := make([]uint32, 0, len(b.pages))
-	for blk, p := range b.pages {
-		slices.Sort(p.unused)
-		slices.SortFunc(p.prev, func(a, c prevFix) int { return int(a.slot) - int(c.slot) })
-		slices.SortFunc(p.freeze, func(a, c freezeOp) int { return int(a.slot) - int(c.slot) })
-		blocks = append(blocks, blk)
-	}
-	slices.Sort(blocks)
-	db := v.db
-	// The slots are freed in place: a page of updated keys is named by
-	// many batches of one run (each key's chain spans its own two pages),
-	// and scanPage compacts it once at the end.
-	err := db.logPrune(blocks, b.pages, flagPruneNoRepair, func(blk uint32, page []byte, p *prunePage) {
-		// Freezing is planned from a read under the shared lock; a
-		// writer may have set a new xmax since. Keep it, then.
-		for i := range p.freeze {
-			f := &p.freeze[i]
-			raw, err := heap.Tuple(page, f.slot)
-			if err != nil {
-				continue // applyPrune reports it
-			}
-			plan := b.freeze[heap.TID{Block: blk, Slot: f.slot}]
-			f.xmax = heap.TupleXmax(raw)
-			mask := heap.TupleInfomask(raw) | heap.Frozen | heap.XminCommitted
-			if plan.clearXmax && f.xmax == plan.xmax {
-				f.xmax = 0
-				mask &^= heap.XmaxCommitted | heap.XmaxInvalid | heap.Updated
-			}
-			f.infomask = mask
-		}
-	}, func() {
-		// Still under the page locks: a reader that finds a removed
-		// head's slot empty restarts and must find the new head.
-		for e, h := range b.heads {
-			e.head.Store(h.Pack())
-		}
-	})
-	if err != nil {
-		return err
-	}
-	for e, h := range b.heads {
-		if !h.Valid() {
-			db.idx.removeEntry(e)
-			v.st.KeysRemoved++
-		}
-	}
-	v.st.TuplesRemoved += uint64(b.removed)
-	v.st.ChunksRemoved += uint64(b.chunksRemoved)
-	for _, f := range b.freeze {
-		if f.counted {
-			v.st.TuplesFrozen++
-		}
-	}
-	return nil
-}
-
-// logPrune locks the blocks (ascending) exclusively, logs full-page images
-// where needed, lets prepare fill in after-images that depend on the page,
-// applies the changes, inserts the pruning record with flags, stamps the
-// pages and records their free space. locked runs after the changes, with
-// the locks still held.
-func (db *DB) logPrune(blocks []uint32, pages map[uint32]*prunePage, flags uint8, prepare func(blk uint32, page []byte, p *prunePage), locked func()) error {
-	db.ckptInterlock.RLock()
-	defer db.ckptInterlock.RUnlock()
-	bufs := make([]*bufpool.Buffer, 0, len(blocks))
-	defer func() {
-		for _, b := range bufs {
-			b.Unlock()
-			b.Release()
-		}
-	}()
-	for _, blk := range blocks {
-		b, err := db.pool.Get(blk)
-		if err != nil {
-			return err
-		}
-		b.Lock()
-		bufs = append(bufs, b)
-	}
-	for _, b := range bufs {
-		if err := db.logFPIIfNeeded(b); err != nil {
-			return err
-		}
-	}
-	list := make([]*prunePage, len(bufs))
-	for i, b := range bufs {
-		p := pages[b.Block()]
-		if prepare != nil {
-			prepare(b.Block(), b.Page(), p)
-		}
-		if err := applyPrune(b.Page(), p, flags); err != nil {
-			// Pages before this one are changed without a record: stop
-			// taking writes, recovery will redo from the checkpoint.
-			return db.fail(fmt.Errorf("%w: vacuum of heap block %d: %v", ErrCorruption, b.Block(), err))
-		}
-		b.MarkDirty()
-		list[i] = p
-	}
-	_, end, err := db.wal.InsertFlags(recHeap2Prune, flags, 0, encodePrune(list))
-	if err != nil {
-		return db.fail(err)
-	}
-	for _, b := range bufs {
-		heap.SetPageLSN(b.Page(), uint64(end))
-		// Holes count: the insert that needs them compacts the page.
-		db.recordFreeSpace(b.Block(), heap.FreeSpace(b.Page())+heap.HoleBytes(b.Page()))
-	}
-	if locked != nil {
-		locked()
-	}
-	return nil
-}
-
-// freeChunks frees the chunks of the versions removed by this run (and the
-// orphans found at open), a budget of pages at a time. Nothing points to
-// them any more, so no Prev link changes and no lock but the pages' is
-// needed.
-func (v *vacuumRun) freeChunks() error {
-	db := v.db
-	byBlock := map[uint32][]uint16{}
-	for _, t := range v.chunks {
-		byBlock[t.Block] = append(byBlock[t.Block], t.Slot)
-	}
-	v.chunks = nil
-	blocks := make([]uint32, 0, len(byBlock))
-	for blk := range byBlock {
-		blocks = append(blocks, blk)
-	}
-	slices.Sort(blocks)
-	for len(blocks) > 0 {
-		if err := v.ctx.Err(); err != nil {
-			return err
-		}
-		n := min(len(blocks), v.budget)
-		part := blocks[:n]
-		blocks = blocks[n:]
-		pages := map[uint32]*prunePage{}
-		var keep []uint32
-		err := db.whileOpen(func() error {
-			// Only slots that still hold chunks: an orphan list is a
-			// snapshot of the heap at open.
-			for _, blk := range part {
-				slots := byBlock[blk]
-				slices.Sort(slots)
-				slots = slices.Compact(slots)
-				ok, err := db.chunkSlots(blk, slots)
-				if err != nil {
-					return err
-				}
-				if len(ok) > 0 {
-					pages[blk] = &prunePage{block: blk, unused: ok}
-					keep = append(keep, blk)
-					v.st.ChunksRemoved += uint64(len(ok))
-				}
-			}
-			if len(keep) == 0 {
-				return nil
-			}
-			return db.logPrune(keep, pages, 0, nil, nil)
-		})
-		if err != nil {
-			return err
-		}
-		v.st.PagesCompacted += uint64(len(keep))
-	}
-	return nil
-}
-
-// chunkSlots returns those of slots on blk that hold chunk tuples.
-func (db *DB) chunkSlots(blk uint32, slots []uint16) ([]uint16, error) {
-	buf, err := db.pool.Get(blk)
-	if err != nil {
-		return nil, err
-	}
-	defer buf.Release()
-	buf.RLock()
-	defer buf.RUnlock()
-	var out []uint16
-	for _, s := range slots {
-		raw, err := heap.Tuple(buf.Page(), s)
-		if err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 {
-			out = append(out, s)
-		}
-	}
-	return out, nil
 }
 
 // chunkTIDs parses an external value pointer (buildTuple) into its chunk
@@ -1119,171 +658,6 @@ func chunkTIDs(ptr []byte) ([]heap.TID, error) {
 		out[i] = readTID(ptr[8+6*i:])
 	}
 	return out, nil
-}
-
-// scanPages is vacuum's pass over the heap pages: free space into the map,
-// all-visible pages into the visibility map, and the oldest xid still
-// named by a tuple.
-func (v *vacuumRun) scanPages() error {
-	db := v.db
-	oldest := v.st.OldestXmin
-	nblocks := db.pool.NBlocks()
-	for blk := uint32(0); blk < nblocks; blk++ {
-		if err := v.ctx.Err(); err != nil {
-			return err
-		}
-		if av, af := db.pageAllVisible(blk); av && (af || !v.st.Aggressive) {
-			v.st.PagesSkipped++
-			continue
-		}
-		err := db.whileOpen(func() error {
-			x, err := v.scanPage(blk)
-			oldest = min(oldest, x)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		v.st.PagesScanned++
-	}
-	v.st.FrozenXid = oldest
-	return nil
-}
-
-// scanPage examines one page under its exclusive lock and returns the
-// oldest xid a tuple on it still names (OldestXmin if none). It holds
-// ckptInterlock shared around the page lock, as placeTuple does, so that
-// setPageAllVisible can decide on a full-page image and log its record.
-func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
-	db := v.db
-	h := v.st.OldestXmin
-	buf, err := db.pool.Get(blk)
-	if err != nil {
-		return h, err
-	}
-	defer buf.Release()
-	db.ckptInterlock.RLock()
-	defer db.ckptInterlock.RUnlock()
-	buf.Lock()
-	defer buf.Unlock()
-	page := buf.Page()
-	if heap.IsNew(page) {
-		return h, nil
-	}
-	oldest := h
-	allVisible, allFrozen := true, true
-	var newestXmin uint64
-	var freezeChunks []uint16
-	for s := 0; s < heap.NumSlots(page); s++ {
-		if heap.SlotState(page, uint16(s)) != heap.LPNormal {
-			// Freed slots are common on pruned pages; skip them
-			// before Tuple builds an error for each.
-			continue
-		}
-		raw, err := heap.Tuple(page, uint16(s))
-		if errors.Is(err, heap.ErrBadSlot) {
-			continue
-		}
-		if err != nil {
-			return h, db.corrupt(heap.TID{Block: blk, Slot: uint16(s)}, err)
-		}
-		hdr, _, _, err := heap.DecodeTuple(raw)
-		if err != nil {
-			return h, db.corrupt(heap.TID{Block: blk, Slot: uint16(s)}, err)
-		}
-		vv := version{hdr: hdr}
-		committed, _, err := db.xidState(&vv, false)
-		if err != nil {
-			return h, err
-		}
-		newestXmin = max(newestXmin, hdr.Xmin)
-		if !committed || hdr.Xmin >= h {
-			allVisible = false
-		}
-		chunk := hdr.Infomask&heap.Chunk != 0
-		if chunk && committed && hdr.Xmin < v.st.FreezeCutoff && hdr.Infomask&heap.Frozen == 0 {
-			// A chunk is read only through its version and never
-			// hinted, so its xmin is looked up in the CLOG by vacuum
-			// and Verify until it is frozen. Freezing says no more than
-			// that its inserter committed long ago, true whatever
-			// becomes of the version; without it FrozenXid, and CLOG
-			// truncation, would stop for good at the oldest live large
-			// value.
-			freezeChunks = append(freezeChunks, uint16(s))
-		} else if hdr.Infomask&heap.Frozen == 0 {
-			// Until then the CLOG must keep the status that vacuum
-			// and Verify look up.
-			allFrozen = false
-			oldest = min(oldest, hdr.Xmin)
-		}
-		if chunk {
-			continue // no xmax and no chain of their own
-		}
-		if hdr.Xmax != 0 {
-			allFrozen = false
-			oldest = min(oldest, hdr.Xmax)
-			if _, aborted, err := db.xidState(&vv, true); err != nil {
-				return h, err
-			} else if !aborted {
-				allVisible = false
-			}
-		}
-		if hdr.Prev.Valid() {
-			allVisible = false
-		}
-	}
-	if len(freezeChunks) > 0 {
-		if err := db.freezeChunks(buf, freezeChunks); err != nil {
-			return h, err
-		}
-		v.st.ChunksFrozen += uint64(len(freezeChunks))
-	}
-	if heap.HoleBytes(page) > 0 {
-		if err := v.compactPage(buf); err != nil {
-			return h, err
-		}
-	}
-	db.recordFreeSpace(blk, heap.FreeSpace(page))
-	if allVisible {
-		// Set the bits unless they are set already; an all-visible page
-		// whose tuples this run froze becomes all-frozen.
-		av, af := db.pageAllVisible(blk)
-		if heap.PageFlags(page)&heap.PDAllVisible == 0 || !av || (allFrozen && !af) {
-			if err := db.setPageAllVisible(buf, allFrozen, newestXmin); err != nil {
-				return h, err
-			}
-			v.st.PagesAllVisible++
-		}
-	}
-	return oldest, nil
-}
-
-// compactPage packs the tuples of buf's page, turning the holes left by
-// this run's (or an interrupted run's) pruning records into free space.
-// The caller holds the page's exclusive lock and ckptInterlock shared.
-func (v *vacuumRun) compactPage(buf *bufpool.Buffer) error {
-	if err := v.db.repairFragmentation(buf); err != nil {
-		return err
-	}
-	v.st.PagesCompacted++
-	return nil
-}
-
-// freezeChunks freezes the chunk tuples in slots of buf's page with a
-// pruning record of one page part (a full-page image first if the page
-// needs one). The caller holds the page's exclusive lock and
-// ckptInterlock shared.
-func (db *DB) freezeChunks(buf *bufpool.Buffer, slots []uint16) error {
-	page := buf.Page()
-	pp := &prunePage{block: buf.Block()}
-	for _, s := range slots {
-		raw, err := heap.Tuple(page, s)
-		if err != nil {
-			return db.corrupt(heap.TID{Block: buf.Block(), Slot: s}, err)
-		}
-		pp.freeze = append(pp.freeze, freezeOp{slot: s, infomask: heap.TupleInfomask(raw) | heap.Frozen | heap.XminCommitted})
-	}
-	return db.logPrunePage(buf, pp, flagPruneNoRepair, "freezing chunks of")
 }
 
 // repairFragmentation compacts buf's page, as PostgreSQL's

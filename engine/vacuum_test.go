@@ -741,22 +741,23 @@ func TestVacuumSkipsAllVisiblePages(t *testing.T) {
 // A key nobody wrote since a vacuum found its one version visible to
 // everyone is not read again, even when its page is not all-visible; every
 // kind of write brings it back.
-func TestVacuumSkipsCleanChains(t *testing.T) {
+func TestVacuumSkipsAllVisiblePagesAfterWrites(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
 	defer db.Close()
 	const n = 200
 	for i := 0; i < n; i++ {
 		mustPut(t, db, fmt.Sprintf("k%04d", i), strings.Repeat("v", 100))
 	}
-	if st := mustVacuum(t, db); st.ChainsRead != n {
-		t.Fatalf("first vacuum read %d chains, want %d: %+v", st.ChainsRead, n, st)
+	first := mustVacuum(t, db)
+	if first.PagesAllVisible != first.PagesScanned {
+		t.Fatalf("first vacuum marked %d of %d pages all-visible: %+v", first.PagesAllVisible, first.PagesScanned, first)
 	}
 	// One update clears the all-visible bit of the page of k0005 (and the
-	// page its new version lands on); the other keys there stay clean.
+	// page its new version lands on); the other pages are skipped.
 	mustPut(t, db, "k0005", "new")
 	st := mustVacuum(t, db)
-	if st.ChainsRead != 1 || st.ChainsSkipped != n-1 || st.TuplesRemoved != 1 {
-		t.Fatalf("after one update: read %d, skipped %d chains, removed %d; want 1, %d, 1", st.ChainsRead, st.ChainsSkipped, st.TuplesRemoved, n-1)
+	if st.PagesScanned > 2 || st.TuplesRemoved != 1 {
+		t.Fatalf("after one update: scanned %d pages, removed %d; want at most 2, 1: %+v", st.PagesScanned, st.TuplesRemoved, st)
 	}
 	// A delete, an aborted update and an aborted delete make their keys
 	// dirty again; the delete's key goes.
@@ -775,13 +776,8 @@ func TestVacuumSkipsCleanChains(t *testing.T) {
 		tx.Rollback()
 	}
 	st = mustVacuum(t, db)
-	if st.ChainsRead < 3 || st.KeysRemoved != 1 || st.TuplesRemoved != 2 {
-		t.Fatalf("after delete and aborts: read %d chains, removed %d keys and %d versions; want >= 3, 1, 2", st.ChainsRead, st.KeysRemoved, st.TuplesRemoved)
-	}
-	// The aborted delete left an xmax behind: that key stays dirty until
-	// freezing clears it, the others are clean again.
-	if st := mustVacuum(t, db); st.ChainsRead > 2 {
-		t.Errorf("third vacuum read %d chains", st.ChainsRead)
+	if st.KeysRemoved != 1 || st.TuplesRemoved != 2 {
+		t.Fatalf("after delete and aborts: removed %d keys and %d versions; want 1, 2: %+v", st.KeysRemoved, st.TuplesRemoved, st)
 	}
 	if _, ok := get(t, db, "k0006"); ok {
 		t.Error("deleted key still there")
@@ -835,13 +831,19 @@ func TestVacuumCompactsEachPageOnce(t *testing.T) {
 	}
 	st := mustVacuum(t, db)
 	nblocks := uint64(db.pool.NBlocks())
-	// Updates that found their old version's page full pruned some of
-	// the old versions themselves (pruneChainOnPage).
-	if pruned := db.Stats().ChainPrunedVersions; st.TuplesRemoved+pruned < 3*keys {
-		t.Fatalf("vacuum removed %d versions and updates pruned %d, want at least %d in all", st.TuplesRemoved, pruned, 3*keys)
+	// Updates that found their old version's page full, and reads of
+	// nearly full pages, pruned most old versions themselves.
+	s := db.Stats()
+	if pruned := s.PrunedByUpdate + s.PrunedByRead; st.TuplesRemoved+pruned < 3*keys {
+		t.Fatalf("vacuum removed %d versions and pruning %d, want at least %d in all", st.TuplesRemoved, pruned, 3*keys)
 	}
-	if st.PagesCompacted == 0 || st.PagesCompacted > nblocks {
-		t.Errorf("%d page compactions in a heap of %d pages, want each page at most once", st.PagesCompacted, nblocks)
+	// Each page read at most twice, through a ring of 2 frames (an eighth
+	// of the pool): the run took no more frames than that from the pool.
+	if st.PagesScanned+st.PagesRevisited > 2*nblocks || st.PagesRead > st.PagesScanned+st.PagesRevisited {
+		t.Errorf("vacuum scanned %d pages, revisited %d and read %d, in a heap of %d pages", st.PagesScanned, st.PagesRevisited, st.PagesRead, nblocks)
+	}
+	if st.RingSwept > 2 {
+		t.Errorf("vacuum took %d frames from the pool, want its ring of 2", st.RingSwept)
 	}
 	holes := func(db *DB) int {
 		n := 0
@@ -882,86 +884,6 @@ func TestVacuumCompactsEachPageOnce(t *testing.T) {
 	}
 }
 
-// Space vacuum freed in place is usable before the page is compacted: a
-// version that fits a page only with its holes compacts the page itself
-// (the analog of heap_page_prune_opt) instead of going to another page.
-func TestUpdateCompactsPageWithHoles(t *testing.T) {
-	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	key := func(i int) string { return fmt.Sprintf("k%03d", i) }
-	// One transaction, one insert target: the keys fill page 0 first.
-	putAll := func(from, to int, val string) {
-		t.Helper()
-		err := db.Update(context.Background(), func(tx *Txn) error {
-			for i := from; i < to; i++ {
-				if err := tx.Put([]byte(key(i)), []byte(val)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	putAll(0, 200, strings.Repeat("a", 100))
-	onPage0 := -1
-	for i := 0; i < 200; i++ {
-		if db.idx.get([]byte(key(i))).headTID().Block == 0 {
-			onPage0 = i
-		}
-	}
-	if onPage0 < 30 {
-		t.Fatalf("only %d keys on page 0", onPage0+1)
-	}
-	// New versions of the first 20 keys go to another page: page 0 is full.
-	putAll(0, 20, strings.Repeat("b", 100))
-	// Vacuum's chain pass only: the 20 old versions on page 0 are freed
-	// in place, and the end-of-run compaction does not happen.
-	db.vac.mu.Lock()
-	v := &vacuumRun{db: db, ctx: context.Background(), budget: db.pruneBudget()}
-	v.st.OldestXmin = db.oldestXmin()
-	v.batch.reset()
-	for _, e := range db.idx.entriesAfter("", true, 1<<20) {
-		if _, err := v.chain(e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err := v.flush()
-	db.vac.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	page0 := func() (holes, free int) {
-		buf, err := db.pool.Get(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer buf.Release()
-		buf.RLock()
-		defer buf.RUnlock()
-		return heap.HoleBytes(buf.Page()), heap.FreeSpace(buf.Page())
-	}
-	holes, free := page0()
-	if holes < 1000 || free >= 150 {
-		t.Fatalf("page 0 has %d hole bytes and %d free; the test needs holes and no room", holes, free)
-	}
-	// A key whose only version is on page 0 gets a new one: it goes on
-	// page 0, which is compacted for it.
-	before := db.Stats()
-	mustPut(t, db, key(onPage0), strings.Repeat("c", 100))
-	if h := db.idx.get([]byte(key(onPage0))).headTID(); h.Block != 0 {
-		t.Errorf("new version went to %s, not to page 0", h)
-	}
-	if holes, _ := page0(); holes != 0 {
-		t.Errorf("page 0 still has %d hole bytes", holes)
-	}
-	if d := db.Stats().Sub(before); d.VacuumPagesCompacted != 1 {
-		t.Errorf("%d compactions, want 1", d.VacuumPagesCompacted)
-	}
-	mustVerify(t, db)
-}
-
 // putNumberedKeys commits keys k0000 ... k(n-1), each set to val, one
 // transaction each, and returns the function that names key i.
 func putNumberedKeys(t *testing.T, db *DB, n int, val string) func(int) string {
@@ -971,86 +893,6 @@ func putNumberedKeys(t *testing.T, db *DB, n int, val string) func(int) string {
 		mustPut(t, db, key(i), val)
 	}
 	return key
-}
-
-// A lazy vacuum reads the keys written since the last run, from the dirty
-// list, and not the clean rest of the index; a run stopped early leaves
-// what it did not reach for the next one.
-func TestLazyVacuumReadsDirtyList(t *testing.T) {
-	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	const n = 300
-	key := putNumberedKeys(t, db, n, strings.Repeat("v", 100))
-	if st := mustVacuum(t, db); st.ChainsRead != n {
-		t.Fatalf("first vacuum read %d chains, want %d", st.ChainsRead, n)
-	}
-	if st := mustVacuum(t, db); st.ChainsRead != 0 || st.ChainsSkipped != n {
-		t.Fatalf("vacuum with nothing written read %d chains and skipped %d, want 0 and %d", st.ChainsRead, st.ChainsSkipped, n)
-	}
-	for _, i := range []int{3, 150, 299} {
-		mustPut(t, db, key(i), "new")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := db.Vacuum(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("canceled vacuum: %v", err)
-	}
-	st := mustVacuum(t, db)
-	if st.ChainsRead != 3 || st.TuplesRemoved != 3 {
-		t.Fatalf("after 3 updates and a canceled run: read %d chains, removed %d versions; want 3 and 3", st.ChainsRead, st.TuplesRemoved)
-	}
-	if st := mustVacuum(t, db); st.ChainsRead != 0 {
-		t.Errorf("the updated keys were read again although clean: %d chains", st.ChainsRead)
-	}
-	if got := heapTuples(t, db); got != n {
-		t.Errorf("%d tuples in the heap, want %d", got, n)
-	}
-	mustVerify(t, db)
-}
-
-// No write escapes the dirty list: with writers and lazy vacuums running
-// at once, two vacuums after the writers stop leave one version a key.
-func TestDirtyListMissesNoWrite(t *testing.T) {
-	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	const keys = 200
-	key := putNumberedKeys(t, db, keys, "0")
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 9))
-			for j := 0; j < 1500; j++ {
-				err := db.Update(context.Background(), func(tx *Txn) error {
-					return tx.Put([]byte(key(rng.IntN(keys))), []byte(fmt.Sprint(j)))
-				})
-				if err != nil && !errors.Is(err, ErrSerializationFailure) && !errors.Is(err, ErrDeadlock) {
-					t.Error(err)
-					return
-				}
-			}
-		}(w)
-	}
-	go func() {
-		wg.Wait()
-		close(stop)
-	}()
-	for done := false; !done; {
-		select {
-		case <-stop:
-			done = true
-		default:
-			mustVacuum(t, db)
-		}
-	}
-	mustVacuum(t, db)
-	mustVacuum(t, db)
-	if got := heapTuples(t, db); got != keys {
-		t.Errorf("%d tuples left for %d keys: a written key was not vacuumed", got, keys)
-	}
-	mustVerify(t, db)
 }
 
 // A negative autovacuum_vacuum_scale_factor stands for 0: the threshold
@@ -1074,9 +916,12 @@ func TestAutovacuumScaleFactorZero(t *testing.T) {
 		if err := txn.Commit(); err != nil {
 			t.Fatal(err)
 		}
+		// A snapshot held open keeps the old versions from being pruned.
+		release := holdSnapshot(t, db)
 		for i := range 200 {
 			mustPut(t, db, fmt.Sprint("key", i), "w")
 		}
+		release()
 		// 200 dead tuples: above 100 + 0.001*5000, below 100 + 0.2*5000.
 		if due, dead := db.autovacuumDue(); due != c.due || dead != 200 {
 			t.Errorf("scale factor %v: due %v with %d dead, want %v with 200", c.scale, due, dead, c.due)
@@ -1152,8 +997,10 @@ func TestVacuumRemovesCrashedTransaction(t *testing.T) {
 	if v.hdr.Xmax != 0 || v.hdr.Infomask&heap.Frozen == 0 {
 		t.Errorf("kept after vacuum: xmax %d, infomask %#x; want the crashed xmax cleared and the version frozen", v.hdr.Xmax, v.hdr.Infomask)
 	}
-	if st.KeysRemoved != 2 {
-		t.Errorf("KeysRemoved %d, want 2 (new, big)", st.KeysRemoved)
+	// The keys only the crashed transaction wrote got no index entry at
+	// open: their versions went as any dead version does.
+	if db.idx.get([]byte("new")) != nil || db.idx.get([]byte("big")) != nil {
+		t.Error("index entries for keys only a crashed transaction wrote")
 	}
 	mustVerify(t, db)
 }
@@ -1237,7 +1084,7 @@ func TestVacuumFreezesChunks(t *testing.T) {
 
 // holdSnapshot registers a snapshot until the returned function is called:
 // the vacuum horizon stays below every later xid, so neither vacuum nor an
-// update's prune (pruneChainOnPage) removes the versions written meanwhile.
+// update's prune of the page removes the versions written meanwhile.
 func holdSnapshot(t testing.TB, db *DB) func() {
 	t.Helper()
 	tx, err := db.Begin(context.Background(), TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
@@ -1267,14 +1114,14 @@ func TestUpdatePrunesItsChain(t *testing.T) {
 		t.Errorf("5000 updates of one key left %d heap pages", n)
 	}
 	st := db.Stats()
-	if st.ChainPrunedVersions < 4000 || st.ChainPrunes == 0 {
-		t.Errorf("%d prunes removed %d versions, want most of the 5000", st.ChainPrunes, st.ChainPrunedVersions)
+	if st.PrunedByUpdate < 4000 || st.PrunesByUpdate == 0 {
+		t.Errorf("%d prunes removed %d versions, want most of the 5000", st.PrunesByUpdate, st.PrunedByUpdate)
 	}
 	// The pruned versions are off autovacuum's dead-tuple count: 4,999
 	// updates left 4,999 dead versions, and what is left is what the
 	// prunes did not remove.
-	if dead := db.av.dead.Load(); dead != 4999-int64(st.ChainPrunedVersions) {
-		t.Errorf("autovacuum counts %d dead tuples after %d of 4999 were pruned", dead, st.ChainPrunedVersions)
+	if dead := db.av.dead.Load(); dead != 4999-int64(st.PrunedByUpdate) {
+		t.Errorf("autovacuum counts %d dead tuples after %d of 4999 were pruned", dead, st.PrunedByUpdate)
 	}
 	mustVerify(t, db)
 
@@ -1286,14 +1133,14 @@ func TestUpdatePrunesItsChain(t *testing.T) {
 	if v, err := reader.Get([]byte("hot")); err != nil || string(v) != val(4999) {
 		t.Fatalf("reader: %.6s, %v", v, err)
 	}
-	before := db.Stats().ChainPrunedVersions
+	before := db.Stats().PrunedByUpdate
 	for i := 5000; i < 5400; i++ {
 		mustPut(t, db, "hot", val(i))
 	}
 	if v, err := reader.Get([]byte("hot")); err != nil || string(v) != val(4999) {
 		t.Fatalf("reader after 400 updates: %.6s, %v; want the version its snapshot saw", v, err)
 	}
-	if got := db.Stats().ChainPrunedVersions - before; got > 1 {
+	if got := db.Stats().PrunedByUpdate - before; got > 1 {
 		// Only versions below the one the snapshot sees may go: the
 		// horizon is at the reader's snapshot.
 		t.Logf("%d versions pruned under the open snapshot", got)
@@ -1370,7 +1217,7 @@ func TestVerifyAfterPruningPastCrashedVersion(t *testing.T) {
 	for i := 1; i <= 200; i++ {
 		mustPut(t, db, "hot", val(i))
 	}
-	if db.Stats().ChainPrunes == 0 {
+	if db.Stats().PrunesByUpdate == 0 {
 		t.Fatal("no prune happened; the test needs one")
 	}
 	if got, _ := get(t, db, "hot"); got != val(200) {
@@ -1427,9 +1274,9 @@ func TestUpdatePrunesBelowSnapshots(t *testing.T) {
 	default:
 	}
 	st := db.Stats()
-	t.Logf("%d heap pages, %d versions pruned in %d prunes", db.pool.NBlocks(), st.ChainPrunedVersions, st.ChainPrunes)
-	if n := db.pool.NBlocks(); n > 4 || st.ChainPrunedVersions < 4800 {
-		t.Errorf("5000 updates next to short snapshots: %d heap pages, %d versions pruned", n, st.ChainPrunedVersions)
+	t.Logf("%d heap pages, %d versions pruned in %d prunes", db.pool.NBlocks(), st.PrunedByUpdate, st.PrunesByUpdate)
+	if n := db.pool.NBlocks(); n > 4 || st.PrunedByUpdate < 4800 {
+		t.Errorf("5000 updates next to short snapshots: %d heap pages, %d versions pruned", n, st.PrunedByUpdate)
 	}
 	mustVerify(t, db)
 }
@@ -1449,57 +1296,5 @@ func longChain(tb testing.TB, db *DB, n, size int) {
 	}
 	if err := tx.Commit(); err != nil {
 		tb.Fatal(err)
-	}
-}
-
-// TestVacuumLongChainInParts: a chain over more pages than one pruning
-// batch may touch (the budget is 4 pages here) is removed from the bottom
-// up, a batch at a time, within one run, and leaves a database that
-// verifies and recovers.
-func TestVacuumLongChainInParts(t *testing.T) {
-	m := memDB(t)
-	opts := Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1, SharedBuffers: 16 * heap.PageSize}
-	db := openTest(t, "/db", opts)
-	defer db.Close()
-	const n = 3000
-	longChain(t, db, n, 100)
-	mustPut(t, db, "b", "other")
-	pages := db.pool.NBlocks()
-	if pages < 20 {
-		t.Fatalf("the chain fills %d pages, want many more than the budget of %d", pages, db.pruneBudget())
-	}
-	if removed := mustVacuum(t, db).TuplesRemoved; removed != n-1 {
-		t.Fatalf("vacuum removed %d of the %d dead versions", removed, n-1)
-	}
-	want := fmt.Sprintf("%06d", n-1) + strings.Repeat("v", 94)
-	if got, _ := get(t, db, "a"); got != want {
-		t.Fatalf("a = %.6s after vacuum", got)
-	}
-	mustVerify(t, db)
-	c := m.CrashCopy(vfs.DropUnsynced, nil)
-	o := opts
-	o.FS = c
-	cdb := openTest(t, "/db", o)
-	defer cdb.Close()
-	if got, _ := get(t, cdb, "a"); got != want {
-		t.Fatalf("after a crash: a = %.6s", got)
-	}
-	mustVerify(t, cdb)
-}
-
-// BenchmarkVacuumLongChain: vacuum of one key written 20,000 times in
-// one transaction.
-func BenchmarkVacuumLongChain(b *testing.B) {
-	for b.Loop() {
-		b.StopTimer()
-		db := openTest(b, b.TempDir(), Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
-		longChain(b, db, 20000, 16)
-		b.StartTimer()
-		if _, err := db.Vacuum(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		db.Close()
-		b.StartTimer()
 	}
 }

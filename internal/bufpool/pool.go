@@ -171,7 +171,7 @@ func (p *Pool) Get(block uint32) (*Buffer, error) {
 		return f, nil
 	}
 	p.misses.Add(1)
-	return p.load(block, true)
+	return p.load(block, true, p.victim)
 }
 
 // pinCached pins block if the pool holds it (ok), waiting for a read of it
@@ -208,9 +208,9 @@ func (f *Buffer) hit(io *ioState) error {
 
 // load puts block into a frame, reading it from storage if read is set or
 // zero-filling it (and marking it dirty) for Extend otherwise.
-func (p *Pool) load(block uint32, read bool) (*Buffer, error) {
+func (p *Pool) load(block uint32, read bool, victim func() (*Buffer, error)) (*Buffer, error) {
 	for {
-		f, err := p.victim()
+		f, err := victim()
 		if err != nil {
 			return nil, err
 		}
@@ -372,7 +372,7 @@ func (p *Pool) GetZeroed(block uint32) (*Buffer, error) {
 		return f, nil
 	}
 	p.misses.Add(1)
-	return p.load(block, false)
+	return p.load(block, false, p.victim)
 }
 
 // Extend adds a new all-zero page at block NBlocks() and returns it pinned
@@ -386,7 +386,7 @@ func (p *Pool) Extend() (*Buffer, error) {
 	if n == math.MaxUint32 {
 		return nil, ErrRelationFull
 	}
-	b, err := p.load(n, false)
+	b, err := p.load(n, false, p.victim)
 	if err != nil {
 		return nil, err
 	}
@@ -479,6 +479,12 @@ func (b *Buffer) Release() { b.unpin() }
 // Lock takes the page content lock exclusively, to modify the page.
 func (b *Buffer) Lock() { b.content.Lock() }
 
+// TryLock takes the page's content lock exclusively if no one holds it in
+// either mode, and reports whether it did (PostgreSQL's
+// ConditionalLockBuffer): for work that must skip a busy page rather than
+// wait for it, such as opportunistic pruning.
+func (b *Buffer) TryLock() bool { return b.content.TryLock() }
+
 // Unlock releases the exclusive content lock.
 func (b *Buffer) Unlock() { b.content.Unlock() }
 
@@ -502,3 +508,87 @@ func (b *Buffer) Block() uint32 { return b.block }
 // never RLock: pages are copied for writing under RLock, so a change made
 // under RLock could be half in the copy.
 func (b *Buffer) MarkDirty() { b.dirty.Store(true) }
+
+// Ring is a buffer access strategy for one bulk reader, PostgreSQL's
+// BufferAccessStrategy of type BAS_VACUUM: the blocks it reads that are not
+// in the pool go into a small ring of frames it reuses, instead of taking a
+// fresh victim from the clock sweep for each, so that a scan of a heap
+// larger than the pool evicts at most the ring's size of other pages rather
+// than the whole working set. Blocks already in the pool are used where
+// they are. A ring frame is reused only if nobody pinned it and its usage
+// count shows no use since the ring loaded it (PostgreSQL's
+// GetBufferFromRing); otherwise the ring takes a frame from the sweep in
+// its place. A dirty ring frame is written before reuse, the WAL flushed
+// first, as for any eviction.
+//
+// A Ring is used by one goroutine at a time; the pool stays safe for
+// concurrent use by everyone else.
+type Ring struct {
+	p    *Pool
+	ids  []int32 // frames of the ring, at most size
+	size int
+	next int // slot of ids to try next, once the ring is full
+
+	// Reads counts blocks Get found in no frame and read; Swept the
+	// frames taken from the clock sweep (each evicting whatever the
+	// frame held, if anything): at most the ring's size when every ring
+	// frame could be reused.
+	Reads, Swept uint64
+}
+
+// NewRing returns a ring of n frames over p (at least 1, at most an eighth
+// of the pool, as PostgreSQL caps a strategy ring).
+func (p *Pool) NewRing(n int) *Ring {
+	n = max(1, min(n, len(p.frames)/8))
+	return &Ring{p: p, size: n, ids: make([]int32, 0, n)}
+}
+
+// Get is Pool.Get through the ring: a block in the pool is pinned where it
+// is; any other is read into a ring frame. Errors as Pool.Get.
+func (r *Ring) Get(block uint32) (*Buffer, error) {
+	p := r.p
+	if f, ok, err := p.pinCached(block); ok {
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	p.misses.Add(1)
+	f, err := p.load(block, true, r.victim)
+	if err == nil {
+		r.Reads++
+	}
+	return f, err
+}
+
+// victim returns a frame pinned (0 -> 1) for the ring's next read: the
+// ring's oldest frame if it can be reused, else one from the clock sweep,
+// which then takes that frame's place in the ring.
+func (r *Ring) victim() (*Buffer, error) {
+	p := r.p
+	if len(r.ids) == r.size {
+		slot := r.next
+		r.next = (r.next + 1) % r.size
+		f := &p.frames[r.ids[slot]]
+		if f.usage.Load() <= 1 && f.pins.CompareAndSwap(0, 1) {
+			if f.usage.Load() <= 1 {
+				return f, nil
+			}
+			f.unpin()
+		}
+		g, err := p.victim()
+		if err != nil {
+			return nil, err
+		}
+		r.Swept++
+		r.ids[slot] = g.id
+		return g, nil
+	}
+	g, err := p.victim()
+	if err != nil {
+		return nil, err
+	}
+	r.Swept++
+	r.ids = append(r.ids, g.id)
+	return g, nil
+}

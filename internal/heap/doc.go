@@ -19,7 +19,8 @@
 //	    14     2  lower     end of the line pointer array = 24 + 4*NumSlots (pd_lower)
 //	    16     2  upper     start of tuple storage, multiple of 8 (pd_upper)
 //	    18     2  version   page layout version, 1
-//	    20     4  reserved  zero
+//	    20     4  prune xid low 32 bits of the oldest xid that set an xmax since the
+//	                        page was last pruned, 0 for none (pd_prune_xid)
 //	    24   4*n  line pointers, slot 0 first
 //	 lower        free space (zero bytes)
 //	 upper        tuples, growing down from the end of the page, each starting
@@ -27,7 +28,7 @@
 //	  8192        end of page
 //
 //	+--------+------+-----+-----+-----+---+----+-------+-----+ ... +--------+---------+
-//	|  lsn   | crc  |flags|lower|upper|ver|rsvd| lp[0] |lp[1]| ... |  free  | tuples  |
+//	|  lsn   | crc  |flags|lower|upper|ver|prun| lp[0] |lp[1]| ... |  free  | tuples  |
 //	+--------+------+-----+-----+-----+---+----+-------+-----+ ... +--------+---------+
 //	0        8      12    14    16    18  20   24      28          lower    upper  8192
 //

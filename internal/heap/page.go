@@ -20,7 +20,7 @@ const (
 	offLower    = 14
 	offUpper    = 16
 	offVersion  = 18
-	offReserved = 20
+	offPruneXid = 20
 
 	// PageHeaderSize is the size in bytes of the page header that precedes
 	// the line pointer array.
@@ -150,6 +150,44 @@ func SetPageLSN(p []byte, lsn uint64) {
 		return
 	}
 	binary.LittleEndian.PutUint64(p[offLSN:], lsn)
+}
+
+// PruneXid returns the page's prune hint (PostgreSQL's pd_prune_xid): the
+// low 32 bits of the oldest xid that set an xmax on the page since it was
+// last pruned, or 0 when nothing on the page is known to be waiting to become
+// prunable. 32 bits, as in PostgreSQL: the caller widens it against the next
+// xid (an xid more than 2^31 older than the next one reads as long past).
+// 0 for a page too short to hold a header.
+func PruneXid(p []byte) uint32 {
+	if len(p) < PageHeaderSize {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(p[offPruneXid:])
+}
+
+// SetPruneXid replaces the page's prune hint. The caller holds the page's
+// exclusive content lock. The hint is not WAL-logged on its own: redo of an
+// update or delete sets it as the forward path does, and a lost or stale
+// hint costs only a pruning attempt made too early or too late.
+func SetPruneXid(p []byte, x uint32) {
+	if len(p) < PageHeaderSize {
+		return
+	}
+	binary.LittleEndian.PutUint32(p[offPruneXid:], x)
+}
+
+// NotePrunable lowers the page's prune hint to xid (its low 32 bits, never
+// 0), as PostgreSQL's PageSetPrunable: an xmax was just set on the page.
+// Xids compare modulo 2^32, as PostgreSQL's TransactionIdPrecedes: the
+// page's xids lie within 2^31 of each other.
+func NotePrunable(p []byte, xid uint64) {
+	x := uint32(xid)
+	if x == 0 {
+		x = 1
+	}
+	if cur := PruneXid(p); cur == 0 || int32(x-cur) < 0 {
+		SetPruneXid(p, x)
+	}
 }
 
 // PageFlags returns the page flags (PDAllVisible, PDHasFreeLines,
@@ -655,9 +693,6 @@ func VerifyPage(p []byte, block uint32) error {
 			return fmt.Errorf("%w: zero lower and upper on a non-zero page", ErrCorrupt)
 		}
 		return err
-	}
-	if r := binary.LittleEndian.Uint32(p[offReserved:]); r != 0 {
-		return fmt.Errorf("%w: reserved header field is %#x", ErrCorrupt, r)
 	}
 	return checkLinePointers(p, lower, upper)
 }

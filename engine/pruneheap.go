@@ -1,0 +1,405 @@
+package engine
+
+import (
+	"errors"
+	"math"
+
+	"mvkv/internal/bufpool"
+	"mvkv/internal/heap"
+)
+
+// Page-level pruning, the analog of PostgreSQL's pruneheap.c
+// (heap_page_prune_opt and heap_page_prune).
+//
+// A page is pruned on its own: every version on it that no snapshot can
+// see, whatever its key, is freed in place, the page is compacted, and one
+// pruning record says which slots ended up unused and which Prev links were
+// cut. Nothing on any other page is read or changed. That is possible
+// because of the chain rules in chain.go: a version whose inserter
+// committed below the horizon is visible to every snapshot there is or
+// will be, so no walk goes below it, and a Prev link that leads to a freed
+// (or reused) slot is recognized as such and ends the walk.
+//
+// Before and after pruning a page of two keys, a and b, at horizon 120
+// (xmin,xmax; "->" is Prev; a2's predecessor a1 lives on another page):
+//
+//	before                                   after
+//	slot 0  a3 (118,0)   -> slot 2           slot 0  a3 (118,0)   (Prev cut)
+//	slot 1  b1 (90,0)                        slot 1  b1 (90,0)
+//	slot 2  a2 (100,118) -> (7,4)            slot 2  unused
+//	slot 3  b0 (80,95) deleted, not head     slot 3  unused
+//	slot 4  x  (119 aborted)                 slot 4  unused
+//	free: 40 bytes                           free: compacted, 40 + three tuples
+//
+// a3 is visible to every snapshot (118 committed below 120), so nobody
+// needs a2 or a1; a1's page is pruned when it is next visited, whatever
+// this page holds by then. A version is freed when (HeapTupleSatisfiesVacuum
+// calls it DEAD):
+//
+//   - its inserter aborted (or crashed), unless it is its key's index head:
+//     the head is where every walk starts, so it goes only when a newer
+//     version replaces it, or by vacuum;
+//   - its xmax committed below the horizon, after an update (a newer
+//     version, which every snapshot sees, replaced it) or a delete (unless
+//     it is its key's index head: the deleted key's index entry is dropped
+//     by vacuum, which takes the key's row lock to do it).
+//
+// Out-of-line versions (External) and their chunks are left to vacuum,
+// which frees a version's chunks on their own pages with it.
+//
+// When it runs. A writer whose tuple does not fit on the page it locked
+// prunes that page first, if its prune hint (pd_prune_xid: the oldest xid
+// that set an xmax on it since it was last pruned) lies below the horizon.
+// A reader that visits such a page when it is nearly full prunes it too,
+// but only if it gets the page's exclusive lock at once: pruning never
+// waits for a lock a reader, a writer or vacuum holds, it skips the page.
+// Vacuum prunes every page it reads. Each prune costs one WAL record; a page
+// that has nothing to free costs a pass over its line pointers, and its
+// prune hint is raised past what it holds so the next visitor does not try
+// again in vain.
+
+// pruneCause says who pruned a page, for the statistics.
+type pruneCause int
+
+const (
+	pruneByUpdate pruneCause = iota
+	pruneByRead
+	pruneByVacuum
+)
+
+// pruneReadFree is the free space in bytes below which a reader prunes a
+// page whose prune hint lies below the horizon: a tenth of a page, as
+// PostgreSQL's heap_page_prune_opt, or the room the fill factor keeps free
+// if that is more.
+func (db *DB) pruneReadFree() int {
+	return max(heap.PageSize/10, heap.PageSize*(100-db.opts.FillFactor)/100)
+}
+
+// hintBelow reports whether a page's 32-bit prune hint x names an xid
+// below the horizon h, comparing modulo 2^32 as PostgreSQL's
+// TransactionIdPrecedes does: a hint set more than 2^31 xids ago reads as
+// not yet due, which costs only a prune left to vacuum.
+func hintBelow(x uint32, h uint64) bool {
+	return x != 0 && int32(x-uint32(h)) < 0
+}
+
+// pruneHintDue reports whether page's prune hint says some version on it
+// may be removable now, against the cached horizon only.
+func (db *DB) pruneHintDue(page []byte) bool {
+	return hintBelow(heap.PruneXid(page), db.horizon.Load())
+}
+
+// pruneForRead is heap_page_prune_opt for a reader that has just read buf's
+// page under its share lock (released): if the page is nearly full and its
+// prune hint says something on it may be removable, prune it, provided its
+// exclusive lock, the checkpoint interlock and vacuum's run lock are all
+// free at once. The caller holds closeMu shared and a pin on buf, and no
+// page lock. Errors are not returned: a failed prune leaves the page as it
+// was, and a WAL failure has already stopped writes.
+func (db *DB) pruneForRead(buf *bufpool.Buffer) {
+	if db.writable() != nil {
+		return
+	}
+	if !db.ckptInterlock.TryRLock() {
+		return
+	}
+	defer db.ckptInterlock.RUnlock()
+	if !db.pruneMu.TryRLock() {
+		return
+	}
+	defer db.pruneMu.RUnlock()
+	if !buf.TryLock() {
+		return
+	}
+	defer buf.Unlock()
+	page := buf.Page()
+	if heap.IsNew(page) || !db.pruneHintDue(page) || heap.FreeSpace(page) >= db.pruneReadFree() {
+		return
+	}
+	_, _ = db.prunePageLocked(buf, pruneByRead, nil)
+}
+
+// pruneWorthwhile tells a writer whose tuple does not fit on the page in
+// buf (locked exclusively) whether pruning it first is worth a try: its
+// prune hint lies below the horizon, computed afresh if the cached one is
+// not enough. The caller holds ckptInterlock shared.
+func (db *DB) pruneWorthwhile(page []byte) bool {
+	x := heap.PruneXid(page)
+	return hintBelow(x, db.horizon.Load()) || (x != 0 && hintBelow(x, db.computeHorizon()))
+}
+
+// pruneResult is what a prune found on its page; the visibility fields
+// are filled in for vacuum only.
+type pruneResult struct {
+	removed int // versions freed
+	// allVisible: every tuple left is visible to every snapshot;
+	// allFrozen: and none needs the CLOG.
+	allVisible, allFrozen bool
+	newestXmin            uint64 // the newest xmin left, for the visibility map record
+	oldestXid             uint64 // the oldest xid a tuple left names, for FrozenXid
+}
+
+// prunePageLocked prunes buf's page: it frees every version on it that no
+// snapshot can see, cuts the Prev links of versions every snapshot sees,
+// compacts the page and records its free space, in one pruning record
+// (none when there is nothing to free). With vac set it is vacuum's first
+// pass on the page (vacuum.go): it also frees out-of-line versions (their
+// chunks go on vac's list), freezes, lists index heads to drop, logs a
+// record for freezing or compaction alone, and says whether the page is
+// all-visible.
+//
+// The caller holds buf's exclusive lock, ckptInterlock shared and closeMu
+// shared. It reads the CLOG and the index, never another heap page, and
+// takes no lock it could wait for but theirs, which are never held while
+// waiting for a page.
+func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuumRun) (pruneResult, error) {
+	page := buf.Page()
+	blk := buf.Block()
+	res := pruneResult{allVisible: true, allFrozen: true}
+	var h, cutoff uint64
+	exact := false
+	if vac != nil {
+		h, cutoff, exact = vac.st.OldestXmin, vac.st.FreezeCutoff, true
+	} else {
+		h = db.horizon.Load()
+	}
+	res.oldestXid = h
+	below := func(x uint64) bool {
+		if x < h {
+			return true
+		}
+		if !exact {
+			h, exact = db.computeHorizon(), true
+		}
+		return x < h
+	}
+	var unusedBuf [64]uint16
+	var prevBuf [32]prevFix
+	pp := prunePage{block: blk, unused: unusedBuf[:0], prev: prevBuf[:0]}
+	newHint := uint64(0) // the oldest xmax still waiting, 0 for none
+	wait := func(x uint64) {
+		if newHint == 0 || x < newHint {
+			newHint = x
+		}
+	}
+	frozen := 0
+	hinted := false // a full-page image for hints is logged if needed
+	n := heap.NumSlots(page)
+	for s := 0; s < n; s++ {
+		if heap.SlotState(page, uint16(s)) != heap.LPNormal {
+			continue
+		}
+		raw, err := heap.Tuple(page, uint16(s))
+		if errors.Is(err, heap.ErrBadSlot) {
+			continue
+		}
+		tid := heap.TID{Block: blk, Slot: uint16(s)}
+		if err != nil {
+			return res, db.corrupt(tid, err)
+		}
+		hdr, key, val, err := heap.DecodeTuple(raw)
+		if err != nil {
+			return res, db.corrupt(tid, err)
+		}
+		v := version{tid: tid, hdr: hdr}
+		xc, xa, err := db.xidState(&v, false)
+		if err != nil {
+			return res, err
+		}
+		var mc, ma bool
+		if hdr.Xmax != 0 && xc {
+			if mc, ma, err = db.xidState(&v, true); err != nil {
+				return res, err
+			}
+		}
+		if v.hint != 0 && hdr.Infomask&heap.Chunk == 0 && heap.TupleInfomask(raw)|v.hint != heap.TupleInfomask(raw) {
+			// Hint bits, as HeapTupleSatisfiesVacuum sets them: what
+			// the CLOG said need not be asked again.
+			if !hinted {
+				if err := db.logFPIForHint(buf); err != nil {
+					return res, err
+				}
+				hinted = true
+			}
+			heap.SetTupleInfomask(raw, heap.TupleInfomask(raw)|v.hint)
+			buf.MarkDirty()
+			db.stats.hintBitsSet.Add(1)
+		}
+		isFrozen := hdr.Infomask&heap.Frozen != 0
+		if hdr.Infomask&heap.Chunk != 0 {
+			// Chunks go with their version (vacuum's second pass);
+			// vacuum freezes them, whatever becomes of the version, so
+			// that FrozenXid can pass them.
+			if vac == nil {
+				continue
+			}
+			res.newestXmin = max(res.newestXmin, hdr.Xmin)
+			if !xc || (!isFrozen && hdr.Xmin >= h) {
+				res.allVisible = false
+			}
+			switch {
+			case xc && !isFrozen && hdr.Xmin < cutoff:
+				vac.freeze(&pp, uint16(s), heap.TupleInfomask(raw)|heap.Frozen|heap.XminCommitted, hdr.Xmax)
+				vac.st.ChunksFrozen++
+			case xa:
+				// Garbage, freed with its version, or as an orphan: it
+				// holds FrozenXid back only if it outlives the run.
+				res.allFrozen = false
+				vac.abortedChunks = append(vac.abortedChunks, abortedChunk{tid.Pack(), hdr.Xmin})
+			case !isFrozen:
+				res.allFrozen = false
+				res.oldestXid = min(res.oldestXid, hdr.Xmin)
+			}
+			continue
+		}
+		ext := hdr.Infomask&heap.External != 0
+		dead, pendingHead := false, false
+		switch {
+		case xa:
+			if db.isIndexHead(key, tid) {
+				pendingHead = true
+			} else {
+				dead = true
+			}
+		case !xc:
+			// Inserter still running: nothing to do yet.
+		case hdr.Xmax != 0:
+			switch {
+			case mc && below(hdr.Xmax):
+				if hdr.Infomask&heap.Updated == 0 && db.isIndexHead(key, tid) {
+					pendingHead = true
+				} else {
+					dead = true
+				}
+			case mc, !ma:
+				wait(hdr.Xmax)
+				if mc && vac != nil {
+					vac.st.RecentlyDead++
+				}
+			}
+		}
+		if dead && ext && vac == nil {
+			// Its chunks are on other pages: left to vacuum.
+			dead = false
+		}
+		if dead {
+			pp.unused = append(pp.unused, uint16(s))
+			if ext {
+				ctids, err := chunkTIDs(val)
+				if err != nil {
+					return res, db.corrupt(tid, err)
+				}
+				for _, c := range ctids {
+					w := vac.pageWork(c.Block)
+					w.chunks = append(w.chunks, c.Slot)
+				}
+			}
+			continue
+		}
+		if pendingHead && vac != nil {
+			// Freed by the second pass unless a writer holds the key,
+			// which then counts its xids against FrozenXid.
+			ox := uint64(math.MaxUint64)
+			if !isFrozen {
+				ox = hdr.Xmin
+			}
+			if hdr.Xmax != 0 {
+				ox = min(ox, hdr.Xmax)
+			}
+			w := vac.pageWork(blk)
+			w.heads = append(w.heads, headWork{slot: uint16(s), key: string(key), aborted: xa, oldestXid: ox})
+			res.allVisible, res.allFrozen = false, false
+			continue
+		}
+		// A version whose inserter committed below the horizon is where
+		// every walk stops: what its Prev names is not needed, and is
+		// freed by the prune of its own page.
+		if xc && hdr.Prev.Valid() && (isFrozen || hdr.Xmin < h) {
+			pp.prev = append(pp.prev, prevFix{slot: uint16(s), prev: heap.InvalidTID})
+		}
+		if vac == nil {
+			continue
+		}
+		// Freezing, and what the visibility map may say of the page.
+		mask, xmax := heap.TupleInfomask(raw), hdr.Xmax
+		if xc && !isFrozen && hdr.Xmin < cutoff {
+			mask |= heap.Frozen | heap.XminCommitted
+			isFrozen = true
+			frozen++
+		}
+		if xmax != 0 && ma && xmax < cutoff {
+			// A rolled-back update or delete: until the xmax is
+			// cleared, FrozenXid cannot pass it.
+			mask &^= heap.XmaxCommitted | heap.XmaxInvalid | heap.Updated
+			xmax = 0
+		}
+		if mask != heap.TupleInfomask(raw) || xmax != hdr.Xmax {
+			vac.freeze(&pp, uint16(s), mask, xmax)
+		}
+		res.newestXmin = max(res.newestXmin, hdr.Xmin)
+		if !xc || (!isFrozen && hdr.Xmin >= h) || (xmax != 0 && !ma) {
+			res.allVisible = false
+		}
+		if !isFrozen || xmax != 0 {
+			res.allFrozen = false
+		}
+		if !isFrozen {
+			res.oldestXid = min(res.oldestXid, hdr.Xmin)
+		}
+		if xmax != 0 {
+			res.oldestXid = min(res.oldestXid, xmax)
+		}
+	}
+	// The hint is raised past what was examined, so that the next visitor
+	// does not try again before something here can become removable.
+	setHint := func() {
+		heap.SetPruneXid(page, 0)
+		if newHint != 0 {
+			heap.NotePrunable(page, newHint)
+		}
+	}
+	compact := vac != nil && heap.HoleBytes(page) > 0
+	if len(pp.unused) == 0 && (vac == nil || (len(pp.freeze) == 0 && len(pp.prev) == 0 && !compact)) {
+		// Nothing to free: cutting links alone is not worth a record.
+		setHint()
+		if vac != nil {
+			db.recordFreeSpace(blk, heap.FreeSpace(page))
+		}
+		return res, nil
+	}
+	if err := db.logPrunePage(buf, &pp, 0, "pruning"); err != nil {
+		return res, err
+	}
+	setHint()
+	res.removed = len(pp.unused)
+	switch cause {
+	case pruneByUpdate:
+		db.stats.prunesByUpdate.Add(1)
+		db.stats.prunedByUpdate.Add(uint64(res.removed))
+	case pruneByRead:
+		db.stats.prunesByRead.Add(1)
+		db.stats.prunedByRead.Add(uint64(res.removed))
+	case pruneByVacuum:
+		vac.st.PagesPruned++
+		vac.st.TuplesRemoved += uint64(res.removed)
+		vac.st.TuplesFrozen += uint64(frozen)
+	}
+	if cause != pruneByVacuum {
+		db.av.noteRemoved(int64(res.removed))
+	}
+	db.recordFreeSpace(blk, heap.FreeSpace(page))
+	return res, nil
+}
+
+// isIndexHead reports whether tid is the newest version the index names
+// for key.
+func (db *DB) isIndexHead(key []byte, tid heap.TID) bool {
+	e := db.idx.get(key)
+	return e != nil && e.headTID() == tid
+}
+
+// freeze adds to p a freezing of slot: the tuple's infomask and xmax
+// after. The first pass of vacuum only.
+func (v *vacuumRun) freeze(p *prunePage, slot uint16, infomask uint16, xmax uint64) {
+	p.freeze = append(p.freeze, freezeOp{slot: slot, infomask: infomask, xmax: xmax})
+}
