@@ -39,6 +39,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		AutovacuumVacuumScaleFactor: o.AutovacuumScaleFactor,
 		VacuumFreezeMinAge:          o.VacuumFreezeMinAge,
 		VacuumFreezeTableAge:        o.VacuumFreezeTableAge,
+		FillFactor:                  o.FillFactor,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)

@@ -149,6 +149,9 @@ type TargetOptions struct {
 	// (50,000,000 and 150,000,000), a negative value freezes every tuple
 	// below the horizon (makes every vacuum aggressive). Engine only.
 	VacuumFreezeMinAge, VacuumFreezeTableAge int64
+	// FillFactor is the engine's fillfactor, 10 to 100 (0: 100). Engine
+	// only.
+	FillFactor int
 	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
 	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
 	// 17), or "" for the engine's default (bank). Engine only.

@@ -29,6 +29,10 @@ Initialization options:
                            reloads, deleting pgbench's old rows)
   -s, --scale=NUM          scaling factor (default: 1): 100000 accounts,
                            10 tellers and 1 branch per unit
+  -F, --fillfactor=NUM     engine's fillfactor, 10 to 100 percent: new keys
+                           leave the rest of a page free for their updates
+                           (default: 100). The engine takes it at open, so
+                           give it to the runs as well as to -i.
 
 Options to select what to run:
   -N, --skip-some-updates  skip updates of tellers and branches
@@ -184,6 +188,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	boolVar(&simple, "N", "skip-some-updates")
 	boolVar(&selectOnly, "S", "select-only")
 	intVar(&scale, "s", "scale", 1)
+	var fillFactor int
+	intVar(&fillFactor, "F", "fillfactor", 100)
 	intVar(&clients, "c", "client", 1)
 	intVar(&jobs, "j", "jobs", 1)
 	intVar(&txns, "t", "transactions", 10)
@@ -388,6 +394,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			AutovacuumScaleFactor: avScaleFactor,
 			VacuumFreezeMinAge:    engineFreezeMinAge,
 			VacuumFreezeTableAge:  engineFreezeTableAge,
+			FillFactor:            fillFactor,
 			Disk:                  bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,

@@ -87,6 +87,9 @@ Engine options:
                            autovacuum_vacuum_scale_factor: the fraction of
                            the live tuples added to the threshold, from 0
                            (the threshold alone) to 100 (default: 0.2)
+  --fillfactor=NUM         fillfactor, 10 to 100 percent: a new key goes on
+                           a page only if the rest stays free for updates
+                           (default: 100, as PostgreSQL)
   --vacuum-freeze-min-age=NUM
                            vacuum_freeze_min_age in transactions, 0 to
                            1000000000: vacuum freezes a tuple this much
@@ -173,6 +176,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.Int64Var(&freezeMinAge, "vacuum-freeze-min-age", 50_000_000, "")
 	fs.Int64Var(&freezeTableAge, "vacuum-freeze-table-age", 150_000_000, "")
 	fs.StringVar(&visibilityMap, "visibility-map", "crash-safe", "")
+	var fillFactor int
+	fs.IntVar(&fillFactor, "fillfactor", 100, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, serveUsage)
@@ -314,6 +319,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	db, err := engine.Open(dir, engine.Options{
 		Logger:            log,
 		SharedBuffers:     sharedBytes,
+		FillFactor:        fillFactor,
 		SynchronousCommit: sc,
 		CommitDelay:       delay,
 		CommitSiblings:    siblings,
