@@ -17,16 +17,22 @@ import (
 //
 //	autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * live tuples
 //
-// An update that prunes its key's dead versions from a full page takes
-// them off the count (noteRemoved), so a hot key that keeps itself pruned
-// does not start vacuum runs with nothing left to do.
-//
 // (PostgreSQL's vacuum threshold, live tuples being the keys in the index,
 // our reltuples) and runs Vacuum when it is exceeded. The count Vacuum saw
 // at its start is subtracted afterwards; versions that were still visible
 // to some snapshot are not counted again, so a long-running snapshot cannot
 // make the worker vacuum at every nap for nothing, and later activity
 // triggers the run that removes them.
+//
+// Pruning by updates and reads takes what it frees off the count
+// (noteRemoved), as heap_page_prune reports to pgstat, so that a workload
+// whose pages keep themselves pruned does not start runs with nothing left
+// to do; its debt is then only what pruning cannot reach (deleted keys'
+// index heads, out-of-line values, freezing), which the threshold covers.
+//
+// A restart does not forget the debt: the heap scan at open counts the dead
+// versions it meets (aborted, deleted or replaced) and starts the count
+// there, where PostgreSQL's statistics start from zero after a crash.
 
 // autovacuumState holds the dead-tuple count and the worker's counters.
 type autovacuumState struct {

@@ -334,6 +334,9 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 	var chunks []heap.TID
 	usedChunks := make(map[uint64]struct{})
 	frozenXid := uint64(math.MaxUint64)
+	// Dead versions, for autovacuum: the debt a restart must not forget
+	// (PostgreSQL's pgstat loses n_dead_tup after a crash).
+	var dead int64
 	nblocks := db.pool.NBlocks()
 	db.idx.mu.Lock()
 	defer db.idx.mu.Unlock()
@@ -392,11 +395,15 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 				// with none is deleted or never committed, and gets no
 				// entry: its versions are left to pruning.
 				v := version{tid: tid, hdr: h}
-				committed, _, err := db.xidState(&v, false)
+				committed, aborted, err := db.xidState(&v, false)
 				if err == nil && committed && h.Xmax != 0 {
 					var gone bool
 					gone, _, err = db.xidState(&v, true)
 					committed = !gone
+					aborted = gone
+				}
+				if aborted {
+					dead++ // aborted, or deleted or replaced
 				}
 				if err != nil {
 					perr = fmt.Errorf("heap block %d slot %d: %w", blk, s, err)
@@ -434,6 +441,7 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 		frozenXid = max(maxXid+1, db.procs.next())
 	}
 	db.vac.frozenXid.Store(frozenXid)
+	db.av.dead.Store(dead)
 	return maxXid, nil
 }
 
