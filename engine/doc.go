@@ -27,7 +27,10 @@
 // tuple carries xmin (the xid that created it), xmax (the xid that deleted
 // or replaced it) and the TID of the version before it. The in-memory index
 // (google/btree) maps a key to the newest version; it is not logged and is
-// rebuilt from the heap at Open.
+// rebuilt from the heap at Open. A version whose creator committed before
+// every open snapshot is where every reader stops, so the versions below
+// it may be freed page by page wherever they lie; a link that leads to a
+// freed or reused slot is recognized as such and ends the walk.
 //
 // A writer takes the key's row lock, and then finds the newest version whose
 // creator committed. Under REPEATABLE READ, if that version's creator (or
@@ -59,17 +62,34 @@
 //
 // # Vacuum
 //
-// Old versions stay in the heap until DB.Vacuum (or the autovacuum worker,
-// on by default) removes those no snapshot can see any more: it computes the
-// oldest xmin of running transactions and open snapshots, prunes each key's
-// chain in WAL-logged pruning records, freezes old tuples, compacts pages
-// and records their free space, which inserts then reuse. Between runs, an
-// update whose old version's page is full removes the key's own dead
-// versions below it on that page, as PostgreSQL's heap_page_prune_opt does
-// for HOT chains, so a key updated faster than vacuum comes stays on its
-// page (pruneChainOnPage). Readers set hint bits on tuples whose
-// transaction status is final, so later readers skip the CLOG (vacuum.go,
-// heapam.go, hints.go, fsm.go, autovacuum.go).
+// Old versions are removed page by page, as PostgreSQL's heap_page_prune_opt
+// and lazy vacuum do: a writer that finds its page full, or a reader that
+// visits a nearly full page whose header says it holds versions that may
+// have died, frees every version on the page that no snapshot can see,
+// whatever its key, and compacts the page, in one WAL record, never
+// waiting for a lock to do so. DB.Vacuum (or the autovacuum worker, on by
+// default) reads the heap in block order through a small ring of buffers,
+// prunes and freezes each page, drops the index entries of deleted keys,
+// frees out-of-line values, records free space for inserts and marks
+// all-visible pages in the visibility map. Options.FillFactor keeps room on
+// each page for the updates of its keys. Readers set hint bits on tuples
+// whose transaction status is final, so later readers skip the CLOG.
+//
+// # Lock order
+//
+// Locks are taken in this order, and only tried (never waited for) against
+// it:
+//
+//	row lock (a key's, held to transaction end; vacuum only tries)
+//	checkpoint interlock, shared (writers, pruning, vacuum per page)
+//	heap page content locks, in block order
+//	visibility map page
+//	WAL insertion
+//
+// The index's and the running table's mutexes, the CLOG's bank locks and
+// the snapshot registry are leaves: held briefly, never across a wait for
+// any lock above. Pruning outside vacuum tries the page lock and the
+// checkpoint interlock and skips the page if either is taken.
 //
 // # Caveats
 //
