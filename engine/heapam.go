@@ -500,10 +500,10 @@ func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, erro
 		v.val, v.have = append([]byte(nil), val...), true
 	}
 	page := buf.Page()
-	prune := db.pruneHintDue(page) && heap.FreeSpace(page) < db.pruneReadFree()
+	prune := db.pruneHintDue(page) && !heap.Fits(page, len(raw))
 	buf.RUnlock()
 	if prune {
-		db.pruneForRead(buf)
+		db.pruneForRead(buf, len(raw))
 	}
 	buf.Release()
 	if vanished {
