@@ -884,17 +884,6 @@ func TestVacuumCompactsEachPageOnce(t *testing.T) {
 	}
 }
 
-// putNumberedKeys commits keys k0000 ... k(n-1), each set to val, one
-// transaction each, and returns the function that names key i.
-func putNumberedKeys(t *testing.T, db *DB, n int, val string) func(int) string {
-	t.Helper()
-	key := func(i int) string { return fmt.Sprintf("k%04d", i) }
-	for i := 0; i < n; i++ {
-		mustPut(t, db, key(i), val)
-	}
-	return key
-}
-
 // A negative autovacuum_vacuum_scale_factor stands for 0: the threshold
 // alone decides, however many keys there are; 0 itself is the default.
 func TestAutovacuumScaleFactorZero(t *testing.T) {
@@ -1279,24 +1268,6 @@ func TestUpdatePrunesBelowSnapshots(t *testing.T) {
 		t.Errorf("5000 updates next to short snapshots: %d heap pages, %d versions pruned", n, st.PrunedByUpdate)
 	}
 	mustVerify(t, db)
-}
-
-// longChain writes key "a" n times in one transaction, with values of
-// size bytes, and commits: a chain of n versions, all but the newest dead.
-func longChain(tb testing.TB, db *DB, n, size int) {
-	tb.Helper()
-	tx, err := db.Begin(context.Background(), TxnOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for i := range n {
-		if err := tx.Put([]byte("a"), []byte(fmt.Sprintf("%06d", i)+strings.Repeat("v", size-6))); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		tb.Fatal(err)
-	}
 }
 
 // A REPEATABLE READ write of a key whose only version was frozen, with its

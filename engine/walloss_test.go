@@ -146,25 +146,3 @@ func TestVerifyDuringVacuum(t *testing.T) {
 		}
 	}
 }
-
-// verifyWithPageZeroed zeroes heap block blk of the closed database in dir,
-// as a lost write or a wiped sector would leave it (a zeroed page reads as a
-// new, empty one), then opens the database and returns Verify's report.
-func verifyWithPageZeroed(t *testing.T, dir string, blk uint32) VerifyReport {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(dir, heapDir, "00000000"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, heap.PageSize), int64(blk)*heap.PageSize); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	rep, err := db.Verify()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
-}
