@@ -109,11 +109,12 @@ func (db *DB) walkChainOnce(e *indexEntry, wantVal bool, visit func(v *version) 
 	return nil
 }
 
-// fetchVisible returns the value of the newest version of e's key whose
-// xmin the snapshot sees, unless the snapshot sees its xmax too (the key
-// is deleted for it).
-func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (val []byte, found bool, err error) {
-	err = db.walkChain(e, true, func(v *version) (bool, error) {
+// visibleVersion returns the newest version of e's key whose xmin the
+// snapshot sees, unless the snapshot sees its xmax too (found is false: the
+// key is deleted for it). wantVal copies the version's inline value or
+// external pointer.
+func (db *DB) visibleVersion(e *indexEntry, snap *visibility.Snapshot, me uint64, wantVal bool) (cur version, found bool, err error) {
+	err = db.walkChain(e, wantVal, func(v *version) (bool, error) {
 		ok, err := snap.XidVisible(v.hdr.Xmin, me, func(uint64) (bool, error) { return db.xminCommitted(v) })
 		if err != nil {
 			return true, err
@@ -124,32 +125,28 @@ func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) 
 		}
 		gone, err := snap.XidVisible(v.hdr.Xmax, me, func(uint64) (bool, error) { return db.xmaxCommitted(v) })
 		db.setHintBits(v)
-		if err != nil || gone {
-			return true, err
+		if err == nil && !gone {
+			cur, found = *v, true
 		}
-		val, err = db.value(*v, e.key())
-		found = err == nil
 		return true, err
 	})
-	return val, found, err
+	return cur, found, err
 }
 
-// chainVisible is fetchVisible without the value.
-func (db *DB) chainVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (found bool, err error) {
-	err = db.walkChain(e, false, func(v *version) (bool, error) {
-		ok, err := snap.XidVisible(v.hdr.Xmin, me, func(uint64) (bool, error) { return db.xminCommitted(v) })
-		if err != nil {
-			return true, err
-		}
-		if !ok {
-			db.setHintBits(v)
-			return false, nil
-		}
-		gone, err := snap.XidVisible(v.hdr.Xmax, me, func(uint64) (bool, error) { return db.xmaxCommitted(v) })
-		db.setHintBits(v)
-		found = !gone && err == nil
-		return true, err
-	})
+// fetchVisible returns the value of the version visibleVersion finds.
+func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (val []byte, found bool, err error) {
+	v, found, err := db.visibleVersion(e, snap, me, true)
+	if !found || err != nil {
+		return nil, false, err
+	}
+	val, err = db.value(v, e.key())
+	return val, err == nil, err
+}
+
+// chainVisible reports whether visibleVersion finds a version, reading
+// tuple headers only.
+func (db *DB) chainVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (bool, error) {
+	_, found, err := db.visibleVersion(e, snap, me, false)
 	return found, err
 }
 

@@ -201,6 +201,9 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		if err != nil {
 			return res, db.corrupt(tid, err)
 		}
+		if hdr.Infomask&heap.Chunk != 0 && vac == nil {
+			continue // chunks go with their version, by vacuum
+		}
 		v := version{tid: tid, hdr: hdr}
 		xc, xa, err := db.xidState(&v, false)
 		if err != nil {
@@ -230,16 +233,13 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 			// Chunks go with their version (vacuum's second pass);
 			// vacuum freezes them, whatever becomes of the version, so
 			// that FrozenXid can pass them.
-			if vac == nil {
-				continue
-			}
 			res.newestXmin = max(res.newestXmin, hdr.Xmin)
 			if !xc || (!isFrozen && hdr.Xmin >= h) {
 				res.allVisible = false
 			}
 			switch {
 			case xc && !isFrozen && hdr.Xmin < cutoff:
-				vac.freeze(&pp, uint16(s), heap.TupleInfomask(raw)|heap.Frozen|heap.XminCommitted, hdr.Xmax)
+				pp.freeze = append(pp.freeze, freezeOp{slot: uint16(s), infomask: heap.TupleInfomask(raw) | heap.Frozen | heap.XminCommitted, xmax: hdr.Xmax})
 				vac.st.ChunksFrozen++
 			case xa:
 				// Garbage, freed with its version, or as an orphan: it
@@ -334,7 +334,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 			xmax = 0
 		}
 		if mask != heap.TupleInfomask(raw) || xmax != hdr.Xmax {
-			vac.freeze(&pp, uint16(s), mask, xmax)
+			pp.freeze = append(pp.freeze, freezeOp{slot: uint16(s), infomask: mask, xmax: xmax})
 		}
 		res.newestXmin = max(res.newestXmin, hdr.Xmin)
 		if !xc || (!isFrozen && hdr.Xmin >= h) || (xmax != 0 && !ma) {
@@ -396,10 +396,4 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 func (db *DB) isIndexHead(key []byte, tid heap.TID) bool {
 	e := db.idx.get(key)
 	return e != nil && e.headTID() == tid
-}
-
-// freeze adds to p a freezing of slot: the tuple's infomask and xmax
-// after. The first pass of vacuum only.
-func (v *vacuumRun) freeze(p *prunePage, slot uint16, infomask uint16, xmax uint64) {
-	p.freeze = append(p.freeze, freezeOp{slot: slot, infomask: infomask, xmax: xmax})
 }

@@ -459,10 +459,12 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 // chunks. One pruning record either way.
 func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	db := v.db
-	owner := newTxnState()
+	var owner *txnState // holds the row locks of the heads, if any
 	defer func() {
-		db.locks.releaseAll(owner)
-		close(owner.done)
+		if owner != nil {
+			db.locks.releaseAll(owner)
+			close(owner.done)
+		}
 	}()
 	// Row locks and new heads first, with no page lock held: finding the
 	// newest committed version below an aborted head reads other pages.
@@ -477,6 +479,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	if heads {
 		todo = w.heads
 		w.heads = nil
+		owner = newTxnState()
 	} else {
 		chunks = w.chunks
 		w.chunks = nil
