@@ -63,6 +63,9 @@ type DB struct {
 	// exclusively by Verify so that no page changes under its scan.
 	// Pruning never waits for it: it skips the page.
 	pruneMu sync.RWMutex
+	// pending counts, per heap block (hashed), the xmaxes set on it since
+	// it was last pruned (pruneheap.go).
+	pending pendingCounts
 	// ckptMu lets one checkpoint run at a time.
 	ckptMu   sync.Mutex
 	lastCkpt atomic.Int64 // unix nanoseconds of the last checkpoint's end

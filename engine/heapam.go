@@ -150,7 +150,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		} else if cleared {
 			flags |= flagAllVisibleCleared
 		}
-		if err := setXmaxOnPage(buf.Page(), old, xid, false); err != nil {
+		if err := db.setXmaxOnPage(buf.Page(), old, xid, false); err != nil {
 			return heap.InvalidTID, db.corrupt(old, err)
 		}
 		buf.MarkDirty()
@@ -221,7 +221,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			}
 			db.vac.pagesCompacted.Add(1)
 		}
-		if !wasNew && !heap.Fits(page, len(tup)) && db.pruneWorthwhile(page) && db.pruneMu.TryRLock() {
+		if !wasNew && !heap.Fits(page, len(tup)) && db.pruneWorthwhile(tgt.Block(), page) && db.pruneMu.TryRLock() {
 			// heap_page_prune_opt: free what no snapshot sees on this
 			// page, whatever its key, before looking elsewhere.
 			_, err := db.prunePageLocked(tgt, pruneByUpdate, nil)
@@ -292,7 +292,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 			if oldBuf != nil {
 				ob = oldBuf
 			}
-			if err := setXmaxOnPage(ob.Page(), old, xid, true); err != nil {
+			if err := db.setXmaxOnPage(ob.Page(), old, xid, true); err != nil {
 				unlock()
 				return heap.InvalidTID, db.corrupt(old, err)
 			}
@@ -348,7 +348,7 @@ func (db *DB) logPageImage(buf *bufpool.Buffer, typ wal.RecordType) error {
 // setXmaxOnPage sets xid as the xmax of the tuple at tid on page, for an
 // update (updated: the same transaction makes a newer version of the key,
 // heap.Updated) or a delete, in the forward path and in redo alike.
-func setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool) error {
+func (db *DB) setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool) error {
 	raw, err := heap.Tuple(page, tid.Slot)
 	if err != nil {
 		return err
@@ -367,6 +367,7 @@ func setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool) error {
 	// The old version may become removable once xid commits below the
 	// horizon: the page's prune hint says so to the next visitor.
 	heap.NotePrunable(page, xid)
+	db.pending.of(tid.Block).Add(1)
 	return nil
 }
 
@@ -500,7 +501,7 @@ func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, erro
 		v.val, v.have = append([]byte(nil), val...), true
 	}
 	page := buf.Page()
-	prune := db.pruneHintDue(page) && !heap.Fits(page, len(raw))
+	prune := db.pruneDue(tid.Block, page) && !heap.Fits(page, len(raw))
 	buf.RUnlock()
 	if prune {
 		db.pruneForRead(buf, len(raw))

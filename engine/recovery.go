@@ -231,7 +231,7 @@ func (db *DB) redo(rec wal.Record) error {
 	}
 	mark := func(page []byte) error {
 		clearPDAllVisible(page)
-		return setXmaxOnPage(page, hr.Old, rec.XID, hr.New.Valid())
+		return db.setXmaxOnPage(page, hr.Old, rec.XID, hr.New.Valid())
 	}
 	if rec.Flags&flagInitPage != 0 && hr.New.Valid() {
 		// The page was empty before this record: rebuild it from nothing,
