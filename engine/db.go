@@ -516,22 +516,26 @@ type Stats struct {
 	// Vacuum: runs (manual and autovacuum), heap pages examined and
 	// skipped as all-visible by the first pass, pages pruned (changed by
 	// the first pass), pages read from disk and buffer frames taken from
-	// the pool for its ring (see VacuumStats), tuple versions removed,
-	// page compactions (vacuum's second pass, and a writer's, when a tuple
-	// fits a page only with its holes), and tuples frozen.
+	// the pool for its 32-frame ring (see VacuumStats), tuple versions
+	// removed, and tuples frozen. VacuumPagesCompacted counts page
+	// compactions outside pruning: vacuum's second pass, and a writer's
+	// when a tuple fits a page only with the free space left in place by
+	// an older version of mvkv.
 	VacuumRuns, AutovacuumRuns                                    uint64
 	VacuumPagesScanned, VacuumPagesSkipped, VacuumPagesPruned     uint64
 	VacuumPagesRead, VacuumRingSwept                              uint64
 	VacuumTuplesRemoved, VacuumPagesCompacted, VacuumTuplesFrozen uint64
 	// PrunesByUpdate counts heap pages pruned by a writer that found the
 	// page without room for its version, PrunesByRead those pruned by a
-	// reader that visited a nearly full page with removable versions
-	// (PostgreSQL's heap_page_prune_opt); PrunedByUpdate and PrunedByRead
-	// count the versions they freed. Vacuum's own pruning is counted in
-	// VacuumTuplesRemoved.
+	// reader that found the page without room for another tuple the size
+	// of the one it read; both only when at least four versions may have
+	// died on the page since it was last pruned (pruning between vacuums,
+	// as PostgreSQL's heap_page_prune_opt). PrunedByUpdate and
+	// PrunedByRead count the versions they freed. Vacuum's own pruning is
+	// counted in VacuumPagesPruned and VacuumTuplesRemoved.
 	PrunesByUpdate, PrunedByUpdate, PrunesByRead, PrunedByRead uint64
-	// HintBitsSet counts hint bits written by readers; HintHits the CLOG
-	// lookups a hint bit made unnecessary (hints.go).
+	// HintBitsSet counts hint bits written by readers, pruning and
+	// vacuum; HintHits the CLOG lookups a hint bit made unnecessary.
 	HintBitsSet, HintHits uint64
 	// Visibility map: bits that changed (VMBitsSet, VMBitsCleared) and
 	// map pages read from and written to disk.

@@ -64,8 +64,8 @@
 //
 // Old versions are removed page by page, as PostgreSQL's heap_page_prune_opt
 // and lazy vacuum do: a writer that finds its page full, or a reader that
-// visits a nearly full page whose header says it holds versions that may
-// have died, frees every version on the page that no snapshot can see,
+// visits a full page on which several versions may have died since it
+// was last pruned, frees every version on the page that no snapshot can see,
 // whatever its key, and compacts the page, in one WAL record, never
 // waiting for a lock to do so. DB.Vacuum (or the autovacuum worker, on by
 // default) reads the heap in block order through a small ring of buffers,

@@ -49,11 +49,11 @@ import (
 // which frees a version's chunks on their own pages with it.
 //
 // When it runs. A writer whose tuple does not fit on the page it locked
-// prunes that page first, if its prune hint (pd_prune_xid: the oldest xid
-// that set an xmax on it since it was last pruned) lies below the horizon.
-// A reader that visits such a page when it is full (no room for another
-// tuple the size of the one it read) prunes it too,
-// but only if it gets the page's exclusive lock at once: pruning never
+// prunes that page first, if at least minPrune xmaxes were set on it since
+// it was last pruned and its prune hint (pd_prune_xid: the oldest xid that
+// set an xmax on it since then) lies below the horizon. A reader that
+// visits such a page when it is full (no room for another tuple the size
+// of the one it read) prunes it too, but only if it gets the page's exclusive lock at once: pruning never
 // waits for a lock a reader, a writer or vacuum holds, it skips the page.
 // Vacuum prunes every page it reads. Each prune costs one WAL record; a page
 // that has nothing to free costs a pass over its line pointers, and its

@@ -103,18 +103,22 @@ type VacuumStats struct {
 	// PagesScanned and PagesSkipped count heap pages examined by the first
 	// pass and skipped by the visibility map (all-visible pages by a lazy
 	// run, all-frozen ones by an aggressive run); PagesRevisited the pages
-	// the second pass came back to (for index heads and chunks);
+	// the second pass came back to (for keys' newest versions that had to
+	// go with their index entries, and for out-of-line value chunks);
 	// PagesPruned the pages whose tuples the run freed or froze;
 	// PagesCompacted the pages packed by the second pass; PagesAllVisible
 	// the pages marked all-visible.
 	PagesScanned, PagesSkipped, PagesRevisited, PagesPruned, PagesCompacted, PagesAllVisible uint64
 	// PagesRead counts the pages the run read from disk (not found in the
 	// buffer pool), RingSwept the buffer frames it took from the pool's
-	// clock sweep for them: at most the ring's size, unless ring frames
-	// were in use by others when their turn came.
+	// clock sweep for them (each evicting a page): at most the ring's
+	// size, 32 frames or an eighth of SharedBuffers if that is less,
+	// unless ring frames were in use by others when their turn came.
 	PagesRead, RingSwept uint64
-	// HeadsBusy counts index heads the run could have dropped or moved but
-	// left because a writer held the key's row lock.
+	// HeadsBusy counts keys whose newest version the run could have
+	// removed (the key was deleted, or its newest version's writer
+	// aborted) but left because a writer held the key's row lock; the
+	// next run tries again.
 	HeadsBusy uint64
 	// Aggressive says the run read every page not all-frozen, so that
 	// FrozenXid could advance (see Options.VacuumFreezeTableAge); a

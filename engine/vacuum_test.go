@@ -1334,3 +1334,139 @@ func TestAutovacuumDebtSurvivesRestart(t *testing.T) {
 		t.Fatalf("dead tuples %d before the restart, %d after (due %v); want 35 and 35, due", before, after, due)
 	}
 }
+
+// Readers at REPEATABLE READ and READ COMMITTED run against transfers whose
+// pages fill and are pruned by updates and reads, and against vacuum runs
+// in a loop: every statement must see exactly one consistent state (the
+// total holds in each scan), and a REPEATABLE READ transaction the same
+// state in all its statements, key by key.
+func TestReadersAgainstPruningAndVacuum(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 64 * heap.PageSize, VacuumFreezeMinAge: -1})
+	defer db.Close()
+	const accounts, initial = 200, 1000
+	pad := strings.Repeat("p", 120) // about 60 versions a page: pages fill fast
+	key := func(i int) []byte { return fmt.Appendf(nil, "acct%03d", i) }
+	parse := func(b []byte) int {
+		n := 0
+		fmt.Sscan(strings.TrimRight(string(b), "p"), &n)
+		return n
+	}
+	for i := 0; i < accounts; i++ {
+		mustPut(t, db, string(key(i)), fmt.Sprint(initial, pad))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var writers, others sync.WaitGroup
+	errc := make(chan error, 16)
+	report := func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+	}
+	for w := 0; w < 3; w++ {
+		writers.Add(1)
+		go func(w int) {
+			defer writers.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := 0; i < 1500; i++ {
+				a, b := r.IntN(accounts), r.IntN(accounts)
+				if a >= b {
+					continue // key order: no deadlocks
+				}
+				err := db.Update(context.Background(), func(tx *Txn) error {
+					for _, x := range []struct{ k, d int }{{a, -3}, {b, 3}} {
+						if err := tx.Update(key(x.k), func(old []byte, _ bool) ([]byte, error) {
+							return []byte(fmt.Sprint(parse(old)+x.d, pad)), nil
+						}); err != nil {
+							return err
+						}
+					}
+					if r.IntN(8) == 0 {
+						return errors.New("abort")
+					}
+					return nil
+				})
+				if err != nil && err.Error() != "abort" {
+					report(err)
+					return
+				}
+			}
+		}(w)
+	}
+	scan := func(tx *Txn) (map[string]int, error) {
+		m := map[string]int{}
+		sum := 0
+		err := tx.Scan(nil, nil, func(k, v []byte) bool { m[string(k)] = parse(v); sum += parse(v); return true })
+		if err == nil && (sum != accounts*initial || len(m) != accounts) {
+			err = fmt.Errorf("a scan saw %d accounts totalling %d", len(m), sum)
+		}
+		return m, err
+	}
+	for _, iso := range []IsolationLevel{RepeatableRead, ReadCommitted} {
+		others.Add(1)
+		go func(iso IsolationLevel) {
+			defer others.Done()
+			r := rand.New(rand.NewPCG(uint64(iso), 5))
+			for ctx.Err() == nil {
+				tx, err := db.Begin(ctx, TxnOptions{Isolation: iso, ReadOnly: true})
+				if err != nil {
+					report(err)
+					return
+				}
+				first, err := scan(tx)
+				for pass := 0; pass < 3 && err == nil; pass++ {
+					var again map[string]int
+					if again, err = scan(tx); err == nil && iso == RepeatableRead && !maps.Equal(first, again) {
+						err = fmt.Errorf("repeatable read: two scans of one transaction differ")
+					}
+					// Point reads walk the chains one key at a time.
+					for j := 0; j < 20 && err == nil && iso == RepeatableRead; j++ {
+						k := key(r.IntN(accounts))
+						v, gerr := tx.Get(k)
+						if gerr != nil || parse(v) != first[string(k)] {
+							err = fmt.Errorf("repeatable read: Get(%s) = %q, %v; its first scan saw %d", k, v, gerr, first[string(k)])
+						}
+					}
+				}
+				tx.Rollback()
+				if err != nil {
+					report(fmt.Errorf("%v: %w", iso, err))
+					return
+				}
+			}
+		}(iso)
+	}
+	others.Add(1)
+	go func() {
+		defer others.Done()
+		// Not back to back: pruning by updates and reads must get pages
+		// to prune between runs.
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			if _, err := db.Vacuum(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				report(err)
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	}()
+	writers.Wait()
+	cancel()
+	others.Wait()
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	s := db.Stats()
+	if s.PrunesByUpdate+s.PrunesByRead == 0 || s.VacuumRuns == 0 {
+		t.Errorf("no pruning outside vacuum (%d by updates, %d by reads) or no vacuum run (%d): the test did not test it", s.PrunesByUpdate, s.PrunesByRead, s.VacuumRuns)
+	}
+	t.Logf("pages pruned: %d by updates, %d by reads, %d by vacuum in %d runs", s.PrunesByUpdate, s.PrunesByRead, s.VacuumPagesPruned, s.VacuumRuns)
+	mustVerify(t, db)
+}

@@ -335,6 +335,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	if fillFactor < 10 || fillFactor > 100 {
+		return fail("invalid --fillfactor %d (10..100 percent)", fillFactor)
+	}
+	if (set["F"] || set["fillfactor"]) && target != "engine" {
+		return fail("--fillfactor applies to the engine target only (PostgreSQL's pgbench takes -F itself)")
+	}
 	// Checked here too, not only when a RESP target opens, so that a
 	// mistyped mode is not silently ignored on other targets.
 	if respMode != bench.RESPModeMulti && respMode != bench.RESPModeWatch {

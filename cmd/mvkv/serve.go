@@ -255,6 +255,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if err != nil {
 		return fail("%v", err)
 	}
+	if fillFactor < 10 || fillFactor > 100 {
+		return fail("invalid --fillfactor %d (10..100 percent)", fillFactor)
+	}
 	napDuration, err := parseNaptime(naptime)
 	if err != nil {
 		return fail("invalid --autovacuum-naptime %q: %v", naptime, err)
