@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,7 +110,8 @@ func TestCrashLadder(t *testing.T) {
 			}
 			points, checked, err := crashLadder(seed, work, sample)
 			if err == nil {
-				t.Logf("seed %d: %d transactions, %d file-system operations, %d crash copies checked", seed, len(work), points, checked)
+				t.Logf("seed %d: %d transactions, %d file-system operations, %d crash copies checked; %d pages pruned by updates and reads, %d by vacuum, in all workloads so far",
+					seed, len(work), points, checked, ladderPrunes.Load(), ladderVacuumPages.Load())
 				return
 			}
 			t.Errorf("seed %d: %v", seed, err)
@@ -195,6 +197,15 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 				break
 			}
 		}
+		// And vacuum now and then, so that crashes meet both its passes
+		// (dropping deleted keys' entries, freeing chunks) besides the
+		// pruning that updates and reads of full pages do all along.
+		if i%16 == 12 {
+			if _, err := db.Vacuum(ctx); err != nil {
+				failure = fmt.Errorf("before txn %d: vacuum: %v", i, err)
+				break
+			}
+		}
 		committed, err := runLadderTxn(ctx, db, i, w, func() { prog.begun(commitOf[i]) })
 		if err != nil {
 			failure = err
@@ -210,10 +221,18 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 			break
 		}
 	}
+	st := db.Stats()
+	ladderPrunes.Add(st.PrunesByUpdate + st.PrunesByRead)
+	ladderVacuumPages.Add(st.VacuumPagesPruned)
 	db.Close()
 	m.SetOpHook(nil)
 	return points, checked, failure
 }
+
+// ladderPrunes and ladderVacuumPages count the pages pruned outside vacuum
+// and by vacuum in the ladder's workloads, so that the test can show it
+// crashed in the middle of both.
+var ladderPrunes, ladderVacuumPages atomic.Uint64
 
 // checkRecovered opens a crash copy and checks that it holds states[k] for
 // some lo <= k <= hi, that it verifies, and that reopening it, plainly and
@@ -379,4 +398,47 @@ func ladderCrashHook(seed uint64, sample int, states []ladderState, rng *rand.Ra
 			}
 		}
 	}
+}
+
+// TestCrashLadderPruning is the crash ladder over a workload built to make
+// updates and reads prune pages all along: a few keys with values of 600
+// bytes, a dozen versions a page, so that pages fill within a few
+// transactions and every crash point lies near a prune by an update, a
+// prune by a read, or a slot reused right after one.
+func TestCrashLadderPruning(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if *ladderSeed != 0 {
+		seed = *ladderSeed
+	}
+	r := rand.New(rand.NewPCG(seed, 5))
+	work := make([]ladderTxn, 160)
+	for i := range work {
+		w := ladderTxn{writes: map[string][]byte{}, sync: r.IntN(3) != 0, rollback: r.IntN(12) == 0}
+		for n := 0; n < 1+r.IntN(2); n++ {
+			k := fmt.Sprintf("p%d", r.IntN(4))
+			if r.IntN(15) == 0 {
+				w.writes[k] = nil
+			} else {
+				w.writes[k] = []byte(fmt.Sprintf("%d:%s:%s", i, k, strings.Repeat("v", 600)))
+			}
+		}
+		work[i] = w
+	}
+	sample := *ladderSample
+	if sample <= 0 {
+		sample = 3
+		if raceEnabled {
+			sample = 16
+		}
+	}
+	before := ladderPrunes.Load()
+	points, checked, err := crashLadder(seed, work, sample)
+	if err != nil {
+		t.Fatalf("seed %d (-crash.seed reproduces it): %v", seed, err)
+	}
+	pruned := ladderPrunes.Load() - before
+	if pruned == 0 {
+		t.Fatalf("seed %d: no page pruned by updates or reads; the workload no longer tests pruning", seed)
+	}
+	t.Logf("seed %d: %d file-system operations, %d crash copies checked, %d pages pruned by updates and reads", seed, points, checked, pruned)
 }

@@ -104,8 +104,11 @@ type DB struct {
 	}
 	// horizon is the highest vacuum horizon computed for
 	// pruning so far (computeHorizon).
-	horizon  atomic.Uint64
-	recovery RecoveryInfo
+	horizon atomic.Uint64
+	// horizonAt is when a reader last recomputed horizon (UnixNano), so
+	// that readers do it at most once a millisecond (recentHorizon).
+	horizonAt atomic.Int64
+	recovery  RecoveryInfo
 }
 
 // RecoveryInfo describes what Open found and replayed. It is also logged

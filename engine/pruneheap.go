@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
@@ -97,11 +98,31 @@ func hintBelow(x uint32, h uint64) bool {
 	return x != 0 && int32(x-uint32(h)) < 0
 }
 
-// pruneDue reports whether page blk may be worth pruning, against the
-// cached horizon only: enough versions may have died on it since its last
-// prune, and its prune hint says the oldest of them may be removable.
+// pruneDue reports whether page blk may be worth pruning: enough versions
+// may have died on it since its last prune, and its prune hint says the
+// oldest of them may be removable, against a horizon at most a millisecond
+// old (recentHorizon).
 func (db *DB) pruneDue(blk uint32, page []byte) bool {
-	return db.pending.of(blk).Load() >= minPrune && hintBelow(heap.PruneXid(page), db.horizon.Load())
+	if db.pending.of(blk).Load() < minPrune {
+		return false
+	}
+	x := heap.PruneXid(page)
+	return hintBelow(x, db.horizon.Load()) || (x != 0 && hintBelow(x, db.recentHorizon()))
+}
+
+// recentHorizon returns the cached horizon, recomputed first unless a
+// reader did so in the last millisecond: the cached value moves only when
+// someone computes it, and a workload of readers alone would otherwise
+// never see it pass what they could prune. Once a millisecond bounds the
+// cost of the running table's and the snapshot registry's locks, which
+// the computation takes, as PostgreSQL's GlobalVisState recomputes its
+// bounds only when an xid falls between them.
+func (db *DB) recentHorizon() uint64 {
+	now, last := time.Now().UnixNano(), db.horizonAt.Load()
+	if now-last < int64(time.Millisecond) || !db.horizonAt.CompareAndSwap(last, now) {
+		return db.horizon.Load()
+	}
+	return db.computeHorizon()
 }
 
 // pruneForRead is heap_page_prune_opt for a reader that has just read a
