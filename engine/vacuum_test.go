@@ -1471,3 +1471,65 @@ func TestReadersAgainstPruningAndVacuum(t *testing.T) {
 	t.Logf("pages pruned: %d by updates, %d by reads, %d by vacuum in %d runs", s.PrunesByUpdate, s.PrunesByRead, s.VacuumPagesPruned, s.VacuumRuns)
 	mustVerify(t, db)
 }
+
+// A vacuum of a heap many times the size of the buffer pool reads each page
+// at most twice, takes no more frames from the pool than its ring holds,
+// and leaves the working set in the pool: keys read before the run are
+// read after it without a page read.
+func TestVacuumRingKeepsWorkingSet(t *testing.T) {
+	const frames = 64 // 512 KiB; the ring is an eighth: 8 frames
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: frames * heap.PageSize})
+	defer db.Close()
+	const keys = 8000
+	key := func(i int) []byte { return fmt.Appendf(nil, "k%05d", i) }
+	put := func(v string) {
+		t.Helper()
+		err := db.Update(context.Background(), func(tx *Txn) error {
+			for i := 0; i < keys; i++ {
+				if err := tx.Put(key(i), []byte(v)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(strings.Repeat("a", 200))
+	release := holdSnapshot(t, db) // no pruning: vacuum finds every dead version
+	put(strings.Repeat("b", 200))
+	release()
+	nblocks := uint64(db.pool.NBlocks())
+	if nblocks < 4*frames {
+		t.Fatalf("heap of %d pages, want at least four times the pool's %d", nblocks, frames)
+	}
+	hot := func() {
+		t.Helper()
+		for round := 0; round < 6; round++ {
+			for i := 0; i < 10; i++ {
+				if _, ok := get(t, db, string(key(i*7))); !ok {
+					t.Fatalf("%s missing", key(i*7))
+				}
+			}
+		}
+	}
+	hot()
+	st := mustVacuum(t, db)
+	before := db.Stats()
+	hot()
+	if d := db.Stats().Sub(before); d.BufferMisses != 0 {
+		t.Errorf("reading the working set after vacuum missed the pool %d times", d.BufferMisses)
+	}
+	t.Logf("heap %d pages, pool %d: vacuum scanned %d, revisited %d, read %d from disk, took %d frames from the pool; removed %d versions",
+		nblocks, frames, st.PagesScanned, st.PagesRevisited, st.PagesRead, st.RingSwept, st.TuplesRemoved)
+	if st.PagesScanned+st.PagesRevisited > 2*nblocks || st.PagesRead > st.PagesScanned+st.PagesRevisited {
+		t.Errorf("vacuum scanned %d pages and revisited %d of a %d-page heap", st.PagesScanned, st.PagesRevisited, nblocks)
+	}
+	if st.RingSwept > frames/8 {
+		t.Errorf("vacuum took %d frames from the pool, more than its ring of %d", st.RingSwept, frames/8)
+	}
+	if st.TuplesRemoved != keys {
+		t.Errorf("vacuum removed %d versions, want %d", st.TuplesRemoved, keys)
+	}
+}
