@@ -13,6 +13,7 @@ import (
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 	"mvkv/visibility"
+	"mvkv/wal"
 )
 
 // Vacuum, the analog of PostgreSQL's vacuumlazy.c.
@@ -613,14 +614,18 @@ func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err erro
 		return false, true, nil
 	}
 	for look := 0; ; look++ {
-		st, err := db.clog.Status(xid)
+		// One lookup gives the status and the group LSN a committed
+		// hint must wait for (hintedCommitted's rule).
+		st, lsn, err := db.clog.StatusLSN(xid)
 		if err != nil {
 			return false, false, err
 		}
 		switch st {
 		case clog.StatusCommitted:
-			committed, err = db.hintedCommitted(v, xid, cbit, ibit)
-			return committed, false, err
+			if lsn == 0 || wal.LSN(lsn) <= db.wal.FlushedLSN() {
+				v.hint |= cbit
+			}
+			return true, false, nil
 		case clog.StatusAborted:
 			v.hint |= ibit
 			return false, true, nil
