@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"time"
 
 	"mvkv/wal"
@@ -65,6 +66,18 @@ func (db *DB) checkpoint() error {
 	if err != nil {
 		return db.fail(err)
 	}
+	// The index file before the control file: a crash between the two
+	// leaves a file that names this checkpoint, whose record Open then
+	// finds in the WAL. It is only a copy of what the heap and the WAL
+	// hold, so a failure to write it does not stop writes: the checkpoint
+	// fails, the control file keeps the previous one, and the next
+	// checkpoint tries again.
+	keys, size, err := db.writeIndexFile(redo, start)
+	if err != nil {
+		return fmt.Errorf("checkpoint: writing the index file: %w", err)
+	}
+	db.stats.indexFileKeys.Store(keys)
+	db.stats.indexFileBytes.Store(uint64(size))
 	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next, HeapBlocks: uint64(heapBlocks)}); err != nil {
 		return db.fail(err)
 	}

@@ -94,6 +94,7 @@ type DB struct {
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
 		hintBitsSet, hintHits              atomic.Uint64
+		indexFileKeys, indexFileBytes      atomic.Uint64
 		// prunesByUpdate and prunesByRead count pages pruned by a writer
 		// that found a page full and by a reader (pruneheap.go),
 		// prunedByUpdate and prunedByRead the versions they freed.
@@ -109,6 +110,8 @@ type DB struct {
 	// that readers do it at most once a millisecond (recentHorizon).
 	horizonAt atomic.Int64
 	recovery  RecoveryInfo
+	// redoTouched lists the blocks redo changed, during Open only.
+	redoTouched map[uint32]struct{}
 }
 
 // RecoveryInfo describes what Open found and replayed. It is also logged
@@ -124,6 +127,19 @@ type RecoveryInfo struct {
 	// that a crash is allowed to lose.
 	DroppedBytes int64
 	Duration     time.Duration
+	// IndexFromFile says the key index was loaded from the index file
+	// written by the last checkpoint and brought up to date from the WAL;
+	// false means it was rebuilt by reading every heap page, and
+	// IndexRebuildReason says why (no file, a file from another
+	// checkpoint, damage).
+	IndexFromFile      bool
+	IndexRebuildReason string
+	// IndexKeys is the number of keys in the index after Open.
+	IndexKeys int
+	// RedoTime is the time spent replaying the WAL, IndexTime the time
+	// spent loading the index file (or rebuilding the index from the
+	// heap), both within Duration.
+	RedoTime, IndexTime time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 
 	"mvkv/internal/heap"
@@ -86,4 +88,36 @@ func (f *freeSpaceMap) take(need int) (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// fsmBlock is one recorded block and its category, as the index file keeps
+// the map.
+type fsmBlock struct {
+	blk uint32
+	cat uint8
+}
+
+// snapshot returns every recorded block with its category, in block order.
+func (f *freeSpaceMap) snapshot() []fsmBlock {
+	f.mu.Lock()
+	out := make([]fsmBlock, 0, len(f.cat))
+	for blk, c := range f.cat {
+		out = append(out, fsmBlock{blk, c})
+	}
+	f.mu.Unlock()
+	slices.SortFunc(out, func(a, b fsmBlock) int { return cmp.Compare(a.blk, b.blk) })
+	return out
+}
+
+// restore records the blocks of a snapshot.
+func (f *freeSpaceMap) restore(blocks []fsmBlock) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range blocks {
+		if old, ok := f.cat[b.blk]; ok {
+			delete(f.byCat[old], b.blk)
+		}
+		f.cat[b.blk] = b.cat
+		f.byCat[b.cat][b.blk] = struct{}{}
+	}
 }

@@ -168,3 +168,11 @@ func (ix *index) removeEntry(e *indexEntry) {
 		delete(ix.byKey, e.key())
 	}
 }
+
+// reset empties the index.
+func (ix *index) reset() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.tree.Clear(false)
+	ix.byKey = make(map[string]*indexEntry)
+}

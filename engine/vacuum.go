@@ -157,8 +157,11 @@ type vacuumState struct {
 
 	// orphans are chunks that the index rebuild found no version pointing
 	// to (a crash between a run's two passes, or a write that failed
-	// between placing the chunks and the tuple). Guarded by mu.
-	orphans []heap.TID
+	// between placing the chunks and the tuple). Guarded by orphansMu,
+	// not mu, which a run holds throughout: a checkpoint copies them into
+	// the index file.
+	orphansMu sync.Mutex
+	orphans   []heap.TID
 }
 
 // vacuumRingFrames is the size of vacuum's buffer ring: 256 KiB, as
@@ -378,11 +381,13 @@ func (v *vacuumRun) run() error {
 		v.st.PagesScanned++
 	}
 	v.st.FrozenXid = oldest
+	db.vac.orphansMu.Lock()
 	for _, c := range db.vac.orphans {
 		w := v.pageWork(c.Block)
 		w.chunks = append(w.chunks, c.Slot)
 	}
 	db.vac.orphans = nil
+	db.vac.orphansMu.Unlock()
 	// Index heads first: the chunks of an out-of-line head are known to
 	// be free only once the head is gone.
 	for _, heads := range []bool{true, false} {
@@ -415,6 +420,8 @@ func (v *vacuumRun) run() error {
 
 // keepChunks hands the chunks a run stopped before freeing to the next run.
 func (v *vacuumRun) keepChunks() {
+	v.db.vac.orphansMu.Lock()
+	defer v.db.vac.orphansMu.Unlock()
 	for blk, w := range v.work {
 		for _, s := range w.chunks {
 			v.db.vac.orphans = append(v.db.vac.orphans, heap.TID{Block: blk, Slot: s})
@@ -566,6 +573,16 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		return nil
 	}
 	slices.Sort(pp.unused)
+	// The index changes first: the index file and the WAL after it must
+	// hold every change to a key's head (indexfile.go). Logged before the
+	// page's record, a crash between the two leaves the index naming the
+	// version below (committed) or no version (the key was deleted below
+	// the horizon): either is right with the old head still on the page.
+	for _, m := range done {
+		if _, _, err := db.wal.Insert(recIndexHead, 0, encodeIndexHead([]byte(m.e.key()), m.newHead)); err != nil {
+			return db.fail(err)
+		}
+	}
 	if err := db.logPrunePage(buf, pp, 0, "vacuum of"); err != nil {
 		return err
 	}
