@@ -48,6 +48,40 @@ func newIndexEntry[K string | []byte](key K) *indexEntry {
 	return e
 }
 
+// entryArena carves entries out of large pointer-free slabs, for loading
+// millions of keys at once (the index file at Open): one allocation per
+// slab instead of one per key, entries of neighbouring keys side by side
+// (the tree's comparisons during the load read them in order), and a few
+// thousand objects for the garbage collector to mark instead of one per
+// key. An entry keeps its whole slab alive, so the memory of keys removed
+// later is returned only when every entry of their slab is gone: the
+// price of loading fast, paid only by workloads that delete most of what
+// was loaded.
+type entryArena struct {
+	slab []uint64
+}
+
+// arenaSlabWords is the size of a slab: 256 KiB.
+const arenaSlabWords = 1 << 15
+
+// new returns an entry for key with an invalid head, as newIndexEntry.
+func (a *entryArena) new(key []byte) *indexEntry {
+	words := (int(entryHeader)+len(key))/8 + 1
+	if words > arenaSlabWords/8 {
+		return newIndexEntry(key)
+	}
+	if len(a.slab) < words {
+		a.slab = make([]uint64, arenaSlabWords)
+	}
+	w := a.slab[:words:words]
+	a.slab = a.slab[words:]
+	e := (*indexEntry)(unsafe.Pointer((*[entryHeader / 8]uint64)(w)))
+	e.keyLen = uint32(len(key))
+	copy(unsafe.Slice(e.keyStart(), len(key)), key)
+	e.head.Store(heap.InvalidTID.Pack())
+	return e
+}
+
 // keyStart is the address of the key bytes that follow e.
 func (e *indexEntry) keyStart() *byte {
 	return (*byte)(unsafe.Add(unsafe.Pointer(e), entryHeader))

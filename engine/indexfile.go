@@ -328,6 +328,35 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	var rec [6]byte
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	// The hash map is made and filled on a second goroutine while this
+	// one decodes and fills the tree: each insert is a cache miss or two,
+	// and the two structures are independent (both under ix.mu, held here
+	// throughout).
+	const batch = 4096
+	toMap := make(chan []*indexEntry, 16)
+	mapped := make(chan struct{})
+	go func() {
+		defer close(mapped)
+		if len(ix.byKey) == 0 {
+			// Sized once: growing a map of millions of keys rehashes
+			// it again and again.
+			ix.byKey = make(map[string]*indexEntry, h.keys)
+		}
+		for es := range toMap {
+			for _, e := range es {
+				ix.byKey[e.key()] = e
+			}
+		}
+	}()
+	pending := make([]*indexEntry, 0, batch)
+	var arena entryArena
+	defer func() {
+		if len(pending) > 0 {
+			toMap <- pending
+		}
+		close(toMap)
+		<-mapped
+	}()
 	for i := uint64(0); i < h.keys; i++ {
 		off = at()
 		shared, err := binary.ReadUvarint(br)
@@ -355,10 +384,13 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		if tid.Block >= nblocks || int(tid.Slot) >= heap.PageSize {
 			return d, bad("key %d: head %s lies outside a heap of %d blocks", i, tid, nblocks)
 		}
-		e := newIndexEntry(key)
+		e := arena.new(key)
 		e.head.Store(tid.Pack())
 		ix.tree.ReplaceOrInsert(e)
-		ix.byKey[e.key()] = e
+		if pending = append(pending, e); len(pending) == batch {
+			toMap <- pending
+			pending = make([]*indexEntry, 0, batch)
+		}
 		prev = append(prev[:0], key...)
 	}
 	for i := uint32(0); i < h.fsmBlocks; i++ {
