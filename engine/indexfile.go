@@ -549,7 +549,6 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map
 	return "", nil
 }
 
-
 // verifyIndexFile checks the index file the checkpoint Verify just took
 // wrote: it must decode, name the control file's checkpoint, and hold
 // exactly the keys and heads of the index in memory (entries without a
