@@ -245,8 +245,13 @@ func (o Options) withDefaults() (Options, error) {
 // Open opens (creating if needed) the database in dir and runs crash
 // recovery: redo from the last checkpoint's redo point to the end of the
 // valid WAL, cutting off a torn tail, then marking transactions that have no
-// commit record as aborted, then rebuilding the key index from the heap and
-// taking an end-of-recovery checkpoint.
+// commit record as aborted, then loading the key index from the index file
+// of the last checkpoint and applying the key changes redo met (or, if the
+// file is missing, damaged or from another checkpoint, rebuilding the index
+// by reading every heap page, which is logged with the reason), and taking
+// an end-of-recovery checkpoint. Open's time depends on the index file's
+// size and the WAL written since the last checkpoint, not on the heap's
+// size; Recovery reports where it went.
 //
 // Open returns an error wrapping ErrLocked if another process has dir open,
 // and ErrCorruption (naming the file and offset) if a page or the control

@@ -12,10 +12,11 @@ import (
 // pages have room for new tuples, so that inserts and new versions reuse the
 // space vacuum frees instead of extending the heap.
 //
-// Like PostgreSQL's FSM it is only a hint, so it is not WAL-logged, and here
-// it is not even stored: it lives in memory, is rebuilt from the heap when
-// the database opens (rebuildIndex reads every page anyway) and is updated
-// by vacuum for every page it scans. A stale entry costs one wasted attempt:
+// Like PostgreSQL's FSM it is only a hint, so it is not WAL-logged: it lives
+// in memory, is saved in the index file at each checkpoint and restored at
+// Open (with the free space of every page redo changed), or rebuilt from
+// the heap when the index is, and is updated by vacuum for every page it
+// scans. A stale entry costs one wasted attempt:
 // the insert path checks heap.FreeSpace under the page's exclusive lock and
 // moves on if the tuple does not fit, exactly as for a full insert target.
 // An entry missing after a crash only delays reuse until the next vacuum.

@@ -96,9 +96,10 @@ func (e *indexEntry) key() string {
 
 func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
 
-// index is the in-memory ordered index over keys (google/btree), rebuilt from
-// the heap when the database opens. It is not WAL-logged: the heap, with
-// each version's link to its predecessor, is the durable truth.
+// index is the in-memory ordered index over keys (google/btree). Each
+// checkpoint writes it to the index file, and Open loads that and applies
+// the key changes the WAL holds since (indexfile.go); the heap remains the
+// truth it can be rebuilt from.
 //
 // Point lookups, one or two per key read or write, go through a hash map
 // holding the same entries: a tree descent over 100,000 keys made about 17

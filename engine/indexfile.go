@@ -45,20 +45,22 @@ import (
 // is: written to index.tmp, fsynced, renamed over index, directory fsynced.
 //
 // It also carries what the heap scan at Open used to gather: the free space
-// map (categories of recorded blocks), the out-of-line chunks that no
-// version names (orphans, for the next vacuum), the FrozenXid of the last
-// vacuum, and autovacuum's count of dead versions.
+// map (categories of recorded blocks), the FrozenXid of the last vacuum, and
+// autovacuum's count of dead versions. Not the out-of-line chunks that no
+// version names (left by a crash between a vacuum's two passes): a slot
+// listed at a checkpoint may be freed and reused by a new chunk before a
+// crash, and freeing it after the next Open would lose that chunk. They
+// stay until an Open rebuilds the index from the heap, which finds them.
 //
 // Format (little-endian; part of the format, do not change):
 //
 //	header, 64 bytes:
 //	 0 magic 8 | 8 version 4 | 12 flags 4 | 16 redo LSN 8 | 24 checkpoint LSN 8
-//	32 keys 8  | 40 FrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 orphans 4
+//	32 keys 8  | 40 FrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 zero 4
 //	keys, in strictly increasing order, each:
 //	  uvarint bytes shared with the previous key | uvarint length of the rest
 //	  | the rest | head block 4 | head slot 2
 //	FSM: per recorded block, block 4 | category 1
-//	orphans: per chunk, block 4 | slot 2
 //	CRC-32C of everything above, 4
 //
 // Rejected: a B-tree file updated in place (pages, WAL records of its own,
@@ -87,7 +89,6 @@ type indexFileHeader struct {
 	frozenXid        uint64
 	dead             int64
 	fsmBlocks        uint32
-	orphans          uint32
 }
 
 func (h indexFileHeader) encode() []byte {
@@ -101,7 +102,7 @@ func (h indexFileHeader) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, h.frozenXid)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.dead))
 	b = binary.LittleEndian.AppendUint32(b, h.fsmBlocks)
-	return binary.LittleEndian.AppendUint32(b, h.orphans)
+	return binary.LittleEndian.AppendUint32(b, 0)
 }
 
 // crcWriter passes writes on and keeps a running CRC-32C of them.
@@ -179,17 +180,9 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN) (keys uint64, size int64, err e
 			return 0, 0, err
 		}
 	}
-	db.vac.orphansMu.Lock()
-	orphans := append([]heap.TID(nil), db.vac.orphans...)
-	db.vac.orphansMu.Unlock()
-	for _, t := range orphans {
-		if _, err := cw.Write(appendTID(rec[:0], t)); err != nil {
-			return 0, 0, err
-		}
-	}
 	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
 		frozenXid: db.vac.frozenXid.Load(), dead: db.av.dead.Load(),
-		fsmBlocks: uint32(len(fsm)), orphans: uint32(len(orphans))}
+		fsmBlocks: uint32(len(fsm))}
 	head := hdr.encode()
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], crc32.Update(cw.crc.Sum32(), castagnoli, head))
@@ -232,9 +225,8 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 
 // indexFileData is a decoded index file.
 type indexFileData struct {
-	hdr     indexFileHeader
-	fsm     []fsmBlock
-	orphans []heap.TID
+	hdr indexFileHeader
+	fsm []fsmBlock
 }
 
 // fileReader reads a vfs file sequentially.
@@ -308,15 +300,18 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	h.frozenXid = binary.LittleEndian.Uint64(head[40:])
 	h.dead = int64(binary.LittleEndian.Uint64(head[48:]))
 	h.fsmBlocks = binary.LittleEndian.Uint32(head[56:])
-	h.orphans = binary.LittleEndian.Uint32(head[60:])
+	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
+		off = 60
+		return d, bad("reserved field is %#x, not zero", z)
+	}
 	if accept != nil {
 		if err := accept(*h); err != nil {
 			return d, err
 		}
 	}
 	body := size - indexHeaderSize - 4
-	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5+uint64(h.orphans)*6 > uint64(body) {
-		return d, bad("header claims %d keys, %d free space entries and %d orphans, more than %d bytes hold", h.keys, h.fsmBlocks, h.orphans, body)
+	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5 > uint64(body) {
+		return d, bad("header claims %d keys and %d free space entries, more than %d bytes hold", h.keys, h.fsmBlocks, body)
 	}
 	// The body is read through a buffer that cannot run past it, so that
 	// the checksum after it is read apart.
@@ -403,17 +398,6 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			return d, bad("free space entry %d: block %d category %d (heap of %d blocks)", i, b.blk, b.cat, nblocks)
 		}
 		d.fsm = append(d.fsm, b)
-	}
-	for i := uint32(0); i < h.orphans; i++ {
-		off = at()
-		if _, err := io.ReadFull(br, rec[:]); err != nil {
-			return d, bad("orphan %d: %v", i, noEOF(err))
-		}
-		t := readTID(rec[:])
-		if t.Block >= nblocks || int(t.Slot) >= heap.PageSize {
-			return d, bad("orphan %d: %s outside a heap of %d blocks", i, t, nblocks)
-		}
-		d.orphans = append(d.orphans, t)
 	}
 	off = at()
 	if off != size-4 {
@@ -541,9 +525,6 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map
 	if n := db.pool.NBlocks(); n > 0 {
 		db.targets.blk[0].Store(n - 1)
 	}
-	db.vac.orphansMu.Lock()
-	db.vac.orphans = d.orphans
-	db.vac.orphansMu.Unlock()
 	db.vac.frozenXid.Store(max(d.hdr.frozenXid, db.clog.OldestXid()))
 	db.av.dead.Store(d.hdr.dead + replayedDead)
 	return "", nil

@@ -37,9 +37,11 @@ import (
 // progress at the crash; they are marked aborted. One whose records all lie
 // before the redo point is not seen and stays "in progress" in the CLOG;
 // not running, it reads as aborted, and vacuum treats it so (xidState).
-// Then the index is rebuilt
-// from the heap: for every key, the head of its version chain is the one
-// version no other version names as its predecessor.
+// Then the key index is loaded from the index file the checkpoint wrote,
+// and the key changes of the records redo replayed are applied to it
+// (indexfile.go). Without a usable file it is rebuilt from the heap: every
+// key's head is its one version whose inserter committed and whose xmax
+// did not (chain.go).
 func (db *DB) recover(ctrl controlData) error {
 	begin := time.Now()
 	walPath := filepath.Join(db.dir, walDir)

@@ -56,8 +56,9 @@ import (
 // (never waiting, so a writer waiting for vacuum cannot deadlock) are
 // dropped or moved to the newest committed version and freed; chunks of
 // the out-of-line versions pass 1 freed are freed. A crash between the two
-// passes leaves chunks no version names, which the index rebuild at open
-// finds and hands to the next run (orphans). So a page is read at most twice
+// passes leaves chunks no version names, which an Open that rebuilds the
+// index from the heap finds and hands to the next run (orphans); an Open
+// from the index file leaves them be (see the index file). So a page is read at most twice
 // by a run, and changed at most twice.
 //
 // Concurrency. Nothing stops transactions or their pruning for the run:
@@ -151,8 +152,8 @@ type vacuumState struct {
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
 	pagesPruned, pagesRead, ringSwept                                             atomic.Uint64
 
-	// frozenXid is FrozenXid of the last run, or what the index rebuild
-	// found at open.
+	// frozenXid is FrozenXid of the last run, as the index file kept it,
+	// or what an index rebuild found at open.
 	frozenXid atomic.Uint64
 
 	// orphans are chunks that the index rebuild found no version pointing
