@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // Status is a transaction's 2-bit status, as PostgreSQL's XidStatus.

@@ -14,7 +14,7 @@ import (
 	"mvkv/clog"
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/visibility"
 	"mvkv/wal"
 )

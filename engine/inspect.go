@@ -10,7 +10,7 @@ import (
 
 	"mvkv/clog"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/wal"
 )
 

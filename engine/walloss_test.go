@@ -12,7 +12,7 @@ import (
 
 	"mvkv/clog"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/wal"
 )
 

@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"path"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // readChunk is how many bytes the Reader fetches from a segment per read.

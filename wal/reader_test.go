@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // writeFixed writes n records with payloads of the given size (all bytes

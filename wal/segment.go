@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // tempSuffix marks a segment being prepared; such files are never read and

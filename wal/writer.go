@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // FlusherPolicy names how concurrent Flush calls share write+sync rounds.
