@@ -54,6 +54,7 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	var first wal.LSN
+	scan := newWALScan()
 	for {
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
@@ -62,6 +63,7 @@ func (db *DB) recover(ctrl controlData) error {
 		if first == 0 {
 			first = rec.LSN
 		}
+		scan.note(rec)
 	}
 	if !errors.Is(err, io.EOF) {
 		r.Close()
@@ -84,6 +86,16 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
 		return db.walEndsBeforeCheckpoint(walPath, r.SegmentSize(), end, ctrl)
+	}
+	if ctrl.CheckpointLSN != 0 {
+		// Damage that would read as valid data, found before anything
+		// is written (damage.go).
+		if err := db.clog.CheckWritten(ctrl.NextXid); err != nil {
+			return errCLOGLost(err)
+		}
+		if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
+			return err
+		}
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err
