@@ -112,7 +112,7 @@ func engineOptions(fsys vfs.FS) engine.Options {
 		FS:                fsys,
 		SharedBuffers:     2 << 20,
 		WALSegmentSize:    1 << 20,
-		MaxWALSize:        4 << 20,
+		MaxWALSize:        2 << 20,
 		CheckpointTimeout: -1,
 		Autovacuum:        &off,
 	}
@@ -205,7 +205,7 @@ func runPower(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	state := State{}
-	const pointsPerCycle = 4
+	const pointsPerCycle = 12
 	for cycle := 1; ; cycle++ {
 		if cfg.Cycles > 0 && cycle > cfg.Cycles || cfg.Duration > 0 && time.Since(start) >= cfg.Duration || ctx.Err() != nil {
 			break

@@ -172,9 +172,9 @@ func (g *Gen) Next() Op {
 	case p < 25:
 		return Op{Client: c, Kind: Set, Key: clientKey(c, g.r.IntN(clientKeys)), Tag: tag(small())}
 	case p < 30:
-		// Large values, up to a quarter of the largest value, so that
+		// Large values, up to 100 KB, so that
 		// they span many WAL pages and out-of-line chunks.
-		return Op{Client: c, Kind: Set, Key: clientKey(c, g.r.IntN(clientKeys)), Tag: tag(4096 + g.r.IntN(256<<10))}
+		return Op{Client: c, Kind: Set, Key: clientKey(c, g.r.IntN(clientKeys)), Tag: tag(4096 + g.r.IntN(96<<10))}
 	case p < 45:
 		return Op{Client: c, Kind: Incr, Key: counterKey(g.r.IntN(counters))}
 	case p < 60:
