@@ -55,10 +55,20 @@ func (db *DB) checkpoint() error {
 		return db.fail(err)
 	}
 	heapBlocks := db.storage.NBlocks()
+	// next is read before the CLOG is written, so that every page holding
+	// an xid below it is written by this checkpoint (ExtendTo covers pages
+	// no status was set on yet): Open then treats such a page found all
+	// zeros as lost. An xid handed out after this read has its records
+	// after the redo point, where recovery finds it.
+	next := db.procs.next()
+	if next > 0 {
+		if err := db.clog.ExtendTo(next - 1); err != nil {
+			return db.fail(err)
+		}
+	}
 	if err := db.clog.Checkpoint(); err != nil {
 		return db.fail(err)
 	}
-	next := db.procs.next()
 	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(redo, next))
 	if err == nil {
 		err = db.wal.FlushData(end)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 var (

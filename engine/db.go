@@ -14,7 +14,7 @@ import (
 	"mvkv/clog"
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/visibility"
 	"mvkv/wal"
 )
@@ -120,8 +120,9 @@ type RecoveryInfo struct {
 	RedoLSN uint64 // where redo started (byte position in the WAL)
 	EndLSN  uint64 // end of the valid WAL
 	Records int    // records replayed
-	// DroppedBytes counts the non-zero bytes of torn WAL tail cut off after
-	// EndLSN. They were never durable (damage to durable WAL fails Open
+	// DroppedBytes is the length of the torn WAL tail cut off after EndLSN:
+	// from EndLSN to the last non-zero byte of its segment, zeros inside
+	// included. They were never durable (damage to durable WAL fails Open
 	// with ErrCorruption instead), so they can hold only commits that were
 	// not acknowledged, or asynchronous commits (synchronous_commit=off)
 	// that a crash is allowed to lose.

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/wal"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // indexTestDB opens a database on a fresh MemFS.

@@ -10,13 +10,13 @@ import (
 
 	"mvkv/clog"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/wal"
 )
 
 // validLogEnd reads the log from from (a record's LSN, or 0 for the oldest
 // segment) to its end and returns where the valid log ends and how many
-// non-zero bytes follow; ok is false if it could not be read to the end.
+// bytes of torn tail follow; ok is false if it could not be read to the end.
 func validLogEnd(fsys vfs.FS, walPath string, from wal.LSN) (end wal.LSN, dropped int64, ok bool) {
 	r, err := wal.NewReader(fsys, walPath, from)
 	if err != nil {
@@ -154,7 +154,7 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 			}
 			fmt.Fprintf(w, "0 records; the valid log ends at %s", logEnd)
 			if dropped > 0 {
-				fmt.Fprintf(w, " followed by a torn tail (%d non-zero bytes)", dropped)
+				fmt.Fprintf(w, " followed by a torn tail of %d bytes", dropped)
 			}
 			fmt.Fprintln(w)
 			if ctrlNote != "" {
@@ -200,7 +200,7 @@ func DumpWAL(fsys vfs.FS, dir string, start, end uint64, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%d records; the valid log ends at %s", n, r.End())
 	if d := r.DroppedBytes(); d > 0 {
-		fmt.Fprintf(w, " followed by a torn tail (%d non-zero bytes)", d)
+		fmt.Fprintf(w, " followed by a torn tail of %d bytes", d)
 	}
 	fmt.Fprintln(w)
 	if ctrlNote != "" {

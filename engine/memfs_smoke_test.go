@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // TestMemFSSmoke runs the engine on the in-memory file system: commits, a

@@ -60,6 +60,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// points: an index file written by one of them is usable (a crash
 	// came between the index file and the control file).
 	ckpts := make(map[wal.LSN]wal.LSN)
+	scan := newWALScan()
 	for {
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
@@ -73,6 +74,7 @@ func (db *DB) recover(ctrl controlData) error {
 				ckpts[rec.LSN] = redo
 			}
 		}
+		scan.note(rec)
 	}
 	if !errors.Is(err, io.EOF) {
 		r.Close()
@@ -95,6 +97,16 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
 		return db.walEndsBeforeCheckpoint(walPath, r.SegmentSize(), end, ctrl)
+	}
+	if ctrl.CheckpointLSN != 0 {
+		// Damage that would read as valid data, found before anything
+		// is written (damage.go).
+		if err := db.clog.CheckWritten(ctrl.NextXid); err != nil {
+			return errCLOGLost(err)
+		}
+		if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
+			return err
+		}
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err
