@@ -1443,7 +1443,7 @@ func TestReadersAgainstPruningAndVacuum(t *testing.T) {
 		defer others.Done()
 		// Not back to back: pruning by updates and reads must get pages
 		// to prune between runs.
-		tick := time.NewTicker(20 * time.Millisecond)
+		tick := time.NewTicker(300 * time.Millisecond)
 		defer tick.Stop()
 		for ctx.Err() == nil {
 			if _, err := db.Vacuum(ctx); err != nil && !errors.Is(err, context.Canceled) {
