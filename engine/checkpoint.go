@@ -39,6 +39,13 @@ func (db *DB) checkpoint() error {
 	}
 	db.ckptMu.Lock()
 	defer db.ckptMu.Unlock()
+	if e := db.ckptEnd.Load(); e != 0 && db.wal.InsertLSN() == wal.LSN(e) {
+		// Nothing was logged since the last checkpoint, so nothing
+		// changed that recovery would need (hint bits aside), and a
+		// directory opened only to be read or verified is left exactly
+		// as it was, as PostgreSQL skips an idle checkpoint.
+		return nil
+	}
 	begin := time.Now()
 
 	db.ckptInterlock.Lock()
@@ -55,6 +62,7 @@ func (db *DB) checkpoint() error {
 		return db.fail(err)
 	}
 	heapBlocks := db.storage.NBlocks()
+	db.storage.SetWritten(heapBlocks)
 	// next is read before the CLOG is written, so that every page holding
 	// an xid below it is written by this checkpoint (ExtendTo covers pages
 	// no status was set on yet): Open then treats such a page found all
@@ -92,6 +100,7 @@ func (db *DB) checkpoint() error {
 		return db.fail(err)
 	}
 	db.lastRedo.Store(uint64(redo))
+	db.ckptEnd.Store(uint64(end))
 	if err := db.wal.RemoveSegmentsBefore(redo); err != nil {
 		db.logger.Warn("removing old WAL segments", "err", err)
 	}

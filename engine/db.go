@@ -110,6 +110,9 @@ type DB struct {
 	// that readers do it at most once a millisecond (recentHorizon).
 	horizonAt atomic.Int64
 	recovery  RecoveryInfo
+	// ckptEnd is the WAL position just past the last checkpoint's record:
+	// while nothing is inserted after it, a checkpoint has nothing to do.
+	ckptEnd atomic.Uint64
 	// redoTouched lists the blocks redo changed, during Open only.
 	redoTouched map[uint32]struct{}
 }
@@ -344,7 +347,7 @@ func (db *DB) open() error {
 	}); err != nil {
 		return err
 	}
-	db.pool = bufpool.New(db.storage, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
+	db.pool = bufpool.New(poolStorage{db.storage}, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
 	if db.vm, err = visibility.Open(fsys, filepath.Join(dir, vmDir), visibility.Options{
 		FlushWAL: db.flushWAL,
 		Unlogged: db.opts.VisibilityMap == VisibilityMapUnlogged,
@@ -650,4 +653,13 @@ func asCorruption(err error) error {
 		return fmt.Errorf("%w: %w", ErrCorruption, err)
 	}
 	return err
+}
+
+// poolStorage is the heap files as the buffer pool reads them: a page that
+// fails its checks (checksum, line pointers, zeros where a checkpoint wrote
+// data) is corruption to every caller, matching ErrCorruption.
+type poolStorage struct{ *heap.Storage }
+
+func (s poolStorage) ReadBlock(block uint32, p []byte) error {
+	return asCorruption(s.Storage.ReadBlock(block, p))
 }

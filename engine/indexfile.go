@@ -592,3 +592,27 @@ func (db *DB) verifyIndexFile(rep *VerifyReport) {
 		rep.problem("index file %s: %d more differences", name, shown-10)
 	}
 }
+
+// indexFileLooksUsable reads the index file's header only and reports
+// whether it names the checkpoint Open would accept (openIndex decides for
+// good, after redo, checksum included).
+func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]wal.LSN) bool {
+	f, err := db.fs.OpenReadOnly(filepath.Join(db.dir, indexFileName))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, indexHeaderSize)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return false
+	}
+	if binary.LittleEndian.Uint64(head) != indexFileMagic || binary.LittleEndian.Uint32(head[8:]) != indexFileVersion {
+		return false
+	}
+	redo, ckpt := wal.LSN(binary.LittleEndian.Uint64(head[16:])), wal.LSN(binary.LittleEndian.Uint64(head[24:]))
+	if redo == ctrl.RedoLSN && ckpt == ctrl.CheckpointLSN {
+		return true
+	}
+	r, ok := ckpts[ckpt]
+	return ok && r == redo
+}

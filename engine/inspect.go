@@ -301,10 +301,12 @@ func (db *DB) Verify() (VerifyReport, error) {
 	nblocks := db.storage.NBlocks()
 	vmBits, vmSnap := db.verifyVMBits(&rep, nblocks), db.procs.snapshot()
 	page := make([]byte, heap.PageSize)
+	badBlocks := make(map[uint32]bool) // pages that could not be read
 	for blk := uint32(0); blk < nblocks; blk++ {
 		rep.Pages++
 		if err := db.storage.ReadBlock(blk, page); err != nil {
 			rep.problem("%v", err)
+			badBlocks[blk] = true
 			continue
 		}
 		db.verifyVM(&rep, blk, page, vmBits[blk], vmSnap)
@@ -428,6 +430,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 			heads[t.key] = tid
 		}
 	}
+	lost, lostNames := 0, []string(nil)
 	db.idx.mu.RLock()
 	rep.Keys = db.idx.tree.Len()
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
@@ -439,7 +442,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 		// running, above the newest committed one.
 		t, exists := tuples[got]
 		pending := exists && !t.chunk && t.key == e.key() && (!t.xminCommitted || (!ok && t.h.Xmax != 0))
-		if !ok && heap.UnpackTID(got).Valid() && !pending {
+		if gt := heap.UnpackTID(got); gt.Valid() && badBlocks[gt.Block] {
+			// The index names the version the damaged page held: the
+			// key is known, its value is lost.
+			if lost++; lost <= 10 {
+				lostNames = append(lostNames, fmt.Sprintf("%q", truncKey([]byte(e.key()))))
+			}
+		} else if !ok && heap.UnpackTID(got).Valid() && !pending {
 			rep.problem("index: key %q points at %s, which is not a newest version in the heap", truncKey([]byte(e.key())), heap.UnpackTID(got))
 		} else if ok && got != want && !pending {
 			rep.problem("index: key %q points at %s, the heap's newest version is %s", truncKey([]byte(e.key())), heap.UnpackTID(got), heap.UnpackTID(want))
@@ -450,6 +459,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 	db.idx.mu.RUnlock()
 	for k, tid := range heads {
 		rep.problem("index: key %q is missing (newest version %s)", truncKey([]byte(k)), heap.UnpackTID(tid))
+	}
+	if lost > 0 {
+		more := ""
+		if lost > len(lostNames) {
+			more = fmt.Sprintf(" and %d more", lost-len(lostNames))
+		}
+		rep.problem("keys lost: %d whose newest version the index places on a page that cannot be read: %s%s", lost, strings.Join(lostNames, ", "), more)
 	}
 	db.verifyIndexFile(&rep)
 

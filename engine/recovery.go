@@ -104,13 +104,19 @@ func (db *DB) recover(ctrl controlData) error {
 		if err := db.clog.CheckWritten(ctrl.NextXid); err != nil {
 			return errCLOGLost(err)
 		}
-		if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
-			return err
+		// Reading every page costs what the index file saves: with a
+		// usable one, a zeroed page is reported when it is first read
+		// instead (SetWritten below).
+		if !db.indexFileLooksUsable(ctrl, ckpts) {
+			if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
+				return err
+			}
 		}
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err
 	}
+	db.storage.SetWritten(uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks()))))
 
 	db.procs = newProcArray(max(ctrl.NextXid, visibility.FirstNormalXid))
 	if db.wal, err = wal.OpenWriter(db.fs, walPath, end, wal.Options{
@@ -136,6 +142,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// each key: applied to the index file's keys after redo.
 	changes := make(map[string]heap.TID)
 	var replayedDead int64
+	changed := false // a record other than the last checkpoint's was replayed
 	db.redoTouched = make(map[uint32]struct{})
 	defer func() { db.redoTouched = nil }()
 	redoBegin := time.Now()
@@ -151,6 +158,9 @@ func (db *DB) recover(ctrl controlData) error {
 			return fmt.Errorf("redo of %s record at LSN %#x: %w", recordTypeName(rec.Type), uint64(rec.LSN), err)
 		}
 		n++
+		if rec.LSN != ctrl.CheckpointLSN {
+			changed = true
+		}
 		if d := noteIndexChange(rec, changes); d {
 			replayedDead++
 		}
@@ -213,11 +223,15 @@ func (db *DB) recover(ctrl controlData) error {
 		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "redoTook", redoTime,
 		"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
 		"took", db.recovery.Duration)
-	if n > 0 || reason != "" {
+	if changed || reason != "" || dropped > 0 {
 		// Also after a rebuild, so that the next Open finds an index
 		// file of this checkpoint.
 		return db.checkpoint()
 	}
+	// Nothing but the last checkpoint's record since its redo point (a
+	// clean shutdown): nothing to write, and the directory is left as
+	// it was.
+	db.ckptEnd.Store(uint64(end))
 	return nil
 }
 

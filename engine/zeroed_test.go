@@ -17,9 +17,17 @@ import (
 
 // A heap page zeroed below the heap length the last checkpoint recorded
 // would read as a new, empty page and its versions would silently vanish.
-// Open names the file, offset and block, counts the keys it can prove lost,
-// and changes nothing on disk.
+// Without an index file, Open (which then reads every page anyway) names
+// the file, offset and block, counts the keys it can prove lost, and
+// changes nothing on disk. With one, Open does not read the heap: the page
+// is reported, with the same name, when it is first read, and Verify
+// counts the keys the index places on it; neither writes anything.
 func TestZeroedHeapPageIsCorruption(t *testing.T) {
+	t.Run("index file", func(t *testing.T) { testZeroedHeapPage(t, true) })
+	t.Run("heap scan", func(t *testing.T) { testZeroedHeapPage(t, false) })
+}
+
+func testZeroedHeapPage(t *testing.T, indexFile bool) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	const n = 600
@@ -58,9 +66,43 @@ func TestZeroedHeapPageIsCorruption(t *testing.T) {
 	}
 	f.Close()
 
+	want := fmt.Sprintf("%s at offset %d (block %d)", file, off, victim)
+	if indexFile {
+		before := dirDigest(t, dir)
+		db, err := Open(dir, Options{Autovacuum: noAutovacuum})
+		if err != nil {
+			t.Fatalf("Open with an index file: %v", err)
+		}
+		rep, err := db.Verify()
+		if err != nil {
+			t.Fatal(err)
+		}
+		joined := strings.Join(rep.Problems, "\n")
+		if !strings.Contains(joined, want) || !strings.Contains(joined, "keys lost: ") {
+			t.Fatalf("verify: %v", rep.Problems)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if after := dirDigest(t, dir); !maps.Equal(before, after) {
+			t.Fatalf("Open, Verify and Close changed the directory:\nbefore %v\nafter  %v", before, after)
+		}
+		db, err = Open(dir, Options{Autovacuum: noAutovacuum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		_, _, err = get2(db, key(n/2))
+		if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("reading a key on block %d: %v; want ErrCorruption naming %q", victim, err, want)
+		}
+		return
+	}
+	if err := os.Remove(filepath.Join(dir, indexFileName)); err != nil {
+		t.Fatal(err)
+	}
 	before := dirDigest(t, dir)
 	_, err = Open(dir, Options{Autovacuum: noAutovacuum})
-	want := fmt.Sprintf("%s at offset %d (block %d)", file, off, victim)
 	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Open with block %d zeroed: %v; want ErrCorruption naming %q", victim, err, want)
 	}
@@ -75,4 +117,13 @@ func TestZeroedHeapPageIsCorruption(t *testing.T) {
 	if after := dirDigest(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("Open changed the directory:\nbefore %v\nafter  %v", before, after)
 	}
+}
+
+// get2 reads key in its own transaction.
+func get2(db *DB, key string) (val []byte, ok bool, err error) {
+	err = db.View(context.Background(), func(tx *Txn) error {
+		val, err = tx.Get([]byte(key))
+		return err
+	})
+	return val, val != nil, err
 }

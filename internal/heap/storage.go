@@ -35,6 +35,9 @@ type Storage struct {
 
 	// nblocks is one past the highest block present in any segment file.
 	nblocks atomic.Uint32
+	// written is the number of blocks a checkpoint is known to have
+	// written: a page of zeros below it was lost, not never written.
+	written atomic.Uint32
 
 	// syncMu serializes Sync, so that a Sync that returns has covered every
 	// write completed before it was called, even with another Sync running.
@@ -161,8 +164,18 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 	if err := VerifyPage(p, block); err != nil {
 		return fmt.Errorf("%s at offset %d (block %d): %w", f.Name(), off, block, err)
 	}
+	if block < s.written.Load() && IsNew(p) {
+		return fmt.Errorf("%w: %s at offset %d (block %d): page of zeros below the %d blocks a checkpoint wrote", ErrCorrupt, f.Name(), off, block, s.written.Load())
+	}
 	return nil
 }
+
+// SetWritten records that a checkpoint wrote every block below n (the heap
+// length in the control file), so that ReadBlock reports a page of zeros
+// below it as corruption (ErrCorrupt) instead of reading it as a new page:
+// only damage makes such a page zero again, and read as new it would lose
+// every version on it silently. Safe for concurrent use.
+func (s *Storage) SetWritten(n uint32) { s.written.Store(n) }
 
 // WriteBlock sets the checksum in p (PageSize bytes; the caller's copy is
 // modified) and writes it at block's place, extending or creating the
