@@ -166,7 +166,10 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 
 // WriteBlock sets the checksum in p (PageSize bytes; the caller's copy is
 // modified) and writes it at block's place, extending or creating the
-// segment file as needed. A new segment file is made durable in its
+// segment file as needed. A page of zeros (extended but not yet used) is
+// written initialized and empty instead, so that a page of zeros on disk
+// below a length once written is known to be damage, never a page that was
+// written that way. A new segment file is made durable in its
 // directory (fsync of dir) before WriteBlock returns. The data itself is
 // durable only after Sync. The caller must have flushed the WAL up to the
 // page's LSN first.
@@ -183,6 +186,9 @@ func (s *Storage) WriteBlock(block uint32, p []byte) error {
 		if f, err = s.createSegment(seg); err != nil {
 			return err
 		}
+	}
+	if IsNew(p) {
+		InitPage(p)
 	}
 	SetChecksum(p, block)
 	off := int64(block%SegmentBlocks) * PageSize

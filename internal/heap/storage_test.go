@@ -195,3 +195,26 @@ func TestStorageSyncFailureIsSticky(t *testing.T) {
 		t.Fatal("Sync succeeded after an earlier fsync failure")
 	}
 }
+
+// A page of zeros (extended, never used) is written initialized and empty,
+// so that zeros on disk below a length once written always mean damage.
+func TestStorageNeverWritesZeros(t *testing.T) {
+	s, err := OpenStorage(vfs.NewMemFS(), "/heap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteBlock(2, make([]byte, PageSize)); err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, PageSize)
+	if err := s.ReadBlock(2, p); err != nil {
+		t.Fatal(err)
+	}
+	if IsNew(p) || NumSlots(p) != 0 {
+		t.Fatalf("block written from zeros reads back new=%v with %d slots; want an initialized empty page", IsNew(p), NumSlots(p))
+	}
+	// The blocks below it, never written, are a hole: zeros.
+	if err := s.ReadBlock(1, p); err != nil || !IsNew(p) {
+		t.Fatalf("hole below: %v new=%v", err, IsNew(p))
+	}
+}
