@@ -132,14 +132,10 @@ func Check(initial State, hist []Entry, final State, clients int) []string {
 
 	// Keys one client owns, and multi-key groups: the value after the last
 	// acknowledged write, or after a later write whose outcome is unknown.
-	type cand struct {
-		val string
-		ok  bool
-	}
 	allowed := map[string][]cand{} // key or group -> candidates
 	lastAck := map[string]*Entry{}
 	for k, v := range initial {
-		if groupOf(k) == "" && strings.HasPrefix(k, "c") {
+		if isClientKey(k) {
 			allowed[k] = []cand{{v, true}}
 		}
 	}
@@ -148,9 +144,9 @@ func Check(initial State, hist []Entry, final State, clients int) []string {
 		var target string
 		var c cand
 		switch {
-		case e.Op.Kind == Set && strings.HasPrefix(e.Op.Key, "c"):
+		case e.Op.Kind == Set && isClientKey(e.Op.Key):
 			target, c = e.Op.Key, cand{Expand(e.Op.Tag), true}
-		case e.Op.Kind == Del && strings.HasPrefix(e.Op.Key, "c"):
+		case e.Op.Kind == Del && isClientKey(e.Op.Key):
 			target, c = e.Op.Key, cand{}
 		case e.Op.Kind == Multi:
 			target, c = groupOf(e.Op.Keys[0]), cand{Expand(e.Op.Tag), true}
@@ -261,22 +257,26 @@ func Check(initial State, hist []Entry, final State, clients int) []string {
 	return problems
 }
 
-func initialCand(initial State, target string) struct {
+// cand is a value a key or group may hold after a crash (ok false: absent).
+type cand struct {
 	val string
 	ok  bool
-} {
-	if groupOf(target+":x") == target && strings.Contains(target, ":g") {
+}
+
+// initialCand is what target (a key, or a group such as "c1:g0") held at
+// the start of the cycle.
+func initialCand(initial State, target string) cand {
+	if strings.Contains(target, ":g") && groupOf(target+":x") == target {
 		v, ok := initial[target+":0"]
-		return struct {
-			val string
-			ok  bool
-		}{v, ok}
+		return cand{v, ok}
 	}
 	v, ok := initial[target]
-	return struct {
-		val string
-		ok  bool
-	}{v, ok}
+	return cand{v, ok}
+}
+
+// isClientKey reports whether k is a single key one client owns.
+func isClientKey(k string) bool {
+	return strings.HasPrefix(k, "c") && !strings.HasPrefix(k, "ctr:") && groupOf(k) == ""
 }
 
 // Porcupine model of single-key operations: a register per key (Set, Del,

@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestShrink(t *testing.T) {
 	for i := range 100 {
 		ops = append(ops, Op{Client: i, Kind: Get})
 	}
-	got, ok := Shrink(ops, time.Minute, func(o []Op) bool {
+	got, ok := Shrink(context.Background(), ops, time.Minute, func(_ context.Context, o []Op) bool {
 		for _, op := range o {
 			if op.Client == 37 {
 				return true

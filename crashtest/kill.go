@@ -277,7 +277,7 @@ func runKill(ctx context.Context, cfg Config) (Result, error) {
 			res.Problems = problems
 			res.KeptDir = dir
 			fmt.Fprintf(cfg.Out, "cycle %d: SIGKILL after %v: FAIL\n", cycle, delay.Round(time.Millisecond))
-			res.Shortest, res.Reproduced = Shrink(Ops(hist), cfg.ShrinkTime, func(ops []Op) bool {
+			res.Shortest, res.Reproduced = Shrink(ctx, Ops(hist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
 				return len(Replay(ctx, startFS, state, ops, engineReplayTarget, cfg.Clients)) > 0
 			})
 			return res, nil
@@ -379,7 +379,7 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 				cmd.Wait()
 				res.Problems, res.KeptDir = problems, dir
 				fmt.Fprintf(cfg.Out, "cycle %d: kill -9 after %v: FAIL\n", cycle-1, prevDelay.Round(time.Millisecond))
-				res.Shortest, res.Reproduced = Shrink(Ops(prevHist), cfg.ShrinkTime, func(ops []Op) bool {
+				res.Shortest, res.Reproduced = Shrink(ctx, Ops(prevHist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
 					return len(Replay(ctx, prevFS, prevState, ops, serverReplayTarget, cfg.Clients)) > 0
 				})
 				return res, nil
@@ -424,7 +424,7 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 		if _, problems := checkDir(ctx, dir, cfg.Clients, false); len(problems) > 0 {
 			res.Problems, res.KeptDir = problems, dir
 			fmt.Fprintf(cfg.Out, "cycle %d: kill -9 after %v: FAIL\n", cycle, delay.Round(time.Millisecond))
-			res.Shortest, res.Reproduced = Shrink(Ops(prevHist), cfg.ShrinkTime, func(ops []Op) bool {
+			res.Shortest, res.Reproduced = Shrink(ctx, Ops(prevHist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
 				return len(Replay(ctx, prevFS, prevState, ops, serverReplayTarget, cfg.Clients)) > 0
 			})
 			return res, nil

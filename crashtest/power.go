@@ -37,7 +37,7 @@ type Config struct {
 	// (default: this executable).
 	Exe string
 	// ShrinkTime bounds the search for a shorter failing operation list
-	// (default 60 s).
+	// (default 90 s).
 	ShrinkTime time.Duration
 	// Out receives a progress line per cycle and the verdict.
 	Out io.Writer
@@ -69,7 +69,7 @@ func (c *Config) normalize() error {
 		return errors.New("crashtest: set a duration or a number of cycles")
 	}
 	if c.ShrinkTime <= 0 {
-		c.ShrinkTime = 60 * time.Second
+		c.ShrinkTime = 90 * time.Second
 	}
 	if c.Out == nil {
 		c.Out = io.Discard
@@ -325,7 +325,7 @@ func failPower(ctx context.Context, cfg Config, res Result, startFS *vfs.MemFS, 
 		return res, err
 	}
 	res.KeptDir = dir
-	res.Shortest, res.Reproduced = Shrink(Ops(pt.hist), cfg.ShrinkTime, func(ops []Op) bool {
+	res.Shortest, res.Reproduced = Shrink(ctx, Ops(pt.hist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
 		return len(Replay(ctx, startFS, initial, ops, engineReplayTarget, cfg.Clients)) > 0
 	})
 	return res, nil

@@ -29,10 +29,11 @@ func serverReplayTarget(db *engine.DB) (Target, func(), error) {
 }
 
 // Replay runs ops one at a time, in order, on a copy of start (whose state
-// is initial) through the target mk gives, and simulates a power loss after
-// every file sync and after every answer (dropping what was not synced, and
-// tearing the last writes), checking each crash copy as a restart would see
-// it. It returns the problems of the first crash point that fails, or nil.
+// is initial) through the target mk gives, and simulates a power loss
+// (dropping what was not synced) after every file sync and after every
+// answer, checking each crash copy as a restart would see it. It returns the
+// problems of the first crash point that fails, or nil; it stops early,
+// finding nothing, once ctx ends.
 func Replay(ctx context.Context, start *vfs.MemFS, initial State, ops []Op, mk replayTarget, clients int) []string {
 	fsys := start.Clone()
 	db, err := engine.Open(dbDir, engineOptions(fsys))
@@ -73,7 +74,7 @@ func Replay(ctx context.Context, start *vfs.MemFS, initial State, ops []Op, mk r
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if problems != nil {
+		if problems != nil || ctx.Err() != nil {
 			return
 		}
 		check(p.CrashCopy(vfs.DropUnsynced, nil), h.Snapshot(), fmt.Sprintf("crash after %v (DropUnsynced)", p.Op))
@@ -92,13 +93,17 @@ func Replay(ctx context.Context, start *vfs.MemFS, initial State, ops []Op, mk r
 		if err != nil {
 			continue
 		}
-		mu.Lock()
-		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast} {
-			if problems == nil {
-				check(fsys.CrashCopy(mode, rng), h.Snapshot(), fmt.Sprintf("crash after the answer to %v (%v)", op, mode))
+		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced} {
+			// The copy is taken before mu: the hook runs with the file
+			// system locked and takes mu, so the other order deadlocks
+			// with a background flush.
+			c, hist := fsys.CrashCopy(mode, rng), h.Snapshot()
+			mu.Lock()
+			if problems == nil && ctx.Err() == nil {
+				check(c, hist, fmt.Sprintf("crash after the answer to %v (%v)", op, mode))
 			}
+			mu.Unlock()
 		}
-		mu.Unlock()
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -107,11 +112,14 @@ func Replay(ctx context.Context, start *vfs.MemFS, initial State, ops []Op, mk r
 
 // Shrink looks for a shorter operation list that still fails, by removing
 // chunks of halving size while fails keeps saying so (delta debugging),
-// within budget. reproduced is false when ops itself does not fail when
-// replayed; ops is then returned as it is.
-func Shrink(ops []Op, budget time.Duration, fails func([]Op) bool) (shortest []Op, reproduced bool) {
+// within budget; fails gets a context that ends with the budget and must
+// return false once it has ended. reproduced is false when ops itself does
+// not fail when replayed; ops is then returned as it is.
+func Shrink(ctx context.Context, ops []Op, budget time.Duration, fails func(context.Context, []Op) bool) (shortest []Op, reproduced bool) {
 	deadline := time.Now().Add(budget)
-	if !fails(ops) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if !fails(ctx, ops) {
 		return ops, false
 	}
 	n := 2
@@ -120,7 +128,7 @@ func Shrink(ops []Op, budget time.Duration, fails func([]Op) bool) (shortest []O
 		reduced := false
 		for i := 0; i < len(ops) && time.Now().Before(deadline); i += chunk {
 			cand := append(append([]Op(nil), ops[:i]...), ops[min(i+chunk, len(ops)):]...)
-			if fails(cand) {
+			if fails(ctx, cand) {
 				ops, reduced = cand, true
 				n = max(n-1, 2)
 				break

@@ -172,8 +172,9 @@ func (g *Gen) Next() Op {
 	case p < 25:
 		return Op{Client: c, Kind: Set, Key: clientKey(c, g.r.IntN(clientKeys)), Tag: tag(small())}
 	case p < 30:
-		// Large values, up to 100 KB, so that
-		// they span many WAL pages and out-of-line chunks.
+		// Large values, 4 KB to 100 KB, so that they span many WAL
+		// pages and out-of-line chunks; larger ones only make every
+		// crash copy slower.
 		return Op{Client: c, Kind: Set, Key: clientKey(c, g.r.IntN(clientKeys)), Tag: tag(4096 + g.r.IntN(96<<10))}
 	case p < 45:
 		return Op{Client: c, Kind: Incr, Key: counterKey(g.r.IntN(counters))}

@@ -72,16 +72,6 @@ func writeFile(t *testing.T, name string, b []byte) {
 	}
 }
 
-func nonZero(b []byte) int64 {
-	var n int64
-	for _, c := range b {
-		if c != 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // readToError reads dir's log from its start and returns the error that
 // ends the reading (io.EOF at a clean end).
 func readToError(t *testing.T, dir string) error {

@@ -1070,14 +1070,17 @@ func (w *Writer) Stats() Stats { return w.c.snapshot() }
 
 // RemoveSegmentsBefore deletes the segments that end at or below lsn
 // (typically the redo LSN of the last checkpoint), never the segment the
-// flusher has open or any later one, then fsyncs the directory.
+// flusher has open or any later one, oldest first, fsyncing the directory
+// after each.
 func (w *Writer) RemoveSegmentsBefore(lsn LSN) error {
 	cur := LSN(w.curSegA.Load())
 	segs, _, err := listSegments(w.fs, w.dir)
 	if err != nil {
 		return err
 	}
-	removed := false
+	// Oldest first, each removal made durable before the next, so that a
+	// crash in the middle never leaves a gap, which a Reader takes for a
+	// lost segment.
 	for _, s := range segs {
 		if s >= cur || s+LSN(w.segSize) > lsn {
 			break
@@ -1085,9 +1088,6 @@ func (w *Writer) RemoveSegmentsBefore(lsn LSN) error {
 		if err := w.fs.Remove(path.Join(w.dir, segmentName(s))); err != nil {
 			return fmt.Errorf("wal: remove segment: %w", err)
 		}
-		removed = true
-	}
-	if removed {
 		if err := w.fs.SyncDir(w.dir); err != nil {
 			return fmt.Errorf("wal: fsync directory %s: %w", w.dir, err)
 		}

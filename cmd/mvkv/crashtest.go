@@ -22,7 +22,7 @@ Usage:
                  [--seed S] [--clients N] [--dir DIR]
 
 Each cycle runs a seeded workload of concurrent clients (single-key writes,
-counter increments, multi-key transactions, deletes, values up to 260 KB,
+counter increments, multi-key transactions, deletes, values up to 100 KB,
 reads, vacuums and checkpoints), crashes it at a random moment, restarts,
 and checks: every acknowledged commit is present, nothing unacknowledged is
 visible in part, counters are exact (or within the increments still in

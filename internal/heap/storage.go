@@ -38,6 +38,8 @@ type Storage struct {
 	// written is the number of blocks a checkpoint is known to have
 	// written: a page of zeros below it was lost, not never written.
 	written atomic.Uint32
+	// extendMu serializes writes at or past nblocks (WriteBlock).
+	extendMu sync.Mutex
 
 	// syncMu serializes Sync, so that a Sync that returns has covered every
 	// write completed before it was called, even with another Sync running.
@@ -179,14 +181,36 @@ func (s *Storage) SetWritten(n uint32) { s.written.Store(n) }
 
 // WriteBlock sets the checksum in p (PageSize bytes; the caller's copy is
 // modified) and writes it at block's place, extending or creating the
-// segment file as needed. A new segment file is made durable in its
+// segment file as needed. A page of zeros (extended but not yet used) is
+// written initialized and empty instead, and a write past the end first
+// writes initialized empty pages into the blocks between (blocks the
+// buffer pool extended but has not written yet, which it overwrites when
+// it does), so the file never holds a page of zeros below its end: zeros
+// found there are damage. A new segment file is made durable in its
 // directory (fsync of dir) before WriteBlock returns. The data itself is
 // durable only after Sync. The caller must have flushed the WAL up to the
-// page's LSN first.
+// page's LSN first. Safe for concurrent use.
 func (s *Storage) WriteBlock(block uint32, p []byte) error {
 	if len(p) != PageSize {
 		return fmt.Errorf("heap: write block %d: buffer is %d bytes, want %d", block, len(p), PageSize)
 	}
+	if block < s.nblocks.Load() {
+		return s.writeBlock(block, p)
+	}
+	// Extending. Under extendMu, so that a fill never lands after the
+	// real write of the same block: a writer of a block below the end
+	// sees the end only once the fills below it are written.
+	s.extendMu.Lock()
+	defer s.extendMu.Unlock()
+	for b := s.nblocks.Load(); b < block; b++ {
+		if err := s.writeBlock(b, make([]byte, PageSize)); err != nil {
+			return err
+		}
+	}
+	return s.writeBlock(block, p)
+}
+
+func (s *Storage) writeBlock(block uint32, p []byte) error {
 	seg := block / SegmentBlocks
 	f, err := s.segment(seg)
 	if err != nil {
@@ -196,6 +220,9 @@ func (s *Storage) WriteBlock(block uint32, p []byte) error {
 		if f, err = s.createSegment(seg); err != nil {
 			return err
 		}
+	}
+	if IsNew(p) {
+		InitPage(p)
 	}
 	SetChecksum(p, block)
 	off := int64(block%SegmentBlocks) * PageSize

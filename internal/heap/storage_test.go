@@ -58,8 +58,14 @@ func TestStorageAcrossSegments(t *testing.T) {
 				t.Fatalf("block %d differs", b)
 			}
 		}
-		// Holes, a short segment and blocks past the end read as zeros.
-		for _, b := range []uint32{1, 4, SegmentBlocks + 1, SegmentBlocks + 6, 5 * SegmentBlocks} {
+		// Blocks skipped below the end were filled with empty pages;
+		// blocks past the end, and a missing segment, read as zeros.
+		for _, b := range []uint32{1, 4, SegmentBlocks + 1} {
+			if err := s.ReadBlock(b, p); err != nil || IsNew(p) || NumSlots(p) != 0 {
+				t.Fatalf("skipped block %d: new %v, %d slots, %v", b, IsNew(p), NumSlots(p), err)
+			}
+		}
+		for _, b := range []uint32{SegmentBlocks + 6, 5 * SegmentBlocks} {
 			p[0] = 1
 			if err := s.ReadBlock(b, p); err != nil || !IsNew(p) {
 				t.Fatalf("block %d: new %v, %v", b, IsNew(p), err)
@@ -193,5 +199,38 @@ func TestStorageSyncFailureIsSticky(t *testing.T) {
 	fail = false
 	if err := s.Sync(); err == nil {
 		t.Fatal("Sync succeeded after an earlier fsync failure")
+	}
+}
+
+// A page of zeros (extended, never used) is written initialized and empty,
+// so that zeros on disk below a length once written always mean damage.
+func TestStorageNeverWritesZeros(t *testing.T) {
+	s, err := OpenStorage(vfs.NewMemFS(), "/heap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteBlock(2, make([]byte, PageSize)); err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, PageSize)
+	if err := s.ReadBlock(2, p); err != nil {
+		t.Fatal(err)
+	}
+	if IsNew(p) || NumSlots(p) != 0 {
+		t.Fatalf("block written from zeros reads back new=%v with %d slots; want an initialized empty page", IsNew(p), NumSlots(p))
+	}
+	// The blocks below it, not yet written, are filled with empty pages,
+	// not left a hole of zeros; a later write of one replaces it.
+	for b := uint32(0); b < 2; b++ {
+		if err := s.ReadBlock(b, p); err != nil || IsNew(p) {
+			t.Fatalf("block %d below the first write: %v new=%v", b, err, IsNew(p))
+		}
+	}
+	want := pageWith(t, 1, 7)
+	if err := s.WriteBlock(1, append([]byte(nil), want...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReadBlock(1, p); err != nil || NumSlots(p) != 1 || PageLSN(p) != 7 {
+		t.Fatalf("block 1 after its real write: %v, %d slots, LSN %d", err, NumSlots(p), PageLSN(p))
 	}
 }
