@@ -27,6 +27,12 @@ const (
 	// locks: inside a pipeline it commits with CommitAsync, without
 	// waiting for the connection's earlier commits (see conn.settle).
 	flagPipeline
+	// flagSnapshot marks a command that reads more than one key, or
+	// reads keys it does not write: it runs at REPEATABLE READ, so that
+	// all its reads see one snapshot, and a write locks the keys it
+	// names first, so that the snapshot is taken after the locks (see
+	// doc.go, "Isolation").
+	flagSnapshot
 )
 
 // command is one entry of the command table. arity is Redis's: n > 0
@@ -66,9 +72,11 @@ func (x *execCtx) syntaxError() { x.errorf("ERR syntax error") }
 func (x *execCtx) notInteger() { x.errorf("ERR value is not an integer or out of range") }
 
 // wrote records a write of key: it bumps the key's watch version, before
-// the commit, with the row lock held.
+// the commit, with the row lock held; a rollback undoes it.
 func (x *execCtx) wrote(key []byte) {
-	x.c.s.watch.touch(key)
+	if e := x.c.s.watch.touch(key); e != nil {
+		x.c.bumped = append(x.c.bumped, e)
+	}
 }
 
 // writeErr turns a write's error into a reply when it leaves the
@@ -138,7 +146,7 @@ func init() {
 		{"command", -1, 0, cmdCommand},
 		{"config", -2, 0, cmdConfig},
 		{"info", -1, 0, cmdInfo},
-		{"dbsize", 1, flagRead, cmdDBSize},
+		{"dbsize", 1, flagRead | flagSnapshot, cmdDBSize},
 		{"flushall", -1, flagWrite, cmdFlushAll},
 		{"type", 2, flagRead, cmdType},
 		{"get", 2, flagRead, cmdGet},
@@ -151,14 +159,14 @@ func init() {
 		{"ttl", 2, flagRead, cmdTTL},
 		{"pttl", 2, flagRead, cmdTTL},
 		{"del", -2, flagWrite | flagPipeline, cmdDel},
-		{"exists", -2, flagRead, cmdExists},
+		{"exists", -2, flagRead | flagSnapshot, cmdExists},
 		{"incr", 2, flagWrite | flagPipeline, cmdIncrFamily},
 		{"decr", 2, flagWrite | flagPipeline, cmdIncrFamily},
 		{"incrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
 		{"decrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
-		{"mget", -2, flagRead, cmdMGet},
+		{"mget", -2, flagRead | flagSnapshot, cmdMGet},
 		{"mset", -3, flagWrite | flagPipeline, cmdMSet},
-		{"scan", -2, flagRead, cmdScan},
+		{"scan", -2, flagRead | flagSnapshot, cmdScan},
 		{"multi", 1, flagMultiCtl, ctl((*conn).multi)},
 		{"exec", 1, flagMultiCtl, ctl(func(c *conn, _ [][]byte) { c.exec() })},
 		{"discard", 1, flagMultiCtl, ctl((*conn).discard)},
@@ -788,6 +796,15 @@ func writeKeys(args [][]byte) [][]byte {
 	return out
 }
 
+// sortedKeyStrings is sortedKeys as strings, for lockKeys.
+func sortedKeyStrings(keys [][]byte) []string {
+	out := make([]string, 0, len(keys))
+	for _, k := range sortedKeys(keys) {
+		out = append(out, string(k))
+	}
+	return out
+}
+
 // sortedKeys returns keys in byte order without repeats: the order in
 // which a multi-key write takes its row locks, so that two such writes of
 // the same keys never wait for each other in a cycle (see lockOrder).
@@ -1012,7 +1029,11 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 			return nil
 		}
 	}
-	// Delete in batches so that the key list held stays small.
+	// Delete in batches so that the key list held stays small. Each key
+	// is locked and judged live or expired under its lock, as DEL does:
+	// as Redis's touchAllWatchedKeysInDb, only a watched key that
+	// existed aborts its watcher's EXEC, and removing one that had
+	// already expired does not.
 	var start []byte
 	for {
 		var keys [][]byte
@@ -1024,8 +1045,16 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 			return err
 		}
 		for _, k := range keys {
-			if err := x.tx.Delete(k); err != nil {
+			var live bool
+			err := x.rmw(k, func(_ []byte, _ int64, ok bool) (rmwResult, []byte, int64) {
+				live = ok
+				return rmwDelete, nil, 0
+			})
+			if err != nil {
 				return err
+			}
+			if live {
+				x.wrote(k)
 			}
 		}
 		if len(keys) < 1024 {
@@ -1033,7 +1062,6 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 		}
 		start = append(keys[len(keys)-1], 0)
 	}
-	x.c.s.watch.touchAll()
 	x.ok()
 	return nil
 }
