@@ -59,6 +59,15 @@ type conn struct {
 	// (execCtx.wrote), undone if it rolls back (see rollback).
 	bumped []*watchEntry
 
+	// CLIENT REPLY and CLIENT NO-EVICT/NO-TOUCH state.
+	replyOff bool // CLIENT REPLY OFF: no replies until ON
+	skipNext bool // CLIENT REPLY SKIP: no reply to the next command
+	replyOn  bool // the running command is CLIENT REPLY ON, whose +OK is sent
+	noPipe   bool // the running command's reply is dropped: no pipelined commit
+	noEvict  bool
+	noTouch  bool
+	wmu      sync.Mutex // serializes writes to nc: the connection's and, for a monitor, the feed's
+
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
 	libName string // CLIENT SETINFO lib-name
@@ -113,6 +122,7 @@ func (c *conn) serve() {
 	defer c.s.removeConn(c)
 	defer c.nc.Close()
 	defer c.unwatchAll()
+	defer c.s.stopMonitor(c)
 	c.s.met.connected()
 	defer c.s.met.disconnected()
 	for !c.quit {
@@ -181,7 +191,9 @@ func (c *conn) flush() error {
 	if len(c.out) == 0 {
 		return nil
 	}
+	c.wmu.Lock()
 	_, err := c.nc.Write(c.out)
+	c.wmu.Unlock()
 	if cap(c.out) > 4*flushThreshold {
 		c.out = nil
 	} else {
@@ -259,7 +271,7 @@ const maxPendingCommits = 128
 
 // pipelining reports whether a write should commit with commitPipelined:
 // more requests are buffered, or earlier commits are still pending.
-func (c *conn) pipelining() bool { return c.more || len(c.pending) > 0 }
+func (c *conn) pipelining() bool { return !c.noPipe && (c.more || len(c.pending) > 0) }
 
 // rollback rolls tx back. The watch versions it bumped are put back first,
 // while it still holds the keys' row locks: a write that never committed
@@ -309,6 +321,22 @@ func (c *conn) dispatch(req request) {
 	c.mu.Unlock()
 	c.s.commands.Add(1)
 	defer func() { c.s.met.observe(cmd, start) }()
+	// CLIENT REPLY OFF or SKIP: the command runs, its reply is dropped.
+	// Its commit is waited for here, so that no pending commit's reply
+	// lies in what is dropped.
+	skip := c.skipNext
+	c.skipNext, c.replyOn = false, false
+	if c.replyOff || skip {
+		c.settle()
+		mark := len(c.out)
+		c.noPipe = true
+		defer func() {
+			c.noPipe = false
+			if !c.replyOn {
+				c.out = c.out[:mark]
+			}
+		}()
+	}
 
 	if cmd == nil {
 		c.queueError(unknownCommand(req.args))
@@ -342,6 +370,10 @@ func (c *conn) dispatch(req request) {
 		c.out = append(c.out, "+QUEUED\r\n"...)
 		return
 	}
+	if c.s.paused(start) {
+		c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()))
+	}
+	defer c.feedMonitors(cmd, req.args)
 	// Anything but a pipelined write waits for the pending commits: a
 	// read, EXEC or WATCH must see the connection's own earlier writes,
 	// and CONFIG SET or SHUTDOWN must come after them.
@@ -357,6 +389,17 @@ func (c *conn) dispatch(req request) {
 	}
 	c.runSingle(cmd, req.args)
 	c.reapExpired()
+}
+
+// queueWrites reports whether a MULTI queue holds a write, for CLIENT
+// PAUSE WRITE.
+func (c *conn) queueWrites() bool {
+	for _, args := range c.queue {
+		if cmd := commandTable[lower(args[0])]; cmd != nil && cmd.flags&flagWrite != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // reject refuses a command before it runs. A refused EXEC discards the
@@ -561,7 +604,7 @@ func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all
 		}
 	}
 	for _, args := range queue {
-		if lower(args[0]) == "flushall" {
+		if n := lower(args[0]); n == "flushall" || n == "flushdb" {
 			all = true
 		}
 		for _, k := range writeKeys(args) {
@@ -631,9 +674,16 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		}
 	}
 	if pipelined {
-		return c.commitPipelined(tx, mark)
+		err = c.commitPipelined(tx, mark)
+	} else {
+		err = c.commit(tx)
 	}
-	return c.commit(tx)
+	if err == nil {
+		for _, args := range queue {
+			c.feedMonitors(commandTable[lower(args[0])], args)
+		}
+	}
+	return err
 }
 
 // execPipelined reports whether the EXEC about to run may commit with

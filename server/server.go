@@ -122,6 +122,12 @@ type Server struct {
 	// deadline (Redis's expired_keys).
 	expiredKeys atomic.Uint64
 
+	bgsave     atomic.Bool  // a BGSAVE checkpoint is running
+	monitors   monitorSet   // MONITOR connections
+	monitorsN  atomic.Int64 // len(monitors.m), read without its lock
+	pause      pauseState   // CLIENT PAUSE
+	pauseUntil atomic.Int64 // pause.until in Unix nanoseconds, for a check without the lock
+
 	// baseCtx bounds every engine call; cancel ends in-flight waits when a
 	// shutdown's deadline passes.
 	baseCtx context.Context
