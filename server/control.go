@@ -178,7 +178,13 @@ func (c *conn) feedMonitors(cmd *command, args [][]byte) {
 	if s.monitorsN.Load() == 0 || cmd == nil {
 		return
 	}
-	for _, f := range redisMeta[cmd.name].flags {
+	meta := redisMeta[cmd.name]
+	if len(args) > 1 {
+		if m, ok := redisMeta[cmd.name+"|"+lower(args[1])]; ok {
+			meta = m
+		}
+	}
+	for _, f := range meta.flags {
 		if f == "admin" {
 			return
 		}
