@@ -162,6 +162,18 @@ var redisDiffScript2 = []string{
 	"COMMAND LIST x", "COMMAND LIST FILTERBY", "COMMAND LIST FILTERBY PATTERN", "COMMAND LIST FILTERBY FOO x",
 	"COMMAND LIST FILTERBY MODULE foo", "COMMAND LIST FILTERBY ACLCAT foo", "COMMAND LIST FILTERBY PATTERN get* x",
 	"COMMAND LIST FILTERBY PATTERN nosuch*",
+	// CONFIG parameters Redis users set.
+	"CONFIG SET appendfsync everysec", "CONFIG GET appendfsync", "CONFIG SET appendfsync bogus",
+	"CONFIG SET appendfsync no", "CONFIG GET appendfsync", "CONFIG SET appendfsync always", "CONFIG GET appendfsync",
+	"CONFIG SET maxmemory 100mb", "CONFIG GET maxmemory", "CONFIG SET maxmemory x", "CONFIG SET maxmemory 0",
+	"CONFIG GET maxmemory-policy", "CONFIG SET maxmemory-policy foo", "CONFIG SET maxmemory-policy allkeys-lru",
+	"CONFIG GET maxmemory-policy", "CONFIG SET maxmemory-policy noeviction",
+	"CONFIG SET hash-max-ziplist-entries 256", "CONFIG GET hash-max-listpack-entries", "CONFIG GET hash-max-ziplist-entries",
+	"CONFIG SET hash-max-listpack-entries 128", "CONFIG SET set-max-intset-entries x", "CONFIG GET set-max-intset-entries",
+	"CONFIG GET zset-max-ziplist-value", "CONFIG SET zset-max-listpack-entries 100",
+	"CONFIG SET save \"3600 1 300 100\"", "CONFIG GET save", "CONFIG SET save 3600", "CONFIG SET save x",
+	"CONFIG SET save ''", "CONFIG GET save", "CONFIG SET appendonly maybe", "CONFIG SET databases 4",
+	"CONFIG SET daemonize yes",
 	// MULTI: forbidden commands and run-time errors.
 	"MULTI", "SAVE", "SHUTDOWN", "WATCH a", "DISCARD", "MULTI", "SAVE", "EXEC",
 	"MULTI", "MONITOR", "WAIT 1 0", "TIME x", "EXEC", "MULTI", "SETEX a x v", "SETRANGE a -1 v", "APPEND a 1", "EXEC",

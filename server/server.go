@@ -126,6 +126,7 @@ type Server struct {
 	monitors   monitorSet   // MONITOR connections
 	monitorsN  atomic.Int64 // len(monitors.m), read without its lock
 	pause      pauseState   // CLIENT PAUSE
+	params     sync.Map     // CONFIG parameters kept only to be reported (see knobs)
 	pauseUntil atomic.Int64 // pause.until in Unix nanoseconds, for a check without the lock
 
 	// baseCtx bounds every engine call; cancel ends in-flight waits when a
