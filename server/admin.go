@@ -185,6 +185,20 @@ var knobs = map[string]knob{
 		},
 	},
 	"databases": {get: func(*Server) string { return "1" }},
+	"protected-mode": {
+		get: func(s *Server) string { return map[bool]string{true: "yes", false: "no"}[s.protected.Load()] },
+		set: func(s *Server, v string) error {
+			switch strings.ToLower(v) {
+			case "yes":
+				s.protected.Store(true)
+			case "no":
+				s.protected.Store(false)
+			default:
+				return errors.New("argument must be 'yes' or 'no'")
+			}
+			return nil
+		},
+	},
 	"daemonize": {get: func(*Server) string { return "no" }},
 	// The encoding knobs of Redis's other data types, accepted so that
 	// tools that set them do not fail; they change nothing here.

@@ -34,6 +34,8 @@ Server options:
   --metrics=ADDR           serve Prometheus metrics at http://ADDR/metrics
                            (default: off), e.g. 127.0.0.1:9121
   --requirepass=PASS       require AUTH PASS (default: no password)
+  --protected-mode=yes|no  with no password, refuse clients that connect
+                           from other hosts, as Redis (default: yes)
   --maxclients=NUM         most client connections (default: 10000)
   --timeout=SEC            close clients idle this long; 0 never (default: 0)
   --shutdown-timeout=SEC   longest graceful shutdown (default: 30)
@@ -148,6 +150,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
 	fs.StringVar(&metricsAddr, "metrics", "", "")
 	fs.StringVar(&pass, "requirepass", "", "")
+	protectedMode := "yes"
+	fs.StringVar(&protectedMode, "protected-mode", "yes", "")
 	fs.IntVar(&maxClients, "maxclients", 10000, "")
 	fs.IntVar(&timeout, "timeout", 0, "")
 	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
@@ -196,6 +200,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	if dir == "" {
 		return fail("--dir is required")
+	}
+	if protectedMode = strings.ToLower(protectedMode); protectedMode != "yes" && protectedMode != "no" {
+		return fail("invalid --protected-mode %q (want yes or no)", protectedMode)
 	}
 	syncOn, err := bench.ParseOnOff(syncCommit)
 	if err != nil {
@@ -355,6 +362,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		}
 	}()
 	srv := server.New(db, server.Config{
+		ProtectedModeOff:  protectedMode == "no",
 		MaxClients:        maxClients,
 		Timeout:           time.Duration(timeout) * time.Second,
 		RequirePass:       pass,
