@@ -386,6 +386,14 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 			x.errorf("ERR wrong number of arguments for 'config|resetstat' command")
 			return nil
 		}
+		// As Redis's resetServerStats: the counters INFO stats,
+		// commandstats and errorstats report.
+		s.stats.reset()
+		s.commands.Store(0)
+		s.connsRecv.Store(0)
+		s.rejected.Store(0)
+		s.expiredKeys.Store(0)
+		s.stats.peakMem.Store(0)
 		x.ok()
 	case "help":
 		if len(args) != 2 {
@@ -438,7 +446,11 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		if b.Len() > 0 {
 			b.WriteString("\r\n")
 		}
-		fmt.Fprintf(&b, "# %s%s\r\n", strings.ToUpper(name[:1]), name[1:])
+		title := strings.ToUpper(name[:1]) + name[1:]
+		if name == "cpu" {
+			title = "CPU" // Redis's spelling
+		}
+		fmt.Fprintf(&b, "# %s\r\n", title)
 		for _, l := range lines {
 			b.WriteString(l)
 			b.WriteString("\r\n")
@@ -470,6 +482,9 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("maxclients:%d", s.maxClients.Load()),
 		"blocked_clients:0",
 		fmt.Sprintf("open_transactions:%d", s.openTxns.Load()))
+	if wanted("memory") {
+		section("memory", s.memoryLines()...)
+	}
 	section("persistence",
 		"loading:0",
 		"aof_enabled:1",
@@ -483,7 +498,22 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
 		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
-		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()))
+		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()),
+		fmt.Sprintf("total_error_replies:%d", s.stats.errorReplies.Load()),
+		fmt.Sprintf("rejected_calls:%d", s.stats.rejectedCalls.Load()))
+	if wanted("replication") {
+		section("replication", s.replicationLines(st.WALBytes)...)
+	}
+	if wanted("cpu") {
+		section("cpu", cpuLines()...)
+	}
+	// As Redis, commandstats only when asked for or with "all".
+	if len(sel) > 0 && (sel["all"] || sel["everything"] || sel["commandstats"]) {
+		section("commandstats", s.stats.commandLines()...)
+	}
+	if wanted("errorstats") {
+		section("errorstats", s.stats.errorLines()...)
+	}
 	if wanted("keyspace") {
 		keys, expires, avgTTL, err := s.keyspace(ctx)
 		if err != nil {

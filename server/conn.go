@@ -380,6 +380,14 @@ func (c *conn) dispatch(req request) {
 	if (cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined())) || len(c.pending) >= maxPendingCommits {
 		c.settle()
 	}
+	runMark := len(c.out)
+	defer func() {
+		failed := len(c.out) > runMark && c.out[runMark] == '-'
+		if failed {
+			c.s.stats.noteError(c.out[runMark:])
+		}
+		c.s.stats.observeCommand(cmd, start, failed)
+	}()
 	if cmd.flags&(flagRead|flagWrite) == 0 {
 		x := &c.scratchX
 		*x = execCtx{c: c, out: c.out}
@@ -406,18 +414,25 @@ func (c *conn) queueWrites() bool {
 // transaction, MULTI or not, and says why, as Redis's rejectCommand and
 // execCommandAbort: "EXECABORT Transaction discarded because of: ...".
 func (c *conn) reject(cmd *command, msg string) {
+	if cs := c.s.stats.byCmd[cmd]; cs != nil {
+		cs.rejected.Add(1)
+	}
 	if cmd.name != "exec" {
 		c.queueError(msg)
 		return
 	}
 	c.resetMulti()
 	c.unwatchAll()
+	c.s.stats.rejectedCalls.Add(1)
+	c.s.stats.noteError([]byte("-EXECABORT"))
 	c.out = redcon.AppendError(c.out, "EXECABORT Transaction discarded because of: "+strings.TrimPrefix(msg, "ERR "))
 }
 
 // queueError replies with a command error; inside MULTI it also makes the
 // coming EXEC fail with EXECABORT, as Redis's flagTransaction.
 func (c *conn) queueError(msg string) {
+	c.s.stats.rejectedCalls.Add(1)
+	c.s.stats.noteError([]byte("-" + msg))
 	if c.inMulti {
 		c.dirty = true
 	}

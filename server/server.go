@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -136,6 +138,8 @@ type Server struct {
 	monitorsN  atomic.Int64 // len(monitors.m), read without its lock
 	pause      pauseState   // CLIENT PAUSE
 	params     sync.Map     // CONFIG parameters kept only to be reported (see knobs)
+	stats      *serverStats // INFO's stats, commandstats and errorstats
+	replID     string       // INFO's master_replid, random per server
 	pauseUntil atomic.Int64 // pause.until in Unix nanoseconds, for a check without the lock
 
 	// baseCtx bounds every engine call; cancel ends in-flight waits when a
@@ -177,6 +181,10 @@ func New(db *engine.DB, cfg Config) *Server {
 	db.SetSynchronousCommit(cfg.SynchronousCommit)
 	s.maxClients.Store(int64(cfg.MaxClients))
 	s.protected.Store(!cfg.ProtectedModeOff)
+	s.stats = newServerStats()
+	var id [20]byte
+	rand.Read(id[:])
+	s.replID = hex.EncodeToString(id[:])
 	s.timeout.Store(int64(cfg.Timeout))
 	lim := cfg.Limits
 	s.lim.Store(&lim)

@@ -213,3 +213,50 @@ func TestClientPauseKill(t *testing.T) {
 		t.Fatal("killed client still answered")
 	}
 }
+
+// TestInfoSections: INFO has Redis's memory, cpu, replication, stats
+// error counters, errorstats and (when asked for) commandstats, in
+// Redis's field formats, and CONFIG RESETSTAT resets the counters.
+func TestInfoSections(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("GET", "k")
+	r.reply()
+	r.cmd("INCR", "k")
+	r.reply()
+	r.cmd("SET", "k", "x")
+	r.reply()
+	r.cmd("INCR", "k")
+	r.expect("-ERR value is not an integer or out of range\r\n")
+	r.cmd("NOSUCH")
+	r.reply()
+	r.cmd("GET")
+	r.reply()
+	r.cmd("INFO")
+	info := r.reply()
+	for _, want := range []string{"# Memory\r\nused_memory:", "\r\nused_memory_rss:", "\r\nused_memory_peak:", "\r\nmem_allocator:go",
+		"# Replication\r\nrole:master\r\nconnected_slaves:0\r\n", "\r\nmaster_repl_offset:",
+		"# CPU\r\nused_cpu_sys:", "\r\nused_cpu_user_children:", "\r\ntotal_error_replies:3\r\n", "\r\nrejected_calls:2\r\n",
+		"# Errorstats\r\nerrorstat_ERR:count=3\r\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO lacks %q", want)
+		}
+	}
+	if strings.Contains(info, "cmdstat_") {
+		t.Error("INFO without arguments shows commandstats; Redis shows them only when asked")
+	}
+	r.cmd("INFO", "commandstats")
+	cs := r.reply()
+	for _, want := range []string{"# Commandstats\r\n", "cmdstat_get:calls=1,usec=", ",rejected_calls=1,failed_calls=0\r\n",
+		"cmdstat_incr:calls=2,usec=", ",rejected_calls=0,failed_calls=1\r\n"} {
+		if !strings.Contains(cs, want) {
+			t.Errorf("INFO commandstats lacks %q:\n%s", want, cs)
+		}
+	}
+	r.cmd("CONFIG", "RESETSTAT")
+	r.expect("+OK\r\n")
+	r.cmd("INFO", "stats", "errorstats")
+	if got := r.reply(); !strings.Contains(got, "total_error_replies:0\r\n") || strings.Contains(got, "errorstat_") {
+		t.Errorf("after RESETSTAT: %s", got)
+	}
+}
