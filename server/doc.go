@@ -247,11 +247,22 @@
 // recovery. A SIGKILL at any point loses no acknowledged write, because
 // no write is acknowledged before its commit record is durable.
 //
+// # Who may connect
+//
+// As Redis 7: with protected mode on (the default; Config.ProtectedModeOff,
+// `mvkv serve --protected-mode no` or CONFIG SET protected-mode no turn it
+// off) and no password, a client whose address is not a loopback one is
+// answered Redis's "-DENIED Redis is running in protected mode ..." error
+// and disconnected before it can send anything, so that a server started
+// with --listen 0.0.0.0:PORT and no password answers only its own host.
+// With RequirePass set, every client must AUTH first instead.
+//
 // # Not supported
 //
 // RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), an
 // active expiry cycle (see Expiry), data types other than strings,
-// databases other than 0, pub/sub, and scripting. SCAN cursors index a table
+// databases other than 0, pub/sub, scripting, replication (WAIT answers 0),
+// TLS, and values over the engine's 1 MiB. SCAN cursors index a table
 // of the last 4096 cursors handed out, since keys ordered by bytes cannot be
 // encoded in a number.
 package server
