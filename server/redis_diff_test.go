@@ -192,32 +192,7 @@ var redisDiffScript2 = []string{
 // (skipped when none is installed) and against the server, and compares
 // every reply.
 func TestRepliesMatchRedis(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed (apt-get install redis-server)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	var nc net.Conn
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if nc, err = net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not start: %v", err)
-		}
-	}
-	defer nc.Close()
-	redis := &raw{t, nc, bufio.NewReader(nc)}
+	redis := startRedis(t)
 	ts := startServer(t, Config{})
 	mvkv := ts.raw(t)
 	for _, line := range append(slices.Clone(redisDiffScript), redisDiffScript2...) {
@@ -240,6 +215,38 @@ func TestRepliesMatchRedis(t *testing.T) {
 			t.Errorf("%s: got %q, Redis %q", line, got, want)
 		}
 	}
+}
+
+// startRedis starts a redis-server on a free loopback port for the test,
+// without persistence, and returns a connection to it; the test is skipped
+// when none is installed.
+func startRedis(t testing.TB) *raw {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed (apt-get install redis-server)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var nc net.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if nc, err = net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server did not start: %v", err)
+		}
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t, nc, bufio.NewReader(nc)}
 }
 
 // TestHelpSubcommands: the error for an unknown subcommand says "Try
