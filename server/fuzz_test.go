@@ -45,14 +45,18 @@ var fuzzOps = []func(next func(n int) int) []string{
 	func(n func(int) int) []string {
 		return []string{"BITOP", []string{"AND", "OR", "XOR", "NOT"}[n(4)], k(n), k(n)}
 	},
-	func(n func(int) int) []string { return []string{"LCS", k(n), k(n), []string{"LEN", "IDX", "WITHMATCHLEN"}[n(3)]} },
+	func(n func(int) int) []string {
+		return []string{"LCS", k(n), k(n), []string{"LEN", "IDX", "WITHMATCHLEN"}[n(3)]}
+	},
 	func(n func(int) int) []string { return []string{"RENAME", k(n), k(n)} },
 	func(n func(int) int) []string { return []string{"RENAMENX", k(n), k(n)} },
 	func(n func(int) int) []string { return []string{"COPY", k(n), k(n), []string{"REPLACE", "X"}[n(2)]} },
 	func(n func(int) int) []string { return []string{"UNLINK", k(n)} },
 	func(n func(int) int) []string { return []string{"TOUCH", k(n), k(n)} },
 	func(n func(int) int) []string { return []string{"TYPE", k(n)} },
-	func(n func(int) int) []string { return []string{"EXPIRE", k(n), "100000", []string{"NX", "XX", "GT", "LT"}[n(4)]} },
+	func(n func(int) int) []string {
+		return []string{"EXPIRE", k(n), "100000", []string{"NX", "XX", "GT", "LT"}[n(4)]}
+	},
 	func(n func(int) int) []string { return []string{"PERSIST", k(n)} },
 	func(n func(int) int) []string { return []string{"GETEX", k(n), []string{"PERSIST", "EX", "FOO"}[n(3)]} },
 	func(n func(int) int) []string { return []string{"MULTI"} },
@@ -62,7 +66,6 @@ var fuzzOps = []func(next func(n int) int) []string{
 	func(n func(int) int) []string { return []string{"DBSIZE"} },
 	func(n func(int) int) []string { return []string{"FLUSHDB"} },
 }
-
 
 func k(n func(int) int) string { return fuzzKeys[n(len(fuzzKeys))] }
 func v(n func(int) int) string { return fuzzValues[n(len(fuzzValues))] }
