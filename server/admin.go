@@ -147,11 +147,11 @@ var knobs = map[string]knob{
 		set: func(s *Server, v string) error {
 			f := strings.Fields(v)
 			if len(f)%2 != 0 {
-				return errors.New("Invalid save parameters")
+				return errInvalidSave
 			}
 			for _, n := range f {
 				if _, err := strconv.ParseUint(n, 10, 63); err != nil {
-					return errors.New("Invalid save parameters")
+					return errInvalidSave
 				}
 			}
 			s.setParam("save", strings.Join(f, " "))
@@ -214,6 +214,11 @@ var knobs = map[string]knob{
 	"list-max-listpack-size":    encodingKnob("list-max-listpack-size", -2),
 	"list-max-ziplist-size":     encodingKnob("list-max-listpack-size", -2),
 }
+
+// errInvalidSave is Redis's text for a bad save parameter.
+//
+//lint:ignore ST1005 Redis's exact text, which clients may match
+var errInvalidSave = errors.New("Invalid save parameters")
 
 // encodingKnob is a no-op integer parameter kept under key (aliases share
 // it, as Redis's ziplist and listpack names do).
