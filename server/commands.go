@@ -540,11 +540,13 @@ func cmdClient(x *execCtx, args [][]byte) error {
 		if !ok {
 			return nil
 		}
+		c.mu.Lock()
 		if sub == "no-evict" {
 			c.noEvict = on
 		} else {
 			c.noTouch = on
 		}
+		c.mu.Unlock()
 		x.ok()
 	}
 	return nil
@@ -614,9 +616,27 @@ func (s *Server) clientList(ids map[uint64]bool) string {
 		if c.queuedN >= 0 {
 			flags = "x"
 		}
-		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s\n",
-			c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.name,
-			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), flags, c.queuedN, c.lastCmd, c.libName, c.libVer)
+		if c.noEvict {
+			flags += "e"
+		}
+		if c.noTouch {
+			flags += "T"
+		}
+		// The buffers as Redis counts them: qbuf the unparsed request
+		// bytes of the read buffer (rbs, fixed here, so rbp equals it),
+		// argv-mem the last request's arguments, multi-mem the queued
+		// MULTI commands, obl the replies collected, omem the reply
+		// buffer's size (there is no reply list: oll is 0).
+		rbs := int64(c.s.cfg.ReadBufferSize)
+		qbuf, argv, multi := c.qbuf.Load(), c.argvMem.Load(), c.multiMem.Load()
+		obl, omem := c.outLen.Load(), c.outCap.Load()
+		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d "+
+			"qbuf=%d qbuf-free=%d argv-mem=%d multi-mem=%d rbs=%d rbp=%d obl=%d oll=0 omem=%d tot-mem=%d "+
+			"events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s\n",
+			c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.fd, c.name,
+			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), flags, c.queuedN,
+			qbuf, rbs-qbuf, argv, multi, rbs, rbs, obl, omem, rbs+argv+multi+omem,
+			c.lastCmd, c.libName, c.libVer)
 		c.mu.Unlock()
 	}
 	return b.String()

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -60,13 +61,20 @@ type conn struct {
 	bumped []*watchEntry
 
 	// CLIENT REPLY and CLIENT NO-EVICT/NO-TOUCH state.
-	replyOff bool // CLIENT REPLY OFF: no replies until ON
-	skipNext bool // CLIENT REPLY SKIP: no reply to the next command
-	replyOn  bool // the running command is CLIENT REPLY ON, whose +OK is sent
-	noPipe   bool // the running command's reply is dropped: no pipelined commit
-	noEvict  bool
-	noTouch  bool
+	replyOff bool       // CLIENT REPLY OFF: no replies until ON
+	skipNext bool       // CLIENT REPLY SKIP: no reply to the next command
+	replyOn  bool       // the running command is CLIENT REPLY ON, whose +OK is sent
+	noPipe   bool       // the running command's reply is dropped: no pipelined commit
 	wmu      sync.Mutex // serializes writes to nc: the connection's and, for a monitor, the feed's
+
+	// What CLIENT LIST shows of the connection's buffers, stored by its
+	// goroutine after each request (the buffers themselves are its own).
+	fd       int          // the socket's file descriptor, -1 if unknown
+	qbuf     atomic.Int64 // request bytes read but not yet parsed
+	argvMem  atomic.Int64 // bytes of the last request's arguments
+	multiMem atomic.Int64 // bytes of the queued MULTI commands
+	outLen   atomic.Int64 // replies collected and not yet written
+	outCap   atomic.Int64 // capacity of the reply buffer
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
@@ -74,7 +82,9 @@ type conn struct {
 	libVer  string // CLIENT SETINFO lib-ver
 	lastCmd string
 	active  time.Time
-	queuedN int // commands queued in MULTI when the last command began, -1 outside MULTI
+	queuedN int  // commands queued in MULTI when the last command began, -1 outside MULTI
+	noEvict bool // CLIENT NO-EVICT, shown as flag e
+	noTouch bool // CLIENT NO-TOUCH, shown as flag T
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -89,7 +99,23 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
+	c.fd = socketFD(nc)
 	return c
+}
+
+// socketFD returns nc's file descriptor, for CLIENT LIST's fd, or -1.
+func socketFD(nc net.Conn) int {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	rc.Control(func(f uintptr) { fd = int(f) })
+	return fd
 }
 
 // hookReader is the connection as the request reader sees it. Before
@@ -138,7 +164,12 @@ func (c *conn) serve() {
 			return
 		}
 		c.more = c.rd.br.Buffered() > 0
+		c.qbuf.Store(int64(c.rd.br.Buffered()))
+		c.argvMem.Store(req.size)
 		c.dispatch(req)
+		c.multiMem.Store(c.queued)
+		c.outLen.Store(int64(len(c.out)))
+		c.outCap.Store(int64(cap(c.out)))
 		if len(c.out) >= flushThreshold {
 			if c.flush() != nil {
 				return
@@ -367,6 +398,9 @@ func (c *conn) dispatch(req request) {
 			return
 		}
 		c.queue = append(c.queue, req.args)
+		c.mu.Lock()
+		c.queuedN = len(c.queue)
+		c.mu.Unlock()
 		c.out = append(c.out, "+QUEUED\r\n"...)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,50 @@ func TestInfoSections(t *testing.T) {
 	r.cmd("INFO", "stats", "errorstats")
 	if got := r.reply(); !strings.Contains(got, "total_error_replies:0\r\n") || strings.Contains(got, "errorstat_") {
 		t.Errorf("after RESETSTAT: %s", got)
+	}
+}
+
+// TestClientListFields: CLIENT LIST and CLIENT INFO have every Redis 7
+// field, with real values: the socket's descriptor, the request and
+// reply buffers, the MULTI queue.
+func TestClientListFields(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("CLIENT", "NO-EVICT", "on")
+	r.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "k", strings.Repeat("v", 1000))
+	r.expect("+QUEUED\r\n")
+	other := ts.raw(t)
+	other.cmd("CLIENT", "LIST")
+	var got string
+	for _, l := range strings.Split(other.reply(), "\n") {
+		if strings.Contains(l, " flags=xe ") {
+			got = l
+		}
+	}
+	r.cmd("EXEC")
+	r.reply()
+	fields := map[string]string{}
+	for _, f := range strings.Fields(got) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			fields[k] = v
+		}
+	}
+	for _, k := range []string{"id", "addr", "laddr", "fd", "name", "age", "idle", "flags", "db", "sub", "psub", "ssub", "multi",
+		"qbuf", "qbuf-free", "argv-mem", "multi-mem", "rbs", "rbp", "obl", "oll", "omem", "tot-mem", "events", "cmd", "user", "redir", "resp"} {
+		if _, ok := fields[k]; !ok {
+			t.Errorf("CLIENT INFO lacks %s: %s", k, got)
+		}
+	}
+	if fd, err := strconv.Atoi(fields["fd"]); err != nil || fd < 0 {
+		t.Errorf("fd=%s", fields["fd"])
+	}
+	if n, _ := strconv.Atoi(fields["multi-mem"]); n < 1000 {
+		t.Errorf("multi-mem=%s with a 1000-byte value queued", fields["multi-mem"])
+	}
+	if fields["flags"] != "xe" || fields["multi"] != "1" || fields["rbs"] != "16384" {
+		t.Errorf("flags=%s multi=%s rbs=%s", fields["flags"], fields["multi"], fields["rbs"])
 	}
 }
