@@ -262,7 +262,9 @@
 // RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), an
 // active expiry cycle (see Expiry), data types other than strings,
 // databases other than 0, pub/sub, scripting, replication (WAIT answers 0),
-// TLS, and values over the engine's 1 MiB. SCAN cursors index a table
+// and values over the engine's 1 MiB. TLS is the listener's business:
+// Serve takes any net.Listener, a crypto/tls one included (`mvkv serve
+// --tls-port`). SCAN cursors index a table
 // of the last 4096 cursors handed out, since keys ordered by bytes cannot be
 // encoded in a number.
 package server
