@@ -111,7 +111,7 @@ var redisDiffScript2 = []string{
 	"GETBIT", "GETBIT b", "GETBIT b x", "GETBIT b -1", "GETBIT b 7", "GETBIT b 8", "GETBIT b 100000", "GETBIT zz 0",
 	"SET bc foobar", "BITCOUNT", "BITCOUNT bc", "BITCOUNT bc 0", "BITCOUNT bc 0 0", "BITCOUNT bc 1 1",
 	"BITCOUNT bc 1 1 BYTE", "BITCOUNT bc 5 30 BIT", "BITCOUNT bc 0 -1 FOO", "BITCOUNT bc x 1", "BITCOUNT bc -2 -1",
-	"BITCOUNT bc -1 -2", "BITCOUNT zz", "BITCOUNT zz 0 1", "BITCOUNT bc 0 1 2 3", "BITCOUNT bc -100 100 BIT",
+	"BITCOUNT bc -1 -2", "BITCOUNT zz", "BITCOUNT zz 0 1", "BITCOUNT zz x 0", "BITCOUNT zz 0", "BITCOUNT zz 0 1 FOO", "BITCOUNT bc 0 1 2 3", "BITCOUNT bc -100 100 BIT",
 	"SET bp \xff\xf0\x00", "BITPOS", "BITPOS bp", "BITPOS bp 2", "BITPOS bp x", "BITPOS bp 0", "BITPOS bp 1",
 	"BITPOS bp 0 2", "BITPOS bp 0 2 -1", "BITPOS bp 1 1", "BITPOS bp 0 0 0", "BITPOS bp 1 7 15 BIT", "BITPOS bp 0 7 15 BIT",
 	"BITPOS bp 0 0 -1 FOO", "BITPOS bp 1 x", "BITPOS bp 1 0 x", "BITPOS zz 0", "BITPOS zz 1", "BITPOS bp 1 5 2",

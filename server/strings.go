@@ -695,8 +695,18 @@ func cmdGetBit(x *execCtx, args [][]byte) error {
 // bitAt reports bit i (0 the most significant of the first byte) of v.
 func bitAt(v []byte, i int64) bool { return v[i>>3]&(1<<(7-uint(i&7))) != 0 }
 
-// cmdBitCount is BITCOUNT key [start end [BYTE|BIT]].
+// cmdBitCount is BITCOUNT key [start end [BYTE|BIT]]. As Redis 7.0's
+// bitcountCommand, a missing key answers 0 before the arguments are
+// parsed.
 func cmdBitCount(x *execCtx, args [][]byte) error {
+	v, err := x.get(args[1])
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		x.out = redcon.AppendInt(x.out, 0)
+		return nil
+	}
 	var start, end int64
 	isBit, ranged := false, false
 	switch len(args) {
@@ -723,10 +733,6 @@ func cmdBitCount(x *execCtx, args [][]byte) error {
 	default:
 		x.syntaxError()
 		return nil
-	}
-	v, err := x.get(args[1])
-	if err != nil {
-		return err
 	}
 	total := int64(len(v))
 	if isBit {
