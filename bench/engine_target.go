@@ -107,6 +107,33 @@ func (t *engineTarget) DetectScale(ctx context.Context) (int, error) {
 	return n, txn.Commit()
 }
 
+// foreignChecker is a target that can tell whether it holds keys other
+// than pgbench's, which a load must not be mixed with.
+type foreignChecker interface {
+	ForeignKey(ctx context.Context) (key []byte, found bool, err error)
+}
+
+// ForeignKey returns the first key that is not one of pgbench's tables'
+// (at most 64 bytes of it), if any.
+func (t *engineTarget) ForeignKey(ctx context.Context) ([]byte, bool, error) {
+	txn, err := t.db.Begin(ctx, engine.TxnOptions{Isolation: engine.RepeatableRead, ReadOnly: true})
+	if err != nil {
+		return nil, false, err
+	}
+	defer txn.Rollback()
+	var found []byte
+	err = txn.Scan(nil, nil, func(k, _ []byte) bool {
+		for _, p := range []string{prefixAccount, prefixTeller, prefixBranch, prefixHistory} {
+			if bytes.HasPrefix(k, []byte(p)) {
+				return true
+			}
+		}
+		found = k[:min(len(k), 64)]
+		return false
+	})
+	return found, found != nil, err
+}
+
 func (t *engineTarget) LoadBatch(ctx context.Context, rows []KV, durable bool) error {
 	sc := engine.SyncCommitOff
 	if durable {

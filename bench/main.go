@@ -22,6 +22,10 @@ var (
 	// ErrIncompleteLoad: the directory holds the branches of a load but not
 	// its last account: the load was killed before it finished.
 	ErrIncompleteLoad = errors.New("bench: the load into the directory did not finish")
+	// ErrForeignData: the directory holds keys that are not pgbench's
+	// (written by mvkv serve or another program); loading beside them
+	// would mix the two, and the invariant check would not hold.
+	ErrForeignData = errors.New("bench: directory holds data other than pgbench's")
 	// ErrInterrupted: ctx ended (an interrupt) before the load, run or
 	// sweep completed. What was measured until then has been written;
 	// a command exits non-zero on it, as pgbench killed by SIGINT does.
@@ -130,6 +134,15 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 		return fmt.Errorf("bench: detect scale: %w", err)
 	}
 	_, server := t.(tableCreator)
+	if fc, ok := t.(foreignChecker); ok && scale == 0 {
+		key, found, err := fc.ForeignKey(ctx)
+		if err != nil {
+			return fmt.Errorf("bench: check the directory: %w", err)
+		}
+		if found {
+			return fmt.Errorf("%w: %s holds key %q; choose an empty directory or one that mvkv bench -i loaded", ErrForeignData, cfg.Dir, key)
+		}
+	}
 	if cfg.Initialize {
 		// A server has no directory to choose instead, so -i reloads it,
 		// as pgbench -i does.

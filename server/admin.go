@@ -101,12 +101,150 @@ var knobs = map[string]knob{
 	},
 	"proto-max-bulk-len":        limitKnob(func(l *Limits) *int64 { return &l.MaxBulkLen }, 1<<20),
 	"client-query-buffer-limit": limitKnob(func(l *Limits) *int64 { return &l.QueryBufferLimit }, 1<<20),
-	// Read-only answers clients such as redis-benchmark ask for.
-	"appendonly":  {get: func(*Server) string { return "yes" }},
-	"appendfsync": {get: func(s *Server) string { return map[bool]string{true: "always", false: "no"}[s.syncCommit.Load() == 0] }},
-	"save":        {get: func(*Server) string { return "" }},
-	"databases":   {get: func(*Server) string { return "1" }},
+	// appendfsync maps onto synchronous_commit: always is on (every
+	// acknowledged write is durable); everysec and no are off, whose WAL
+	// writer makes a commit durable within about three wal_writer_delay
+	// (600 ms by default), inside Redis's second for everysec.
+	"appendfsync": {
+		get: func(s *Server) string {
+			if engine.SynchronousCommit(s.syncCommit.Load()) == engine.SyncCommitOn {
+				return "always"
+			}
+			return s.param("appendfsync", "everysec")
+		},
+		set: func(s *Server, v string) error {
+			sc := engine.SyncCommitOff
+			switch v = strings.ToLower(v); v {
+			case "always":
+				sc = engine.SyncCommitOn
+			case "everysec", "no":
+			default:
+				return errors.New("argument(s) must be one of the following: everysec, always, no")
+			}
+			s.setParam("appendfsync", v)
+			s.syncCommit.Store(int32(sc))
+			s.db.SetSynchronousCommit(sc)
+			return nil
+		},
+	},
+	// appendonly is always yes: the WAL is where every write goes first.
+	"appendonly": {
+		get: func(*Server) string { return "yes" },
+		set: func(_ *Server, v string) error {
+			switch strings.ToLower(v) {
+			case "yes":
+				return nil
+			case "no":
+				return errors.New("argument must be 'yes' (the write-ahead log cannot be turned off)")
+			}
+			return errors.New("argument must be 'yes' or 'no'")
+		},
+	},
+	// save is accepted and reported; checkpoints (what a save is here)
+	// follow checkpoint_timeout and max_wal_size instead of it.
+	"save": {
+		get: func(s *Server) string { return s.param("save", "") },
+		set: func(s *Server, v string) error {
+			f := strings.Fields(v)
+			if len(f)%2 != 0 {
+				return errInvalidSave
+			}
+			for _, n := range f {
+				if _, err := strconv.ParseUint(n, 10, 63); err != nil {
+					return errInvalidSave
+				}
+			}
+			s.setParam("save", strings.Join(f, " "))
+			return nil
+		},
+	},
+	// maxmemory and maxmemory-policy are accepted and reported, and limit
+	// nothing: the data lives on disk, memory is bounded by
+	// shared_buffers, and no key is ever evicted.
+	"maxmemory": {
+		get: func(s *Server) string { return s.param("maxmemory", "0") },
+		set: func(s *Server, v string) error {
+			n, err := parseMemory(v)
+			if err != nil {
+				return err
+			}
+			s.setParam("maxmemory", strconv.FormatInt(n, 10))
+			return nil
+		},
+	},
+	"maxmemory-policy": {
+		get: func(s *Server) string { return s.param("maxmemory-policy", "noeviction") },
+		set: func(s *Server, v string) error {
+			v = strings.ToLower(v)
+			switch v {
+			case "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction":
+				s.setParam("maxmemory-policy", v)
+				return nil
+			}
+			return errors.New("argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction")
+		},
+	},
+	"databases": {get: func(*Server) string { return "1" }},
+	"protected-mode": {
+		get: func(s *Server) string { return map[bool]string{true: "yes", false: "no"}[s.protected.Load()] },
+		set: func(s *Server, v string) error {
+			switch strings.ToLower(v) {
+			case "yes":
+				s.protected.Store(true)
+			case "no":
+				s.protected.Store(false)
+			default:
+				return errors.New("argument must be 'yes' or 'no'")
+			}
+			return nil
+		},
+	},
+	"daemonize": {get: func(*Server) string { return "no" }},
+	// The encoding knobs of Redis's other data types, accepted so that
+	// tools that set them do not fail; they change nothing here.
+	"hash-max-listpack-entries": encodingKnob("hash-max-listpack-entries", 128),
+	"hash-max-ziplist-entries":  encodingKnob("hash-max-listpack-entries", 128),
+	"hash-max-listpack-value":   encodingKnob("hash-max-listpack-value", 64),
+	"hash-max-ziplist-value":    encodingKnob("hash-max-listpack-value", 64),
+	"zset-max-listpack-entries": encodingKnob("zset-max-listpack-entries", 128),
+	"zset-max-ziplist-entries":  encodingKnob("zset-max-listpack-entries", 128),
+	"zset-max-listpack-value":   encodingKnob("zset-max-listpack-value", 64),
+	"zset-max-ziplist-value":    encodingKnob("zset-max-listpack-value", 64),
+	"set-max-intset-entries":    encodingKnob("set-max-intset-entries", 512),
+	"list-max-listpack-size":    encodingKnob("list-max-listpack-size", -2),
+	"list-max-ziplist-size":     encodingKnob("list-max-listpack-size", -2),
 }
+
+// errInvalidSave is Redis's text for a bad save parameter.
+//
+//lint:ignore ST1005 Redis's exact text, which clients may match
+var errInvalidSave = errors.New("Invalid save parameters")
+
+// encodingKnob is a no-op integer parameter kept under key (aliases share
+// it, as Redis's ziplist and listpack names do).
+func encodingKnob(key string, def int64) knob {
+	return knob{
+		get: func(s *Server) string { return s.param(key, strconv.FormatInt(def, 10)) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return errors.New("argument couldn't be parsed into an integer")
+			}
+			s.setParam(key, strconv.FormatInt(n, 10))
+			return nil
+		},
+	}
+}
+
+// param returns a parameter that only CONFIG keeps, or def.
+func (s *Server) param(key, def string) string {
+	if v, ok := s.params.Load(key); ok {
+		return v.(string)
+	}
+	return def
+}
+
+func (s *Server) setParam(key, v string) { s.params.Store(key, v) }
 
 // parseKnobInt parses an integer knob with Redis's CONFIG SET error texts.
 func parseKnobInt(v string, lo, hi int64) (int64, error) {
@@ -253,6 +391,14 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 			x.errorf("ERR wrong number of arguments for 'config|resetstat' command")
 			return nil
 		}
+		// As Redis's resetServerStats: the counters INFO stats,
+		// commandstats and errorstats report.
+		s.stats.reset()
+		s.commands.Store(0)
+		s.connsRecv.Store(0)
+		s.rejected.Store(0)
+		s.expiredKeys.Store(0)
+		s.stats.peakMem.Store(0)
 		x.ok()
 	case "help":
 		if len(args) != 2 {
@@ -305,7 +451,11 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		if b.Len() > 0 {
 			b.WriteString("\r\n")
 		}
-		fmt.Fprintf(&b, "# %s%s\r\n", strings.ToUpper(name[:1]), name[1:])
+		title := strings.ToUpper(name[:1]) + name[1:]
+		if name == "cpu" {
+			title = "CPU" // Redis's spelling
+		}
+		fmt.Fprintf(&b, "# %s\r\n", title)
 		for _, l := range lines {
 			b.WriteString(l)
 			b.WriteString("\r\n")
@@ -337,6 +487,9 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("maxclients:%d", s.maxClients.Load()),
 		"blocked_clients:0",
 		fmt.Sprintf("open_transactions:%d", s.openTxns.Load()))
+	if wanted("memory") {
+		section("memory", s.memoryLines()...)
+	}
 	section("persistence",
 		"loading:0",
 		"aof_enabled:1",
@@ -350,7 +503,22 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
 		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
-		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()))
+		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()),
+		fmt.Sprintf("total_error_replies:%d", s.stats.errorReplies.Load()),
+		fmt.Sprintf("rejected_calls:%d", s.stats.rejectedCalls.Load()))
+	if wanted("replication") {
+		section("replication", s.replicationLines(st.WALBytes)...)
+	}
+	if wanted("cpu") {
+		section("cpu", cpuLines()...)
+	}
+	// As Redis, commandstats only when asked for or with "all".
+	if len(sel) > 0 && (sel["all"] || sel["everything"] || sel["commandstats"]) {
+		section("commandstats", s.stats.commandLines()...)
+	}
+	if wanted("errorstats") {
+		section("errorstats", s.stats.errorLines()...)
+	}
 	if wanted("keyspace") {
 		keys, expires, avgTTL, err := s.keyspace(ctx)
 		if err != nil {

@@ -27,6 +27,12 @@ const (
 	// locks: inside a pipeline it commits with CommitAsync, without
 	// waiting for the connection's earlier commits (see conn.settle).
 	flagPipeline
+	// flagSnapshot marks a command that reads more than one key, or
+	// reads keys it does not write: it runs at REPEATABLE READ, so that
+	// all its reads see one snapshot, and a write locks the keys it
+	// names first, so that the snapshot is taken after the locks (see
+	// doc.go, "Isolation").
+	flagSnapshot
 )
 
 // command is one entry of the command table. arity is Redis's: n > 0
@@ -66,9 +72,11 @@ func (x *execCtx) syntaxError() { x.errorf("ERR syntax error") }
 func (x *execCtx) notInteger() { x.errorf("ERR value is not an integer or out of range") }
 
 // wrote records a write of key: it bumps the key's watch version, before
-// the commit, with the row lock held.
+// the commit, with the row lock held; a rollback undoes it.
 func (x *execCtx) wrote(key []byte) {
-	x.c.s.watch.touch(key)
+	if e := x.c.s.watch.touch(key); e != nil {
+		x.c.bumped = append(x.c.bumped, e)
+	}
 }
 
 // writeErr turns a write's error into a reply when it leaves the
@@ -138,7 +146,7 @@ func init() {
 		{"command", -1, 0, cmdCommand},
 		{"config", -2, 0, cmdConfig},
 		{"info", -1, 0, cmdInfo},
-		{"dbsize", 1, flagRead, cmdDBSize},
+		{"dbsize", 1, flagRead | flagSnapshot, cmdDBSize},
 		{"flushall", -1, flagWrite, cmdFlushAll},
 		{"type", 2, flagRead, cmdType},
 		{"get", 2, flagRead, cmdGet},
@@ -151,14 +159,14 @@ func init() {
 		{"ttl", 2, flagRead, cmdTTL},
 		{"pttl", 2, flagRead, cmdTTL},
 		{"del", -2, flagWrite | flagPipeline, cmdDel},
-		{"exists", -2, flagRead, cmdExists},
+		{"exists", -2, flagRead | flagSnapshot, cmdExists},
 		{"incr", 2, flagWrite | flagPipeline, cmdIncrFamily},
 		{"decr", 2, flagWrite | flagPipeline, cmdIncrFamily},
 		{"incrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
 		{"decrby", 3, flagWrite | flagPipeline, cmdIncrFamily},
-		{"mget", -2, flagRead, cmdMGet},
+		{"mget", -2, flagRead | flagSnapshot, cmdMGet},
 		{"mset", -3, flagWrite | flagPipeline, cmdMSet},
-		{"scan", -2, flagRead, cmdScan},
+		{"scan", -2, flagRead | flagSnapshot, cmdScan},
 		{"multi", 1, flagMultiCtl, ctl((*conn).multi)},
 		{"exec", 1, flagMultiCtl, ctl(func(c *conn, _ [][]byte) { c.exec() })},
 		{"discard", 1, flagMultiCtl, ctl((*conn).discard)},
@@ -167,6 +175,43 @@ func init() {
 		{"shutdown", -1, flagNoMulti, cmdShutdown},
 		{"checkpoint", 1, flagNoMulti, cmdCheckpoint},
 		{"vacuum", 1, flagNoMulti, cmdVacuum},
+		{"flushdb", -1, flagWrite, cmdFlushAll},
+		{"append", 3, flagWrite | flagPipeline, cmdAppend},
+		{"strlen", 2, flagRead, cmdStrlen},
+		{"setnx", 3, flagWrite | flagPipeline, cmdSetNX},
+		{"setex", 4, flagWrite | flagPipeline, cmdSetEx},
+		{"psetex", 4, flagWrite | flagPipeline, cmdSetEx},
+		{"getset", 3, flagWrite | flagPipeline, cmdGetSet},
+		{"getdel", 2, flagWrite | flagPipeline, cmdGetDel},
+		{"getex", -2, flagWrite | flagPipeline, cmdGetEx},
+		{"getrange", 4, flagRead, cmdGetRange},
+		{"substr", 4, flagRead, cmdGetRange},
+		{"setrange", 4, flagWrite | flagPipeline, cmdSetRange},
+		{"msetnx", -3, flagWrite | flagSnapshot, cmdMSetNX},
+		{"incrbyfloat", 3, flagWrite | flagPipeline, cmdIncrByFloat},
+		{"lcs", -3, flagRead | flagSnapshot, cmdLCS},
+		{"setbit", 4, flagWrite | flagPipeline, cmdSetBit},
+		{"getbit", 3, flagRead, cmdGetBit},
+		{"bitcount", -2, flagRead, cmdBitCount},
+		{"bitpos", -3, flagRead, cmdBitPos},
+		{"bitop", -4, flagWrite | flagSnapshot, cmdBitOp},
+		{"keys", 2, flagRead | flagSnapshot, cmdKeys},
+		{"rename", 3, flagWrite | flagSnapshot, cmdRename},
+		{"renamenx", 3, flagWrite | flagSnapshot, cmdRename},
+		{"copy", -3, flagWrite | flagSnapshot, cmdCopy},
+		{"unlink", -2, flagWrite | flagPipeline, cmdDel},
+		{"touch", -2, flagRead | flagSnapshot, cmdTouch},
+		{"randomkey", 1, flagRead | flagSnapshot, cmdRandomKey},
+		{"expiretime", 2, flagRead, cmdExpireTime},
+		{"pexpiretime", 2, flagRead, cmdExpireTime},
+		{"object", -2, flagRead, cmdObject},
+		{"memory", -2, flagRead, cmdMemory},
+		{"time", 1, 0, cmdTime},
+		{"lastsave", 1, 0, cmdLastSave},
+		{"save", 1, flagNoMulti, cmdSave},
+		{"bgsave", -1, 0, cmdBgSave},
+		{"monitor", 1, 0, cmdMonitor},
+		{"wait", 3, 0, cmdWait},
 	}
 	commandTable = make(map[string]*command, len(cmds))
 	for _, c := range cmds {
@@ -341,7 +386,8 @@ func validClientName(n []byte) bool {
 func cmdClient(x *execCtx, args [][]byte) error {
 	c := x.c
 	sub := strings.ToLower(string(args[1]))
-	arity := map[string]int{"id": 2, "getname": 2, "setname": 3, "setinfo": 4, "list": -2, "info": 2, "help": 2}
+	arity := map[string]int{"id": 2, "getname": 2, "setname": 3, "setinfo": 4, "list": -2, "info": 2, "help": 2,
+		"kill": -3, "reply": 3, "pause": -3, "unpause": 2, "no-evict": 3, "no-touch": 3}
 	want, known := arity[sub]
 	if !known {
 		x.errorf("ERR unknown subcommand '%s'. Try CLIENT HELP.", trunc(args[1], 128))
@@ -371,7 +417,33 @@ func cmdClient(x *execCtx, args [][]byte) error {
 			"    * LIB-NAME: the client lib name.",
 			"    * LIB-VER: the client lib version.",
 			"SETNAME <name>",
-			"    Assign the name <name> to the current connection.")
+			"    Assign the name <name> to the current connection.",
+			"KILL <ip:port>",
+			"    Kill connection made from <ip:port>.",
+			"KILL <option> <value> [<option> <value> [...]]",
+			"    Kill connections. Options are:",
+			"    * ADDR (<ip:port>|<unixsocket>:0)",
+			"      Kill connections made from the specified address",
+			"    * LADDR (<ip:port>|<unixsocket>:0)",
+			"      Kill connections made to specified local address",
+			"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+			"      Kill connections by type.",
+			"    * USER <username>",
+			"      Kill connections authenticated by <username>.",
+			"    * SKIPME (YES|NO)",
+			"      Skip killing current connection (default: yes).",
+			"    * ID <client-id>",
+			"      Kill connections by client id.",
+			"NO-EVICT (ON|OFF)",
+			"    Protect current client connection from eviction.",
+			"NO-TOUCH (ON|OFF)",
+			"    Will not touch LRU/LFU stats when this mode is on.",
+			"PAUSE <timeout> [WRITE|ALL]",
+			"    Suspend all, or just write, clients for <timeout> milliseconds.",
+			"REPLY (ON|OFF|SKIP)",
+			"    Control the replies sent to the current connection.",
+			"UNPAUSE",
+			"    Stop the current client pause, resuming traffic.")
 	case "info":
 		x.out = redcon.AppendBulkString(x.out, c.s.clientList(map[uint64]bool{c.id: true}))
 	case "id":
@@ -418,6 +490,64 @@ func cmdClient(x *execCtx, args [][]byte) error {
 		if ok {
 			x.out = redcon.AppendBulkString(x.out, c.s.clientList(ids))
 		}
+	case "kill":
+		clientKill(x, args)
+	case "reply":
+		switch strings.ToLower(string(args[2])) {
+		case "on":
+			c.replyOff, c.skipNext, c.replyOn = false, false, true
+			x.ok()
+		case "off":
+			c.replyOff = true
+		case "skip":
+			if !c.replyOff {
+				c.skipNext = true
+			}
+		default:
+			x.syntaxError()
+		}
+	case "pause":
+		ms, ok := parseInt(args[2])
+		if !ok {
+			x.errorf("ERR timeout is not an integer or out of range")
+			return nil
+		}
+		if ms < 0 {
+			x.errorf("ERR timeout is negative")
+			return nil
+		}
+		all := true
+		if len(args) == 4 {
+			switch strings.ToUpper(string(args[3])) {
+			case "WRITE":
+				all = false
+			case "ALL":
+			default:
+				x.errorf("ERR CLIENT PAUSE mode must be WRITE or ALL")
+				return nil
+			}
+		} else if len(args) > 4 {
+			x.errorf("ERR unknown subcommand or wrong number of arguments for 'PAUSE'. Try CLIENT HELP.")
+			return nil
+		}
+		c.s.setPause(time.Now().Add(time.Duration(min(ms, math.MaxInt64/int64(time.Millisecond)))*time.Millisecond), all)
+		x.ok()
+	case "unpause":
+		c.s.unpause()
+		x.ok()
+	case "no-evict", "no-touch":
+		on, ok := clientOnOff(x, args[2])
+		if !ok {
+			return nil
+		}
+		c.mu.Lock()
+		if sub == "no-evict" {
+			c.noEvict = on
+		} else {
+			c.noTouch = on
+		}
+		c.mu.Unlock()
+		x.ok()
 	}
 	return nil
 }
@@ -486,9 +616,27 @@ func (s *Server) clientList(ids map[uint64]bool) string {
 		if c.queuedN >= 0 {
 			flags = "x"
 		}
-		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s\n",
-			c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.name,
-			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), flags, c.queuedN, c.lastCmd, c.libName, c.libVer)
+		if c.noEvict {
+			flags += "e"
+		}
+		if c.noTouch {
+			flags += "T"
+		}
+		// The buffers as Redis counts them: qbuf the unparsed request
+		// bytes of the read buffer (rbs, fixed here, so rbp equals it),
+		// argv-mem the last request's arguments, multi-mem the queued
+		// MULTI commands, obl the replies collected, omem the reply
+		// buffer's size (there is no reply list: oll is 0).
+		rbs := int64(c.s.cfg.ReadBufferSize)
+		qbuf, argv, multi := c.qbuf.Load(), c.argvMem.Load(), c.multiMem.Load()
+		obl, omem := c.outLen.Load(), c.outCap.Load()
+		fmt.Fprintf(&b, "id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d "+
+			"qbuf=%d qbuf-free=%d argv-mem=%d multi-mem=%d rbs=%d rbp=%d obl=%d oll=0 omem=%d tot-mem=%d "+
+			"events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s\n",
+			c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.fd, c.name,
+			int(now.Sub(c.created).Seconds()), int(now.Sub(c.active).Seconds()), flags, c.queuedN,
+			qbuf, rbs-qbuf, argv, multi, rbs, rbs, obl, omem, rbs+argv+multi+omem,
+			c.lastCmd, c.libName, c.libVer)
 		c.mu.Unlock()
 	}
 	return b.String()
@@ -512,7 +660,7 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	sub := strings.ToLower(string(args[1]))
-	arity := map[string]int{"count": 2, "docs": -2, "info": -2, "list": -2, "getkeys": -4, "help": 2}
+	arity := map[string]int{"count": 2, "docs": -2, "info": -2, "list": -2, "getkeys": -4, "getkeysandflags": -4, "help": 2}
 	want, known := arity[sub]
 	if !known {
 		x.errorf("ERR unknown subcommand '%s'. Try COMMAND HELP.", trunc(args[1], 128))
@@ -544,8 +692,10 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 			"    If no command names are given, documentation details for all",
 			"    commands are returned.",
 			"GETKEYS <full-command>",
-			"    Return the keys from a full Redis command.")
-	case "getkeys":
+			"    Return the keys from a full Redis command.",
+			"GETKEYSANDFLAGS <full-command>",
+			"    Return the keys and the access flags from a full Redis command.")
+	case "getkeys", "getkeysandflags":
 		// As Redis's getKeysSubcommand, with its error texts.
 		cmd := commandTable[lower(args[2])]
 		full := args[2:]
@@ -558,8 +708,18 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 		} else {
 			ks := commandKeys(cmd, full)
 			x.out = redcon.AppendArray(x.out, len(ks))
-			for _, k := range ks {
+			for i, k := range ks {
+				if sub == "getkeys" {
+					x.out = redcon.AppendBulk(x.out, k)
+					continue
+				}
+				x.out = redcon.AppendArray(x.out, 2)
 				x.out = redcon.AppendBulk(x.out, k)
+				fl := keyFlags(cmd, full, i)
+				x.out = redcon.AppendArray(x.out, len(fl))
+				for _, f := range fl {
+					x.out = redcon.AppendString(x.out, f)
+				}
 			}
 		}
 	case "count":
@@ -567,12 +727,43 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 	case "docs":
 		x.out = appendCommandDocs(x.out, names)
 	case "list":
-		if len(args) > 2 {
-			// FILTERBY MODULE, ACLCAT and PATTERN are not supported.
-			x.syntaxError()
-			return nil
-		}
+		// Commands and their subcommands ("client|list"), as Redis 7.
 		names = all()
+		for n := range redisMeta {
+			if i := strings.IndexByte(n, '|'); i > 0 && commandTable[n[:i]] != nil {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		if len(args) > 2 {
+			// FILTERBY MODULE name | ACLCAT category | PATTERN glob.
+			if len(args) != 5 || !strings.EqualFold(string(args[2]), "filterby") {
+				x.syntaxError()
+				return nil
+			}
+			by, v := strings.ToLower(string(args[3])), args[4]
+			kept := names[:0]
+			for _, n := range names {
+				var keep bool
+				switch by {
+				case "module":
+					keep = false // no modules
+				case "aclcat":
+					keep = slices.ContainsFunc(redisMeta[n].acl, func(c string) bool {
+						return strings.EqualFold(strings.TrimPrefix(c, "@"), string(v))
+					})
+				case "pattern":
+					keep = globMatch(bytes.ToLower(v), []byte(n))
+				default:
+					x.syntaxError()
+					return nil
+				}
+				if keep {
+					kept = append(kept, n)
+				}
+			}
+			names = kept
+		}
 		x.out = redcon.AppendArray(x.out, len(names))
 		for _, n := range names {
 			x.out = redcon.AppendBulkString(x.out, n)
@@ -741,17 +932,48 @@ func cmdSet(x *execCtx, args [][]byte) error {
 // keys. COMMAND INFO and COMMAND GETKEYS show it, and lockOrder uses it.
 func keySpec(cmd *command) (first, last, step int) {
 	switch cmd.name {
-	case "dbsize", "flushall", "scan":
+	case "dbsize", "flushall", "flushdb", "scan", "keys", "randomkey":
 		return 0, 0, 0
-	case "del", "exists", "mget", "watch":
+	case "del", "exists", "mget", "watch", "unlink", "touch":
 		return 1, -1, 1
-	case "mset":
+	case "mset", "msetnx":
 		return 1, -1, 2
+	case "rename", "renamenx", "copy", "lcs":
+		return 1, 2, 1
+	case "bitop":
+		return 2, -1, 1
+	case "object", "memory":
+		return 2, 2, 1
 	}
 	if cmd.flags&(flagRead|flagWrite) == 0 {
 		return 0, 0, 0
 	}
 	return 1, 1, 1
+}
+
+// keyFlags returns the key-spec flags of the i-th key of a command, as
+// COMMAND GETKEYSANDFLAGS answers them: Redis 7.0's, with SET's variable
+// flags resolved as Redis's setGetKeys does (RW access update with GET,
+// OW update without).
+func keyFlags(cmd *command, args [][]byte, i int) []string {
+	name := cmd.name
+	if (name == "object" || name == "memory") && len(args) > 1 {
+		name += "|" + lower(args[1])
+	}
+	if name == "set" {
+		for _, a := range args[3:] {
+			if strings.EqualFold(string(a), "get") {
+				return []string{"RW", "access", "update"}
+			}
+		}
+		return []string{"OW", "update"}
+	}
+	specs := redisMeta[name].keyFlags
+	if len(specs) == 0 {
+		return nil
+	}
+	fl := specs[min(i, len(specs)-1)]
+	return slices.DeleteFunc(slices.Clone(fl), func(f string) bool { return f == "variable_flags" })
 }
 
 // commandKeys returns the keys args name, by keySpec.
@@ -784,6 +1006,15 @@ func writeKeys(args [][]byte) [][]byte {
 		if storable(k) {
 			out = append(out, k)
 		}
+	}
+	return out
+}
+
+// sortedKeyStrings is sortedKeys as strings, for lockKeys.
+func sortedKeyStrings(keys [][]byte) []string {
+	out := make([]string, 0, len(keys))
+	for _, k := range sortedKeys(keys) {
+		out = append(out, string(k))
 	}
 	return out
 }
@@ -1012,7 +1243,11 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 			return nil
 		}
 	}
-	// Delete in batches so that the key list held stays small.
+	// Delete in batches so that the key list held stays small. Each key
+	// is locked and judged live or expired under its lock, as DEL does:
+	// as Redis's touchAllWatchedKeysInDb, only a watched key that
+	// existed aborts its watcher's EXEC, and removing one that had
+	// already expired does not.
 	var start []byte
 	for {
 		var keys [][]byte
@@ -1024,8 +1259,16 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 			return err
 		}
 		for _, k := range keys {
-			if err := x.tx.Delete(k); err != nil {
+			var live bool
+			err := x.rmw(k, func(_ []byte, _ int64, ok bool) (rmwResult, []byte, int64) {
+				live = ok
+				return rmwDelete, nil, 0
+			})
+			if err != nil {
 				return err
+			}
+			if live {
+				x.wrote(k)
 			}
 		}
 		if len(keys) < 1024 {
@@ -1033,7 +1276,6 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 		}
 		start = append(keys[len(keys)-1], 0)
 	}
-	x.c.s.watch.touchAll()
 	x.ok()
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -55,6 +56,25 @@ type conn struct {
 	// CommitAsync, oldest first, whose replies wait in out until they
 	// complete (see settle).
 	pending []pendingCommit
+	// bumped are the watch entries the running transaction bumped
+	// (execCtx.wrote), undone if it rolls back (see rollback).
+	bumped []*watchEntry
+
+	// CLIENT REPLY and CLIENT NO-EVICT/NO-TOUCH state.
+	replyOff bool       // CLIENT REPLY OFF: no replies until ON
+	skipNext bool       // CLIENT REPLY SKIP: no reply to the next command
+	replyOn  bool       // the running command is CLIENT REPLY ON, whose +OK is sent
+	noPipe   bool       // the running command's reply is dropped: no pipelined commit
+	wmu      sync.Mutex // serializes writes to nc: the connection's and, for a monitor, the feed's
+
+	// What CLIENT LIST shows of the connection's buffers, stored by its
+	// goroutine after each request (the buffers themselves are its own).
+	fd       int          // the socket's file descriptor, -1 if unknown
+	qbuf     atomic.Int64 // request bytes read but not yet parsed
+	argvMem  atomic.Int64 // bytes of the last request's arguments
+	multiMem atomic.Int64 // bytes of the queued MULTI commands
+	outLen   atomic.Int64 // replies collected and not yet written
+	outCap   atomic.Int64 // capacity of the reply buffer
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	name    string
@@ -62,7 +82,9 @@ type conn struct {
 	libVer  string // CLIENT SETINFO lib-ver
 	lastCmd string
 	active  time.Time
-	queuedN int // commands queued in MULTI when the last command began, -1 outside MULTI
+	queuedN int  // commands queued in MULTI when the last command began, -1 outside MULTI
+	noEvict bool // CLIENT NO-EVICT, shown as flag e
+	noTouch bool // CLIENT NO-TOUCH, shown as flag T
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -77,7 +99,23 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
+	c.fd = socketFD(nc)
 	return c
+}
+
+// socketFD returns nc's file descriptor, for CLIENT LIST's fd, or -1.
+func socketFD(nc net.Conn) int {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	rc.Control(func(f uintptr) { fd = int(f) })
+	return fd
 }
 
 // hookReader is the connection as the request reader sees it. Before
@@ -110,6 +148,7 @@ func (c *conn) serve() {
 	defer c.s.removeConn(c)
 	defer c.nc.Close()
 	defer c.unwatchAll()
+	defer c.s.stopMonitor(c)
 	c.s.met.connected()
 	defer c.s.met.disconnected()
 	for !c.quit {
@@ -125,7 +164,12 @@ func (c *conn) serve() {
 			return
 		}
 		c.more = c.rd.br.Buffered() > 0
+		c.qbuf.Store(int64(c.rd.br.Buffered()))
+		c.argvMem.Store(req.size)
 		c.dispatch(req)
+		c.multiMem.Store(c.queued)
+		c.outLen.Store(int64(len(c.out)))
+		c.outCap.Store(int64(cap(c.out)))
 		if len(c.out) >= flushThreshold {
 			if c.flush() != nil {
 				return
@@ -178,7 +222,9 @@ func (c *conn) flush() error {
 	if len(c.out) == 0 {
 		return nil
 	}
+	c.wmu.Lock()
 	_, err := c.nc.Write(c.out)
+	c.wmu.Unlock()
 	if cap(c.out) > 4*flushThreshold {
 		c.out = nil
 	} else {
@@ -187,24 +233,46 @@ func (c *conn) flush() error {
 	return err
 }
 
-// begin starts an engine transaction at READ COMMITTED with the server's
-// current synchronous_commit. With it on, Commit returns only after the
-// commit record is durable and the transaction becomes visible, and its
-// row locks are released, only then (rule 2 of the design); with it off,
+// begin starts an engine transaction at isolation level iso (see doc.go,
+// "Isolation", for which command runs at which) with the server's current
+// synchronous_commit. With it on, Commit returns only after the commit
+// record is durable and the transaction becomes visible, and its row
+// locks are released, only then (rule 2 of the design); with it off,
 // Commit returns when the commit record is in the WAL buffer.
-func (c *conn) begin(write bool) (*engine.Txn, error) {
+func (c *conn) begin(write bool, iso engine.IsolationLevel) (*engine.Txn, error) {
 	sc := engine.SynchronousCommit(c.s.syncCommit.Load())
-	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, ReadOnly: !write, SynchronousCommit: &sc})
+	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: iso, ReadOnly: !write, SynchronousCommit: &sc})
 	if err == nil {
 		c.s.openTxns.Add(1)
 	}
 	return tx, err
 }
 
+// commit commits tx. Its watch bumps stay whether the commit succeeds or
+// fails: a commit that failed is in doubt (its record may be durable), and
+// a watcher must then assume the key changed.
 func (c *conn) commit(tx *engine.Txn) error {
+	c.bumped = c.bumped[:0]
 	err := tx.Commit()
 	c.s.openTxns.Add(-1)
 	return err
+}
+
+// lockKeys takes the row locks of keys, which must be sorted, before the
+// transaction's first read: under REPEATABLE READ its snapshot is then
+// taken after they were granted, so its writes of them cannot fail with a
+// serialization failure (engine.Txn.Lock). Keys the engine cannot store
+// are skipped: nobody can write them.
+func lockKeys(tx *engine.Txn, keys []string) error {
+	for _, k := range keys {
+		if !storable(k) {
+			continue
+		}
+		if err := tx.Lock([]byte(k)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // commitPipelined commits tx, whose reply is out[mark:], without waiting:
@@ -217,6 +285,7 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 	if n := len(c.pending); n > 0 {
 		after = c.pending[n-1].w
 	}
+	c.bumped = c.bumped[:0]
 	w, err := tx.CommitAsync(after)
 	if err != nil {
 		c.s.openTxns.Add(-1)
@@ -233,9 +302,16 @@ const maxPendingCommits = 128
 
 // pipelining reports whether a write should commit with commitPipelined:
 // more requests are buffered, or earlier commits are still pending.
-func (c *conn) pipelining() bool { return c.more || len(c.pending) > 0 }
+func (c *conn) pipelining() bool { return !c.noPipe && (c.more || len(c.pending) > 0) }
 
+// rollback rolls tx back. The watch versions it bumped are put back first,
+// while it still holds the keys' row locks: a write that never committed
+// does not abort a WATCH (Redis never sees such a write at all), and no
+// EXEC can compare versions between the rollback and the undo, since
+// EXEC compares only with the watched keys' locks held.
 func (c *conn) rollback(tx *engine.Txn) {
+	c.s.watch.untouch(c.bumped)
+	c.bumped = c.bumped[:0]
 	tx.Rollback()
 	c.s.openTxns.Add(-1)
 }
@@ -276,6 +352,22 @@ func (c *conn) dispatch(req request) {
 	c.mu.Unlock()
 	c.s.commands.Add(1)
 	defer func() { c.s.met.observe(cmd, start) }()
+	// CLIENT REPLY OFF or SKIP: the command runs, its reply is dropped.
+	// Its commit is waited for here, so that no pending commit's reply
+	// lies in what is dropped.
+	skip := c.skipNext
+	c.skipNext, c.replyOn = false, false
+	if c.replyOff || skip {
+		c.settle()
+		mark := len(c.out)
+		c.noPipe = true
+		defer func() {
+			c.noPipe = false
+			if !c.replyOn {
+				c.out = c.out[:mark]
+			}
+		}()
+	}
 
 	if cmd == nil {
 		c.queueError(unknownCommand(req.args))
@@ -306,15 +398,30 @@ func (c *conn) dispatch(req request) {
 			return
 		}
 		c.queue = append(c.queue, req.args)
+		c.mu.Lock()
+		c.queuedN = len(c.queue)
+		c.mu.Unlock()
 		c.out = append(c.out, "+QUEUED\r\n"...)
 		return
 	}
+	if c.s.paused(start) {
+		c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()))
+	}
+	defer c.feedMonitors(cmd, req.args)
 	// Anything but a pipelined write waits for the pending commits: a
 	// read, EXEC or WATCH must see the connection's own earlier writes,
 	// and CONFIG SET or SHUTDOWN must come after them.
 	if (cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined())) || len(c.pending) >= maxPendingCommits {
 		c.settle()
 	}
+	runMark := len(c.out)
+	defer func() {
+		failed := len(c.out) > runMark && c.out[runMark] == '-'
+		if failed {
+			c.s.stats.noteError(c.out[runMark:])
+		}
+		c.s.stats.observeCommand(cmd, start, failed)
+	}()
 	if cmd.flags&(flagRead|flagWrite) == 0 {
 		x := &c.scratchX
 		*x = execCtx{c: c, out: c.out}
@@ -326,22 +433,40 @@ func (c *conn) dispatch(req request) {
 	c.reapExpired()
 }
 
+// queueWrites reports whether a MULTI queue holds a write, for CLIENT
+// PAUSE WRITE.
+func (c *conn) queueWrites() bool {
+	for _, args := range c.queue {
+		if cmd := commandTable[lower(args[0])]; cmd != nil && cmd.flags&flagWrite != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // reject refuses a command before it runs. A refused EXEC discards the
 // transaction, MULTI or not, and says why, as Redis's rejectCommand and
 // execCommandAbort: "EXECABORT Transaction discarded because of: ...".
 func (c *conn) reject(cmd *command, msg string) {
+	if cs := c.s.stats.byCmd[cmd]; cs != nil {
+		cs.rejected.Add(1)
+	}
 	if cmd.name != "exec" {
 		c.queueError(msg)
 		return
 	}
 	c.resetMulti()
 	c.unwatchAll()
+	c.s.stats.rejectedCalls.Add(1)
+	c.s.stats.noteError([]byte("-EXECABORT"))
 	c.out = redcon.AppendError(c.out, "EXECABORT Transaction discarded because of: "+strings.TrimPrefix(msg, "ERR "))
 }
 
 // queueError replies with a command error; inside MULTI it also makes the
 // coming EXEC fail with EXECABORT, as Redis's flagTransaction.
 func (c *conn) queueError(msg string) {
+	c.s.stats.rejectedCalls.Add(1)
+	c.s.stats.noteError([]byte("-" + msg))
 	if c.inMulti {
 		c.dirty = true
 	}
@@ -354,10 +479,24 @@ func (c *conn) queueError(msg string) {
 // error rolls back, so a multi-key write is all or nothing.
 func (c *conn) runSingle(cmd *command, args [][]byte) {
 	mark := len(c.out)
+	write := cmd.flags&flagWrite != 0
+	iso := engine.ReadCommitted
+	var locks []string
+	if cmd.flags&flagSnapshot != 0 {
+		iso = engine.RepeatableRead
+		if write {
+			locks = sortedKeyStrings(writeKeys(args))
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
-		tx, err := c.begin(cmd.flags&flagWrite != 0)
+		tx, err := c.begin(write, iso)
 		if err == nil {
+			err = lockKeys(tx, locks)
+		}
+		if err != nil && tx != nil {
+			c.rollback(tx)
+		} else if err == nil {
 			x := &c.scratchX
 			*x = execCtx{c: c, tx: tx, out: c.out}
 			err = cmd.fn(x, args)
@@ -502,9 +641,10 @@ func (c *conn) exec() {
 // own write in key order for the same reason (sortedPairs, sortedKeys),
 // WATCH holds at most one lock at a time, and FLUSHALL inside a block
 // would lock every key in key order while holding the block's earlier
-// writes, so the block locks all of them first. A block that names one
-// key holds one lock, cannot be part of a cycle, and skips the lookups.
-// Keys the engine cannot store are left out: nobody can write them.
+// writes, so the block locks all of them first. Taking the locks before
+// the first command also puts the block's snapshot after them (see
+// execOnce). Keys the engine cannot store are left out: nobody can write
+// them.
 func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all bool) {
 	set := make(map[string]struct{}, len(watched))
 	for k := range watched {
@@ -513,15 +653,12 @@ func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all
 		}
 	}
 	for _, args := range queue {
-		if lower(args[0]) == "flushall" {
+		if n := lower(args[0]); n == "flushall" || n == "flushdb" {
 			all = true
 		}
 		for _, k := range writeKeys(args) {
 			set[string(k)] = struct{}{}
 		}
-	}
-	if len(set) < 2 && len(watched) == 0 && !all {
-		return nil, false
 	}
 	keys = make([]string, 0, len(set))
 	for k := range set {
@@ -531,36 +668,42 @@ func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all
 	return keys, all
 }
 
+// execOnce runs the block once: one REPEATABLE READ transaction that
+// first locks keys (and, for FLUSHALL, every stored key), so that its
+// snapshot, taken at its first read or write, comes after the locks were
+// granted: every read of the block sees that one snapshot, and its writes
+// of the locked keys cannot fail with a serialization failure.
 func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, mark int) error {
-	tx, err := c.begin(true)
-	if err != nil {
-		return err
-	}
 	if all {
 		// FLUSHALL will lock every key: take them now, in one key order
 		// with the rest. Clipped, so that a rerun's keys start afresh
-		// from lockOrder's.
+		// from lockOrder's. The keys are listed by a transaction of
+		// their own, since a scan in the block's would take its
+		// snapshot before the locks.
 		keys = slices.Clip(keys)
-		err := tx.Scan(nil, nil, func(k, _ []byte) bool {
-			keys = append(keys, string(k))
-			return true
+		err := c.s.db.View(c.ctx, func(tx *engine.Txn) error {
+			return tx.Scan(nil, nil, func(k, _ []byte) bool {
+				keys = append(keys, string(k))
+				return true
+			})
 		})
 		if err != nil {
-			c.rollback(tx)
 			return err
 		}
 		sort.Strings(keys)
 		keys = slices.Compact(keys)
 	}
+	tx, err := c.begin(true, engine.RepeatableRead)
+	if err != nil {
+		return err
+	}
 	// Holding the row lock of every watched key, no transaction can be
 	// between writing one and committing: any commit since WATCH has
 	// bumped the key's version (writers bump before they commit). The
 	// keys the block writes are locked here too (lockOrder).
-	for _, k := range keys {
-		if err := tx.Update([]byte(k), func([]byte, bool) ([]byte, error) { return nil, errNoop }); err != nil && !errors.Is(err, errNoop) {
-			c.rollback(tx)
-			return err
-		}
+	if err := lockKeys(tx, keys); err != nil {
+		c.rollback(tx)
+		return err
 	}
 	if !c.watchValid() {
 		c.rollback(tx)
@@ -580,9 +723,16 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		}
 	}
 	if pipelined {
-		return c.commitPipelined(tx, mark)
+		err = c.commitPipelined(tx, mark)
+	} else {
+		err = c.commit(tx)
 	}
-	return c.commit(tx)
+	if err == nil {
+		for _, args := range queue {
+			c.feedMonitors(commandTable[lower(args[0])], args)
+		}
+	}
+	return err
 }
 
 // execPipelined reports whether the EXEC about to run may commit with
@@ -637,6 +787,9 @@ func (c *conn) watchKeys(keys [][]byte) error {
 		if _, ok := c.watched[ks]; ok {
 			continue
 		}
+		// For a key nobody can write, the version at registration is
+		// final; for the others waitForWriters records it under the
+		// key's row lock.
 		c.watched[ks] = watched{version: c.s.watch.acquire(ks)}
 		fresh = append(fresh, k)
 	}
@@ -662,8 +815,12 @@ func (c *conn) watchKeys(keys [][]byte) error {
 }
 
 // waitForWriters takes and drops k's row lock, so that a writer of k that
-// has not committed yet has done so when it returns, and records the
-// deadline k has then in c.watched.
+// has not committed yet has ended when it returns, and records k's watch
+// version and deadline as they are while the lock is held. The version is
+// read under the lock, not at registration: a writer that bumped it and
+// then rolls back puts it back before releasing the lock, and a version
+// read in between would make the EXEC fail for a write that never
+// happened.
 func (c *conn) waitForWriters(k []byte) error {
 	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted})
 	if err != nil {
@@ -673,11 +830,12 @@ func (c *conn) waitForWriters(k []byte) error {
 	defer c.rollback(tx)
 	x := &execCtx{c: c, tx: tx}
 	err = tx.Update(k, func(raw []byte, found bool) ([]byte, error) {
+		w := c.watched[string(k)]
+		w.version = c.s.watch.version(string(k))
 		if _, d, ok := x.live(raw, found); ok {
-			w := c.watched[string(k)]
 			w.deadline = d
-			c.watched[string(k)] = w
 		}
+		c.watched[string(k)] = w
 		return nil, errNoop
 	})
 	if err != nil && !errors.Is(err, errNoop) {
@@ -733,24 +891,35 @@ func (w *watchTable) version(k string) uint64 {
 	return 0
 }
 
-// touch bumps k's version if anyone watches it. Writers call it while
-// holding k's row lock, before committing.
-func (w *watchTable) touch(k []byte) {
+// touch bumps k's version if anyone watches it, and returns the entry
+// bumped (nil if none), for untouch. Writers call it while holding k's row
+// lock, before committing.
+func (w *watchTable) touch(k []byte) *watchEntry {
 	if w.n.Load() == 0 {
-		return
+		return nil
 	}
 	w.mu.Lock()
-	if e := w.keys[string(k)]; e != nil {
+	e := w.keys[string(k)]
+	if e != nil {
 		e.version++
 	}
 	w.mu.Unlock()
+	return e
 }
 
-// touchAll bumps every watched key (FLUSHALL).
-func (w *watchTable) touchAll() {
+// untouch undoes the bumps of a transaction that rolls back; it runs while
+// the transaction still holds the keys' row locks. Only that transaction
+// can have bumped these entries since (bumps need the lock), so the
+// decrement restores the version a watcher recorded. An entry dropped from
+// the table meanwhile (nobody watches the key any more) is harmless to
+// decrement.
+func (w *watchTable) untouch(es []*watchEntry) {
+	if len(es) == 0 {
+		return
+	}
 	w.mu.Lock()
-	for _, e := range w.keys {
-		e.version++
+	for _, e := range es {
+		e.version--
 	}
 	w.mu.Unlock()
 }

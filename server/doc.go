@@ -11,24 +11,62 @@
 // # Commands and transactions
 //
 // Values are Redis strings; every key command outside MULTI is one engine
-// transaction at READ COMMITTED: GET sees the newest committed version, and
-// INCR/INCRBY/DECR/DECRBY and SET NX/XX/GET are read-modify-writes through
-// Txn.Update, so concurrent increments are never lost (the engine re-applies
-// the function to the newest version after waiting for the row lock, as
-// PostgreSQL's EvalPlanQual). Multi-key commands (MSET, DEL) are atomic: a
-// command that answers with an error rolls its transaction back.
+// transaction, and a command that answers with an error rolls its
+// transaction back, so a multi-key write is all or nothing. INCR/INCRBY/
+// DECR/DECRBY, SET NX/XX/GET and the other commands that read a key they
+// write are read-modify-writes through Txn.Update, so concurrent
+// increments are never lost (the engine re-applies the function to the
+// newest version after waiting for the row lock, as PostgreSQL's
+// EvalPlanQual).
 //
 // An EXEC block is one engine transaction with one commit record and one
-// durability wait. It runs at READ COMMITTED, not REPEATABLE READ: each
-// queued command sees the newest committed data when it runs, and writes
-// take row locks held until the single commit. Redis's guarantee that no
-// other client runs in the middle of EXEC becomes "nobody writes a key the
-// block wrote until it commits, and nobody sees any of its writes before";
-// reads inside the block are not a snapshot. Under REPEATABLE READ every
-// block touching a hot key (pgbench's branch row) would fail with a
-// serialization failure and have to be rerun; READ COMMITTED with row locks
-// and EvalPlanQual needs no reruns. Clients that need a snapshot of what
-// they read use WATCH, which is exact.
+// durability wait. Writes take row locks held until the single commit, so
+// Redis's guarantee that no other client runs in the middle of EXEC
+// becomes: nobody writes a key the block wrote until it commits, nobody
+// sees any of its writes before, and all its reads see one moment.
+//
+// # Isolation
+//
+// Nothing a client reads mixes two commits: every command reads from one
+// snapshot, and an EXEC block is one snapshot for all its reads and
+// writes. Which isolation level each runs at, and why:
+//
+//   - A command that reads one key only, or writes keys and reads nothing
+//     but those keys under their row locks (GET, TTL, SET, INCR, APPEND,
+//     SETRANGE, GETDEL, the EXPIRE family, MSET, DEL, UNLINK, FLUSHALL,
+//     ...), runs at READ COMMITTED. A single read is one snapshot
+//     anyway; a write reads each key it writes under the key's row lock,
+//     held until commit, so what it reads is the newest committed version
+//     and stays so until it commits (two-phase locking): the command is
+//     as if it ran alone at its commit. READ COMMITTED is what lets a
+//     write of a hot key wait for the lock and then apply to the newest
+//     version instead of failing with a serialization failure.
+//   - A command that reads several keys, or reads keys it does not write
+//     (MGET, EXISTS, SCAN's page, DBSIZE, KEYS, RANDOMKEY, LCS, MSETNX,
+//     COPY, RENAME, RENAMENX, BITOP), runs at REPEATABLE READ: all its
+//     reads see one snapshot. A write among them first locks every key
+//     it names, in key order, with Txn.Lock, which takes no snapshot; the
+//     snapshot is taken at the first read, after the locks were granted,
+//     so it holds every committed version of those keys, nobody can
+//     commit a newer one until the command commits, and its writes cannot
+//     fail with a serialization failure.
+//   - An EXEC block runs at REPEATABLE READ the same way: it locks its
+//     watched keys and every key its commands write, in key order, then
+//     runs its commands, whose reads and writes all see the snapshot
+//     taken after those locks (and the block's own earlier writes). So a
+//     block that reads two keys another block writes together sees both
+//     writes or neither, as with Redis's EXEC, which no other client
+//     interleaves with. A block holding FLUSHALL or FLUSHDB also locks
+//     every stored key first; a key that became visible between that
+//     listing and the snapshot can still make it fail with a
+//     serialization failure, which reruns it (below).
+//
+// What remains weaker than Redis's serial execution is snapshot
+// isolation's: a block that reads keys it does not write sees them as of
+// its snapshot, and another client may commit new versions of them
+// before the block commits (write skew). A client that needs the keys it
+// read unchanged at EXEC uses WATCH, which is exact, or writes them in
+// the block, which locks them.
 //
 // Errors follow Redis: queue-time errors (unknown command, wrong number of
 // arguments) answer EXEC with EXECABORT; run-time errors (INCR of a
@@ -36,8 +74,8 @@
 // the other commands still apply, as in Redis. Every transaction that
 // holds more than one row lock takes them in key order: MSET and DEL write
 // their keys sorted (MSET's last value for a repeated key is the only one
-// written); an EXEC block that names more than one key, counting its
-// watched keys, locks them all, sorted, before its first command; and
+// written); an EXEC block locks its watched keys and the keys it writes,
+// sorted, before its first command; and
 // WATCH holds one lock at a time. So clients naming the same keys in
 // different orders queue behind each other and cannot deadlock. What can
 // still deadlock is an embedding program's transaction, or FLUSHALL inside
@@ -52,19 +90,23 @@
 //
 // EXEC fails with a null array when any transaction committed a version of
 // a watched key after the WATCH, whatever the value and whoever (any
-// connection, including the watcher's own) wrote it. The engine exposes no
+// connection, including the watcher's own) wrote it. A write that rolled
+// back (a lock timeout, a deadlock, an error, a client gone) does not
+// count: Redis never sees such a write. FLUSHALL and FLUSHDB count only
+// for watched keys that existed, as Redis 7's touchAllWatchedKeysInDb. The engine exposes no
 // per-key version, so the server keeps one, as Redis keeps
 // db->watched_keys: a table of watched keys with a counter each, bumped by
 // every write of the key through this server. The protocol that makes it
 // exact:
 //
 //   - a writer bumps the counter after its write and before its commit,
-//     while it holds the key's row lock;
+//     while it holds the key's row lock; if it rolls back, it puts the
+//     counter back before its locks are released;
 //   - WATCH registers the key, then takes and drops the key's row lock (in
-//     a transaction that is rolled back): a writer that checked for
-//     watchers before the registration still holds the lock, so WATCH
-//     returns only after that writer committed, and the client's reads
-//     after WATCH see its value;
+//     a transaction that is rolled back), and records the counter while
+//     it holds the lock: a writer that checked for watchers before the
+//     registration still holds the lock, so WATCH returns only after that
+//     writer ended, and the client's reads after WATCH see its value;
 //   - EXEC first takes the row locks of all watched keys (in key order),
 //     inside its own transaction, and only then compares the counters:
 //     no writer can be between its bump and its commit, and none can
@@ -205,11 +247,24 @@
 // recovery. A SIGKILL at any point loses no acknowledged write, because
 // no write is acknowledged before its commit record is durable.
 //
+// # Who may connect
+//
+// As Redis 7: with protected mode on (the default; Config.ProtectedModeOff,
+// `mvkv serve --protected-mode no` or CONFIG SET protected-mode no turn it
+// off) and no password, a client whose address is not a loopback one is
+// answered Redis's "-DENIED Redis is running in protected mode ..." error
+// and disconnected before it can send anything, so that a server started
+// with --listen 0.0.0.0:PORT and no password answers only its own host.
+// With RequirePass set, every client must AUTH first instead.
+//
 // # Not supported
 //
 // RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), an
 // active expiry cycle (see Expiry), data types other than strings,
-// databases other than 0, pub/sub, and scripting. SCAN cursors index a table
+// databases other than 0, pub/sub, scripting, replication (WAIT answers 0),
+// and values over the engine's 1 MiB. TLS is the listener's business:
+// Serve takes any net.Listener, a crypto/tls one included (`mvkv serve
+// --tls-port`). SCAN cursors index a table
 // of the last 4096 cursors handed out, since keys ordered by bytes cannot be
 // encoded in a number.
 package server

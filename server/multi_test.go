@@ -5,8 +5,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"mvkv/engine"
 )
 
 func TestMultiExecPipelined(t *testing.T) {
@@ -163,9 +166,14 @@ func TestWatch(t *testing.T) {
 	if err := run(func() { b.Del(ctx, "w") }); !errors.Is(err, redis.TxFailedErr) {
 		t.Fatalf("delete from another connection: %v", err)
 	}
-	// FLUSHALL touches every watched key.
+	// FLUSHALL touches every watched key that exists.
+	b.Set(ctx, "w", "1", 0)
 	if err := run(func() { b.FlushAll(ctx) }); !errors.Is(err, redis.TxFailedErr) {
 		t.Fatalf("FLUSHALL: %v", err)
+	}
+	// As Redis 7, and not one that does not exist: w is absent now.
+	if err := run(func() { b.FlushAll(ctx) }); err != nil {
+		t.Fatalf("FLUSHALL of a database without the watched key: %v", err)
 	}
 	// A write of another key does not abort.
 	if err := run(func() { b.Set(ctx, "unrelated", "1", 0) }); err != nil {
@@ -436,4 +444,101 @@ func TestWatchKeyTheEngineCannotStore(t *testing.T) {
 	r.expect("+QUEUED\r\n")
 	r.cmd("EXEC")
 	r.expect("*1\r\n+OK\r\n")
+}
+
+// TestWatchRolledBackWrite: a write that rolls back never happened, so it
+// does not abort a WATCH on its key, as in Redis, where such a write does
+// not exist. MSET w z bumps w's watch version when it writes w, then times
+// out waiting for z's row lock (held by an embedding program's
+// transaction) and rolls back; the watcher's EXEC must still run. A write
+// that commits still aborts it.
+func TestWatchRolledBackWrite(t *testing.T) {
+	ts := startServerOn(t, Config{}, engine.Options{LockTimeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	r := ts.raw(t)
+	other := ts.raw(t)
+	r.cmd("SET", "w", "0")
+	r.expect("+OK\r\n")
+	r.cmd("WATCH", "w")
+	r.expect("+OK\r\n")
+
+	hold, err := ts.db.Begin(ctx, engine.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Put([]byte("z"), []byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	other.cmd("MSET", "w", "1", "z", "1")
+	if got := other.reply(); !strings.Contains(got, "lock timeout") {
+		t.Fatalf("MSET against a held lock: %q", got)
+	}
+	other.cmd("DEL", "w", "z")
+	if got := other.reply(); !strings.Contains(got, "lock timeout") {
+		t.Fatalf("DEL against a held lock: %q", got)
+	}
+	hold.Rollback()
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("GET", "w")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*1\r\n$1\r\n0\r\n")
+
+	// The same with a write that commits: EXEC answers nil.
+	r.cmd("WATCH", "w")
+	r.expect("+OK\r\n")
+	other.cmd("MSET", "w", "2", "z", "2")
+	other.expect("+OK\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("GET", "w")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*-1\r\n")
+}
+
+// TestWatchFlushAll: FLUSHALL aborts only the WATCHes of keys that existed,
+// as Redis 7's touchAllWatchedKeysInDb; one of a key that had already
+// expired when WATCH ran is not aborted either.
+func TestWatchFlushAll(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	other := ts.raw(t)
+	step := func(want string, args ...string) {
+		t.Helper()
+		r.cmd(args...)
+		r.expect(want)
+	}
+	block := func(want string) {
+		t.Helper()
+		step("+OK\r\n", "MULTI")
+		step("+QUEUED\r\n", "PING")
+		step(want, "EXEC")
+	}
+	// Absent key.
+	step(":0\r\n", "DEL", "x")
+	step("+OK\r\n", "WATCH", "x")
+	other.cmd("FLUSHALL")
+	other.expect("+OK\r\n")
+	block("*1\r\n+PONG\r\n")
+	// Live key.
+	step("+OK\r\n", "SET", "x", "1")
+	step("+OK\r\n", "WATCH", "x")
+	other.cmd("FLUSHALL")
+	other.expect("+OK\r\n")
+	block("*-1\r\n")
+	// Key already expired at WATCH, still stored.
+	step("+OK\r\n", "SET", "x", "1", "PX", "1")
+	time.Sleep(5 * time.Millisecond)
+	step("+OK\r\n", "WATCH", "x")
+	other.cmd("FLUSHALL")
+	other.expect("+OK\r\n")
+	block("*1\r\n+PONG\r\n")
+	// Another key only.
+	step("+OK\r\n", "SET", "x", "1")
+	step("+OK\r\n", "WATCH", "y")
+	other.cmd("FLUSHALL")
+	other.expect("+OK\r\n")
+	block("*1\r\n+PONG\r\n")
 }

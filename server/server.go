@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +59,14 @@ type Config struct {
 	ReadBufferSize int
 	// Logger receives connection and shutdown messages; nil discards them.
 	Logger *slog.Logger
+	// ProtectedModeOff turns Redis's protected-mode off. With it on (the
+	// default, as Redis 7) and no RequirePass, a client connecting from
+	// an address other than a loopback one is answered Redis's "-DENIED
+	// Redis is running in protected mode ..." error and disconnected, so
+	// that a server listening on every interface without a password
+	// answers nobody but the local host. CONFIG SET protected-mode
+	// changes it at run time.
+	ProtectedModeOff bool
 }
 
 func (c Config) withDefaults() Config {
@@ -107,6 +117,7 @@ type Server struct {
 
 	// Runtime knobs changed by CONFIG SET.
 	syncCommit atomic.Int32 // engine.SynchronousCommit
+	protected  atomic.Bool  // protected-mode
 	maxClients atomic.Int64
 	timeout    atomic.Int64 // nanoseconds
 	lim        atomic.Pointer[Limits]
@@ -121,6 +132,15 @@ type Server struct {
 	// expiredKeys counts keys removed because they were past their
 	// deadline (Redis's expired_keys).
 	expiredKeys atomic.Uint64
+
+	bgsave     atomic.Bool  // a BGSAVE checkpoint is running
+	monitors   monitorSet   // MONITOR connections
+	monitorsN  atomic.Int64 // len(monitors.m), read without its lock
+	pause      pauseState   // CLIENT PAUSE
+	params     sync.Map     // CONFIG parameters kept only to be reported (see knobs)
+	stats      *serverStats // INFO's stats, commandstats and errorstats
+	replID     string       // INFO's master_replid, random per server
+	pauseUntil atomic.Int64 // pause.until in Unix nanoseconds, for a check without the lock
 
 	// baseCtx bounds every engine call; cancel ends in-flight waits when a
 	// shutdown's deadline passes.
@@ -160,6 +180,11 @@ func New(db *engine.DB, cfg Config) *Server {
 	s.syncCommit.Store(int32(cfg.SynchronousCommit))
 	db.SetSynchronousCommit(cfg.SynchronousCommit)
 	s.maxClients.Store(int64(cfg.MaxClients))
+	s.protected.Store(!cfg.ProtectedModeOff)
+	s.stats = newServerStats()
+	var id [20]byte
+	rand.Read(id[:])
+	s.replID = hex.EncodeToString(id[:])
 	s.timeout.Store(int64(cfg.Timeout))
 	lim := cfg.Limits
 	s.lim.Store(&lim)
@@ -220,6 +245,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		tempDelay = 0
 		s.connsRecv.Add(1)
+		if s.deniedByProtectedMode(nc) {
+			s.rejected.Add(1)
+			nc.SetWriteDeadline(time.Now().Add(time.Second))
+			io.WriteString(nc, deniedProtected)
+			nc.Close()
+			continue
+		}
 		if s.clients.Load() >= s.maxClients.Load() {
 			s.rejected.Add(1)
 			nc.SetWriteDeadline(time.Now().Add(time.Second))
@@ -314,6 +346,37 @@ func (s *Server) shutdown(ctx context.Context) error {
 }
 
 func (s *Server) isClosing() bool { return s.closingA.Load() }
+
+// deniedProtected is Redis 7's answer to a client refused by protected
+// mode.
+const deniedProtected = "-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. " +
+	"In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: " +
+	"1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. " +
+	"2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. " +
+	"3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. " +
+	"4) Set up an authentication password for the default user. " +
+	"NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n"
+
+// deniedByProtectedMode reports whether protected mode refuses nc: it is
+// on, there is no password, and the client's address is neither a
+// loopback address nor a Unix socket (as Redis's connIsLocal).
+func (s *Server) deniedByProtectedMode(nc net.Conn) bool {
+	if !s.protected.Load() || s.cfg.RequirePass != "" {
+		return false
+	}
+	switch a := nc.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		return !a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return false
+	}
+	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
+	if err != nil {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
 
 func (s *Server) checkPassword(p []byte) bool {
 	return subtle.ConstantTimeCompare(p, []byte(s.cfg.RequirePass)) == 1

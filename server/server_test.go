@@ -379,7 +379,9 @@ func TestConnectionCommands(t *testing.T) {
 	r.cmd("CONFIG", "SET", "nope", "1")
 	r.expect("-ERR Unknown option or number of arguments for CONFIG SET - 'nope'\r\n")
 	r.cmd("CONFIG", "SET", "appendonly", "no")
-	r.expect("-ERR CONFIG SET failed (possibly related to argument 'appendonly') - can't set immutable config\r\n")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'appendonly') - argument must be 'yes' (the write-ahead log cannot be turned off)\r\n")
+	r.cmd("CONFIG", "SET", "databases", "2")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n")
 	r.cmd("CONFIG", "SET", "commit_delay", "-1")
 	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
 		t.Fatalf("commit_delay -1: %q", got)

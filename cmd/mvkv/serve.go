@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,6 +36,17 @@ Server options:
   --metrics=ADDR           serve Prometheus metrics at http://ADDR/metrics
                            (default: off), e.g. 127.0.0.1:9121
   --requirepass=PASS       require AUTH PASS (default: no password)
+  --protected-mode=yes|no  with no password, refuse clients that connect
+                           from other hosts, as Redis (default: yes)
+  --tls-port=PORT          also accept TLS connections on this port, on
+                           --listen's host (default: 0, off)
+  --tls-cert-file=FILE     the server's certificate (PEM), for --tls-port
+  --tls-key-file=FILE      its private key (PEM)
+  --tls-ca-cert-file=FILE  CA certificates that client certificates must
+                           chain to (PEM)
+  --tls-auth-clients=yes|no|optional
+                           require a client certificate, not ask for one, or
+                           check one if given (default: yes, as Redis)
   --maxclients=NUM         most client connections (default: 10000)
   --timeout=SEC            close clients idle this long; 0 never (default: 0)
   --shutdown-timeout=SEC   longest graceful shutdown (default: 30)
@@ -148,6 +161,15 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
 	fs.StringVar(&metricsAddr, "metrics", "", "")
 	fs.StringVar(&pass, "requirepass", "", "")
+	protectedMode := "yes"
+	fs.StringVar(&protectedMode, "protected-mode", "yes", "")
+	var tlsPort int
+	var tlsCert, tlsKey, tlsCA, tlsAuth string
+	fs.IntVar(&tlsPort, "tls-port", 0, "")
+	fs.StringVar(&tlsCert, "tls-cert-file", "", "")
+	fs.StringVar(&tlsKey, "tls-key-file", "", "")
+	fs.StringVar(&tlsCA, "tls-ca-cert-file", "", "")
+	fs.StringVar(&tlsAuth, "tls-auth-clients", "yes", "")
 	fs.IntVar(&maxClients, "maxclients", 10000, "")
 	fs.IntVar(&timeout, "timeout", 0, "")
 	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
@@ -196,6 +218,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	if dir == "" {
 		return fail("--dir is required")
+	}
+	if protectedMode = strings.ToLower(protectedMode); protectedMode != "yes" && protectedMode != "no" {
+		return fail("invalid --protected-mode %q (want yes or no)", protectedMode)
 	}
 	syncOn, err := bench.ParseOnOff(syncCommit)
 	if err != nil {
@@ -309,6 +334,30 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		return 1
 	}
 	defer ln.Close() // after Serve has closed it; a second Close is harmless
+	var tln net.Listener
+	if tlsPort != 0 {
+		tc, err := serverTLSConfig(tlsCert, tlsKey, tlsCA, tlsAuth)
+		if err != nil {
+			fmt.Fprintf(stderr, "mvkv: tls: %v\n", err)
+			return 1
+		}
+		host, _, err := net.SplitHostPort(listen)
+		if err != nil {
+			fmt.Fprintln(stderr, errorLine(err))
+			return 1
+		}
+		if tlsPort < 0 || tlsPort > 65535 {
+			fmt.Fprintf(stderr, "mvkv: invalid --tls-port %d\n", tlsPort)
+			return 1
+		}
+		raw, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(tlsPort)))
+		if err != nil {
+			fmt.Fprintln(stderr, errorLine(err))
+			return 1
+		}
+		tln = tls.NewListener(raw, tc)
+		defer tln.Close()
+	}
 	var mln net.Listener
 	if metricsAddr != "" {
 		if mln, err = net.Listen("tcp", metricsAddr); err != nil {
@@ -355,6 +404,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		}
 	}()
 	srv := server.New(db, server.Config{
+		ProtectedModeOff:  protectedMode == "no",
 		MaxClients:        maxClients,
 		Timeout:           time.Duration(timeout) * time.Second,
 		RequirePass:       pass,
@@ -369,6 +419,14 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		go hs.Serve(mln)
 		defer hs.Close()
 		fmt.Fprintf(stdout, "metrics at http://%s/metrics\n", mln.Addr())
+	}
+	if tln != nil {
+		go func() {
+			if err := srv.Serve(ctx, tln); !errors.Is(err, server.ErrServerClosed) {
+				log.Error("TLS listener failed", "err", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "ready to accept TLS connections on %s\n", tln.Addr())
 	}
 	fmt.Fprintf(stdout, "ready to accept connections on %s\n", ln.Addr())
 	if err := srv.Serve(ctx, ln); !errors.Is(err, server.ErrServerClosed) {
@@ -387,6 +445,45 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	fmt.Fprintf(stdout, "shut down\n")
 	return status
+}
+
+// serverTLSConfig builds the TLS configuration of --tls-port from Redis's
+// options: the certificate and key, the CA client certificates must chain
+// to, and tls-auth-clients (yes: a client must present one; optional: one
+// presented is checked; no: none is asked for). TLS 1.2 at least.
+func serverTLSConfig(certFile, keyFile, caFile, auth string) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("--tls-port needs --tls-cert-file and --tls-key-file")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	switch strings.ToLower(auth) {
+	case "yes":
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	case "optional":
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
+	case "no":
+		tc.ClientAuth = tls.NoClientCert
+	default:
+		return nil, fmt.Errorf("invalid --tls-auth-clients %q (want yes, no or optional)", auth)
+	}
+	if tc.ClientAuth != tls.NoClientCert {
+		if caFile == "" {
+			return nil, errors.New("--tls-auth-clients yes or optional needs --tls-ca-cert-file")
+		}
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.ClientCAs = x509.NewCertPool()
+		if !tc.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		}
+	}
+	return tc, nil
 }
 
 // errorLine is err as one line of stderr with a single "mvkv: " prefix: the

@@ -21,6 +21,7 @@ import (
 // servedProcess is `mvkv serve` running in this process.
 type servedProcess struct {
 	addr, metrics string
+	tlsAddr       string // the --tls-port listener's address, if any
 	exit          chan int
 	stderr        *bytes.Buffer
 }
@@ -40,6 +41,9 @@ func startServe(t *testing.T, dir string, extra ...string) *servedProcess {
 		line := sc.Text()
 		if a, ok := strings.CutPrefix(line, "metrics at http://"); ok {
 			p.metrics = strings.TrimSuffix(a, "/metrics")
+		}
+		if a, ok := strings.CutPrefix(line, "ready to accept TLS connections on "); ok {
+			p.tlsAddr = a
 		}
 		if a, ok := strings.CutPrefix(line, "ready to accept connections on "); ok {
 			p.addr = a

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// testPKI is a CA, a server certificate for 127.0.0.1 and a client
+// certificate, made for the test and written as PEM files.
+type testPKI struct {
+	dir                                              string
+	caFile, certFile, keyFile, clientCert, clientKey string
+	pool                                             *x509.CertPool
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	p := &testPKI{dir: t.TempDir()}
+	write := func(name, typ string, der []byte) string {
+		f := filepath.Join(p.dir, name)
+		if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mvkv test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	p.caFile = write("ca.pem", "CERTIFICATE", caDER)
+	p.pool = x509.NewCertPool()
+	p.pool.AddCert(ca)
+	leaf := func(serial int64, usage x509.ExtKeyUsage, certName, keyName string) (string, string) {
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			KeyUsage: x509.KeyUsageDigitalSignature,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, _ := x509.MarshalECPrivateKey(k)
+		return write(certName, "CERTIFICATE", der), write(keyName, "EC PRIVATE KEY", kder)
+	}
+	p.certFile, p.keyFile = leaf(2, x509.ExtKeyUsageServerAuth, "server.pem", "server-key.pem")
+	p.clientCert, p.clientKey = leaf(3, x509.ExtKeyUsageClientAuth, "client.pem", "client-key.pem")
+	return p
+}
+
+// TestServeTLS: with Redis's TLS options, mvkv serve accepts go-redis and
+// redis-cli --tls with a client certificate, refuses a client without one
+// (tls-auth-clients yes), and keeps serving the plain port.
+func TestServeTLS(t *testing.T) {
+	p := newTestPKI(t)
+	sp := startServe(t, t.TempDir(), "--tls-port", "0", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile,
+		"--tls-ca-cert-file", p.caFile)
+	if sp.tlsAddr != "" {
+		t.Fatalf("--tls-port 0 opened a TLS listener on %s", sp.tlsAddr)
+	}
+	sp.shutdown(t)
+
+	// A free port for the TLS listener.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	sp = startServe(t, t.TempDir(), "--tls-port", port, "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile,
+		"--tls-ca-cert-file", p.caFile)
+	if sp.tlsAddr == "" {
+		t.Fatal("no TLS listener")
+	}
+	ctx := context.Background()
+	cert, err := tls.LoadX509KeyPair(p.clientCert, p.clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: sp.tlsAddr, MaxRetries: -1,
+		TLSConfig: &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "over tls", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Without a client certificate the handshake fails.
+	bare := redis.NewClient(&redis.Options{Addr: sp.tlsAddr, MaxRetries: -1,
+		TLSConfig: &tls.Config{RootCAs: p.pool, MinVersion: tls.VersionTLS12}})
+	defer bare.Close()
+	if err := bare.Ping(ctx).Err(); err == nil {
+		t.Fatal("a client without a certificate was served")
+	}
+	if bin, err := exec.LookPath("redis-cli"); err == nil {
+		out, err := exec.Command(bin, "--tls", "--cacert", p.caFile, "--cert", p.clientCert, "--key", p.clientKey,
+			"-h", "127.0.0.1", "-p", port, "GET", "k").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "over tls" {
+			t.Fatalf("redis-cli --tls: %v: %s", err, out)
+		}
+	}
+	// The plain port still answers.
+	plain := redis.NewClient(&redis.Options{Addr: sp.addr})
+	defer plain.Close()
+	if v, err := plain.Get(ctx, "k").Result(); err != nil || v != "over tls" {
+		t.Fatalf("plain GET: %q, %v", v, err)
+	}
+	sp.shutdown(t)
+}
+
+// TestServeTLSUsage: TLS options that cannot work are refused at start.
+func TestServeTLSUsage(t *testing.T) {
+	p := newTestPKI(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-port", "1"}, "needs --tls-cert-file and --tls-key-file"},
+		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile}, "needs --tls-ca-cert-file"},
+		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "maybe"}, "invalid --tls-auth-clients"},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{"--dir", t.TempDir(), "--listen", "127.0.0.1:0"}, c.args...)
+		if code := serveRun(context.Background(), args, &out, &errb); code == 0 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q", c.args, code, errb.String())
+		}
+	}
+}

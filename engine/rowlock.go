@@ -1,0 +1,38 @@
+package engine
+
+// Lock takes key's row lock without reading or writing the key, as
+// PostgreSQL's SELECT ... FOR UPDATE takes a row lock: it is held until
+// the transaction ends, and every other writer of key waits for it. Lock
+// takes no snapshot. So a REPEATABLE READ transaction that locks every key
+// it will write before its first read or write takes its snapshot after
+// the locks were granted; every version of those keys committed before
+// then is in the snapshot, no other transaction can commit one until this
+// one ends, and its writes of them cannot fail with
+// ErrSerializationFailure. Locking a key the transaction already holds
+// does nothing.
+//
+// Errors: ErrReadOnly, ErrEmptyKey and ErrTooLarge leave the transaction
+// usable; ErrDeadlock, ErrLockTimeout, ErrClosed and the context's error
+// abort it, as a failed write does.
+func (t *Txn) Lock(key []byte) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	if t.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := t.db.writable(); err != nil {
+		return err
+	}
+	if t.st == nil {
+		t.st = newTxnState()
+	}
+	if err := t.db.locks.acquire(t.ctx, key, t.st, t.db.opts.LockTimeout, t.db.closing); err != nil {
+		t.err = err
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,444 @@
+package server
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/redcon"
+)
+
+// Server and connection control commands: TIME, LASTSAVE, SAVE, BGSAVE,
+// WAIT, MONITOR, and CLIENT KILL, REPLY, PAUSE, UNPAUSE, NO-EVICT,
+// NO-TOUCH, as Redis 7 answers them.
+
+func cmdTime(x *execCtx, _ [][]byte) error {
+	now := time.Now()
+	x.out = redcon.AppendArray(x.out, 2)
+	x.out = redcon.AppendBulkString(x.out, strconv.FormatInt(now.Unix(), 10))
+	x.out = redcon.AppendBulkString(x.out, strconv.Itoa(now.Nanosecond()/1000))
+	return nil
+}
+
+// cmdLastSave answers when the last checkpoint completed: what a save is
+// here (see SAVE).
+func cmdLastSave(x *execCtx, _ [][]byte) error {
+	x.out = redcon.AppendInt(x.out, x.c.s.db.LastCheckpoint().Unix())
+	return nil
+}
+
+// cmdSave is SAVE: a checkpoint, which writes every dirty page and lets
+// recovery start from it, as close to Redis's snapshot as a WAL engine
+// has. Every acknowledged write is durable already (in the WAL), so a
+// save adds no durability, only a shorter recovery.
+func cmdSave(x *execCtx, _ [][]byte) error {
+	if x.c.s.bgsave.Load() {
+		x.errorf("ERR Background save already in progress")
+		return nil
+	}
+	return cmdCheckpoint(x, nil)
+}
+
+// cmdBgSave is BGSAVE [SCHEDULE]: a checkpoint on a goroutine of its own.
+func cmdBgSave(x *execCtx, args [][]byte) error {
+	schedule := false
+	if len(args) > 1 {
+		if len(args) > 2 || !strings.EqualFold(string(args[1]), "schedule") {
+			x.syntaxError()
+			return nil
+		}
+		schedule = true
+	}
+	s := x.c.s
+	if !s.bgsave.CompareAndSwap(false, true) {
+		if schedule {
+			x.out = append(x.out, "+Background saving scheduled\r\n"...)
+			return nil
+		}
+		x.errorf("ERR Background save already in progress")
+		return nil
+	}
+	go func() {
+		defer s.bgsave.Store(false)
+		if err := s.db.Checkpoint(); err != nil {
+			s.log.Warn("BGSAVE checkpoint failed", "err", err)
+		}
+	}()
+	x.out = append(x.out, "+Background saving started\r\n"...)
+	return nil
+}
+
+// cmdWait is WAIT numreplicas timeout. There are no replicas, so it
+// answers 0: at once when no replica is asked for (or inside EXEC, as
+// Redis), else after the timeout as Redis would (0 waits until shutdown).
+func cmdWait(x *execCtx, args [][]byte) error {
+	n, ok := parseInt(args[1])
+	if !ok {
+		x.notInteger()
+		return nil
+	}
+	t, ok := parseInt(args[2])
+	if !ok {
+		x.errorf("ERR timeout is not an integer or out of range")
+		return nil
+	}
+	if t < 0 {
+		x.errorf("ERR timeout is negative")
+		return nil
+	}
+	if n > 0 && !x.inExec {
+		c := x.c
+		c.out = x.out
+		c.flush()
+		x.out = c.out
+		var wait <-chan time.Time
+		if t > 0 {
+			tm := time.NewTimer(time.Duration(t) * time.Millisecond)
+			defer tm.Stop()
+			wait = tm.C
+		}
+		select {
+		case <-wait:
+		case <-c.ctx.Done():
+		case <-c.s.done:
+		}
+	}
+	x.out = redcon.AppendInt(x.out, 0)
+	return nil
+}
+
+// Monitors.
+
+// monitorQueue bounds the lines waiting for one monitor; a monitor that
+// falls this far behind is disconnected, as Redis disconnects a client
+// past its output buffer limit.
+const monitorQueue = 4096
+
+type monitorSet struct {
+	mu sync.RWMutex
+	m  map[*conn]chan []byte // guarded by mu
+}
+
+// cmdMonitor makes the connection a monitor: from now on every command
+// other clients run is written to it, as Redis's MONITOR.
+func cmdMonitor(x *execCtx, _ [][]byte) error {
+	c := x.c
+	if x.inExec {
+		x.errorf("ERR MONITOR isn't allowed for DENY BLOCKING client")
+		return nil
+	}
+	s := c.s
+	s.monitors.mu.Lock()
+	defer s.monitors.mu.Unlock()
+	if _, ok := s.monitors.m[c]; ok {
+		return nil // as Redis: no reply when already monitoring
+	}
+	ch := make(chan []byte, monitorQueue)
+	if s.monitors.m == nil {
+		s.monitors.m = map[*conn]chan []byte{}
+	}
+	s.monitors.m[c] = ch
+	s.monitorsN.Add(1)
+	x.ok()
+	go func() {
+		for line := range ch {
+			c.wmu.Lock()
+			_, err := c.nc.Write(line)
+			c.wmu.Unlock()
+			if err != nil {
+				c.nc.Close()
+			}
+		}
+	}()
+	return nil
+}
+
+// stopMonitor ends c's monitoring when it disconnects.
+func (s *Server) stopMonitor(c *conn) {
+	if s.monitorsN.Load() == 0 {
+		return
+	}
+	s.monitors.mu.Lock()
+	if ch, ok := s.monitors.m[c]; ok {
+		delete(s.monitors.m, c)
+		s.monitorsN.Add(-1)
+		close(ch)
+	}
+	s.monitors.mu.Unlock()
+}
+
+// feedMonitors sends one command to every monitor in Redis's format:
+// +<unix time with microseconds> [0 <client address>] "arg" ... Admin
+// commands are not sent, and AUTH's and HELLO's passwords are redacted,
+// as Redis does.
+func (c *conn) feedMonitors(cmd *command, args [][]byte) {
+	s := c.s
+	if s.monitorsN.Load() == 0 || cmd == nil {
+		return
+	}
+	meta := redisMeta[cmd.name]
+	if len(args) > 1 {
+		if m, ok := redisMeta[cmd.name+"|"+lower(args[1])]; ok {
+			meta = m
+		}
+	}
+	for _, f := range meta.flags {
+		if f == "admin" {
+			return
+		}
+	}
+	now := time.Now()
+	line := []byte{'+'}
+	line = strconv.AppendInt(line, now.Unix(), 10)
+	line = append(line, '.')
+	us := strconv.Itoa(now.Nanosecond() / 1000)
+	line = append(line, "000000"[len(us):]...)
+	line = append(line, us...)
+	line = append(line, " [0 "...)
+	line = append(line, c.nc.RemoteAddr().String()...)
+	line = append(line, ']')
+	redact := -1
+	switch cmd.name {
+	case "auth":
+		redact = 1
+	case "hello":
+		for i, a := range args {
+			if strings.EqualFold(string(a), "auth") {
+				redact = i + 1
+				break
+			}
+		}
+	}
+	for i, a := range args {
+		line = append(line, ' ')
+		if redact >= 0 && i >= redact {
+			line = append(line, `"(redacted)"`...)
+			continue
+		}
+		line = appendRepr(line, a)
+	}
+	line = append(line, "\r\n"...)
+	s.monitors.mu.RLock()
+	for m, ch := range s.monitors.m {
+		if m == c {
+			continue
+		}
+		select {
+		case ch <- line:
+		default:
+			m.nc.Close()
+		}
+	}
+	s.monitors.mu.RUnlock()
+}
+
+// appendRepr appends b quoted as Redis's sdscatrepr.
+func appendRepr(out, b []byte) []byte {
+	out = append(out, '"')
+	for _, ch := range b {
+		switch ch {
+		case '\\', '"':
+			out = append(out, '\\', ch)
+		case '\n':
+			out = append(out, `\n`...)
+		case '\r':
+			out = append(out, `\r`...)
+		case '\t':
+			out = append(out, `\t`...)
+		case '\a':
+			out = append(out, `\a`...)
+		case '\b':
+			out = append(out, `\b`...)
+		default:
+			if ch >= 0x20 && ch < 0x7f {
+				out = append(out, ch)
+			} else {
+				out = append(out, '\\', 'x', "0123456789abcdef"[ch>>4], "0123456789abcdef"[ch&15])
+			}
+		}
+	}
+	return append(out, '"')
+}
+
+// Client pause.
+
+// pauseState is CLIENT PAUSE's: until when, and whether all commands or
+// only writes wait. changed is closed whenever the state changes, waking
+// the waiters to look again.
+type pauseState struct {
+	mu      sync.Mutex
+	until   time.Time     // guarded by mu
+	all     bool          // guarded by mu
+	changed chan struct{} // guarded by mu
+}
+
+// waitPause holds a command while a CLIENT PAUSE covers it: every command
+// in ALL mode, writes (and EXEC blocks with writes) in WRITE mode.
+func (c *conn) waitPause(write bool) {
+	p := &c.s.pause
+	for {
+		p.mu.Lock()
+		until, all, ch := p.until, p.all, p.changed
+		p.mu.Unlock()
+		d := time.Until(until)
+		if d <= 0 || (!all && !write) {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ch:
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+func (s *Server) setPause(until time.Time, all bool) {
+	p := &s.pause
+	p.mu.Lock()
+	// As Redis's pauseClients: a pause never ends earlier, nor becomes
+	// less strict, because of a later one.
+	if time.Now().Before(p.until) {
+		if until.Before(p.until) {
+			until = p.until
+		}
+		all = all || p.all
+	}
+	p.until, p.all = until, all
+	s.pauseUntil.Store(until.UnixNano())
+	if p.changed != nil {
+		close(p.changed)
+	}
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (s *Server) unpause() {
+	p := &s.pause
+	p.mu.Lock()
+	p.until, p.all = time.Time{}, false
+	s.pauseUntil.Store(0)
+	if p.changed != nil {
+		close(p.changed)
+	}
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// paused reports whether a CLIENT PAUSE may be in force at now.
+func (s *Server) paused(now time.Time) bool {
+	u := s.pauseUntil.Load()
+	return u != 0 && now.UnixNano() < u
+}
+
+// clientKill is CLIENT KILL addr:port (old form: +OK or "No such client")
+// and CLIENT KILL <filter> <value> ... (new form: the number killed), with
+// the filters ID, TYPE, USER, ADDR, LADDR and SKIPME of Redis 7.0.
+func clientKill(x *execCtx, args [][]byte) {
+	c := x.c
+	s := c.s
+	var id int64 = -1
+	var addr, laddr, user []byte
+	typ := ""
+	skipMe := true
+	oldForm := len(args) == 3
+	if oldForm {
+		addr = args[2]
+	} else {
+		for i := 2; i < len(args); i += 2 {
+			if i+1 >= len(args) {
+				x.syntaxError()
+				return
+			}
+			v := args[i+1]
+			switch strings.ToLower(string(args[i])) {
+			case "id":
+				n, ok := parseInt(v)
+				if !ok || n < 1 {
+					x.errorf("ERR client-id should be greater than 0")
+					return
+				}
+				id = n
+			case "type":
+				switch t := strings.ToLower(string(v)); t {
+				case "normal", "master", "replica", "slave", "pubsub":
+					typ = t
+				default:
+					x.errorf("ERR Unknown client type '%s'", trunc(v, 128))
+					return
+				}
+			case "user":
+				if string(v) != "default" {
+					x.errorf("ERR No such user '%s'", trunc(v, 128))
+					return
+				}
+				user = v
+			case "addr":
+				addr = v
+			case "laddr":
+				laddr = v
+			case "skipme":
+				switch strings.ToLower(string(v)) {
+				case "yes":
+					skipMe = true
+				case "no":
+					skipMe = false
+				default:
+					x.syntaxError()
+					return
+				}
+			default:
+				x.syntaxError()
+				return
+			}
+		}
+	}
+	_ = user // every client is the default user
+	s.mu.Lock()
+	var victims []*conn
+	for o := range s.conns {
+		switch {
+		case id >= 0 && uint64(id) != o.id,
+			typ != "" && typ != "normal",
+			addr != nil && !bytes.Equal(addr, []byte(o.nc.RemoteAddr().String())),
+			laddr != nil && !bytes.Equal(laddr, []byte(o.nc.LocalAddr().String())),
+			o == c && skipMe && !oldForm:
+			continue
+		}
+		victims = append(victims, o)
+	}
+	s.mu.Unlock()
+	for _, o := range victims {
+		if o == c {
+			c.quit = true // as Redis: closed after the reply
+		} else {
+			o.nc.Close()
+		}
+	}
+	if oldForm {
+		if len(victims) == 0 {
+			x.errorf("ERR No such client")
+		} else {
+			x.ok()
+		}
+		return
+	}
+	x.out = redcon.AppendInt(x.out, int64(len(victims)))
+}
+
+// clientOnOff parses CLIENT NO-EVICT and NO-TOUCH's ON|OFF.
+func clientOnOff(x *execCtx, v []byte) (bool, bool) {
+	switch strings.ToLower(string(v)) {
+	case "on":
+		return true, true
+	case "off":
+		return false, true
+	}
+	x.syntaxError()
+	return false, false
+}
