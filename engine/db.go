@@ -56,6 +56,10 @@ type DB struct {
 	// it was durable (elr.go).
 	elr        atomic.Bool
 	visibleLSN atomic.Uint64
+	// earlyCommits counts commits made visible before their flush,
+	// dependencyWaits the transactions that waited for a flush of
+	// commits they depended on.
+	earlyCommits, dependencyWaits atomic.Uint64
 	// commitDelay and commitSiblings mirror the WAL writer's knobs for
 	// the getters.
 	commitDelay, commitSiblings atomic.Int64
@@ -98,10 +102,6 @@ type DB struct {
 
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
-		// earlyCommits counts commits made visible before their
-		// flush, dependencyWaits the commits that waited for a flush
-		// of commits they depended on (elr.go).
-		earlyCommits, dependencyWaits atomic.Uint64
 		hintBitsSet, hintHits              atomic.Uint64
 		// prunesByUpdate and prunesByRead count pages pruned by a writer
 		// that found a page full and by a reader (pruneheap.go),
@@ -609,7 +609,7 @@ func (db *DB) Stats() Stats {
 	w, p, c, v := db.wal.Stats(), db.pool.Stats(), db.clog.Stats(), db.vm.Stats()
 	return Stats{
 		Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(), Deadlocks: db.locks.deadlocks.Load(),
-		EarlyCommits: db.stats.earlyCommits.Load(), DependencyWaits: db.stats.dependencyWaits.Load(),
+		EarlyCommits: db.earlyCommits.Load(), DependencyWaits: db.dependencyWaits.Load(),
 		WALRecords: w.Records, WALBytes: w.Bytes, WALWrites: w.Writes, WALSyncs: w.Syncs,
 		WALFlushRequests: w.FlushRequests, WALSyncNanos: w.SyncNanos,
 		WALFlushes: w.Flushes, WALSyncLatency: w.SyncLatency, WALCommitsPerSync: w.CommitsPerSync, WALCommitWaitNanos: w.CommitWaitNanos,

@@ -78,7 +78,7 @@ func (db *DB) publishEarly(st *txnState, end wal.LSN) error {
 		return db.fail(err)
 	}
 	db.stats.commits.Add(1)
-	db.stats.earlyCommits.Add(1)
+	db.earlyCommits.Add(1)
 	db.finish(st)
 	return nil
 }
@@ -91,7 +91,7 @@ func (db *DB) waitDurable(dep wal.LSN) error {
 	if dep == 0 || db.wal.FlushedLSN() >= dep {
 		return nil
 	}
-	db.stats.dependencyWaits.Add(1)
+	db.dependencyWaits.Add(1)
 	if err := db.wal.FlushData(dep); err != nil {
 		return db.fail(err)
 	}
@@ -106,3 +106,13 @@ func (db *DB) SetEarlyLockRelease(on bool) { db.elr.Store(on) }
 // EarlyLockRelease reports whether synchronous commits release their locks
 // and become visible before their commit record is durable.
 func (db *DB) EarlyLockRelease() bool { return db.elr.Load() }
+
+// WaitObserved returns once the WAL is durable past every early-released
+// commit the transaction may have seen or overwritten so far (see
+// Txn.Commit), at once when it already is. Commit waits for this itself;
+// WaitObserved is for a caller that reports something it read in a
+// transaction it rolls back (an error such as "value is not an integer"
+// tells what the value was), and may be called after Rollback. It returns
+// ErrWALSyncFailed if the flush failed, and then what was read must not be
+// reported. Like the Txn, it is not safe for concurrent use.
+func (t *Txn) WaitObserved() error { return t.db.waitDurable(t.dep) }

@@ -363,7 +363,13 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			err = cmd.fn(x, args)
 			c.out = x.out
 			switch {
-			case err != nil || x.failed:
+			case err == nil && x.failed:
+				// An error reply may tell what the command read (a
+				// value that is not an integer): like a result, it
+				// waits until what it read is durable.
+				c.rollback(tx)
+				err = tx.WaitObserved()
+			case err != nil:
 				c.rollback(tx)
 			case cmd.flags&flagPipeline != 0 && c.pipelining():
 				err = c.commitPipelined(tx, mark)
