@@ -6,7 +6,7 @@ import (
 
 	pvfs "github.com/cockroachdb/pebble/v2/vfs"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // DiskModel is a simulated disk for the seed experiments, whose figures

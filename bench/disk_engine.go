@@ -1,6 +1,6 @@
 package bench
 
-import "mvkv/internal/vfs"
+import "mvkv/vfs"
 
 // engineDiskFS returns the engine's file system under model m, or nil (the
 // engine's default, the real disk) for the zero model.

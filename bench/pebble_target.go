@@ -10,7 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // lockStripes is the number of striped key locks on the pebble target.

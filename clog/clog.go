@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // Status is a transaction's 2-bit status, as PostgreSQL's XidStatus.
@@ -199,6 +199,9 @@ type CLOG struct {
 	// (0: none yet). That page is the one new xids are being written to and
 	// is never chosen as a victim (as PostgreSQL's latest_page_number).
 	latestPage atomic.Uint64
+	// extended is the highest page ExtendTo has made sure of (written, or
+	// dirty and so written by the next Checkpoint).
+	extended atomic.Uint64
 
 	// flushed is the highest LSN FlushWAL has returned nil for; pages whose
 	// group LSN is at or below it are written without calling FlushWAL.

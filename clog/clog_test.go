@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 func TestGeometry(t *testing.T) {

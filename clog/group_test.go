@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // variant is one of the four locking configurations of the experiment.

@@ -3,7 +3,7 @@ package clog
 import (
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // TestStatusLSNGroups checks that StatusLSN reports the highest LSN set for

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // fakeWAL records FlushWAL calls: the highest LSN flushed, the number of

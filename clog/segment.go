@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // maxOpenSegments bounds the segment files kept open. A segment covers about

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // segXids is how many xids one segment file covers.

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // Sentinel errors. Every error the engine returns wraps one of these where a

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"time"
 
 	"mvkv/wal"
@@ -54,10 +55,20 @@ func (db *DB) checkpoint() error {
 		return db.fail(err)
 	}
 	heapBlocks := db.storage.NBlocks()
+	// next is read before the CLOG is written, so that every page holding
+	// an xid below it is written by this checkpoint (ExtendTo covers pages
+	// no status was set on yet): Open then treats such a page found all
+	// zeros as lost. An xid handed out after this read has its records
+	// after the redo point, where recovery finds it.
+	next := db.procs.next()
+	if next > 0 {
+		if err := db.clog.ExtendTo(next - 1); err != nil {
+			return db.fail(err)
+		}
+	}
 	if err := db.clog.Checkpoint(); err != nil {
 		return db.fail(err)
 	}
-	next := db.procs.next()
 	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(redo, next))
 	if err == nil {
 		err = db.wal.FlushData(end)
@@ -65,6 +76,18 @@ func (db *DB) checkpoint() error {
 	if err != nil {
 		return db.fail(err)
 	}
+	// The index file before the control file: a crash between the two
+	// leaves a file that names this checkpoint, whose record Open then
+	// finds in the WAL. It is only a copy of what the heap and the WAL
+	// hold, so a failure to write it does not stop writes: the checkpoint
+	// fails, the control file keeps the previous one, and the next
+	// checkpoint tries again.
+	keys, size, err := db.writeIndexFile(redo, start)
+	if err != nil {
+		return fmt.Errorf("checkpoint: writing the index file: %w", err)
+	}
+	db.stats.indexFileKeys.Store(keys)
+	db.stats.indexFileBytes.Store(uint64(size))
 	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next, HeapBlocks: uint64(heapBlocks)}); err != nil {
 		return db.fail(err)
 	}

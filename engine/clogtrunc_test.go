@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"mvkv/clog"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/wal"
 )
 

@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"path/filepath"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/wal"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 var (
@@ -178,6 +178,11 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 		return 0, 0, err
 	}
 
+	// The index file of the first checkpoint: the crash copies are also
+	// opened with it in place of their own, as a stale file.
+	if ladderStaleIndex, err = readMemFile(m, "/db/index"); err != nil {
+		return 0, 0, err
+	}
 	var prog ladderProgress
 	m.SetOpHook(ladderCrashHook(seed, sample, states, rand.New(rand.NewPCG(seed, 7)), &prog, &points, &checked, &failure))
 
@@ -229,6 +234,48 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 	return points, checked, failure
 }
 
+// ladderStaleIndex is the index file of the running ladder's first
+// checkpoint.
+var ladderStaleIndex []byte
+
+// readMemFile returns the contents of a file on m.
+func readMemFile(m *vfs.MemFS, name string) ([]byte, error) {
+	size, err := m.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := m.OpenReadOnly(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil && size > 0 {
+		return nil, err
+	}
+	return b, nil
+}
+
+// writeMemFile replaces a file on m with b, durably.
+func writeMemFile(m *vfs.MemFS, name string, b []byte) error {
+	f, err := m.Create(name)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return m.SyncDir("/db")
+}
+
 // ladderPrunes and ladderVacuumPages count the pages pruned outside vacuum
 // and by vacuum in the ladder's workloads, so that the test can show it
 // crashed in the middle of both.
@@ -270,6 +317,29 @@ func checkRecovered(c *vfs.MemFS, states []ladderState, lo, hi int, rng *rand.Ra
 	if cs := during.CrashState(); cs != nil {
 		midRecovery = cs.CrashCopy(vfs.DropUnsynced, nil)
 	}
+	// And with its index file missing, damaged or from an older
+	// checkpoint: Open must rebuild and reach the same state.
+	variant, how := c.Clone(), ""
+	switch rng.IntN(3) {
+	case 0:
+		how = "without its index file"
+		if err := variant.Remove("/db/index"); err != nil {
+			how += " (it had none)"
+		}
+	case 1:
+		how = "with its index file damaged"
+		if b, err := readMemFile(variant, "/db/index"); err == nil && len(b) > 0 {
+			b[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+			if err := writeMemFile(variant, "/db/index", b); err != nil {
+				return err
+			}
+		}
+	case 2:
+		how = "with the index file of the first checkpoint"
+		if err := writeMemFile(variant, "/db/index", ladderStaleIndex); err != nil {
+			return err
+		}
+	}
 
 	got, err := open(c)
 	if err != nil {
@@ -291,6 +361,11 @@ func checkRecovered(c *vfs.MemFS, states []ladderState, lo, hi int, rng *rand.Ra
 	}
 	if !maps.Equal(again, got) {
 		return fmt.Errorf("second open differs: %s", diffState(again, got))
+	}
+	if st, err := open(variant); err != nil {
+		return fmt.Errorf("opened %s: %w", how, err)
+	} else if !maps.Equal(st, got) {
+		return fmt.Errorf("opened %s, the state differs: %s", how, diffState(st, got))
 	}
 	if midRecovery != nil {
 		st, err := open(midRecovery)

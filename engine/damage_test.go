@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/wal"
 )
 
@@ -169,7 +169,7 @@ func TestWALEndingBeforeCheckpointIsCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Open(dir, Options{})
-	want := fmt.Sprintf("%s at offset %d", name, off)
+	want := fmt.Sprintf("%s is %d bytes, cut short", name, off)
 	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Open: %v; want ErrCorruption naming %q", err, want)
 	}

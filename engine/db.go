@@ -14,7 +14,7 @@ import (
 	"mvkv/clog"
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/visibility"
 	"mvkv/wal"
 )
@@ -103,6 +103,7 @@ type DB struct {
 	stats struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
 		hintBitsSet, hintHits              atomic.Uint64
+		indexFileKeys, indexFileBytes      atomic.Uint64
 		// prunesByUpdate and prunesByRead count pages pruned by a writer
 		// that found a page full and by a reader (pruneheap.go),
 		// prunedByUpdate and prunedByRead the versions they freed.
@@ -118,6 +119,8 @@ type DB struct {
 	// that readers do it at most once a millisecond (recentHorizon).
 	horizonAt atomic.Int64
 	recovery  RecoveryInfo
+	// redoTouched lists the blocks redo changed, during Open only.
+	redoTouched map[uint32]struct{}
 }
 
 // RecoveryInfo describes what Open found and replayed. It is also logged
@@ -126,13 +129,27 @@ type RecoveryInfo struct {
 	RedoLSN uint64 // where redo started (byte position in the WAL)
 	EndLSN  uint64 // end of the valid WAL
 	Records int    // records replayed
-	// DroppedBytes counts the non-zero bytes of torn WAL tail cut off after
-	// EndLSN. They were never durable (damage to durable WAL fails Open
+	// DroppedBytes is the length of the torn WAL tail cut off after EndLSN:
+	// from EndLSN to the last non-zero byte of its segment, zeros inside
+	// included. They were never durable (damage to durable WAL fails Open
 	// with ErrCorruption instead), so they can hold only commits that were
 	// not acknowledged, or asynchronous commits (synchronous_commit=off)
 	// that a crash is allowed to lose.
 	DroppedBytes int64
 	Duration     time.Duration
+	// IndexFromFile says the key index was loaded from the index file
+	// written by the last checkpoint and brought up to date from the WAL;
+	// false means it was rebuilt by reading every heap page, and
+	// IndexRebuildReason says why (no file, a file from another
+	// checkpoint, damage).
+	IndexFromFile      bool
+	IndexRebuildReason string
+	// IndexKeys is the number of keys in the index after Open.
+	IndexKeys int
+	// RedoTime is the time spent replaying the WAL, IndexTime the time
+	// spent loading the index file (or rebuilding the index from the
+	// heap), both within Duration.
+	RedoTime, IndexTime time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -238,8 +255,13 @@ func (o Options) withDefaults() (Options, error) {
 // Open opens (creating if needed) the database in dir and runs crash
 // recovery: redo from the last checkpoint's redo point to the end of the
 // valid WAL, cutting off a torn tail, then marking transactions that have no
-// commit record as aborted, then rebuilding the key index from the heap and
-// taking an end-of-recovery checkpoint.
+// commit record as aborted, then loading the key index from the index file
+// of the last checkpoint and applying the key changes redo met (or, if the
+// file is missing, damaged or from another checkpoint, rebuilding the index
+// by reading every heap page, which is logged with the reason), and taking
+// an end-of-recovery checkpoint. Open's time depends on the index file's
+// size and the WAL written since the last checkpoint, not on the heap's
+// size; Recovery reports where it went.
 //
 // Open returns an error wrapping ErrLocked if another process has dir open,
 // and ErrCorruption (naming the file and offset) if a page or the control

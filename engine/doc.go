@@ -26,8 +26,10 @@
 // Every key has a chain of tuple versions in the heap, newest first: each
 // tuple carries xmin (the xid that created it), xmax (the xid that deleted
 // or replaced it) and the TID of the version before it. The in-memory index
-// (google/btree) maps a key to the newest version; it is not logged and is
-// rebuilt from the heap at Open. A version whose creator committed before
+// (google/btree) maps a key to the newest version; each checkpoint writes
+// it to the index file, and Open loads that and applies the key changes
+// the WAL holds since, so that opening does not read the heap (it is
+// rebuilt from the heap only when the file is missing or damaged). A version whose creator committed before
 // every open snapshot is where every reader stops, so the versions below
 // it may be freed page by page wherever they lie; a link that leads to a
 // freed or reused slot is recognized as such and ends the walk.

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 
 	"mvkv/internal/heap"
@@ -10,10 +12,11 @@ import (
 // pages have room for new tuples, so that inserts and new versions reuse the
 // space vacuum frees instead of extending the heap.
 //
-// Like PostgreSQL's FSM it is only a hint, so it is not WAL-logged, and here
-// it is not even stored: it lives in memory, is rebuilt from the heap when
-// the database opens (rebuildIndex reads every page anyway) and is updated
-// by vacuum for every page it scans. A stale entry costs one wasted attempt:
+// Like PostgreSQL's FSM it is only a hint, so it is not WAL-logged: it lives
+// in memory, is saved in the index file at each checkpoint and restored at
+// Open (with the free space of every page redo changed), or rebuilt from
+// the heap when the index is, and is updated by vacuum for every page it
+// scans. A stale entry costs one wasted attempt:
 // the insert path checks heap.FreeSpace under the page's exclusive lock and
 // moves on if the tuple does not fit, exactly as for a full insert target.
 // An entry missing after a crash only delays reuse until the next vacuum.
@@ -86,4 +89,36 @@ func (f *freeSpaceMap) take(need int) (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// fsmBlock is one recorded block and its category, as the index file keeps
+// the map.
+type fsmBlock struct {
+	blk uint32
+	cat uint8
+}
+
+// snapshot returns every recorded block with its category, in block order.
+func (f *freeSpaceMap) snapshot() []fsmBlock {
+	f.mu.Lock()
+	out := make([]fsmBlock, 0, len(f.cat))
+	for blk, c := range f.cat {
+		out = append(out, fsmBlock{blk, c})
+	}
+	f.mu.Unlock()
+	slices.SortFunc(out, func(a, b fsmBlock) int { return cmp.Compare(a.blk, b.blk) })
+	return out
+}
+
+// restore records the blocks of a snapshot.
+func (f *freeSpaceMap) restore(blocks []fsmBlock) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range blocks {
+		if old, ok := f.cat[b.blk]; ok {
+			delete(f.byCat[old], b.blk)
+		}
+		f.cat[b.blk] = b.cat
+		f.byCat[b.cat][b.blk] = struct{}{}
+	}
 }

@@ -122,7 +122,9 @@ func (db *DB) recordFreeSpace(blk uint32, free int) {
 //   - tup != nil, old valid: update: xmax = xid on old, tup placed anew (recHeapUpdate);
 //   - tup == nil, old valid: delete: xmax = xid on old (recHeapDelete).
 //
-// It returns the new tuple's TID (InvalidTID for a delete).
+// It returns the new tuple's TID (InvalidTID for a delete). With head set,
+// the new tuple becomes head's newest version before the page locks and
+// ckptInterlock are released.
 //
 // The first change to a page after a checkpoint's redo point is preceded by
 // a full-page image of the page (docs/DESIGN.md rule 4). Whether a page needs one
@@ -130,7 +132,7 @@ func (db *DB) recordFreeSpace(blk uint32, free int) {
 // a checkpoint cannot move the redo pointer between that decision and the
 // record's insertion (PostgreSQL re-checks RedoRecPtr inside XLogInsert for
 // the same reason).
-func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error) {
+func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry) (heap.TID, error) {
 	db.ckptInterlock.RLock()
 	defer db.ckptInterlock.RUnlock()
 	if tup == nil {
@@ -314,6 +316,12 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte) (heap.TID, error)
 		if oldBuf != nil {
 			heap.SetPageLSN(oldBuf.Page(), uint64(end))
 		}
+		if head != nil {
+			// Before the checkpoint interlock is released: a checkpoint
+			// whose redo point lies after this record must find the new
+			// head when it writes the index file (indexfile.go).
+			head.head.Store(newTID.Pack())
+		}
 		unlock()
 		return newTID, nil
 	}
@@ -403,7 +411,7 @@ func (db *DB) buildTuple(dst []byte, xid uint64, prev heap.TID, key, val []byte)
 	for off := 0; off < len(val); off += chunkSize {
 		end := min(off+chunkSize, len(val))
 		ch := heap.AppendTuple(nil, heap.TupleHeader{Xmin: xid, Prev: heap.InvalidTID, Infomask: heap.Chunk}, nil, val[off:end])
-		tid, err := db.placeTuple(xid, heap.InvalidTID, ch)
+		tid, err := db.placeTuple(xid, heap.InvalidTID, ch, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -48,6 +48,40 @@ func newIndexEntry[K string | []byte](key K) *indexEntry {
 	return e
 }
 
+// entryArena carves entries out of large pointer-free slabs, for loading
+// millions of keys at once (the index file at Open): one allocation per
+// slab instead of one per key, entries of neighbouring keys side by side
+// (the tree's comparisons during the load read them in order), and a few
+// thousand objects for the garbage collector to mark instead of one per
+// key. An entry keeps its whole slab alive, so the memory of keys removed
+// later is returned only when every entry of their slab is gone: the
+// price of loading fast, paid only by workloads that delete most of what
+// was loaded.
+type entryArena struct {
+	slab []uint64
+}
+
+// arenaSlabWords is the size of a slab: 256 KiB.
+const arenaSlabWords = 1 << 15
+
+// new returns an entry for key with an invalid head, as newIndexEntry.
+func (a *entryArena) new(key []byte) *indexEntry {
+	words := (int(entryHeader)+len(key))/8 + 1
+	if words > arenaSlabWords/8 {
+		return newIndexEntry(key)
+	}
+	if len(a.slab) < words {
+		a.slab = make([]uint64, arenaSlabWords)
+	}
+	w := a.slab[:words:words]
+	a.slab = a.slab[words:]
+	e := (*indexEntry)(unsafe.Pointer((*[entryHeader / 8]uint64)(w)))
+	e.keyLen = uint32(len(key))
+	copy(unsafe.Slice(e.keyStart(), len(key)), key)
+	e.head.Store(heap.InvalidTID.Pack())
+	return e
+}
+
 // keyStart is the address of the key bytes that follow e.
 func (e *indexEntry) keyStart() *byte {
 	return (*byte)(unsafe.Add(unsafe.Pointer(e), entryHeader))
@@ -62,9 +96,10 @@ func (e *indexEntry) key() string {
 
 func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
 
-// index is the in-memory ordered index over keys (google/btree), rebuilt from
-// the heap when the database opens. It is not WAL-logged: the heap, with
-// each version's link to its predecessor, is the durable truth.
+// index is the in-memory ordered index over keys (google/btree). Each
+// checkpoint writes it to the index file, and Open loads that and applies
+// the key changes the WAL holds since (indexfile.go); the heap remains the
+// truth it can be rebuilt from.
 //
 // Point lookups, one or two per key read or write, go through a hash map
 // holding the same entries: a tree descent over 100,000 keys made about 17
@@ -167,4 +202,12 @@ func (ix *index) removeEntry(e *indexEntry) {
 		ix.tree.Delete(e)
 		delete(ix.byKey, e.key())
 	}
+}
+
+// reset empties the index.
+func (ix *index) reset() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.tree.Clear(false)
+	ix.byKey = make(map[string]*indexEntry)
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 type linOp struct {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // walGate holds every WAL sync while shut, so a test can stand between a

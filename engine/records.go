@@ -73,6 +73,18 @@ const (
 	// are removed once the record is durable; redo repeats the truncation.
 	// Payload: oldest xid 8 (see clogtrunc.go).
 	recCLOGTruncate wal.RecordType = 23
+	// recIndexHead records a change to the key index that no heap record
+	// implies: vacuum moving a key's head off a version it frees, or
+	// dropping a key whose last version it frees. Redo changes no page;
+	// Open applies it to the index loaded from the index file
+	// (indexfile.go). Payload:
+	//
+	//	+---------+--------+-------------+
+	//	| block 4 | slot 2 | key (rest)  |
+	//	+---------+--------+-------------+
+	//
+	// An invalid TID (block and slot all ones) drops the key.
+	recIndexHead wal.RecordType = 28
 )
 
 // Record flags (wal.Record.Flags). Part of the format; do not change.
@@ -131,6 +143,8 @@ func recordTypeName(t wal.RecordType) string {
 		return "HEAP2_VISIBLE"
 	case recCLOGTruncate:
 		return "CLOG_TRUNCATE"
+	case recIndexHead:
+		return "INDEX_HEAD"
 	}
 	return fmt.Sprintf("TYPE_%d", t)
 }
@@ -311,4 +325,17 @@ func decodeFPI(data []byte, flags uint8) (block uint32, page []byte, err error) 
 		}
 	}
 	return block, page, nil
+}
+
+// encodeIndexHead is recIndexHead's payload.
+func encodeIndexHead(key []byte, head heap.TID) []byte {
+	return append(appendTID(make([]byte, 0, 6+len(key)), head), key...)
+}
+
+// decodeIndexHead decodes recIndexHead's payload.
+func decodeIndexHead(data []byte) (key []byte, head heap.TID, err error) {
+	if len(data) < 6 || len(data)-6 > MaxKeySize {
+		return nil, heap.InvalidTID, fmt.Errorf("%w: index head record of %d bytes", errBadRecord, len(data))
+	}
+	return data[6:], readTID(data), nil
 }

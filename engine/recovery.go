@@ -37,9 +37,11 @@ import (
 // progress at the crash; they are marked aborted. One whose records all lie
 // before the redo point is not seen and stays "in progress" in the CLOG;
 // not running, it reads as aborted, and vacuum treats it so (xidState).
-// Then the index is rebuilt
-// from the heap: for every key, the head of its version chain is the one
-// version no other version names as its predecessor.
+// Then the key index is loaded from the index file the checkpoint wrote,
+// and the key changes of the records redo replayed are applied to it
+// (indexfile.go). Without a usable file it is rebuilt from the heap: every
+// key's head is its one version whose inserter committed and whose xmax
+// did not (chain.go).
 func (db *DB) recover(ctrl controlData) error {
 	begin := time.Now()
 	walPath := filepath.Join(db.dir, walDir)
@@ -54,6 +56,11 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	var first wal.LSN
+	// Checkpoint records after the control file's, with their redo
+	// points: an index file written by one of them is usable (a crash
+	// came between the index file and the control file).
+	ckpts := make(map[wal.LSN]wal.LSN)
+	scan := newWALScan()
 	for {
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
@@ -62,6 +69,12 @@ func (db *DB) recover(ctrl controlData) error {
 		if first == 0 {
 			first = rec.LSN
 		}
+		if rec.Type == recCheckpoint && rec.LSN > ctrl.CheckpointLSN {
+			if redo, _, err := decodeCheckpoint(rec.Data); err == nil {
+				ckpts[rec.LSN] = redo
+			}
+		}
+		scan.note(rec)
 	}
 	if !errors.Is(err, io.EOF) {
 		r.Close()
@@ -84,6 +97,16 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
 		return db.walEndsBeforeCheckpoint(walPath, r.SegmentSize(), end, ctrl)
+	}
+	if ctrl.CheckpointLSN != 0 {
+		// Damage that would read as valid data, found before anything
+		// is written (damage.go).
+		if err := db.clog.CheckWritten(ctrl.NextXid); err != nil {
+			return errCLOGLost(err)
+		}
+		if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
+			return err
+		}
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err
@@ -109,6 +132,13 @@ func (db *DB) recover(ctrl controlData) error {
 	defer r.Close()
 	ended := make(map[uint64]bool)
 	maxXid, n := uint64(0), 0
+	// The key index changes the replayed records carry, the last one of
+	// each key: applied to the index file's keys after redo.
+	changes := make(map[string]heap.TID)
+	var replayedDead int64
+	db.redoTouched = make(map[uint32]struct{})
+	defer func() { db.redoTouched = nil }()
+	redoBegin := time.Now()
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) || (err == nil && rec.LSN >= end) {
@@ -121,6 +151,9 @@ func (db *DB) recover(ctrl controlData) error {
 			return fmt.Errorf("redo of %s record at LSN %#x: %w", recordTypeName(rec.Type), uint64(rec.LSN), err)
 		}
 		n++
+		if d := noteIndexChange(rec, changes); d {
+			replayedDead++
+		}
 		if rec.XID != 0 {
 			maxXid = max(maxXid, rec.XID)
 			if rec.Type == recCommit || rec.Type == recAbort {
@@ -141,16 +174,30 @@ func (db *DB) recover(ctrl controlData) error {
 	if maxXid >= db.procs.next() {
 		db.procs.setNext(maxXid + 1)
 	}
-	heapMaxXid, err := db.rebuildIndex(end)
+	redoTime := time.Since(redoBegin)
+	indexBegin := time.Now()
+	reason, err := db.openIndex(ctrl, ckpts, changes, replayedDead)
 	if err != nil {
 		return err
 	}
-	if heapMaxXid >= db.procs.next() {
-		db.procs.setNext(heapMaxXid + 1)
+	if reason != "" {
+		heapMaxXid, err := db.rebuildIndex(end)
+		if err != nil {
+			return err
+		}
+		if heapMaxXid >= db.procs.next() {
+			db.procs.setNext(heapMaxXid + 1)
+		}
 	}
 	db.recovery = RecoveryInfo{
 		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
+		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),
+		RedoTime: redoTime, IndexTime: time.Since(indexBegin),
+	}
+	if reason != "" && ctrl.CheckpointLSN != 0 {
+		db.logger.Warn("rebuilt the key index from the heap", "reason", reason,
+			"keys", db.recovery.IndexKeys, "heapBlocks", db.pool.NBlocks(), "took", db.recovery.IndexTime)
 	}
 	db.lastRedo.Store(uint64(ctrl.RedoLSN))
 	db.redoPtr.Store(uint64(ctrl.RedoLSN))
@@ -158,9 +205,17 @@ func (db *DB) recover(ctrl controlData) error {
 	if dropped > 0 {
 		db.logger.Warn("cut off torn WAL tail", "at", uint64(end), "droppedBytes", dropped)
 	}
+	index := "index file"
+	if reason != "" {
+		index = "heap scan"
+	}
 	db.logger.Info("recovery complete", "redo", uint64(ctrl.RedoLSN), "end", uint64(end),
-		"records", n, "keys", db.idx.len(), "took", db.recovery.Duration)
-	if n > 0 {
+		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "redoTook", redoTime,
+		"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
+		"took", db.recovery.Duration)
+	if n > 0 || reason != "" {
+		// Also after a rebuild, so that the next Open finds an index
+		// file of this checkpoint.
 		return db.checkpoint()
 	}
 	return nil
@@ -203,6 +258,9 @@ func (db *DB) redo(rec wal.Record) error {
 		return db.redoVisible(rec)
 	case recCLOGTruncate:
 		return db.redoCLOGTruncate(rec)
+	case recIndexHead:
+		_, _, err := decodeIndexHead(rec.Data)
+		return err
 	case recFPI, recFPIForHint:
 		blk, img, err := decodeFPI(rec.Data, rec.Flags)
 		if err != nil {
@@ -298,6 +356,7 @@ func (db *DB) redoBlock(blk uint32, end wal.LSN, fn func(page []byte) error) err
 	}
 	heap.SetPageLSN(page, uint64(end))
 	buf.MarkDirty()
+	db.noteRedoTouched(blk)
 	return nil
 }
 
@@ -320,6 +379,7 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 	}
 	heap.SetPageLSN(buf.Page(), uint64(end))
 	buf.MarkDirty()
+	db.noteRedoTouched(blk)
 	return nil
 }
 
@@ -429,14 +489,14 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 			return 0, perr
 		}
 	}
-	db.vac.mu.Lock()
+	db.vac.orphansMu.Lock()
 	db.vac.orphans = nil
 	for _, c := range chunks {
 		if _, ok := usedChunks[c.Pack()]; !ok {
 			db.vac.orphans = append(db.vac.orphans, c)
 		}
 	}
-	db.vac.mu.Unlock()
+	db.vac.orphansMu.Unlock()
 	if frozenXid == math.MaxUint64 {
 		frozenXid = max(maxXid+1, db.procs.next())
 	}

@@ -355,7 +355,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		if !live {
 			return nil
 		}
-		_, err := db.placeTuple(xid(), cur.tid, nil)
+		_, err := db.placeTuple(xid(), cur.tid, nil, nil)
 		if err == nil {
 			t.obsoleted++
 		}
@@ -394,7 +394,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	if live {
 		oldTID = cur.tid
 	}
-	newTID, err := db.placeTuple(me, oldTID, tup)
+	_, err = db.placeTuple(me, oldTID, tup, e)
 	putScratch(scratch, tup) // the page and the WAL have copied it
 	if err != nil {
 		return err
@@ -403,7 +403,6 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	if live {
 		t.obsoleted++
 	}
-	e.head.Store(newTID.Pack())
 	return nil
 }
 

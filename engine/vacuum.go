@@ -13,6 +13,7 @@ import (
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 	"mvkv/visibility"
+	"mvkv/wal"
 )
 
 // Vacuum, the analog of PostgreSQL's vacuumlazy.c.
@@ -55,8 +56,9 @@ import (
 // (never waiting, so a writer waiting for vacuum cannot deadlock) are
 // dropped or moved to the newest committed version and freed; chunks of
 // the out-of-line versions pass 1 freed are freed. A crash between the two
-// passes leaves chunks no version names, which the index rebuild at open
-// finds and hands to the next run (orphans). So a page is read at most twice
+// passes leaves chunks no version names, which an Open that rebuilds the
+// index from the heap finds and hands to the next run (orphans); an Open
+// from the index file leaves them be (see the index file). So a page is read at most twice
 // by a run, and changed at most twice.
 //
 // Concurrency. Nothing stops transactions or their pruning for the run:
@@ -150,14 +152,17 @@ type vacuumState struct {
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
 	pagesPruned, pagesRead, ringSwept                                             atomic.Uint64
 
-	// frozenXid is FrozenXid of the last run, or what the index rebuild
-	// found at open.
+	// frozenXid is FrozenXid of the last run, as the index file kept it,
+	// or what an index rebuild found at open.
 	frozenXid atomic.Uint64
 
 	// orphans are chunks that the index rebuild found no version pointing
 	// to (a crash between a run's two passes, or a write that failed
-	// between placing the chunks and the tuple). Guarded by mu.
-	orphans []heap.TID
+	// between placing the chunks and the tuple). Guarded by orphansMu,
+	// not mu, which a run holds throughout: a checkpoint copies them into
+	// the index file.
+	orphansMu sync.Mutex
+	orphans   []heap.TID
 }
 
 // vacuumRingFrames is the size of vacuum's buffer ring: 256 KiB, as
@@ -377,11 +382,13 @@ func (v *vacuumRun) run() error {
 		v.st.PagesScanned++
 	}
 	v.st.FrozenXid = oldest
+	db.vac.orphansMu.Lock()
 	for _, c := range db.vac.orphans {
 		w := v.pageWork(c.Block)
 		w.chunks = append(w.chunks, c.Slot)
 	}
 	db.vac.orphans = nil
+	db.vac.orphansMu.Unlock()
 	// Index heads first: the chunks of an out-of-line head are known to
 	// be free only once the head is gone.
 	for _, heads := range []bool{true, false} {
@@ -414,6 +421,8 @@ func (v *vacuumRun) run() error {
 
 // keepChunks hands the chunks a run stopped before freeing to the next run.
 func (v *vacuumRun) keepChunks() {
+	v.db.vac.orphansMu.Lock()
+	defer v.db.vac.orphansMu.Unlock()
 	for blk, w := range v.work {
 		for _, s := range w.chunks {
 			v.db.vac.orphans = append(v.db.vac.orphans, heap.TID{Block: blk, Slot: s})
@@ -565,6 +574,16 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		return nil
 	}
 	slices.Sort(pp.unused)
+	// The index changes first: the index file and the WAL after it must
+	// hold every change to a key's head (indexfile.go). Logged before the
+	// page's record, a crash between the two leaves the index naming the
+	// version below (committed) or no version (the key was deleted below
+	// the horizon): either is right with the old head still on the page.
+	for _, m := range done {
+		if _, _, err := db.wal.Insert(recIndexHead, 0, encodeIndexHead([]byte(m.e.key()), m.newHead)); err != nil {
+			return db.fail(err)
+		}
+	}
 	if err := db.logPrunePage(buf, pp, 0, "vacuum of"); err != nil {
 		return err
 	}
@@ -613,14 +632,18 @@ func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err erro
 		return false, true, nil
 	}
 	for look := 0; ; look++ {
-		st, err := db.clog.Status(xid)
+		// One lookup gives the status and the group LSN a committed
+		// hint must wait for (hintedCommitted's rule).
+		st, lsn, err := db.clog.StatusLSN(xid)
 		if err != nil {
 			return false, false, err
 		}
 		switch st {
 		case clog.StatusCommitted:
-			committed, err = db.hintedCommitted(v, xid, cbit, ibit)
-			return committed, false, err
+			if lsn == 0 || wal.LSN(lsn) <= db.wal.FlushedLSN() {
+				v.hint |= cbit
+			}
+			return true, false, nil
 		case clog.StatusAborted:
 			v.hint |= ibit
 			return false, true, nil

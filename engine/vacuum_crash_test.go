@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // The crash ladder of crashladder_test.go with a vacuum (freezing

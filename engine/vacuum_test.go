@@ -17,7 +17,7 @@ import (
 
 	"mvkv/clog"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 var noAutovacuum = func() *bool { b := false; return &b }()

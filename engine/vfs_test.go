@@ -1,5 +1,5 @@
 package engine
 
-import "mvkv/internal/vfs"
+import "mvkv/vfs"
 
 type vfsOSType = vfs.OS

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/visibility"
 	"mvkv/wal"
 )

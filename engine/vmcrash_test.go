@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // Crash tests for the visibility map (docs/DESIGN.md rule 7): whatever

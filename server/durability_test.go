@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"mvkv/engine"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // gateFS holds every WAL fsync while its gate is shut, so a test can stop

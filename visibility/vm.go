@@ -9,7 +9,7 @@ import (
 
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // Bits are the visibility map bits of one heap block, as PostgreSQL's

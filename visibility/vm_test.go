@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 func openMap(t *testing.T, fs vfs.FS, o Options) *Map {

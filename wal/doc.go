@@ -24,15 +24,17 @@
 // Segment header, at offset 0 of every segment file:
 //
 //	+---------+---------+---------+-------------+-------------+---------+---------+
-//	| magic   | version | zero    | segsize     | start LSN   | zero    | CRC     |
+//	| magic   | version | zero    | segsize     | start LSN   | mark    | CRC     |
 //	| 4 bytes | 2 bytes | 2 bytes | 8 bytes     | 8 bytes     | 4 bytes | 4 bytes |
 //	+---------+---------+---------+-------------+-------------+---------+---------+
 //	 0         4         6         8             16            24        28      32
 //
 // magic is 0x4c41574d ("MWAL" on disk), version is 1, segsize the segment size
 // in bytes (a power of two in [1 MiB, 1 GiB]), start LSN the LSN of byte 0 of
-// the file (it must equal the file name), CRC the CRC-32C (Castagnoli) of
-// bytes 0..27.
+// the file (it must equal the file name), mark the segment's durable-LSN
+// mark as its distance below start LSN in 8-byte units plus one (0: none;
+// the log was durable below the mark when the segment was prepared), CRC the
+// CRC-32C (Castagnoli) of bytes 0..27.
 //
 // Record, at any 8-byte-aligned offset at or after 32:
 //
@@ -64,8 +66,8 @@
 // next segment; or at a next segment whose header does not check out or does
 // not name it. That is the end of the log (io.EOF), not an error: with every
 // record naming its own LSN, bytes left in a preallocated or reused segment,
-// or a half-written tail, cannot pass as records. DroppedBytes says how many
-// non-zero bytes were cut off after End.
+// or a half-written tail, cannot pass as records. DroppedBytes says how long
+// the tail cut off after End is, up to its last non-zero byte.
 //
 // Except when the damage lies below what was already known to be durable:
 // then it is corruption, and Next returns ErrCorrupt naming the file and
@@ -79,6 +81,19 @@
 // the same reason. Damage in the unsynced tail (a torn write whose later
 // sectors reached the disk before earlier ones) carries no such mark and
 // remains the end of the log.
+//
+// Segments are created whole (written to their full size and synced under a
+// temporary name, then renamed), removed only from the front, and, past the
+// end of the log at OpenWriter, newest first with each removal synced. So a
+// segment file shorter than the segment size, with the log ending where the
+// file does, and a segment missing below one that is present, are damage no
+// crash makes: the Reader returns ErrCorrupt naming the file and the LSN
+// from which the log is lost. Each segment's header also carries a
+// durable-LSN mark, the flushed LSN when it was prepared; a valid log that
+// ends below the mark of a segment present after it has lost the LSN range
+// between, which is named too. A short file whose log ends at a header of
+// zeros before the cut lost nothing durable (writes go in order) and reads
+// as the end of the log.
 //
 // # Crash contract
 //

@@ -150,6 +150,26 @@ func validSegmentSize(n int64) bool {
 type segHeader struct {
 	size  int64
 	start LSN
+	// durable is the segment's durable-LSN mark, 0 for none: when the
+	// segment was prepared, the log was durable below it. A crash cannot
+	// get ahead of it (the segment is made durable whole before its name
+	// appears), so a valid log ending below a mark present in the directory
+	// has lost its tail. Stored in bytes 24..28 as the distance below start
+	// in 8-byte units plus one (0: no mark), which old readers ignore.
+	durable LSN
+}
+
+// encodeDurableMark returns the header field for mark in a segment starting
+// at start: 0 (no mark) unless mark lies at most 32 GiB below start.
+func encodeDurableMark(start, mark LSN) uint32 {
+	if mark == 0 || mark > start {
+		return 0
+	}
+	units := (uint64(start-mark) + alignment - 1) / alignment
+	if units >= 1<<32-1 {
+		return 0
+	}
+	return uint32(units + 1)
 }
 
 func encodeSegHeader(b []byte, h segHeader) {
@@ -159,7 +179,7 @@ func encodeSegHeader(b []byte, h segHeader) {
 	binary.LittleEndian.PutUint16(b[6:], 0)
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.size))
 	binary.LittleEndian.PutUint64(b[16:], uint64(h.start))
-	binary.LittleEndian.PutUint32(b[24:], 0)
+	binary.LittleEndian.PutUint32(b[24:], encodeDurableMark(h.start, h.durable))
 	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
 }
 
@@ -187,6 +207,9 @@ func decodeSegHeader(b []byte) (segHeader, error) {
 	}
 	if uint64(h.start)%uint64(h.size) != 0 {
 		return segHeader{}, fmt.Errorf("segment start %s not a multiple of segment size %d", h.start, h.size)
+	}
+	if d := binary.LittleEndian.Uint32(b[24:]); d != 0 && uint64(d-1)*alignment <= uint64(h.start) {
+		h.durable = h.start - LSN(uint64(d-1)*alignment)
 	}
 	return h, nil
 }

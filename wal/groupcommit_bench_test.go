@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 var (

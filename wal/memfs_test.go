@@ -7,7 +7,7 @@ import (
 	"path"
 	"sort"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // roFS is a read-only in-memory vfs.FS holding whole files, for fuzzing the

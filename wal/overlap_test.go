@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // simModel is a disk model on the fake clock of a testing/synctest

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // gateFS wraps vfs.OS so that every Datasync blocks until the test answers

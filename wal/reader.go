@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"path"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // readChunk is how many bytes the Reader fetches from a segment per read.
@@ -267,6 +267,15 @@ func (r *Reader) advance() {
 		r.finish()
 		return
 	}
+	if n, err := f.Size(); err == nil && n != r.segSize {
+		// Segments get their final name only once written whole, so no
+		// crash leaves one of another size.
+		f.Close()
+		r.err = fmt.Errorf("%w: %s is %d bytes, cut short of the %d-byte segment size (no crash makes a segment of another size), so the log from %s on is lost%s",
+			ErrCorrupt, path.Join(r.dir, segmentName(next)), n, r.segSize, r.pos, r.markNote())
+		r.closeFile()
+		return
+	}
 	if _, err := readSegHeader(f, next, r.segSize); err != nil {
 		f.Close()
 		if cerr := r.checkLaterSegment(next); cerr != nil {
@@ -314,6 +323,20 @@ func (r *Reader) checkAfterMissing(missing LSN) error {
 			return fmt.Errorf("%w: %s is missing, but segment %s after it holds valid records",
 				ErrCorrupt, path.Join(r.dir, segmentName(missing)), n)
 		}
+		// Segments are created in order and removed from the front, or
+		// (past the end of the log) newest first, so a segment present
+		// above a missing one means the missing one was lost. Its
+		// durable-LSN mark, if it has one, bounds what was lost.
+		h, err := r.peekHeader(start)
+		if err != nil || h.size != r.segSize {
+			continue
+		}
+		lost := fmt.Sprintf("the log from %s on is lost", r.pos)
+		if h.durable > r.pos {
+			lost = fmt.Sprintf("the log from %s to at least %s, which was durable when %s was prepared, is lost", r.pos, h.durable, n)
+		}
+		return fmt.Errorf("%w: %s is missing, but segment %s after it exists (segments are created in order and never removed from the middle): %s",
+			ErrCorrupt, path.Join(r.dir, segmentName(missing)), n, lost)
 	}
 	return nil
 }
@@ -394,8 +417,9 @@ func (r *Reader) cutShort() string {
 	return fmt.Sprintf(" (the file is %d bytes, cut short of the %d-byte segment size)", n, r.segSize)
 }
 
-// finish ends the log at r.pos and counts the non-zero bytes that follow it
-// in its segment: the torn or stale tail that recovery cuts off.
+// finish ends the log at r.pos, unless the end shows damage (see
+// checkDurableAfter, checkEndAtCut, checkDurableMarks), and measures the
+// torn or stale tail after it in its segment, which recovery cuts off.
 func (r *Reader) finish() {
 	if r.f == nil {
 		r.eof = true
@@ -406,23 +430,110 @@ func (r *Reader) finish() {
 		r.closeFile()
 		return
 	}
+	if err := r.checkEndAtCut(); err != nil {
+		r.err = err
+		r.closeFile()
+		return
+	}
+	if err := r.checkDurableMarks(); err != nil {
+		r.err = err
+		r.closeFile()
+		return
+	}
 	r.eof = true
-	off := int64(r.pos - r.seg)
-	var n int64
+	// The torn tail runs from the end of the log to the last non-zero
+	// byte of the segment, zeros inside it included: that is what
+	// OpenWriter's zeroing cuts.
+	start := int64(r.pos - r.seg)
+	off, last := start, start
 	for off < r.segSize {
 		b, err := r.bytesAt(off, int(min(readChunk, r.segSize-off)))
 		if err != nil || len(b) == 0 {
 			break
 		}
-		for _, c := range b {
-			if c != 0 {
-				n++
+		for i := len(b) - 1; i >= 0; i-- {
+			if b[i] != 0 {
+				last = off + int64(i) + 1
+				break
 			}
 		}
 		off += int64(len(b))
 	}
-	r.dropped = n
+	r.dropped = last - start
 	r.closeFile()
+}
+
+// checkEndAtCut is called where the log ends inside the current segment.
+// If the file is shorter than the segment size (which only damage makes:
+// segments are created whole) and the log ends at the file's end (the next
+// record header, or the record it starts, reaches past it), the end of the
+// durable log cannot be shown to lie before the cut, so records past it may
+// have been lost: corruption, naming the file and the LSN where the loss
+// begins. A short file whose log ends before the cut, at a header of
+// zeros, lost nothing that was durable: writes go in order, and a durable
+// record past the cut would make every byte before it durable too.
+func (r *Reader) checkEndAtCut() error {
+	size, err := r.f.Size()
+	if err != nil || size >= r.segSize {
+		return nil
+	}
+	off := int64(r.pos - r.seg)
+	atCut := off+recHeaderSize > size
+	if !atCut {
+		hb, err := r.bytesAt(off, recHeaderSize)
+		if err != nil || len(hb) < recHeaderSize {
+			atCut = true
+		} else if h, ok := decodeRecHeader(hb, r.pos, r.segSize-off, r.maxPayload); ok && off+recHeaderSize+int64(h.n) > size {
+			atCut = true
+		}
+	}
+	if !atCut {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is %d bytes, cut short of the %d-byte segment size, and the log ends at the cut (LSN %s): the records from %s on that were there are lost%s",
+		ErrCorrupt, r.f.Name(), size, r.segSize, r.seg+LSN(size), r.pos, r.markNote())
+}
+
+// markNote says how far later segments' durable-LSN marks show the log was
+// durable, when that is past r.pos.
+func (r *Reader) markNote() string {
+	if m, name := r.laterMark(); m > r.pos {
+		return fmt.Sprintf(" (at least up to %s, the durable-LSN mark of %s)", m, name)
+	}
+	return ""
+}
+
+// laterMark returns the highest durable-LSN mark in the headers of the
+// segments after the current one, and the file holding it.
+func (r *Reader) laterMark() (LSN, string) {
+	names, err := r.fs.ReadDir(r.dir)
+	if err != nil {
+		return 0, ""
+	}
+	var best LSN
+	var bestName string
+	for _, n := range names {
+		start, ok := parseSegmentName(n)
+		if !ok || start <= r.seg {
+			continue
+		}
+		if h, err := r.peekHeader(start); err == nil && h.size == r.segSize && h.durable > best {
+			best, bestName = h.durable, n
+		}
+	}
+	return best, bestName
+}
+
+// checkDurableMarks fails when a later segment's durable-LSN mark says the
+// log was durable past where the valid log ends: the records between were
+// lost after they were made durable.
+func (r *Reader) checkDurableMarks() error {
+	m, name := r.laterMark()
+	if m <= r.pos {
+		return nil
+	}
+	return fmt.Errorf("%w: the valid log ends at %s in %s, but segment %s was prepared when the log was durable up to %s: LSN %s to %s is lost",
+		ErrCorrupt, r.pos, r.f.Name(), name, m, r.pos, m)
 }
 
 func (r *Reader) closeFile() {
@@ -438,9 +549,10 @@ func (r *Reader) closeFile() {
 // position of the next record to be read.
 func (r *Reader) End() LSN { return r.pos }
 
-// DroppedBytes returns, after io.EOF, how many non-zero bytes were found past
-// End in the segment End lies in: the torn tail the log was cut at. Zero
-// means the log ended cleanly.
+// DroppedBytes returns, after io.EOF, the length in bytes of the torn tail
+// the log was cut at: from End to the last non-zero byte of the segment End
+// lies in, zeros inside it included (what OpenWriter zeroes). Zero means the
+// log ended cleanly.
 func (r *Reader) DroppedBytes() int64 { return r.dropped }
 
 // SegmentSize returns the segment size in bytes learned from the segment

@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // tempSuffix marks a segment being prepared; such files are never read and
@@ -23,8 +23,10 @@ const zeroChunk = 1 << 20
 // (rule 9: a created file is followed by a directory fsync before anything
 // depends on it). Because the rename is the last step, a segment file under
 // its final name is always complete. stop, if non-nil, aborts the work
-// between chunks (the file is then removed).
-func createSegment(fsys vfs.FS, dir string, start LSN, size int64, stop <-chan struct{}) error {
+// between chunks (the file is then removed). durable, if not 0, is an LSN
+// below which the log is durable now; the header records it as the
+// segment's durable-LSN mark.
+func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, stop <-chan struct{}) error {
 	final := path.Join(dir, segmentName(start))
 	tmp := final + tempSuffix
 	f, err := fsys.Create(tmp)
@@ -37,7 +39,7 @@ func createSegment(fsys vfs.FS, dir string, start LSN, size int64, stop <-chan s
 		return err
 	}
 	buf := make([]byte, min(zeroChunk, size))
-	encodeSegHeader(buf, segHeader{size: size, start: start})
+	encodeSegHeader(buf, segHeader{size: size, start: start, durable: durable})
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		if stop != nil {
 			select {

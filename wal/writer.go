@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // FlusherPolicy names how concurrent Flush calls share write+sync rounds.
@@ -202,6 +202,7 @@ type Writer struct {
 	// round has taken yet; written under mu, read by the commit delay.
 	uncovered atomic.Int64
 
+	openEnd   LSN           // the end OpenWriter was given; read-only
 	insertLSN atomic.Uint64 // pos, for readers that do not take mu
 	flushed   atomic.Uint64 // everything below is durable
 	failed    atomic.Pointer[failure]
@@ -268,7 +269,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 			return nil, fmt.Errorf("wal: no segments in %s to continue at %s", dir, end)
 		}
 		end = FirstLSN(segSize)
-		if err := createSegment(fsys, dir, LSN(segSize), segSize, nil); err != nil {
+		if err := createSegment(fsys, dir, LSN(segSize), segSize, 0, nil); err != nil {
 			return nil, err
 		}
 		segs = []LSN{LSN(segSize)}
@@ -292,17 +293,22 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		f.Close()
 		return nil, err
 	}
+	// Later segments go newest first, each removal made durable before the
+	// next, so that a crash in the middle never leaves a gap: a segment
+	// missing below one that is present is damage (Reader).
 	removed := false
-	for _, s := range segs {
-		if s > cur {
-			if err := fsys.Remove(path.Join(dir, segmentName(s))); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("wal: remove stale segment: %w", err)
-			}
-			removed = true
+	for i := len(segs) - 1; i >= 0 && segs[i] > cur; i-- {
+		if err := fsys.Remove(path.Join(dir, segmentName(segs[i]))); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("wal: remove stale segment: %w", err)
 		}
+		if err := fsys.SyncDir(dir); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("wal: fsync directory %s: %w", dir, err)
+		}
+		removed = true
 	}
-	if removed || len(temps) > 0 {
+	if !removed && len(temps) > 0 {
 		if err := fsys.SyncDir(dir); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("wal: fsync directory %s: %w", dir, err)
@@ -325,6 +331,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		now:        time.Now,
 		sleep:      time.Sleep,
 		pos:        end,
+		openEnd:    end,
 		cur:        f,
 		curSeg:     cur,
 		prepReq:    make(chan LSN, 1),
@@ -940,7 +947,7 @@ func (w *Writer) fileFor(seg LSN) (vfs.File, error) {
 	if segmentReady(w.fs, w.dir, seg, w.segSize) {
 		w.c.prepped.Add(1)
 	} else {
-		if err := createSegment(w.fs, w.dir, seg, w.segSize, nil); err != nil {
+		if err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), nil); err != nil {
 			w.prepMu.Unlock()
 			return nil, err
 		}
@@ -988,7 +995,7 @@ func (w *Writer) preparer() {
 		case seg := <-w.prepReq:
 			w.prepMu.Lock()
 			if !segmentReady(w.fs, w.dir, seg, w.segSize) {
-				err := createSegment(w.fs, w.dir, seg, w.segSize, w.stop)
+				err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), w.stop)
 				if err != nil && !errors.Is(err, errStopped) {
 					w.logger.Warn("wal: preparing the next segment failed; it will be created on switch", "segment", segmentName(seg), "err", err)
 				}
@@ -1024,6 +1031,17 @@ func (w *Writer) walWriter(delay time.Duration) {
 
 // FlushedLSN returns the LSN below which everything is durable.
 func (w *Writer) FlushedLSN() LSN { return LSN(w.flushed.Load()) }
+
+// durableMark is the durable-LSN mark for a segment prepared now: the
+// flushed LSN once this Writer has flushed something itself, 0 (no mark)
+// before, since the log below the end OpenWriter was given may be durable
+// only if the caller made it so.
+func (w *Writer) durableMark() LSN {
+	if f := w.FlushedLSN(); f > w.openEnd {
+		return f
+	}
+	return 0
+}
 
 // InsertLSN returns the end of the last inserted record.
 func (w *Writer) InsertLSN() LSN { return LSN(w.insertLSN.Load()) }

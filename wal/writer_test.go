@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // faultFS wraps vfs.OS; once failSync is set, Datasync and Sync of files

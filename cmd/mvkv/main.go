@@ -4,6 +4,7 @@
 //	mvkv serve   RESP server (serve.go)
 //	mvkv verify  offline consistency check (verify.go)
 //	mvkv waldump WAL records in LSN order (waldump.go)
+//	mvkv crashtest randomized crash-recovery test with a verdict (crashtest.go)
 package main
 
 import (
@@ -22,6 +23,7 @@ Commands:
   serve       serve a data directory over the Redis protocol
   verify      check a data directory's consistency (exit status 0 or 1)
   waldump     print a data directory's WAL records, like pg_waldump
+  crashtest   crash the engine or the server at random moments and check recovery
 
 Run "mvkv COMMAND -h" for a command's options.
 `
@@ -45,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return waldumpMain(args[1:], stdout, stderr)
 	case "verify":
 		return verifyMain(args[1:], stdout, stderr)
+	case "crashtest":
+		return crashtestMain(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "-?", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"mvkv/engine"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 	"mvkv/visibility"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"mvkv/internal/heap"
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 var _ Storage = (*heap.Storage)(nil)

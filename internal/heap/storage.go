@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // SegmentBlocks is the number of blocks in one segment file: 1 GiB of 8 KiB

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 func pageWith(t *testing.T, block uint32, lsn uint64) []byte {

@@ -1,0 +1,209 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"mvkv/clog"
+	"mvkv/internal/heap"
+	"mvkv/wal"
+)
+
+// Damage that reads as valid data: a heap page of zeros reads as a new,
+// empty page, so without a check here every version on it would vanish
+// and recovery would go on. The checks run after recovery's first pass over
+// the WAL and before anything is written, so that a damaged directory is
+// reported and left exactly as it was found.
+
+// walScan is what recovery's first pass learns from the records it reads
+// without applying them.
+type walScan struct {
+	// rebuilt holds the blocks that redo rebuilds without reading them
+	// (a full-page image, or a record that initializes its page): a zeroed
+	// copy of such a block on disk is what redo repairs, not a loss.
+	rebuilt map[uint32]bool
+	// ended maps the xids with a commit (true) or abort (false) record.
+	ended map[uint64]bool
+}
+
+func newWALScan() *walScan {
+	return &walScan{rebuilt: map[uint32]bool{}, ended: map[uint64]bool{}}
+}
+
+// note records what rec tells.
+func (s *walScan) note(rec wal.Record) {
+	switch rec.Type {
+	case recFPI, recFPIForHint:
+		if len(rec.Data) >= 4 {
+			s.rebuilt[binary.LittleEndian.Uint32(rec.Data)] = true
+		}
+	case recHeapInsert, recHeapUpdate:
+		if rec.Flags&flagInitPage != 0 {
+			if hr, err := decodeHeapRecord(rec.Type, rec.Data); err == nil {
+				s.rebuilt[hr.New.Block] = true
+			}
+		}
+	case recCommit:
+		s.ended[rec.XID] = true
+	case recAbort:
+		s.ended[rec.XID] = false
+	}
+}
+
+// maxZeroListed bounds the blocks a zeroed-page error lists by number.
+const maxZeroListed = 10
+
+// checkZeroedHeapPages fails when a heap page below the heap length the
+// last checkpoint recorded is all zeros and redo does not rebuild it: every
+// page there was written by that checkpoint or before, and a written page
+// is never all zeros (it has a header and a checksum). The error names the
+// file, offset and block of each such page and counts the keys that can be
+// proved to have lost data (lostKeys).
+func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
+	n := uint64(db.storage.NBlocks())
+	limit := min(ctrl.HeapBlocks, n)
+	page := make([]byte, heap.PageSize)
+	var zeroed []uint32
+	for blk := uint32(0); uint64(blk) < limit; blk++ {
+		if scan.rebuilt[blk] {
+			continue
+		}
+		if err := db.storage.ReadBlock(blk, page); err != nil {
+			continue // a checksum failure is reported where the page is read
+		}
+		if isAllZero(page) {
+			zeroed = append(zeroed, blk)
+		}
+	}
+	if len(zeroed) == 0 {
+		return nil
+	}
+	heapPath := filepath.Join(db.dir, heapDir)
+	var names []string
+	for i, blk := range zeroed {
+		if i == maxZeroListed {
+			names = append(names, fmt.Sprintf("and %d more", len(zeroed)-i))
+			break
+		}
+		seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
+		names = append(names, fmt.Sprintf("%s at offset %d (block %d)", filepath.Join(heapPath, fmt.Sprintf("%08d", seg)), off, blk))
+	}
+	chains, lost, orphans := db.lostKeys(zeroed, scan)
+	return fmt.Errorf("%w: %d heap page(s) all zeros below the %d blocks the heap had at the last checkpoint, which wrote them: %s; "+
+		"keys lost: %d provably (a version links into those pages and no surviving version is readable), %d more whose newest surviving version was replaced by an update that is missing; "+
+		"%d keys in all have versions linking into those pages, and keys whose every version was on them cannot be counted",
+		ErrCorruption, len(zeroed), ctrl.HeapBlocks, strings.Join(names, ", "), lost, orphans, chains)
+}
+
+func isAllZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// lostKeys scans the rest of the heap (read only) for versions whose Prev
+// link leads into a zeroed block. It returns how many keys have such a
+// version, and how many of those have no surviving version that a reader
+// could return: no version whose inserter committed and whose deleter did
+// not. Such a key's committed value was on a zeroed page. orphans counts the
+// other keys with no version a reader could return whose newest surviving
+// version was replaced by a committed update that no surviving version
+// names: the new version is missing, most likely from a zeroed page (a
+// later delete's pruning can leave the same shape, so these are not
+// counted as proved).
+func (db *DB) lostKeys(zeroed []uint32, scan *walScan) (chains, lost, orphans int) {
+	isZeroed := make(map[uint32]bool, len(zeroed))
+	for _, b := range zeroed {
+		isZeroed[b] = true
+	}
+	committed := func(xid uint64, infomask, hintCommitted, hintInvalid uint16) bool {
+		if infomask&hintCommitted != 0 {
+			return true
+		}
+		if infomask&hintInvalid != 0 {
+			return false
+		}
+		if c, ok := scan.ended[xid]; ok {
+			return c
+		}
+		st, err := db.clog.Status(xid)
+		return err == nil && st == clog.StatusCommitted
+	}
+	type keyState struct {
+		intoZeroed, live bool
+		updated          []uint64 // versions replaced by a committed update
+	}
+	keys := map[string]*keyState{}
+	named := map[uint64]bool{} // versions some surviving version names as Prev
+	page := make([]byte, heap.PageSize)
+	for blk := uint32(0); blk < db.storage.NBlocks(); blk++ {
+		if isZeroed[blk] {
+			continue
+		}
+		if err := db.storage.ReadBlock(blk, page); err != nil || heap.IsNew(page) {
+			continue
+		}
+		for s := 0; s < heap.NumSlots(page); s++ {
+			raw, err := heap.Tuple(page, uint16(s))
+			if err != nil {
+				continue
+			}
+			h, key, _, err := heap.DecodeTuple(raw)
+			if err != nil || h.Infomask&heap.Chunk != 0 {
+				continue
+			}
+			ks := keys[string(key)]
+			if ks == nil {
+				ks = &keyState{}
+				keys[string(key)] = ks
+			}
+			if h.Prev.Valid() {
+				named[h.Prev.Pack()] = true
+				if isZeroed[h.Prev.Block] {
+					ks.intoZeroed = true
+				}
+			}
+			xminOK := h.Infomask&heap.Frozen != 0 || committed(h.Xmin, h.Infomask, heap.XminCommitted, heap.XminInvalid)
+			xmaxOK := h.Xmax != 0 && committed(h.Xmax, h.Infomask, heap.XmaxCommitted, heap.XmaxInvalid)
+			if xminOK && !xmaxOK {
+				ks.live = true
+			}
+			if xminOK && xmaxOK && h.Infomask&heap.Updated != 0 {
+				ks.updated = append(ks.updated, heap.TID{Block: blk, Slot: uint16(s)}.Pack())
+			}
+		}
+	}
+	for _, ks := range keys {
+		if ks.intoZeroed {
+			chains++
+			if !ks.live {
+				lost++
+			}
+			continue
+		}
+		if ks.live {
+			continue
+		}
+		for _, t := range ks.updated {
+			if !named[t] {
+				orphans++
+				break
+			}
+		}
+	}
+	return chains, lost, orphans
+}
+
+// errCLOGLost wraps a CLOG page check failure as ErrCorruption.
+func errCLOGLost(err error) error {
+	if errors.Is(err, clog.ErrCorrupt) {
+		return fmt.Errorf("%w: %v", ErrCorruption, err)
+	}
+	return err
+}

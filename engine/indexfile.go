@@ -1,0 +1,594 @@
+package engine
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"path/filepath"
+
+	"mvkv/internal/heap"
+	"mvkv/vfs"
+	"mvkv/wal"
+)
+
+// The index file: the key index, written at each checkpoint, so that Open
+// reads it and the WAL since the checkpoint instead of every heap page.
+//
+// What it holds. The in-memory index maps each key to its newest version
+// (index.go), and every change to that mapping is in the WAL: a new
+// version's insert or update record names its key and TID, and vacuum logs
+// an index-head record (recIndexHead) before it moves a head off a version
+// it frees or drops a key. So the index at any LSN is the index at an
+// earlier one with the key changes logged in between applied in order.
+// The file is a copy of the index taken after the checkpoint chose its redo
+// point: each entry is read at some moment after the redo point, and every
+// later change to that key is in the WAL from the redo point on. Open loads
+// the file and applies, in WAL order, the key changes of every record from
+// the redo point to the end of the log. A key changed after the redo point
+// ends with its last logged change whatever the file says of it; a key not
+// changed since has not changed since the file read it. Replaying a change
+// the file already holds sets what is already there.
+//
+// When it is trusted. The file names the checkpoint it belongs to (redo
+// point and the checkpoint record's own LSN); Open uses it only if that is
+// the checkpoint the control file names, or a later checkpoint whose record
+// it then finds in the WAL with the same redo point (a crash between
+// writing the file and the control file). A file from an older checkpoint,
+// another database or another format version, or one whose checksum fails,
+// is not used: the index is rebuilt from the heap and the log says why and
+// how long that took. The file is replaced atomically, as the control file
+// is: written to index.tmp, fsynced, renamed over index, directory fsynced.
+//
+// It also carries what the heap scan at Open used to gather: the free space
+// map (categories of recorded blocks), the FrozenXid of the last vacuum, and
+// autovacuum's count of dead versions. Not the out-of-line chunks that no
+// version names (left by a crash between a vacuum's two passes): a slot
+// listed at a checkpoint may be freed and reused by a new chunk before a
+// crash, and freeing it after the next Open would lose that chunk. They
+// stay until an Open rebuilds the index from the heap, which finds them.
+//
+// Format (little-endian; part of the format, do not change):
+//
+//	header, 64 bytes:
+//	 0 magic 8 | 8 version 4 | 12 flags 4 | 16 redo LSN 8 | 24 checkpoint LSN 8
+//	32 keys 8  | 40 FrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 zero 4
+//	keys, in strictly increasing order, each:
+//	  uvarint bytes shared with the previous key | uvarint length of the rest
+//	  | the rest | head block 4 | head slot 2
+//	FSM: per recorded block, block 4 | category 1
+//	CRC-32C of everything above, 4
+//
+// Rejected: a B-tree file updated in place (pages, WAL records of its own,
+// full-page images: the design of a second access method, for a structure
+// that fits in memory), and a log of index changes beside the WAL (the WAL
+// already is one).
+const (
+	indexFileName    = "index"
+	indexFileTmpName = "index.tmp"
+	indexFileMagic   = 0x6d766b76_69647866 // "mvkvidxf"
+	indexFileVersion = 1
+	indexHeaderSize  = 64
+	// indexEntryMin is the fewest bytes a key entry takes: two one-byte
+	// varints and a TID. It bounds the key count a file can claim.
+	indexEntryMin = 1 + 1 + 6
+)
+
+// errIndexFile marks an index file that cannot be used; Open rebuilds the
+// index from the heap instead.
+var errIndexFile = errors.New("index file not usable")
+
+// indexFileHeader is the file's first 64 bytes.
+type indexFileHeader struct {
+	redo, checkpoint wal.LSN
+	keys             uint64
+	frozenXid        uint64
+	dead             int64
+	fsmBlocks        uint32
+}
+
+func (h indexFileHeader) encode() []byte {
+	b := make([]byte, 0, indexHeaderSize)
+	b = binary.LittleEndian.AppendUint64(b, indexFileMagic)
+	b = binary.LittleEndian.AppendUint32(b, indexFileVersion)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.redo))
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.checkpoint))
+	b = binary.LittleEndian.AppendUint64(b, h.keys)
+	b = binary.LittleEndian.AppendUint64(b, h.frozenXid)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.dead))
+	b = binary.LittleEndian.AppendUint32(b, h.fsmBlocks)
+	return binary.LittleEndian.AppendUint32(b, 0)
+}
+
+// crcWriter passes writes on and keeps a running CRC-32C of them.
+type crcWriter struct {
+	w   io.Writer
+	crc hash.Hash32
+	n   int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.crc.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+// writeIndexFile writes the index, the free space map, the orphan chunks
+// and the vacuum counters to the index file for the checkpoint with the
+// given redo point and record LSN. The caller is the checkpoint, after the
+// redo point was chosen; the index is read in batches, so writers are not
+// held off. The file is replaced atomically and durably.
+func (db *DB) writeIndexFile(redo, ckpt wal.LSN) (keys uint64, size int64, err error) {
+	tmp := filepath.Join(db.dir, indexFileTmpName)
+	f, err := db.fs.Create(tmp)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			_ = db.fs.Remove(tmp)
+		}
+	}()
+	// The header goes in last, at offset 0, once the counts are known.
+	// The checksum covers the body, then the header (crc32.Update
+	// continues a CRC), so that it can be computed in one pass.
+	fw := &fileWriter{f: f, off: indexHeaderSize}
+	bw := bufio.NewWriterSize(fw, 1<<20)
+	cw := &crcWriter{w: bw, crc: crc32.New(castagnoli)}
+	var prev []byte
+	var rec []byte
+	after, all := "", true
+	for {
+		batch := db.idx.entriesAfter(after, all, 4096)
+		for _, e := range batch {
+			tid := e.headTID()
+			if !tid.Valid() {
+				continue
+			}
+			k := e.key()
+			shared := 0
+			for shared < len(prev) && shared < len(k) && prev[shared] == k[shared] {
+				shared++
+			}
+			rec = binary.AppendUvarint(rec[:0], uint64(shared))
+			rec = binary.AppendUvarint(rec, uint64(len(k)-shared))
+			rec = append(rec, k[shared:]...)
+			rec = appendTID(rec, tid)
+			if _, err := cw.Write(rec); err != nil {
+				return 0, 0, err
+			}
+			prev = append(prev[:0], k...)
+			keys++
+		}
+		if len(batch) < 4096 {
+			break
+		}
+		after, all = batch[len(batch)-1].key(), false
+	}
+	fsm := db.fsm.snapshot()
+	for _, b := range fsm {
+		rec = binary.LittleEndian.AppendUint32(rec[:0], b.blk)
+		rec = append(rec, b.cat)
+		if _, err := cw.Write(rec); err != nil {
+			return 0, 0, err
+		}
+	}
+	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
+		frozenXid: db.vac.frozenXid.Load(), dead: db.av.dead.Load(),
+		fsmBlocks: uint32(len(fsm))}
+	head := hdr.encode()
+	var sum [4]byte
+	binary.LittleEndian.PutUint32(sum[:], crc32.Update(cw.crc.Sum32(), castagnoli, head))
+	if _, err := bw.Write(sum[:]); err != nil {
+		return 0, 0, err
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if _, err := f.WriteAt(head, 0); err != nil {
+		return 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	size = indexHeaderSize + cw.n + 4
+	if err := f.Sync(); err != nil {
+		return 0, 0, fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return 0, 0, err
+	}
+	if err := db.fs.Rename(tmp, filepath.Join(db.dir, indexFileName)); err != nil {
+		return 0, 0, err
+	}
+	if err := db.fs.SyncDir(db.dir); err != nil {
+		return 0, 0, fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, db.dir, err)
+	}
+	return keys, size, nil
+}
+
+// fileWriter writes sequentially to a vfs file from offset off.
+type fileWriter struct {
+	f   vfs.File
+	off int64
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	n, err := w.f.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
+}
+
+// indexFileData is a decoded index file.
+type indexFileData struct {
+	hdr indexFileHeader
+	fsm []fsmBlock
+}
+
+// fileReader reads a vfs file sequentially.
+type fileReader struct {
+	f   vfs.File
+	off int64
+}
+
+func (r *fileReader) Read(p []byte) (int, error) {
+	n, err := r.f.ReadAt(p, r.off)
+	r.off += int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// loadIndexFile reads the index file into db.idx (which must be empty) and
+// returns what else it holds. Any problem with the file (missing,
+// damaged, another format) is returned wrapped in errIndexFile, with the
+// file name and offset; db.idx is then left empty.
+func (db *DB) loadIndexFile(accept func(indexFileHeader) error) (indexFileData, error) {
+	name := filepath.Join(db.dir, indexFileName)
+	size, err := db.fs.Stat(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return indexFileData{}, fmt.Errorf("%w: %s does not exist", errIndexFile, name)
+		}
+		return indexFileData{}, fmt.Errorf("%w: %v", errIndexFile, err)
+	}
+	f, err := db.fs.OpenReadOnly(name)
+	if err != nil {
+		return indexFileData{}, fmt.Errorf("%w: %v", errIndexFile, err)
+	}
+	defer f.Close()
+	d, err := decodeIndexFile(&fileReader{f: f}, size, name, db.idx, db.pool.NBlocks(), accept)
+	if err != nil {
+		db.idx.reset()
+		return indexFileData{}, fmt.Errorf("%w: %w", errIndexFile, err)
+	}
+	return d, nil
+}
+
+// decodeIndexFile decodes an index file of size bytes from r into ix,
+// checking every length against what is left of the file, every key
+// against MaxKeySize and the order, every TID against a heap of nblocks
+// blocks, and the checksum at the end. Errors name the file and offset.
+func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks uint32, accept func(indexFileHeader) error) (indexFileData, error) {
+	var d indexFileData
+	var off int64
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s offset %d: %s", ErrCorruption, name, off, fmt.Sprintf(format, args...))
+	}
+	if size < indexHeaderSize+4 {
+		return d, bad("file of %d bytes is shorter than a header and checksum", size)
+	}
+	head := make([]byte, indexHeaderSize)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return d, bad("reading the header: %v", err)
+	}
+	if m := binary.LittleEndian.Uint64(head); m != indexFileMagic {
+		return d, bad("bad magic %#x", m)
+	}
+	if v := binary.LittleEndian.Uint32(head[8:]); v != indexFileVersion {
+		return d, bad("format version %d, this build reads %d", v, indexFileVersion)
+	}
+	h := &d.hdr
+	h.redo = wal.LSN(binary.LittleEndian.Uint64(head[16:]))
+	h.checkpoint = wal.LSN(binary.LittleEndian.Uint64(head[24:]))
+	h.keys = binary.LittleEndian.Uint64(head[32:])
+	h.frozenXid = binary.LittleEndian.Uint64(head[40:])
+	h.dead = int64(binary.LittleEndian.Uint64(head[48:]))
+	h.fsmBlocks = binary.LittleEndian.Uint32(head[56:])
+	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
+		off = 60
+		return d, bad("reserved field is %#x, not zero", z)
+	}
+	if accept != nil {
+		if err := accept(*h); err != nil {
+			return d, err
+		}
+	}
+	body := size - indexHeaderSize - 4
+	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5 > uint64(body) {
+		return d, bad("header claims %d keys and %d free space entries, more than %d bytes hold", h.keys, h.fsmBlocks, body)
+	}
+	// The body is read through a buffer that cannot run past it, so that
+	// the checksum after it is read apart.
+	crc := crc32.New(castagnoli)
+	br := &countingReader{r: bufio.NewReaderSize(io.TeeReader(io.LimitReader(r, body), crc), 1<<20)}
+	at := func() int64 { return indexHeaderSize + br.n }
+	var prev []byte
+	key := make([]byte, 0, MaxKeySize)
+	var rec [6]byte
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	// The hash map is made and filled on a second goroutine while this
+	// one decodes and fills the tree: each insert is a cache miss or two,
+	// and the two structures are independent (both under ix.mu, held here
+	// throughout).
+	const batch = 4096
+	toMap := make(chan []*indexEntry, 16)
+	mapped := make(chan struct{})
+	go func() {
+		defer close(mapped)
+		if len(ix.byKey) == 0 {
+			// Sized once: growing a map of millions of keys rehashes
+			// it again and again.
+			ix.byKey = make(map[string]*indexEntry, h.keys)
+		}
+		for es := range toMap {
+			for _, e := range es {
+				ix.byKey[e.key()] = e
+			}
+		}
+	}()
+	pending := make([]*indexEntry, 0, batch)
+	var arena entryArena
+	defer func() {
+		if len(pending) > 0 {
+			toMap <- pending
+		}
+		close(toMap)
+		<-mapped
+	}()
+	for i := uint64(0); i < h.keys; i++ {
+		off = at()
+		shared, err := binary.ReadUvarint(br)
+		if err != nil {
+			return d, bad("key %d: %v", i, noEOF(err))
+		}
+		rest, err := binary.ReadUvarint(br)
+		if err != nil {
+			return d, bad("key %d: %v", i, noEOF(err))
+		}
+		if shared > uint64(len(prev)) || rest > MaxKeySize || shared+rest > MaxKeySize {
+			return d, bad("key %d: %d bytes shared with a key of %d and %d more (max key %d)", i, shared, len(prev), rest, MaxKeySize)
+		}
+		key = key[:shared+rest]
+		if _, err := io.ReadFull(br, key[shared:]); err != nil {
+			return d, bad("key %d: %v", i, noEOF(err))
+		}
+		if i > 0 && string(key) <= string(prev) {
+			return d, bad("key %d is not greater than the key before it", i)
+		}
+		if _, err := io.ReadFull(br, rec[:]); err != nil {
+			return d, bad("key %d: %v", i, noEOF(err))
+		}
+		tid := readTID(rec[:])
+		if tid.Block >= nblocks || int(tid.Slot) >= heap.PageSize {
+			return d, bad("key %d: head %s lies outside a heap of %d blocks", i, tid, nblocks)
+		}
+		e := arena.new(key)
+		e.head.Store(tid.Pack())
+		ix.tree.ReplaceOrInsert(e)
+		if pending = append(pending, e); len(pending) == batch {
+			toMap <- pending
+			pending = make([]*indexEntry, 0, batch)
+		}
+		prev = append(prev[:0], key...)
+	}
+	for i := uint32(0); i < h.fsmBlocks; i++ {
+		off = at()
+		if _, err := io.ReadFull(br, rec[:5]); err != nil {
+			return d, bad("free space entry %d: %v", i, noEOF(err))
+		}
+		b := fsmBlock{blk: binary.LittleEndian.Uint32(rec[:]), cat: rec[4]}
+		if b.blk >= nblocks || int(b.cat) >= fsmCategories {
+			return d, bad("free space entry %d: block %d category %d (heap of %d blocks)", i, b.blk, b.cat, nblocks)
+		}
+		d.fsm = append(d.fsm, b)
+	}
+	off = at()
+	if off != size-4 {
+		return d, bad("%d bytes follow the last entry, want 4 (the checksum)", size-off)
+	}
+	var sum [4]byte
+	if _, err := io.ReadFull(r, sum[:]); err != nil {
+		return d, bad("reading the checksum: %v", noEOF(err))
+	}
+	if got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head); got != want {
+		return d, bad("checksum %#x, computed %#x", got, want)
+	}
+	return d, nil
+}
+
+// noEOF reports a file that ends early as such.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// countingReader is a buffered reader that counts the bytes read.
+type countingReader struct {
+	r *bufio.Reader
+	n int64
+}
+
+func (c *countingReader) ReadByte() (byte, error) {
+	b, err := c.r.ReadByte()
+	if err == nil {
+		c.n++
+	}
+	return b, err
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// noteIndexChange notes in changes the key index change rec carries, if
+// any: a new version's key and TID, or a head vacuum moved or dropped
+// (invalid TID). It reports whether rec made a version dead (an update or
+// a delete), for autovacuum's count. Records were checked by redo.
+func noteIndexChange(rec wal.Record, changes map[string]heap.TID) (dead bool) {
+	switch rec.Type {
+	case recHeapInsert, recHeapUpdate:
+		hr, err := decodeHeapRecord(rec.Type, rec.Data)
+		if err != nil {
+			return false
+		}
+		h, key, _, err := heap.DecodeTuple(hr.Tuple)
+		if err != nil || h.Infomask&heap.Chunk != 0 {
+			return false
+		}
+		changes[string(key)] = hr.New
+		return rec.Type == recHeapUpdate
+	case recHeapDelete:
+		return true
+	case recIndexHead:
+		if key, head, err := decodeIndexHead(rec.Data); err == nil {
+			changes[string(key)] = head
+		}
+	}
+	return false
+}
+
+// noteRedoTouched remembers that redo changed blk, whose free space the
+// index file's map may no longer describe.
+func (db *DB) noteRedoTouched(blk uint32) {
+	if db.redoTouched != nil {
+		db.redoTouched[blk] = struct{}{}
+	}
+}
+
+// openIndex loads the index file after redo and applies the key changes
+// redo met, then restores the free space map, the orphan chunks and the
+// vacuum counters the file carries. It returns why the file was not used
+// ("" when it was), in which case the caller rebuilds from the heap; the
+// error is for failures that must stop Open.
+func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map[string]heap.TID, replayedDead int64) (string, error) {
+	d, err := db.loadIndexFile(func(h indexFileHeader) error {
+		if h.redo == ctrl.RedoLSN && h.checkpoint == ctrl.CheckpointLSN {
+			return nil
+		}
+		if redo, ok := ckpts[h.checkpoint]; ok && redo == h.redo {
+			return nil
+		}
+		return fmt.Errorf("it belongs to the checkpoint at %s (redo %s), not to the control file's at %s (redo %s) or one after it in the WAL",
+			h.checkpoint, h.redo, ctrl.CheckpointLSN, ctrl.RedoLSN)
+	})
+	if err != nil {
+		if errors.Is(err, errIndexFile) {
+			return err.Error(), nil
+		}
+		return "", err
+	}
+	ix := db.idx
+	ix.mu.Lock()
+	for k, tid := range changes {
+		if tid.Valid() {
+			ix.getOrCreateLocked([]byte(k)).head.Store(tid.Pack())
+		} else if e := ix.byKey[k]; e != nil {
+			ix.tree.Delete(e)
+			delete(ix.byKey, k)
+		}
+	}
+	ix.mu.Unlock()
+	db.fsm.restore(d.fsm)
+	for blk := range db.redoTouched {
+		buf, err := db.pool.Get(blk)
+		if err != nil {
+			return "", err
+		}
+		buf.RLock()
+		if !heap.IsNew(buf.Page()) {
+			db.fsm.record(blk, heap.FreeSpace(buf.Page()))
+		}
+		buf.RUnlock()
+		buf.Release()
+	}
+	if n := db.pool.NBlocks(); n > 0 {
+		db.targets.blk[0].Store(n - 1)
+	}
+	db.vac.frozenXid.Store(max(d.hdr.frozenXid, db.clog.OldestXid()))
+	db.av.dead.Store(d.hdr.dead + replayedDead)
+	return "", nil
+}
+
+// verifyIndexFile checks the index file the checkpoint Verify just took
+// wrote: it must decode, name the control file's checkpoint, and hold
+// exactly the keys and heads of the index in memory (entries without a
+// version aside). Without concurrent writers the two are equal.
+func (db *DB) verifyIndexFile(rep *VerifyReport) {
+	ctrl, _, err := readControl(db.fs, db.dir)
+	if err != nil {
+		return // reported with the control file
+	}
+	file := newIndex()
+	name := filepath.Join(db.dir, indexFileName)
+	size, err := db.fs.Stat(name)
+	if err != nil {
+		rep.problem("index file: %v", err)
+		return
+	}
+	f, err := db.fs.OpenReadOnly(name)
+	if err != nil {
+		rep.problem("index file: %v", err)
+		return
+	}
+	defer f.Close()
+	d, err := decodeIndexFile(&fileReader{f: f}, size, name, file, db.pool.NBlocks(), nil)
+	if err != nil {
+		rep.problem("index file: %v", err)
+		return
+	}
+	if d.hdr.redo != ctrl.RedoLSN || d.hdr.checkpoint != ctrl.CheckpointLSN {
+		rep.problem("index file %s names the checkpoint at %s (redo %s), the control file the one at %s (redo %s)",
+			name, d.hdr.checkpoint, d.hdr.redo, ctrl.CheckpointLSN, ctrl.RedoLSN)
+	}
+	db.idx.mu.RLock()
+	defer db.idx.mu.RUnlock()
+	shown := 0
+	differ := func(format string, args ...any) {
+		if shown++; shown <= 10 {
+			rep.problem("index file %s: "+format, append([]any{name}, args...)...)
+		}
+	}
+	db.idx.tree.Ascend(func(e *indexEntry) bool {
+		want := e.headTID()
+		if !want.Valid() {
+			return true
+		}
+		got, ok := file.byKey[e.key()]
+		switch {
+		case !ok:
+			differ("key %q is missing (head %s in memory)", truncKey([]byte(e.key())), want)
+		case got.headTID() != want:
+			differ("key %q has head %s, %s in memory", truncKey([]byte(e.key())), got.headTID(), want)
+		}
+		return true
+	})
+	for k := range file.byKey {
+		if e := db.idx.byKey[k]; e == nil || !e.headTID().Valid() {
+			differ("key %q is not in the index in memory", truncKey([]byte(k)))
+		}
+	}
+	if shown > 10 {
+		rep.problem("index file %s: %d more differences", name, shown-10)
+	}
+}

@@ -1,0 +1,348 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"mvkv/internal/heap"
+	"mvkv/vfs"
+)
+
+// indexTestDB opens a database on a fresh MemFS.
+func indexTestDB(t *testing.T) (*vfs.MemFS, *DB) {
+	t.Helper()
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/db"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open("/db", Options{FS: m, CheckpointTimeout: -1, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, db
+}
+
+// indexHeads returns every key of the index with a version and its head.
+func indexHeads(db *DB) map[string]heap.TID {
+	out := map[string]heap.TID{}
+	db.idx.mu.RLock()
+	defer db.idx.mu.RUnlock()
+	db.idx.tree.Ascend(func(e *indexEntry) bool {
+		if tid := e.headTID(); tid.Valid() {
+			out[e.key()] = tid
+		}
+		return true
+	})
+	return out
+}
+
+// randomWork runs n random transactions over keys: puts (some out of
+// line), deletes and rollbacks, with a vacuum now and then.
+func randomWork(t *testing.T, db *DB, rng *rand.Rand, n, keys int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		tx, err := db.Begin(ctx, TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 1 + rng.IntN(3) {
+			k := []byte(fmt.Sprintf("key-%04d", rng.IntN(keys)))
+			switch r := rng.IntN(20); {
+			case r == 0:
+				err = tx.Put(k, bytes.Repeat([]byte{byte(i)}, 9000))
+			case r < 4:
+				err = tx.Delete(k)
+			default:
+				err = tx.Put(k, []byte(fmt.Sprintf("v%d", i)))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rng.IntN(10) == 0 {
+			err = tx.Rollback()
+		} else {
+			err = tx.Commit()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%97 == 50 {
+			if _, err := db.Vacuum(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestIndexFileOpen: after a clean shutdown Open loads the index from the
+// index file (no heap scan) and finds every key; with the file missing,
+// damaged, from an older checkpoint, of another format version or from
+// another database, it rebuilds from the heap, says why, reaches the same
+// state, and writes a new file that the next Open uses.
+func TestIndexFileOpen(t *testing.T) {
+	m, db := indexTestDB(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	randomWork(t, db, rng, 300, 200)
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := readMemFile(m, "/db/index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	randomWork(t, db, rng, 300, 200)
+	want, err := scanState(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	other, odb := indexTestDB(t)
+	randomWork(t, odb, rand.New(rand.NewPCG(3, 4)), 50, 20)
+	if err := odb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := readMemFile(other, "/db/index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := readMemFile(m, "/db/index")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	open := func(fs *vfs.MemFS) (*DB, ladderState) {
+		t.Helper()
+		db, err := Open("/db", Options{FS: fs, CheckpointTimeout: -1, SharedBuffers: 2 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := scanState(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := db.Verify()
+		if err != nil || !rep.OK() {
+			t.Fatalf("verify: %v %v", err, rep.Problems)
+		}
+		return db, st
+	}
+	db, got := open(m.Clone())
+	if ri := db.Recovery(); !ri.IndexFromFile || ri.IndexKeys == 0 {
+		t.Fatalf("clean reopen: %+v, want the index from the file", ri)
+	}
+	db.Close()
+	if !maps.Equal(got, want) {
+		t.Fatalf("clean reopen: %s", diffState(got, want))
+	}
+
+	versioned := bytes.Clone(good)
+	binary.LittleEndian.PutUint32(versioned[8:], indexFileVersion+1)
+	for _, c := range []struct {
+		name   string
+		file   []byte // nil: removed
+		reason string
+	}{
+		{"missing", nil, "does not exist"},
+		{"damaged", func() []byte { b := bytes.Clone(good); b[len(b)/2] ^= 0x40; return b }(), "/db/index offset"},
+		{"checksum", func() []byte { b := bytes.Clone(good); b[len(b)-1] ^= 0x40; return b }(), "checksum"},
+		{"truncated", good[:len(good)-3], "offset"},
+		{"older checkpoint", old, "belongs to the checkpoint"},
+		{"other version", versioned, "format version"},
+		{"other database", foreign, "belongs to the checkpoint"},
+		{"empty", []byte{}, "shorter than a header"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := m.Clone()
+			if c.file == nil {
+				if err := fs.Remove("/db/index"); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := writeMemFile(fs, "/db/index", c.file); err != nil {
+				t.Fatal(err)
+			}
+			db, got := open(fs)
+			ri := db.Recovery()
+			db.Close()
+			if ri.IndexFromFile || !strings.Contains(ri.IndexRebuildReason, c.reason) {
+				t.Fatalf("recovery %+v: want a rebuild because %q", ri, c.reason)
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("after a rebuild: %s", diffState(got, want))
+			}
+			db, got = open(fs)
+			ri = db.Recovery()
+			db.Close()
+			if !ri.IndexFromFile || !maps.Equal(got, want) {
+				t.Fatalf("the open after a rebuild: %+v, %s", ri, diffState(got, want))
+			}
+		})
+	}
+}
+
+// TestIndexFileMatchesRebuild runs random workloads with vacuums and
+// checkpoints, crashes at random moments (a crash copy dropping what was
+// not synced), and opens each copy twice: with its index file, and with
+// the file removed so that the index is rebuilt from the heap. Both must
+// give the same keys and values, and the loaded index must verify.
+func TestIndexFileMatchesRebuild(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 9))
+	m, db := indexTestDB(t)
+	defer db.Close()
+	for round := range 12 {
+		randomWork(t, db, rng, 40+rng.IntN(80), 60)
+		if rng.IntN(3) == 0 {
+			if err := db.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		crashed := m.CrashCopy(vfs.DropUnsynced, nil)
+		rebuilt := crashed.Clone()
+		if err := rebuilt.Remove("/db/index"); err != nil {
+			t.Fatalf("seed %d round %d: no index file: %v", seed, round, err)
+		}
+		var states [2]ladderState
+		for i, fs := range []*vfs.MemFS{crashed, rebuilt} {
+			cdb, err := Open("/db", Options{FS: fs, CheckpointTimeout: -1, SharedBuffers: 2 << 20})
+			if err != nil {
+				t.Fatalf("seed %d round %d: open: %v", seed, round, err)
+			}
+			if ri := cdb.Recovery(); ri.IndexFromFile != (i == 0) {
+				t.Fatalf("seed %d round %d: copy %d: %+v", seed, round, i, ri)
+			}
+			if states[i], err = scanState(cdb); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := cdb.Verify()
+			if err != nil || !rep.OK() {
+				t.Fatalf("seed %d round %d: copy %d: verify: %v %v", seed, round, i, err, rep.Problems)
+			}
+			cdb.Close()
+		}
+		if !maps.Equal(states[0], states[1]) {
+			t.Fatalf("seed %d round %d: loaded index and heap rebuild differ: %s", seed, round, diffState(states[0], states[1]))
+		}
+	}
+}
+
+// TestIndexFileHeadsAfterVacuum: the heads vacuum moves and the keys it
+// drops reach the index file's readers through the WAL: a crash right
+// after a vacuum that removed deleted keys and aborted heads, with the
+// index file of the checkpoint before it, reopens with the same heads as
+// the index in memory had.
+func TestIndexFileHeadsAfterVacuum(t *testing.T) {
+	m, db := indexTestDB(t)
+	defer db.Close()
+	ctx := context.Background()
+	for i := range 50 {
+		if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte(fmt.Sprintf("k%02d", i)), []byte("v")) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		k := []byte(fmt.Sprintf("k%02d", i))
+		switch i % 3 {
+		case 0:
+			if err := db.Update(ctx, func(tx *Txn) error { return tx.Delete(k) }); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			tx, err := db.Begin(ctx, TxnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Put(k, []byte("rolled back")); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st, err := db.Vacuum(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.KeysRemoved == 0 {
+		t.Fatalf("vacuum removed no key: %+v", st)
+	}
+	want := indexHeads(db)
+	c := m.CrashCopy(vfs.DropUnsynced, nil)
+	cdb, err := Open("/db", Options{FS: c, CheckpointTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cdb.Close()
+	if !cdb.Recovery().IndexFromFile {
+		t.Fatalf("recovery %+v: want the index file", cdb.Recovery())
+	}
+	if got := indexHeads(cdb); !maps.Equal(got, want) {
+		t.Fatalf("heads after recovery %v, in memory before the crash %v", got, want)
+	}
+}
+
+// FuzzDecodeIndexFile: the decoder never panics, bounds every length by
+// the file, and what it accepts has keys in strictly increasing order.
+func FuzzDecodeIndexFile(f *testing.F) {
+	m, db := indexTestDBForFuzz()
+	if db != nil {
+		for i := range 20 {
+			_ = db.Update(context.Background(), func(tx *Txn) error {
+				return tx.Put([]byte(fmt.Sprintf("key-%03d", i*7)), []byte("v"))
+			})
+		}
+		_ = db.Close()
+		if b, err := readMemFile(m, "/db/index"); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte{})
+	f.Add(make([]byte, indexHeaderSize+4))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ix := newIndex()
+		_, err := decodeIndexFile(bytes.NewReader(b), int64(len(b)), "index", ix, 1<<20, nil)
+		if err != nil {
+			if !errors.Is(err, ErrCorruption) {
+				t.Fatalf("error %v does not wrap ErrCorruption", err)
+			}
+			return
+		}
+		prev := ""
+		i := 0
+		ix.tree.Ascend(func(e *indexEntry) bool {
+			if i > 0 && e.key() <= prev {
+				t.Fatalf("keys out of order: %q after %q", e.key(), prev)
+			}
+			prev, i = e.key(), i+1
+			return true
+		})
+	})
+}
+
+func indexTestDBForFuzz() (*vfs.MemFS, *DB) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/db"); err != nil {
+		return nil, nil
+	}
+	db, err := Open("/db", Options{FS: m, CheckpointTimeout: -1, SharedBuffers: 1 << 20})
+	if err != nil {
+		return nil, nil
+	}
+	return m, db
+}

@@ -1,0 +1,48 @@
+// Package vfs is the file-system seam every file operation of mvkv goes
+// through, and a kit for crash-testing applications built on the engine.
+//
+// The engine, the WAL, the CLOG and the heap storage manager never call the
+// os package for their files; they take an FS (engine.Options.FS). OS maps
+// each call onto the operating system with real fsync and fdatasync and is
+// what a nil Options.FS means. The other implementations are for tests:
+//
+//   - MemFS keeps files in memory and knows, for every write and every
+//     directory entry, whether it has been made durable. CrashCopy (or a
+//     CrashPoint given to the hook set with SetOpHook, after every mutating
+//     operation) returns the file system a machine would find after losing
+//     power at that moment: DropUnsynced loses everything not yet synced,
+//     TearLast also keeps the last unsynced write of each file torn at a
+//     512-byte sector boundary, KeepRandom keeps each unsynced write,
+//     truncation and directory change or not at random. Names created or
+//     renamed but not yet made durable with SyncDir are lost like data.
+//   - FaultFS wraps any FS and fails chosen operations (the Nth write, sync,
+//     rename, create or remove, or those on matching paths) with EIO, ENOSPC
+//     or another errno, once or permanently (a disk gone read-only or dead).
+//   - WithDiskModel wraps an FS so that syncs take the time a modelled disk
+//     would (a fixed latency, or the wait for a rotating platter), for
+//     benchmarks that should not depend on the machine's own disk.
+//
+// # Crash-testing an application
+//
+// Open the engine with Options.FS set to a MemFS, set an op hook that takes
+// a crash copy after every operation, reopens the engine on the copy (as a
+// restarted process would) and checks the application's own invariants
+// there, then run the application's workload. The hook runs while the
+// workload is paused right after the operation, so anything the workload has
+// acknowledged by then was acknowledged before the crash point and must be
+// found in the copy. See the crashTest example; `mvkv crashtest --mode power`
+// does the same for a randomized workload of its own.
+//
+// # Design
+//
+// The interface is deliberately small: positional reads and writes (no shared
+// file offset, so concurrent readers and writers of one file never race on
+// it), Sync and Datasync, Truncate, and the directory operations that a
+// crash-safe engine needs to make file creation and renames durable
+// (SyncDir). Lock takes an advisory exclusive lock (flock) on a file so that
+// two processes cannot open the same data directory. The idea, and the
+// crash-clone approach of MemFS, come from pebble's vfs package. Rejected:
+// intercepting the os package with a build tag (tests could not run crash
+// copies side by side in one process) and simulating crashes with a FUSE
+// file system (slow, and it needs privileges).
+package vfs
