@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"mvkv/internal/vfs"
+	"mvkv/vfs"
 )
 
 // returned reports whether ch has a value, without waiting.
