@@ -595,8 +595,9 @@ func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
 }
 
 // completeCommit is the rest of a commit whose record ends at end, in the
-// order of rule 2: the flush (with sync), the CLOG, the running table, the
-// row locks. It releases the locks insertCommit left held.
+// order of rule 2 with early lock release off (and for asynchronous
+// commits): the flush (with sync), the CLOG, the running table, the row
+// locks. It releases the locks insertCommit left held.
 func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
 	var err error
 	if sync {

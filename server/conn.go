@@ -189,9 +189,11 @@ func (c *conn) flush() error {
 
 // begin starts an engine transaction at READ COMMITTED with the server's
 // current synchronous_commit. With it on, Commit returns only after the
-// commit record is durable and the transaction becomes visible, and its
-// row locks are released, only then (rule 2 of the design); with it off,
-// Commit returns when the commit record is in the WAL buffer.
+// commit record is durable, and after every write the transaction read or
+// overwrote is durable (rule 2 of the design; with early lock release off
+// the transaction also becomes visible and releases its row locks only
+// then); with it off, Commit returns when the commit record is in the WAL
+// buffer.
 func (c *conn) begin(write bool) (*engine.Txn, error) {
 	sc := engine.SynchronousCommit(c.s.syncCommit.Load())
 	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, ReadOnly: !write, SynchronousCommit: &sc})
