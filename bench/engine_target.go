@@ -22,6 +22,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 	}
 	group := !o.CLOGGroupUpdateOff
 	autovacuum := !o.AutovacuumOff
+	elr := !o.EarlyLockReleaseOff
 	db, err := engine.Open(dir, engine.Options{
 		FS:                          engineDiskFS(o.Disk),
 		Logger:                      o.Logger,
@@ -33,6 +34,7 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 		VisibilityMap:               o.VisibilityMap,
 		CLOGLocking:                 o.CLOGLocking,
 		CLOGGroupUpdate:             &group,
+		EarlyLockRelease:            &elr,
 		Autovacuum:                  &autovacuum,
 		AutovacuumNaptime:           o.AutovacuumNaptime,
 		AutovacuumVacuumThreshold:   o.AutovacuumThreshold,

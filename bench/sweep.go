@@ -21,7 +21,7 @@ var ErrBadSweep = errors.New("bench: bad sweep")
 
 // Axis is one --sweep: a knob and the values it takes, in the order given.
 type Axis struct {
-	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm, clog
+	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, early_lock_release, target, fsync_latency, disk_rotation, vm, clog
 	Values []string
 }
 
@@ -48,7 +48,7 @@ func ParseAxis(s string) (Axis, error) {
 	return a, nil
 }
 
-const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, target, fsync_latency, disk_rotation, vm, clog"
+const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, early_lock_release, target, fsync_latency, disk_rotation, vm, clog"
 
 // knobs set one Config field from a sweep value.
 var knobs = map[string]func(c *Config, v string) error{
@@ -95,6 +95,13 @@ var knobs = map[string]func(c *Config, v string) error{
 	"synchronous_commit": func(c *Config, v string) error {
 		on, err := ParseOnOff(v)
 		c.Options.SynchronousCommit = on
+		return err
+	},
+	// early_lock_release is the engine's commit order: on releases row
+	// locks when the commit record is in the WAL, off when it is durable.
+	"early_lock_release": func(c *Config, v string) error {
+		on, err := ParseOnOff(v)
+		c.Options.EarlyLockReleaseOff = !on
 		return err
 	},
 	"target": func(c *Config, v string) error {
@@ -612,7 +619,7 @@ func collapse(names []string, cells []sweepCell) []sweepCell {
 // has any use for the knob.
 func knobApplies(knob, kind string) bool {
 	switch knob {
-	case "wal_flusher", "vm":
+	case "wal_flusher", "vm", "early_lock_release":
 		return kind == "engine"
 	case "commit_delay", "commit_siblings":
 		return kind != "pebble"

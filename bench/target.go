@@ -160,6 +160,11 @@ type TargetOptions struct {
 	// (TransactionGroupUpdateXidStatus) off; it is on by default. Engine
 	// only.
 	CLOGGroupUpdateOff bool
+	// EarlyLockReleaseOff turns the engine's early lock release off
+	// (engine.Options.EarlyLockRelease), for PostgreSQL's commit order:
+	// a synchronous commit keeps its row locks and stays invisible until
+	// its commit record is durable. Engine only.
+	EarlyLockReleaseOff bool
 }
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating

@@ -122,6 +122,21 @@ type Options struct {
 	FillFactor int
 	// SynchronousCommit is the default for transactions (default on).
 	SynchronousCommit SynchronousCommit
+	// EarlyLockRelease selects the order of a synchronous commit; nil means
+	// on. Off is PostgreSQL's order: the commit record is flushed, then
+	// the transaction becomes visible and releases its row locks, so a
+	// row written by every transaction gets one commit per WAL flush. On
+	// (early lock release, as Shore-MT's Aether, made safe for readers by
+	// controlled lock violation, Graefe et al. 2013): the transaction
+	// becomes visible and releases its row locks as soon as its commit
+	// record is in the WAL, then waits for the flush; every transaction
+	// that could have seen or overwritten it, read-only ones included,
+	// waits in Commit (and DB.View) until the WAL is durable past it. In
+	// both orders Commit returns nil only once the commit record is
+	// durable, and no successful Commit has seen a commit that a crash
+	// can lose; with it on, many commits to one row share a flush. See
+	// DB.SetEarlyLockRelease to change it at run time.
+	EarlyLockRelease *bool
 	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):
 	// the group-commit leader waits this long for siblings before it writes
 	// and syncs the WAL, when at least CommitSiblings other transactions are

@@ -51,6 +51,15 @@ type DB struct {
 	av      autovacuumState  // dead-tuple counts and the worker (autovacuum.go)
 
 	syncCommit atomic.Int32 // SynchronousCommit default for new transactions
+	// elr is Options.EarlyLockRelease, changeable at run time;
+	// visibleLSN the highest end of a commit record made visible before
+	// it was durable (elr.go).
+	elr        atomic.Bool
+	visibleLSN atomic.Uint64
+	// earlyCommits counts commits made visible before their flush,
+	// dependencyWaits the transactions that waited for a flush of
+	// commits they depended on.
+	earlyCommits, dependencyWaits atomic.Uint64
 	// commitDelay and commitSiblings mirror the WAL writer's knobs for
 	// the getters.
 	commitDelay, commitSiblings atomic.Int64
@@ -302,6 +311,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		stopBG: make(chan struct{}),
 	}
 	db.syncCommit.Store(int32(opts.SynchronousCommit))
+	db.elr.Store(opts.EarlyLockRelease == nil || *opts.EarlyLockRelease)
 	db.commitDelay.Store(int64(opts.CommitDelay))
 	db.commitSiblings.Store(int64(opts.CommitSiblings))
 	db.targets.reset()
@@ -499,6 +509,13 @@ func (db *DB) closeFiles() error {
 // activity in between.
 type Stats struct {
 	Commits, Aborts uint64
+	// EarlyCommits counts the synchronous commits that became visible and
+	// released their row locks before their commit record was durable
+	// (Options.EarlyLockRelease); DependencyWaits the transactions
+	// (read-only ones included) that, before reporting success, waited
+	// for the WAL to become durable past such a commit they could have
+	// seen or overwritten.
+	EarlyCommits, DependencyWaits uint64
 	// Deadlocks counts row lock waits refused with ErrDeadlock
 	// (PostgreSQL's pg_stat_database.deadlocks).
 	Deadlocks uint64
@@ -579,6 +596,7 @@ type Stats struct {
 func (s Stats) Sub(o Stats) Stats {
 	return Stats{
 		Commits: s.Commits - o.Commits, Aborts: s.Aborts - o.Aborts, Deadlocks: s.Deadlocks - o.Deadlocks,
+		EarlyCommits: s.EarlyCommits - o.EarlyCommits, DependencyWaits: s.DependencyWaits - o.DependencyWaits,
 		WALRecords: s.WALRecords - o.WALRecords, WALBytes: s.WALBytes - o.WALBytes,
 		WALWrites: s.WALWrites - o.WALWrites, WALSyncs: s.WALSyncs - o.WALSyncs,
 		WALFlushRequests: s.WALFlushRequests - o.WALFlushRequests, WALSyncNanos: s.WALSyncNanos - o.WALSyncNanos,
@@ -616,6 +634,7 @@ func (db *DB) Stats() Stats {
 	w, p, c, v := db.wal.Stats(), db.pool.Stats(), db.clog.Stats(), db.vm.Stats()
 	return Stats{
 		Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(), Deadlocks: db.locks.deadlocks.Load(),
+		EarlyCommits: db.earlyCommits.Load(), DependencyWaits: db.dependencyWaits.Load(),
 		WALRecords: w.Records, WALBytes: w.Bytes, WALWrites: w.Writes, WALSyncs: w.Syncs,
 		WALFlushRequests: w.FlushRequests, WALSyncNanos: w.SyncNanos,
 		WALFlushes: w.Flushes, WALSyncLatency: w.SyncLatency, WALCommitsPerSync: w.CommitsPerSync, WALCommitWaitNanos: w.CommitWaitNanos,

@@ -51,6 +51,8 @@
 //
 // # Commit
 //
+// With Options.EarlyLockRelease off, PostgreSQL's order:
+//
 //	insert COMMIT record            (WAL buffer)
 //	wait until WAL durable past it  (synchronous_commit=on; group commit)
 //	CLOG: xid committed
@@ -58,9 +60,50 @@
 //	release row locks               (now writable by others)
 //
 // Nothing is visible to other transactions, and Commit does not return,
-// before the commit record is durable; with synchronous_commit=off, Commit
-// returns before the flush and the WAL writer makes it durable shortly
-// after.
+// before the commit record is durable. A row that every transaction
+// updates then gets one commit per WAL flush, however many wait for it.
+//
+// With early lock release on (the default), a synchronous commit:
+//
+//	insert COMMIT record            (WAL buffer)
+//	CLOG: xid committed, group LSN = the record's end
+//	leave the running table         (now visible to new snapshots)
+//	release row locks               (now writable by others)
+//	wait until WAL durable past it  (Commit returns)
+//
+// and every transaction, read-only ones included, records the highest
+// commit LSN it could have observed: the end of the newest commit released
+// this way, read after each snapshot is taken and after each row lock is
+// granted. Before Commit returns nil (and DB.View, and CommitWait.Wait) it
+// waits until the WAL is durable past that LSN; when the WAL is already
+// flushed there this costs two atomic loads. A writer's own commit record
+// lies after every commit it observed, so its own flush covers them: the
+// transactions of a hot row each find the lock free at once and share
+// flushes. This is Aether's early lock release (VLDB 2010) made safe for
+// readers by controlled lock violation (Graefe et al., SIGMOD 2013).
+//
+// In both orders no caller is told of a commit before its record is
+// durable, and no transaction that saw or overwrote a synchronous commit
+// reports success before that commit is durable, so a crash can lose only
+// commits no caller was told of, directly or through what it read. The
+// promise covers what a transaction read once its Commit returned nil: a
+// value returned by Get inside a transaction that is then rolled back (or
+// whose Commit failed) carries none (Txn.WaitObserved gives it one). If the
+// flush fails, the commit, every transaction that waits for it and every
+// later one that could see it fail with ErrWALSyncFailed, and reopening
+// recovers to the last durable state. The CLOG is set with the record's
+// end as its group LSN, as for an asynchronous commit, so neither a hint
+// bit nor the CLOG page can reach disk before the record is durable.
+//
+// Rejected: tracking the exact commits each transaction read (per tuple
+// xmin, as controlled lock violation describes it per lock). The single
+// global LSN over-approximates (a reader waits for the newest early commit
+// of its snapshot, read or not) but costs one load per snapshot, and the
+// flush it waits for is already under way.
+//
+// With synchronous_commit=off, Commit returns before the flush and the WAL
+// writer makes it durable shortly after; such a commit is visible at once
+// and raises nothing, so readers of it never wait, as in PostgreSQL.
 //
 // # Vacuum
 //

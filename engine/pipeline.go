@@ -11,16 +11,27 @@ import (
 // transactions: a server that has read several write requests of one client
 // and wants them to share one WAL flush instead of waiting for a flush per
 // request. CommitAsync appends the commit record and returns at once; the
-// rest of the commit (the wait for the flush, the CLOG, leaving the running
-// table, releasing the row locks) runs on its own goroutine, in the order of
+// rest of the commit runs on its own goroutine, in the order of
 // docs/DESIGN.md rule 2, and the returned CommitWait reports its outcome.
 //
-// Rule 2 holds unchanged: until the commit record is durable the transaction
-// stays invisible to every snapshot and keeps its row locks, so the caller
-// must not acknowledge it before Wait returns nil. The completion does not
-// depend on the caller: the caller's next transaction may write a key this
-// one wrote, and its Put waits for the row lock exactly as another client's
-// would, until this commit has completed.
+// With early lock release off, the rest is the wait for the flush, the
+// CLOG, leaving the running table and releasing the row locks: until the
+// commit record is durable the transaction stays invisible to every
+// snapshot and keeps its row locks, and the caller's next transaction that
+// writes a key this one wrote waits for the row lock exactly as another
+// client's would, until this commit has completed. With early lock release
+// on (a synchronous commit, and after, if any, already visible),
+// CommitAsync itself makes the transaction visible and releases its row
+// locks before it returns, and only the flush is left: the caller's next
+// transaction of the same key takes the lock at once, its commit record
+// follows this one in the WAL, and a pipeline of writes to one key shares
+// one flush. Either way the caller must not acknowledge the commit before
+// Wait returns nil, and Wait returns nil only once the WAL is durable past
+// the commit record and past every early-released commit the transaction
+// may have seen or overwritten (see Txn.Commit). A transaction that wrote
+// nothing gets a CommitWait that completes when that dependency is
+// durable, at once when it already is: a server holds a read's reply until
+// then.
 //
 // after, if not nil, is an earlier CommitAsync of the same caller: this
 // commit becomes visible (CLOG, running table) only after that one has, so
@@ -34,8 +45,7 @@ import (
 // CommitAsync returns the same errors as Commit does before the commit
 // record exists (ErrTxnDone; the error that aborted the transaction, after
 // rolling back; the context's error, after rolling back; ErrClosed; an
-// error wrapping ErrIOFailure if the record could not be appended). A
-// transaction that wrote nothing returns a CommitWait that is already done.
+// error wrapping ErrIOFailure if the record could not be appended).
 // Errors after the record exists (ErrWALSyncFailed, ErrIOFailure,
 // ErrCorruption) come from Wait, and leave the outcome to recovery, as
 // Commit's do. Close waits for every commit in progress to complete.
@@ -44,36 +54,52 @@ import (
 // record and XLogFlush, with the wait moved off the caller, as pebble's
 // commit pipeline publishes a batch only after its WAL sync.
 //
-// Rejected: releasing the row locks when the commit record is appended
-// (early lock release, as in Shore-MT's Aether). A later transaction of
-// the key would then commit after this one in the WAL, so it could never
-// be durable without it, and a pipeline of writes to one key could share
-// one flush; but it would read this transaction's write before that write
-// is durable, which rule 2 forbids.
+// Early lock release is Aether's (Shore-MT, VLDB 2010), made safe for
+// readers by controlled lock violation (Graefe et al., SIGMOD 2013).
 func (t *Txn) CommitAsync(after *CommitWait) (*CommitWait, error) {
 	st, err := t.end()
+	db, dep := t.db, t.dep
 	if st == nil {
 		if err != nil {
 			return nil, err
 		}
-		w := &CommitWait{done: make(chan struct{})}
-		close(w.done)
+		w := &CommitWait{done: make(chan struct{}), visible: true}
+		if dep == 0 || db.wal.FlushedLSN() >= dep {
+			close(w.done)
+			return w, nil
+		}
+		w.start(db, chainItem{w: w, dep: dep, after: after})
 		return w, nil
 	}
-	db, sync := t.db, t.sync
+	sync := t.sync
 	end, err := db.insertCommit(st)
 	if err != nil {
 		return nil, err
 	}
 	w := &CommitWait{done: make(chan struct{}), lsn: end}
-	it := chainItem{w: w, st: st, end: end, sync: sync, after: after}
+	it := chainItem{w: w, st: st, end: end, sync: sync, after: after, dep: dep}
+	if sync && db.elr.Load() && (after == nil || after.isVisible()) {
+		if err := db.publishEarly(st, end); err != nil {
+			w.err = err
+			close(w.done)
+			return w, nil
+		}
+		it.early, w.visible = true, true
+	}
+	w.start(db, it)
+	return w, nil
+}
+
+// start has it completed by after's chain if that is still running, or by
+// a new chain.
+func (w *CommitWait) start(db *DB, it chainItem) {
+	after := it.after
 	if after != nil && after.chain != nil && after.chain.add(it) {
-		return w, nil
+		return
 	}
 	ch := &commitChain{db: db, queue: []chainItem{it}, running: true}
 	w.chain = ch
 	go ch.run()
-	return w, nil
 }
 
 // commitChain completes a caller's CommitAsync transactions in order on one
@@ -89,13 +115,16 @@ type commitChain struct {
 	running bool        // guarded by mu; false once run has returned
 }
 
-// chainItem is one commit waiting in a commitChain.
+// chainItem is one commit waiting in a commitChain, or (st nil) a
+// transaction without a commit record waiting for its dependency.
 type chainItem struct {
 	w     *CommitWait
 	st    *txnState
 	end   wal.LSN
 	sync  bool
 	after *CommitWait // an earlier commit this one completes after; may be in another chain
+	early bool        // visible and unlocked already (publishEarly); only the flush is left
+	dep   wal.LSN     // the highest early-released commit the transaction may have observed
 }
 
 // add appends it to the chain, and reports false when the chain's
@@ -129,41 +158,58 @@ func (ch *commitChain) run() {
 		ch.mu.Unlock()
 		var lastErr error
 		last := batch[len(batch)-1]
-		if last.sync {
+		if last.sync && last.st != nil {
 			lastErr = ch.db.wal.Flush(last.end)
 		}
 		for i, it := range batch {
 			var err error
-			if it.sync {
+			if it.sync && it.st != nil {
 				if i == len(batch)-1 {
 					err = lastErr
 				} else {
 					err = ch.db.wal.Flush(it.end)
 				}
 			}
-			it.w.complete(ch.db, it.st, err, it.after)
+			it.w.complete(ch.db, it, err)
 		}
 	}
 }
 
 // complete runs the commit's second half once its flush (if any) has ended
-// with err. It holds what insertCommit left held (closeMu and ckptInterlock
-// shared), so a checkpoint cannot choose a redo point past this commit
-// record until the CLOG has it, and Close waits.
-func (w *CommitWait) complete(db *DB, st *txnState, err error, after *CommitWait) {
-	if after != nil {
-		<-after.done
+// with err, then waits for its dependency. It holds what insertCommit left
+// held (closeMu, and ckptInterlock unless the commit was published early),
+// so a checkpoint cannot choose a redo point past this commit record until
+// the CLOG has it, and Close waits.
+func (w *CommitWait) complete(db *DB, it chainItem, err error) {
+	st := it.st
+	if it.after != nil {
+		<-it.after.done
 	}
-	if err != nil {
+	switch {
+	case st == nil:
+		w.err = db.waitDurable(it.dep)
+	case it.early:
+		db.closeMu.RUnlock()
+		if err == nil {
+			// dep lies below end (read before the insert), so a
+			// synchronous commit's flush covered it.
+			err = db.waitDurable(it.dep)
+		}
+		w.err = db.fail(err)
+	case err != nil:
 		db.ckptInterlock.RUnlock()
 		db.closeMu.RUnlock()
 		// The commit record may or may not be durable: the transaction
 		// stays in the running table, invisible, until recovery decides.
 		w.err = db.fail(err)
-	} else {
+	default:
 		// Durable already (or synchronous commit is off): only the
-		// CLOG, the running table and the row locks remain.
+		// CLOG, the running table and the row locks remain, then the
+		// dependency.
 		w.err = db.completeCommit(st, w.lsn, false)
+		if w.err == nil {
+			w.err = db.waitDurable(it.dep)
+		}
 	}
 	close(w.done)
 }
@@ -171,15 +217,32 @@ func (w *CommitWait) complete(db *DB, st *txnState, err error, after *CommitWait
 // CommitWait is a commit in progress, returned by Txn.CommitAsync. Its
 // methods are safe for concurrent use.
 type CommitWait struct {
-	done  chan struct{}
-	lsn   wal.LSN
-	err   error        // set before done is closed
-	chain *commitChain // completing this commit; set before CommitAsync returns
+	done    chan struct{}
+	lsn     wal.LSN
+	err     error        // set before done is closed
+	chain   *commitChain // completing this commit; set before CommitAsync returns
+	visible bool         // visible (or nothing to make visible) when CommitAsync returned
+}
+
+// isVisible reports whether the commit is visible to new snapshots, or
+// has ended otherwise, so that a later commit of the same caller may be
+// published without overtaking it.
+func (w *CommitWait) isVisible() bool {
+	if w.visible {
+		return true
+	}
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Wait returns once the commit has completed: nil means its commit record
-// is durable (with synchronous commit), it is visible to new snapshots and
-// its row locks are released, so it may be acknowledged. Otherwise it
+// is durable (with synchronous commit), every early-released commit it
+// depended on is durable, it is visible to new snapshots and its row locks
+// are released, so it may be acknowledged. Otherwise it
 // returns the commit's error (see CommitAsync), or ctx's error if ctx ends
 // first; the commit then goes on completing, and must not be acknowledged.
 func (w *CommitWait) Wait(ctx context.Context) error {

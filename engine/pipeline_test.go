@@ -89,12 +89,14 @@ func isDone(w *CommitWait) bool {
 	}
 }
 
-// TestCommitAsyncInvisibleUntilDurable holds the WAL sync: a pipeline of
-// commits is appended, but none is visible, none is done and their row
-// locks stay held until the sync completes, after which all complete.
+// TestCommitAsyncInvisibleUntilDurable holds the WAL sync with early lock
+// release off: a pipeline of commits is appended, but none is visible,
+// none is done and their row locks stay held until the sync completes,
+// after which all complete.
 func TestCommitAsyncInvisibleUntilDurable(t *testing.T) {
 	g := newWALGate(vfs.OS{})
-	db := openTest(t, t.TempDir(), Options{FS: g, CheckpointTimeout: -1})
+	off := false
+	db := openTest(t, t.TempDir(), Options{FS: g, CheckpointTimeout: -1, EarlyLockRelease: &off})
 	defer db.Close()
 	mustPut(t, db, "a", "old")
 	g.shut()
@@ -240,12 +242,20 @@ func TestCommitAsyncOrder(t *testing.T) {
 }
 
 // TestCommitAsyncErrors: a transaction already ended, a read-only one, and
-// a WAL sync failure, which every commit of the pipeline reports.
+// a WAL sync failure, which every commit of the pipeline reports. With
+// early lock release off the failed commits were never visible; with it on
+// they were, and a reader that saw them fails its commit.
 func TestCommitAsyncErrors(t *testing.T) {
+	for _, elr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("early_lock_release=%v", elr), func(t *testing.T) { testCommitAsyncErrors(t, elr) })
+	}
+}
+
+func testCommitAsyncErrors(t *testing.T, elr bool) {
 	m := vfs.NewMemFS()
 	ffs := vfs.NewFaultFS(m)
 	// No background WAL writer: the injected failure must hit the commit.
-	db := openTest(t, "/db", Options{FS: ffs, CheckpointTimeout: -1, WALWriterDelay: time.Hour})
+	db := openTest(t, "/db", Options{FS: ffs, CheckpointTimeout: -1, WALWriterDelay: time.Hour, EarlyLockRelease: &elr})
 	defer db.Close()
 	ctx := context.Background()
 
@@ -295,8 +305,18 @@ func TestCommitAsyncErrors(t *testing.T) {
 	}
 	rtx, _ := db.Begin(ctx, TxnOptions{ReadOnly: true})
 	defer rtx.Rollback()
-	if v, err := rtx.Get([]byte("x")); err == nil {
-		t.Fatalf("x = %q visible although its commit failed", v)
+	v, err := rtx.Get([]byte("x"))
+	if !elr {
+		if err == nil {
+			t.Fatalf("x = %q visible although its commit failed", v)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("x not visible after its early-released commit: %v", err)
+	}
+	if err := rtx.Commit(); !errors.Is(err, ErrWALSyncFailed) {
+		t.Fatalf("a reader of a commit whose WAL sync failed committed with %v; want ErrWALSyncFailed", err)
 	}
 }
 

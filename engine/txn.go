@@ -37,6 +37,10 @@ type Txn struct {
 	snap *visibility.Snapshot // the transaction snapshot (REPEATABLE READ), taken at the first statement
 	done bool                 // Commit or Rollback was called
 	err  error                // the error that aborted the transaction, if any
+	// dep is the highest commit LSN the transaction may have observed
+	// (a snapshot or a row lock): Commit returns only once the WAL is
+	// durable up to it (elr.go).
+	dep wal.LSN
 
 	// newVersions counts the versions this transaction placed and
 	// obsoleted those it marked with its xmax: the dead tuples it leaves
@@ -103,10 +107,14 @@ func (t *Txn) snapshot() (snap *visibility.Snapshot, release func()) {
 	if t.opts.Isolation == RepeatableRead {
 		if t.snap == nil {
 			t.snap = t.db.snaps.take(t.db.procs)
+			t.noteDependency()
 		}
 		return t.snap, func() {}
 	}
 	snap = t.db.snaps.take(t.db.procs)
+	// After the snapshot: every commit it sees raised visibleLSN
+	// before it left the running table.
+	t.noteDependency()
 	return snap, func() { t.db.snaps.release(snap) }
 }
 
@@ -284,6 +292,10 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	if err := db.locks.acquire(t.ctx, key, t.st, db.opts.LockTimeout, db.closing); err != nil {
 		return err
 	}
+	// The key's newest version, read below under the lock, may be an
+	// early-released commit whose holder this transaction waited for, or
+	// one that released the lock before: either raised visibleLSN first.
+	t.noteDependency()
 	// From here on no other transaction can add a version of key until
 	// this one ends. The closeMu read lock keeps Close from tearing down
 	// the WAL and buffer pool under us; it is never held across a lock wait.
@@ -402,15 +414,28 @@ func truncKey(k []byte) []byte {
 }
 
 // Commit makes the transaction's writes durable and visible, in the order
-// docs/DESIGN.md rule 2 fixes: the commit record is inserted into the WAL; with
-// synchronous commit Commit waits until the WAL is durable past it (sharing
-// one fsync with concurrent committers); then the CLOG marks the xid
-// committed; then the xid leaves the running table; then the row locks are
-// released. A transaction that placed no version (read-only, or whose
-// writes changed nothing, such as deletes of missing keys) writes no commit
-// record; it releases its row locks and, when synchronous, waits for a
-// flush only if the WAL holds records not yet durable (asynchronous commits
-// before it, see flushBeforeNoXidAck).
+// docs/DESIGN.md rule 2 fixes. With early lock release off (PostgreSQL's
+// order): the commit record is inserted into the WAL; with synchronous
+// commit Commit waits until the WAL is durable past it (sharing one fsync
+// with concurrent committers); then the CLOG marks the xid committed; then
+// the xid leaves the running table; then the row locks are released. With
+// early lock release on (Options.EarlyLockRelease), a synchronous commit
+// marks the CLOG, leaves the running table and releases its row locks
+// right after inserting the record, and waits for the flush last; either
+// way Commit returns nil only once the record is durable. A transaction
+// that placed no version (read-only, or whose writes changed nothing, such
+// as deletes of missing keys) writes no commit record; it releases its row
+// locks and, when synchronous, waits for a flush only if the WAL holds
+// records not yet durable (asynchronous commits before it, see
+// flushBeforeNoXidAck).
+//
+// Whatever it wrote, every transaction, read-only or not, synchronous or
+// not, waits before Commit returns nil until the WAL is durable past every
+// early-released commit it may have seen (in a snapshot) or overwritten
+// (under a row lock): a value read in a transaction is promised durable
+// once Commit has returned nil. The wait costs nothing when the WAL is
+// already flushed there, which it always is with early lock release off.
+// If that flush fails, Commit returns ErrWALSyncFailed.
 //
 // Commit returns ErrTxnDone if the transaction already ended, the error that
 // aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
@@ -422,9 +447,12 @@ func truncKey(k []byte) []byte {
 func (t *Txn) Commit() error {
 	st, err := t.end()
 	if st == nil {
-		return err
+		if err != nil {
+			return err
+		}
+		return t.db.waitDurable(t.dep)
 	}
-	return t.db.commit(st, t.sync)
+	return t.db.commit(st, t.sync, t.dep)
 }
 
 // end marks the transaction ended for Commit and CommitAsync. It returns
@@ -511,12 +539,34 @@ func timestampPayload() []byte {
 	return binary.LittleEndian.AppendUint64(nil, uint64(time.Now().UnixMicro()))
 }
 
-func (db *DB) commit(st *txnState, sync bool) error {
+// commit writes st's commit record and completes the commit, in the order
+// that early lock release selects (rule 2), then waits for the WAL to be
+// durable past dep, the highest commit the transaction may have observed.
+func (db *DB) commit(st *txnState, sync bool, dep wal.LSN) error {
 	end, err := db.insertCommit(st)
 	if err != nil {
 		return err
 	}
-	return db.completeCommit(st, end, sync)
+	if sync && db.elr.Load() {
+		if err := db.publishEarly(st, end); err != nil {
+			return err
+		}
+		// dep was read before the record was inserted, so it lies at
+		// or below end: one flush makes both durable.
+		err = db.wal.Flush(max(end, dep))
+		db.closeMu.RUnlock()
+		if err != nil {
+			// Visible already, and perhaps seen: every transaction
+			// that depends on it now fails its own wait the same way,
+			// and the database takes no more writes.
+			return db.fail(err)
+		}
+		return nil
+	}
+	if err := db.completeCommit(st, end, sync); err != nil {
+		return err
+	}
+	return db.waitDurable(dep)
 }
 
 // insertCommit appends st's commit record. On success it returns with
@@ -545,8 +595,9 @@ func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
 }
 
 // completeCommit is the rest of a commit whose record ends at end, in the
-// order of rule 2: the flush (with sync), the CLOG, the running table, the
-// row locks. It releases the locks insertCommit left held.
+// order of rule 2 with early lock release off (and for asynchronous
+// commits): the flush (with sync), the CLOG, the running table, the row
+// locks. It releases the locks insertCommit left held.
 func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
 	var err error
 	if sync {
@@ -624,7 +675,10 @@ func (db *DB) Update(ctx context.Context, fn func(*Txn) error) error {
 }
 
 // View runs fn in a read-only REPEATABLE READ transaction, retrying as
-// Update does.
+// Update does. It returns, whether with nil or with fn's error, only once
+// every commit fn's snapshot could see is durable (see Txn.Commit), so what
+// fn read survives a crash; if that flush fails it returns
+// ErrWALSyncFailed instead of fn's error.
 func (db *DB) View(ctx context.Context, fn func(*Txn) error) error {
 	return db.run(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true}, fn)
 }
@@ -640,6 +694,12 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 			t.Rollback()
 			if retryable(err) {
 				continue
+			}
+			// What fn returns may rest on what it read (ErrNotFound
+			// for a key an early-released commit deleted): it is
+			// returned only once that is durable too.
+			if werr := db.waitDurable(t.dep); werr != nil {
+				return werr
 			}
 			return err
 		}

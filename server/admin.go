@@ -49,6 +49,23 @@ var knobs = map[string]knob{
 			return nil
 		},
 	},
+	// early_lock_release: a synchronous commit releases its row locks
+	// when its commit record is in the WAL (on) or when it is durable
+	// (off); replies wait for durability either way.
+	"early_lock_release": {
+		get: func(s *Server) string { return map[bool]string{true: "on", false: "off"}[s.db.EarlyLockRelease()] },
+		set: func(s *Server, v string) error {
+			switch strings.ToLower(v) {
+			case "on", "true", "yes", "1":
+				s.db.SetEarlyLockRelease(true)
+			case "off", "false", "no", "0":
+				s.db.SetEarlyLockRelease(false)
+			default:
+				return fmt.Errorf("argument must be 'on' or 'off'")
+			}
+			return nil
+		},
+	},
 	"commit_delay": {
 		get: func(s *Server) string {
 			if d := s.db.CommitDelay(); d != engine.CommitDelayAuto {
@@ -494,6 +511,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		"loading:0",
 		"aof_enabled:1",
 		"synchronous_commit:"+knobs["synchronous_commit"].get(s),
+		"early_lock_release:"+knobs["early_lock_release"].get(s),
 		fmt.Sprintf("recovery_redo_lsn:%d", rec.RedoLSN),
 		fmt.Sprintf("recovery_end_lsn:%d", rec.EndLSN),
 		fmt.Sprintf("recovery_records:%d", rec.Records),
@@ -532,6 +550,8 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	}
 	section("mvkv",
 		fmt.Sprintf("commits:%d", st.Commits),
+		fmt.Sprintf("early_commits:%d", st.EarlyCommits),
+		fmt.Sprintf("dependency_waits:%d", st.DependencyWaits),
 		fmt.Sprintf("aborts:%d", st.Aborts),
 		fmt.Sprintf("wal_records:%d", st.WALRecords),
 		fmt.Sprintf("wal_bytes:%d", st.WALBytes),

@@ -236,9 +236,11 @@ func (c *conn) flush() error {
 // begin starts an engine transaction at isolation level iso (see doc.go,
 // "Isolation", for which command runs at which) with the server's current
 // synchronous_commit. With it on, Commit returns only after the commit
-// record is durable and the transaction becomes visible, and its row
-// locks are released, only then (rule 2 of the design); with it off,
-// Commit returns when the commit record is in the WAL buffer.
+// record is durable, and after every write the transaction read or
+// overwrote is durable (rule 2 of the design; with early lock release off
+// the transaction also becomes visible and releases its row locks only
+// then); with it off, Commit returns when the commit record is in the WAL
+// buffer.
 func (c *conn) begin(write bool, iso engine.IsolationLevel) (*engine.Txn, error) {
 	sc := engine.SynchronousCommit(c.s.syncCommit.Load())
 	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: iso, ReadOnly: !write, SynchronousCommit: &sc})
@@ -502,7 +504,13 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			err = cmd.fn(x, args)
 			c.out = x.out
 			switch {
-			case err != nil || x.failed:
+			case err == nil && x.failed:
+				// An error reply may tell what the command read (a
+				// value that is not an integer): like a result, it
+				// waits until what it read is durable.
+				c.rollback(tx)
+				err = tx.WaitObserved()
+			case err != nil:
 				c.rollback(tx)
 			case cmd.flags&flagPipeline != 0 && c.pipelining():
 				err = c.commitPipelined(tx, mark)

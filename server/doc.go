@@ -120,20 +120,25 @@
 //
 // With synchronous_commit on (the default), every write transaction, a
 // single command or an EXEC block, commits synchronously, exactly as an
-// embedding program's would (docs/DESIGN.md, rule 2): Commit appends the
-// commit record, waits until the WAL is durable past it, and only then
-// marks the transaction committed and releases its row locks. So no reply
-// acknowledges a write, and no other client can read it (and show it to
-// its own client), before its commit record is durable; a crash loses no
-// write anyone has seen. A read-only command writes no commit record and
-// waits for nothing.
-//
-// What it costs: a transaction holds its row locks until its commit
-// record is durable, as PostgreSQL does, so writers of one hot key (as
-// redis-benchmark without -r) queue behind each other and that key takes
-// about one commit per WAL flush (per fsync). Writers of different keys do
-// not wait for each other: their commits share flushes through the
-// engine's group commit, so throughput grows with the number of clients.
+// embedding program's would (docs/DESIGN.md, rule 2). With early lock
+// release on (the default; `mvkv serve --early-lock-release`, CONFIG SET
+// early_lock_release), Commit appends the commit record, marks the
+// transaction committed, releases its row locks and then waits until the
+// WAL is durable past the record; a command that read or overwrote such a
+// write (a GET, an INCR, an error reply such as "value is not an integer")
+// has its reply held until the WAL is durable past that write too. So no
+// reply acknowledges a write, and no reply shows a write to any client,
+// before its commit record is durable; a crash loses no write anyone has
+// seen. Meanwhile the row locks are free: writers of one hot key (as
+// redis-benchmark without -r) each take the lock at once, and their
+// commits share WAL flushes. With early lock release off, PostgreSQL's
+// order: the transaction holds its row locks, invisible, until its commit
+// record is durable, so writers of one hot key queue behind each other and
+// that key takes about one commit per WAL flush (per fsync). A read-only
+// command writes no commit record and waits only for writes it could have
+// seen that are not yet durable. Writers of different keys never wait for
+// each other: their commits share flushes through the engine's group
+// commit, so throughput grows with the number of clients.
 //
 // A pipeline shares flushes too. While more requests of the connection
 // are already read (buffered), a write that reads nothing but the keys it
@@ -152,9 +157,10 @@
 // each, and still no reply and no visibility precedes durability. Any
 // other command (a read, WATCH, an EXEC that reads, CONFIG, ...) first
 // waits for the pending commits, so it sees the connection's own writes.
-// A write of a key an earlier pending write holds waits for that commit
-// (its row lock), so a pipeline of writes to one key still takes one
-// flush per write.
+// With early lock release on, a pending write has released its row locks
+// already, so a pipeline of writes to one key shares one flush; with it
+// off, a write of a key an earlier pending write holds waits for that
+// commit (its row lock), and such a pipeline takes one flush per write.
 //
 // With synchronous_commit off (Config.SynchronousCommit, `mvkv serve
 // --synchronous-commit off`, or CONFIG SET synchronous_commit off), writes

@@ -118,14 +118,15 @@ func noReplyYet(t *testing.T, r *raw, what string) {
 }
 
 // TestCommitVisibleOnlyWhenDurable is the server's side of docs/DESIGN.md
-// rule 2: with synchronous_commit on, a write (a single command or an EXEC
-// block) is neither replied to nor visible to another client before its
-// commit record is durable. With the WAL's fsyncs held, client A's SET is
-// in flight; client B must still read the old value, and A's reply comes
-// only once the sync is let through.
+// rule 2 with early lock release off: with synchronous_commit on, a write
+// (a single command or an EXEC block) is neither replied to nor visible to
+// another client before its commit record is durable. With the WAL's
+// fsyncs held, client A's SET is in flight; client B must still read the
+// old value, and A's reply comes only once the sync is let through.
 func TestCommitVisibleOnlyWhenDurable(t *testing.T) {
 	g := newGateFS()
-	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour})
+	off := false
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &off})
 	defer g.open() // before the cleanup's shutdown checkpoint
 	a, b := ts.raw(t), ts.raw(t)
 	a.cmd("SET", "k", "old")
@@ -167,6 +168,86 @@ func TestCommitVisibleOnlyWhenDurable(t *testing.T) {
 	b.expect("*2\r\n$5\r\nnewer\r\n$1\r\n1\r\n")
 }
 
+// TestEarlyLockReleaseReplies is rule 2 with early lock release on: while
+// the WAL sync is held, client A's SET is visible but not replied to;
+// client B's GET, which reads it, gets no reply either, nor does client
+// C's INCR of a key A's MULTI block wrote, or C's error reply from
+// INCR of a value that is not an integer; once the sync is let through,
+// all are answered with the new values.
+func TestEarlyLockReleaseReplies(t *testing.T) {
+	g := newGateFS()
+	on := true
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &on})
+	defer g.open() // before the cleanup's shutdown checkpoint
+	a, b, c, d := ts.raw(t), ts.raw(t), ts.raw(t), ts.raw(t)
+	a.cmd("SET", "k", "old")
+	a.expect("+OK\r\n")
+
+	g.shut()
+	before := ts.db.Stats()
+	a.cmd("MULTI")
+	a.expect("+OK\r\n")
+	a.cmd("SET", "k", "new")
+	a.expect("+QUEUED\r\n")
+	a.cmd("SET", "ctr", "41")
+	a.expect("+QUEUED\r\n")
+	a.cmd("EXEC")
+	waitCommitInFlight(t, ts, g, before)
+	b.cmd("GET", "k")
+	c.cmd("INCR", "ctr")
+	d.cmd("INCR", "k")
+	noReplyYet(t, a, "EXEC")
+	noReplyYet(t, b, "GET of an undurable write")
+	noReplyYet(t, c, "INCR of an undurable write")
+	noReplyYet(t, d, "error reply about an undurable write")
+	g.open()
+	a.expect("*2\r\n+OK\r\n+OK\r\n")
+	b.expect("$3\r\nnew\r\n")
+	c.expect(":42\r\n")
+	d.expect("-ERR value is not an integer or out of range\r\n")
+	if st := ts.db.Stats().Sub(before); st.EarlyCommits < 2 {
+		t.Fatalf("%d early commits; want the EXEC's and the INCR's", st.EarlyCommits)
+	}
+}
+
+// TestPipelineOneKeySharesFlush: with early lock release on, a client's
+// pipeline of increments of one key commits without waiting for any
+// flush (each finds the row lock free), no reply is sent while the WAL
+// sync is held, and once it is let through a few syncs cover them all:
+// with early lock release off each would take its own.
+func TestPipelineOneKeySharesFlush(t *testing.T) {
+	g := newGateFS()
+	on := true
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, WALFlusher: "serial", EarlyLockRelease: &on})
+	defer g.open()
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("PING")
+	a.expect("+PONG\r\n")
+	const n = 64
+	req := strings.Repeat("*2\r\n$4\r\nINCR\r\n$3\r\nctr\r\n", n)
+	g.shut()
+	before := ts.db.Stats()
+	a.send(req)
+	deadline := time.Now().Add(20 * time.Second)
+	for ts.db.Stats().Sub(before).EarlyCommits < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pipelined increments of one key committed while the WAL sync was held", ts.db.Stats().Sub(before).EarlyCommits, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.cmd("GET", "ctr")
+	noReplyYet(t, a, "pipelined INCR")
+	noReplyYet(t, b, "GET of undurable increments")
+	g.open()
+	for i := range n {
+		a.expect(fmt.Sprintf(":%d\r\n", i+1))
+	}
+	b.expect(fmt.Sprintf("$2\r\n%d\r\n", n))
+	if d := ts.db.Stats().Sub(before); d.Commits != n || d.WALSyncs > 3 {
+		t.Fatalf("%d commits with %d WAL syncs; want %d commits with at most 3", d.Commits, d.WALSyncs, n)
+	}
+}
+
 // TestAsyncCommitRepliesBeforeDurable: with synchronous_commit off, a write
 // is replied to and visible without waiting for any WAL sync (so the reply
 // does not mean it is durable).
@@ -195,8 +276,10 @@ func TestPipelineGroupCommit(t *testing.T) {
 	g := newGateFS()
 	// The serial flusher, so that the count of syncs measures the
 	// pipeline's sharing: the pipelined one overlaps a sync per round by
-	// design while the first is held.
-	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, WALFlusher: "serial"})
+	// design while the first is held. Early lock release off, so that the
+	// writes stay invisible (see TestEarlyLockReleaseReplies for on).
+	off := false
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, WALFlusher: "serial", EarlyLockRelease: &off})
 	defer g.open()
 	a, b := ts.raw(t), ts.raw(t)
 	a.cmd("PING")

@@ -91,6 +91,12 @@ Target options:
   --clog-group-update=on|off
                            engine's CLOG group update of commit statuses
                            (default: on)
+  --early-lock-release=on|off
+                           engine's commit order: on releases a synchronous
+                           commit's row locks once its record is in the WAL
+                           (readers of it wait for its flush before they
+                           commit); off is PostgreSQL's, once it is durable
+                           (default: on)
   --autovacuum=on|off      engine's autovacuum (default: on)
   --autovacuum-naptime=SECONDS|DURATION
                            engine's autovacuum_naptime: how often autovacuum
@@ -117,8 +123,9 @@ Sweep options:
   --sweep=NAME=V1,V2,...   run every value of a knob; repeat the option to
                            run the cross product. Knobs: clients,
                            commit_delay, commit_siblings, wal_flusher,
-                           synchronous_commit, target, fsync_latency,
-                           disk_rotation, vm (crash-safe,unlogged), clog
+                           synchronous_commit, early_lock_release, target,
+                           fsync_latency, disk_rotation, vm
+                           (crash-safe,unlogged), clog
                            (global, bank, global+group, bank+group: the two
                            CLOG options above together). Prints one table (tps, calc =
                            clients x sync rate of the disk model, ratio,
@@ -225,6 +232,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&fresh, "fresh", false, "")
 	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
+	var earlyLockRelease string
+	fs.StringVar(&earlyLockRelease, "early-lock-release", "on", "")
 	fs.StringVar(&autovacuum, "autovacuum", "on", "")
 	fs.StringVar(&autovacuumNaptime, "autovacuum-naptime", "", "")
 	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 0, "")
@@ -306,6 +315,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	groupOn, err := bench.ParseOnOff(clogGroup)
 	if err != nil {
 		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
+	}
+	elrOn, err := bench.ParseOnOff(earlyLockRelease)
+	if err != nil {
+		return fail("invalid --early-lock-release %q (want on or off)", earlyLockRelease)
 	}
 	autovacuumOn, err := bench.ParseOnOff(autovacuum)
 	if err != nil {
@@ -393,6 +406,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			RESPMode:              respMode,
 			CLOGLocking:           clogLocking,
 			CLOGGroupUpdateOff:    !groupOn,
+			EarlyLockReleaseOff:   !elrOn,
 			VisibilityMap:         visibilityMap,
 			AutovacuumOff:         !autovacuumOn,
 			AutovacuumNaptime:     naptime,

@@ -85,6 +85,14 @@ Engine options:
                            (default: bank)
   --clog-group-update=on|off
                            CLOG group update of statuses (default: on)
+  --early-lock-release=on|off
+                           on: a synchronous commit is visible and releases
+                           its row locks once its commit record is in the
+                           WAL, and is replied to once it is durable; a
+                           reply that read it also waits until then, so
+                           many writes of one key share a WAL flush. off:
+                           PostgreSQL's order, visible only once durable
+                           (default: on)
   --autovacuum=on|off      autovacuum (default: on)
   --autovacuum-naptime=SEC|DURATION
                            autovacuum_naptime: how often autovacuum checks
@@ -191,6 +199,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.IntVar(&clogBuffers, "clog-buffers", 0, "")
 	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
 	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
+	var earlyLockRelease string
+	fs.StringVar(&earlyLockRelease, "early-lock-release", "on", "")
 	fs.StringVar(&autovacuum, "autovacuum", "on", "")
 	fs.StringVar(&naptime, "autovacuum-naptime", "60", "")
 	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 50, "")
@@ -295,6 +305,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if err != nil {
 		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
 	}
+	elrOn, err := bench.ParseOnOff(earlyLockRelease)
+	if err != nil {
+		return fail("invalid --early-lock-release %q (want on or off)", earlyLockRelease)
+	}
 	segBytes, err := parseSize(segSize)
 	if err != nil || segBytes < 1<<20 || segBytes > 1<<30 || segBytes&(segBytes-1) != 0 {
 		return fail("invalid --wal-segment-size %q (a power of two from 1MB to 1GB)", segSize)
@@ -384,6 +398,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		CLOGBuffers:       clogBuffers,
 		CLOGLocking:       clogLocking,
 		CLOGGroupUpdate:   &groupUpdate,
+		EarlyLockRelease:  &elrOn,
 		Autovacuum:        &autovacuumOn,
 		AutovacuumNaptime: napDuration,
 		VisibilityMap:     visibilityMap,
