@@ -231,7 +231,8 @@ func runPower(ctx context.Context, cfg Config) (Result, error) {
 		fsys.SetOpHook(func(p vfs.CrashPoint) {
 			mu.Lock()
 			defer mu.Unlock()
-			if len(points) >= len(targets) || p.Op.Index != targets[len(points)] {
+			// At or after the target: two targets may be equal.
+			if len(points) >= len(targets) || p.Op.Index < targets[len(points)] {
 				return
 			}
 			mode := crashModes[crng.IntN(len(crashModes))]
