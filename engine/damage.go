@@ -207,3 +207,55 @@ func errCLOGLost(err error) error {
 	}
 	return err
 }
+
+// scanForZeroedPages is Open's zeroed-page check when the index came from
+// the index file: the same reads as checkZeroedHeapPages, after Open
+// returned, so that opening does not wait for a read of the whole heap, yet
+// a page lost to zeros is logged at once with its file and block and the
+// keys whose newest version the index places on it, rather than found by
+// the first read of it. It reads the files directly (not through the
+// buffer pool, whose working set it would evict), writes nothing, and
+// stops at Close.
+func (db *DB) scanForZeroedPages(written uint32) {
+	defer db.bgWG.Done()
+	page := make([]byte, heap.PageSize)
+	zeroed := map[uint32]bool{}
+	var first []string
+	for blk := uint32(0); blk < written; blk++ {
+		select {
+		case <-db.stopBG:
+			return
+		default:
+		}
+		err := db.storage.ReadBlock(blk, page)
+		if err == nil || !isZeroPageErr(err) {
+			continue // other damage is reported where the page is read
+		}
+		zeroed[blk] = true
+		if len(first) < maxZeroListed {
+			seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
+			first = append(first, fmt.Sprintf("%s at offset %d (block %d)", filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk))
+		}
+	}
+	db.zeroScanDone.Store(true)
+	if len(zeroed) == 0 {
+		return
+	}
+	lost := 0
+	db.idx.mu.RLock()
+	db.idx.tree.Ascend(func(e *indexEntry) bool {
+		if t := e.headTID(); t.Valid() && zeroed[t.Block] {
+			lost++
+		}
+		return true
+	})
+	db.idx.mu.RUnlock()
+	db.stats.zeroedPages.Store(uint64(len(zeroed)))
+	db.logger.Error("heap pages of zeros below the length the last checkpoint wrote: data lost",
+		"pages", len(zeroed), "first", strings.Join(first, ", "), "keysLost", lost,
+		"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify lists them")
+}
+
+// isZeroPageErr reports whether a heap read failed for a page of zeros
+// below the written length.
+func isZeroPageErr(err error) bool { return errors.Is(err, heap.ErrZeroedPage) }

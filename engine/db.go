@@ -104,6 +104,7 @@ type DB struct {
 		commits, aborts, checkpoints, fpis atomic.Uint64
 		hintBitsSet, hintHits              atomic.Uint64
 		indexFileKeys, indexFileBytes      atomic.Uint64
+		zeroedPages                        atomic.Uint64
 		// prunesByUpdate and prunesByRead count pages pruned by a writer
 		// that found a page full and by a reader (pruneheap.go),
 		// prunedByUpdate and prunedByRead the versions they freed.
@@ -122,6 +123,8 @@ type DB struct {
 	// ckptEnd is the WAL position just past the last checkpoint's record:
 	// while nothing is inserted after it, a checkpoint has nothing to do.
 	ckptEnd atomic.Uint64
+	// zeroScanDone is set when Open's background zeroed-page scan ended.
+	zeroScanDone atomic.Bool
 	// redoTouched lists the blocks redo changed, during Open only.
 	redoTouched map[uint32]struct{}
 }
@@ -149,6 +152,12 @@ type RecoveryInfo struct {
 	IndexRebuildReason string
 	// IndexKeys is the number of keys in the index after Open.
 	IndexKeys int
+	// WrittenBlocks is the heap length the last checkpoint wrote; pages
+	// of zeros below it are damage. CheckedBlocks of them were read for
+	// that before Open returned: all with a heap scan, none with the
+	// index file, in which case a background scan reads them after Open
+	// and logs any it finds, with the keys the index places on them.
+	WrittenBlocks, CheckedBlocks uint32
 	// RedoTime is the time spent replaying the WAL, IndexTime the time
 	// spent loading the index file (or rebuilding the index from the
 	// heap), both within Duration.
@@ -324,6 +333,10 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.bgWG.Add(1)
 	go db.checkpointer()
+	if db.recovery.IndexFromFile && db.recovery.CheckedBlocks < db.recovery.WrittenBlocks {
+		db.bgWG.Add(1)
+		go db.scanForZeroedPages(db.recovery.WrittenBlocks)
+	}
 	if opts.Autovacuum == nil || *opts.Autovacuum {
 		db.bgWG.Add(1)
 		go db.autovacuumWorker()

@@ -107,10 +107,12 @@ func (db *DB) recover(ctrl controlData) error {
 		// Reading every page costs what the index file saves: with a
 		// usable one, a zeroed page is reported when it is first read
 		// instead (SetWritten below).
+		db.recovery.WrittenBlocks = uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks())))
 		if !db.indexFileLooksUsable(ctrl, ckpts) {
 			if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
 				return err
 			}
+			db.recovery.CheckedBlocks = db.recovery.WrittenBlocks
 		}
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
@@ -200,6 +202,7 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 	}
 	db.recovery = RecoveryInfo{
+		WrittenBlocks: db.recovery.WrittenBlocks, CheckedBlocks: db.recovery.CheckedBlocks,
 		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),

@@ -1,16 +1,20 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"mvkv/internal/heap"
 )
@@ -69,9 +73,18 @@ func testZeroedHeapPage(t *testing.T, indexFile bool) {
 	want := fmt.Sprintf("%s at offset %d (block %d)", file, off, victim)
 	if indexFile {
 		before := dirDigest(t, dir)
-		db, err := Open(dir, Options{Autovacuum: noAutovacuum})
+		var logged syncBuffer
+		db, err := Open(dir, Options{Autovacuum: noAutovacuum, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 		if err != nil {
 			t.Fatalf("Open with an index file: %v", err)
+		}
+		// Open does not wait for the heap to be read; its background
+		// scan logs the page and the keys lost.
+		for !db.zeroScanDone.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		if l := logged.String(); !strings.Contains(l, want) || !strings.Contains(l, "keysLost=") || strings.Contains(l, "keysLost=0 ") {
+			t.Fatalf("log after Open: %s", l)
 		}
 		rep, err := db.Verify()
 		if err != nil {
@@ -126,4 +139,22 @@ func get2(db *DB, key string) (val []byte, ok bool, err error) {
 		return err
 	})
 	return val, val != nil, err
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

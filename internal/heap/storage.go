@@ -167,7 +167,7 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		return fmt.Errorf("%s at offset %d (block %d): %w", f.Name(), off, block, err)
 	}
 	if block < s.written.Load() && IsNew(p) {
-		return fmt.Errorf("%w: %s at offset %d (block %d): page of zeros below the %d blocks a checkpoint wrote", ErrCorrupt, f.Name(), off, block, s.written.Load())
+		return fmt.Errorf("%w: %s at offset %d (block %d), below the %d blocks a checkpoint wrote", ErrZeroedPage, f.Name(), off, block, s.written.Load())
 	}
 	return nil
 }
@@ -366,3 +366,7 @@ func (s *Storage) Close() error {
 	}
 	return first
 }
+
+// ErrZeroedPage is ReadBlock's error for a page of zeros below the length
+// a checkpoint wrote (SetWritten). It matches ErrCorrupt too.
+var ErrZeroedPage = fmt.Errorf("%w: page of zeros", ErrCorrupt)
