@@ -196,6 +196,13 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN) (keys uint64, size int64, err e
 		return 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
 	size = indexHeaderSize + cw.n + 4
+	// Rule 1 for the file: a head it names was set after its record was
+	// inserted, possibly after this checkpoint's record, and that record
+	// must be durable before the file is, or a crash would leave the file
+	// naming a version the WAL never held and no page has.
+	if err := db.flushWAL(uint64(db.wal.InsertLSN())); err != nil {
+		return 0, 0, err
+	}
 	if err := f.Sync(); err != nil {
 		return 0, 0, fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, tmp, err)
 	}
