@@ -346,3 +346,49 @@ func indexTestDBForFuzz() (*vfs.MemFS, *DB) {
 	}
 	return m, db
 }
+
+// TestIndexFileNamesOnlyDurableVersions: writers with asynchronous commits
+// run while checkpoints write the index file; a crash copy taken right
+// after each checkpoint (what was not synced dropped) must open and read
+// every key. An index file made durable before the WAL records of the
+// heads it names would name versions no page holds after the crash.
+func TestIndexFileNamesOnlyDurableVersions(t *testing.T) {
+	m, db := indexTestDB(t)
+	defer db.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	off := SyncCommitOff
+	done := make(chan struct{})
+	for w := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; ctx.Err() == nil; i++ {
+				tx, err := db.Begin(ctx, TxnOptions{SynchronousCommit: &off})
+				if err != nil {
+					return
+				}
+				_ = tx.Put([]byte(fmt.Sprintf("w%d-%03d", w, i%300)), []byte(fmt.Sprintf("v%d", i)))
+				if tx.Commit() != nil {
+					return
+				}
+			}
+		}()
+	}
+	for round := range 15 {
+		if err := db.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		c := m.CrashCopy(vfs.DropUnsynced, nil)
+		cdb, err := Open("/db", Options{FS: c, CheckpointTimeout: -1, SharedBuffers: 2 << 20})
+		if err != nil {
+			t.Fatalf("round %d: open: %v", round, err)
+		}
+		if _, err := scanState(cdb); err != nil {
+			t.Fatalf("round %d: scan after the crash (index from file %v): %v", round, cdb.Recovery().IndexFromFile, err)
+		}
+		cdb.Close()
+	}
+	cancel()
+	<-done
+	<-done
+}
