@@ -1165,21 +1165,8 @@ func cmdMGet(x *execCtx, args [][]byte) error {
 }
 
 func cmdMSet(x *execCtx, args [][]byte) error {
-	if len(args)%2 != 1 {
-		x.errorf("ERR wrong number of arguments for 'mset' command")
+	if !x.checkPairs(args, "mset") {
 		return nil
-	}
-	// Check every key first: inside EXEC there is no rolling back part
-	// of a command.
-	for i := 1; i < len(args); i += 2 {
-		if !x.checkKey(args[i]) {
-			return nil
-		}
-		if len(args[i+1]) > engine.MaxValueSize {
-			x.out = appendEngineError(x.out, engine.ErrTooLarge)
-			x.failed = true
-			return nil
-		}
 	}
 	for _, i := range sortedPairs(args) {
 		if err := x.tx.Put(args[i], encodeValue(args[i+1], 0)); err != nil {
@@ -1443,4 +1430,27 @@ func cmdVacuum(x *execCtx, _ [][]byte) error {
 	}
 	x.ok()
 	return nil
+}
+
+// checkPairs checks the key-value pairs of MSET or MSETNX (args[0] is the
+// command name) before anything is written, since inside EXEC there is no
+// rolling back part of a command: an odd count is Redis's arity error, a
+// bad key or a value over the engine's limit its own error. It reports
+// whether the command may go on; when not, the error reply is written.
+func (x *execCtx) checkPairs(args [][]byte, name string) bool {
+	if len(args)%2 != 1 {
+		x.errorf("ERR wrong number of arguments for '%s' command", name)
+		return false
+	}
+	for i := 1; i < len(args); i += 2 {
+		if !x.checkKey(args[i]) {
+			return false
+		}
+		if len(args[i+1]) > engine.MaxValueSize {
+			x.out = appendEngineError(x.out, engine.ErrTooLarge)
+			x.failed = true
+			return false
+		}
+	}
+	return true
 }

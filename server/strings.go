@@ -358,19 +358,8 @@ func cmdSetRange(x *execCtx, args [][]byte) error {
 // cmdMSetNX sets every key, or none if any of them exists: 1 or 0. It
 // runs at REPEATABLE READ after locking all its keys (flagSnapshot).
 func cmdMSetNX(x *execCtx, args [][]byte) error {
-	if len(args)%2 != 1 {
-		x.errorf("ERR wrong number of arguments for 'msetnx' command")
+	if !x.checkPairs(args, "msetnx") {
 		return nil
-	}
-	for i := 1; i < len(args); i += 2 {
-		if !x.checkKey(args[i]) {
-			return nil
-		}
-		if len(args[i+1]) > engine.MaxValueSize {
-			x.out = appendEngineError(x.out, engine.ErrTooLarge)
-			x.failed = true
-			return nil
-		}
 	}
 	for i := 1; i < len(args); i += 2 {
 		v, err := x.get(args[i])
