@@ -405,7 +405,10 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 		delay := 50*time.Millisecond + time.Duration(rng.Int64N(int64(800*time.Millisecond)))
 		wctx, cancel := context.WithCancel(ctx)
 		go func() {
-			time.Sleep(delay)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done(): // interrupted: the server goes at once
+			}
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
 			// Answers still on the way are lost with the process; stop
@@ -414,6 +417,15 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 		}()
 		runWorkload(wctx, func(i int) Target { return RESPTarget{clients[i]} }, h, gens, stop)
 		cancel()
+		// The server must be gone before its directory is checked (the
+		// workload returns early when interrupted).
+		<-stop
+		if ctx.Err() != nil {
+			for _, cl := range clients {
+				cl.Close()
+			}
+			return res, nil
+		}
 		for _, cl := range clients {
 			cl.Close()
 		}

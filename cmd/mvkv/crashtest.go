@@ -124,6 +124,14 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	took := time.Since(start).Round(time.Millisecond)
+	if ctx.Err() != nil && len(res.Problems) == 0 {
+		fmt.Fprintf(stdout, "INTERRUPTED: mode %s, %d cycles, %d crash points, %d operations, %s, seed %d: no verdict\n", mode, res.Cycles, res.Crashes, res.Ops, took, seed)
+		return 1
+	}
+	if res.Pass && res.Crashes == 0 {
+		fmt.Fprintf(stdout, "NO VERDICT: mode %s: no crash point was reached in %s; give a longer --duration\n", mode, took)
+		return 1
+	}
 	if res.Pass {
 		fmt.Fprintf(stdout, "PASS: mode %s, %d cycles, %d crash points, %d operations, %s, seed %d\n", mode, res.Cycles, res.Crashes, res.Ops, took, seed)
 		return 0

@@ -92,7 +92,7 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 // checkDataDir refuses a path that is not an existing data directory, so
 // that a mistyped path gives an error instead of a new, empty database
 // (engine.Open creates what is missing) and a false "ok". A directory with
-// neither a control file nor a wal/ subdirectory is not one.
+// neither a control file nor a WAL segment in wal/ is not one.
 func checkDataDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -101,14 +101,25 @@ func checkDataDir(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory", dir)
 	}
-	for _, name := range []string{"control", "wal"} {
-		_, err := os.Stat(filepath.Join(dir, name))
-		if err == nil {
+	_, err = os.Stat(filepath.Join(dir, "control"))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return err // permission denied, say, not a missing file
+	}
+	// No checkpoint yet (a process killed before its first): the WAL must
+	// hold a segment, named by its first LSN in 16 hex digits. A wal/
+	// directory of anything else (a source tree's) is not a database,
+	// and opening it would create one there.
+	names, err := os.ReadDir(filepath.Join(dir, "wal"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range names {
+		if n := e.Name(); len(n) == 16 && strings.Trim(n, "0123456789ABCDEFabcdef") == "" && e.Type().IsRegular() {
 			return nil
 		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return err // permission denied, say, not a missing file
-		}
 	}
-	return fmt.Errorf("%s is not an mvkv data directory (no control file and no wal/)", dir)
+	return fmt.Errorf("%s is not an mvkv data directory (no control file and no WAL segment in wal/)", dir)
 }
