@@ -40,6 +40,11 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mvkv verify: %s\n", errText(err))
 		return 1
 	}
+	if ri := db.Recovery(); !ri.IndexFromFile && ri.IndexRebuildReason != "" && ri.RedoLSN != 0 {
+		// Not damage to data: the index file is a copy, rebuilt from the
+		// heap and written again; but the user should know it was.
+		fmt.Fprintf(stdout, "note: the key index was rebuilt from the heap (%s)\n", ri.IndexRebuildReason)
+	}
 	rep, err := db.Verify()
 	if cerr := db.Close(); err == nil {
 		err = cerr
