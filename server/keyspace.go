@@ -67,18 +67,8 @@ func cmdRename(x *execCtx, args [][]byte) error {
 	if !x.checkKey(dst) {
 		return nil
 	}
-	if nx {
-		cur, err := x.get(dst)
-		if err != nil {
-			return err
-		}
-		if cur != nil {
-			x.out = redcon.AppendInt(x.out, 0)
-			return nil
-		}
-	}
-	if err := x.tx.Put(dst, encodeValue(v, d)); err != nil {
-		return x.writeErr(err)
+	if put, err := x.putValue(dst, v, d, nx); !put || err != nil {
+		return err
 	}
 	if err := x.tx.Delete(src); err != nil {
 		return err
@@ -135,18 +125,8 @@ func cmdCopy(x *execCtx, args [][]byte) error {
 	if !x.checkKey(dst) {
 		return nil
 	}
-	if !replace {
-		cur, err := x.get(dst)
-		if err != nil {
-			return err
-		}
-		if cur != nil {
-			x.out = redcon.AppendInt(x.out, 0)
-			return nil
-		}
-	}
-	if err := x.tx.Put(dst, encodeValue(v, d)); err != nil {
-		return x.writeErr(err)
+	if put, err := x.putValue(dst, v, d, !replace); !put || err != nil {
+		return err
 	}
 	x.wrote(dst)
 	x.out = redcon.AppendInt(x.out, 1)
@@ -330,3 +310,24 @@ func cmdMemory(x *execCtx, args [][]byte) error {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, engine.ErrNotFound) }
+
+// putValue writes v with deadline d to dst for RENAME and COPY. With
+// ifAbsent it first reads dst, and if it exists writes nothing and
+// replies 0. It reports whether it wrote; a failed write has its error
+// reply written already, and err is for failures that end the command.
+func (x *execCtx) putValue(dst, v []byte, d int64, ifAbsent bool) (bool, error) {
+	if ifAbsent {
+		cur, err := x.get(dst)
+		if err != nil {
+			return false, err
+		}
+		if cur != nil {
+			x.out = redcon.AppendInt(x.out, 0)
+			return false, nil
+		}
+	}
+	if err := x.tx.Put(dst, encodeValue(v, d)); err != nil {
+		return false, x.writeErr(err)
+	}
+	return true, nil
+}
