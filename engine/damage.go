@@ -237,10 +237,13 @@ func (db *DB) scanForZeroedPages(written uint32) {
 			first = append(first, fmt.Sprintf("%s at offset %d (block %d)", filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk))
 		}
 	}
-	db.zeroScanDone.Store(true)
 	if len(zeroed) == 0 {
+		db.zeroScanDone.Store(true)
 		return
 	}
+	// Done is published only after the log line and the statistic, so
+	// that whoever waits on it sees both.
+	defer db.zeroScanDone.Store(true)
 	lost := 0
 	db.idx.mu.RLock()
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
