@@ -61,18 +61,24 @@ func strictLink(next, pred *heap.TupleHeader) bool {
 	return pred.Infomask&heap.Updated != 0 && pred.Xmax == next.Xmin
 }
 
+// maxChainRestarts bounds how often one walk starts again after
+// errVanished; each restart needs a concurrent vacuum to have removed a
+// version of this very key, so reaching the bound means a broken chain.
+const maxChainRestarts = 1000
+
 // walkChain calls visit for the versions of e's key from the newest down,
 // until visit reports done, the chain ends, or an error. It restarts from
 // the current head when the head it read vanished (see above). wantVal
-// copies each version's value.
+// copies each version's value. Every reader and writer of a chain walks it
+// here.
 func (db *DB) walkChain(e *indexEntry, wantVal bool, visit func(v *version) (done bool, err error)) error {
 	for restarts := 0; ; restarts++ {
-		if err := restartWalk(restarts, e.key()); err != nil {
-			return err
-		}
 		err := db.walkChainOnce(e, wantVal, visit)
 		if !errors.Is(err, errVanished) {
 			return err
+		}
+		if restarts == maxChainRestarts {
+			return fmt.Errorf("%w: version chain of key %q leads to a slot that holds no version of it", ErrCorruption, truncKey([]byte(e.key())))
 		}
 	}
 }
@@ -141,13 +147,6 @@ func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) 
 	}
 	val, err = db.value(v, e.key())
 	return val, err == nil, err
-}
-
-// chainVisible reports whether visibleVersion finds a version, reading
-// tuple headers only.
-func (db *DB) chainVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (bool, error) {
-	_, found, err := db.visibleVersion(e, snap, me, false)
-	return found, err
 }
 
 // latest finds, for a writer holding the key's row lock, the newest version

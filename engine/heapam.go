@@ -484,11 +484,6 @@ type version struct {
 // any snapshot can still see (vacuum.go).
 var errVanished = errors.New("tuple version vanished")
 
-// maxChainRestarts bounds how often one walk starts again after
-// errVanished; each restart needs a concurrent vacuum to have removed a
-// version of this very key, so reaching the bound means a broken chain.
-const maxChainRestarts = 1000
-
 // readVersion copies the header (and value when wantVal) of the version of
 // key at tid out of its page under the page's share lock. It returns
 // errVanished if the slot is free or holds a chunk or another key's tuple.
@@ -522,15 +517,6 @@ func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, erro
 		return v, db.corrupt(tid, err)
 	}
 	return v, nil
-}
-
-// restartWalk is called by a chain walk that met errVanished for the
-// restarts-th time.
-func restartWalk(restarts int, key string) error {
-	if restarts > maxChainRestarts {
-		return fmt.Errorf("%w: version chain of key %q leads to a slot that holds no version of it", ErrCorruption, truncKey([]byte(key)))
-	}
-	return nil
 }
 
 // value returns the version's full value, fetching chunks if it is external.

@@ -161,5 +161,6 @@ func (db *DB) keyVisible(e *indexEntry, snap *visibility.Snapshot, me uint64, r 
 		return true, nil
 	}
 	c.fetches++
-	return db.chainVisible(e, snap, me)
+	_, found, err := db.visibleVersion(e, snap, me, false) // tuple headers only
+	return found, err
 }
