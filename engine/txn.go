@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mvkv/clog"
+	"mvkv/internal/clip"
 	"mvkv/internal/heap"
 	"mvkv/visibility"
 	"mvkv/wal"
@@ -406,12 +407,8 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	return nil
 }
 
-func truncKey(k []byte) []byte {
-	if len(k) > 64 {
-		return k[:64]
-	}
-	return k
-}
+// truncKey cuts a key quoted in an error message to its first 64 bytes.
+func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 
 // Commit makes the transaction's writes durable and visible, in the order
 // docs/DESIGN.md rule 2 fixes. With early lock release off (PostgreSQL's

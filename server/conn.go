@@ -18,6 +18,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"mvkv/engine"
+	"mvkv/internal/clip"
 )
 
 // errShutdown stops a connection's reads once a shutdown has begun.
@@ -564,12 +565,9 @@ func unknownCommand(args [][]byte) string {
 	return b.String()
 }
 
-func trunc(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[:n]
-	}
-	return b
-}
+// trunc cuts a client's argument to its first n bytes before it is quoted,
+// as Redis does (128 bytes in its error replies).
+var trunc = clip.Prefix[[]byte]
 
 func lower(b []byte) string {
 	for _, c := range b {
