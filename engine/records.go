@@ -165,10 +165,6 @@ type heapRecord struct {
 	Tuple    []byte
 }
 
-func encodeInsert(tid heap.TID, tup []byte) []byte { return appendInsert(nil, tid, tup) }
-
-func encodeUpdate(old, new heap.TID, tup []byte) []byte { return appendUpdate(nil, old, new, tup) }
-
 // appendInsert and appendUpdate append the record to dst (growing it once
 // at most), so that writers can encode into a reused buffer.
 func appendInsert(dst []byte, tid heap.TID, tup []byte) []byte {

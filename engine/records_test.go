@@ -10,6 +10,11 @@ import (
 	"mvkv/wal"
 )
 
+// encodeInsert and encodeUpdate encode a heap record into a new slice.
+func encodeInsert(tid heap.TID, tup []byte) []byte { return appendInsert(nil, tid, tup) }
+
+func encodeUpdate(old, new heap.TID, tup []byte) []byte { return appendUpdate(nil, old, new, tup) }
+
 func TestHeapRecordRoundTrip(t *testing.T) {
 	tup := heap.AppendTuple(nil, heap.TupleHeader{Xmin: 7, Prev: heap.TID{Block: 3, Slot: 4}}, []byte("key"), []byte("value"))
 	old, new := heap.TID{Block: 1, Slot: 2}, heap.TID{Block: 9, Slot: 8}

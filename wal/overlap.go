@@ -152,9 +152,6 @@ func (o *syncOverlap) issued(now time.Time) {
 	o.trial = !o.trial && o.windows%every == 1
 }
 
-// parallel reports whether the chosen way is to overlap syncs.
-func (o *syncOverlap) parallel() bool { return o.pipelined }
-
 // slots returns how many syncs may be outstanding at once in the current
 // window, given the configured depth.
 func (o *syncOverlap) slots(depth int) int {

@@ -9,6 +9,9 @@ import (
 	"mvkv/vfs"
 )
 
+// parallel reports whether the chosen way is to overlap syncs.
+func (o *syncOverlap) parallel() bool { return o.pipelined }
+
 // simModel is a disk model on the fake clock of a testing/synctest
 // bubble, so the pipelined flusher's device detection can be run
 // deterministically however loaded the machine is.
