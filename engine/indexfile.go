@@ -45,8 +45,8 @@ import (
 // is: written to index.tmp, fsynced, renamed over index, directory fsynced.
 //
 // It also carries what the heap scan at Open used to gather: the free space
-// map (categories of recorded blocks), the FrozenXid of the last vacuum, and
-// autovacuum's count of dead versions. Not the out-of-line chunks that no
+// map (categories of recorded blocks), the RelFrozenXid of the last vacuum,
+// and autovacuum's count of dead versions. Not the out-of-line chunks that no
 // version names (left by a crash between a vacuum's two passes): a slot
 // listed at a checkpoint may be freed and reused by a new chunk before a
 // crash, and freeing it after the next Open would lose that chunk. They
@@ -56,7 +56,7 @@ import (
 //
 //	header, 64 bytes:
 //	 0 magic 8 | 8 version 4 | 12 flags 4 | 16 redo LSN 8 | 24 checkpoint LSN 8
-//	32 keys 8  | 40 FrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 zero 4
+//	32 keys 8  | 40 RelFrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 zero 4
 //	keys, in strictly increasing order, each:
 //	  uvarint bytes shared with the previous key | uvarint length of the rest
 //	  | the rest | head block 4 | head slot 2
@@ -86,7 +86,7 @@ var errIndexFile = errors.New("index file not usable")
 type indexFileHeader struct {
 	redo, checkpoint wal.LSN
 	keys             uint64
-	frozenXid        uint64
+	relFrozenXid     uint64
 	dead             int64
 	fsmBlocks        uint32
 }
@@ -99,7 +99,7 @@ func (h indexFileHeader) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.redo))
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.checkpoint))
 	b = binary.LittleEndian.AppendUint64(b, h.keys)
-	b = binary.LittleEndian.AppendUint64(b, h.frozenXid)
+	b = binary.LittleEndian.AppendUint64(b, h.relFrozenXid)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.dead))
 	b = binary.LittleEndian.AppendUint32(b, h.fsmBlocks)
 	return binary.LittleEndian.AppendUint32(b, 0)
@@ -181,7 +181,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN) (keys uint64, size int64, err e
 		}
 	}
 	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
-		frozenXid: db.vac.frozenXid.Load(), dead: db.av.dead.Load(),
+		relFrozenXid: db.vac.relFrozenXid.Load(), dead: db.av.dead.Load(),
 		fsmBlocks: uint32(len(fsm))}
 	head := hdr.encode()
 	var sum [4]byte
@@ -304,7 +304,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	h.redo = wal.LSN(binary.LittleEndian.Uint64(head[16:]))
 	h.checkpoint = wal.LSN(binary.LittleEndian.Uint64(head[24:]))
 	h.keys = binary.LittleEndian.Uint64(head[32:])
-	h.frozenXid = binary.LittleEndian.Uint64(head[40:])
+	h.relFrozenXid = binary.LittleEndian.Uint64(head[40:])
 	h.dead = int64(binary.LittleEndian.Uint64(head[48:]))
 	h.fsmBlocks = binary.LittleEndian.Uint32(head[56:])
 	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
@@ -532,7 +532,7 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map
 	if n := db.pool.NBlocks(); n > 0 {
 		db.targets.blk[0].Store(n - 1)
 	}
-	db.vac.frozenXid.Store(max(d.hdr.frozenXid, db.clog.OldestXid()))
+	db.vac.relFrozenXid.Store(max(d.hdr.relFrozenXid, db.clog.OldestXid()))
 	db.av.dead.Store(d.hdr.dead + replayedDead)
 	return "", nil
 }

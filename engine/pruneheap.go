@@ -183,7 +183,7 @@ type pruneResult struct {
 	// allFrozen: and none needs the CLOG.
 	allVisible, allFrozen bool
 	newestXmin            uint64 // the newest xmin left, for the visibility map record
-	oldestXid             uint64 // the oldest xid a tuple left names, for FrozenXid
+	oldestXid             uint64 // the oldest xid a tuple left names, for RelFrozenXid
 }
 
 // prunePageLocked prunes buf's page: it frees every version on it that no
@@ -281,7 +281,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		if hdr.Infomask&heap.Chunk != 0 {
 			// Chunks go with their version (vacuum's second pass);
 			// vacuum freezes them, whatever becomes of the version, so
-			// that FrozenXid can pass them.
+			// that RelFrozenXid can pass them.
 			res.newestXmin = max(res.newestXmin, hdr.Xmin)
 			if !xc || (!isFrozen && hdr.Xmin >= h) {
 				res.allVisible = false
@@ -292,7 +292,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 				vac.st.ChunksFrozen++
 			case xa:
 				// Garbage, freed with its version, or as an orphan: it
-				// holds FrozenXid back only if it outlives the run.
+				// holds RelFrozenXid back only if it outlives the run.
 				res.allFrozen = false
 				vac.abortedChunks = append(vac.abortedChunks, abortedChunk{tid.Pack(), hdr.Xmin})
 			case !isFrozen:
@@ -347,7 +347,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		}
 		if pendingHead && vac != nil {
 			// Freed by the second pass unless a writer holds the key,
-			// which then counts its xids against FrozenXid.
+			// which then counts its xids against RelFrozenXid.
 			ox := uint64(math.MaxUint64)
 			if !isFrozen {
 				ox = hdr.Xmin
@@ -378,7 +378,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		}
 		if xmax != 0 && ma && xmax < cutoff {
 			// A rolled-back update or delete: until the xmax is
-			// cleared, FrozenXid cannot pass it.
+			// cleared, RelFrozenXid cannot pass it.
 			mask &^= heap.XmaxCommitted | heap.XmaxInvalid | heap.Updated
 			xmax = 0
 		}

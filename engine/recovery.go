@@ -410,7 +410,7 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 	// difference are orphans for the next vacuum (vacuum.go).
 	var chunks []heap.TID
 	usedChunks := make(map[uint64]struct{})
-	frozenXid := uint64(math.MaxUint64)
+	relFrozenXid := uint64(math.MaxUint64)
 	// Dead versions, for autovacuum: the debt a restart must not forget
 	// (PostgreSQL's pgstat loses n_dead_tup after a crash).
 	var dead int64
@@ -445,9 +445,9 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 				maxXid = max(maxXid, h.Xmin, h.Xmax)
 				tid := heap.TID{Block: blk, Slot: uint16(s)}
 				// Chunks too: an unfrozen chunk's xmin is looked up in
-				// the CLOG (vacuum, Verify), so FrozenXid must not pass it.
+				// the CLOG (vacuum, Verify), so RelFrozenXid must not pass it.
 				if h.Infomask&heap.Frozen == 0 {
-					frozenXid = min(frozenXid, h.Xmin)
+					relFrozenXid = min(relFrozenXid, h.Xmin)
 				}
 				if h.Infomask&heap.Chunk != 0 {
 					chunks = append(chunks, tid)
@@ -464,7 +464,7 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 					}
 				}
 				if h.Xmax != 0 {
-					frozenXid = min(frozenXid, h.Xmax)
+					relFrozenXid = min(relFrozenXid, h.Xmax)
 				}
 				// The key's newest version is the one whose inserter
 				// committed and whose xmax did not (chain.go); nothing
@@ -514,10 +514,10 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 		}
 	}
 	db.vac.orphansMu.Unlock()
-	if frozenXid == math.MaxUint64 {
-		frozenXid = max(maxXid+1, db.procs.next())
+	if relFrozenXid == math.MaxUint64 {
+		relFrozenXid = max(maxXid+1, db.procs.next())
 	}
-	db.vac.frozenXid.Store(frozenXid)
+	db.vac.relFrozenXid.Store(relFrozenXid)
 	db.av.dead.Store(dead)
 	return maxXid, nil
 }

@@ -67,7 +67,7 @@ import (
 // what pass 1 listed is still there. Runs are serialized with each other
 // and with Verify.
 //
-// FrozenXid, the analog of relfrozenxid, is the oldest xid a tuple still
+// RelFrozenXid, the analog of relfrozenxid, is the oldest xid a tuple still
 // names after the run; whole CLOG segments below it are truncated. A lazy
 // run skips all-visible pages whose tuples may hold older unfrozen xids, so
 // it keeps the previous value; an aggressive run (one every
@@ -89,7 +89,7 @@ import (
 //	for each block with listed heads or chunks:
 //	    try each head's row lock; move or drop its index entry
 //	    lock the page; free those heads and chunks in one record
-//	truncate the CLOG below FrozenXid; flush the WAL
+//	truncate the CLOG below RelFrozenXid; flush the WAL
 
 // VacuumStats describe one run of DB.Vacuum.
 type VacuumStats struct {
@@ -98,10 +98,13 @@ type VacuumStats struct {
 	OldestXmin uint64
 	// FreezeCutoff is the xid below which committed tuples were frozen.
 	FreezeCutoff uint64
-	// FrozenXid is the oldest xid any tuple may still need looked up in
-	// the CLOG after this run, as PostgreSQL's relfrozenxid: every tuple
-	// with an older xmin is frozen, and no tuple has an older xmax.
-	FrozenXid uint64
+	// RelFrozenXid is the oldest xid any tuple may still need looked up in
+	// the CLOG after this run, as PostgreSQL's relfrozenxid (mvkv has one
+	// heap, so it is datfrozenxid too): every tuple with an older xmin is
+	// frozen, and no tuple has an older xmax. Not to be confused with
+	// visibility.FrozenXid, the xid a frozen tuple counts as having
+	// (PostgreSQL's FrozenTransactionId).
+	RelFrozenXid uint64
 	// PagesScanned and PagesSkipped count heap pages examined by the first
 	// pass and skipped by the visibility map (all-visible pages by a lazy
 	// run, all-frozen ones by an aggressive run); PagesRevisited the pages
@@ -123,8 +126,8 @@ type VacuumStats struct {
 	// next run tries again.
 	HeadsBusy uint64
 	// Aggressive says the run read every page not all-frozen, so that
-	// FrozenXid could advance (see Options.VacuumFreezeTableAge); a
-	// non-aggressive run skips all-visible pages and keeps FrozenXid.
+	// RelFrozenXid could advance (see Options.VacuumFreezeTableAge); a
+	// non-aggressive run skips all-visible pages and keeps RelFrozenXid.
 	Aggressive bool
 	// TuplesRemoved counts versions removed (chunks not included),
 	// ChunksRemoved out-of-line value chunks, KeysRemoved index entries
@@ -152,9 +155,9 @@ type vacuumState struct {
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
 	pagesPruned, pagesRead, ringSwept                                             atomic.Uint64
 
-	// frozenXid is FrozenXid of the last run, as the index file kept it,
+	// relFrozenXid is RelFrozenXid of the last run, as the index file kept it,
 	// or what an index rebuild found at open.
-	frozenXid atomic.Uint64
+	relFrozenXid atomic.Uint64
 
 	// orphans are chunks that the index rebuild found no version pointing
 	// to (a crash between a run's two passes, or a write that failed
@@ -253,7 +256,7 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}, freed: map[uint64]bool{}}
 	v.st.OldestXmin = db.oldestXmin()
 	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
-	prevFrozen := db.vac.frozenXid.Load()
+	prevFrozen := db.vac.relFrozenXid.Load()
 	v.st.Aggressive = db.opts.VacuumFreezeMinAge == 0 ||
 		v.st.OldestXmin-min(v.st.OldestXmin, prevFrozen) >= uint64(db.opts.VacuumFreezeTableAge)
 	err := v.run()
@@ -274,16 +277,16 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	if !v.st.Aggressive {
 		// Skipped all-visible pages may hold unfrozen xids older than
 		// anything this run read, so the horizon cannot move forward.
-		v.st.FrozenXid = min(v.st.FrozenXid, prevFrozen)
+		v.st.RelFrozenXid = min(v.st.RelFrozenXid, prevFrozen)
 	}
-	db.vac.frozenXid.Store(v.st.FrozenXid)
-	// Nothing below FrozenXid needs the CLOG any more (every tuple with an
+	db.vac.relFrozenXid.Store(v.st.RelFrozenXid)
+	// Nothing below RelFrozenXid needs the CLOG any more (every tuple with an
 	// older xmin is frozen, every older xmax gone), so whole CLOG segments
 	// below it can go, as PostgreSQL's vac_truncate_clog after a vacuum
 	// advances datfrozenxid. Only when a segment would actually be
 	// removed, so that a vacuum does not log a record for nothing.
-	if clogSegment(v.st.FrozenXid) > clogSegment(db.clog.OldestXid()) {
-		if err := db.truncateCLOG(v.st.FrozenXid); err != nil {
+	if clogSegment(v.st.RelFrozenXid) > clogSegment(db.clog.OldestXid()) {
+		if err := db.truncateCLOG(v.st.RelFrozenXid); err != nil {
 			return v.st, err
 		}
 	}
@@ -313,7 +316,7 @@ type vacuumRun struct {
 	// work is what pass 1 left for pass 2, by block.
 	work map[uint32]*pageWork
 	// abortedChunks are chunks whose inserter aborted, and freed the
-	// chunks pass 2 freed: those not freed count against FrozenXid.
+	// chunks pass 2 freed: those not freed count against RelFrozenXid.
 	abortedChunks []abortedChunk
 	freed         map[uint64]bool
 }
@@ -333,7 +336,7 @@ type headWork struct {
 	slot      uint16
 	key       string
 	aborted   bool   // its inserter aborted; else its key was deleted below the horizon
-	oldestXid uint64 // the oldest xid it names, for FrozenXid if it stays
+	oldestXid uint64 // the oldest xid it names, for RelFrozenXid if it stays
 }
 
 func (v *vacuumRun) pageWork(blk uint32) *pageWork {
@@ -381,7 +384,7 @@ func (v *vacuumRun) run() error {
 		}
 		v.st.PagesScanned++
 	}
-	v.st.FrozenXid = oldest
+	v.st.RelFrozenXid = oldest
 	db.vac.orphansMu.Lock()
 	for _, c := range db.vac.orphans {
 		w := v.pageWork(c.Block)
@@ -413,7 +416,7 @@ func (v *vacuumRun) run() error {
 	}
 	for _, c := range v.abortedChunks {
 		if !v.freed[c.tid] {
-			v.st.FrozenXid = min(v.st.FrozenXid, c.xmin)
+			v.st.RelFrozenXid = min(v.st.RelFrozenXid, c.xmin)
 		}
 	}
 	return nil
@@ -506,7 +509,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		if !db.locks.tryAcquire(h.key, owner) || e.headTID() != tid {
 			// Left for the next run, and so are its xids.
 			v.st.HeadsBusy++
-			v.st.FrozenXid = min(v.st.FrozenXid, h.oldestXid)
+			v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
 			continue
 		}
 		newHead := heap.InvalidTID
@@ -614,7 +617,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 // TransactionIdDidCommit, else aborted). Recovery marks aborted only the
 // unfinished xids it meets in the WAL it replays; one whose records all lay
 // before the redo point stays "in progress" in the CLOG for good, and
-// without this rule vacuum would keep its versions forever and FrozenXid,
+// without this rule vacuum would keep its versions forever and RelFrozenXid,
 // hence CLOG truncation, could never pass it. No hint is set for such an
 // xid: the CLOG still says in progress, and a hint contradicting the CLOG
 // is what Verify reports as a lost CLOG page.

@@ -482,7 +482,7 @@ func TestAutovacuumKeepsHeapBounded(t *testing.T) {
 }
 
 // Freezing: committed tuples below the cutoff get the frozen bits, an
-// aborted xmax below it is cleared, FrozenXid moves up to the horizon, and
+// aborted xmax below it is cleared, RelFrozenXid moves up to the horizon, and
 // frozen tuples are read without the CLOG, also after reopening.
 func TestVacuumFreezes(t *testing.T) {
 	dir := t.TempDir()
@@ -497,8 +497,8 @@ func TestVacuumFreezes(t *testing.T) {
 	}
 	tx.Rollback()
 	st := mustVacuum(t, db)
-	if st.TuplesFrozen != 20 || st.FrozenXid != st.OldestXmin {
-		t.Fatalf("TuplesFrozen %d (want 20), FrozenXid %d (want OldestXmin %d)", st.TuplesFrozen, st.FrozenXid, st.OldestXmin)
+	if st.TuplesFrozen != 20 || st.RelFrozenXid != st.OldestXmin {
+		t.Fatalf("TuplesFrozen %d (want 20), RelFrozenXid %d (want OldestXmin %d)", st.TuplesFrozen, st.RelFrozenXid, st.OldestXmin)
 	}
 	v, err := db.readVersion(db.idx.get([]byte("k0")).headTID(), "k0", false)
 	if err != nil {
@@ -524,7 +524,7 @@ func TestVacuumFreezes(t *testing.T) {
 	if d := db.Stats().Sub(before); d.CLOGLookups != 0 {
 		t.Errorf("reading frozen tuples made %d CLOG lookups", d.CLOGLookups)
 	}
-	if got := db.vac.frozenXid.Load(); got < st.OldestXmin {
+	if got := db.vac.relFrozenXid.Load(); got < st.OldestXmin {
 		t.Errorf("frozen xid found at open %d, below the horizon %d every tuple was frozen under", got, st.OldestXmin)
 	}
 	mustVerify(t, db)
@@ -643,11 +643,11 @@ func TestVacuumTruncatesCLOG(t *testing.T) {
 		mustPut(t, db, fmt.Sprint("k", i), "new")
 	}
 	st := mustVacuum(t, db)
-	if clogSegment(st.FrozenXid) != 3 {
-		t.Fatalf("FrozenXid %d is in CLOG segment %d, want 3", st.FrozenXid, clogSegment(st.FrozenXid))
+	if clogSegment(st.RelFrozenXid) != 3 {
+		t.Fatalf("RelFrozenXid %d is in CLOG segment %d, want 3", st.RelFrozenXid, clogSegment(st.RelFrozenXid))
 	}
-	if got := db.clog.OldestXid(); got != st.FrozenXid {
-		t.Fatalf("CLOG truncation point %d, want FrozenXid %d", got, st.FrozenXid)
+	if got := db.clog.OldestXid(); got != st.RelFrozenXid {
+		t.Fatalf("CLOG truncation point %d, want RelFrozenXid %d", got, st.RelFrozenXid)
 	}
 	if s := db.Stats(); s.CLOGTruncations != 1 {
 		t.Fatalf("CLOGTruncations = %d, want 1", s.CLOGTruncations)
@@ -669,8 +669,8 @@ func TestVacuumTruncatesCLOG(t *testing.T) {
 		mustVerify(t, db)
 	}
 	check(db)
-	if st := mustVacuum(t, db); st.FrozenXid < db.clog.OldestXid() {
-		t.Fatalf("second vacuum: FrozenXid %d below the truncation point %d", st.FrozenXid, db.clog.OldestXid())
+	if st := mustVacuum(t, db); st.RelFrozenXid < db.clog.OldestXid() {
+		t.Fatalf("second vacuum: RelFrozenXid %d below the truncation point %d", st.RelFrozenXid, db.clog.OldestXid())
 	}
 	if s := db.Stats(); s.CLOGTruncations != 1 {
 		t.Fatalf("a vacuum with nothing to remove truncated again: %d truncations", s.CLOGTruncations)
@@ -717,8 +717,8 @@ func TestVacuumSkipsAllVisiblePages(t *testing.T) {
 				if second.PagesSkipped == 0 {
 					t.Errorf("lazy vacuum skipped no all-visible page: %+v", second)
 				}
-				if second.FrozenXid > first.FrozenXid {
-					t.Errorf("lazy vacuum moved FrozenXid from %d to %d", first.FrozenXid, second.FrozenXid)
+				if second.RelFrozenXid > first.RelFrozenXid {
+					t.Errorf("lazy vacuum moved RelFrozenXid from %d to %d", first.RelFrozenXid, second.RelFrozenXid)
 				}
 			}
 			if second.TuplesRemoved == 0 {
@@ -924,7 +924,7 @@ func TestAutovacuumScaleFactorZero(t *testing.T) {
 // point, so recovery never marks it aborted and the CLOG says "in
 // progress" for good. Vacuum must still count it as aborted (it is not
 // running): remove the versions it inserted, clear the xmax it set, and let
-// FrozenXid pass it. Otherwise its versions stay forever and the CLOG can
+// RelFrozenXid pass it. Otherwise its versions stay forever and the CLOG can
 // never be truncated past it.
 func TestVacuumRemovesCrashedTransaction(t *testing.T) {
 	ctx := context.Background()
@@ -973,8 +973,8 @@ func TestVacuumRemovesCrashedTransaction(t *testing.T) {
 	mustPut(t, db, "later", "x")
 	st := mustVacuum(t, db)
 	check("after vacuum")
-	if st.FrozenXid <= xid {
-		t.Errorf("FrozenXid %d after an aggressive vacuum, not past the crashed xid %d", st.FrozenXid, xid)
+	if st.RelFrozenXid <= xid {
+		t.Errorf("RelFrozenXid %d after an aggressive vacuum, not past the crashed xid %d", st.RelFrozenXid, xid)
 	}
 	if st.TuplesRemoved < 3 || st.ChunksRemoved == 0 {
 		t.Errorf("vacuum removed %d versions and %d chunks; want the crashed transaction's 3 versions and its chunks", st.TuplesRemoved, st.ChunksRemoved)
@@ -996,7 +996,7 @@ func TestVacuumRemovesCrashedTransaction(t *testing.T) {
 
 // TestVacuumClearsDeadXmaxOfFrozenVersion rolls back an update of a key
 // frozen by an earlier run: the frozen version keeps the aborted xmax,
-// which the next freeze must clear, or FrozenXid (and CLOG truncation)
+// which the next freeze must clear, or RelFrozenXid (and CLOG truncation)
 // stays at it for good.
 func TestVacuumClearsDeadXmaxOfFrozenVersion(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1})
@@ -1016,8 +1016,8 @@ func TestVacuumClearsDeadXmaxOfFrozenVersion(t *testing.T) {
 	tx.Rollback()
 	mustPut(t, db, "b", "later") // moves the horizon past the aborted xid
 	st := mustVacuum(t, db)
-	if st.FrozenXid <= aborted {
-		t.Errorf("FrozenXid %d, not past the rolled-back update's xid %d", st.FrozenXid, aborted)
+	if st.RelFrozenXid <= aborted {
+		t.Errorf("RelFrozenXid %d, not past the rolled-back update's xid %d", st.RelFrozenXid, aborted)
 	}
 	v, err := db.readVersion(db.idx.get([]byte("a")).headTID(), "a", false)
 	if err != nil {
@@ -1036,7 +1036,7 @@ func TestVacuumClearsDeadXmaxOfFrozenVersion(t *testing.T) {
 }
 
 // TestVacuumFreezesChunks freezes a large value stored out of line: its
-// chunks are frozen too, so FrozenXid passes their xmin, at once and after
+// chunks are frozen too, so RelFrozenXid passes their xmin, at once and after
 // a crash, and the CLOG could be truncated past it.
 func TestVacuumFreezesChunks(t *testing.T) {
 	m := memDB(t)
@@ -1046,11 +1046,11 @@ func TestVacuumFreezesChunks(t *testing.T) {
 	mustPut(t, db, "big", big)
 	mustPut(t, db, "small", "x")
 	st := mustVacuum(t, db)
-	if st.ChunksFrozen == 0 || st.FrozenXid != st.OldestXmin {
-		t.Fatalf("ChunksFrozen %d, FrozenXid %d (OldestXmin %d); want chunks frozen and FrozenXid at the horizon", st.ChunksFrozen, st.FrozenXid, st.OldestXmin)
+	if st.ChunksFrozen == 0 || st.RelFrozenXid != st.OldestXmin {
+		t.Fatalf("ChunksFrozen %d, RelFrozenXid %d (OldestXmin %d); want chunks frozen and RelFrozenXid at the horizon", st.ChunksFrozen, st.RelFrozenXid, st.OldestXmin)
 	}
-	if again := mustVacuum(t, db); again.ChunksFrozen != 0 || again.FrozenXid < st.FrozenXid {
-		t.Errorf("second vacuum: ChunksFrozen %d, FrozenXid %d", again.ChunksFrozen, again.FrozenXid)
+	if again := mustVacuum(t, db); again.ChunksFrozen != 0 || again.RelFrozenXid < st.RelFrozenXid {
+		t.Errorf("second vacuum: ChunksFrozen %d, RelFrozenXid %d", again.ChunksFrozen, again.RelFrozenXid)
 	}
 	mustVerify(t, db)
 	crashed := m.CrashCopy(vfs.DropUnsynced, nil)
@@ -1063,8 +1063,8 @@ func TestVacuumFreezesChunks(t *testing.T) {
 		if got, ok := get(t, db, "big"); !ok || got != big {
 			t.Fatalf("%s: big has %d bytes, %v", name, len(got), ok)
 		}
-		if got := db.vac.frozenXid.Load(); got < st.FrozenXid {
-			t.Errorf("%s: frozen xid found at open %d, below %d", name, got, st.FrozenXid)
+		if got := db.vac.relFrozenXid.Load(); got < st.RelFrozenXid {
+			t.Errorf("%s: frozen xid found at open %d, below %d", name, got, st.RelFrozenXid)
 		}
 		mustVerify(t, db)
 		db.Close()
@@ -1286,7 +1286,7 @@ func TestRepeatableReadWriteOfFrozenKeyBelowCLOGTruncation(t *testing.T) {
 	mustPut(t, db, "other", "x")
 	st := mustVacuum(t, db)
 	if db.clog.OldestXid() <= 3 {
-		t.Fatalf("CLOG not truncated past the frozen key's xid (FrozenXid %d, truncation point %d)", st.FrozenXid, db.clog.OldestXid())
+		t.Fatalf("CLOG not truncated past the frozen key's xid (RelFrozenXid %d, truncation point %d)", st.RelFrozenXid, db.clog.OldestXid())
 	}
 	for _, iso := range []IsolationLevel{RepeatableRead, ReadCommitted} {
 		tx, err := db.Begin(context.Background(), TxnOptions{Isolation: iso})
