@@ -31,7 +31,7 @@ const (
 	// reads keys it does not write: it runs at REPEATABLE READ, so that
 	// all its reads see one snapshot, and a write locks the keys it
 	// names first, so that the snapshot is taken after the locks (see
-	// doc.go, "Isolation").
+	// docs/SERVER.md, "Isolation").
 	flagSnapshot
 )
 

@@ -234,8 +234,8 @@ func (c *conn) flush() error {
 	return err
 }
 
-// begin starts an engine transaction at isolation level iso (see doc.go,
-// "Isolation", for which command runs at which) with the server's current
+// begin starts an engine transaction at isolation level iso (see
+// docs/SERVER.md, "Isolation", for which command runs at which) with the server's current
 // synchronous_commit. With it on, Commit returns only after the commit
 // record is durable, and after every write the transaction read or
 // overwrote is durable (rule 2 of the design; with early lock release off

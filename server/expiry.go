@@ -13,9 +13,16 @@ import (
 	"mvkv/engine"
 )
 
-// Stored values: a value without an expiry is stored as it is unless its
-// first byte is valueMark; the byte diagram is in doc.go ("Expiry"). Part
-// of the format; do not change.
+// Stored values (docs/SERVER.md, "Expiry"). Part of the format; do not
+// change:
+//
+//	no expiry, first byte not 0xFF:  | value ...                             |
+//	no expiry, first byte 0xFF:      | 0xFF | 0x00 | value ...               |
+//	with an expiry:                  | 0xFF | 0x01 | deadline | value ...    |
+//	                                    1      1       8 bytes
+//
+// deadline is the Unix time in milliseconds at which the key expires, a
+// little-endian int64.
 const (
 	valueMark       = 0xFF
 	kindEscaped     = 0x00
