@@ -140,12 +140,15 @@
 // so it never skips a round whose sync has not completed (after a failed
 // fdatasync a later success proves nothing). At most PipelineDepth syncs are
 // outstanding, and only one when overlapping does not pay. That depends on
-// more than the device: on this machine an overlapped fdatasync is neither
-// serialized nor parallel, and with syncs of about 150 µs on two cores the
-// extra rounds cost more CPU than they save waiting. So the flusher runs
-// both ways in turn, short trials of the other way between windows of the
-// chosen one, and keeps the way that makes more commits durable per busy
-// second (see syncOverlap). A round crossing into a new segment first
+// more than the device: an overlapped fdatasync may be neither serialized
+// nor parallel (slower than a solo one, yet returning apart from the sync
+// ahead of it), and where syncs are fast and cores few, the extra rounds
+// can cost the committers more CPU than they save in waiting; no test of
+// sync latencies tells these apart reliably. So the flusher runs both ways
+// in turn, short trials of the other way between windows of the chosen
+// one, and keeps the way that makes more commits durable per busy second.
+// docs/BENCHMARKS.md gives the measurements behind this choice and the
+// rates each policy reaches, on a real disk and on a rotating-disk model. A round crossing into a new segment first
 // drains the queue, then syncs the old segment before writing the new one.
 // A committer whose record a sync already covers waits on that sync's own
 // channel: on a rotating disk every sync issued within one rotation

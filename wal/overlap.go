@@ -13,10 +13,11 @@ import "time"
 // waiting for a whole extra one. On a device that serializes syncs, or
 // merges only some of them, the overlapped sync waits for the one ahead
 // of it anyway and splits the next group in two; and where syncs are fast
-// and the CPU is the bottleneck (this machine: about 150 µs per
-// fdatasync, two cores), every extra round costs the commits CPU time.
-// Judging the device by its sync latencies and completion gaps was tried
-// and failed on this machine's disk: an overlapped fdatasync takes 1.25
+// and the CPU is the bottleneck (as on the two-core machine of
+// docs/BENCHMARKS.md, about 150 µs per fdatasync), every extra round costs
+// the commits CPU time. Judging the device by its sync latencies and
+// completion gaps was tried and failed on that machine's disk (the group
+// commit lab notes have the figures): an overlapped fdatasync takes 1.25
 // times a solo one at the median and returns 0.6 of a solo latency after
 // the one ahead, between the parallel and the serializing pictures, and
 // the moving averages flipped the flusher into overlapping for a third

@@ -150,30 +150,42 @@ type syncReq struct {
 // commit.
 //
 // Insertion and flushing are separate, as in PostgreSQL. Insert reserves
-// the LSN range and copies the framed record into an in-memory extent under
-// mu; it does no I/O. Flush(upTo) follows XLogFlush:
+// the record's LSN range and copies the framed record into memory under one
+// lock; it does no I/O. Flush(upTo) returns once a sync that covered upTo
+// has completed. Options.Flusher decides how concurrent Flush calls share
+// write+sync rounds:
 //
-//	if flushed >= upTo: return
-//	loop:
-//	    try to take the flusher role, or wait until its holder lets it go
-//	        (LWLockAcquireOrWait on WALWriteLock)
-//	    if flushed >= upTo: return            (someone flushed us meanwhile)
-//	    if we hold the role: break
-//	if commit_delay > 0 and enough siblings are active: wait commit_delay
-//	take every pending extent and the insert position P (under mu)
-//	for each segment touched, oldest first: WriteAt, then fdatasync
-//	flushed = P; give up the role; wake all waiters
+//   - FlusherSerial follows XLogFlush: one round at a time. A caller whose
+//     LSN is not yet durable takes the flusher role, or waits until its
+//     holder lets it go and checks again (LWLockAcquireOrWait on
+//     WALWriteLock). The holder waits commit_delay when enough siblings are
+//     active, writes everything inserted so far, fdatasyncs each segment
+//     it touched, oldest first, and wakes the waiters. A commit that
+//     arrives during a sync waits for it and then for its own.
+//   - FlusherPipelined lets the next round start while earlier syncs are
+//     outstanding. One caller at a time takes the writer role (so writes
+//     stay in LSN order), waits commit_delay the same way, writes
+//     everything inserted so far, queues a sync for that end and gives the
+//     role up before it fdatasyncs. Syncs retire in LSN order, and only a
+//     retired sync moves the durable LSN, so a failed sync is never
+//     skipped. At most Options.PipelineDepth syncs are outstanding, and
+//     only one while the Writer measures that overlapping does not make
+//     commits durable faster on this device and load (see the package
+//     documentation). A round that reaches a new segment first waits for
+//     the outstanding syncs.
+//   - FlusherNone gives every Flush its own round, for comparison.
 //
-// Every waiter re-checks its own LSN against flushed after waking, so a
-// waiter is released only by a round that covered it; the leader's round
-// covers at least its own LSN because P is read after upTo was inserted.
-// Syncing the old segment before writing the new one keeps rule 9: a commit
-// in the next segment is never acknowledged before the previous one is
-// durable. A write or fsync failure is sticky (ErrSyncFailed).
+// Under every policy a waiter is released only by a sync that covered its
+// own LSN, and a round covers at least the LSN of the caller that runs it,
+// since the end it writes to is read after that record was inserted.
+// Syncing the old segment before writing into the next keeps the crash
+// contract: a commit in a new segment is never acknowledged before the
+// previous segment is durable. A write or fdatasync failure is sticky
+// (ErrSyncFailed).
 //
 // The next segment is prepared by a background goroutine as soon as the
 // flusher opens a segment, so a switch normally only opens a ready file. A
-// second goroutine, the WAL writer, flushes every WALWriterDelay.
+// second goroutine, the WAL writer, flushes every Options.WALWriterDelay.
 //
 // All methods are safe for concurrent use.
 type Writer struct {
