@@ -62,6 +62,30 @@ func (t *Txn) Exists(key []byte) (bool, error) {
 // (IndexOnlyHeapFetches). Under READ COMMITTED the scan uses one snapshot.
 // The slice passed to fn belongs to fn; fn may write in this transaction.
 func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
+	// One key per hold of the close lock: fn, called outside it, may write
+	// in this transaction.
+	return t.visibleKeys(start, end, 1, func(e *indexEntry) bool { return fn([]byte(e.key())) })
+}
+
+// countBatch is how many keys Count checks per hold of the close lock.
+const countBatch = 1024
+
+// Count returns the number of keys in [start, end) visible to the
+// transaction (nil end: no upper bound), as a ScanKeys that counts.
+func (t *Txn) Count(start, end []byte) (int, error) {
+	n := 0
+	if err := t.visibleKeys(start, end, countBatch, func(*indexEntry) bool { n++; return true }); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// visibleKeys calls fn for the index entry of every key in [start, end)
+// visible to the transaction, in key order, until fn returns false. It
+// takes one snapshot for the whole range and checks up to batch keys per
+// hold of the close lock; fn runs outside that lock, after the keys of its
+// batch were checked.
+func (t *Txn) visibleKeys(start, end []byte, batch int, fn func(e *indexEntry) bool) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
@@ -72,63 +96,35 @@ func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
 	r := db.vm.NewReader()
 	var c ioCounts
 	defer c.add(db)
-	for _, e := range db.idx.rangeEntries(start, end) {
-		// The close lock is not held across fn, which may write.
-		db.closeMu.RLock()
-		ok, err := false, error(ErrClosed)
-		if !db.closed.Load() {
-			ok, err = db.keyVisible(e, snap, me, r, &c)
-		}
-		db.closeMu.RUnlock()
-		if err != nil {
-			return err
-		}
-		if ok && !fn([]byte(e.key())) {
-			return nil
-		}
-	}
-	return nil
-}
-
-// countBatch is how many keys Count checks per hold of the close lock.
-const countBatch = 1024
-
-// Count returns the number of keys in [start, end) visible to the
-// transaction (nil end: no upper bound), as a ScanKeys that counts.
-func (t *Txn) Count(start, end []byte) (int, error) {
-	if err := t.usable(); err != nil {
-		return 0, err
-	}
-	db := t.db
-	snap, release := t.snapshot()
-	defer release()
-	me := t.XID()
-	r := db.vm.NewReader()
-	var c ioCounts
-	defer c.add(db)
 	entries := db.idx.rangeEntries(start, end)
-	n := 0
+	visible := make([]*indexEntry, 0, min(batch, len(entries)))
 	for len(entries) > 0 {
-		batch := entries[:min(countBatch, len(entries))]
-		entries = entries[len(batch):]
+		part := entries[:min(batch, len(entries))]
+		entries = entries[len(part):]
+		visible = visible[:0]
 		db.closeMu.RLock()
 		if db.closed.Load() {
 			db.closeMu.RUnlock()
-			return 0, ErrClosed
+			return ErrClosed
 		}
-		for _, e := range batch {
+		for _, e := range part {
 			ok, err := db.keyVisible(e, snap, me, r, &c)
 			if err != nil {
 				db.closeMu.RUnlock()
-				return 0, err
+				return err
 			}
 			if ok {
-				n++
+				visible = append(visible, e)
 			}
 		}
 		db.closeMu.RUnlock()
+		for _, e := range visible {
+			if !fn(e) {
+				return nil
+			}
+		}
 	}
-	return n, nil
+	return nil
 }
 
 // ioCounts are one call's fast and slow lookups, added to DB.stats once at
