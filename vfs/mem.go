@@ -202,38 +202,52 @@ type fileChange struct {
 	op       int64 // Op.Index
 	truncate bool
 	off      int64  // write offset, or the new size of a truncation
-	data     []byte // the bytes written; owned by the change, never modified; nil for a write of zeros
-	zeros    int64  // the length of a write of zeros (segment preallocation), kept without its bytes
+	data     []byte // the bytes written up to the trailing zeros; owned by the change, never modified
+	zeros    int64  // the length of the zeros that end the write (a preallocated segment), kept without their bytes
 }
 
 // length returns the number of bytes a write stores.
-func (ch fileChange) length() int64 {
-	if ch.data != nil {
-		return int64(len(ch.data))
-	}
-	return ch.zeros
-}
+func (ch fileChange) length() int64 { return int64(len(ch.data)) + ch.zeros }
 
 // prefix returns the write cut to its first n bytes.
 func (ch fileChange) prefix(n int64) fileChange {
-	if ch.data != nil {
-		ch.data = ch.data[:n]
+	if n <= int64(len(ch.data)) {
+		ch.data, ch.zeros = ch.data[:n], 0
 	} else {
-		ch.zeros = n
+		ch.zeros = n - int64(len(ch.data))
 	}
 	return ch
 }
 
 // applyTo applies the change to c.
 func (ch fileChange) applyTo(c *content) {
-	switch {
-	case ch.truncate:
+	if ch.truncate {
 		c.truncate(ch.off)
-	case ch.data == nil:
-		c.write(ch.off, nil, ch.zeros, true)
-	default:
-		c.write(ch.off, ch.data, int64(len(ch.data)), false)
+		return
 	}
+	c.write(ch.off, ch.data, int64(len(ch.data)), false)
+	c.write(ch.off+int64(len(ch.data)), nil, ch.zeros, true)
+}
+
+// newWrite returns the change for writing p at off: the zeros that end p
+// (a header followed by a zero-filled segment) are kept as a length.
+func newWrite(op, off int64, p []byte) fileChange {
+	n := len(p)
+	for n > 0 {
+		k := min(n, chunkSize)
+		if !isZero(p[n-k : n]) {
+			for p[n-1] == 0 {
+				n--
+			}
+			break
+		}
+		n -= k
+	}
+	ch := fileChange{op: op, off: off, zeros: int64(len(p) - n)}
+	if n > 0 {
+		ch.data = slices.Clone(p[:n])
+	}
+	return ch
 }
 
 // dirChange is an unsynced change of one directory entry: name now refers to
@@ -887,14 +901,7 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	ch := fileChange{op: f.fs.nextLocked(), off: off}
-	if isZero(p) {
-		// Zero-filling (a new WAL segment) is kept as a length.
-		ch.zeros = int64(len(p))
-	} else {
-		ch.data = slices.Clone(p)
-	}
-	f.ino.changeLocked(ch)
+	f.ino.changeLocked(newWrite(f.fs.nextLocked(), off, p))
 	f.fs.doneLocked(Op{Kind: OpWrite, Path: f.path, Offset: off, Length: int64(len(p))})
 	return len(p), nil
 }
