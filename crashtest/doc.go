@@ -21,7 +21,11 @@
 //     writes, keeping a random subset, or tearing the last write of each
 //     file at a sector), with the history as it stood at that instant: the
 //     hook runs with the file system paused, so every answer recorded by
-//     then came after its sync.
+//     then came after its sync. Crash copies share file contents with the
+//     running file system copy-on-write, so taking one costs little; what
+//     a crash point costs is opening, reading and verifying it, which reads
+//     the whole heap, so once the heap passes 8 MB (large values make it
+//     grow about 1 MB a cycle) the next cycle starts on a new database.
 //   - kill: a child process (the same binary) runs the workload on a real
 //     directory and reports each operation on a pipe before and after it
 //     runs; the parent SIGKILLs it. What the parent read is a prefix of what

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Kind is the kind of a workload operation.
@@ -60,11 +61,41 @@ func (o Op) String() string {
 // Expand returns the value a tag stands for: the tag, a '|', and filler
 // derived from the tag up to the length the tag names ("t3.41.65536" is
 // 65536 bytes). A value that was cut, or mixed from two writes, differs.
+// Values are kept in a bounded cache: the checker expands every write of
+// the history at every crash point.
 func Expand(tag string) string {
+	expandCache.Lock()
+	v, ok := expandCache.m[tag]
+	expandCache.Unlock()
+	if ok {
+		return v
+	}
+	v = expand(tag)
+	expandCache.Lock()
+	if expandCache.bytes+len(v) > expandCacheBytes {
+		clear(expandCache.m)
+		expandCache.bytes = 0
+	}
+	expandCache.m[strings.Clone(tag)] = v
+	expandCache.bytes += len(v)
+	expandCache.Unlock()
+	return v
+}
+
+// expandCacheBytes bounds the values Expand keeps (bytes).
+const expandCacheBytes = 64 << 20
+
+var expandCache = struct {
+	sync.Mutex
+	m     map[string]string
+	bytes int
+}{m: map[string]string{}}
+
+func expand(tag string) string {
 	n := len(tag) + 1
 	if i := strings.LastIndexByte(tag, '.'); i >= 0 {
 		if v, err := strconv.Atoi(tag[i+1:]); err == nil && v > n {
-			n = v
+			n = min(v, 8<<20) // bounded: a tag read back from a damaged value may name anything
 		}
 	}
 	h := fnv.New64a()
@@ -74,8 +105,14 @@ func Expand(tag string) string {
 	copy(b, tag)
 	b[len(tag)] = '|'
 	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-	for i := len(tag) + 1; i < n; i++ {
-		b[i] = letters[r.IntN(len(letters))]
+	// Eight filler bytes per random draw.
+	var x uint64
+	for i, k := len(tag)+1, 0; i < n; i, k = i+1, k+1 {
+		if k%8 == 0 {
+			x = r.Uint64()
+		}
+		b[i] = letters[(x&0xff)%uint64(len(letters))]
+		x >>= 8
 	}
 	return string(b)
 }

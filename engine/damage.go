@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"mvkv/clog"
 	"mvkv/internal/heap"
@@ -254,6 +255,18 @@ func (db *DB) scanForZeroedPages(written uint32) {
 	})
 	db.idx.mu.RUnlock()
 	db.stats.zeroedPages.Store(uint64(len(zeroed)))
+	db.damage.mu.Lock()
+	db.damage.zeroed, db.damage.keysLost, db.damage.zeroedNames = len(zeroed), lost, strings.Join(first, ", ")
+	if db.damage.blocks == nil {
+		db.damage.blocks = map[uint32]bool{}
+	}
+	for blk := range zeroed {
+		db.damage.blocks[blk] = true
+	}
+	if len(zeroed) > len(first) {
+		db.damage.zeroedNames += fmt.Sprintf(" and %d more", len(zeroed)-len(first))
+	}
+	db.damage.mu.Unlock()
 	db.logger.Error("heap pages of zeros below the length the last checkpoint wrote: data lost",
 		"pages", len(zeroed), "first", strings.Join(first, ", "), "keysLost", lost,
 		"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify lists them")
@@ -262,3 +275,149 @@ func (db *DB) scanForZeroedPages(written uint32) {
 // isZeroPageErr reports whether a heap read failed for a page of zeros
 // below the written length.
 func isZeroPageErr(err error) bool { return errors.Is(err, heap.ErrZeroedPage) }
+
+// clogFindings groups, per CLOG page, what Verify finds about tuple xids
+// whose status comes from that page: a damaged page (a flipped byte fails
+// its checksum; a lost one contradicts hints) holds 32704 statuses, and a
+// line per tuple would bury everything else. Each page gets one line with
+// its file and offset, how many tuple xids it affects and the first
+// finding in full.
+type clogFindings struct {
+	dir   string
+	pages map[clogPageKey]*clogPageFinding
+	order []clogPageKey
+}
+
+type clogPageKey struct {
+	file string
+	off  int64 // of the page in the file
+}
+
+type clogPageFinding struct {
+	first          string
+	n              int
+	minXid, maxXid uint64
+	kinds          map[string]int
+	kindOrder      []string
+}
+
+func newCLOGFindings(dir string) *clogFindings {
+	return &clogFindings{dir: filepath.Join(dir, clogDir), pages: map[clogPageKey]*clogPageFinding{}}
+}
+
+// add records a finding about xid (kind is a short name for the count,
+// finding the full text).
+func (f *clogFindings) add(xid uint64, kind, finding string) {
+	name, off := clog.XidFile(xid)
+	k := clogPageKey{name, off - off%clog.PageSize}
+	p := f.pages[k]
+	if p == nil {
+		p = &clogPageFinding{first: finding, minXid: xid, maxXid: xid, kinds: map[string]int{}}
+		f.pages[k] = p
+		f.order = append(f.order, k)
+	}
+	p.n++
+	p.minXid, p.maxXid = min(p.minXid, xid), max(p.maxXid, xid)
+	if p.kinds[kind]++; p.kinds[kind] == 1 {
+		p.kindOrder = append(p.kindOrder, kind)
+	}
+}
+
+// report adds one problem per CLOG page, in the order first seen.
+func (f *clogFindings) report(rep *VerifyReport) {
+	for _, k := range f.order {
+		p := f.pages[k]
+		if p.n == 1 {
+			rep.problem("%s", p.first)
+			continue
+		}
+		var kinds []string
+		for _, kind := range p.kindOrder {
+			kinds = append(kinds, fmt.Sprintf("%d %s", p.kinds[kind], kind))
+		}
+		rep.problem("CLOG page %s at offset %d: %d tuple xids (from %d to %d) affected: %s; the first: %s",
+			filepath.Join(f.dir, k.file), k.off, p.n, p.minXid, p.maxXid, strings.Join(kinds, ", "), p.first)
+	}
+}
+
+// checkIndexPath reports as corruption a directory, or anything else that
+// is not a regular file, where the key index file belongs: a checkpoint
+// could not replace it, and opening would fail later with a bare rename
+// error.
+func (db *DB) checkIndexPath() error {
+	name := filepath.Join(db.dir, indexFileName)
+	if _, err := db.fs.ReadDir(name); err == nil {
+		return fmt.Errorf("%w: %s is a directory where the key index file belongs (checkpoints write the index there); move it away", ErrCorruption, name)
+	}
+	return nil
+}
+
+// DamageInfo is the damage a database has met since Open, for a server to
+// show (mvkv serve's INFO) and to warn about: the background scan's heap
+// pages of zeros, and heap pages whose reads failed their checks. Reads of
+// a damaged page fail with ErrCorruption naming its file and block; each
+// such page is also logged once, at Error.
+type DamageInfo struct {
+	// ScanRunning is true while Open's background scan for heap pages of
+	// zeros (run when the key index came from the index file) is going.
+	ScanRunning bool
+	// ZeroedPages counts the heap pages of zeros that scan found below
+	// the length the last checkpoint wrote; KeysLost the keys whose
+	// newest version the index places on them; Zeroed names the first
+	// ones (file, offset, block), "" when none.
+	ZeroedPages int
+	KeysLost    int
+	Zeroed      string
+	// DamagedPages counts the distinct heap pages known to be damaged:
+	// those pages of zeros, and the pages whose read through the buffer
+	// pool failed its checks (checksum, line pointers, zeros below the
+	// written length). FailedReads counts those failed reads; LastError
+	// is the newest one's text, naming file, offset and block.
+	DamagedPages int
+	FailedReads  uint64
+	LastError    string
+}
+
+// damageLog keeps what DamageInfo reports. Safe for concurrent use.
+type damageLog struct {
+	mu          sync.Mutex
+	zeroed      int
+	keysLost    int
+	zeroedNames string
+	blocks      map[uint32]bool
+	failed      uint64
+	last        string
+}
+
+// Damage returns the damage met since Open. Safe to call concurrently.
+func (db *DB) Damage() DamageInfo {
+	scanning := db.recovery.IndexFromFile && db.recovery.CheckedBlocks < db.recovery.WrittenBlocks && !db.zeroScanDone.Load()
+	d := &db.damage
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return DamageInfo{
+		ScanRunning: scanning, ZeroedPages: d.zeroed, KeysLost: d.keysLost, Zeroed: d.zeroedNames,
+		DamagedPages: len(d.blocks), FailedReads: d.failed, LastError: d.last,
+	}
+}
+
+// noteDamagedRead records a heap read that failed as corruption, and logs
+// the page the first time.
+func (db *DB) noteDamagedRead(block uint32, err error) {
+	d := &db.damage
+	d.mu.Lock()
+	d.failed++
+	d.last = err.Error()
+	first := !d.blocks[block]
+	if first {
+		if d.blocks == nil {
+			d.blocks = map[uint32]bool{}
+		}
+		d.blocks[block] = true
+	}
+	d.mu.Unlock()
+	if first && db.logger != nil {
+		db.logger.Error("heap page cannot be read: the versions on it are lost or damaged", "block", block, "err", err,
+			"note", "reads of keys on this page fail; mvkv verify lists them")
+	}
+}

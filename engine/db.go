@@ -125,6 +125,8 @@ type DB struct {
 	ckptEnd atomic.Uint64
 	// zeroScanDone is set when Open's background zeroed-page scan ended.
 	zeroScanDone atomic.Bool
+	// damage is what DamageInfo reports (damage.go).
+	damage damageLog
 	// redoTouched lists the blocks redo changed, during Open only.
 	redoTouched map[uint32]struct{}
 }
@@ -370,7 +372,7 @@ func (db *DB) open() error {
 	}); err != nil {
 		return err
 	}
-	db.pool = bufpool.New(poolStorage{db.storage}, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
+	db.pool = bufpool.New(poolStorage{db.storage, db}, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
 	if db.vm, err = visibility.Open(fsys, filepath.Join(dir, vmDir), visibility.Options{
 		FlushWAL: db.flushWAL,
 		Unlogged: db.opts.VisibilityMap == VisibilityMapUnlogged,
@@ -690,8 +692,15 @@ func asCorruption(err error) error {
 // poolStorage is the heap files as the buffer pool reads them: a page that
 // fails its checks (checksum, line pointers, zeros where a checkpoint wrote
 // data) is corruption to every caller, matching ErrCorruption.
-type poolStorage struct{ *heap.Storage }
+type poolStorage struct {
+	*heap.Storage
+	db *DB // counts and logs the damaged pages met (damage.go)
+}
 
 func (s poolStorage) ReadBlock(block uint32, p []byte) error {
-	return asCorruption(s.Storage.ReadBlock(block, p))
+	err := asCorruption(s.Storage.ReadBlock(block, p))
+	if err != nil && errors.Is(err, ErrCorruption) {
+		s.db.noteDamagedRead(block, err)
+	}
+	return err
 }

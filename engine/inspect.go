@@ -291,13 +291,9 @@ func (db *DB) Verify() (VerifyReport, error) {
 		xmaxCommitted, xminCommitted, xminAborted bool
 	}
 	tuples := make(map[uint64]tupleInfo)
-	// Hints the CLOG contradicts, counted per CLOG page: a lost page
-	// contradicts thousands, and one finding a page says it all.
-	type clogPage struct {
-		file string
-		off  int64
-	}
-	lostCLOG := make(map[clogPage]int)
+	// Findings about tuple xids that come from their CLOG page, one line
+	// per page: a damaged page affects thousands (damage.go).
+	clogBad := newCLOGFindings(db.dir)
 	nblocks := db.storage.NBlocks()
 	vmBits, vmSnap := db.verifyVMBits(&rep, nblocks), db.procs.snapshot()
 	page := make([]byte, heap.PageSize)
@@ -366,9 +362,9 @@ func (db *DB) Verify() (VerifyReport, error) {
 						st == clog.StatusInProgress && !db.procs.isRunning(x.xid))
 				}
 				if err != nil {
-					rep.problem("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err)
+					clogBad.add(x.xid, "status reads failed", fmt.Sprintf("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err))
 				} else if st == clog.StatusSubCommitted {
-					rep.problem("heap tuple %s: %s %d is sub-committed, which mvkv never writes", tid, x.name, x.xid)
+					clogBad.add(x.xid, "sub-committed", fmt.Sprintf("heap tuple %s: %s %d is sub-committed, which mvkv never writes", tid, x.name, x.xid))
 				} else if hinted := hintedStatus(h.Infomask, x.committed, x.dead); hinted != clog.StatusInProgress && hinted != st {
 					// A hint caches a final CLOG status, set only after
 					// the CLOG said so; a CLOG that now says otherwise
@@ -376,10 +372,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 					// as "in progress"), and every unhinted tuple of
 					// those xids reads wrongly too.
 					name, off := clog.XidFile(x.xid)
-					page := clogPage{name, off - off%clog.PageSize}
-					if lostCLOG[page]++; lostCLOG[page] == 1 {
-						rep.problem("heap tuple %s: %s %d is hinted %s, but the CLOG says %s (%s at offset %d): the CLOG is damaged or lost", tid, x.name, x.xid, hinted, st, filepath.Join(db.dir, clogDir, name), off)
-					}
+					clogBad.add(x.xid, "hints contradicted", fmt.Sprintf("heap tuple %s: %s %d is hinted %s, but the CLOG says %s (%s at offset %d): the CLOG is damaged or lost", tid, x.name, x.xid, hinted, st, filepath.Join(db.dir, clogDir, name), off))
 				}
 			}
 			chunk := h.Infomask&heap.Chunk != 0
@@ -388,11 +381,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 				xmaxCommitted: xmaxCommitted, xminCommitted: xminCommitted, xminAborted: xminAborted}
 		}
 	}
-	for page, n := range lostCLOG {
-		if n > 1 {
-			rep.problem("%d more tuple xids whose hints the CLOG page at %s offset %d contradicts", n-1, filepath.Join(db.dir, clogDir, page.file), page.off)
-		}
-	}
+	clogBad.report(&rep)
 	// The newest version of each key: the one whose inserter committed and
 	// whose xmax did not (chain.go). Prev links are not checked for
 	// existence: pruning frees a version on its own page and leaves the

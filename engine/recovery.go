@@ -115,6 +115,9 @@ func (db *DB) recover(ctrl controlData) error {
 			db.recovery.CheckedBlocks = db.recovery.WrittenBlocks
 		}
 	}
+	if err := db.checkIndexPath(); err != nil {
+		return err
+	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err
 	}

@@ -507,6 +507,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	if wanted("memory") {
 		section("memory", s.memoryLines()...)
 	}
+	dmg := s.db.Damage()
 	section("persistence",
 		"loading:0",
 		"aof_enabled:1",
@@ -516,7 +517,13 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("recovery_end_lsn:%d", rec.EndLSN),
 		fmt.Sprintf("recovery_records:%d", rec.Records),
 		fmt.Sprintf("recovery_seconds:%.3f", rec.Duration.Seconds()),
-		fmt.Sprintf("checkpoints:%d", st.Checkpoints))
+		fmt.Sprintf("checkpoints:%d", st.Checkpoints),
+		// Damage met since start: the background check for heap pages
+		// of zeros, and pages whose reads failed their checks.
+		fmt.Sprintf("damage_check_in_progress:%d", map[bool]int{false: 0, true: 1}[dmg.ScanRunning]),
+		fmt.Sprintf("damaged_heap_pages:%d", dmg.DamagedPages),
+		fmt.Sprintf("damaged_keys_lost:%d", dmg.KeysLost),
+		fmt.Sprintf("damaged_page_read_errors:%d", dmg.FailedReads))
 	section("stats",
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),

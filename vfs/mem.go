@@ -185,9 +185,9 @@ var _ FS = (*MemFS)(nil)
 type inode struct {
 	isDir bool
 
-	// Files.
-	data    []byte       // current contents
-	durable []byte       // contents as of the last Sync; never shares memory with data
+	// Files. data and durable share chunks copy-on-write (memdata.go).
+	data    content      // current contents
+	durable content      // contents as of the last Sync
 	pending []fileChange // changes since the last Sync, in order
 
 	// Directories.
@@ -196,13 +196,58 @@ type inode struct {
 	dirPending []dirChange       // entry changes since the last SyncDir, in order
 }
 
-// fileChange is an unsynced write (data != nil or zero-length never stored)
-// or truncation of a file.
+// fileChange is an unsynced write (zero-length ones are never stored) or
+// truncation of a file.
 type fileChange struct {
 	op       int64 // Op.Index
 	truncate bool
 	off      int64  // write offset, or the new size of a truncation
-	data     []byte // the bytes written; owned by the change, never modified
+	data     []byte // the bytes written up to the trailing zeros; owned by the change, never modified
+	zeros    int64  // the length of the zeros that end the write (a preallocated segment), kept without their bytes
+}
+
+// length returns the number of bytes a write stores.
+func (ch fileChange) length() int64 { return int64(len(ch.data)) + ch.zeros }
+
+// prefix returns the write cut to its first n bytes.
+func (ch fileChange) prefix(n int64) fileChange {
+	if n <= int64(len(ch.data)) {
+		ch.data, ch.zeros = ch.data[:n], 0
+	} else {
+		ch.zeros = n - int64(len(ch.data))
+	}
+	return ch
+}
+
+// applyTo applies the change to c.
+func (ch fileChange) applyTo(c *content) {
+	if ch.truncate {
+		c.truncate(ch.off)
+		return
+	}
+	c.write(ch.off, ch.data, int64(len(ch.data)), false)
+	c.write(ch.off+int64(len(ch.data)), nil, ch.zeros, true)
+}
+
+// newWrite returns the change for writing p at off: the zeros that end p
+// (a header followed by a zero-filled segment) are kept as a length.
+func newWrite(op, off int64, p []byte) fileChange {
+	n := len(p)
+	for n > 0 {
+		k := min(n, chunkSize)
+		if !isZero(p[n-k : n]) {
+			for p[n-1] == 0 {
+				n--
+			}
+			break
+		}
+		n -= k
+	}
+	ch := fileChange{op: op, off: off, zeros: int64(len(p) - n)}
+	if n > 0 {
+		ch.data = slices.Clone(p[:n])
+	}
+	return ch
 }
 
 // dirChange is an unsynced change of one directory entry: name now refers to
@@ -303,9 +348,11 @@ func (m *MemFS) SetLogging(on bool) {
 // keeps of the rest. rng decides for KeepRandom and where TearLast cuts; nil
 // means a fixed seed. For a given state, mode and seed the copy is the same.
 //
-// The copy shares no memory with m; in it everything is durable, no file is
-// open or locked, and its op count and log start empty, so a test can
-// enumerate crash points of recovery run on the copy.
+// The copy is independent of m (they share file contents copy-on-write, so
+// a copy costs a pointer per 4 KiB of data, not a copy of it); in it
+// everything is durable, no file is open or locked, and its op count and
+// log start empty, so a test can enumerate crash points of recovery run on
+// the copy.
 func (m *MemFS) CrashCopy(mode CrashMode, rng *rand.Rand) *MemFS {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -357,12 +404,14 @@ func (c *crasher) node(n *inode) *inode {
 	if n.isDir {
 		return c.dir(n)
 	}
-	b := slices.Clone(n.durable)
+	// The copy shares the durable chunks; the changes it keeps copy only
+	// the chunks they write.
+	b := n.durable.share()
 	switch c.mode {
 	case KeepRandom:
 		for _, ch := range n.pending {
 			if c.kept(ch.op) {
-				b = ch.apply(b)
+				ch.applyTo(&b)
 			}
 		}
 	case TearLast:
@@ -371,13 +420,13 @@ func (c *crasher) node(n *inode) *inode {
 			if ch.truncate {
 				continue
 			}
-			if keep := tornLength(ch.off, int64(len(ch.data)), c.rng); keep > 0 {
-				b = fileChange{off: ch.off, data: ch.data[:keep]}.apply(b)
+			if keep := tornLength(ch.off, ch.length(), c.rng); keep > 0 {
+				ch.prefix(keep).applyTo(&b)
 			}
 			break
 		}
 	}
-	out := &inode{data: b, durable: slices.Clone(b)}
+	out := &inode{data: b, durable: b.share()}
 	c.done[n] = out
 	return out
 }
@@ -440,8 +489,8 @@ func (m *MemFS) cloneLocked() *MemFS {
 		out := &inode{isDir: n.isDir}
 		done[n] = out
 		if !n.isDir {
-			out.data = slices.Clone(n.data)
-			out.durable = slices.Clone(n.durable)
+			out.data = n.data.share()
+			out.durable = n.durable.share()
 			// The bytes of a change are never modified, so they can be shared.
 			out.pending = slices.Clone(n.pending)
 			return out
@@ -466,35 +515,6 @@ func (m *MemFS) cloneLocked() *MemFS {
 	out.log = slices.Clone(m.log)
 	out.logging = m.logging
 	return out
-}
-
-// apply returns b with the change applied; b's memory may be reused.
-func (ch fileChange) apply(b []byte) []byte {
-	if ch.truncate {
-		return resize(b, ch.off)
-	}
-	end := ch.off + int64(len(ch.data))
-	if end > int64(len(b)) {
-		b = resize(b, end)
-	}
-	copy(b[ch.off:], ch.data)
-	return b
-}
-
-// resize returns b cut or zero-extended to n bytes.
-func resize(b []byte, n int64) []byte {
-	if n <= int64(len(b)) {
-		return b[:n]
-	}
-	if n <= int64(cap(b)) {
-		old := len(b)
-		b = b[:n]
-		clear(b[old:])
-		return b
-	}
-	nb := make([]byte, n, max(n, 2*int64(cap(b))))
-	copy(nb, b)
-	return nb
 }
 
 // clean maps a name onto the absolute, cleaned path that keys MemFS.
@@ -568,14 +588,15 @@ func setEntry(d *inode, name string, n *inode, op int64) {
 }
 
 func (n *inode) changeLocked(ch fileChange) {
-	n.data = ch.apply(n.data)
+	ch.applyTo(&n.data)
 	n.pending = append(n.pending, ch)
 }
 
+// syncLocked makes the file's contents durable: applying the pending
+// changes to the durable state gives the current contents, which are
+// shared instead.
 func (n *inode) syncLocked() {
-	for _, ch := range n.pending {
-		n.durable = ch.apply(n.durable)
-	}
+	n.durable = n.data.share()
 	n.pending = nil
 }
 
@@ -778,7 +799,7 @@ func (m *MemFS) Stat(name string) (int64, error) {
 	if err != nil {
 		return 0, pathErr("stat", name, err)
 	}
-	return int64(len(n.data)), nil
+	return n.data.size, nil
 }
 
 // Lock implements FS. The lock belongs to the file, not the name, as with
@@ -848,10 +869,10 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	}
 	f.fs.mu.RLock()
 	defer f.fs.mu.RUnlock()
-	if off >= int64(len(f.ino.data)) {
+	if off >= f.ino.data.size {
 		return 0, io.EOF
 	}
-	n := copy(p, f.ino.data[off:])
+	n := f.ino.data.readAt(p, off)
 	if n < len(p) {
 		return n, io.EOF
 	}
@@ -880,7 +901,7 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	f.ino.changeLocked(fileChange{op: f.fs.nextLocked(), off: off, data: slices.Clone(p)})
+	f.ino.changeLocked(newWrite(f.fs.nextLocked(), off, p))
 	f.fs.doneLocked(Op{Kind: OpWrite, Path: f.path, Offset: off, Length: int64(len(p))})
 	return len(p), nil
 }
@@ -919,7 +940,7 @@ func (f *memFile) Size() (int64, error) {
 	}
 	f.fs.mu.RLock()
 	defer f.fs.mu.RUnlock()
-	return int64(len(f.ino.data)), nil
+	return f.ino.data.size, nil
 }
 
 func (f *memFile) Close() error {

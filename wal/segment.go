@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -81,6 +82,36 @@ var errStopped = errors.New("wal: segment preparation stopped")
 func segmentReady(fsys vfs.FS, dir string, start LSN, size int64) bool {
 	n, err := fsys.Stat(path.Join(dir, segmentName(start)))
 	return err == nil && n == size
+}
+
+// preparedEmpty reports whether the segment starting at start is one
+// prepared ahead that holds no record: the segment size, a valid header for
+// start, and zeros after it. OpenWriter keeps such a segment past the end
+// of the log rather than removing it and preparing it again, so that
+// opening a directory shut down cleanly rewrites nothing; it holds nothing
+// stale that could resurface behind new records.
+func preparedEmpty(fsys vfs.FS, dir string, start LSN, size int64) bool {
+	f, err := fsys.OpenReadOnly(path.Join(dir, segmentName(start)))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if n, err := f.Size(); err != nil || n != size {
+		return false
+	}
+	if _, err := readSegHeader(f, start, size); err != nil {
+		return false
+	}
+	buf := make([]byte, min(zeroChunk, size))
+	zeros := make([]byte, len(buf))
+	for off := int64(segHeaderSize); off < size; {
+		n := min(int64(len(buf)), size-off)
+		if _, err := f.ReadAt(buf[:n], off); err != nil || !bytes.Equal(buf[:n], zeros[:n]) {
+			return false
+		}
+		off += n
+	}
+	return true
 }
 
 // listSegments returns the start LSNs of the segment files in dir, ascending,

@@ -256,7 +256,8 @@ type Writer struct {
 //
 // Before accepting records it makes the log past end durably invalid: it
 // removes leftover temporary files and every segment after the one end lies
-// in (fsyncing the directory), and zero-fills the rest of that segment
+// in (fsyncing the directory) but the next one when it is prepared and still
+// holds only zeros, and zero-fills the rest of that segment
 // (fsyncing it), so no torn or stale record past end can ever resurface
 // behind new ones. It returns ErrCorrupt when end's segment has a bad header.
 func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error) {
@@ -310,6 +311,9 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	// missing below one that is present is damage (Reader).
 	removed := false
 	for i := len(segs) - 1; i >= 0 && segs[i] > cur; i-- {
+		if i == len(segs)-1 && segs[i] == cur+LSN(segSize) && preparedEmpty(fsys, dir, segs[i], segSize) {
+			continue // the next segment, prepared and still empty: kept as it is
+		}
 		if err := fsys.Remove(path.Join(dir, segmentName(segs[i]))); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("wal: remove stale segment: %w", err)

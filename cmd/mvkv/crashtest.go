@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -19,7 +20,7 @@ const crashtestUsage = `mvkv crashtest runs a randomized crash-recovery test and
 
 Usage:
   mvkv crashtest [--mode power|kill|server] [--duration D] [--cycles N]
-                 [--seed S] [--clients N] [--dir DIR]
+                 [--seed S] [--clients N] [--dir DIR] [--cpuprofile FILE]
 
 Each cycle runs a seeded workload of concurrent clients (single-key writes,
 counter increments, multi-key transactions, deletes, values up to 100 KB,
@@ -48,6 +49,7 @@ Options:
   --dir DIR       the data directory for kill and server modes (must be new
                   or empty; default a temporary one, removed after a PASS),
                   and where power mode writes a failing crash copy
+  --cpuprofile F  write a CPU profile of the run to F (go tool pprof reads it)
 
 It prints a line per cycle, then PASS or FAIL with the seed; on failure the
 problems, the shortest operation list found that still fails (replayed in
@@ -59,12 +61,13 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("crashtest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var (
-		mode, dir string
-		duration  time.Duration
-		cycles    int
-		seed      uint64
-		clients   int
-		child     bool
+		mode, dir  string
+		cpuprofile string
+		duration   time.Duration
+		cycles     int
+		seed       uint64
+		clients    int
+		child      bool
 	)
 	fs.StringVar(&mode, "mode", "power", "")
 	fs.DurationVar(&duration, "duration", 0, "")
@@ -72,6 +75,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&seed, "seed", 0, "")
 	fs.IntVar(&clients, "clients", 4, "")
 	fs.StringVar(&dir, "dir", "", "")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
 	fs.BoolVar(&child, "child", false, "") // the kill-mode child (internal)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -101,6 +105,19 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if seed == 0 {
 		seed = rand.Uint64() >> 1
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			fmt.Fprintf(stderr, "mvkv crashtest: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "mvkv crashtest: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -133,7 +150,8 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if res.Pass {
-		fmt.Fprintf(stdout, "PASS: mode %s, %d cycles, %d crash points, %d operations, %s, seed %d\n", mode, res.Cycles, res.Crashes, res.Ops, took, seed)
+		fmt.Fprintf(stdout, "PASS: mode %s, %d cycles, %d crash points (%.0f a minute), %d operations, %s, seed %d\n",
+			mode, res.Cycles, res.Crashes, float64(res.Crashes)/took.Minutes(), res.Ops, took, seed)
 		return 0
 	}
 	fmt.Fprintf(stdout, "FAIL: mode %s, cycle %d, seed %d, after %s\n", mode, res.Cycles, seed, took)

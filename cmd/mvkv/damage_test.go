@@ -13,6 +13,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"mvkv/engine"
 )
@@ -80,6 +83,9 @@ func walFiles(t *testing.T, dir string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// dirPlaceholder in a wanted message stands for the damaged directory.
+const dirPlaceholder = "<dir>"
 
 // TestVerifyNamesDamage makes each kind of damage that used to read as
 // valid data by hand, on a stopped directory (closed cleanly, or copied
@@ -154,21 +160,38 @@ func TestVerifyNamesDamage(t *testing.T) {
 		_, err = f.WriteAt(make([]byte, n), off)
 		return err
 	}
+	flip := func(p string, off int64) error {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		b[off] ^= 0xff
+		return os.WriteFile(p, b, 0o644)
+	}
 	for _, c := range []struct {
 		name, base string
 		damage     func(dir string) error
 		want       []string
+		maxLines   int // of output, when not 0: damage to one page gives one line, not one per tuple
 	}{
 		{"heap page zeroed", clean, func(d string) error { return zero(filepath.Join(d, "heap", "00000000"), 5*8192, 8192) },
-			[]string{filepath.Join("heap", "00000000") + " at offset 40960 (block 5)", "keys lost: "}},
+			[]string{filepath.Join("heap", "00000000") + " at offset 40960 (block 5)", "keys lost: "}, 0},
 		{"CLOG segment zeroed after a clean shutdown", clean, func(d string) error { return zero(filepath.Join(d, "clog", "000000000000"), 0, 8192) },
-			[]string{filepath.Join("clog", "000000000000") + " page at offset 0 is all zeros"}},
+			[]string{filepath.Join("clog", "000000000000") + " page at offset 0 is all zeros"}, 0},
 		{"CLOG segment removed after a crash", killed, func(d string) error { return os.Remove(filepath.Join(d, "clog", "000000000000")) },
-			[]string{filepath.Join("clog", "000000000000") + " is missing"}},
+			[]string{filepath.Join("clog", "000000000000") + " is missing"}, 0},
 		{"newest WAL segment cut short after a crash", killed, func(d string) error { return os.Truncate(filepath.Join(d, "wal", newest), 300000) },
-			[]string{filepath.Join("wal", newest) + " is 300000 bytes, cut short", "is lost"}},
+			[]string{filepath.Join("wal", newest) + " is 300000 bytes, cut short", "is lost"}, 0},
 		{"newest WAL segment removed after a crash", killed, func(d string) error { return os.Remove(filepath.Join(d, "wal", newest)) },
-			[]string{filepath.Join("wal", newest) + " is missing", "is lost"}},
+			[]string{filepath.Join("wal", newest) + " is missing", "is lost"}, 0},
+		{"CLOG byte flipped after a clean shutdown", clean, func(d string) error { return flip(filepath.Join(d, "clog", "000000000000"), 16+100) },
+			[]string{filepath.Join("clog", "000000000000")}, 6},
+		{"index file path is a directory", clean, func(d string) error {
+			if err := os.Remove(filepath.Join(d, "index")); err != nil {
+				return err
+			}
+			return os.Mkdir(filepath.Join(d, "index"), 0o755)
+		}, []string{filepath.Join(dirPlaceholder, "index") + " is a directory"}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -183,7 +206,11 @@ func TestVerifyNamesDamage(t *testing.T) {
 			if code != 1 {
 				t.Fatalf("verify: exit %d, want 1\n%s", code, msg)
 			}
+			if n := strings.Count(strings.TrimSpace(msg), "\n") + 1; c.maxLines > 0 && n > c.maxLines {
+				t.Fatalf("verify gave %d lines, want at most %d:\n%s", n, c.maxLines, msg)
+			}
 			for _, w := range c.want {
+				w = strings.ReplaceAll(w, dirPlaceholder, dir)
 				if !strings.Contains(msg, w) {
 					t.Fatalf("verify output lacks %q:\n%s", w, msg)
 				}
@@ -193,5 +220,92 @@ func TestVerifyNamesDamage(t *testing.T) {
 				t.Fatalf("verify changed the directory:\nbefore %v\nafter  %v", before, after)
 			}
 		})
+	}
+}
+
+// TestServeReportsZeroedPage starts mvkv serve on a directory whose heap
+// has a page of zeros below the length the last checkpoint wrote, with a
+// usable index file, so Open succeeds and its background check finds the
+// page: INFO persistence counts it, the log carries a startup warning, a
+// read of a key on the page and a whole-keyspace command (DBSIZE, KEYS,
+// SCAN) fail naming the file and block, and keys on other pages read.
+func TestServeReportsZeroedPage(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	off := false
+	db, err := engine.Open(dir, engine.Options{CheckpointTimeout: -1, SharedBuffers: 4 << 20, Autovacuum: &off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 400 {
+		err := db.Update(ctx, func(tx *engine.Txn) error {
+			return tx.Put(fmt.Appendf(nil, "key-%05d", i), bytes.Repeat([]byte{'v'}, 300))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "heap", "00000000"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 8192), 5*8192); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	p := startServe(t, dir)
+	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
+	defer c.Close()
+	var info string
+	for range 500 {
+		if info, err = c.Info(ctx, "persistence").Result(); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "damage_check_in_progress:0") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, w := range []string{"damage_check_in_progress:0", "damaged_heap_pages:1\r\n", "damaged_keys_lost:"} {
+		if !strings.Contains(info, w) {
+			t.Fatalf("INFO persistence lacks %q:\n%s", w, info)
+		}
+	}
+	if strings.Contains(info, "damaged_keys_lost:0\r\n") {
+		t.Fatalf("INFO counts no key lost on a zeroed page that held some:\n%s", info)
+	}
+	where := filepath.Join(dir, "heap", "00000000") + " at offset 40960 (block 5)"
+	for _, cmd := range [][]any{{"DBSIZE"}, {"KEYS", "*"}, {"SCAN", "0", "COUNT", "1000"}} {
+		err := c.Do(ctx, cmd...).Err()
+		if err == nil || !strings.Contains(err.Error(), where) {
+			t.Fatalf("%v: %v, want an error naming %s", cmd, err, where)
+		}
+	}
+	lost, readable := 0, 0
+	for i := range 400 {
+		_, err := c.Get(ctx, fmt.Sprintf("key-%05d", i)).Result()
+		switch {
+		case err == nil:
+			readable++
+		case strings.Contains(err.Error(), where):
+			lost++
+		default:
+			t.Fatalf("GET key-%05d: %v", i, err)
+		}
+	}
+	if lost == 0 || readable == 0 {
+		t.Fatalf("%d keys read, %d failed naming the page: want some of each", readable, lost)
+	}
+	if info, err = c.Info(ctx, "persistence").Result(); err != nil || strings.Contains(info, "damaged_page_read_errors:0\r\n") {
+		t.Fatalf("INFO counts no failed read after %d: %v\n%s", lost, err, info)
+	}
+	p.shutdown(t)
+	log := p.stderr.String()
+	if !strings.Contains(log, "WARNING the data directory is damaged") || !strings.Contains(log, "block 5") {
+		t.Fatalf("the log lacks the startup warning naming the page:\n%s", log)
 	}
 }

@@ -418,6 +418,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 			status = 1
 		}
 	}()
+	damageDone := make(chan struct{})
+	defer close(damageDone)
+	go warnDamage(db, log, damageDone)
 	srv := server.New(db, server.Config{
 		ProtectedModeOff:  protectedMode == "no",
 		MaxClients:        maxClients,
@@ -559,4 +562,28 @@ func engineScaleFactor(f float64) float64 {
 		return -1
 	}
 	return f
+}
+
+// warnDamage waits for the engine's background check for heap pages of
+// zeros (Open runs it when the key index came from the index file, so that
+// opening does not wait for a read of the whole heap) and, when it found
+// any, logs a warning that says what it means for clients, as Redis warns
+// at startup, besides the engine's own log line; INFO persistence keeps
+// the counts. It returns at stop.
+func warnDamage(db *engine.DB, log *slog.Logger, stop <-chan struct{}) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for db.Damage().ScanRunning {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+	if d := db.Damage(); d.ZeroedPages > 0 {
+		log.Error("WARNING the data directory is damaged: heap pages that a checkpoint wrote are zeros, "+
+			"the keys whose newest version was on them are lost and reading them fails with an error naming the page; "+
+			"INFO persistence counts them; run mvkv verify on a copy of the directory to list the keys",
+			"pages", d.ZeroedPages, "keysLost", d.KeysLost, "where", d.Zeroed)
+	}
 }
