@@ -464,7 +464,7 @@ func (b *bulkBuilder) newPage() error {
 		}
 	}
 	if uint64(b.first)+uint64(b.pages)+1 >= noBlock {
-		return fmt.Errorf("%w: %w: the heap would pass %d blocks", errBulkIO, heap.ErrCorrupt, uint32(noBlock))
+		return fmt.Errorf("mvkv: bulk load: the heap would pass %d blocks", uint32(noBlock))
 	}
 	b.inChunk++
 	b.pages++
@@ -513,7 +513,7 @@ func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (
 		}
 		slot, aerr := heap.AddTuple(b.page(), tup)
 		if aerr != nil {
-			err = fmt.Errorf("%w: %w", errBulkIO, aerr)
+			err = fmt.Errorf("mvkv: bulk load: key %q: %w", truncKey(key), aerr)
 			break
 		}
 		if !b.started {

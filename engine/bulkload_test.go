@@ -142,7 +142,7 @@ func TestBulkLoadRefuses(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{})
 	ctx := context.Background()
-	heapBlocks := func() uint64 { return db.Stats().HeapBlocks }
+	heapBlocks := func() uint32 { return db.storage.NBlocks() }
 	base := heapBlocks()
 	outOfOrder := func(yield func(k, v []byte) bool) {
 		for i := 0; i < 5000; i++ {
