@@ -348,12 +348,31 @@ func (db *DB) setBulkVisible(first, pages uint32) (bool, error) {
 		}
 		lsn = uint64(end)
 	}
-	for blk := first; blk < first+pages; blk++ {
-		if _, err := db.vm.Set(blk, bits, lsn); err != nil {
-			return false, err
-		}
+	if err := db.setBulkVMBits(first, pages, bits, lsn); err != nil {
+		return false, err
 	}
 	return true, nil
+}
+
+// setBulkVMBits sets bits for heap blocks [first, first+pages), moving
+// each map page's LSN to lsn. visibility.Map.Set takes a page whose LSN
+// is already at lsn to reflect the record, so only the last block of the
+// range on each map page is set with lsn; the others are set without
+// moving the LSN. A bit that reached disk early would be harmless anyway:
+// it vouches for a load whose commit record is durable. Redo uses this
+// too: it sets the bits whatever the map page's LSN, which is safe
+// because every later clear of a bit is redone whatever the LSN as well.
+func (db *DB) setBulkVMBits(first, pages uint32, bits visibility.Bits, lsn uint64) error {
+	for blk := first; blk < first+pages; blk++ {
+		at := uint64(0)
+		if blk == first+pages-1 || visibility.MapBlock(blk+1) != visibility.MapBlock(blk) {
+			at = lsn
+		}
+		if _, err := db.vm.Set(blk, bits, at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // bulkFree is a loaded page's free space, for the free space map.
@@ -610,11 +629,7 @@ func (db *DB) redoBulkLoad(rec wal.Record) error {
 		db.pool.EnsureBlocks(r.first + r.pages)
 		return db.clog.SetStatus(rec.XID, clog.StatusCommitted, uint64(rec.End))
 	case recBulkVisible:
-		for blk := r.first; blk < r.first+r.pages; blk++ {
-			if _, err := db.vm.Set(blk, r.bits, uint64(rec.End)); err != nil {
-				return err
-			}
-		}
+		return db.setBulkVMBits(r.first, r.pages, r.bits, uint64(rec.End))
 	}
 	return nil
 }
