@@ -269,16 +269,16 @@ func TestBulkLoadCrashLadder(t *testing.T) {
 	}
 	sample := *ladderSample
 	if sample <= 0 {
-		sample = 2
+		sample = 3
 		if raceEnabled {
-			sample = 6
+			sample = 12
 		}
 	}
-	const n, size = 3000, 500 // about 190 pages: two write calls
+	const n, size = 1000, 400 // about 30 pages (TestBulkLoad writes several runs)
 	r := rand.New(rand.NewPCG(seed, 3))
 	states := []ladderState{{}, bulkState(n, size)}
 	var work []ladderTxn
-	for i := 0; i < 16; i++ {
+	for i := 0; i < 12; i++ {
 		w := ladderTxn{writes: map[string][]byte{}, sync: r.IntN(4) != 0, rollback: r.IntN(8) == 0}
 		for j := 0; j < 1+r.IntN(3); j++ {
 			k := string(bulkKey(r.IntN(n)))
@@ -341,7 +341,7 @@ func TestBulkLoadCrashLadder(t *testing.T) {
 	prog.acked(1)
 	state := 1
 	for i, w := range work {
-		if i == 8 {
+		if i == 6 {
 			if _, err := db.Vacuum(ctx); err != nil {
 				t.Fatal(err)
 			}
