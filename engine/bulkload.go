@@ -77,11 +77,13 @@ import (
 // stay right. Otherwise vacuum sets them later, as it does for any page.
 //
 // The index. The keys arrive in increasing order; their entries are carved
-// from pointer-free slabs and inserted into a B-tree and a hash map of
-// their own, on two goroutines, while the pages are built and written (a
-// sorted insert into google/btree appends to its rightmost leaf). At the
-// commit the new structures replace the empty index's, together with the
-// few entries writers made meanwhile.
+// from pointer-free slabs and inserted into a B-tree of their own on a
+// second goroutine while the pages are built and written (a sorted insert
+// into google/btree appends to its rightmost leaf), and into a hash map
+// sized once for the key count after the last page, while the last fsync
+// runs (a map grown key by key spent most of the load's CPU rehashing).
+// At the commit the new structures replace the empty index's, together
+// with the few entries writers made meanwhile.
 //
 // Rejected:
 //   - Loading through the buffer pool with one WAL record per page (a
@@ -224,12 +226,18 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 	if err := b.waitSync(); loadErr == nil {
 		loadErr = err
 	}
+	if loadErr == nil && b.keys == 0 {
+		loadErr = errBulkNothing
+	}
+	// The last fsync runs while the hash map is built.
+	var synced chan error
+	if loadErr == nil {
+		synced = make(chan error, 1)
+		go func() { synced <- db.storage.Sync() }()
+	}
 	idx, built := b.finishIndex()
 	st.Write = time.Since(w)
 	st.Keys, st.Pages = built, b.pages
-	if loadErr == nil && built == 0 {
-		loadErr = errBulkNothing
-	}
 	if loadErr != nil {
 		if errors.Is(loadErr, errBulkIO) {
 			// The unfinished load is left to recovery, which cuts the
@@ -246,7 +254,7 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 		return st, loadErr
 	}
 	s := time.Now()
-	if err := db.storage.Sync(); err != nil {
+	if err := <-synced; err != nil {
 		db.finish(txn)
 		return st, db.fail(err)
 	}
@@ -410,8 +418,8 @@ type bulkBuilder struct {
 	idx     *index
 	arena   entryArena
 	batch   []*indexEntry
+	batches [][]*indexEntry // every batch, for the hash map
 	toTree  chan []*indexEntry
-	toMap   chan []*indexEntry
 	done    chan struct{}
 	started bool
 	keys    uint64
@@ -426,47 +434,50 @@ func newBulkBuilder(db *DB, xid uint64, first uint32) *bulkBuilder {
 	}
 }
 
-// startIndex starts the two goroutines that fill the new index's tree
-// and map from batches of entries in key order.
+// startIndex starts the goroutine that fills the new index's tree from
+// batches of entries in key order, while the pages are built.
 func (b *bulkBuilder) startIndex() {
 	b.started = true
 	b.toTree = make(chan []*indexEntry, 64)
-	b.toMap = make(chan []*indexEntry, 64)
-	b.done = make(chan struct{}, 2)
-	tree, byKey := b.idx.tree, b.idx.byKey
+	b.done = make(chan struct{})
+	tree := b.idx.tree
 	go func() {
 		for es := range b.toTree {
 			for _, e := range es {
 				tree.ReplaceOrInsert(e)
 			}
 		}
-		b.done <- struct{}{}
-	}()
-	go func() {
-		for es := range b.toMap {
-			for _, e := range es {
-				byKey[e.key()] = e
-			}
-		}
-		b.done <- struct{}{}
+		close(b.done)
 	}()
 }
 
-// finishIndex waits for the index goroutines and returns the new index
-// (nil if nothing was loaded) and its key count.
+// sendBatch hands the current batch to the tree goroutine.
+func (b *bulkBuilder) sendBatch() {
+	b.toTree <- b.batch
+	b.batches = append(b.batches, b.batch)
+	b.batch = make([]*indexEntry, 0, bulkIndexBatch)
+}
+
+// finishIndex builds the hash map, sized once for the keys loaded (a map
+// grown key by key spent most of a load's CPU rehashing), while the tree
+// goroutine finishes, and returns the new index and its key count.
 func (b *bulkBuilder) finishIndex() (*index, uint64) {
 	if !b.started {
 		return b.idx, 0
 	}
 	if len(b.batch) > 0 {
-		b.toTree <- b.batch
-		b.toMap <- b.batch
-		b.batch = nil
+		b.sendBatch()
 	}
 	close(b.toTree)
-	close(b.toMap)
+	byKey := make(map[string]*indexEntry, b.keys)
+	for _, es := range b.batches {
+		for _, e := range es {
+			byKey[e.key()] = e
+		}
+	}
+	b.batches = nil
 	<-b.done
-	<-b.done
+	b.idx.byKey = byKey
 	b.started = false
 	return b.idx, b.keys
 }
@@ -587,9 +598,7 @@ func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (
 		e.head.Store(heap.TID{Block: b.first + b.pages - 1, Slot: slot}.Pack())
 		b.batch = append(b.batch, e)
 		if len(b.batch) == bulkIndexBatch {
-			b.toTree <- b.batch
-			b.toMap <- b.batch
-			b.batch = make([]*indexEntry, 0, bulkIndexBatch)
+			b.sendBatch()
 		}
 		b.keys++
 		prev = append(prev[:0], key...)
