@@ -133,4 +133,13 @@
 // here can be run by the real pgbench and vice versa. -i drops and reloads
 // them, as pgbench -i does. Serialization failures and deadlocks (SQLSTATE
 // 40001, 40P01) count as failed transactions.
+//
+// # Loading the engine
+//
+// The engine target loads an empty directory with engine.DB.BulkLoad, the
+// engine's COPY FREEZE: one pass over all rows in key order (accounts,
+// branches, tellers), frozen heap pages written outside the buffer pool
+// and fsynced, one commit record, then the checkpoint that writes the
+// index file. A directory that is not empty is loaded in transactions of
+// 10,000 rows, as pebble is (and as the engine was before).
 package bench

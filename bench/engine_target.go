@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 
 	"mvkv/engine"
 )
@@ -155,6 +156,21 @@ func (t *engineTarget) LoadBatch(ctx context.Context, rows []KV, durable bool) e
 }
 
 func (t *engineTarget) FinishLoad(ctx context.Context) error { return t.db.Checkpoint() }
+
+// BulkLoad loads rows with engine.DB.BulkLoad, which writes, fsyncs and
+// commits the pages and writes the index file; a directory that is not
+// empty (ErrBulkLoadNotEmpty before anything was written) is left to the
+// batch load.
+func (t *engineTarget) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (bool, error) {
+	_, err := t.db.BulkLoad(ctx, rows)
+	if errors.Is(err, engine.ErrBulkLoadNotEmpty) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("bench: bulk load: %w", err)
+	}
+	return true, nil
+}
 
 func (t *engineTarget) Sums(ctx context.Context) (Sums, error) {
 	var s Sums

@@ -120,6 +120,20 @@
 // each page for the updates of its keys. Readers set hint bits on tuples
 // whose transaction status is final, so later readers skip the CLOG.
 //
+// # Bulk load
+//
+// DB.BulkLoad loads sorted keys into an empty database as one transaction,
+// the way PostgreSQL's COPY FREEZE loads a new table at wal_level=minimal:
+// heap pages built outside the buffer pool with frozen tuples, written
+// straight to the heap files and fsynced before one commit record
+// (BULK_LOAD) that names their block range, with a begin record before
+// them so that recovery can cut off the pages of a load that never
+// committed. Every other write, commit and checkpoint waits for it; reads
+// go on. The visibility map marks the pages all-visible and all-frozen
+// when no older snapshot is open at the commit. engine/bulkload.go
+// explains why a crash leaves all of the load or none, and what was
+// rejected.
+//
 // # Lock order
 //
 // Locks are taken in this order, and only tried (never waited for) against

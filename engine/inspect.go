@@ -104,6 +104,8 @@ func DescribeRecord(rec wal.Record) string {
 		} else {
 			desc = fmt.Sprintf("key %q dropped", truncKey(key))
 		}
+	case recBulkLoadBegin, recBulkLoad, recBulkVisible:
+		desc = describeBulkLoad(rec)
 	default:
 		desc = "unknown record type"
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"mvkv/internal/heap"
+	"mvkv/visibility"
 	"mvkv/wal"
 )
 
@@ -85,6 +86,31 @@ const (
 	//
 	// An invalid TID (block and slot all ones) drops the key.
 	recIndexHead wal.RecordType = 28
+	// recBulkLoadBegin starts a bulk load (bulkload.go) by transaction
+	// XID: its pages will be written from block first on, outside the
+	// WAL. It is made durable before the first page is written, so that
+	// recovery finds a load that never ended (no recBulkLoad and no
+	// recAbort of XID) and cuts the heap back to first, removing pages
+	// no record names. Payload: first block 4.
+	recBulkLoadBegin wal.RecordType = 29
+	// recBulkLoad commits a bulk load: the pages of blocks [first,
+	// first+pages) were written and fsynced before it, so redo needs
+	// only their range (the heap length, the CLOG status of XID), not
+	// their contents, as PostgreSQL's wal_level=minimal skips the WAL
+	// of a COPY into a new relation and syncs it before the commit.
+	// It is the load's commit record. Payload:
+	//
+	//	+---------+---------+---------+
+	//	| first 4 | pages 4 | keys 8  |
+	//	+---------+---------+---------+
+	recBulkLoad wal.RecordType = 30
+	// recBulkVisible sets the visibility map bits of blocks [first,
+	// first+pages), a committed bulk load's pages, whose tuples were
+	// frozen and whose PD_ALL_VISIBLE was set when they were written (the
+	// bits of PostgreSQL's COPY FREEZE). It is logged only once every
+	// open snapshot sees the load. Its end LSN becomes the map pages'
+	// LSN. Payload: first 4, pages 4, bits 1.
+	recBulkVisible wal.RecordType = 31
 )
 
 // Record flags (wal.Record.Flags). Part of the format; do not change.
@@ -145,6 +171,12 @@ func recordTypeName(t wal.RecordType) string {
 		return "CLOG_TRUNCATE"
 	case recIndexHead:
 		return "INDEX_HEAD"
+	case recBulkLoadBegin:
+		return "BULK_LOAD_BEGIN"
+	case recBulkLoad:
+		return "BULK_LOAD"
+	case recBulkVisible:
+		return "BULK_VISIBLE"
 	}
 	return fmt.Sprintf("TYPE_%d", t)
 }
@@ -334,4 +366,54 @@ func decodeIndexHead(data []byte) (key []byte, head heap.TID, err error) {
 		return nil, heap.InvalidTID, fmt.Errorf("%w: index head record of %d bytes", errBadRecord, len(data))
 	}
 	return data[6:], readTID(data), nil
+}
+
+// bulkLoadRecord is the payload of recBulkLoadBegin (first only),
+// recBulkLoad (first, pages, keys) and recBulkVisible (first, pages, bits).
+type bulkLoadRecord struct {
+	first, pages uint32
+	keys         uint64
+	bits         visibility.Bits
+}
+
+func encodeBulkLoadBegin(first uint32) []byte {
+	return binary.LittleEndian.AppendUint32(nil, first)
+}
+
+func encodeBulkLoad(first, pages uint32, keys uint64) []byte {
+	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 16), first)
+	b = binary.LittleEndian.AppendUint32(b, pages)
+	return binary.LittleEndian.AppendUint64(b, keys)
+}
+
+func encodeBulkVisible(first, pages uint32, bits visibility.Bits) []byte {
+	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 9), first)
+	b = binary.LittleEndian.AppendUint32(b, pages)
+	return append(b, byte(bits))
+}
+
+// decodeBulkLoad decodes the payload of the three bulk load records,
+// checking its length and that the block range does not overflow.
+func decodeBulkLoad(t wal.RecordType, data []byte) (bulkLoadRecord, error) {
+	var r bulkLoadRecord
+	want := map[wal.RecordType]int{recBulkLoadBegin: 4, recBulkLoad: 16, recBulkVisible: 9}[t]
+	if want == 0 || len(data) != want {
+		return r, fmt.Errorf("%w: %s payload of %d bytes, want %d", errBadRecord, recordTypeName(t), len(data), want)
+	}
+	r.first = binary.LittleEndian.Uint32(data)
+	switch t {
+	case recBulkLoad:
+		r.pages = binary.LittleEndian.Uint32(data[4:])
+		r.keys = binary.LittleEndian.Uint64(data[8:])
+	case recBulkVisible:
+		r.pages = binary.LittleEndian.Uint32(data[4:])
+		r.bits = visibility.Bits(data[8])
+		if r.bits != visibility.AllVisible && r.bits != visibility.AllVisible|visibility.AllFrozen {
+			return r, fmt.Errorf("%w: BULK_VISIBLE with bits %#x", errBadRecord, r.bits)
+		}
+	}
+	if uint64(r.first)+uint64(r.pages) >= noBlock {
+		return r, fmt.Errorf("%w: %s of %d blocks from block %d", errBadRecord, recordTypeName(t), r.pages, r.first)
+	}
+	return r, nil
 }

@@ -61,6 +61,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// came between the index file and the control file).
 	ckpts := make(map[wal.LSN]wal.LSN)
 	scan := newWALScan()
+	var bulk bulkScan
 	for {
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
@@ -75,6 +76,7 @@ func (db *DB) recover(ctrl controlData) error {
 			}
 		}
 		scan.note(rec)
+		bulk.note(rec)
 	}
 	if !errors.Is(err, io.EOF) {
 		r.Close()
@@ -88,6 +90,9 @@ func (db *DB) recover(ctrl controlData) error {
 		db.opts.WALSegmentSize = sz
 	}
 	r.Close()
+	if err := db.cutUnfinishedBulkLoads(&bulk, ctrl); err != nil {
+		return err
+	}
 	heapPath := filepath.Join(db.dir, heapDir)
 	if n := db.storage.NBlocks(); uint64(n) < ctrl.HeapBlocks {
 		return fmt.Errorf("%w: %s: the heap has %d blocks, fewer than the %d it had at the last checkpoint", ErrCorruption, heapPath, n, ctrl.HeapBlocks)
@@ -147,6 +152,8 @@ func (db *DB) recover(ctrl controlData) error {
 	// each key: applied to the index file's keys after redo.
 	changes := make(map[string]heap.TID)
 	var replayedDead int64
+	// The last bulk load commit replayed (bulkload.go).
+	var bulkLSN wal.LSN
 	changed := false // a record other than the last checkpoint's was replayed
 	db.redoTouched = make(map[uint32]struct{})
 	defer func() { db.redoTouched = nil }()
@@ -169,9 +176,12 @@ func (db *DB) recover(ctrl controlData) error {
 		if d := noteIndexChange(rec, changes); d {
 			replayedDead++
 		}
+		if rec.Type == recBulkLoad {
+			bulkLSN = rec.LSN
+		}
 		if rec.XID != 0 {
 			maxXid = max(maxXid, rec.XID)
-			if rec.Type == recCommit || rec.Type == recAbort {
+			if rec.Type == recCommit || rec.Type == recAbort || rec.Type == recBulkLoad {
 				ended[rec.XID] = true
 			} else if !ended[rec.XID] {
 				ended[rec.XID] = false
@@ -191,9 +201,11 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	redoTime := time.Since(redoBegin)
 	indexBegin := time.Now()
-	reason, err := db.openIndex(ctrl, ckpts, changes, replayedDead)
-	if err != nil {
-		return err
+	reason := db.bulkLoadAfterIndexFile(bulkLSN)
+	if reason == "" {
+		if reason, err = db.openIndex(ctrl, ckpts, changes, replayedDead); err != nil {
+			return err
+		}
 	}
 	if reason != "" {
 		heapMaxXid, err := db.rebuildIndex(end)
@@ -281,6 +293,8 @@ func (db *DB) redo(rec wal.Record) error {
 	case recIndexHead:
 		_, _, err := decodeIndexHead(rec.Data)
 		return err
+	case recBulkLoadBegin, recBulkLoad, recBulkVisible:
+		return db.redoBulkLoad(rec)
 	case recFPI, recFPIForHint:
 		blk, img, err := decodeFPI(rec.Data, rec.Flags)
 		if err != nil {

@@ -408,6 +408,30 @@ func (p *Pool) EnsureBlocks(n uint32) {
 	}
 }
 
+// Truncate lowers NBlocks to n, for a relation whose storage was cut back
+// (recovery removing the pages of a bulk load that never committed). It
+// fails if the pool holds a block at or past n; NBlocks at or below n is
+// left as it is.
+func (p *Pool) Truncate(n uint32) error {
+	p.extendMu.Lock()
+	defer p.extendMu.Unlock()
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		for block := range sh.table {
+			if block >= n {
+				sh.mu.Unlock()
+				return fmt.Errorf("bufpool: truncate to %d blocks: block %d is in the pool", n, block)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if n < p.nblocks.Load() {
+		p.nblocks.Store(n)
+	}
+	return nil
+}
+
 // FlushAll writes every page that is dirty when it is reached (flushing the
 // WAL to its LSN first, writing a copy taken under the shared lock, in block
 // order), then calls Storage.Sync. It is what a checkpoint uses; it runs

@@ -370,3 +370,118 @@ func (s *Storage) Close() error {
 // ErrZeroedPage is ReadBlock's error for a page of zeros below the length
 // a checkpoint wrote (SetWritten). It matches ErrCorrupt too.
 var ErrZeroedPage = fmt.Errorf("%w: page of zeros", ErrCorrupt)
+
+// WriteBlocks writes len(pages)/PageSize consecutive blocks from first, as
+// WriteBlock writes each (checksums set in pages, pages of zeros written
+// initialized, the blocks between the end of the relation and first filled
+// with empty pages), with one write call per segment file it touches. It is
+// for bulk loading, whose pages are built outside the buffer pool: the
+// caller makes sure no buffer holds those blocks. The data is durable only
+// after Sync. Safe for concurrent use.
+func (s *Storage) WriteBlocks(first uint32, pages []byte) error {
+	if len(pages) == 0 || len(pages)%PageSize != 0 {
+		return fmt.Errorf("heap: write blocks from %d: %d bytes, not a positive multiple of %d", first, len(pages), PageSize)
+	}
+	n := uint64(len(pages) / PageSize)
+	if uint64(first)+n > 1<<32-1 {
+		return fmt.Errorf("heap: write %d blocks from %d: past the largest block number", n, first)
+	}
+	for i := uint64(0); i < n; i++ {
+		p := pages[i*PageSize : (i+1)*PageSize]
+		if IsNew(p) {
+			InitPage(p)
+		}
+		SetChecksum(p, first+uint32(i))
+	}
+	s.extendMu.Lock()
+	defer s.extendMu.Unlock()
+	for b := s.nblocks.Load(); b < first; b++ {
+		if err := s.writeBlock(b, make([]byte, PageSize)); err != nil {
+			return err
+		}
+	}
+	for done := uint64(0); done < n; {
+		blk := first + uint32(done)
+		seg := blk / SegmentBlocks
+		run := min(n-done, uint64(SegmentBlocks-blk%SegmentBlocks))
+		f, err := s.segment(seg)
+		if err == nil && f == nil {
+			f, err = s.createSegment(seg)
+		}
+		if err != nil {
+			return err
+		}
+		off := int64(blk%SegmentBlocks) * PageSize
+		if _, err := f.WriteAt(pages[done*PageSize:(done+run)*PageSize], off); err != nil {
+			return fmt.Errorf("heap: write %s at offset %d (blocks %d to %d): %w", f.Name(), off, blk, blk+uint32(run)-1, err)
+		}
+		s.mu.Lock()
+		s.dirty[seg] = struct{}{}
+		s.mu.Unlock()
+		end := blk + uint32(run)
+		for {
+			cur := s.nblocks.Load()
+			if end <= cur || s.nblocks.CompareAndSwap(cur, end) {
+				break
+			}
+		}
+		done += run
+	}
+	return nil
+}
+
+// Truncate cuts the relation back to n blocks, durably: each segment file
+// holding blocks at or past n is shortened (segments wholly past n are
+// left empty, not removed) and fsynced before Truncate returns. It is for
+// removing the pages of a bulk load that never committed; the caller makes
+// sure no buffer holds a block at or past n. A relation of n blocks or
+// fewer is left as it is. Safe for concurrent use, but a write past n
+// racing with it may be lost.
+func (s *Storage) Truncate(n uint32) error {
+	s.extendMu.Lock()
+	defer s.extendMu.Unlock()
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	type segFile struct {
+		seg uint32
+		f   vfs.File
+	}
+	var files []segFile
+	for seg, f := range s.segs {
+		files = append(files, segFile{seg, f})
+	}
+	s.mu.RUnlock()
+	for _, sf := range files {
+		start := uint64(sf.seg) * SegmentBlocks
+		if start+SegmentBlocks <= uint64(n) {
+			continue
+		}
+		want := int64(0)
+		if uint64(n) > start {
+			want = int64(uint64(n)-start) * PageSize
+		}
+		size, err := sf.f.Size()
+		if err != nil {
+			return fmt.Errorf("heap: size of %s: %w", sf.f.Name(), err)
+		}
+		if size <= want {
+			continue
+		}
+		if err := sf.f.Truncate(want); err != nil {
+			return fmt.Errorf("heap: truncate %s to %d bytes: %w", sf.f.Name(), want, err)
+		}
+		if err := sf.f.Sync(); err != nil {
+			return fmt.Errorf("heap: fsync %s: %w", sf.f.Name(), err)
+		}
+	}
+	for {
+		cur := s.nblocks.Load()
+		if cur <= n || s.nblocks.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	return nil
+}
