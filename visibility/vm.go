@@ -125,7 +125,8 @@ type Options struct {
 // A Map knows nothing of the heap or the WAL records: the caller sets a bit
 // only together with PD_ALL_VISIBLE on the heap page and with the LSN of the
 // WAL record that logs both, and clears it, with PD_ALL_VISIBLE, as part of
-// every change to the page (see doc.go for why that order is crash-safe).
+// every change to the page (see the package documentation for why that
+// order is crash-safe).
 type Map struct {
 	dir      string
 	storage  *vmStorage
@@ -324,13 +325,22 @@ type corruptFile struct{ err error }
 func (c corruptFile) Error() string   { return c.err.Error() }
 func (c corruptFile) Unwrap() []error { return []error{ErrCorrupt, c.err} }
 
-// MapStats counts map activity since Open. It is a value.
+// MapStats counts map activity since Open. It is a value; Sub gives the
+// activity between two snapshots.
 type MapStats struct {
 	// BitsSet and BitsCleared count Set and Clear calls that changed a bit.
 	BitsSet, BitsCleared uint64
 	// PageReads and PageWrites count map pages read from and written to
 	// disk.
 	PageReads, PageWrites uint64
+}
+
+// Sub returns s minus o, counter by counter.
+func (s MapStats) Sub(o MapStats) MapStats {
+	return MapStats{
+		BitsSet: s.BitsSet - o.BitsSet, BitsCleared: s.BitsCleared - o.BitsCleared,
+		PageReads: s.PageReads - o.PageReads, PageWrites: s.PageWrites - o.PageWrites,
+	}
 }
 
 // Stats returns the counters. Safe to call concurrently.

@@ -145,7 +145,7 @@
 // extra rounds cost more CPU than they save waiting. So the flusher runs
 // both ways in turn, short trials of the other way between windows of the
 // chosen one, and keeps the way that makes more commits durable per busy
-// second (see syncOverlap). A round crossing into a new segment first
+// second. A round crossing into a new segment first
 // drains the queue, then syncs the old segment before writing the new one.
 // A committer whose record a sync already covers waits on that sync's own
 // channel: on a rotating disk every sync issued within one rotation

@@ -109,7 +109,6 @@ func recordSize(n int) int64 {
 	return (recHeaderSize + int64(n) + alignment - 1) &^ (alignment - 1)
 }
 
-// segmentName is the file name of the segment starting at start.
 // SegmentFile returns the name of the segment file that holds lsn, in a log
 // of segmentSize-byte segments (a positive size), and lsn's byte offset in
 // it: for reports that must name the file and offset of damage.
