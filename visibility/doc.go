@@ -106,7 +106,7 @@
 //
 // # Concurrency
 //
-// Map pages are cached in their own bufpool.Pool; a bit changes under the
+// Map pages are cached in a buffer pool of their own; a bit changes under the
 // map page's exclusive content lock and is read under its shared one, and
 // callers hold the heap page's lock around Set and Clear, so the lock
 // order is always heap page, then map page. Reader lets an index-only scan

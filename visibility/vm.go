@@ -28,7 +28,7 @@ const (
 	ValidBits = AllVisible | AllFrozen
 )
 
-// Geometry of a map page; see doc.go for the diagram.
+// Geometry of a map page; see the package documentation for the diagram.
 const (
 	// BitsPerHeapBlock is the number of map bits kept per heap block.
 	BitsPerHeapBlock = 2
@@ -76,8 +76,8 @@ func PageBits(p []byte, heapBlk uint32) Bits {
 }
 
 // VerifyPage checks a map page read from map block vmBlock: an all-zero
-// page is valid (never written); otherwise it must pass heap.VerifyPage
-// (checksum over the page and the block number) and have the map page's
+// page is valid (never written); otherwise it must pass the heap page
+// check (checksum over the page and the block number) and have the map page's
 // fixed header: no line pointers, no free-space hole (lower 24, upper
 // 8192) and no page flags. It never panics, whatever p holds. Errors wrap
 // ErrCorrupt.
@@ -298,8 +298,8 @@ func (m *Map) ReadPage(vmBlock uint32, p []byte) error {
 }
 
 // CheckFiles checks that every map fork file holds whole pages, as
-// heap.Storage.CheckSizes does, and returns an error matching ErrCorrupt
-// (and heap.ErrCorrupt) for each one cut short, naming the file, its size
+// the heap's storage manager does, and returns an error matching
+// ErrCorrupt for each one cut short, naming the file, its size
 // and the offset of the partial page; nil if all check out. A map page cut
 // short reads as a page never written, so the bits it held are lost
 // without any page failing its checksum: only the file size shows it.

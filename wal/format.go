@@ -61,7 +61,8 @@ var (
 	ErrSyncFailed = errors.New("wal: write or sync failed")
 )
 
-// On-disk sizes and constants; part of the format (see doc.go).
+// On-disk sizes and constants; part of the format (see the package
+// documentation).
 const (
 	segHeaderSize = 32
 	recHeaderSize = 32
