@@ -6,13 +6,18 @@
 //
 // # Output
 //
-// Each record is one line:
+// Each record is one line. The dump of a new data directory after one
+// SET k v through mvkv serve, and a clean shutdown:
 //
-//	lsn: 0/01000028, type: HEAP_INSERT, tx: 5, len: 58, desc: new (0,1) key "k" (1 bytes) value 1 bytes prev (4294967295,65535)
+//	lsn: 0/01000020, type: CHECKPOINT, tx: 0, len: 16, desc: redo 0/01000020; next xid 3
+//	lsn: 0/01000050, type: HEAP_INSERT, tx: 3, len: 40, desc: new (0,0) key "k" (1 bytes) value 1 bytes prev (none) INIT_PAGE
+//	lsn: 0/01000098, type: COMMIT,     tx: 3, len: 8, desc: at 1796184092433699 µs since the epoch
+//	lsn: 0/010000C0, type: CHECKPOINT, tx: 0, len: 16, desc: redo 0/010000C0; next xid 4
+//	4 records; the valid log ends at 0/010000F0
 //
-// with the LSN written as PostgreSQL writes one, the record type, the
-// transaction id (0 for records no transaction wrote), the payload length in
-// bytes and what the payload says: the heap blocks and tuples a heap record
+// Each line gives the LSN written as PostgreSQL writes one, the record
+// type, the transaction id (0 for records no transaction wrote), the
+// payload length in bytes and what the payload says: the heap blocks and tuples a heap record
 // touches, a checkpoint's redo point, a full-page image's block. A payload
 // that does not decode is described as "malformed" with the reason, and the
 // dump goes on. After the records comes one summary line giving their count
