@@ -17,7 +17,7 @@ import (
 // drive with a command queue. The zero value is the real disk.
 //
 // On the engine the model is the vfs seam's (vfs.WithDiskModel); on pebble
-// it is pebbleDiskFS below, which waits on the same vfs.ModelClock, so both
+// it is a file system wrapper that waits on the same vfs.ModelClock, so both
 // stores pay the same price per sync. Either way the model replaces the real
 // sync (see vfs.WithDiskModel for what a crash means then).
 type DiskModel struct {

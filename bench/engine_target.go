@@ -67,7 +67,7 @@ func (t *engineTarget) Close() error { return t.db.Close() }
 
 func (t *engineTarget) CommitStats() CommitStats {
 	s := t.db.Stats()
-	return CommitStats{Commits: s.Commits, WALSyncs: s.WALSyncs, WALBytes: s.WALBytes}
+	return CommitStats{Commits: s.Txn.Commits, WALSyncs: s.WAL.Syncs, WALBytes: s.WAL.Bytes}
 }
 
 func (t *engineTarget) EngineStats() engine.Stats { return t.db.Stats() }

@@ -72,20 +72,20 @@ func WriteReport(w io.Writer, r *Results) error {
 			p("WAL written during run: %.3f MB\n", mb)
 		}
 	}
-	if w := r.WAL; w != nil && w.WALFlushes > 0 {
+	if w := r.Engine; w != nil && w.WAL.Flushes > 0 {
 		wait := 0.0
-		if w.Commits > 0 {
-			wait = float64(w.WALCommitWaitNanos) / float64(w.Commits) / 1e6
+		if w.Txn.Commits > 0 {
+			wait = float64(w.WAL.CommitWaitNanos) / float64(w.Txn.Commits) / 1e6
 		}
-		p("WAL flushes during run: %d, commit wait average = %.3f ms\n", w.WALFlushes, wait)
-		p("WAL sync latency: %s\n", w.WALSyncLatency)
-		p("WAL commits per sync: %s\n", w.WALCommitsPerSync)
-		p("full-page images during run: %d (%d checkpoints)\n", w.FullPageImages, w.Checkpoints)
+		p("WAL flushes during run: %d, commit wait average = %.3f ms\n", w.WAL.Flushes, wait)
+		p("WAL sync latency: %s\n", w.WAL.SyncLatency)
+		p("WAL commits per sync: %s\n", w.WAL.CommitsPerSync)
+		p("full-page images during run: %d (%d checkpoints)\n", w.Checkpoint.FullPageImages, w.Checkpoint.Count)
 	}
-	if w := r.WAL; w != nil && w.CLOGLookups > 0 {
+	if w := r.Engine; w != nil && w.CLOG.Lookups > 0 {
 		writeCLOGReport(p, w)
 	}
-	if w := r.WAL; w != nil && w.HeapBlocks > 0 {
+	if w := r.Engine; w != nil && w.Heap.Blocks > 0 {
 		writeVacuumReport(p, r.HeapBlocksBefore, w)
 		if u := r.Tables; u != nil && r.HeapBlocksBefore > 0 {
 			p("heap pages holding accounts, tellers or branches rows at end: %.1f MiB (%.2fx the heap at start); history rows: %.1f MiB (a page holding both counts in both)\n",
@@ -126,15 +126,15 @@ func writeVacuumReport(p func(string, ...any), before uint64, w *engine.Stats) {
 	mib := func(blocks uint64) float64 { return float64(blocks) * 8192 / (1 << 20) }
 	growth := 0.0
 	if before > 0 {
-		growth = float64(w.HeapBlocks) / float64(before)
+		growth = float64(w.Heap.Blocks) / float64(before)
 	}
-	p("heap size: %.1f MiB at start, %.1f MiB at end (%.2fx)\n", mib(before), mib(w.HeapBlocks), growth)
+	p("heap size: %.1f MiB at start, %.1f MiB at end (%.2fx)\n", mib(before), mib(w.Heap.Blocks), growth)
 	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d read from disk through its ring (%d buffers taken from the pool), %d versions removed, %d frozen\n",
-		w.VacuumRuns, w.AutovacuumRuns, w.VacuumPagesScanned, w.VacuumPagesSkipped, w.VacuumPagesRead, w.VacuumRingSwept, w.VacuumTuplesRemoved, w.VacuumTuplesFrozen)
+		w.Vacuum.Runs, w.Vacuum.AutovacuumRuns, w.Vacuum.PagesScanned, w.Vacuum.PagesSkipped, w.Vacuum.PagesRead, w.Vacuum.RingSwept, w.Vacuum.TuplesRemoved, w.Vacuum.TuplesFrozen)
 	p("buffer pool during run: %d hits, %d misses, %d page reads, %d page writes, %d evictions\n",
-		w.BufferHits, w.BufferMisses, w.BufferReads, w.BufferWrites, w.BufferEvictions)
-	p("pruning during run: %d pages pruned by updates (%d versions removed), %d by reads (%d versions removed), %d by vacuum\n", w.PrunesByUpdate, w.PrunedByUpdate, w.PrunesByRead, w.PrunedByRead, w.VacuumPagesPruned)
-	p("visibility map during run: %d bits set, %d cleared; hint bits set: %d\n", w.VMBitsSet, w.VMBitsCleared, w.HintBitsSet)
+		w.Buffers.Hits, w.Buffers.Misses, w.Buffers.Reads, w.Buffers.Writes, w.Buffers.Evictions)
+	p("pruning during run: %d pages pruned by updates (%d versions removed), %d by reads (%d versions removed), %d by vacuum\n", w.Heap.PrunesByUpdate, w.Heap.PrunedByUpdate, w.Heap.PrunesByRead, w.Heap.PrunedByRead, w.Vacuum.PagesPruned)
+	p("visibility map during run: %d bits set, %d cleared; hint bits set: %d\n", w.VisibilityMap.BitsSet, w.VisibilityMap.BitsCleared, w.Heap.HintBitsSet)
 }
 
 // writeCLOGReport prints the engine's CLOG counters over the run: lookups
@@ -143,16 +143,16 @@ func writeVacuumReport(p func(string, ...any), before uint64, w *engine.Stats) {
 // three in pg_stat_slru; the waits are what its LWLock wait events count).
 func writeCLOGReport(p func(string, ...any), w *engine.Stats) {
 	p("CLOG lookups during run: %d (%.2f%% hits), %d page reads, %d page writes\n",
-		w.CLOGLookups, 100*float64(w.CLOGHits)/float64(w.CLOGLookups), w.CLOGPageReads, w.CLOGPageWrites)
+		w.CLOG.Lookups, 100*float64(w.CLOG.Hits)/float64(w.CLOG.Lookups), w.CLOG.PageReads, w.CLOG.PageWrites)
 	avg := 0.0
-	if w.CLOGLockWaits > 0 {
-		avg = float64(w.CLOGLockWaitNanos) / float64(w.CLOGLockWaits) / 1e3
+	if w.CLOG.LockWaits > 0 {
+		avg = float64(w.CLOG.LockWaitNanos) / float64(w.CLOG.LockWaits) / 1e3
 	}
 	p("CLOG lock waits: %d, %.3f ms in total, %.1f us average\n",
-		w.CLOGLockWaits, float64(w.CLOGLockWaitNanos)/1e6, avg)
-	if w.CLOGGroupUpdates > 0 {
+		w.CLOG.LockWaits, float64(w.CLOG.LockWaitNanos)/1e6, avg)
+	if w.CLOG.GroupUpdates > 0 {
 		p("CLOG group updates: %d, average group size %.2f\n",
-			w.CLOGGroupUpdates, float64(w.CLOGGroupMembers)/float64(w.CLOGGroupUpdates))
+			w.CLOG.GroupUpdates, float64(w.CLOG.GroupMembers)/float64(w.CLOG.GroupUpdates))
 	} else {
 		p("CLOG group updates: 0\n")
 	}

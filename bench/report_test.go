@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"mvkv/clog"
 	"mvkv/engine"
+	"mvkv/wal"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -51,17 +53,17 @@ func TestReportGolden(t *testing.T) {
 			LatencyAvg: 4.4, LatencyStddev: 1.5, ConnTime: 0.005, TPS: 1800,
 			Elapsed: 5 * time.Second,
 			Commit:  &CommitStats{Commits: 9000, WALSyncs: 1250, WALBytes: 36000000},
-			WAL:     walStats(9000, 1250),
+			Engine:  walStats(9000, 1250),
 		}},
 		{"engine_clog_stats", Results{
 			Target: "engine", Workload: TPCB, Scale: 30, Clients: 128, Threads: 1,
 			Duration: 10 * time.Second, Processed: 200000,
 			LatencyAvg: 6.4, LatencyStddev: 3.5, ConnTime: 0.5, TPS: 20000,
 			Elapsed: 10 * time.Second,
-			WAL: &engine.Stats{
-				CLOGLookups: 1000000, CLOGHits: 999000, CLOGMisses: 1000, CLOGPageReads: 1000, CLOGPageWrites: 12,
-				CLOGLockWaits: 5000, CLOGLockWaitNanos: 25_000_000, CLOGGroupUpdates: 1000, CLOGGroupMembers: 7500,
-			},
+			Engine: &engine.Stats{CLOG: clog.Stats{
+				Lookups: 1000000, Hits: 999000, Misses: 1000, PageReads: 1000, PageWrites: 12,
+				LockWaits: 5000, LockWaitNanos: 25_000_000, GroupUpdates: 1000, GroupMembers: 7500,
+			}},
 		}},
 		{"nothing_processed", Results{
 			Target: "pebble", Workload: TPCB, Scale: 1, Clients: 1, Threads: 1,
@@ -109,11 +111,11 @@ func TestCheckInvariant(t *testing.T) {
 // walStats makes engine statistics for syncs rounds of commits/syncs
 // commits each, every sync taking 4 ms and every commit waiting 4.4 ms.
 func walStats(commits, syncs uint64) *engine.Stats {
-	s := engine.Stats{Commits: commits, WALSyncs: syncs, WALFlushes: syncs, WALCommitWaitNanos: commits * 4_400_000}
-	s.WALSyncLatency.Nanos = true
+	s := engine.Stats{Txn: engine.TxnStats{Commits: commits}, WAL: wal.Stats{Syncs: syncs, Flushes: syncs, CommitWaitNanos: commits * 4_400_000}}
+	s.WAL.SyncLatency.Nanos = true
 	for range syncs {
-		s.WALSyncLatency.Observe(4_000_000)
-		s.WALCommitsPerSync.Observe(commits / syncs)
+		s.WAL.SyncLatency.Observe(4_000_000)
+		s.WAL.CommitsPerSync.Observe(commits / syncs)
 	}
 	return &s
 }

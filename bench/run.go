@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -107,12 +106,12 @@ type Results struct {
 	TPS           float64       // Processed / Elapsed
 	// Commit holds WAL syncs over the run when the target counts them.
 	Commit *CommitStats
-	// WAL is the engine's statistics over the run (flush rounds, sync
-	// latency and commits-per-sync histograms, commit wait); nil on other
-	// targets.
-	WAL *engine.Stats
+	// Engine is the engine's statistics over the run (WAL flush rounds,
+	// sync latency and commits-per-sync histograms, commit wait, CLOG,
+	// vacuum, buffer pool); nil on other targets.
+	Engine *engine.Stats
 	// HeapBlocksBefore is the engine's heap size in 8 KiB blocks when the
-	// run began (r.WAL.HeapBlocks is the size at its end); 0 on other
+	// run began (Engine.Heap.Blocks is the size at its end); 0 on other
 	// targets.
 	HeapBlocksBefore uint64
 	// Tables is the heap space of the updated tables and of history when
@@ -205,7 +204,7 @@ func IsFailure(err error) bool {
 	if c := pgCode(err); c == "40001" || c == "40P01" {
 		return true
 	}
-	return errors.Is(err, engine.ErrSerializationFailure) || errors.Is(err, engine.ErrDeadlock)
+	return engine.IsRetryable(err)
 }
 
 // MaxClients is the most clients a run may have. Each client is a
@@ -403,8 +402,8 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	}
 	if hasEngineStats {
 		d := es.EngineStats().Sub(engineBefore)
-		r.WAL = &d
-		r.HeapBlocksBefore = engineBefore.HeapBlocks
+		r.Engine = &d
+		r.HeapBlocksBefore = engineBefore.Heap.Blocks
 		if cfg.TableUsage {
 			// An interrupted run still reports, as pgbench does.
 			u, err := es.TableUsage(context.WithoutCancel(ctx))

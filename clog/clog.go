@@ -175,10 +175,11 @@ type stats struct {
 // buffer pool (PostgreSQL's clog.c over slru.c).
 //
 // Locking: a page's slot is found and changed under its bank's lock (shared
-// by all banks under Locking "global"; see doc.go). No lock is held across a call to FlushWAL or across
-// file I/O; a slot in I/O is marked so no other goroutine reloads, rewrites or
-// evicts it meanwhile. File handles have their own lock (files.mu), always
-// taken after, never while waiting for, a bank lock.
+// by all banks under Locking "global"; see the package documentation). No
+// lock is held across a call to FlushWAL or across file I/O; a slot in I/O
+// is marked so no other goroutine reloads, rewrites or evicts it meanwhile.
+// File handles have their own lock, always taken after, never while
+// waiting for, a bank lock.
 //
 // All methods are safe for concurrent use, except that Close must not run
 // concurrently with any other method.

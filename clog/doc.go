@@ -58,13 +58,13 @@
 //	SetStatus(xid): bank.Lock; load if missing; set bits, dirty,
 //	                group LSN = max(group LSN, lsn)
 //	  GroupUpdate:  bank.TryLock; on success as above. Otherwise push a
-//	                member onto c.group (CAS). Member: sleep on its channel;
+//	                member onto the group list (CAS). Member: sleep on its channel;
 //	                if the leader did not set it, take the plain path.
 //	                Leader (found the list empty): bank.Lock; Swap(nil)
 //	                takes the whole list; set each member resident in a
 //	                bank under this same lock (its own page loaded if need
 //	                be); Unlock; wake the members.
-//	load(page):     if the page is in a slot being read -> wait on ioDone
+//	load(page):     if the page is in a slot being read -> wait for that read
 //	                victim = empty slot, else LRU valid slot not in I/O and
 //	                  not the latest page
 //	                dirty victim -> write it (below), then start over
@@ -92,8 +92,8 @@
 //  4. StatusLSN returns, with a committed status, an LSN at or above the
 //     commit record's of that xid, unless the page came from disk (then 0:
 //     the WAL behind it was durable before the page was written). Group
-//     LSNs are kept per 32 xids, as PostgreSQL's CLOG_XACTS_PER_LSN_GROUP
-//     (grouplsn.go), for the hint-bit interlock of asynchronous commit.
+//     LSNs are kept per 32 xids, as PostgreSQL's CLOG_XACTS_PER_LSN_GROUP,
+//     for the hint-bit interlock of asynchronous commit.
 //  2. A page is in at most one slot.
 //  3. A status set by SetStatus is seen by every Status that starts after
 //     SetStatus returns.

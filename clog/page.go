@@ -6,8 +6,8 @@ import (
 	"hash/crc32"
 )
 
-// Page and segment geometry. See doc.go for the diagram; these numbers are
-// part of the format.
+// Page and segment geometry. See the package documentation for the
+// diagram; these numbers are part of the format.
 const (
 	// PageSize is the size in bytes of one CLOG page, in memory and on disk.
 	PageSize = 8192

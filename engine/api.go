@@ -42,7 +42,24 @@ var (
 	// ErrWALSyncFailed: an fsync of the WAL failed; the database accepts no
 	// more writes until it is reopened (reads keep working).
 	ErrWALSyncFailed = errors.New("mvkv: WAL sync failed; database is read-only until reopened")
+	// ErrIOFailure: an fsync or write of a data file failed; the database
+	// accepts no more writes until it is reopened (reads keep working).
+	ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")
 )
+
+// IsRetryable reports whether err says that the transaction lost a race
+// with another one and would likely succeed if run again from the start
+// (after Rollback): it wraps ErrSerializationFailure (a REPEATABLE READ
+// write to a row a later-committed transaction changed) or ErrDeadlock
+// (this transaction was chosen to break a cycle of lock waits). These are
+// PostgreSQL's SQLSTATE class 40 errors, which clients are expected to
+// retry. Nothing else is: ErrLockTimeout means a lock holder stayed too
+// long and a rerun would likely wait as long again, and the other
+// sentinels describe the request or the database, not a race. DB.Update
+// and DB.View retry exactly these errors.
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrSerializationFailure) || errors.Is(err, ErrDeadlock)
+}
 
 // NoCommitSiblings set as Options.CommitSiblings asks for commit_siblings =
 // 0, which the zero value cannot express.
@@ -231,7 +248,7 @@ type Options struct {
 	// WAL-before-data interlock, as PostgreSQL 8.4 to 9.1). "unlogged" is
 	// UNSAFE: after a crash a bit can say a page is all-visible when it is
 	// not, and index-only reads then return wrong answers. It exists only
-	// to measure what crash safety costs. See engine/vm.go.
+	// to measure what crash safety costs.
 	VisibilityMap string
 }
 
@@ -244,7 +261,3 @@ type TxnOptions struct {
 	// SynchronousCommit overrides the DB default when non-nil.
 	SynchronousCommit *SynchronousCommit
 }
-
-// ErrIOFailure: an fsync or write of a data file failed; the database accepts
-// no more writes until it is reopened (reads keep working).
-var ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")

@@ -83,14 +83,14 @@ func TestBulkLoad(t *testing.T) {
 	}
 	want := bulkState(n, size)
 	checkState(t, db, want)
-	if s := db.Stats(); s.HeapBlocks != uint64(st.FirstBlock+st.Pages) || s.Keys != n {
-		t.Fatalf("heap blocks %d keys %d, want %d and %d", s.HeapBlocks, s.Keys, st.FirstBlock+st.Pages, n)
+	if s := db.Stats(); s.Heap.Blocks != uint64(st.FirstBlock+st.Pages) || s.Index.Keys != n {
+		t.Fatalf("heap blocks %d keys %d, want %d and %d", s.Heap.Blocks, s.Index.Keys, st.FirstBlock+st.Pages, n)
 	}
 	// Index-only reads answer from the visibility map alone.
 	before := db.Stats()
 	countKeys(t, db)
-	if d := db.Stats().Sub(before); d.IndexOnlyHeapFetches != 0 || d.IndexOnlyVisible == 0 {
-		t.Fatalf("index-only count: %d from the map, %d heap fetches", d.IndexOnlyVisible, d.IndexOnlyHeapFetches)
+	if d := db.Stats().Sub(before); d.Index.HeapFetches != 0 || d.Index.AllVisible == 0 {
+		t.Fatalf("index-only count: %d from the map, %d heap fetches", d.Index.AllVisible, d.Index.HeapFetches)
 	}
 	if _, err := db.BulkLoad(context.Background(), bulkRows(10, 10)); !errors.Is(err, ErrBulkLoadNotEmpty) {
 		t.Fatalf("second load: %v, want ErrBulkLoadNotEmpty", err)
@@ -254,8 +254,8 @@ func TestBulkLoadSnapshots(t *testing.T) {
 	}
 	before := db.Stats()
 	countKeys(t, db)
-	if d := db.Stats().Sub(before); d.IndexOnlyHeapFetches != 0 {
-		t.Fatalf("after vacuum, %d index-only heap fetches", d.IndexOnlyHeapFetches)
+	if d := db.Stats().Sub(before); d.Index.HeapFetches != 0 {
+		t.Fatalf("after vacuum, %d index-only heap fetches", d.Index.HeapFetches)
 	}
 }
 

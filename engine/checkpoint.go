@@ -15,13 +15,14 @@ import (
 // writes, if any. Visibility map pages are written after the heap pages.
 //
 // The checkpoint is fuzzy, as PostgreSQL's: transactions keep running while
-// pages are written. It is correct because (a) heap changes hold
-// ckptInterlock shared from the page change to the record's insertion, so
-// every record below the redo point belongs to a page already dirty when
-// the redo point was chosen, and FlushAll writes all of those; (b)
-// committers hold ckptInterlock from the commit record to the CLOG update,
-// so no commit record lies below the redo point while its CLOG bit is still
-// unset; (c) the first change to each page after the redo point logs a
+// pages are written. It is correct because (a) heap changes hold the
+// checkpoint interlock (a lock a checkpoint takes exclusively while it
+// chooses the redo point) shared from the page change to the record's
+// insertion, so every record below the redo point belongs to a page
+// already dirty when the redo point was chosen, and the checkpoint writes
+// all of those; (b) committers hold the interlock from the commit record
+// to the CLOG update, so no commit record lies below the redo point while
+// its CLOG bit is still unset; (c) the first change to each page after the redo point logs a
 // full-page image, so a page torn while this checkpoint or a later eviction
 // writes it is rebuilt by redo.
 func (db *DB) Checkpoint() error {

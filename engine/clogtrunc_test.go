@@ -135,15 +135,11 @@ func TestTruncateCLOG(t *testing.T) {
 		}
 	}
 	check(db, m, "live")
-	if st := db.Stats(); st.CLOGTruncations != 1 || st.CLOGSegmentsRemoved != 4 {
-		t.Errorf("stats: %d truncations, %d segments removed; want 1, 4", st.CLOGTruncations, st.CLOGSegmentsRemoved)
+	if st := db.Stats(); st.CLOG.Truncations != 1 || st.CLOG.SegmentsRemoved != 4 {
+		t.Errorf("stats: %d truncations, %d segments removed; want 1, 4", st.CLOG.Truncations, st.CLOG.SegmentsRemoved)
 	}
-	var dump bytes.Buffer
-	if err := DumpWAL(m, "/db", 0, 0, &dump); err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf("CLOG_TRUNCATE, tx: 0, len: 8, desc: oldest xid %d", oldest); !strings.Contains(dump.String(), want) {
-		t.Errorf("waldump has no %q:\n%s", want, dump.String())
+	if want, dump := fmt.Sprintf("CLOG_TRUNCATE, tx: 0, len: 8, desc: oldest xid %d", oldest), walDescriptions(t, m, "/db"); !strings.Contains(dump, want) {
+		t.Errorf("waldump has no %q:\n%s", want, dump)
 	}
 
 	copies := map[string]*vfs.MemFS{
@@ -234,9 +230,9 @@ func TestCLOGTruncateRecord(t *testing.T) {
 			t.Errorf("%d-byte payload: %v, want errBadRecord", len(bad), err)
 		}
 	}
-	desc := DescribeRecord(wal.Record{Type: recCLOGTruncate, Data: b[:3]})
+	desc := describeRecord(wal.Record{Type: recCLOGTruncate, Data: b[:3]})
 	if !strings.Contains(desc, "CLOG_TRUNCATE") || !strings.Contains(desc, "malformed") {
-		t.Errorf("DescribeRecord of a short payload: %s", desc)
+		t.Errorf("describeRecord of a short payload: %s", desc)
 	}
 }
 

@@ -227,8 +227,8 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 		}
 	}
 	st := db.Stats()
-	ladderPrunes.Add(st.PrunesByUpdate + st.PrunesByRead)
-	ladderVacuumPages.Add(st.VacuumPagesPruned)
+	ladderPrunes.Add(st.Heap.PrunesByUpdate + st.Heap.PrunesByRead)
+	ladderVacuumPages.Add(st.Vacuum.PagesPruned)
 	db.Close()
 	m.SetOpHook(nil)
 	return points, checked, failure

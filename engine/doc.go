@@ -17,7 +17,7 @@
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
 // Delete, Scan and Update work inside it; Exists, ScanKeys and Count are
 // key-only reads that answer from the visibility map where a page is
-// all-visible (engine/indexonly.go); Commit makes it durable and visible.
+// all-visible; Commit makes it durable and visible.
 // DB.Update and DB.View wrap a function in a REPEATABLE READ transaction
 // and retry serialization failures and deadlocks.
 //

@@ -95,7 +95,7 @@ func TestEarlyLockReleaseReaderWaits(t *testing.T) {
 	// The overwriting writer's commit record follows the first one's; it
 	// too ends up waiting for a sync (the same round or the next).
 	deadline := time.Now().Add(10 * time.Second)
-	for db.Stats().EarlyCommits-before.EarlyCommits < 2 {
+	for db.Stats().Txn.EarlyCommits-before.Txn.EarlyCommits < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the overwriting writer never committed: it waited for the row lock of a commit whose flush is held")
 		}
@@ -129,7 +129,7 @@ func TestEarlyLockReleaseReaderWaits(t *testing.T) {
 	if v, _ := get(t, db, "a"); v != "new+" {
 		t.Fatalf("a = %q; want new+", v)
 	}
-	if d := db.Stats().DependencyWaits - before.DependencyWaits; d < 2 {
+	if d := db.Stats().Txn.DependencyWaits - before.Txn.DependencyWaits; d < 2 {
 		t.Fatalf("%d dependency waits counted; want at least 2 (the reader and View)", d)
 	}
 }
@@ -412,9 +412,9 @@ func TestEarlyLockReleaseCrashLadder(t *testing.T) {
 	if failure != nil {
 		t.Fatalf("seed %d (-crash.seed reproduces the workload, not the interleaving): %v", seed, failure)
 	}
-	if st.EarlyCommits == 0 || st.DependencyWaits == 0 {
-		t.Fatalf("seed %d: %d early commits and %d dependency waits: the workload no longer tests early lock release", seed, st.EarlyCommits, st.DependencyWaits)
+	if st.Txn.EarlyCommits == 0 || st.Txn.DependencyWaits == 0 {
+		t.Fatalf("seed %d: %d early commits and %d dependency waits: the workload no longer tests early lock release", seed, st.Txn.EarlyCommits, st.Txn.DependencyWaits)
 	}
 	t.Logf("seed %d: %d file-system operations, %d crash copies checked, %d results required durable, %d early commits, %d dependency waits",
-		seed, points, checked, len(required), st.EarlyCommits, st.DependencyWaits)
+		seed, points, checked, len(required), st.Txn.EarlyCommits, st.Txn.DependencyWaits)
 }

@@ -39,9 +39,9 @@ func TestFullPageImageRepairsTornPage(t *testing.T) {
 	if err := db.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	before := db.Stats().FullPageImages
+	before := db.Stats().Checkpoint.FullPageImages
 	mustPut(t, db, "k0000", "changed after the checkpoint")
-	if db.Stats().FullPageImages == before {
+	if db.Stats().Checkpoint.FullPageImages == before {
 		t.Fatal("first change after a checkpoint logged no full-page image")
 	}
 	changed := db.idx.get([]byte("k0000")).headTID().Block

@@ -541,7 +541,7 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map
 // wrote: it must decode, name the control file's checkpoint, and hold
 // exactly the keys and heads of the index in memory (entries without a
 // version aside). Without concurrent writers the two are equal.
-func (db *DB) verifyIndexFile(rep *VerifyReport) {
+func (db *DB) verifyIndexFile(problem func(format string, args ...any)) {
 	ctrl, _, err := readControl(db.fs, db.dir)
 	if err != nil {
 		return // reported with the control file
@@ -550,22 +550,22 @@ func (db *DB) verifyIndexFile(rep *VerifyReport) {
 	name := filepath.Join(db.dir, indexFileName)
 	size, err := db.fs.Stat(name)
 	if err != nil {
-		rep.problem("index file: %v", err)
+		problem("index file: %v", err)
 		return
 	}
 	f, err := db.fs.OpenReadOnly(name)
 	if err != nil {
-		rep.problem("index file: %v", err)
+		problem("index file: %v", err)
 		return
 	}
 	defer f.Close()
 	d, err := decodeIndexFile(&fileReader{f: f}, size, name, file, db.pool.NBlocks(), nil)
 	if err != nil {
-		rep.problem("index file: %v", err)
+		problem("index file: %v", err)
 		return
 	}
 	if d.hdr.redo != ctrl.RedoLSN || d.hdr.checkpoint != ctrl.CheckpointLSN {
-		rep.problem("index file %s names the checkpoint at %s (redo %s), the control file the one at %s (redo %s)",
+		problem("index file %s names the checkpoint at %s (redo %s), the control file the one at %s (redo %s)",
 			name, d.hdr.checkpoint, d.hdr.redo, ctrl.CheckpointLSN, ctrl.RedoLSN)
 	}
 	db.idx.mu.RLock()
@@ -573,7 +573,7 @@ func (db *DB) verifyIndexFile(rep *VerifyReport) {
 	shown := 0
 	differ := func(format string, args ...any) {
 		if shown++; shown <= 10 {
-			rep.problem("index file %s: "+format, append([]any{name}, args...)...)
+			problem("index file %s: "+format, append([]any{name}, args...)...)
 		}
 	}
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
@@ -596,7 +596,7 @@ func (db *DB) verifyIndexFile(rep *VerifyReport) {
 		}
 	}
 	if shown > 10 {
-		rep.problem("index file %s: %d more differences", name, shown-10)
+		problem("index file %s: %d more differences", name, shown-10)
 	}
 }
 

@@ -58,8 +58,8 @@ func (t *Txn) Exists(key []byte) (bool, error) {
 // transaction, in key order, as Scan would but without values; a nil end
 // means no upper bound, fn returning false stops the scan. Keys whose
 // newest version is on an all-visible page are answered from the index and
-// the visibility map; Stats counts those (IndexOnlyVisible) and the others
-// (IndexOnlyHeapFetches). Under READ COMMITTED the scan uses one snapshot.
+// the visibility map; Stats counts those (Index.AllVisible) and the others
+// (Index.HeapFetches). Under READ COMMITTED the scan uses one snapshot.
 // The slice passed to fn belongs to fn; fn may write in this transaction.
 func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
 	// One key per hold of the close lock: fn, called outside it, may write

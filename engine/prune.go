@@ -180,7 +180,7 @@ func applyPrune(page []byte, p *prunePage, flags uint8) error {
 	return heap.Prune(page, nil, p.unused)
 }
 
-// describePrune renders a pruning record for DescribeRecord:
+// describePrune renders a pruning record for describeRecord:
 // "blk 3: unused 1,4 prev 2->(0,1) frozen 5; blk 7: ...", then
 // "(compacted)" unless flagPruneNoRepair says the pages were not.
 func describePrune(data []byte, flags uint8) string {

@@ -423,8 +423,7 @@ func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 // that placed no version (read-only, or whose writes changed nothing, such
 // as deletes of missing keys) writes no commit record; it releases its row
 // locks and, when synchronous, waits for a flush only if the WAL holds
-// records not yet durable (asynchronous commits before it, see
-// flushBeforeNoXidAck).
+// records not yet durable (asynchronous commits before it).
 //
 // Whatever it wrote, every transaction, read-only or not, synchronous or
 // not, waits before Commit returns nil until the WAL is durable past every
@@ -657,10 +656,6 @@ func (db *DB) releaseLocks(st *txnState) {
 	close(st.done)
 }
 
-func retryable(err error) bool {
-	return errors.Is(err, ErrSerializationFailure) || errors.Is(err, ErrDeadlock)
-}
-
 // Update runs fn in a REPEATABLE READ transaction and commits it. When fn or
 // the commit fails with ErrSerializationFailure or ErrDeadlock, the
 // transaction is rolled back and fn runs again, up to Options.MaxRetries
@@ -689,7 +684,7 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 		}
 		if err = fn(t); err != nil {
 			t.Rollback()
-			if retryable(err) {
+			if IsRetryable(err) {
 				continue
 			}
 			// What fn returns may rest on what it read (ErrNotFound
@@ -700,7 +695,7 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 			}
 			return err
 		}
-		if err = t.Commit(); err == nil || !retryable(err) {
+		if err = t.Commit(); err == nil || !IsRetryable(err) {
 			return err
 		}
 	}

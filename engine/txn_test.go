@@ -41,9 +41,9 @@ func TestDeleteMissingKeyWritesNothing(t *testing.T) {
 				t.Fatalf("isolation %v: commit: %v", iso, err)
 			}
 		})
-		if d.WALRecords != 0 || d.WALFlushRequests != 0 || d.WALSyncs != 0 || d.Commits != 0 {
+		if d.WAL.Records != 0 || d.WAL.FlushRequests != 0 || d.WAL.Syncs != 0 || d.Txn.Commits != 0 {
 			t.Errorf("isolation %v: delete of a missing key wrote %d WAL records, made %d flush requests and %d syncs, counted %d commits; want none",
-				iso, d.WALRecords, d.WALFlushRequests, d.WALSyncs, d.Commits)
+				iso, d.WAL.Records, d.WAL.FlushRequests, d.WAL.Syncs, d.Txn.Commits)
 		}
 	}
 
@@ -66,9 +66,9 @@ func TestDeleteMissingKeyWritesNothing(t *testing.T) {
 			t.Fatalf("CommitAsync: Wait %v, LSN %#x; want nil, 0", err, w.LSN())
 		}
 	})
-	if d.WALRecords != 0 || d.WALFlushRequests != 0 || d.WALSyncs != 0 {
+	if d.WAL.Records != 0 || d.WAL.FlushRequests != 0 || d.WAL.Syncs != 0 {
 		t.Errorf("CommitAsync of writes that placed nothing: %d WAL records, %d flush requests, %d syncs; want none",
-			d.WALRecords, d.WALFlushRequests, d.WALSyncs)
+			d.WAL.Records, d.WAL.FlushRequests, d.WAL.Syncs)
 	}
 
 	// Rolling back writes nothing either (no abort record).
@@ -81,8 +81,8 @@ func TestDeleteMissingKeyWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if d.WALRecords != 0 || d.Aborts != 0 {
-		t.Errorf("rollback of a delete of a missing key: %d WAL records, %d aborts; want none", d.WALRecords, d.Aborts)
+	if d.WAL.Records != 0 || d.Txn.Aborts != 0 {
+		t.Errorf("rollback of a delete of a missing key: %d WAL records, %d aborts; want none", d.WAL.Records, d.Txn.Aborts)
 	}
 
 	d = walDelta(db, func() {
@@ -90,9 +90,9 @@ func TestDeleteMissingKeyWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if d.WALRecords < 2 || d.WALFlushRequests == 0 || d.Commits != 1 {
+	if d.WAL.Records < 2 || d.WAL.FlushRequests == 0 || d.Txn.Commits != 1 {
 		t.Errorf("delete of a live key: %d WAL records, %d flush requests, %d commits; want a delete and a commit record, a flush, a commit",
-			d.WALRecords, d.WALFlushRequests, d.Commits)
+			d.WAL.Records, d.WAL.FlushRequests, d.Txn.Commits)
 	}
 	if _, ok := get(t, db, "live"); ok {
 		t.Error("deleted key still found")

@@ -231,11 +231,10 @@ func (db *DB) oldestXmin() uint64 {
 
 // Vacuum removes the tuple versions no snapshot can see any more, freezes
 // old ones, records the pages' free space and marks all-visible pages in the
-// visibility map, reading the heap in block order (see the comment at the
-// top of vacuum.go). Runs are serialized; transactions go on meanwhile,
-// pruning as they go (a key's index head is moved only if its row lock is
-// free). Everything it changes is WAL-logged, so a crash at any point
-// leaves a consistent database.
+// visibility map, reading the heap in block order. Runs are serialized;
+// transactions go on meanwhile, pruning as they go (a key's index head is
+// moved only if its row lock is free). Everything it changes is WAL-logged,
+// so a crash at any point leaves a consistent database.
 //
 // It returns ErrClosed after Close, the failure that stopped writes, the
 // context's error (work done so far stays done), or ErrCorruption for a

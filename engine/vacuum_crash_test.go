@@ -174,8 +174,8 @@ func TestHintBitWaitsForCommitRecord(t *testing.T) {
 	if mask := onDisk(crash); mask&heap.XminCommitted != 0 {
 		t.Fatalf("committed hint on disk (infomask %#x) before the commit record is durable", mask)
 	}
-	if db.Stats().HintBitsSet != 0 {
-		t.Fatalf("%d hint bits set before the commit record was flushed", db.Stats().HintBitsSet)
+	if db.Stats().Heap.HintBitsSet != 0 {
+		t.Fatalf("%d hint bits set before the commit record was flushed", db.Stats().Heap.HintBitsSet)
 	}
 	re, err := Open("/db", Options{FS: crash, Autovacuum: noAutovacuum, SharedBuffers: 2 << 20})
 	if err != nil {
@@ -190,7 +190,7 @@ func TestHintBitWaitsForCommitRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	get(t, db, "k")
-	if db.Stats().HintBitsSet == 0 {
+	if db.Stats().Heap.HintBitsSet == 0 {
 		t.Fatal("no hint bit set once the commit record was durable")
 	}
 	if err := db.pool.FlushAll(); err != nil {
@@ -202,8 +202,8 @@ func TestHintBitWaitsForCommitRecord(t *testing.T) {
 	// A reader now finds the hint and skips the CLOG.
 	before := db.Stats()
 	get(t, db, "k")
-	if d := db.Stats().Sub(before); d.HintHits == 0 || d.CLOGLookups != 0 {
-		t.Errorf("read with the hint set: %d hint hits, %d CLOG lookups", d.HintHits, d.CLOGLookups)
+	if d := db.Stats().Sub(before); d.Heap.HintHits == 0 || d.CLOG.Lookups != 0 {
+		t.Errorf("read with the hint set: %d hint hits, %d CLOG lookups", d.Heap.HintHits, d.CLOG.Lookups)
 	}
 }
 
@@ -221,8 +221,8 @@ func TestHintBitLogsFullPageImage(t *testing.T) {
 		t.Fatalf("k = %q, %v", v, ok)
 	}
 	d := db.Stats().Sub(before)
-	if d.HintBitsSet == 0 || d.FullPageImages != 1 {
-		t.Fatalf("first hint after a checkpoint: %d hints, %d full-page images; want some and 1", d.HintBitsSet, d.FullPageImages)
+	if d.Heap.HintBitsSet == 0 || d.Checkpoint.FullPageImages != 1 {
+		t.Fatalf("first hint after a checkpoint: %d hints, %d full-page images; want some and 1", d.Heap.HintBitsSet, d.Checkpoint.FullPageImages)
 	}
 	blk := db.idx.get([]byte("k")).headTID().Block
 	// Write the hinted page, then crash without a checkpoint: the copy on

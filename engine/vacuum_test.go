@@ -459,13 +459,13 @@ func TestAutovacuumKeepsHeapBounded(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var base uint32
 	for round := 0; round < 12; round++ {
-		runs := db.Stats().AutovacuumRuns
+		runs := db.Stats().Vacuum.AutovacuumRuns
 		for i := 0; i < 400; i++ {
 			mustPut(t, db, fmt.Sprint("key", r.IntN(keys)), val)
 		}
 		// Wait for a run that started after this round's updates began
 		// (no bound on how long: the machine may be loaded).
-		for db.Stats().AutovacuumRuns < runs+2 {
+		for db.Stats().Vacuum.AutovacuumRuns < runs+2 {
 			time.Sleep(time.Millisecond)
 		}
 		if round == 3 {
@@ -476,7 +476,7 @@ func TestAutovacuumKeepsHeapBounded(t *testing.T) {
 	if n := db.pool.NBlocks(); n > base+8 {
 		t.Errorf("heap grew from %d to %d blocks over 8 rounds of updates with autovacuum", base, n)
 	}
-	if s := db.Stats(); s.VacuumTuplesRemoved == 0 || s.VacuumPagesScanned == 0 {
+	if s := db.Stats(); s.Vacuum.TuplesRemoved == 0 || s.Vacuum.PagesScanned == 0 {
 		t.Errorf("stats show no vacuum work: %+v", s)
 	}
 }
@@ -521,8 +521,8 @@ func TestVacuumFreezes(t *testing.T) {
 			t.Fatalf("k%d = %q, %v", i, got, ok)
 		}
 	}
-	if d := db.Stats().Sub(before); d.CLOGLookups != 0 {
-		t.Errorf("reading frozen tuples made %d CLOG lookups", d.CLOGLookups)
+	if d := db.Stats().Sub(before); d.CLOG.Lookups != 0 {
+		t.Errorf("reading frozen tuples made %d CLOG lookups", d.CLOG.Lookups)
 	}
 	if got := db.vac.relFrozenXid.Load(); got < st.OldestXmin {
 		t.Errorf("frozen xid found at open %d, below the horizon %d every tuple was frozen under", got, st.OldestXmin)
@@ -649,8 +649,8 @@ func TestVacuumTruncatesCLOG(t *testing.T) {
 	if got := db.clog.OldestXid(); got != st.RelFrozenXid {
 		t.Fatalf("CLOG truncation point %d, want RelFrozenXid %d", got, st.RelFrozenXid)
 	}
-	if s := db.Stats(); s.CLOGTruncations != 1 {
-		t.Fatalf("CLOGTruncations = %d, want 1", s.CLOGTruncations)
+	if s := db.Stats(); s.CLOG.Truncations != 1 {
+		t.Fatalf("CLOGTruncations = %d, want 1", s.CLOG.Truncations)
 	}
 	if _, err := os.Stat(seg0); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("CLOG segment 0 after truncation: %v (want it removed)", err)
@@ -672,8 +672,8 @@ func TestVacuumTruncatesCLOG(t *testing.T) {
 	if st := mustVacuum(t, db); st.RelFrozenXid < db.clog.OldestXid() {
 		t.Fatalf("second vacuum: RelFrozenXid %d below the truncation point %d", st.RelFrozenXid, db.clog.OldestXid())
 	}
-	if s := db.Stats(); s.CLOGTruncations != 1 {
-		t.Fatalf("a vacuum with nothing to remove truncated again: %d truncations", s.CLOGTruncations)
+	if s := db.Stats(); s.CLOG.Truncations != 1 {
+		t.Fatalf("a vacuum with nothing to remove truncated again: %d truncations", s.CLOG.Truncations)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -799,8 +799,8 @@ func TestDeleteOfMissingKeyLeavesNoEntry(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		mustDelete(t, db, fmt.Sprint("missing", i))
 	}
-	if n := db.Stats().Keys; n != 1 {
-		t.Errorf("Stats().Keys = %d after deletes of missing keys, want 1", n)
+	if n := db.Stats().Index.Keys; n != 1 {
+		t.Errorf("Stats().Index.Keys = %d after deletes of missing keys, want 1", n)
 	}
 	mustPut(t, db, "missing7", "now")
 	if got, ok := get(t, db, "missing7"); !ok || got != "now" {
@@ -834,7 +834,7 @@ func TestVacuumCompactsEachPageOnce(t *testing.T) {
 	// Updates that found their old version's page full, and reads of
 	// nearly full pages, pruned most old versions themselves.
 	s := db.Stats()
-	if pruned := s.PrunedByUpdate + s.PrunedByRead; st.TuplesRemoved+pruned < 3*keys {
+	if pruned := s.Heap.PrunedByUpdate + s.Heap.PrunedByRead; st.TuplesRemoved+pruned < 3*keys {
 		t.Fatalf("vacuum removed %d versions and pruning %d, want at least %d in all", st.TuplesRemoved, pruned, 3*keys)
 	}
 	// Each page read at most twice, through a ring of 2 frames (an eighth
@@ -1103,13 +1103,13 @@ func TestUpdatePrunesItsChain(t *testing.T) {
 		t.Errorf("5000 updates of one key left %d heap pages", n)
 	}
 	st := db.Stats()
-	if st.PrunedByUpdate+st.PrunedByRead < 4000 || st.PrunesByUpdate+st.PrunesByRead == 0 {
-		t.Errorf("%d prunes removed %d versions, want most of the 5000", st.PrunesByUpdate+st.PrunesByRead, st.PrunedByUpdate+st.PrunedByRead)
+	if st.Heap.PrunedByUpdate+st.Heap.PrunedByRead < 4000 || st.Heap.PrunesByUpdate+st.Heap.PrunesByRead == 0 {
+		t.Errorf("%d prunes removed %d versions, want most of the 5000", st.Heap.PrunesByUpdate+st.Heap.PrunesByRead, st.Heap.PrunedByUpdate+st.Heap.PrunedByRead)
 	}
 	// The pruned versions are off autovacuum's dead-tuple count: 4,999
 	// updates left 4,999 dead versions, and what is left is what the
 	// prunes did not remove.
-	if dead, pruned := db.av.dead.Load(), st.PrunedByUpdate+st.PrunedByRead; dead != 4999-int64(pruned) {
+	if dead, pruned := db.av.dead.Load(), st.Heap.PrunedByUpdate+st.Heap.PrunedByRead; dead != 4999-int64(pruned) {
 		t.Errorf("autovacuum counts %d dead tuples after %d of 4999 were pruned", dead, pruned)
 	}
 	mustVerify(t, db)
@@ -1122,14 +1122,14 @@ func TestUpdatePrunesItsChain(t *testing.T) {
 	if v, err := reader.Get([]byte("hot")); err != nil || string(v) != val(4999) {
 		t.Fatalf("reader: %.6s, %v", v, err)
 	}
-	before := db.Stats().PrunedByUpdate
+	before := db.Stats().Heap.PrunedByUpdate
 	for i := 5000; i < 5400; i++ {
 		mustPut(t, db, "hot", val(i))
 	}
 	if v, err := reader.Get([]byte("hot")); err != nil || string(v) != val(4999) {
 		t.Fatalf("reader after 400 updates: %.6s, %v; want the version its snapshot saw", v, err)
 	}
-	if got := db.Stats().PrunedByUpdate - before; got > 1 {
+	if got := db.Stats().Heap.PrunedByUpdate - before; got > 1 {
 		// Only versions below the one the snapshot sees may go: the
 		// horizon is at the reader's snapshot.
 		t.Logf("%d versions pruned under the open snapshot", got)
@@ -1206,7 +1206,7 @@ func TestVerifyAfterPruningPastCrashedVersion(t *testing.T) {
 	for i := 1; i <= 200; i++ {
 		mustPut(t, db, "hot", val(i))
 	}
-	if st := db.Stats(); st.PrunesByUpdate+st.PrunesByRead == 0 {
+	if st := db.Stats(); st.Heap.PrunesByUpdate+st.Heap.PrunesByRead == 0 {
 		t.Fatal("no prune happened; the test needs one")
 	}
 	if got, _ := get(t, db, "hot"); got != val(200) {
@@ -1263,8 +1263,8 @@ func TestUpdatePrunesBelowSnapshots(t *testing.T) {
 	default:
 	}
 	st := db.Stats()
-	pruned := st.PrunedByUpdate + st.PrunedByRead
-	t.Logf("%d heap pages, %d versions pruned in %d prunes by updates and %d by reads", db.pool.NBlocks(), pruned, st.PrunesByUpdate, st.PrunesByRead)
+	pruned := st.Heap.PrunedByUpdate + st.Heap.PrunedByRead
+	t.Logf("%d heap pages, %d versions pruned in %d prunes by updates and %d by reads", db.pool.NBlocks(), pruned, st.Heap.PrunesByUpdate, st.Heap.PrunesByRead)
 	if n := db.pool.NBlocks(); n > 4 || pruned < 4800 {
 		t.Errorf("5000 updates next to short snapshots: %d heap pages, %d versions pruned", n, pruned)
 	}
@@ -1465,10 +1465,10 @@ func TestReadersAgainstPruningAndVacuum(t *testing.T) {
 	default:
 	}
 	s := db.Stats()
-	if s.PrunesByUpdate+s.PrunesByRead == 0 || s.VacuumRuns == 0 {
-		t.Errorf("no pruning outside vacuum (%d by updates, %d by reads) or no vacuum run (%d): the test did not test it", s.PrunesByUpdate, s.PrunesByRead, s.VacuumRuns)
+	if s.Heap.PrunesByUpdate+s.Heap.PrunesByRead == 0 || s.Vacuum.Runs == 0 {
+		t.Errorf("no pruning outside vacuum (%d by updates, %d by reads) or no vacuum run (%d): the test did not test it", s.Heap.PrunesByUpdate, s.Heap.PrunesByRead, s.Vacuum.Runs)
 	}
-	t.Logf("pages pruned: %d by updates, %d by reads, %d by vacuum in %d runs", s.PrunesByUpdate, s.PrunesByRead, s.VacuumPagesPruned, s.VacuumRuns)
+	t.Logf("pages pruned: %d by updates, %d by reads, %d by vacuum in %d runs", s.Heap.PrunesByUpdate, s.Heap.PrunesByRead, s.Vacuum.PagesPruned, s.Vacuum.Runs)
 	mustVerify(t, db)
 }
 
@@ -1518,8 +1518,8 @@ func TestVacuumRingKeepsWorkingSet(t *testing.T) {
 	st := mustVacuum(t, db)
 	before := db.Stats()
 	hot()
-	if d := db.Stats().Sub(before); d.BufferMisses != 0 {
-		t.Errorf("reading the working set after vacuum missed the pool %d times", d.BufferMisses)
+	if d := db.Stats().Sub(before); d.Buffers.Misses != 0 {
+		t.Errorf("reading the working set after vacuum missed the pool %d times", d.Buffers.Misses)
 	}
 	t.Logf("heap %d pages, pool %d: vacuum scanned %d, revisited %d, read %d from disk, took %d frames from the pool; removed %d versions",
 		nblocks, frames, st.PagesScanned, st.PagesRevisited, st.PagesRead, st.RingSwept, st.TuplesRemoved)

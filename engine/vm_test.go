@@ -166,8 +166,8 @@ func TestVisibilityMapSetAndClear(t *testing.T) {
 		t.Fatalf("marking twice marked %d pages again", again)
 	}
 	mustVerify(t, db)
-	if s := db.Stats(); s.VMBitsSet != uint64(marked) {
-		t.Fatalf("VMBitsSet %d, marked %d", s.VMBitsSet, marked)
+	if s := db.Stats(); s.VisibilityMap.BitsSet != uint64(marked) {
+		t.Fatalf("VMBitsSet %d, marked %d", s.VisibilityMap.BitsSet, marked)
 	}
 
 	updBlk, delBlk := headBlock(t, db, "a000000"), headBlock(t, db, "a000300")
@@ -285,14 +285,14 @@ func TestHeap2VisibleRecord(t *testing.T) {
 			t.Errorf("decodeVisible(%x) = %v", bad, err)
 		}
 	}
-	d := DescribeRecord(wal.Record{LSN: 100, Type: recHeap2Visible, Data: encodeVisible(r)})
+	d := describeRecord(wal.Record{LSN: 100, Type: recHeap2Visible, Data: encodeVisible(r)})
 	if !strings.Contains(d, "HEAP2_VISIBLE") || !strings.Contains(d, "block 42 all-visible all-frozen cutoff xid 1099511627776") {
-		t.Fatalf("DescribeRecord: %s", d)
+		t.Fatalf("describeRecord: %s", d)
 	}
-	d = DescribeRecord(wal.Record{Type: recHeapUpdate, Flags: flagAllVisibleCleared | flagNewAllVisibleCleared,
+	d = describeRecord(wal.Record{Type: recHeapUpdate, Flags: flagAllVisibleCleared | flagNewAllVisibleCleared,
 		Data: encodeUpdate(heap.TID{Block: 1}, heap.TID{Block: 2}, heap.AppendTuple(nil, heap.TupleHeader{Xmin: 5, Prev: heap.InvalidTID}, []byte("k"), nil))})
 	if !strings.Contains(d, " ALL_VISIBLE_CLEARED NEW_ALL_VISIBLE_CLEARED") {
-		t.Fatalf("DescribeRecord of flags: %s", d)
+		t.Fatalf("describeRecord of flags: %s", d)
 	}
 }
 
@@ -313,7 +313,7 @@ func FuzzDecodeVisible(f *testing.F) {
 		if string(encodeVisible(r)) != string(data) {
 			t.Fatalf("re-encoding differs")
 		}
-		DescribeRecord(wal.Record{Type: recHeap2Visible, Data: data})
+		describeRecord(wal.Record{Type: recHeap2Visible, Data: data})
 	})
 }
 
@@ -329,8 +329,8 @@ func TestVisibilityMapOption(t *testing.T) {
 	if n, err := markAllVisible(db); err != nil || n == 0 {
 		t.Fatalf("marked %d: %v", n, err)
 	}
-	if d := db.Stats().Sub(before); d.WALRecords != 0 || d.VMBitsSet == 0 {
-		t.Fatalf("unlogged marking wrote %d WAL records, set %d bits", d.WALRecords, d.VMBitsSet)
+	if d := db.Stats().Sub(before); d.WAL.Records != 0 || d.VisibilityMap.BitsSet == 0 {
+		t.Fatalf("unlogged marking wrote %d WAL records, set %d bits", d.WAL.Records, d.VisibilityMap.BitsSet)
 	}
 	mustVerify(t, db)
 }
@@ -377,16 +377,16 @@ func TestIndexOnlyReads(t *testing.T) {
 		tx.Rollback()
 	}
 	read()
-	if s := db.Stats(); s.IndexOnlyVisible != 0 || s.IndexOnlyHeapFetches == 0 {
-		t.Fatalf("before marking: %d from the map, %d heap fetches", s.IndexOnlyVisible, s.IndexOnlyHeapFetches)
+	if s := db.Stats(); s.Index.AllVisible != 0 || s.Index.HeapFetches == 0 {
+		t.Fatalf("before marking: %d from the map, %d heap fetches", s.Index.AllVisible, s.Index.HeapFetches)
 	}
 	if _, err := markAllVisible(db); err != nil {
 		t.Fatal(err)
 	}
 	before := db.Stats()
 	read()
-	if d := db.Stats().Sub(before); d.IndexOnlyVisible == 0 || d.IndexOnlyHeapFetches != 0 {
-		t.Fatalf("after marking: %d from the map, %d heap fetches", d.IndexOnlyVisible, d.IndexOnlyHeapFetches)
+	if d := db.Stats().Sub(before); d.Index.AllVisible == 0 || d.Index.HeapFetches != 0 {
+		t.Fatalf("after marking: %d from the map, %d heap fetches", d.Index.AllVisible, d.Index.HeapFetches)
 	}
 
 	// A writer that has not committed: readers must not see its insert,
@@ -467,7 +467,7 @@ func BenchmarkCount(b *testing.B) {
 			}
 			b.StopTimer()
 			d := db.Stats().Sub(before)
-			b.ReportMetric(float64(d.IndexOnlyHeapFetches)/float64(b.N), "heapfetches/op")
+			b.ReportMetric(float64(d.Index.HeapFetches)/float64(b.N), "heapfetches/op")
 		})
 	}
 }
@@ -543,8 +543,8 @@ func TestIndexOnlyUnderConcurrentWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := db.Stats(); s.IndexOnlyVisible == 0 || s.VMBitsCleared == 0 {
-		t.Fatalf("the test did not exercise the map: %d fast lookups, %d bits cleared", s.IndexOnlyVisible, s.VMBitsCleared)
+	if s := db.Stats(); s.Index.AllVisible == 0 || s.VisibilityMap.BitsCleared == 0 {
+		t.Fatalf("the test did not exercise the map: %d fast lookups, %d bits cleared", s.Index.AllVisible, s.VisibilityMap.BitsCleared)
 	}
 }
 
@@ -641,7 +641,7 @@ func TestVerifyFindsTruncatedVM(t *testing.T) {
 	db := openTest(t, dir, Options{Autovacuum: &off})
 	putKeys(t, db, "a", 200, 100)
 	mustVacuum(t, db)
-	if db.Stats().VMBitsSet == 0 {
+	if db.Stats().VisibilityMap.BitsSet == 0 {
 		t.Fatal("vacuum set no visibility map bit")
 	}
 	mustVerify(t, db)

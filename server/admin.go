@@ -482,12 +482,12 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	st := s.db.Stats()
 	rec := s.db.Recovery()
 	perSync := 0.0
-	if st.WALSyncs > 0 {
-		perSync = float64(st.Commits) / float64(st.WALSyncs)
+	if st.WAL.Syncs > 0 {
+		perSync = float64(st.Txn.Commits) / float64(st.WAL.Syncs)
 	}
 	avgSync := 0.0
-	if st.WALSyncs > 0 {
-		avgSync = float64(st.WALSyncNanos) / float64(st.WALSyncs) / 1e3
+	if st.WAL.Syncs > 0 {
+		avgSync = float64(st.WAL.SyncNanos) / float64(st.WAL.Syncs) / 1e3
 	}
 	section("server",
 		"redis_version:"+redisVersion,
@@ -517,7 +517,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("recovery_end_lsn:%d", rec.EndLSN),
 		fmt.Sprintf("recovery_records:%d", rec.Records),
 		fmt.Sprintf("recovery_seconds:%.3f", rec.Duration.Seconds()),
-		fmt.Sprintf("checkpoints:%d", st.Checkpoints),
+		fmt.Sprintf("checkpoints:%d", st.Checkpoint.Count),
 		// Damage met since start: the background check for heap pages
 		// of zeros, and pages whose reads failed their checks.
 		fmt.Sprintf("damage_check_in_progress:%d", map[bool]int{false: 0, true: 1}[dmg.ScanRunning]),
@@ -532,7 +532,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("total_error_replies:%d", s.stats.errorReplies.Load()),
 		fmt.Sprintf("rejected_calls:%d", s.stats.rejectedCalls.Load()))
 	if wanted("replication") {
-		section("replication", s.replicationLines(st.WALBytes)...)
+		section("replication", s.replicationLines(st.WAL.Bytes)...)
 	}
 	if wanted("cpu") {
 		section("cpu", cpuLines()...)
@@ -556,55 +556,55 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		}
 	}
 	section("mvkv",
-		fmt.Sprintf("commits:%d", st.Commits),
-		fmt.Sprintf("early_commits:%d", st.EarlyCommits),
-		fmt.Sprintf("dependency_waits:%d", st.DependencyWaits),
-		fmt.Sprintf("aborts:%d", st.Aborts),
-		fmt.Sprintf("wal_records:%d", st.WALRecords),
-		fmt.Sprintf("wal_bytes:%d", st.WALBytes),
-		fmt.Sprintf("wal_writes:%d", st.WALWrites),
-		fmt.Sprintf("wal_syncs:%d", st.WALSyncs),
-		fmt.Sprintf("wal_flush_requests:%d", st.WALFlushRequests),
+		fmt.Sprintf("commits:%d", st.Txn.Commits),
+		fmt.Sprintf("early_commits:%d", st.Txn.EarlyCommits),
+		fmt.Sprintf("dependency_waits:%d", st.Txn.DependencyWaits),
+		fmt.Sprintf("aborts:%d", st.Txn.Aborts),
+		fmt.Sprintf("wal_records:%d", st.WAL.Records),
+		fmt.Sprintf("wal_bytes:%d", st.WAL.Bytes),
+		fmt.Sprintf("wal_writes:%d", st.WAL.Writes),
+		fmt.Sprintf("wal_syncs:%d", st.WAL.Syncs),
+		fmt.Sprintf("wal_flush_requests:%d", st.WAL.FlushRequests),
 		fmt.Sprintf("wal_sync_avg_us:%.1f", avgSync),
 		fmt.Sprintf("commits_per_sync:%.2f", perSync),
-		fmt.Sprintf("wal_flushes:%d", st.WALFlushes),
-		fmt.Sprintf("wal_sync_p50_us:%.1f", float64(st.WALSyncLatency.Quantile(0.5))/1e3),
-		fmt.Sprintf("wal_sync_p99_us:%.1f", float64(st.WALSyncLatency.Quantile(0.99))/1e3),
-		fmt.Sprintf("commit_wait_total_us:%d", st.WALCommitWaitNanos/1e3),
-		fmt.Sprintf("full_page_images:%d", st.FullPageImages),
+		fmt.Sprintf("wal_flushes:%d", st.WAL.Flushes),
+		fmt.Sprintf("wal_sync_p50_us:%.1f", float64(st.WAL.SyncLatency.Quantile(0.5))/1e3),
+		fmt.Sprintf("wal_sync_p99_us:%.1f", float64(st.WAL.SyncLatency.Quantile(0.99))/1e3),
+		fmt.Sprintf("commit_wait_total_us:%d", st.WAL.CommitWaitNanos/1e3),
+		fmt.Sprintf("full_page_images:%d", st.Checkpoint.FullPageImages),
 		"commit_delay:"+knobs["commit_delay"].get(s),
 		"commit_siblings:"+knobs["commit_siblings"].get(s),
-		fmt.Sprintf("clog_lookups:%d", st.CLOGLookups),
-		fmt.Sprintf("clog_hits:%d", st.CLOGHits),
-		fmt.Sprintf("clog_misses:%d", st.CLOGMisses),
-		fmt.Sprintf("clog_page_reads:%d", st.CLOGPageReads),
-		fmt.Sprintf("clog_page_writes:%d", st.CLOGPageWrites),
-		fmt.Sprintf("prunes_by_update:%d", st.PrunesByUpdate),
-		fmt.Sprintf("pruned_by_update:%d", st.PrunedByUpdate),
-		fmt.Sprintf("prunes_by_read:%d", st.PrunesByRead),
-		fmt.Sprintf("pruned_by_read:%d", st.PrunedByRead),
-		fmt.Sprintf("hint_bits_set:%d", st.HintBitsSet),
-		fmt.Sprintf("hint_bit_hits:%d", st.HintHits),
-		fmt.Sprintf("deadlocks:%d", st.Deadlocks),
-		fmt.Sprintf("vm_bits_set:%d", st.VMBitsSet),
-		fmt.Sprintf("vm_bits_cleared:%d", st.VMBitsCleared),
-		fmt.Sprintf("index_only_visible:%d", st.IndexOnlyVisible),
-		fmt.Sprintf("index_only_heap_fetches:%d", st.IndexOnlyHeapFetches),
-		fmt.Sprintf("vacuum_runs:%d", st.VacuumRuns),
-		fmt.Sprintf("autovacuum_runs:%d", st.AutovacuumRuns),
-		fmt.Sprintf("vacuum_pages_scanned:%d", st.VacuumPagesScanned),
-		fmt.Sprintf("vacuum_pages_skipped:%d", st.VacuumPagesSkipped),
-		fmt.Sprintf("vacuum_pages_pruned:%d", st.VacuumPagesPruned),
-		fmt.Sprintf("vacuum_pages_read:%d", st.VacuumPagesRead),
-		fmt.Sprintf("vacuum_ring_buffers_swept:%d", st.VacuumRingSwept),
-		fmt.Sprintf("vacuum_tuples_removed:%d", st.VacuumTuplesRemoved),
-		fmt.Sprintf("vacuum_tuples_frozen:%d", st.VacuumTuplesFrozen),
-		fmt.Sprintf("buffer_hits:%d", st.BufferHits),
-		fmt.Sprintf("buffer_misses:%d", st.BufferMisses),
-		fmt.Sprintf("buffer_reads:%d", st.BufferReads),
-		fmt.Sprintf("buffer_writes:%d", st.BufferWrites),
-		fmt.Sprintf("buffer_evictions:%d", st.BufferEvictions),
-		fmt.Sprintf("index_keys:%d", st.Keys))
+		fmt.Sprintf("clog_lookups:%d", st.CLOG.Lookups),
+		fmt.Sprintf("clog_hits:%d", st.CLOG.Hits),
+		fmt.Sprintf("clog_misses:%d", st.CLOG.Misses),
+		fmt.Sprintf("clog_page_reads:%d", st.CLOG.PageReads),
+		fmt.Sprintf("clog_page_writes:%d", st.CLOG.PageWrites),
+		fmt.Sprintf("prunes_by_update:%d", st.Heap.PrunesByUpdate),
+		fmt.Sprintf("pruned_by_update:%d", st.Heap.PrunedByUpdate),
+		fmt.Sprintf("prunes_by_read:%d", st.Heap.PrunesByRead),
+		fmt.Sprintf("pruned_by_read:%d", st.Heap.PrunedByRead),
+		fmt.Sprintf("hint_bits_set:%d", st.Heap.HintBitsSet),
+		fmt.Sprintf("hint_bit_hits:%d", st.Heap.HintHits),
+		fmt.Sprintf("deadlocks:%d", st.Txn.Deadlocks),
+		fmt.Sprintf("vm_bits_set:%d", st.VisibilityMap.BitsSet),
+		fmt.Sprintf("vm_bits_cleared:%d", st.VisibilityMap.BitsCleared),
+		fmt.Sprintf("index_only_visible:%d", st.Index.AllVisible),
+		fmt.Sprintf("index_only_heap_fetches:%d", st.Index.HeapFetches),
+		fmt.Sprintf("vacuum_runs:%d", st.Vacuum.Runs),
+		fmt.Sprintf("autovacuum_runs:%d", st.Vacuum.AutovacuumRuns),
+		fmt.Sprintf("vacuum_pages_scanned:%d", st.Vacuum.PagesScanned),
+		fmt.Sprintf("vacuum_pages_skipped:%d", st.Vacuum.PagesSkipped),
+		fmt.Sprintf("vacuum_pages_pruned:%d", st.Vacuum.PagesPruned),
+		fmt.Sprintf("vacuum_pages_read:%d", st.Vacuum.PagesRead),
+		fmt.Sprintf("vacuum_ring_buffers_swept:%d", st.Vacuum.RingSwept),
+		fmt.Sprintf("vacuum_tuples_removed:%d", st.Vacuum.TuplesRemoved),
+		fmt.Sprintf("vacuum_tuples_frozen:%d", st.Vacuum.TuplesFrozen),
+		fmt.Sprintf("buffer_hits:%d", st.Buffers.Hits),
+		fmt.Sprintf("buffer_misses:%d", st.Buffers.Misses),
+		fmt.Sprintf("buffer_reads:%d", st.Buffers.Reads),
+		fmt.Sprintf("buffer_writes:%d", st.Buffers.Writes),
+		fmt.Sprintf("buffer_evictions:%d", st.Buffers.Evictions),
+		fmt.Sprintf("index_keys:%d", st.Index.Keys))
 	return b.String(), nil
 }
 

@@ -329,10 +329,6 @@ func backoff(attempt int) {
 	time.Sleep(rand.N(limit))
 }
 
-func retryable(err error) bool {
-	return errors.Is(err, engine.ErrSerializationFailure) || errors.Is(err, engine.ErrDeadlock)
-}
-
 // dispatch runs or queues one request, appending its reply to c.out.
 func (c *conn) dispatch(req request) {
 	start := time.Now()
@@ -523,7 +519,7 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			return
 		}
 		c.out = c.out[:mark]
-		if retryable(err) && attempt < c.s.cfg.MaxRetries {
+		if engine.IsRetryable(err) && attempt < c.s.cfg.MaxRetries {
 			backoff(attempt)
 			continue
 		}
@@ -622,7 +618,7 @@ func (c *conn) exec() {
 			return
 		}
 		c.out = c.out[:mark]
-		if retryable(err) && attempt < c.s.cfg.MaxRetries {
+		if engine.IsRetryable(err) && attempt < c.s.cfg.MaxRetries {
 			backoff(attempt)
 			continue
 		}

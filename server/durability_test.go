@@ -93,7 +93,7 @@ func waitCommitInFlight(t *testing.T, ts *testServer, g *gateFS, before engine.S
 			default:
 			}
 		}
-		if blocked && ts.db.Stats().Sub(before).WALFlushRequests > 0 {
+		if blocked && ts.db.Stats().Sub(before).WAL.FlushRequests > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -205,8 +205,8 @@ func TestEarlyLockReleaseReplies(t *testing.T) {
 	b.expect("$3\r\nnew\r\n")
 	c.expect(":42\r\n")
 	d.expect("-ERR value is not an integer or out of range\r\n")
-	if st := ts.db.Stats().Sub(before); st.EarlyCommits < 2 {
-		t.Fatalf("%d early commits; want the EXEC's and the INCR's", st.EarlyCommits)
+	if st := ts.db.Stats().Sub(before); st.Txn.EarlyCommits < 2 {
+		t.Fatalf("%d early commits; want the EXEC's and the INCR's", st.Txn.EarlyCommits)
 	}
 }
 
@@ -229,9 +229,9 @@ func TestPipelineOneKeySharesFlush(t *testing.T) {
 	before := ts.db.Stats()
 	a.send(req)
 	deadline := time.Now().Add(20 * time.Second)
-	for ts.db.Stats().Sub(before).EarlyCommits < n {
+	for ts.db.Stats().Sub(before).Txn.EarlyCommits < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d pipelined increments of one key committed while the WAL sync was held", ts.db.Stats().Sub(before).EarlyCommits, n)
+			t.Fatalf("%d of %d pipelined increments of one key committed while the WAL sync was held", ts.db.Stats().Sub(before).Txn.EarlyCommits, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -243,8 +243,8 @@ func TestPipelineOneKeySharesFlush(t *testing.T) {
 		a.expect(fmt.Sprintf(":%d\r\n", i+1))
 	}
 	b.expect(fmt.Sprintf("$2\r\n%d\r\n", n))
-	if d := ts.db.Stats().Sub(before); d.Commits != n || d.WALSyncs > 3 {
-		t.Fatalf("%d commits with %d WAL syncs; want %d commits with at most 3", d.Commits, d.WALSyncs, n)
+	if d := ts.db.Stats().Sub(before); d.Txn.Commits != n || d.WAL.Syncs > 3 {
+		t.Fatalf("%d commits with %d WAL syncs; want %d commits with at most 3", d.Txn.Commits, d.WAL.Syncs, n)
 	}
 }
 
@@ -262,8 +262,8 @@ func TestAsyncCommitRepliesBeforeDurable(t *testing.T) {
 	a.expect("+OK\r\n")
 	b.cmd("GET", "k")
 	b.expect("$1\r\nv\r\n")
-	if d := ts.db.Stats().Sub(before); d.WALSyncs != 0 || d.WALFlushRequests != 0 {
-		t.Fatalf("asynchronous commit made %d WAL syncs and %d flush requests", d.WALSyncs, d.WALFlushRequests)
+	if d := ts.db.Stats().Sub(before); d.WAL.Syncs != 0 || d.WAL.FlushRequests != 0 {
+		t.Fatalf("asynchronous commit made %d WAL syncs and %d flush requests", d.WAL.Syncs, d.WAL.FlushRequests)
 	}
 }
 
@@ -311,8 +311,8 @@ func TestPipelineGroupCommit(t *testing.T) {
 	b.cmd("MGET", "k00", "k63")
 	b.expect("*2\r\n$1\r\nv\r\n$1\r\nv\r\n")
 	d := ts.db.Stats().Sub(before)
-	if d.Commits != n || d.WALSyncs > 3 {
-		t.Fatalf("%d commits with %d WAL syncs; want %d commits with at most 3", d.Commits, d.WALSyncs, n)
+	if d.Txn.Commits != n || d.WAL.Syncs > 3 {
+		t.Fatalf("%d commits with %d WAL syncs; want %d commits with at most 3", d.Txn.Commits, d.WAL.Syncs, n)
 	}
 }
 

@@ -33,8 +33,8 @@ func TestMultiExecPipelined(t *testing.T) {
 	}
 	// One EXEC block is one engine transaction with one commit, which
 	// waited for its own commit record to be durable.
-	if d := ts.db.Stats().Sub(before); d.Commits != 1 || d.WALFlushRequests < 1 {
-		t.Fatalf("%d commits and %d WAL flush requests for one EXEC", d.Commits, d.WALFlushRequests)
+	if d := ts.db.Stats().Sub(before); d.Txn.Commits != 1 || d.WAL.FlushRequests < 1 {
+		t.Fatalf("%d commits and %d WAL flush requests for one EXEC", d.Txn.Commits, d.WAL.FlushRequests)
 	}
 	if got := rdb.Get(ctx, "other").Val(); got != "30" {
 		t.Fatalf("other = %q", got)
@@ -383,8 +383,8 @@ func TestMSetRepeatedKey(t *testing.T) {
 		t.Fatalf("r = %q, s = %q after MSET", r, s)
 	}
 	// Two versions and a commit record, not 2,000 versions.
-	if d := ts.db.Stats().Sub(before); d.WALRecords > 3 {
-		t.Fatalf("MSET of 2 keys, each named 1000 times, wrote %d WAL records", d.WALRecords)
+	if d := ts.db.Stats().Sub(before); d.WAL.Records > 3 {
+		t.Fatalf("MSET of 2 keys, each named 1000 times, wrote %d WAL records", d.WAL.Records)
 	}
 	if n := rdb.Del(ctx, "r", "s", "r", "nosuch").Val(); n != 2 {
 		t.Fatalf("DEL r s r nosuch = %d, want 2", n)
@@ -427,7 +427,7 @@ func TestFlushAllInBlockRetries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d deadlocks, each rerun", ts.db.Stats().Deadlocks)
+	t.Logf("%d deadlocks, each rerun", ts.db.Stats().Txn.Deadlocks)
 }
 
 // TestWatchKeyTheEngineCannotStore: WATCH of an empty key, or of one

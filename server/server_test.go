@@ -571,11 +571,11 @@ func TestPipelineSameKey(t *testing.T) {
 		}
 	}
 	d := ts.db.Stats().Sub(before)
-	if d.Commits < n {
-		t.Fatalf("%d commits for %d writes", d.Commits, n)
+	if d.Txn.Commits < n {
+		t.Fatalf("%d commits for %d writes", d.Txn.Commits, n)
 	}
-	if d.WALFlushRequests < n {
-		t.Fatalf("%d WAL flush requests for a pipeline of %d synchronous commits", d.WALFlushRequests, n)
+	if d.WAL.FlushRequests < n {
+		t.Fatalf("%d WAL flush requests for a pipeline of %d synchronous commits", d.WAL.FlushRequests, n)
 	}
 	if ts.s.OpenTransactions() != 0 {
 		t.Fatalf("%d transactions left open", ts.s.OpenTransactions())

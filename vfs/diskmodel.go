@@ -81,7 +81,7 @@ func WithDiskModel(fs FS, m DiskModel) FS {
 // (which would turn 250 rotations/s into about 200 effective ones), so on
 // Linux the wait blocks on a timerfd, which the runtime's network poller
 // wakes on the kernel's high-resolution timer, and yields in a loop
-// checking the clock (runtime.Gosched) only for the last fineWindow. Where
+// checking the clock (runtime.Gosched) only for the last 100 µs. Where
 // there is no timerfd it sleeps until a millisecond before and yields from
 // there. Only one goroutine watches the clock per completion time.
 //

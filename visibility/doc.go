@@ -39,7 +39,7 @@
 // without reading the heap tuple or asking the CLOG.
 //
 // The fork lives in DATA/vm, in segment files of 8 KiB pages named and
-// laid out as the heap's (internal/heap: block b of the map is at byte
+// laid out as the heap's (block b of the map is at byte
 // (b%131072)*8192 of file fmt.Sprintf("%08d", b/131072)). A map page is a
 // heap page with no line pointers whose free space holds the bitmap, as
 // PostgreSQL keeps the map in PageGetContents of an otherwise empty page.
@@ -106,7 +106,7 @@
 //
 // # Concurrency
 //
-// Map pages are cached in their own bufpool.Pool; a bit changes under the
+// Map pages are cached in a buffer pool of their own; a bit changes under the
 // map page's exclusive content lock and is read under its shared one, and
 // callers hold the heap page's lock around Set and Clear, so the lock
 // order is always heap page, then map page. Reader lets an index-only scan

@@ -28,7 +28,7 @@ const (
 	ValidBits = AllVisible | AllFrozen
 )
 
-// Geometry of a map page; see doc.go for the diagram.
+// Geometry of a map page; see the package documentation for the diagram.
 const (
 	// BitsPerHeapBlock is the number of map bits kept per heap block.
 	BitsPerHeapBlock = 2
@@ -76,8 +76,8 @@ func PageBits(p []byte, heapBlk uint32) Bits {
 }
 
 // VerifyPage checks a map page read from map block vmBlock: an all-zero
-// page is valid (never written); otherwise it must pass heap.VerifyPage
-// (checksum over the page and the block number) and have the map page's
+// page is valid (never written); otherwise it must pass the heap page
+// check (checksum over the page and the block number) and have the map page's
 // fixed header: no line pointers, no free-space hole (lower 24, upper
 // 8192) and no page flags. It never panics, whatever p holds. Errors wrap
 // ErrCorrupt.
@@ -125,7 +125,8 @@ type Options struct {
 // A Map knows nothing of the heap or the WAL records: the caller sets a bit
 // only together with PD_ALL_VISIBLE on the heap page and with the LSN of the
 // WAL record that logs both, and clears it, with PD_ALL_VISIBLE, as part of
-// every change to the page (see doc.go for why that order is crash-safe).
+// every change to the page (see the package documentation for why that
+// order is crash-safe).
 type Map struct {
 	dir      string
 	storage  *vmStorage
@@ -297,8 +298,8 @@ func (m *Map) ReadPage(vmBlock uint32, p []byte) error {
 }
 
 // CheckFiles checks that every map fork file holds whole pages, as
-// heap.Storage.CheckSizes does, and returns an error matching ErrCorrupt
-// (and heap.ErrCorrupt) for each one cut short, naming the file, its size
+// the heap's storage manager does, and returns an error matching
+// ErrCorrupt for each one cut short, naming the file, its size
 // and the offset of the partial page; nil if all check out. A map page cut
 // short reads as a page never written, so the bits it held are lost
 // without any page failing its checksum: only the file size shows it.
@@ -324,13 +325,22 @@ type corruptFile struct{ err error }
 func (c corruptFile) Error() string   { return c.err.Error() }
 func (c corruptFile) Unwrap() []error { return []error{ErrCorrupt, c.err} }
 
-// MapStats counts map activity since Open. It is a value.
+// MapStats counts map activity since Open. It is a value; Sub gives the
+// activity between two snapshots.
 type MapStats struct {
 	// BitsSet and BitsCleared count Set and Clear calls that changed a bit.
 	BitsSet, BitsCleared uint64
 	// PageReads and PageWrites count map pages read from and written to
 	// disk.
 	PageReads, PageWrites uint64
+}
+
+// Sub returns s minus o, counter by counter.
+func (s MapStats) Sub(o MapStats) MapStats {
+	return MapStats{
+		BitsSet: s.BitsSet - o.BitsSet, BitsCleared: s.BitsCleared - o.BitsCleared,
+		PageReads: s.PageReads - o.PageReads, PageWrites: s.PageWrites - o.PageWrites,
+	}
 }
 
 // Stats returns the counters. Safe to call concurrently.

@@ -61,7 +61,8 @@ var (
 	ErrSyncFailed = errors.New("wal: write or sync failed")
 )
 
-// On-disk sizes and constants; part of the format (see doc.go).
+// On-disk sizes and constants; part of the format (see the package
+// documentation).
 const (
 	segHeaderSize = 32
 	recHeaderSize = 32
@@ -109,7 +110,6 @@ func recordSize(n int) int64 {
 	return (recHeaderSize + int64(n) + alignment - 1) &^ (alignment - 1)
 }
 
-// segmentName is the file name of the segment starting at start.
 // SegmentFile returns the name of the segment file that holds lsn, in a log
 // of segmentSize-byte segments (a positive size), and lsn's byte offset in
 // it: for reports that must name the file and offset of damage.

@@ -20,7 +20,7 @@ const HistogramBuckets = 4 + 62*4
 // snapshots for an interval. Percentiles are exact to within a bucket
 // (about 25%); Sum and Count are exact.
 type Histogram struct {
-	Buckets [HistogramBuckets]uint64 // observation counts, by bucket index (see bucketOf)
+	Buckets [HistogramBuckets]uint64 // observation counts, by bucket index (see HistogramBuckets)
 	Count   uint64                   // observations
 	Sum     uint64                   // sum of the observed values
 	// Nanos marks values as nanoseconds, so that String prints durations.

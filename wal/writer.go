@@ -50,7 +50,7 @@ const CommitDelayAuto = -1
 // one. With 48 committers and no commit_delay a rotation sees up to about
 // 20 rounds (groups of two or three), which 16 slots cut short; 64 covers
 // them with room to spare, and a device that serializes syncs is kept to
-// one at a time whatever the depth (Writer.syncSlotsLocked).
+// one at a time whatever the depth.
 const DefaultPipelineDepth = 64
 
 // Options configure a Writer. The zero value gives the defaults. Options are

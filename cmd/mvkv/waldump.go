@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"mvkv/engine"
+	"mvkv/wal"
+	"mvkv/waldump"
 )
 
 const waldumpUsage = `mvkv waldump prints a data directory's WAL records in LSN order, like pg_waldump.
@@ -67,7 +68,7 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mvkv waldump: --end %s lies before --start %s\n", *end, *start)
 		return 2
 	}
-	if err := engine.DumpWAL(nil, dir, s, e, stdout); err != nil {
+	if err := waldump.Dump(nil, dir, wal.LSN(s), wal.LSN(e), stdout); err != nil {
 		fmt.Fprintf(stderr, "mvkv waldump: %s\n", errText(err))
 		return 1
 	}

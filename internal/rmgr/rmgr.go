@@ -1,0 +1,60 @@
+// Package rmgr is how the tools that read a data directory (package waldump
+// and the checks behind the engine's Verify) reach what only the engine
+// knows about its own files: where they are, what each WAL record type is
+// called and how its payload reads, and the control file's format. It plays the part of PostgreSQL's resource
+// manager table (rmgrlist.h, with each manager's rm_identify and rm_desc
+// routines), which pg_waldump links in so that it can describe records it
+// does not itself define.
+//
+// The engine fills Engine when it is initialized, so a package using Engine
+// must import package engine (a blank import will do); the engine cannot be
+// imported from here, because it imports this package to register itself.
+//
+// Rejected: exporting the descriptions from package engine (they are a
+// tool's concern, and made the engine's user API carry a WAL dump), and
+// moving the record formats out of the engine into a package of their own
+// (the engine's redo and its writers share those unexported types and
+// constants with every heap operation; moving them would split each
+// operation's encoding from its redo).
+package rmgr
+
+import (
+	"mvkv/vfs"
+	"mvkv/wal"
+)
+
+// Control is what the control file records about the last checkpoint (as
+// PostgreSQL's pg_control).
+type Control struct {
+	RedoLSN       wal.LSN // where redo starts
+	CheckpointLSN wal.LSN // the checkpoint record itself
+	NextXid       uint64  // no xid at or above this was handed out before the checkpoint
+	HeapBlocks    uint64  // heap size in blocks after the checkpoint wrote every page
+}
+
+// Table is the engine's part of reading its files.
+type Table struct {
+	// WALDir and CLOGDir are the data directory's subdirectories holding
+	// WAL segments and CLOG segments.
+	WALDir, CLOGDir string
+	// TypeName is the name of a record type, as pg_waldump prints it
+	// ("HEAP_INSERT").
+	TypeName func(t wal.RecordType) string
+	// Describe renders one WAL record on one line, as pg_waldump does:
+	// LSN, type, transaction, payload length and what the payload says. A
+	// malformed payload is described as such; Describe never fails.
+	Describe func(rec wal.Record) string
+	// IsCheckpoint reports whether records of type t are checkpoint
+	// records.
+	IsCheckpoint func(t wal.RecordType) bool
+	// CheckpointRedo decodes a checkpoint record's payload and returns
+	// its redo point.
+	CheckpointRedo func(rec wal.Record) (redo wal.LSN, err error)
+	// ReadControl reads the control file of data directory dir; found is
+	// false (with a nil error) when there is none. A damaged one is an
+	// error naming the file.
+	ReadControl func(fsys vfs.FS, dir string) (c Control, found bool, err error)
+}
+
+// Engine is filled by package engine when it is initialized.
+var Engine Table

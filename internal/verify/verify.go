@@ -1,0 +1,321 @@
+// Package verify holds the consistency checks behind the engine's
+// DB.Verify, as PostgreSQL's amcheck (verify_heapam) and bbolt's Check:
+// every heap page's checksum and line pointers, every tuple header against
+// the CLOG and the next xid, the version chains, the key index against a
+// scan of the heap, the visibility map against the heap, the control file
+// against the WAL, and every WAL record on disk.
+//
+// The checks read the database through Target, which the engine implements
+// over its own state; the engine takes the locks and the checkpoint that
+// make the files worth reading, and collects the problems into its report.
+// This keeps the checks, a tool's code, out of the engine's API and away
+// from its writers: they get read access to exactly what they check.
+// Rejected: keeping them in package engine (its largest function, beside
+// the code it checks, with access to everything), and a public package
+// (the checks need the engine's in-memory state, which it does not export).
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"mvkv/clog"
+	"mvkv/internal/heap"
+	"mvkv/internal/rmgr"
+	"mvkv/vfs"
+	"mvkv/visibility"
+	"mvkv/wal"
+)
+
+// Problemf records one problem found, formatted as fmt.Sprintf does.
+type Problemf func(format string, args ...any)
+
+// Target is an open database as the checks read it. Its files must have
+// been checkpointed and vacuum held off for the answer to be exact.
+type Target interface {
+	// Dir is the data directory, FS its file system.
+	Dir() string
+	FS() vfs.FS
+	// NextXid is the next transaction id to be handed out.
+	NextXid() uint64
+	// NBlocks is the heap's size in blocks; ReadBlock reads one block
+	// from disk (not from the buffer pool), checksum checked.
+	NBlocks() uint32
+	ReadBlock(blk uint32, page []byte) error
+	CLOG() *clog.CLOG
+	VisibilityMap() *visibility.Map
+	// Snapshot is a snapshot taken now; IsRunning reports whether a
+	// transaction is running now; DidCommit whether a finished one
+	// committed.
+	Snapshot() *visibility.Snapshot
+	IsRunning(xid uint64) bool
+	DidCommit(xid uint64) (bool, error)
+	// StrictLink reports whether pred is the version an update by next's
+	// inserter replaced.
+	StrictLink(next, pred *heap.TupleHeader) bool
+	// ShowKey returns a key as problems show it.
+	ShowKey(key []byte) []byte
+	// Index calls fn for every entry of the key index in key order, with
+	// the packed TID of the version it points at, until fn returns false,
+	// holding the index still; it returns the number of entries.
+	Index(fn func(key string, head uint64) bool) (entries int)
+	// CheckIndexFile checks the index file the last checkpoint wrote
+	// against the index in memory.
+	CheckIndexFile(problem Problemf)
+}
+
+// Counts say how much the checks read.
+type Counts struct {
+	// Keys counts index entries: keys with any version, deleted or never
+	// committed ones included.
+	Pages, Tuples, Keys int
+}
+
+// Run checks t and reports every problem it finds to problem.
+func Run(t Target, problem Problemf) Counts {
+	var c Counts
+	next := t.NextXid()
+	cl := t.CLOG()
+	type tupleInfo struct {
+		h     heap.TupleHeader
+		key   string
+		chunk bool
+		// xmaxCommitted: from its hint, or else the CLOG lookup the
+		// header check makes anyway. xminCommitted and xminAborted
+		// likewise, from that same lookup (neither: in progress).
+		xmaxCommitted, xminCommitted, xminAborted bool
+	}
+	tuples := make(map[uint64]tupleInfo)
+	// Findings about tuple xids that come from their CLOG page, one line
+	// per page: a damaged page affects thousands.
+	clogBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
+	nblocks := t.NBlocks()
+	vmBits, vmSnap := readVisibilityMap(t, problem, nblocks), t.Snapshot()
+	page := make([]byte, heap.PageSize)
+	badBlocks := make(map[uint32]bool) // pages that could not be read
+	for blk := uint32(0); blk < nblocks; blk++ {
+		c.Pages++
+		if err := t.ReadBlock(blk, page); err != nil {
+			problem("%v", err)
+			badBlocks[blk] = true
+			continue
+		}
+		checkVisibilityMap(t, problem, blk, page, vmBits[blk], vmSnap)
+		if heap.IsNew(page) {
+			continue
+		}
+		for s := 0; s < heap.NumSlots(page); s++ {
+			raw, err := heap.Tuple(page, uint16(s))
+			if errors.Is(err, heap.ErrBadSlot) {
+				continue
+			}
+			tid := heap.TID{Block: blk, Slot: uint16(s)}
+			if err != nil {
+				problem("heap tuple %s: %v", tid, err)
+				continue
+			}
+			h, key, _, err := heap.DecodeTuple(raw)
+			if err != nil {
+				problem("heap tuple %s: %v", tid, err)
+				continue
+			}
+			c.Tuples++
+			xmaxCommitted := h.Infomask&heap.XmaxCommitted != 0
+			xminCommitted, xminAborted := h.Infomask&heap.Frozen != 0, false
+			for _, x := range []struct {
+				name            string
+				xid             uint64
+				committed, dead uint16 // its hint bits
+			}{{"xmin", h.Xmin, heap.XminCommitted, heap.XminInvalid}, {"xmax", h.Xmax, heap.XmaxCommitted, heap.XmaxInvalid}} {
+				if x.xid == 0 && x.name == "xmax" {
+					continue
+				}
+				if x.xid >= next {
+					problem("heap tuple %s: %s %d is not below the next xid %d", tid, x.name, x.xid, next)
+					continue
+				}
+				if x.name == "xmin" && h.Infomask&heap.Frozen != 0 {
+					continue // frozen: its status is no longer looked up
+				}
+				if x.xid < cl.OldestXid() {
+					if x.name == "xmin" {
+						problem("heap tuple %s: xmin %d is below the CLOG truncation point %d but the tuple is not frozen", tid, x.xid, cl.OldestXid())
+					} else {
+						problem("heap tuple %s: xmax %d is below the CLOG truncation point %d: vacuum should have cleared it or removed the tuple", tid, x.xid, cl.OldestXid())
+					}
+					continue
+				}
+				st, err := cl.Status(x.xid)
+				if err == nil && x.name == "xmax" && st == clog.StatusCommitted && h.Infomask&heap.XmaxInvalid == 0 {
+					xmaxCommitted = true
+				}
+				if err == nil && x.name == "xmin" {
+					xminCommitted = st == clog.StatusCommitted && h.Infomask&heap.XminInvalid == 0
+					// In progress but not running: crashed, as the
+					// engine's visibility checks count it.
+					xminAborted = !xminCommitted && (st == clog.StatusAborted || h.Infomask&heap.XminInvalid != 0 ||
+						st == clog.StatusInProgress && !t.IsRunning(x.xid))
+				}
+				if err != nil {
+					clogBad.add(x.xid, "status reads failed", fmt.Sprintf("heap tuple %s: CLOG status of %s %d: %v", tid, x.name, x.xid, err))
+				} else if st == clog.StatusSubCommitted {
+					clogBad.add(x.xid, "sub-committed", fmt.Sprintf("heap tuple %s: %s %d is sub-committed, which mvkv never writes", tid, x.name, x.xid))
+				} else if hinted := hintedStatus(h.Infomask, x.committed, x.dead); hinted != clog.StatusInProgress && hinted != st {
+					// A hint caches a final CLOG status, set only after
+					// the CLOG said so; a CLOG that now says otherwise
+					// lost that page (a zeroed or missing segment reads
+					// as "in progress"), and every unhinted tuple of
+					// those xids reads wrongly too.
+					name, off := clog.XidFile(x.xid)
+					clogBad.add(x.xid, "hints contradicted", fmt.Sprintf("heap tuple %s: %s %d is hinted %s, but the CLOG says %s (%s at offset %d): the CLOG is damaged or lost", tid, x.name, x.xid, hinted, st, filepath.Join(t.Dir(), rmgr.Engine.CLOGDir, name), off))
+				}
+			}
+			chunk := h.Infomask&heap.Chunk != 0
+			k := string(key)
+			tuples[tid.Pack()] = tupleInfo{h: h, key: k, chunk: chunk,
+				xmaxCommitted: xmaxCommitted, xminCommitted: xminCommitted, xminAborted: xminAborted}
+		}
+	}
+	clogBad.report(problem)
+	// The newest version of each key: the one whose inserter committed and
+	// whose xmax did not. Prev links are not checked for existence:
+	// pruning frees a version on its own page and leaves the link to it
+	// dangling, which walks recognize. An update link whose target still
+	// checks out must be the only one naming it.
+	//
+	// A lost newest version cannot be inferred from the versions left: a
+	// version replaced by an update whose own version is gone is what a
+	// key deleted below the horizon leaves too, once pruning freed its last
+	// version before the page of the one below was visited.
+	heads := make(map[string]uint64)
+	strictRefs := make(map[uint64]uint64) // predecessor → the referrer's xmin
+	for tid, tu := range tuples {
+		if tu.chunk {
+			continue
+		}
+		if tu.h.Prev.Valid() {
+			if p, ok := tuples[tu.h.Prev.Pack()]; ok && !p.chunk && p.key == tu.key && t.StrictLink(&tu.h, &p.h) {
+				// A transaction that writes a key twice links both its
+				// versions past its own to the same predecessor: only
+				// two transactions naming one version is wrong.
+				if x, dup := strictRefs[tu.h.Prev.Pack()]; dup && x != tu.h.Xmin {
+					problem("heap tuple %s: version %s is the predecessor of two versions", heap.UnpackTID(tid), tu.h.Prev)
+				}
+				strictRefs[tu.h.Prev.Pack()] = tu.h.Xmin
+			}
+		}
+		if !tu.xminCommitted {
+			continue
+		}
+		if tu.h.Xmax == 0 || !tu.xmaxCommitted {
+			if other, dup := heads[tu.key]; dup {
+				problem("key %q has two newest versions %s and %s", t.ShowKey([]byte(tu.key)), heap.UnpackTID(other), heap.UnpackTID(tid))
+			}
+			heads[tu.key] = tid
+		}
+	}
+	lost, lostNames := 0, []string(nil)
+	c.Keys = t.Index(func(key string, got uint64) bool {
+		want, ok := heads[key]
+		// An entry may also point at a version that is not the newest
+		// committed one: a deleted key's last version until vacuum drops
+		// the entry, or a version whose inserter aborted or is still
+		// running, above the newest committed one.
+		tu, exists := tuples[got]
+		pending := exists && !tu.chunk && tu.key == key && (!tu.xminCommitted || (!ok && tu.h.Xmax != 0))
+		if gt := heap.UnpackTID(got); gt.Valid() && badBlocks[gt.Block] {
+			// The index names the version the damaged page held: the
+			// key is known, its value is lost.
+			if lost++; lost <= 10 {
+				lostNames = append(lostNames, fmt.Sprintf("%q", t.ShowKey([]byte(key))))
+			}
+		} else if !ok && heap.UnpackTID(got).Valid() && !pending {
+			problem("index: key %q points at %s, which is not a newest version in the heap", t.ShowKey([]byte(key)), heap.UnpackTID(got))
+		} else if ok && got != want && !pending {
+			problem("index: key %q points at %s, the heap's newest version is %s", t.ShowKey([]byte(key)), heap.UnpackTID(got), heap.UnpackTID(want))
+		}
+		delete(heads, key)
+		return true
+	})
+	for k, tid := range heads {
+		problem("index: key %q is missing (newest version %s)", t.ShowKey([]byte(k)), heap.UnpackTID(tid))
+	}
+	if lost > 0 {
+		more := ""
+		if lost > len(lostNames) {
+			more = fmt.Sprintf(" and %d more", lost-len(lostNames))
+		}
+		problem("keys lost: %d whose newest version the index places on a page that cannot be read: %s%s", lost, strings.Join(lostNames, ", "), more)
+	}
+	t.CheckIndexFile(problem)
+
+	// The whole WAL still on disk must read cleanly, also below the redo
+	// point, which recovery does not read.
+	walPath := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
+	if r, err := wal.NewReader(t.FS(), walPath, 0); err != nil {
+		problem("WAL: %v", err)
+	} else {
+		for {
+			if _, err = r.Next(); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, io.EOF) {
+			problem("WAL: %v", err)
+		}
+		r.Close()
+	}
+
+	ctrl, found, err := rmgr.Engine.ReadControl(t.FS(), t.Dir())
+	switch {
+	case err != nil:
+		problem("%v", err)
+	case !found:
+		problem("control file missing after a checkpoint")
+	default:
+		if ctrl.NextXid > next {
+			problem("control file: next xid %d is above the running next xid %d", ctrl.NextXid, next)
+		}
+		if err := checkCheckpointRecord(t.FS(), walPath, ctrl); err != nil {
+			problem("control file against WAL: %v", err)
+		}
+	}
+	return c
+}
+
+// hintedStatus is the final status a tuple's hint bits record for one of
+// its xids, or StatusInProgress when neither bit is set.
+func hintedStatus(infomask, committed, dead uint16) clog.Status {
+	switch {
+	case infomask&committed != 0:
+		return clog.StatusCommitted
+	case infomask&dead != 0:
+		return clog.StatusAborted
+	}
+	return clog.StatusInProgress
+}
+
+// checkCheckpointRecord reads the record the control file names and checks
+// it is the checkpoint with the same redo point.
+func checkCheckpointRecord(fsys vfs.FS, walPath string, ctrl rmgr.Control) error {
+	r, err := wal.NewReader(fsys, walPath, ctrl.CheckpointLSN)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	rec, err := r.Next()
+	if err != nil {
+		return fmt.Errorf("no record at checkpoint LSN %s: %v", ctrl.CheckpointLSN, err)
+	}
+	if !rmgr.Engine.IsCheckpoint(rec.Type) || rec.LSN != ctrl.CheckpointLSN {
+		return fmt.Errorf("record at %s is %s, not the checkpoint", rec.LSN, rmgr.Engine.TypeName(rec.Type))
+	}
+	redo, err := rmgr.Engine.CheckpointRedo(rec)
+	if err != nil || redo != ctrl.RedoLSN {
+		return fmt.Errorf("checkpoint record at %s has redo %s, control file says %s", rec.LSN, redo, ctrl.RedoLSN)
+	}
+	return nil
+}

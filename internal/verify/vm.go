@@ -1,0 +1,102 @@
+package verify
+
+import (
+	"fmt"
+
+	"mvkv/internal/heap"
+	"mvkv/visibility"
+)
+
+// checkVisibilityMap checks the visibility map bits of heap block blk, as
+// read from disk (bits), against the heap page as read from disk: a set bit
+// needs PD_ALL_VISIBLE and every tuple visible to every snapshot (xmin
+// committed or frozen, no xmax that committed or is running); all-frozen
+// needs all-visible and every tuple frozen. Problems name the heap block.
+func checkVisibilityMap(t Target, problem Problemf, blk uint32, page []byte, bits visibility.Bits, snap *visibility.Snapshot) {
+	if bits == 0 {
+		return
+	}
+	if bits&visibility.AllVisible == 0 {
+		problem("visibility map: heap block %d is all-frozen but not all-visible", blk)
+		return
+	}
+	if heap.IsNew(page) {
+		problem("visibility map: heap block %d is all-visible but the page was never written", blk)
+		return
+	}
+	if heap.PageFlags(page)&heap.PDAllVisible == 0 {
+		problem("visibility map: heap block %d is all-visible but the page lacks PD_ALL_VISIBLE", blk)
+	}
+	for s := 0; s < heap.NumSlots(page); s++ {
+		raw, err := heap.Tuple(page, uint16(s))
+		if err != nil {
+			continue // unused, dead, or damage reported by the heap check
+		}
+		h, _, _, err := heap.DecodeTuple(raw)
+		if err != nil {
+			continue
+		}
+		frozen := h.Infomask&heap.Frozen != 0 || h.Xmin == visibility.FrozenXid
+		if why := notVisibleToAll(t, h, frozen, snap); why != "" {
+			problem("visibility map: heap block %d is all-visible but tuple %s %s", blk, heap.TID{Block: blk, Slot: uint16(s)}, why)
+			return
+		}
+		if bits&visibility.AllFrozen != 0 && !frozen {
+			problem("visibility map: heap block %d is all-frozen but tuple %s is not frozen", blk, heap.TID{Block: blk, Slot: uint16(s)})
+			return
+		}
+	}
+}
+
+// notVisibleToAll says why a tuple is not visible to every snapshot, or ""
+// if it is; snap is a snapshot taken now, telling which xids are running.
+func notVisibleToAll(t Target, h heap.TupleHeader, frozen bool, snap *visibility.Snapshot) string {
+	running := snap.XidInProgress
+	if !frozen {
+		if running(h.Xmin) {
+			return fmt.Sprintf("has xmin %d still running", h.Xmin)
+		}
+		if ok, err := t.DidCommit(h.Xmin); err != nil || !ok {
+			return fmt.Sprintf("has xmin %d that did not commit", h.Xmin)
+		}
+	}
+	if h.Xmax != 0 {
+		if running(h.Xmax) {
+			return fmt.Sprintf("has xmax %d still running", h.Xmax)
+		}
+		if ok, err := t.DidCommit(h.Xmax); err != nil || ok {
+			return fmt.Sprintf("has xmax %d that committed", h.Xmax)
+		}
+	}
+	return ""
+}
+
+// readVisibilityMap checks that the map files hold whole pages, reads every
+// map page from disk, checks it, and returns the bits of every heap block
+// that has any. Bits set for blocks beyond the heap's nblocks are problems.
+func readVisibilityMap(t Target, problem Problemf, nblocks uint32) map[uint32]visibility.Bits {
+	vm := t.VisibilityMap()
+	out := make(map[uint32]visibility.Bits)
+	for _, err := range vm.CheckFiles() {
+		problem("visibility map: %v", err)
+	}
+	page := make([]byte, heap.PageSize)
+	for vb := uint32(0); vb < vm.NBlocks(); vb++ {
+		if err := vm.ReadPage(vb, page); err != nil {
+			problem("%v", err)
+			continue
+		}
+		first := uint64(vb) * visibility.HeapBlocksPerPage
+		for i := uint64(0); i < visibility.HeapBlocksPerPage; i++ {
+			blk := uint32(first + i)
+			if b := visibility.PageBits(page, blk); b != 0 {
+				if first+i >= uint64(nblocks) {
+					problem("visibility map: bits %#x set for heap block %d beyond the heap's %d blocks", b, first+i, nblocks)
+					continue
+				}
+				out[blk] = b
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,156 @@
+package waldump
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	_ "mvkv/engine" // registers the engine's record descriptions in rmgr.Engine
+	"mvkv/internal/rmgr"
+	"mvkv/vfs"
+	"mvkv/wal"
+)
+
+// Describe renders one WAL record on one line, as Dump prints it: LSN,
+// type, transaction, payload length and what the payload says. It never
+// fails: a malformed payload is described as such.
+func Describe(rec wal.Record) string {
+	return rmgr.Engine.Describe(rec)
+}
+
+// Dump writes a description of every valid WAL record of the data directory
+// dir in LSN order, from start (0: the oldest record present) up to but not
+// including end (0: the end of the valid log), one per line, then a summary
+// line saying where the log ends and how many torn bytes follow. It only
+// reads. fsys nil means the operating system's file system.
+//
+// A start where no valid record begins (inside a record) returns an error
+// wrapping wal.ErrCorrupt that says so; a start past the end of the valid
+// log returns an error saying where the log ends. A dump from the oldest
+// record to the end that does not meet the checkpoint record the control
+// file names returns an error wrapping wal.ErrCorrupt naming the segment
+// file that should hold it. Errors from writing to w are returned as they
+// are.
+func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
+	if fsys == nil {
+		fsys = vfs.OS{}
+	}
+	walPath := filepath.Join(dir, rmgr.Engine.WALDir)
+	// The checkpoint record the control file names must be in the log;
+	// a dump that reads past where it should be without meeting it is
+	// reading a log with a segment missing or damaged. A control file that
+	// cannot be read leaves the dump to the WAL alone.
+	var ckpt wal.LSN
+	ctrlNote := ""
+	ctrl, found, err := rmgr.Engine.ReadControl(fsys, dir)
+	switch {
+	case err != nil:
+		ctrlNote = fmt.Sprintf("the control file could not be read (%v), so the checkpoint record it names was not looked for", err)
+	case !found:
+		ctrlNote = fmt.Sprintf("%s has no control file, so no checkpoint record was looked for", dir)
+	case ctrl.CheckpointLSN != 0 && end == 0 && start <= ctrl.CheckpointLSN:
+		ckpt = ctrl.CheckpointLSN
+	}
+	// A start at or past the end of the valid log is answered from where
+	// the log really ends, read from the checkpoint (or, without one at or
+	// below start, from the oldest segment): the reader alone would stop
+	// where the segment files run out, or call the torn tail after the
+	// end a start inside a record.
+	if start != 0 && (!found || ctrl.CheckpointLSN <= start) {
+		from := wal.LSN(0)
+		if found {
+			from = ctrl.CheckpointLSN
+		}
+		if logEnd, dropped, ok := validLogEnd(fsys, walPath, from); ok && start >= logEnd {
+			if start > logEnd {
+				return fmt.Errorf("--start %s lies past the end of the valid log, at %s", start, logEnd)
+			}
+			fmt.Fprintf(w, "0 records; the valid log ends at %s", logEnd)
+			if dropped > 0 {
+				fmt.Fprintf(w, " followed by a torn tail of %d bytes", dropped)
+			}
+			fmt.Fprintln(w)
+			if ctrlNote != "" {
+				fmt.Fprintln(w, "note: "+ctrlNote)
+			}
+			return nil
+		}
+	}
+	r, err := wal.NewReader(fsys, walPath, start)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	sawCheckpoint := false
+	n := 0
+	// A start inside a record reads as damage; say what is more likely.
+	notARecord := func() bool { return n == 0 && start != 0 }
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			if notARecord() && r.DroppedBytes() > 0 {
+				return fmt.Errorf("%w: no valid record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first)", wal.ErrCorrupt, start)
+			}
+			break
+		}
+		if err != nil {
+			if notARecord() && errors.Is(err, wal.ErrCorrupt) {
+				return fmt.Errorf("no valid record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first): %w", start, err)
+			}
+			return err
+		}
+		if end != 0 && rec.LSN >= end {
+			fmt.Fprintf(w, "stopped at %s (--end)\n", end)
+			return nil
+		}
+		if _, err := fmt.Fprintln(w, Describe(rec)); err != nil {
+			return err
+		}
+		if rec.LSN == ckpt {
+			sawCheckpoint = rmgr.Engine.IsCheckpoint(rec.Type)
+		}
+		n++
+	}
+	fmt.Fprintf(w, "%d records; the valid log ends at %s", n, r.End())
+	if d := r.DroppedBytes(); d > 0 {
+		fmt.Fprintf(w, " followed by a torn tail of %d bytes", d)
+	}
+	fmt.Fprintln(w)
+	if ctrlNote != "" {
+		fmt.Fprintln(w, "note: "+ctrlNote)
+	}
+	if ckpt != 0 && !sawCheckpoint {
+		return fmt.Errorf("%w: the control file names a checkpoint record at %s (in %s), but the valid log read here, which ends at %s, has no checkpoint there: that segment is missing or damaged",
+			wal.ErrCorrupt, ckpt, segmentPathOf(walPath, ckpt, r.SegmentSize()), r.End())
+	}
+	return nil
+}
+
+// validLogEnd reads the log from from (a record's LSN, or 0 for the oldest
+// segment) to its end and returns where the valid log ends and how many
+// bytes of torn tail follow; ok is false if it could not be read to the end.
+func validLogEnd(fsys vfs.FS, walPath string, from wal.LSN) (end wal.LSN, dropped int64, ok bool) {
+	r, err := wal.NewReader(fsys, walPath, from)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer r.Close()
+	for {
+		if _, err := r.Next(); errors.Is(err, io.EOF) {
+			return r.End(), r.DroppedBytes(), true
+		} else if err != nil {
+			return 0, 0, false
+		}
+	}
+}
+
+// segmentPathOf names the segment file in walPath holding lsn, or walPath
+// itself when the segment size is unknown (no segment could be read).
+func segmentPathOf(walPath string, lsn wal.LSN, segSize int64) string {
+	if segSize <= 0 {
+		return walPath
+	}
+	name, _ := wal.SegmentFile(lsn, segSize)
+	return filepath.Join(walPath, name)
+}
