@@ -130,9 +130,9 @@
 // them so that recovery can cut off the pages of a load that never
 // committed. Every other write, commit and checkpoint waits for it; reads
 // go on. The visibility map marks the pages all-visible and all-frozen
-// when no older snapshot is open at the commit. engine/bulkload.go
-// explains why a crash leaves all of the load or none, and what was
-// rejected.
+// when no older snapshot is open at the commit. A crash leaves all of the
+// load or none: recovery cuts the heap back to the first block of a load
+// whose commit record is missing.
 //
 // # Lock order
 //
