@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"hash/maphash"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -12,35 +15,45 @@ import (
 
 // indexEntry maps a key to the TID of its newest tuple version. The head is
 // an atomic so that a new version of an existing key replaces it without the
-// tree's write lock; it changes only under the key's row lock.
+// index's write lock; it changes only under the key's row lock.
 //
 // An entry and its key bytes are one allocation that holds no pointers
-// (newIndexEntry): the key follows the fields in memory. The index holds an
-// entry for every key ever written (millions of history rows in a bench
-// run), and the garbage collector's work on a heap that large is counted in
-// objects and pointers: a separate key string made two objects a key and
-// one more pointer to follow, and with 5 million keys a collection took
-// 0.61-0.76 s against 0.35-0.43 s now (docs/BENCHMARKS.md). An object with
-// no pointers is marked but never scanned. Entries are never copied
-// (the key bytes are outside the struct); always use the pointer.
+// (newIndexEntry): the key follows the head and length in memory, starting
+// in what would be the struct's padding (entryKeyOffset), so that a
+// 12-byte key takes 24 bytes in all. The index holds an entry for every key
+// ever written (millions of history rows in a bench run), and the garbage
+// collector's work on a heap that large is counted in objects and pointers:
+// a separate key string made two objects a key and one more pointer to
+// follow, and with 5 million keys a collection took 0.61-0.76 s against
+// 0.35-0.43 s now (docs/BENCHMARKS.md). An object with no pointers is
+// marked but never scanned. Entries are never copied (the key bytes are
+// outside the struct); always use the pointer.
 type indexEntry struct {
 	head atomic.Uint64 // heap.TID.Pack(); heap.InvalidTID before the first version lands
-	// keyLen is the length of the key bytes that follow the entry.
+	// keyLen is the length of the key bytes that follow it.
 	keyLen uint32
 }
 
-// entryHeader is where an entry's key bytes start.
+// entryHeader is the size of the struct, the least an entry's allocation
+// holds (the conversion in entryAt reads that many bytes).
 const entryHeader = unsafe.Sizeof(indexEntry{})
 
-// newIndexEntry returns an entry for key with an invalid head. The entry
-// and a copy of the key are allocated together as words, which the
-// collector knows hold no pointers, and are 8-byte aligned as the atomics
-// need. The entry is read through the first words as an array of its own
-// size, so the conversion reinterprets memory of exactly the entry's size.
-func newIndexEntry[K string | []byte](key K) *indexEntry {
-	// At least one byte past the key, so that the address of the key
-	// bytes lies inside the allocation even for an empty key.
-	words := make([]uint64, (int(entryHeader)+len(key))/8+1)
+// entryKeyOffset is where an entry's key bytes start: right after keyLen.
+const entryKeyOffset = unsafe.Offsetof(indexEntry{}.keyLen) + unsafe.Sizeof(indexEntry{}.keyLen)
+
+// entryWords is the number of 8-byte words an entry with a key of n bytes
+// takes: the key's end rounded up, and at least entryHeader bytes, so that
+// the address of the key bytes lies inside the allocation even for an
+// empty key.
+func entryWords(n int) int {
+	return (max(int(entryHeader), int(entryKeyOffset)+n) + 7) / 8
+}
+
+// entryAt makes an entry for key in words (entryWords(len(key)) long), with
+// an invalid head. The entry is read through the first words as an array of
+// the struct's size, so the conversion reinterprets memory of exactly that
+// size; words are 8-byte aligned as the atomic needs.
+func entryAt[K string | []byte](words []uint64, key K) *indexEntry {
 	e := (*indexEntry)(unsafe.Pointer((*[entryHeader / 8]uint64)(words)))
 	e.keyLen = uint32(len(key))
 	copy(unsafe.Slice(e.keyStart(), len(key)), key)
@@ -48,15 +61,23 @@ func newIndexEntry[K string | []byte](key K) *indexEntry {
 	return e
 }
 
+// newIndexEntry returns an entry for key with an invalid head, in an
+// allocation of its own made of words, which the collector knows hold no
+// pointers.
+func newIndexEntry[K string | []byte](key K) *indexEntry {
+	return entryAt(make([]uint64, entryWords(len(key))), key)
+}
+
 // entryArena carves entries out of large pointer-free slabs, for loading
 // millions of keys at once (the index file at Open): one allocation per
-// slab instead of one per key, entries of neighbouring keys side by side
-// (the tree's comparisons during the load read them in order), and a few
-// thousand objects for the garbage collector to mark instead of one per
-// key. An entry keeps its whole slab alive, so the memory of keys removed
-// later is returned only when every entry of their slab is gone: the
-// price of loading fast, paid only by workloads that delete most of what
-// was loaded.
+// slab instead of one per key, entries of neighbouring keys side by side,
+// and a few thousand objects for the garbage collector to mark instead of
+// one per key. An entry keeps its whole slab alive, so the memory of keys
+// removed later is returned only when every entry of their slab is gone:
+// the price of loading fast, paid only by workloads that delete most of
+// what was loaded. Slabs are never reused for other keys: a reader may
+// still hold an entry the index dropped (Txn.Get's comment), and must
+// find its own key there.
 type entryArena struct {
 	slab []uint64
 }
@@ -66,7 +87,7 @@ const arenaSlabWords = 1 << 15
 
 // new returns an entry for key with an invalid head, as newIndexEntry.
 func (a *entryArena) new(key []byte) *indexEntry {
-	words := (int(entryHeader)+len(key))/8 + 1
+	words := entryWords(len(key))
 	if words > arenaSlabWords/8 {
 		return newIndexEntry(key)
 	}
@@ -75,16 +96,12 @@ func (a *entryArena) new(key []byte) *indexEntry {
 	}
 	w := a.slab[:words:words]
 	a.slab = a.slab[words:]
-	e := (*indexEntry)(unsafe.Pointer((*[entryHeader / 8]uint64)(w)))
-	e.keyLen = uint32(len(key))
-	copy(unsafe.Slice(e.keyStart(), len(key)), key)
-	e.head.Store(heap.InvalidTID.Pack())
-	return e
+	return entryAt(w, key)
 }
 
-// keyStart is the address of the key bytes that follow e.
+// keyStart is the address of the key bytes that follow e's length.
 func (e *indexEntry) keyStart() *byte {
-	return (*byte)(unsafe.Add(unsafe.Pointer(e), entryHeader))
+	return (*byte)(unsafe.Add(unsafe.Pointer(e), entryKeyOffset))
 }
 
 // key returns the entry's key. The string points into the entry, so it
@@ -96,34 +113,47 @@ func (e *indexEntry) key() string {
 
 func (e *indexEntry) headTID() heap.TID { return heap.UnpackTID(e.head.Load()) }
 
-// index is the in-memory ordered index over keys (google/btree). Each
-// checkpoint writes it to the index file, and Open loads that and applies
-// the key changes the WAL holds since (indexfile.go); the heap remains the
-// truth it can be rebuilt from.
+// index is the in-memory index over keys. Each checkpoint writes it to the
+// index file, and Open loads that and applies the key changes the WAL holds
+// since (indexfile.go); the heap remains the truth it can be rebuilt from.
 //
-// Point lookups, one or two per key read or write, go through a hash map
-// holding the same entries: a tree descent over 100,000 keys made about 17
-// key comparisons, each chasing two pointers to cold memory, and took about
-// 10% of the server's CPU in a redis-benchmark run of random keys
-// (docs/BENCHMARKS.md). The tree serves the ordered walks (SCAN, vacuum).
-// The map costs about 50 bytes a key; the key strings are shared.
+// It is two structures over the same entries, both guarded by mu:
+//
+//   - tree, for the ordered walks (SCAN, vacuum, the index file): a
+//     google/btree whose items are runs of up to leafMax entries in key
+//     order (leafTree), a B+-tree's leaves. Open fills it from the sorted
+//     index file a full run at a time: ten million keys are 160,000 tree
+//     inserts instead of ten million, and each key costs one 8-byte slot of
+//     a run instead of about two in a tree of half-full nodes (sorted
+//     inserts into a B-tree leave every node it splits half full).
+//   - table, for point lookups, one or two per key read or write
+//     (keyTable): a tree descent over 100,000 keys made about 17 key
+//     comparisons, each a cache miss, and took about 10% of the server's
+//     CPU in a redis-benchmark run of random keys (docs/BENCHMARKS.md).
+//     The table is an open-addressing hash of entry pointers and hashes,
+//     16 bytes a slot: no second copy or header of the key (a
+//     map[string]*indexEntry held a string header and a pointer a key,
+//     about 50 bytes with the map's own slack and two pointers for the
+//     collector to follow).
+//
+// Rejected: lookups through the tree only (slower by the descent above);
+// a tree of entries directly (ten million inserts at Open, four seconds
+// of the 8.4 s an Open of ten million keys took).
 type index struct {
-	mu sync.RWMutex
-	// tree and byKey are guarded by mu and hold the same entries.
-	tree  *btree.BTreeG[*indexEntry]
-	byKey map[string]*indexEntry
+	mu    sync.RWMutex
+	tree  *leafTree
+	table keyTable
 }
 
 func newIndex() *index {
-	return &index{
-		tree:  btree.NewG(32, func(a, b *indexEntry) bool { return a.key() < b.key() }),
-		byKey: make(map[string]*indexEntry),
-	}
+	return &index{tree: newLeafTree(), table: keyTable{seed: maphash.MakeSeed()}}
 }
 
+// get returns key's entry, or nil. The hash is computed before mu is taken.
 func (ix *index) get(key []byte) *indexEntry {
+	h := ix.table.hashBytes(key)
 	ix.mu.RLock()
-	e := ix.byKey[string(key)]
+	e := ix.table.lookup(h, unsafe.String(unsafe.SliceData(key), len(key)))
 	ix.mu.RUnlock()
 	return e
 }
@@ -139,17 +169,15 @@ func (ix *index) getOrCreate(key []byte) *indexEntry {
 }
 
 // getOrCreateLocked is getOrCreate with mu held for writing. key is copied
-// into the entry only, once: a string made of it for the map would be a
-// second copy, and garbage at once.
+// into the entry only, once.
 func (ix *index) getOrCreateLocked(key []byte) *indexEntry {
-	if e := ix.byKey[string(key)]; e != nil {
+	h := ix.table.hashBytes(key)
+	if e := ix.table.lookup(h, unsafe.String(unsafe.SliceData(key), len(key))); e != nil {
 		return e
 	}
 	e := newIndexEntry(key)
-	ix.tree.ReplaceOrInsert(e)
-	// The map's key is the entry's own copy, not the caller's bytes: one
-	// copy of the key bytes, inside the entry.
-	ix.byKey[e.key()] = e
+	ix.tree.insert(e)
+	ix.table.insert(h, e)
 	return e
 }
 
@@ -157,15 +185,15 @@ func (ix *index) getOrCreateLocked(key []byte) *indexEntry {
 // (end nil: no upper bound; start nil: from the first key).
 func (ix *index) rangeEntries(start, end []byte) []*indexEntry {
 	var out []*indexEntry
-	visit := func(e *indexEntry) bool { out = append(out, e); return true }
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	lo := newIndexEntry(start)
-	if end == nil {
-		ix.tree.AscendGreaterOrEqual(lo, visit)
-	} else {
-		ix.tree.AscendRange(lo, newIndexEntry(end), visit)
-	}
+	ix.tree.ascendFrom(string(start), func(e *indexEntry) bool {
+		if end != nil && e.key() >= string(end) {
+			return false
+		}
+		out = append(out, e)
+		return true
+	})
 	return out
 }
 
@@ -180,27 +208,35 @@ func (ix *index) len() int {
 // index in batches without holding mu for the whole walk.
 func (ix *index) entriesAfter(after string, all bool, n int) []*indexEntry {
 	out := make([]*indexEntry, 0, n)
-	visit := func(e *indexEntry) bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	ix.tree.ascendFrom(after, func(e *indexEntry) bool {
 		if !all && e.key() == after {
 			return true
 		}
 		out = append(out, e)
 		return len(out) < n
-	}
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	ix.tree.AscendGreaterOrEqual(newIndexEntry(after), visit)
+	})
 	return out
 }
 
-// removeEntry deletes e from the tree if it is still there (vacuum removed
+// removeEntry deletes e from the index if it is still there (vacuum removed
 // every version of its key, holding the key's row lock).
 func (ix *index) removeEntry(e *indexEntry) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ix.byKey[e.key()] == e {
-		ix.tree.Delete(e)
-		delete(ix.byKey, e.key())
+	ix.removeEntryLocked(e)
+}
+
+// lookupLocked returns key's entry, or nil; mu must be held.
+func (ix *index) lookupLocked(key string) *indexEntry {
+	return ix.table.lookup(ix.table.hashString(key), key)
+}
+
+// removeEntryLocked is removeEntry with mu held for writing.
+func (ix *index) removeEntryLocked(e *indexEntry) {
+	if ix.table.remove(ix.table.hashString(e.key()), e) {
+		ix.tree.remove(e)
 	}
 }
 
@@ -208,6 +244,336 @@ func (ix *index) removeEntry(e *indexEntry) {
 func (ix *index) reset() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.tree.Clear(false)
-	ix.byKey = make(map[string]*indexEntry)
+	ix.tree = newLeafTree()
+	// The seed stays: get hashes keys before it takes mu.
+	ix.table.shards = [tableShards]tableShard{}
+}
+
+// leafMax is the most entries a leaf holds: 512 bytes of pointers. Larger
+// leaves make inserts in the middle of a leaf move more; smaller ones make
+// the tree larger.
+const leafMax = 64
+
+// leaf is a run of 1 to leafMax entries in key order: an item of the
+// google/btree in leafTree, ordered by its first key. Every key of a leaf
+// is below the first key of the next, so changing a leaf's first key by an
+// insert or removal in it leaves the tree's order as it was.
+type leaf struct {
+	es []*indexEntry
+	// probe is the key a leaf made for a search stands for; leaves in the
+	// tree have entries and no probe.
+	probe string
+}
+
+func (l *leaf) first() string {
+	if len(l.es) == 0 {
+		return l.probe
+	}
+	return l.es[0].key()
+}
+
+// compareEntryKey orders an entry against a key, for binary searches.
+func compareEntryKey(e *indexEntry, key string) int { return strings.Compare(e.key(), key) }
+
+// leafTree is the ordered index: a google/btree of leaves. Not safe for
+// concurrent use; index.mu guards it. Ascend and Len have the signatures of
+// google/btree's methods on a tree of entries.
+type leafTree struct {
+	t *btree.BTreeG[*leaf]
+	n int
+	// probe, found and setFound serve the searches of insert and remove,
+	// which run under the write lock, without an allocation each.
+	probe    leaf
+	found    *leaf
+	setFound func(*leaf) bool
+}
+
+func newLeafTree() *leafTree {
+	lt := &leafTree{t: btree.NewG(32, func(a, b *leaf) bool { return a.first() < b.first() })}
+	lt.setFound = func(l *leaf) bool {
+		lt.found = l
+		return false
+	}
+	return lt
+}
+
+// Len returns the number of entries.
+func (lt *leafTree) Len() int { return lt.n }
+
+// Ascend calls fn for every entry in key order until fn returns false.
+func (lt *leafTree) Ascend(fn func(*indexEntry) bool) {
+	lt.t.Ascend(func(l *leaf) bool {
+		for _, e := range l.es {
+			if !fn(e) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// leafFor returns the leaf whose range holds key: the last leaf whose
+// first key is at most key, or the first leaf if key is below every key.
+// nil if the tree is empty. Readers may call it concurrently.
+func (lt *leafTree) leafFor(key string) *leaf {
+	var found *leaf
+	lt.t.DescendLessOrEqual(&leaf{probe: key}, func(l *leaf) bool {
+		found = l
+		return false
+	})
+	if found == nil {
+		found, _ = lt.t.Min()
+	}
+	return found
+}
+
+// leafForWriter is leafFor for insert and remove, under the write lock.
+func (lt *leafTree) leafForWriter(key string) *leaf {
+	lt.probe.probe, lt.found = key, nil
+	lt.t.DescendLessOrEqual(&lt.probe, lt.setFound)
+	found := lt.found
+	lt.probe.probe, lt.found = "", nil
+	if found == nil {
+		found, _ = lt.t.Min()
+	}
+	return found
+}
+
+// ascendFrom calls fn for every entry with a key at least from, in key
+// order, until fn returns false.
+func (lt *leafTree) ascendFrom(from string, fn func(*indexEntry) bool) {
+	l := lt.leafFor(from)
+	if l == nil {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(l.es, from, compareEntryKey)
+	lt.t.AscendGreaterOrEqual(l, func(x *leaf) bool {
+		es := x.es
+		if x == l {
+			es = es[i:]
+		}
+		for _, e := range es {
+			if !fn(e) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// insert adds e, whose key the tree does not hold.
+func (lt *leafTree) insert(e *indexEntry) {
+	k := e.key()
+	lt.n++
+	l := lt.leafForWriter(k)
+	if l == nil {
+		l = &leaf{es: make([]*indexEntry, 1, 8)}
+		l.es[0] = e
+		lt.t.ReplaceOrInsert(l)
+		return
+	}
+	// A key above the leaf's last key, the common case of new keys in
+	// increasing order, goes at its end without a search.
+	i := len(l.es)
+	if k < l.es[i-1].key() {
+		i, _ = slices.BinarySearchFunc(l.es, k, compareEntryKey)
+	}
+	if i == leafMax {
+		// Past the end of a full leaf: a new leaf, and the full one stays
+		// full, so that keys added in increasing order fill their leaves
+		// (PostgreSQL's B-tree splits its rightmost page likewise).
+		r := &leaf{es: make([]*indexEntry, 1, leafMax)}
+		r.es[0] = e
+		lt.t.ReplaceOrInsert(r)
+		return
+	}
+	if len(l.es) == leafMax {
+		// Split in halves. The right half's first key is above every key
+		// of the left and below the next leaf's.
+		half := leafMax / 2
+		r := &leaf{es: make([]*indexEntry, leafMax-half, leafMax)}
+		copy(r.es, l.es[half:])
+		clear(l.es[half:])
+		l.es = l.es[:half]
+		lt.t.ReplaceOrInsert(r)
+		if i > half {
+			l, i = r, i-half
+		}
+	}
+	l.es = slices.Insert(l.es, i, e)
+}
+
+// remove deletes e, which the tree holds. A leaf left with fewer than a
+// quarter of leafMax entries is merged with a neighbour when the two fit
+// in three quarters, so that memory follows the number of keys after mass
+// deletes.
+func (lt *leafTree) remove(e *indexEntry) {
+	l := lt.leafForWriter(e.key())
+	if l == nil {
+		return
+	}
+	i, found := slices.BinarySearchFunc(l.es, e.key(), compareEntryKey)
+	if !found || l.es[i] != e {
+		return
+	}
+	lt.n--
+	if len(l.es) == 1 {
+		lt.t.Delete(l)
+		return
+	}
+	l.es = slices.Delete(l.es, i, i+1)
+	if len(l.es) >= leafMax/4 {
+		return
+	}
+	var next, prev *leaf
+	lt.t.AscendGreaterOrEqual(l, func(x *leaf) bool {
+		if x == l {
+			return true
+		}
+		next = x
+		return false
+	})
+	if next != nil && len(l.es)+len(next.es) <= leafMax*3/4 {
+		lt.t.Delete(next)
+		l.es = append(l.es, next.es...)
+		return
+	}
+	lt.t.DescendLessOrEqual(l, func(x *leaf) bool {
+		if x == l {
+			return true
+		}
+		prev = x
+		return false
+	})
+	if prev != nil && len(prev.es)+len(l.es) <= leafMax*3/4 {
+		lt.t.Delete(l)
+		prev.es = append(prev.es, l.es...)
+	}
+}
+
+// keyTable is the index's hash table from key to entry: open addressing
+// with linear probing over slots of an entry pointer and the key's 64-bit
+// hash (maphash, seeded per index), so that probes and growth compare and
+// move hashes without reading entries, and a removal shifts the slots
+// after it back (no tombstones). It is split in tableShards shards by the
+// hash's top bits, each grown on its own, so that growing never moves more
+// than 1/256 of the keys at once while the index's write lock is held.
+// Not safe for concurrent use; index.mu guards it.
+type keyTable struct {
+	seed   maphash.Seed
+	shards [tableShards]tableShard
+}
+
+const (
+	tableShardBits = 8
+	tableShards    = 1 << tableShardBits
+)
+
+type tableShard struct {
+	slots []tableSlot // a power of two long, or empty
+	n     int
+}
+
+type tableSlot struct {
+	e *indexEntry // nil: empty
+	h uint64
+}
+
+func (t *keyTable) hashBytes(key []byte) uint64  { return maphash.Bytes(t.seed, key) }
+func (t *keyTable) hashString(key string) uint64 { return maphash.String(t.seed, key) }
+
+func (t *keyTable) shard(h uint64) *tableShard { return &t.shards[h>>(64-tableShardBits)] }
+
+// lookup returns the entry for key, whose hash is h, or nil.
+func (t *keyTable) lookup(h uint64, key string) *indexEntry {
+	s := t.shard(h)
+	if len(s.slots) == 0 {
+		return nil
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		sl := &s.slots[i]
+		if sl.e == nil {
+			return nil
+		}
+		if sl.h == h && sl.e.key() == key {
+			return sl.e
+		}
+	}
+}
+
+// insert adds e, whose key has hash h and is not in the table.
+func (t *keyTable) insert(h uint64, e *indexEntry) {
+	s := t.shard(h)
+	if (s.n+1)*4 > len(s.slots)*3 {
+		s.resize(max(2*len(s.slots), 8))
+	}
+	s.place(h, e)
+	s.n++
+}
+
+// reserve sizes the table for n keys at once, so that loading them does
+// not grow it again and again (each growth rehashes a shard and leaves
+// the old slots as garbage).
+func (t *keyTable) reserve(n int) {
+	// A little over the mean per shard, for the shards that get more.
+	per := n/tableShards + n/tableShards/8 + 1
+	size := 8
+	for size*3 < per*4 {
+		size *= 2
+	}
+	for i := range t.shards {
+		if s := &t.shards[i]; len(s.slots) < size {
+			s.resize(size)
+		}
+	}
+}
+
+func (s *tableShard) place(h uint64, e *indexEntry) {
+	mask := uint64(len(s.slots) - 1)
+	i := h & mask
+	for s.slots[i].e != nil {
+		i = (i + 1) & mask
+	}
+	s.slots[i] = tableSlot{e: e, h: h}
+}
+
+func (s *tableShard) resize(size int) {
+	old := s.slots
+	s.slots = make([]tableSlot, size)
+	for _, sl := range old {
+		if sl.e != nil {
+			s.place(sl.h, sl.e)
+		}
+	}
+}
+
+// remove deletes e, whose key has hash h, and reports whether it was
+// there. Linear probing's deletion: each later slot of the same probe run
+// whose home slot is not between the hole and itself moves back into the
+// hole, which moves on to where it was.
+func (t *keyTable) remove(h uint64, e *indexEntry) bool {
+	s := t.shard(h)
+	if len(s.slots) == 0 {
+		return false
+	}
+	mask := uint64(len(s.slots) - 1)
+	i := h & mask
+	for s.slots[i].e != e {
+		if s.slots[i].e == nil {
+			return false
+		}
+		i = (i + 1) & mask
+	}
+	for j := (i + 1) & mask; s.slots[j].e != nil; j = (j + 1) & mask {
+		// The slot at j may move to the hole at i if its home slot is
+		// not after i on the way to j (cyclically).
+		if home := s.slots[j].h & mask; (j-home)&mask >= (j-i)&mask {
+			s.slots[i] = s.slots[j]
+			i = j
+		}
+	}
+	s.slots[i] = tableSlot{}
+	s.n--
+	return true
 }

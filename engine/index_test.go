@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -82,5 +84,220 @@ func TestIndexEntriesSurviveCollection(t *testing.T) {
 	}
 	if ix.len() != n-1 {
 		t.Fatalf("len = %d, want %d", ix.len(), n-1)
+	}
+}
+
+// checkIndex checks the index's structure against want, the keys it must
+// hold: leaves non-empty, in order and within their bounds, the count,
+// and every key found through the hash table as the entry the tree holds.
+func checkIndex(t *testing.T, ix *index, want map[string]bool) {
+	t.Helper()
+	var keys []string
+	prev := ""
+	n := 0
+	ix.tree.t.Ascend(func(l *leaf) bool {
+		if len(l.es) == 0 || len(l.es) > leafMax {
+			t.Fatalf("leaf of %d entries", len(l.es))
+		}
+		for _, e := range l.es {
+			if n > 0 && e.key() <= prev {
+				t.Fatalf("key %q after %q", e.key(), prev)
+			}
+			if got := ix.lookupLocked(e.key()); got != e {
+				t.Fatalf("hash table finds %p for %q, the tree holds %p", got, e.key(), e)
+			}
+			prev = e.key()
+			keys = append(keys, e.key())
+			n++
+		}
+		return true
+	})
+	if len(keys) != len(want) || ix.len() != len(want) {
+		t.Fatalf("tree holds %d keys, len() = %d, want %d", len(keys), ix.len(), len(want))
+	}
+	for _, k := range keys {
+		if !want[k] {
+			t.Fatalf("unexpected key %q", k)
+		}
+	}
+	tableKeys := 0
+	for i := range ix.table.shards {
+		s := &ix.table.shards[i]
+		used := 0
+		for _, sl := range s.slots {
+			if sl.e != nil {
+				used++
+			}
+		}
+		if used != s.n {
+			t.Fatalf("shard %d holds %d entries, counts %d", i, used, s.n)
+		}
+		tableKeys += used
+	}
+	if tableKeys != len(want) {
+		t.Fatalf("hash table holds %d keys, want %d", tableKeys, len(want))
+	}
+}
+
+// The index against a sorted model under random inserts, removals and
+// range reads: leaves split and merge, hash slots shift back on removal,
+// and every read answers as the model does.
+func TestIndexMatchesModel(t *testing.T) {
+	for _, keySpace := range []int{300, 5000} {
+		rng := rand.New(rand.NewPCG(uint64(keySpace), 1))
+		ix := newIndex()
+		want := map[string]bool{}
+		sorted := func() []string {
+			ks := make([]string, 0, len(want))
+			for k := range want {
+				ks = append(ks, k)
+			}
+			slices.Sort(ks)
+			return ks
+		}
+		keyOf := func(i int) string { return fmt.Sprintf("k%06d", i) }
+		for op := range 40000 {
+			k := keyOf(rng.IntN(keySpace))
+			switch r := rng.IntN(10); {
+			case r < 5:
+				e := ix.getOrCreate([]byte(k))
+				if e.key() != k {
+					t.Fatalf("getOrCreate(%q) returned %q", k, e.key())
+				}
+				want[k] = true
+			case r < 8:
+				if e := ix.get([]byte(k)); e != nil {
+					ix.removeEntry(e)
+					ix.removeEntry(e) // a second removal does nothing
+				}
+				delete(want, k)
+				if ix.get([]byte(k)) != nil {
+					t.Fatalf("removed key %q still found", k)
+				}
+			case r < 9:
+				lo, hi := keyOf(rng.IntN(keySpace)), keyOf(rng.IntN(keySpace))
+				var got []string
+				for _, e := range ix.rangeEntries([]byte(lo), []byte(hi)) {
+					got = append(got, e.key())
+				}
+				var exp []string
+				for _, s := range sorted() {
+					if s >= lo && s < hi {
+						exp = append(exp, s)
+					}
+				}
+				if !slices.Equal(got, exp) {
+					t.Fatalf("op %d: range [%s, %s) = %v, want %v", op, lo, hi, got, exp)
+				}
+			default:
+				n := 1 + rng.IntN(100)
+				var got []string
+				for _, e := range ix.entriesAfter(k, false, n) {
+					got = append(got, e.key())
+				}
+				var exp []string
+				for _, s := range sorted() {
+					if s > k && len(exp) < n {
+						exp = append(exp, s)
+					}
+				}
+				if !slices.Equal(got, exp) {
+					t.Fatalf("op %d: entriesAfter(%s, %d) = %v, want %v", op, k, n, got, exp)
+				}
+			}
+			if (ix.get([]byte(k)) != nil) != want[k] {
+				t.Fatalf("op %d: get(%q) disagrees with the model", op, k)
+			}
+			if op%5000 == 0 {
+				ix.mu.RLock()
+				checkIndex(t, ix, want)
+				ix.mu.RUnlock()
+			}
+		}
+		ix.mu.RLock()
+		checkIndex(t, ix, want)
+		ix.mu.RUnlock()
+		// Removing everything leaves nothing behind.
+		for k := range want {
+			ix.removeEntry(ix.get([]byte(k)))
+		}
+		clear(want)
+		ix.mu.RLock()
+		checkIndex(t, ix, want)
+		if ix.tree.t.Len() != 0 {
+			t.Fatalf("%d leaves left in an empty index", ix.tree.t.Len())
+		}
+		ix.mu.RUnlock()
+	}
+}
+
+// An index loaded from a file (full leaves) takes inserts between, before
+// and after its keys and removals, and answers as one built key by key.
+func TestLoadedIndexTakesChanges(t *testing.T) {
+	const n = 10_000
+	file := syntheticIndexFile(n)
+	ix := newIndex()
+	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range n {
+		want[fmt.Sprintf("a:%010d", i)] = true
+	}
+	ix.mu.RLock()
+	checkIndex(t, ix, want)
+	full := 0
+	ix.tree.t.Ascend(func(l *leaf) bool {
+		if len(l.es) == leafMax {
+			full++
+		}
+		return true
+	})
+	ix.mu.RUnlock()
+	if full != n/leafMax {
+		t.Fatalf("%d full leaves after a load of %d keys, want %d", full, n, n/leafMax)
+	}
+	if e := ix.get([]byte("a:0000000042")); e == nil || e.headTID() != (heap.TID{Block: 0, Slot: 42}) {
+		t.Fatalf("loaded key a:0000000042 = %v", e)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 5000 {
+		i := rng.IntN(n + 100)
+		var k string
+		switch rng.IntN(3) {
+		case 0:
+			k = fmt.Sprintf("a:%010d", i)
+		case 1:
+			k = fmt.Sprintf("a:%010dx", i) // between two loaded keys
+		default:
+			k = fmt.Sprintf("0:%d", i) // before every loaded key
+		}
+		if rng.IntN(3) == 0 {
+			if e := ix.get([]byte(k)); e != nil {
+				ix.removeEntry(e)
+			}
+			delete(want, k)
+		} else {
+			ix.getOrCreate([]byte(k))
+			want[k] = true
+		}
+	}
+	ix.mu.RLock()
+	checkIndex(t, ix, want)
+	ix.mu.RUnlock()
+}
+
+// Keys added in increasing order fill their leaves instead of leaving
+// each split half full.
+func TestIndexAppendFillsLeaves(t *testing.T) {
+	ix := newIndex()
+	const n = 100 * leafMax
+	for i := range n {
+		ix.getOrCreate(fmt.Appendf(nil, "h%08d", i))
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if leaves := ix.tree.t.Len(); leaves != n/leafMax {
+		t.Fatalf("%d keys in increasing order made %d leaves, want %d", n, leaves, n/leafMax)
 	}
 }

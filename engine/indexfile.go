@@ -323,87 +323,107 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	// The body is read through a buffer that cannot run past it, so that
 	// the checksum after it is read apart.
 	crc := crc32.New(castagnoli)
-	br := &countingReader{r: bufio.NewReaderSize(io.TeeReader(io.LimitReader(r, body), crc), 1<<20)}
-	at := func() int64 { return indexHeaderSize + br.n }
-	var prev []byte
+	br := &bodyReader{r: io.TeeReader(io.LimitReader(r, body), crc), buf: make([]byte, 1<<20)}
+	at := func() int64 { return indexHeaderSize + br.base + int64(br.pos) }
 	key := make([]byte, 0, MaxKeySize)
-	var rec [6]byte
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	// The hash map is made and filled on a second goroutine while this
-	// one decodes and fills the tree: each insert is a cache miss or two,
-	// and the two structures are independent (both under ix.mu, held here
-	// throughout).
-	const batch = 4096
-	toMap := make(chan []*indexEntry, 16)
-	mapped := make(chan struct{})
+	if ix.tree.Len() != 0 {
+		return d, fmt.Errorf("decoding %s into an index that is not empty", name)
+	}
+	// Keys come in order, so the tree is built a full leaf at a time
+	// (leafTree), on this goroutine, which also decodes. The hash table
+	// is filled on a second one, a batch of leaves behind: each insert
+	// there is a cache miss, and the two structures are independent
+	// (both under ix.mu, held here throughout). A leaf is handed over
+	// once full and not touched here again.
+	const leavesPerBatch = 64
+	toTable := make(chan []*leaf, 16)
+	tabled := make(chan struct{})
 	go func() {
-		defer close(mapped)
-		if len(ix.byKey) == 0 {
-			// Sized once: growing a map of millions of keys rehashes
-			// it again and again.
-			ix.byKey = make(map[string]*indexEntry, h.keys)
-		}
-		for es := range toMap {
-			for _, e := range es {
-				ix.byKey[e.key()] = e
+		defer close(tabled)
+		// Sized once: growing a table of millions of keys rehashes it
+		// again and again and leaves the old slots as garbage.
+		ix.table.reserve(int(h.keys))
+		for ls := range toTable {
+			for _, l := range ls {
+				for _, e := range l.es {
+					ix.table.insert(ix.table.hashString(e.key()), e)
+				}
 			}
 		}
 	}()
-	pending := make([]*indexEntry, 0, batch)
 	var arena entryArena
+	var cur *leaf
+	pending := make([]*leaf, 0, leavesPerBatch)
 	defer func() {
-		if len(pending) > 0 {
-			toMap <- pending
+		if cur != nil {
+			pending = append(pending, cur)
 		}
-		close(toMap)
-		<-mapped
+		if len(pending) > 0 {
+			toTable <- pending
+		}
+		close(toTable)
+		<-tabled
 	}()
+	// The most bytes a key's record takes.
+	const maxRecord = 2*binary.MaxVarintLen64 + MaxKeySize + 6
 	for i := uint64(0); i < h.keys; i++ {
 		off = at()
-		shared, err := binary.ReadUvarint(br)
-		if err != nil {
-			return d, bad("key %d: %v", i, noEOF(err))
+		p := br.fill(maxRecord)
+		shared, n1 := binary.Uvarint(p)
+		if n1 <= 0 {
+			return d, bad("key %d: %v", i, br.short(n1))
 		}
-		rest, err := binary.ReadUvarint(br)
-		if err != nil {
-			return d, bad("key %d: %v", i, noEOF(err))
+		rest, n2 := binary.Uvarint(p[n1:])
+		if n2 <= 0 {
+			return d, bad("key %d: %v", i, br.short(n2))
 		}
-		if shared > uint64(len(prev)) || rest > MaxKeySize || shared+rest > MaxKeySize {
-			return d, bad("key %d: %d bytes shared with a key of %d and %d more (max key %d)", i, shared, len(prev), rest, MaxKeySize)
+		if shared > uint64(len(key)) || rest > MaxKeySize || shared+rest > MaxKeySize {
+			return d, bad("key %d: %d bytes shared with a key of %d and %d more (max key %d)", i, shared, len(key), rest, MaxKeySize)
 		}
-		key = key[:shared+rest]
-		if _, err := io.ReadFull(br, key[shared:]); err != nil {
-			return d, bad("key %d: %v", i, noEOF(err))
+		p = p[n1+n2:]
+		if uint64(len(p)) < rest+6 {
+			return d, bad("key %d: %v", i, br.short(0))
 		}
-		if i > 0 && string(key) <= string(prev) {
+		key = append(key[:shared], p[:rest]...)
+		// The previous key is its entry's.
+		if cur != nil && string(key) <= cur.es[len(cur.es)-1].key() {
 			return d, bad("key %d is not greater than the key before it", i)
 		}
-		if _, err := io.ReadFull(br, rec[:]); err != nil {
-			return d, bad("key %d: %v", i, noEOF(err))
-		}
-		tid := readTID(rec[:])
+		tid := readTID(p[rest : rest+6])
 		if tid.Block >= nblocks || int(tid.Slot) >= heap.PageSize {
 			return d, bad("key %d: head %s lies outside a heap of %d blocks", i, tid, nblocks)
 		}
+		br.pos += n1 + n2 + int(rest) + 6
 		e := arena.new(key)
 		e.head.Store(tid.Pack())
-		ix.tree.ReplaceOrInsert(e)
-		if pending = append(pending, e); len(pending) == batch {
-			toMap <- pending
-			pending = make([]*indexEntry, 0, batch)
+		ix.tree.n++
+		if cur != nil && len(cur.es) < leafMax {
+			cur.es = append(cur.es, e)
+			continue
 		}
-		prev = append(prev[:0], key...)
+		if cur != nil {
+			if pending = append(pending, cur); len(pending) == leavesPerBatch {
+				toTable <- pending
+				pending = make([]*leaf, 0, leavesPerBatch)
+			}
+		}
+		cur = &leaf{es: make([]*indexEntry, 1, leafMax)}
+		cur.es[0] = e
+		ix.tree.t.ReplaceOrInsert(cur)
 	}
 	for i := uint32(0); i < h.fsmBlocks; i++ {
 		off = at()
-		if _, err := io.ReadFull(br, rec[:5]); err != nil {
-			return d, bad("free space entry %d: %v", i, noEOF(err))
+		p := br.fill(5)
+		if len(p) < 5 {
+			return d, bad("free space entry %d: %v", i, br.short(0))
 		}
-		b := fsmBlock{blk: binary.LittleEndian.Uint32(rec[:]), cat: rec[4]}
+		b := fsmBlock{blk: binary.LittleEndian.Uint32(p), cat: p[4]}
 		if b.blk >= nblocks || int(b.cat) >= fsmCategories {
 			return d, bad("free space entry %d: block %d category %d (heap of %d blocks)", i, b.blk, b.cat, nblocks)
 		}
+		br.pos += 5
 		d.fsm = append(d.fsm, b)
 	}
 	off = at()
@@ -428,24 +448,45 @@ func noEOF(err error) error {
 	return err
 }
 
-// countingReader is a buffered reader that counts the bytes read.
-type countingReader struct {
-	r *bufio.Reader
-	n int64
+// bodyReader reads the index file's body through a buffer that decoding
+// works on directly: a key's record is parsed from the buffer's bytes, not
+// through a reader's methods a byte at a time.
+type bodyReader struct {
+	r        io.Reader
+	buf      []byte
+	pos, end int   // buf[pos:end] is read and not yet decoded
+	base     int64 // body offset of buf[0]
+	err      error // the error that ended reading, io.EOF at the end
 }
 
-func (c *countingReader) ReadByte() (byte, error) {
-	b, err := c.r.ReadByte()
-	if err == nil {
-		c.n++
+// fill returns the bytes read and not yet decoded, at least n of them
+// unless the body ends (or reading fails) first.
+func (b *bodyReader) fill(n int) []byte {
+	if b.end-b.pos >= n || b.err != nil {
+		return b.buf[b.pos:b.end]
 	}
-	return b, err
+	copy(b.buf, b.buf[b.pos:b.end])
+	b.base += int64(b.pos)
+	b.end -= b.pos
+	b.pos = 0
+	for b.end < n && b.err == nil {
+		m, err := b.r.Read(b.buf[b.end:])
+		b.end += m
+		b.err = err
+	}
+	return b.buf[b.pos:b.end]
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
+// short says why fewer bytes than a record needs were there, given what
+// binary.Uvarint returned (0: too few bytes; below 0: overflow).
+func (b *bodyReader) short(n int) error {
+	switch {
+	case n < 0:
+		return errors.New("varint overflows a 64-bit integer")
+	case b.err != nil && b.err != io.EOF:
+		return b.err
+	}
+	return io.ErrUnexpectedEOF
 }
 
 // noteIndexChange notes in changes the key index change rec carries, if
@@ -510,9 +551,8 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map
 	for k, tid := range changes {
 		if tid.Valid() {
 			ix.getOrCreateLocked([]byte(k)).head.Store(tid.Pack())
-		} else if e := ix.byKey[k]; e != nil {
-			ix.tree.Delete(e)
-			delete(ix.byKey, k)
+		} else if e := ix.lookupLocked(k); e != nil {
+			ix.removeEntryLocked(e)
 		}
 	}
 	ix.mu.Unlock()
@@ -581,20 +621,21 @@ func (db *DB) verifyIndexFile(problem func(format string, args ...any)) {
 		if !want.Valid() {
 			return true
 		}
-		got, ok := file.byKey[e.key()]
+		got := file.lookupLocked(e.key())
 		switch {
-		case !ok:
+		case got == nil:
 			differ("key %q is missing (head %s in memory)", truncKey([]byte(e.key())), want)
 		case got.headTID() != want:
 			differ("key %q has head %s, %s in memory", truncKey([]byte(e.key())), got.headTID(), want)
 		}
 		return true
 	})
-	for k := range file.byKey {
-		if e := db.idx.byKey[k]; e == nil || !e.headTID().Valid() {
-			differ("key %q is not in the index in memory", truncKey([]byte(k)))
+	file.tree.Ascend(func(fe *indexEntry) bool {
+		if e := db.idx.lookupLocked(fe.key()); e == nil || !e.headTID().Valid() {
+			differ("key %q is not in the index in memory", truncKey([]byte(fe.key())))
 		}
-	}
+		return true
+	})
 	if shown > 10 {
 		problem("index file %s: %d more differences", name, shown-10)
 	}

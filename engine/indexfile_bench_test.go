@@ -5,7 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
+	"runtime"
+	"runtime/metrics"
 	"testing"
+	"time"
 
 	"mvkv/internal/heap"
 )
@@ -32,21 +36,107 @@ func syntheticIndexFile(n int) []byte {
 	return binary.LittleEndian.AppendUint32(out, sum)
 }
 
-// BenchmarkLoadIndexFile decodes an index file of a million keys into an
-// empty index: the work Open does after a clean shutdown.
-func BenchmarkLoadIndexFile(b *testing.B) {
-	const n = 1_000_000
-	file := syntheticIndexFile(n)
-	b.SetBytes(int64(len(file)))
-	b.ResetTimer()
-	for range b.N {
-		ix := newIndex()
-		if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, nil); err != nil {
-			b.Fatal(err)
-		}
-		if ix.len() != n {
-			b.Fatalf("%d keys", ix.len())
+// gcMetrics reads the runtime metrics the index benchmarks report.
+type gcMetrics struct {
+	heapObjects float64 // bytes in live and not yet swept heap objects
+	gcCPU       float64 // seconds of CPU the collector used
+	pauses      *metrics.Float64Histogram
+}
+
+func readGCMetrics() gcMetrics {
+	s := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/sched/pauses/total/gc:seconds"},
+	}
+	metrics.Read(s)
+	return gcMetrics{
+		heapObjects: float64(s[0].Value.Uint64()),
+		gcCPU:       s[1].Value.Float64(),
+		pauses:      s[2].Value.Float64Histogram(),
+	}
+}
+
+// maxPauseSince returns the upper bound of the largest bucket of stop-the-
+// world GC pauses that gained counts between a and b.
+func maxPauseSince(a, b gcMetrics) float64 {
+	for i := len(b.pauses.Counts) - 1; i >= 0; i-- {
+		if b.pauses.Counts[i] > a.pauses.Counts[i] {
+			return b.pauses.Buckets[i+1]
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+	return 0
+}
+
+// BenchmarkLoadIndexFile decodes an index file of n keys of 12 bytes into
+// an empty index: the work Open does after a clean shutdown. Besides the
+// time per key it reports, from runtime/metrics, the heap bytes the
+// loaded index holds per key beyond the key bytes (B/key-overhead), the
+// collector's CPU per key during the loads, the longest stop-the-world
+// pause during the loads, and the time of a full collection with the
+// index loaded (gc-ns), to show that neither pauses nor collections grow
+// much with the key count.
+func BenchmarkLoadIndexFile(b *testing.B) {
+	for _, n := range []int{1_000_000, 3_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			file := syntheticIndexFile(n)
+			b.SetBytes(int64(len(file)))
+			runtime.GC()
+			before := readGCMetrics()
+			b.ResetTimer()
+			var ix *index
+			for range b.N {
+				ix = newIndex()
+				if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, nil); err != nil {
+					b.Fatal(err)
+				}
+				if ix.len() != n {
+					b.Fatalf("%d keys", ix.len())
+				}
+			}
+			b.StopTimer()
+			after := readGCMetrics()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+			b.ReportMetric((after.gcCPU-before.gcCPU)*1e9/float64(b.N*n), "gc-cpu-ns/key")
+			b.ReportMetric(maxPauseSince(before, after)*1e9, "max-pause-ns")
+			// What the last index holds: the heap with it, after a full
+			// collection, less the heap without it.
+			runtime.GC()
+			with := readGCMetrics()
+			t0 := time.Now()
+			runtime.GC()
+			gcTook := time.Since(t0)
+			runtime.KeepAlive(ix)
+			runtime.GC()
+			without := readGCMetrics()
+			b.ReportMetric((with.heapObjects-without.heapObjects)/float64(n)-12, "B/key-overhead")
+			b.ReportMetric(float64(gcTook.Nanoseconds()), "gc-ns")
+		})
+	}
+}
+
+// BenchmarkIndexGet looks up random keys of an index of a million keys
+// loaded from a file, from parallel goroutines: the point lookup every
+// read and write makes.
+func BenchmarkIndexGet(b *testing.B) {
+	const n = 1_000_000
+	file := syntheticIndexFile(n)
+	ix := newIndex()
+	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, nil); err != nil {
+		b.Fatal(err)
+	}
+	keys := make([][]byte, 1<<16)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "a:%010d", rand.IntN(n))
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := rand.IntN(len(keys))
+		for pb.Next() {
+			i = (i + 1) % len(keys)
+			if ix.get(keys[i]) == nil {
+				b.Fatalf("%s not found", keys[i])
+			}
+		}
+	})
 }
