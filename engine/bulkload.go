@@ -268,7 +268,7 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 	var live []*indexEntry
 	ix.tree.Ascend(func(e *indexEntry) bool { live = append(live, e); return true })
 	for _, e := range live {
-		if _, ok := idx.byKey[e.key()]; ok {
+		if idx.lookupLocked(e.key()) != nil {
 			ix.mu.Unlock()
 			if err := db.abortBulkLoad(txn, first, true); err != nil {
 				return st, err
@@ -293,12 +293,12 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 		return st, db.fail(err)
 	}
 	for _, e := range live {
-		idx.tree.ReplaceOrInsert(e)
-		idx.byKey[e.key()] = e
+		idx.tree.insert(e)
+		idx.table.insert(idx.table.hashString(e.key()), e)
 	}
 	// The loaded keys become visible with the xid leaving the running
 	// table, as any commit's (rule 2); the index names them first.
-	ix.tree, ix.byKey = idx.tree, idx.byKey
+	ix.tree, ix.table = idx.tree, idx.table
 	ix.mu.Unlock()
 	db.finish(txn)
 	db.stats.commits.Add(1)
@@ -444,7 +444,7 @@ func (b *bulkBuilder) startIndex() {
 	go func() {
 		for es := range b.toTree {
 			for _, e := range es {
-				tree.ReplaceOrInsert(e)
+				tree.insert(e)
 			}
 		}
 		close(b.done)
@@ -458,7 +458,7 @@ func (b *bulkBuilder) sendBatch() {
 	b.batch = make([]*indexEntry, 0, bulkIndexBatch)
 }
 
-// finishIndex builds the hash map, sized once for the keys loaded (a map
+// finishIndex builds the hash table, sized once for the keys loaded (a map
 // grown key by key spent most of a load's CPU rehashing), while the tree
 // goroutine finishes, and returns the new index and its key count.
 func (b *bulkBuilder) finishIndex() (*index, uint64) {
@@ -469,15 +469,15 @@ func (b *bulkBuilder) finishIndex() (*index, uint64) {
 		b.sendBatch()
 	}
 	close(b.toTree)
-	byKey := make(map[string]*indexEntry, b.keys)
+	table := &b.idx.table
+	table.reserve(int(b.keys))
 	for _, es := range b.batches {
 		for _, e := range es {
-			byKey[e.key()] = e
+			table.insert(table.hashString(e.key()), e)
 		}
 	}
 	b.batches = nil
 	<-b.done
-	b.idx.byKey = byKey
 	b.started = false
 	return b.idx, b.keys
 }
