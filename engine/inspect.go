@@ -57,7 +57,7 @@ func DescribeRecord(rec wal.Record) string {
 					desc += " chunk"
 				}
 				if h.Infomask&heap.External != 0 {
-					desc += " external"
+					desc += " external: " + describePointer(val)
 				}
 			}
 		}
@@ -302,6 +302,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 	vmBits, vmSnap := db.verifyVMBits(&rep, nblocks), db.procs.snapshot()
 	page := make([]byte, heap.PageSize)
 	badBlocks := make(map[uint32]bool) // pages that could not be read
+	var toast toastCheck
 	for blk := uint32(0); blk < nblocks; blk++ {
 		rep.Pages++
 		if err := db.storage.ReadBlock(blk, page); err != nil {
@@ -323,12 +324,13 @@ func (db *DB) Verify() (VerifyReport, error) {
 				rep.problem("heap tuple %s: %v", tid, err)
 				continue
 			}
-			h, key, _, err := heap.DecodeTuple(raw)
+			h, key, tval, err := heap.DecodeTuple(raw)
 			if err != nil {
 				rep.problem("heap tuple %s: %v", tid, err)
 				continue
 			}
 			rep.Tuples++
+			toast.note(&rep, tid, h, tval)
 			xmaxCommitted := h.Infomask&heap.XmaxCommitted != 0
 			xminCommitted, xminAborted := h.Infomask&heap.Frozen != 0, false
 			for _, x := range []struct {
@@ -393,6 +395,10 @@ func (db *DB) Verify() (VerifyReport, error) {
 			rep.problem("%d more tuple xids whose hints the CLOG page at %s offset %d contradicts", n-1, filepath.Join(db.dir, clogDir, page.file), page.off)
 		}
 	}
+	toast.report(&rep, func(t heap.TID) (bool, bool) {
+		ti, ok := tuples[t.Pack()]
+		return ok && ti.chunk, ok && isDirectory(ti.h.Infomask)
+	}, func(t heap.TID) bool { return badBlocks[t.Block] })
 	// The newest version of each key: the one whose inserter committed and
 	// whose xmax did not (chain.go). Prev links are not checked for
 	// existence: pruning frees a version on its own page and leaves the

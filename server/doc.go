@@ -205,8 +205,10 @@
 // an expiry, almost all of them, are stored unchanged, so INCR's counters
 // and redis-benchmark's values cost nothing extra; a stored value that
 // starts with 0xFF but fits neither form can only have come through the
-// engine directly, and is read as plain bytes. A value with an expiry may
-// be up to 10 bytes shorter than the engine's 1 MiB limit.
+// engine directly, and is read as plain bytes. Values are limited to
+// MaxStoredValue, the engine's 1 GiB less this header, so that EXPIRE never
+// fails on a value the server took; clients meet proto-max-bulk-len
+// (512 MiB) first.
 //
 // A key past its deadline is absent to every command (GET, MGET, EXISTS,
 // TYPE, TTL, SCAN, DBSIZE), and writes treat it as absent: INCR starts from
@@ -231,11 +233,17 @@
 // declared length is checked before memory is set aside: bulk lengths
 // against proto-max-bulk-len (512 MiB), argument counts against 1,048,576,
 // "*N"/"$N" and inline lines against 64 KiB, and the bytes of one request
-// against client-query-buffer-limit (1 GiB). An argument over 1 MiB (the
-// engine's value limit) is read and discarded, not stored, and the command
-// is refused with an error. A bulk argument's buffer grows with the bytes
-// that arrive, never ahead by more than 64 KiB, so a client that declares a
-// large value and stalls holds only what it sent. Per connection the server
+// against client-query-buffer-limit (1 GiB). An argument over
+// Limits.MaxArgLen (by default what the engine can store, above
+// proto-max-bulk-len) is read and discarded, not stored, and the command is
+// refused with an error. A bulk argument's buffer grows with the bytes that
+// arrive: by 64 KiB, then doubling, never to more than twice what arrived
+// (and never past the declared length), so a client that declares 512 MiB
+// and stalls after 10 bytes holds 64 KiB. A value is read into one buffer,
+// handed to the engine as it is (a write of a large value holds no second
+// copy in the engine, see the engine's "Out-of-line values"), and a GET's
+// reply buffer, which holds a copy of the value while it is written, is
+// dropped after the write. Per connection the server
 // holds one goroutine, a 16 KiB read buffer and at most 64 KiB of replies
 // (one reply may be larger: a value, or an EXEC's array, bounded by 512 MiB);
 // connections are bounded by maxclients (10000) and idle ones are closed
@@ -268,7 +276,8 @@
 // RESP3 (HELLO 3 answers NOPROTO, on which clients fall back to RESP2), an
 // active expiry cycle (see Expiry), data types other than strings,
 // databases other than 0, pub/sub, scripting, replication (WAIT answers 0),
-// and values over the engine's 1 MiB. TLS is the listener's business:
+// and values over proto-max-bulk-len (512 MiB; raising it is capped by the
+// engine's 1 GiB). TLS is the listener's business:
 // Serve takes any net.Listener, a crypto/tls one included (`mvkv serve
 // --tls-port`). SCAN cursors index a table
 // of the last 4096 cursors handed out, since keys ordered by bytes cannot be

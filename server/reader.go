@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"mvkv/engine"
 )
 
 // Limits bound what one client may make the server hold while it reads a
@@ -18,10 +20,11 @@ type Limits struct {
 	// declared bulk length above it is a protocol error that closes the
 	// connection.
 	MaxBulkLen int64
-	// MaxArgLen is the longest argument kept (default 1 MiB, the engine's
-	// value limit). A longer one, up to MaxBulkLen, is read and thrown
-	// away, and the command is answered with an error; the connection
-	// stays usable.
+	// MaxArgLen is the longest argument kept (default MaxStoredValue, what
+	// the engine can store with an expiry beside it; above MaxBulkLen's
+	// default, so that proto-max-bulk-len is the limit clients meet). A
+	// longer one, up to MaxBulkLen, is read and thrown away, and the
+	// command is answered with an error; the connection stays usable.
 	MaxArgLen int
 	// MaxMultibulkLen is the most arguments one request may declare
 	// (default 1,048,576); more is a protocol error.
@@ -40,11 +43,16 @@ type Limits struct {
 // engine's value size for MaxArgLen.
 var DefaultLimits = Limits{
 	MaxBulkLen:       512 << 20,
-	MaxArgLen:        1 << 20,
+	MaxArgLen:        MaxStoredValue,
 	MaxMultibulkLen:  1 << 20,
 	MaxInlineLen:     64 << 10,
 	QueryBufferLimit: 1 << 30,
 }
+
+// MaxStoredValue is the longest string value the server stores, in bytes:
+// the engine's value limit less the header of a value stored with an
+// expiry, so that EXPIRE never fails on a value the server took.
+const MaxStoredValue = engine.MaxValueSize - deadlineHdrSize
 
 // argOverhead is what the reader charges against QueryBufferLimit for each
 // argument besides its bytes: the slice header and allocation rounding.
