@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("MVKV_CRASH_CHILD"); dir != "" {
 		os.Exit(crashChild(dir))
 	}
+	if dir := os.Getenv("MVKV_LARGE_CHILD"); dir != "" {
+		os.Exit(largeChild(dir))
+	}
 	os.Exit(m.Run())
 }
 
