@@ -236,10 +236,12 @@
 // against client-query-buffer-limit (1 GiB). An argument over
 // Limits.MaxArgLen (by default what the engine can store, above
 // proto-max-bulk-len) is read and discarded, not stored, and the command is
-// refused with an error. A bulk argument's buffer grows with the bytes that
-// arrive: by 64 KiB, then doubling, never to more than twice what arrived
-// (and never past the declared length), so a client that declares 512 MiB
-// and stalls after 10 bytes holds 64 KiB. A value is read into one buffer,
+// refused with an error. Memory for a bulk argument is set aside as its
+// bytes arrive, never more than what has arrived ahead of them (pieces of
+// doubling size until half is in, then the one buffer of the declared
+// length), so a client that declares 512 MiB and stalls after 10 bytes
+// holds 64 KiB, and a large argument peaks at 1.5 times its size while it
+// is read. A value is read into one buffer,
 // handed to the engine as it is (a write of a large value holds no second
 // copy in the engine, see the engine's "Out-of-line values"), and a GET's
 // reply buffer, which holds a copy of the value while it is written, is

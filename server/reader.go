@@ -58,8 +58,9 @@ const MaxStoredValue = engine.MaxValueSize - deadlineHdrSize
 // argument besides its bytes: the slice header and allocation rounding.
 const argOverhead = 32
 
-// growStep is the most memory a bulk argument's buffer grows by ahead of
-// the bytes that have arrived.
+// growStep is the first piece of memory a bulk argument gets before its
+// bytes arrive, and the most that is ever set aside ahead of them beyond
+// what has already arrived (readBulk).
 const growStep = 64 << 10
 
 // ProtocolError is a malformed or over-limit request. Its text is Redis's,
@@ -219,20 +220,37 @@ func (r *reader) readMultibulk(lim Limits) (request, error) {
 }
 
 // readBulk reads n bytes and the two bytes after them (Redis does not check
-// that they are "\r\n", and neither do we), growing the buffer no more than
-// growStep ahead of the data.
+// that they are "\r\n", and neither do we) into one buffer of n bytes.
+// Memory is set aside only as bytes arrive: until half of the argument is
+// in, it goes into pieces of doubling size, each no larger than what has
+// arrived (and at least growStep); then the n-byte buffer is allocated,
+// the pieces copied into it and dropped, and the rest read in place. So a
+// client that declares 512 MiB and sends 10 bytes holds growStep, nothing
+// is allocated more than what has arrived ahead of the bytes, and a large
+// argument peaks at 1.5 times its size, once (growing one buffer by
+// doubling would copy it about twice over and peak higher).
 func (r *reader) readBulk(n int) ([]byte, error) {
-	arg := make([]byte, 0, min(n, growStep))
-	for len(arg) < n {
-		chunk := min(n-len(arg), growStep)
-		if cap(arg)-len(arg) < chunk {
-			grown := make([]byte, len(arg), min(n, max(2*cap(arg), len(arg)+chunk)))
-			copy(grown, arg)
-			arg = grown
+	var pieces [][]byte
+	got := 0
+	half := n - n/2
+	for got < half && n > growStep {
+		p := make([]byte, min(max(growStep, got), max(growStep, half-got), n-got))
+		if _, err := io.ReadFull(r.br, p); err != nil {
+			return nil, err
 		}
-		m, err := io.ReadFull(r.br, arg[len(arg):len(arg)+chunk])
-		arg = arg[:len(arg)+m]
-		if err != nil {
+		pieces = append(pieces, p)
+		got += len(p)
+	}
+	var arg []byte
+	if len(pieces) == 1 && got == n {
+		arg = pieces[0]
+	} else {
+		arg = make([]byte, n)
+		off := 0
+		for _, p := range pieces {
+			off += copy(arg[off:], p)
+		}
+		if _, err := io.ReadFull(r.br, arg[got:]); err != nil {
 			return nil, err
 		}
 	}
