@@ -139,18 +139,24 @@
 // # Out-of-line values
 //
 // A value too large to share a page (the tuple above 2,032 bytes,
-// PostgreSQL's TOAST_TUPLE_THRESHOLD) is cut into data chunks of 8,128
-// bytes, each a chunk tuple filling a page, written before the version's
+// PostgreSQL's TOAST_TUPLE_THRESHOLD) is cut into data chunks, each a chunk
+// tuple of up to a page, written before the version's
 // tuple by the same transaction, so that a crash or a rollback in the
 // middle leaves chunks no committed version names (freed by vacuum) and
 // never part of a value. The version's tuple holds a pointer. Up to 130
-// chunks (1 MiB) the pointer lists every chunk TID, 6 bytes each: the
+// chunks of 8,128 bytes (1 MiB) the pointer lists every chunk TID, 6 bytes
+// each: the
 // format values had when 1 MiB was the limit, still written for them, so
 // data directories from before read unchanged and values up to 1 MiB stay
 // readable by older code. A larger value's pointer lists directory chunks
 // instead, chunk tuples flagged External whose value is the TIDs of up to
-// 1,354 data chunks; at 1 GiB that is 98 directories and a pointer of 596
-// bytes, which fits any tuple. A directory carries its flag, so whoever
+// 1,317 data chunks of 7,904 bytes; at 512 MiB that is 52 directories and
+// a pointer of 320 bytes (at 1 GiB, 104 and 632), which fits any tuple.
+// Those chunks are a little smaller than a page so that the free space
+// map, whose top category promises 7,936 free bytes, hands the pages
+// vacuum freed of one large value to the next; the 8,128-byte chunks of
+// the old format fit only pages never used (their size is part of that
+// format). A directory carries its flag, so whoever
 // frees it (vacuum, after the version; or as an orphan after a crash)
 // knows to free the chunks it lists too, in a second round of vacuum's
 // chunk pass, and the index rebuild after a crash counts what a directory

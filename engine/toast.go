@@ -10,21 +10,24 @@ import (
 
 // Out-of-line values, the TOAST idea (PostgreSQL's toast_save_datum and
 // toast_fetch_datum). A value that does not fit inline is cut into data
-// chunks of chunkSize bytes, each a chunk tuple (heap.Chunk) of its own that
-// fills a page, and the version's tuple (heap.External) holds a pointer to
-// them. Two pointer formats exist:
+// chunks, each a chunk tuple (heap.Chunk) of its own on a page, and the
+// version's tuple (heap.External) holds a pointer to them. Two pointer
+// formats exist:
 //
 //	direct   (values of up to maxDirectChunks chunks, 1 MiB):
-//	    u32 total length | u32 n | n x TID(6)       n = ceil(total/chunkSize)
+//	    u32 total length | u32 n | n x TID(6)
+//	    n = ceil(total/chunkSize): chunks of 8,128 bytes that fill a page
 //	indirect (larger values):
 //	    u32 total length | u32 1<<31 | nd | nd x TID(6)
-//	                                   nd = ceil(n/tidsPerDirectory)
+//	    n = ceil(total/largeChunkSize): chunks of 7,904 bytes
+//	    nd = ceil(n/tidsPerDirectory), 1,317 TIDs a directory
 //
 // An indirect pointer names directory chunks: chunk tuples flagged
 // heap.Chunk|heap.External whose value is the TIDs (6 bytes each) of up to
 // tidsPerDirectory data chunks, in value order; directory i lists data
-// chunks [i*tidsPerDirectory, (i+1)*tidsPerDirectory). A value of 1 GiB
-// needs 132,105 data chunks and 98 directories: a pointer of 596 bytes.
+// chunks [i*tidsPerDirectory, (i+1)*tidsPerDirectory). A value of 512 MiB
+// needs 67,924 data chunks and 52 directories, a pointer of 320 bytes; at
+// 1 GiB, 104 directories and 632 bytes.
 // Every count is derived from the total length, which is bounded by
 // MaxValueSize, and checked against the pointer's and each directory's
 // length before anything is allocated or read.
@@ -47,8 +50,16 @@ const (
 	// maxDirectChunks is the most data chunks a direct pointer lists: as
 	// many as the largest value (1 MiB) had before indirect pointers.
 	maxDirectChunks = (1<<20 + chunkSize - 1) / chunkSize
-	// tidsPerDirectory is the most data chunk TIDs one directory holds.
-	tidsPerDirectory = chunkSize / tidSize
+	// largeChunkSize is the value bytes of a data chunk of a value with an
+	// indirect pointer: its tuple is as large as the free space map's top
+	// category promises a page holds, so that the pages vacuum frees of
+	// one large value take the chunks of the next. (A direct value's chunk
+	// fills an empty page exactly, more than any category promises: its
+	// chunks always go to new pages. Its size is part of the old format.)
+	largeChunkSize = (fsmCategories-1)*fsmCategoryBytes - heap.TupleHeaderSize
+	// tidsPerDirectory is the most data chunk TIDs one directory holds; a
+	// directory is no larger than a data chunk, for the same reason.
+	tidsPerDirectory = largeChunkSize / tidSize
 	// indirectFlag marks the count field of an indirect pointer.
 	indirectFlag = 1 << 31
 	// toastFlushBytes is how many bytes of chunks a write of one value
@@ -85,12 +96,12 @@ func parseToastPointer(ptr []byte) (toastPointer, error) {
 		return p, fmt.Errorf("%w: length %d above the limit %d", errPointer, total, MaxValueSize)
 	}
 	p.total = int(total)
-	p.chunks = (p.total + chunkSize - 1) / chunkSize
+	p.indirect = field&indirectFlag != 0
+	field &^= indirectFlag
+	p.chunks = (p.total + p.chunkBytes() - 1) / p.chunkBytes()
 	n := p.chunks
-	if field&indirectFlag != 0 {
-		p.indirect = true
+	if p.indirect {
 		n = (p.chunks + tidsPerDirectory - 1) / tidsPerDirectory
-		field &^= indirectFlag
 	} else if p.chunks > maxDirectChunks {
 		return p, fmt.Errorf("%w: direct pointer for %d bytes in %d chunks (at most %d)", errPointer, total, p.chunks, maxDirectChunks)
 	}
@@ -122,6 +133,14 @@ func parseDirectory(val []byte, want int) ([]heap.TID, error) {
 	return out, nil
 }
 
+// chunkBytes is the value bytes of each data chunk but the last.
+func (p *toastPointer) chunkBytes() int {
+	if p.indirect {
+		return largeChunkSize
+	}
+	return chunkSize
+}
+
 // directoryLen is how many data chunks directory i of a pointer lists.
 func (p *toastPointer) directoryLen(i int) int {
 	return min(tidsPerDirectory, p.chunks-i*tidsPerDirectory)
@@ -133,15 +152,20 @@ func (p *toastPointer) directoryLen(i int) int {
 // flushed every toastFlushBytes, so the memory a write holds besides val is
 // a few pages and at most toastFlushBytes of WAL.
 func (db *DB) toastValue(xid uint64, val []byte) ([]byte, error) {
-	n := (len(val) + chunkSize - 1) / chunkSize
+	step := chunkSize
+	n := (len(val) + step - 1) / step
+	indirect := n > maxDirectChunks
+	if indirect {
+		step = largeChunkSize
+		n = (len(val) + step - 1) / step
+	}
 	hdr := heap.TupleHeader{Xmin: xid, Prev: heap.InvalidTID, Infomask: heap.Chunk}
-	tup := make([]byte, 0, heap.TupleHeaderSize+chunkSize)
+	tup := make([]byte, 0, heap.TupleHeaderSize+step)
 	place := func(h heap.TupleHeader, payload []byte) (heap.TID, error) {
 		tup = heap.AppendTuple(tup[:0], h, nil, payload)
 		return db.placeTuple(xid, heap.InvalidTID, tup, nil)
 	}
 	ptr := binary.LittleEndian.AppendUint32(nil, uint32(len(val)))
-	indirect := n > maxDirectChunks
 	var dir []byte
 	if indirect {
 		nd := (n + tidsPerDirectory - 1) / tidsPerDirectory
@@ -153,8 +177,8 @@ func (db *DB) toastValue(xid uint64, val []byte) ([]byte, error) {
 	dirHdr := hdr
 	dirHdr.Infomask |= heap.External
 	unflushed := 0
-	for off := 0; off < len(val); off += chunkSize {
-		end := min(off+chunkSize, len(val))
+	for off := 0; off < len(val); off += step {
+		end := min(off+step, len(val))
 		tid, err := place(hdr, val[off:end])
 		if err != nil {
 			return nil, err

@@ -78,7 +78,8 @@ func TestLargeValueBoundaries(t *testing.T) {
 		maxDirectChunks*chunkSize - 1, maxDirectChunks * chunkSize, // the last direct pointers
 		maxDirectChunks*chunkSize + 1, // the first indirect one
 		1 << 20, 1<<20 + 1,
-		tidsPerDirectory*chunkSize - 1, tidsPerDirectory * chunkSize, tidsPerDirectory*chunkSize + 1, // one directory full, then two
+		200*largeChunkSize - 1, 200 * largeChunkSize, 200*largeChunkSize + 1,
+		tidsPerDirectory*largeChunkSize - 1, tidsPerDirectory * largeChunkSize, tidsPerDirectory*largeChunkSize + 1, // one directory full, then two
 		24 << 20, // tens of MB: 18 directories
 	}
 	if testing.Short() || raceEnabled {
@@ -109,10 +110,10 @@ func TestLargeValueBoundaries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (n + chunkSize - 1) / chunkSize; p.chunks != want || p.total != n {
+			if want := (n + p.chunkBytes() - 1) / p.chunkBytes(); p.chunks != want || p.total != n {
 				t.Fatalf("value of %d bytes: pointer says %d bytes in %d chunks, want %d", n, p.total, p.chunks, want)
 			}
-			if p.indirect != (p.chunks > maxDirectChunks) {
+			if p.indirect != ((n+chunkSize-1)/chunkSize > maxDirectChunks) {
 				t.Fatalf("value of %d bytes (%d chunks): indirect=%v", n, p.chunks, p.indirect)
 			}
 		}
@@ -160,7 +161,7 @@ func TestVacuumFreesLargeValueChunks(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	const n = 3 << 20
-	chunks := (n + chunkSize - 1) / chunkSize
+	chunks := (n + largeChunkSize - 1) / largeChunkSize
 	dirs := (chunks + tidsPerDirectory - 1) / tidsPerDirectory
 	mustPut(t, db, "big", string(patterned(n, 1)))
 	mustPut(t, db, "gone", string(patterned(n, 2)))
@@ -228,7 +229,7 @@ func TestOrphanDirectoriesFreedOnce(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
 	const n = 2 << 20
-	chunks := (n + chunkSize - 1) / chunkSize
+	chunks := (n + largeChunkSize - 1) / largeChunkSize
 	dirs := (chunks + tidsPerDirectory - 1) / tidsPerDirectory
 	mustPut(t, db, "keep", string(patterned(n, 1)))
 	// Chunks of a transaction that never places its version, as a crash
@@ -345,7 +346,7 @@ func TestHugeValue(t *testing.T) {
 	read(db)
 	mustPut(t, db, "huge", "small")
 	st := mustVacuum(t, db)
-	chunks := (n + chunkSize - 1) / chunkSize
+	chunks := (n + largeChunkSize - 1) / largeChunkSize
 	if want := uint64(chunks + (chunks+tidsPerDirectory-1)/tidsPerDirectory); st.ChunksRemoved != want {
 		t.Errorf("ChunksRemoved = %d, want %d", st.ChunksRemoved, want)
 	}
@@ -366,7 +367,7 @@ func FuzzToastPointer(f *testing.F) {
 	}
 	f.Add(direct, false)
 	ind := binary.LittleEndian.AppendUint32(nil, 1<<29)
-	nd := ((1<<29+chunkSize-1)/chunkSize + tidsPerDirectory - 1) / tidsPerDirectory
+	nd := ((1<<29+largeChunkSize-1)/largeChunkSize + tidsPerDirectory - 1) / tidsPerDirectory
 	ind = binary.LittleEndian.AppendUint32(ind, indirectFlag|uint32(nd))
 	for i := 0; i < nd; i++ {
 		ind = appendTID(ind, heap.TID{Block: uint32(i), Slot: 0})
@@ -396,7 +397,7 @@ func FuzzToastPointer(f *testing.F) {
 			}
 			return
 		}
-		if p.total > MaxValueSize || p.chunks != (p.total+chunkSize-1)/chunkSize {
+		if p.total > MaxValueSize || p.chunks != (p.total+p.chunkBytes()-1)/p.chunkBytes() {
 			t.Fatalf("accepted %d bytes in %d chunks", p.total, p.chunks)
 		}
 		if !p.indirect && p.chunks > maxDirectChunks {
