@@ -299,9 +299,14 @@ func TestCrashLadderLargeValues(t *testing.T) {
 		work = append(work, ladderTxn{writes: map[string][]byte{"a": []byte(fmt.Sprint(i))}, sync: i%2 == 0})
 	}
 	work = append(work, ladderTxn{writes: map[string][]byte{"big": nil, "d": big(7, 2<<20)}, sync: true})
-	sample := 7
+	// Each crash copy is opened three times and read whole: a sample of
+	// the points keeps the run to seconds (-crash.sample=N overrides).
+	sample := 300
 	if raceEnabled || testing.Short() {
-		sample = 40
+		sample = 1200
+	}
+	if *ladderSample > 0 {
+		sample = *ladderSample
 	}
 	points, checked, err := crashLadder(42, work, sample)
 	if err != nil {
