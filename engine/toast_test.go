@@ -32,7 +32,7 @@ func removeIndexFile(dir string) error {
 // 512 MiB (Redis's proto-max-bulk-len): about 1.5 GiB of memory and disk
 // and a minute or more, so not in the default run:
 //
-//	go test -run TestHugeValue -toast.huge ./engine
+//	go test ./engine -run TestHugeValue -toast.huge
 var hugeValue = flag.Bool("toast.huge", false, "run TestHugeValue: one 512 MiB value (needs ~1.5 GiB of memory and disk)")
 
 // patterned returns n bytes that differ with their position and with seed,
