@@ -65,10 +65,12 @@ func IsRetryable(err error) bool {
 // 0, which the zero value cannot express.
 const NoCommitSiblings = -1
 
-// Size limits, in bytes.
+// Size limits, in bytes. A value longer than about 1 KiB is stored out of
+// line, in chunks of a page each (PostgreSQL's TOAST); MaxValueSize leaves
+// room above Redis's 512 MiB strings for what a server stores beside a value.
 const (
 	MaxKeySize   = 1 << 10 // 1 KiB
-	MaxValueSize = 1 << 20 // 1 MiB
+	MaxValueSize = 1 << 30 // 1 GiB
 )
 
 // IsolationLevel selects how a transaction sees concurrent commits.

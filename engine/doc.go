@@ -150,12 +150,54 @@
 // any lock above. Pruning outside vacuum tries the page lock and the
 // checkpoint interlock and skips the page if either is taken.
 //
+// # Out-of-line values
+//
+// A value too large to share a page (the tuple above 2,032 bytes,
+// PostgreSQL's TOAST_TUPLE_THRESHOLD) is cut into data chunks, each a chunk
+// tuple of up to a page, written before the version's
+// tuple by the same transaction, so that a crash or a rollback in the
+// middle leaves chunks no committed version names (freed by vacuum) and
+// never part of a value. The version's tuple holds a pointer. Up to 130
+// chunks of 8,128 bytes (1 MiB) the pointer lists every chunk TID, 6 bytes
+// each: the
+// format values had when 1 MiB was the limit, still written for them, so
+// data directories from before read unchanged and values up to 1 MiB stay
+// readable by older code. A larger value's pointer lists directory chunks
+// instead, chunk tuples flagged External whose value is the TIDs of up to
+// 1,317 data chunks of 7,904 bytes; at 512 MiB that is 52 directories and
+// a pointer of 320 bytes (at 1 GiB, 104 and 632), which fits any tuple.
+// Those chunks are a little smaller than a page so that the free space
+// map, whose top category promises 7,936 free bytes, hands the pages
+// vacuum freed of one large value to the next; the 8,128-byte chunks of
+// the old format fit only pages never used (their size is part of that
+// format). A directory carries its flag, so whoever
+// frees it (vacuum, after the version; or as an orphan after a crash)
+// knows to free the chunks it lists too, in a second round of vacuum's
+// chunk pass, and the index rebuild after a crash counts what a directory
+// lists as used. Every count in a pointer or directory is derived from the
+// value length (at most MaxValueSize) and checked against the bytes
+// present before anything is read or allocated. A read assembles the value
+// into one buffer of its length; a write reuses one chunk buffer and
+// flushes the WAL every 4 MiB of chunks, so that it never holds a second
+// copy of the value in WAL buffers.
+//
+// Rejected: a pointer listing every chunk (at 512 MiB, 65,000 TIDs, 390
+// KB, no longer fit a page); chunk tuples chained to the next chunk (a
+// read could not check a chunk count before following disk links, and a
+// damaged link would end a value early); a separate chunk index as
+// PostgreSQL's toast index (a second access method with its own WAL,
+// for a lookup the directory answers in one page read); a new WAL record
+// for large values (the chunk inserts are ordinary heap inserts that redo
+// already replays and that full-page images cover); compressing values
+// (pglz/lz4), left for later.
+//
 // # Caveats
 //
 // A Txn must be ended with Commit or Rollback: an abandoned transaction keeps
 // its row locks forever. A Txn is for one goroutine at a time. Keys are 1 byte
-// to 1 KiB, values up to 1 MiB; values above about 2 KiB are stored out of
-// line in chunk tuples. An open REPEATABLE READ transaction keeps every
+// to 1 KiB, values up to 1 GiB; values above about 2 KiB are stored out of
+// line in chunk tuples (see "Out-of-line values"). An open REPEATABLE READ
+// transaction keeps every
 // version its snapshot can see from being vacuumed, so a long-lived one makes
 // the heap grow, as in PostgreSQL.
 package engine

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -398,72 +397,19 @@ func (db *DB) computeHorizon() uint64 {
 }
 
 // buildTuple appends a new version to dst, moving a large value out of
-// line into chunk tuples first (the TOAST idea): the main tuple's value is
-// then the value's length and the list of chunk TIDs.
+// line into chunk tuples first (the TOAST idea, toast.go): the main tuple's
+// value is then a pointer to the chunks.
 func (db *DB) buildTuple(dst []byte, xid uint64, prev heap.TID, key, val []byte) ([]byte, error) {
 	h := heap.TupleHeader{Xmin: xid, Prev: prev}
 	if heap.TupleHeaderSize+len(key)+len(val) <= toastThreshold {
 		return heap.AppendTuple(dst, h, key, val), nil
 	}
-	ptr := binary.LittleEndian.AppendUint32(nil, uint32(len(val)))
-	n := (len(val) + chunkSize - 1) / chunkSize
-	ptr = binary.LittleEndian.AppendUint32(ptr, uint32(n))
-	for off := 0; off < len(val); off += chunkSize {
-		end := min(off+chunkSize, len(val))
-		ch := heap.AppendTuple(nil, heap.TupleHeader{Xmin: xid, Prev: heap.InvalidTID, Infomask: heap.Chunk}, nil, val[off:end])
-		tid, err := db.placeTuple(xid, heap.InvalidTID, ch, nil)
-		if err != nil {
-			return nil, err
-		}
-		ptr = appendTID(ptr, tid)
+	ptr, err := db.toastValue(xid, val)
+	if err != nil {
+		return nil, err
 	}
 	h.Infomask |= heap.External
 	return heap.AppendTuple(dst, h, key, ptr), nil
-}
-
-// detoast reassembles an out-of-line value from its pointer list.
-func (db *DB) detoast(ptr []byte) ([]byte, error) {
-	if len(ptr) < 8 {
-		return nil, fmt.Errorf("%w: external value pointer of %d bytes", ErrCorruption, len(ptr))
-	}
-	total := binary.LittleEndian.Uint32(ptr)
-	n := binary.LittleEndian.Uint32(ptr[4:])
-	if total > MaxValueSize || uint64(n) != (uint64(total)+chunkSize-1)/chunkSize || len(ptr) != 8+6*int(n) {
-		return nil, fmt.Errorf("%w: external value pointer: length %d in %d chunks, %d bytes", ErrCorruption, total, n, len(ptr))
-	}
-	out := make([]byte, 0, total)
-	for i := 0; i < int(n); i++ {
-		tid := readTID(ptr[8+6*i:])
-		buf, err := db.pool.Get(tid.Block)
-		if err != nil {
-			return nil, err
-		}
-		buf.RLock()
-		raw, err := heap.Tuple(buf.Page(), tid.Slot)
-		var h heap.TupleHeader
-		var v []byte
-		if err == nil {
-			h, _, v, err = heap.DecodeTuple(raw)
-		}
-		if err == nil && h.Infomask&heap.Chunk == 0 {
-			err = errors.New("not a chunk tuple")
-		}
-		if err == nil && len(out)+len(v) > int(total) {
-			err = errors.New("chunks longer than the value")
-		}
-		if err == nil {
-			out = append(out, v...)
-		}
-		buf.RUnlock()
-		buf.Release()
-		if err != nil {
-			return nil, db.corrupt(tid, err)
-		}
-	}
-	if len(out) != int(total) {
-		return nil, fmt.Errorf("%w: external value: %d bytes of %d", ErrCorruption, len(out), total)
-	}
-	return out, nil
 }
 
 // version is what a chain walk learns about one tuple version.

@@ -193,6 +193,7 @@ func (t verifyTarget) Snapshot() *visibility.Snapshot       { return t.db.procs.
 func (t verifyTarget) IsRunning(xid uint64) bool            { return t.db.procs.isRunning(xid) }
 func (t verifyTarget) DidCommit(xid uint64) (bool, error)   { return t.db.didCommit(xid) }
 func (t verifyTarget) ShowKey(key []byte) []byte            { return truncKey(key) }
+func (t verifyTarget) ValueCheck() verify.ValueCheck        { return &toastCheck{} }
 func (t verifyTarget) CheckIndexFile(problem verify.Problemf) {
 	t.db.verifyIndexFile(problem)
 }

@@ -468,6 +468,18 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 				}
 				if h.Infomask&heap.Chunk != 0 {
 					chunks = append(chunks, tid)
+					if isDirectory(h.Infomask) {
+						// Its chunks are freed through it, whether
+						// a version names it or it is an orphan.
+						ctids, err := parseDirectory(val, -1)
+						if err != nil {
+							perr = fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
+							break
+						}
+						for _, c := range ctids {
+							usedChunks[c.Pack()] = struct{}{}
+						}
+					}
 					continue
 				}
 				if h.Infomask&heap.External != 0 {

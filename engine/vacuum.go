@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -392,8 +391,9 @@ func (v *vacuumRun) run() error {
 	db.vac.orphans = nil
 	db.vac.orphansMu.Unlock()
 	// Index heads first: the chunks of an out-of-line head are known to
-	// be free only once the head is gone.
-	for _, heads := range []bool{true, false} {
+	// be free only once the head is gone. The chunk pass repeats while
+	// freeing directories (toast.go) adds the chunks they list.
+	for _, heads := range []bool{true, false, false} {
 		blocks := make([]uint32, 0, len(v.work))
 		for blk, w := range v.work {
 			if (heads && len(w.heads) > 0) || (!heads && len(w.chunks) > 0) {
@@ -413,6 +413,7 @@ func (v *vacuumRun) run() error {
 			v.st.PagesRevisited++
 		}
 	}
+	v.keepChunks() // what a damaged directory listed past the rounds above
 	for _, c := range v.abortedChunks {
 		if !v.freed[c.tid] {
 			v.st.RelFrozenXid = min(v.st.RelFrozenXid, c.xmin)
@@ -567,6 +568,22 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	for _, s := range chunks {
 		raw, err := heap.Tuple(page, s)
 		if err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 && !slices.Contains(pp.unused, s) {
+			if isDirectory(heap.TupleInfomask(raw)) {
+				// A directory of a large value's chunks: they go
+				// with it, in a later round of the chunk pass (run).
+				_, _, dv, err := heap.DecodeTuple(raw)
+				var ctids []heap.TID
+				if err == nil {
+					ctids, err = parseDirectory(dv, -1)
+				}
+				if err != nil {
+					return db.corrupt(heap.TID{Block: blk, Slot: s}, err)
+				}
+				for _, c := range ctids {
+					cw := v.pageWork(c.Block)
+					cw.chunks = append(cw.chunks, c.Slot)
+				}
+			}
 			pp.unused = append(pp.unused, s)
 			v.st.ChunksRemoved++
 			v.freed[heap.TID{Block: blk, Slot: s}.Pack()] = true
@@ -674,22 +691,13 @@ func (lm *lockManager) tryAcquire(key string, me *txnState) bool {
 	return true
 }
 
-// chunkTIDs parses an external value pointer (buildTuple) into its chunk
-// TIDs, with the checks detoast makes.
+// chunkTIDs parses an external value pointer (toast.go) into the TIDs it
+// names, with the checks detoast makes: data chunks, or for a value too
+// large for a direct pointer its directory chunks, whose data chunks are
+// freed when they are (revisit).
 func chunkTIDs(ptr []byte) ([]heap.TID, error) {
-	if len(ptr) < 8 {
-		return nil, fmt.Errorf("external value pointer of %d bytes", len(ptr))
-	}
-	total := binary.LittleEndian.Uint32(ptr)
-	n := binary.LittleEndian.Uint32(ptr[4:])
-	if total > MaxValueSize || uint64(n) != (uint64(total)+chunkSize-1)/chunkSize || len(ptr) != 8+6*int(n) {
-		return nil, fmt.Errorf("external value pointer: length %d in %d chunks, %d bytes", total, n, len(ptr))
-	}
-	out := make([]heap.TID, n)
-	for i := range out {
-		out[i] = readTID(ptr[8+6*i:])
-	}
-	return out, nil
+	p, err := parseToastPointer(ptr)
+	return p.tids, err
 }
 
 // repairFragmentation compacts buf's page, as PostgreSQL's

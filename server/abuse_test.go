@@ -47,11 +47,11 @@ func TestProtocolErrors(t *testing.T) {
 	}
 }
 
-// TestOversizeArgument: an argument over the engine's value limit but
-// within proto-max-bulk-len is read without being stored and refused; the
-// connection stays usable.
+// TestOversizeArgument: an argument over the longest kept (MaxArgLen, here
+// lowered to 1 MiB) but within proto-max-bulk-len is read without being
+// stored and refused; the connection stays usable.
 func TestOversizeArgument(t *testing.T) {
-	ts := startServer(t, Config{})
+	ts := startServer(t, Config{Limits: Limits{MaxArgLen: 1 << 20}})
 	r := ts.raw(t)
 	n := 2 << 20
 	go func() {
@@ -112,8 +112,8 @@ func TestStalledHalfRequests(t *testing.T) {
 		}
 		conns = append(conns, c)
 		if i%2 == 0 {
-			// Declares a 1 MiB value, sends 10 bytes of it.
-			fmt.Fprintf(c, "*3\r\n$3\r\nSET\r\n$3\r\nk%02d\r\n$1048576\r\n0123456789", i%100)
+			// Declares a 512 MiB value, sends 10 bytes of it.
+			fmt.Fprintf(c, "*3\r\n$3\r\nSET\r\n$3\r\nk%02d\r\n$536870912\r\n0123456789", i%100)
 		} else {
 			// Declares a million arguments, sends one.
 			fmt.Fprintf(c, "*1048576\r\n$3\r\nSET\r\n")
@@ -132,7 +132,7 @@ func TestStalledHalfRequests(t *testing.T) {
 	var after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	// 1000 x 1 MiB would be a GiB; each stalled client holds its read
+	// 500 x 512 MiB would be 250 GiB; each stalled client holds its read
 	// buffer and at most growStep of argument.
 	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > n*(growStep+64<<10) {
 		t.Fatalf("heap grew by %d MiB for %d stalled clients", grew>>20, n)

@@ -1446,7 +1446,7 @@ func (x *execCtx) checkPairs(args [][]byte, name string) bool {
 		if !x.checkKey(args[i]) {
 			return false
 		}
-		if len(args[i+1]) > engine.MaxValueSize {
+		if len(args[i+1]) > MaxStoredValue {
 			x.out = appendEngineError(x.out, engine.ErrTooLarge)
 			x.failed = true
 			return false

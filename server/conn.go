@@ -528,6 +528,9 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 	}
 }
 
+// tooLargeText is the reply to a key or value above the engine's limits.
+var tooLargeText = "ERR key or value too large (keys up to " + strconv.Itoa(engine.MaxKeySize) + " bytes, values up to " + strconv.Itoa(MaxStoredValue) + " bytes)"
+
 // appendEngineError turns an engine error that ended a transaction into a
 // Redis error reply.
 func appendEngineError(out []byte, err error) []byte {
@@ -537,7 +540,7 @@ func appendEngineError(out []byte, err error) []byte {
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errShutdown):
 		return redcon.AppendError(out, "ERR server is shutting down")
 	case errors.Is(err, engine.ErrTooLarge):
-		return redcon.AppendError(out, "ERR key or value too large (keys up to 1024 bytes, values up to 1048576 bytes, 1048566 for a key with an expiry)")
+		return redcon.AppendError(out, tooLargeText)
 	case errors.Is(err, engine.ErrEmptyKey):
 		return redcon.AppendError(out, "ERR empty keys are not supported")
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"mvkv/engine"
 )
 
 // Limits bound what one client may make the server hold while it reads a
@@ -18,10 +20,11 @@ type Limits struct {
 	// declared bulk length above it is a protocol error that closes the
 	// connection.
 	MaxBulkLen int64
-	// MaxArgLen is the longest argument kept (default 1 MiB, the engine's
-	// value limit). A longer one, up to MaxBulkLen, is read and thrown
-	// away, and the command is answered with an error; the connection
-	// stays usable.
+	// MaxArgLen is the longest argument kept (default MaxStoredValue, what
+	// the engine can store with an expiry beside it; above MaxBulkLen's
+	// default, so that proto-max-bulk-len is the limit clients meet). A
+	// longer one, up to MaxBulkLen, is read and thrown away, and the
+	// command is answered with an error; the connection stays usable.
 	MaxArgLen int
 	// MaxMultibulkLen is the most arguments one request may declare
 	// (default 1,048,576); more is a protocol error.
@@ -40,18 +43,24 @@ type Limits struct {
 // engine's value size for MaxArgLen.
 var DefaultLimits = Limits{
 	MaxBulkLen:       512 << 20,
-	MaxArgLen:        1 << 20,
+	MaxArgLen:        MaxStoredValue,
 	MaxMultibulkLen:  1 << 20,
 	MaxInlineLen:     64 << 10,
 	QueryBufferLimit: 1 << 30,
 }
 
+// MaxStoredValue is the longest string value the server stores, in bytes:
+// the engine's value limit less the header of a value stored with an
+// expiry, so that EXPIRE never fails on a value the server took.
+const MaxStoredValue = engine.MaxValueSize - deadlineHdrSize
+
 // argOverhead is what the reader charges against QueryBufferLimit for each
 // argument besides its bytes: the slice header and allocation rounding.
 const argOverhead = 32
 
-// growStep is the most memory a bulk argument's buffer grows by ahead of
-// the bytes that have arrived.
+// growStep is the first piece of memory a bulk argument gets before its
+// bytes arrive, and the most that is ever set aside ahead of them beyond
+// what has already arrived (readBulk).
 const growStep = 64 << 10
 
 // ProtocolError is a malformed or over-limit request. Its text is Redis's,
@@ -211,20 +220,37 @@ func (r *reader) readMultibulk(lim Limits) (request, error) {
 }
 
 // readBulk reads n bytes and the two bytes after them (Redis does not check
-// that they are "\r\n", and neither do we), growing the buffer no more than
-// growStep ahead of the data.
+// that they are "\r\n", and neither do we) into one buffer of n bytes.
+// Memory is set aside only as bytes arrive: until half of the argument is
+// in, it goes into pieces of doubling size, each no larger than what has
+// arrived (and at least growStep); then the n-byte buffer is allocated,
+// the pieces copied into it and dropped, and the rest read in place. So a
+// client that declares 512 MiB and sends 10 bytes holds growStep, nothing
+// is allocated more than what has arrived ahead of the bytes, and a large
+// argument peaks at 1.5 times its size, once (growing one buffer by
+// doubling would copy it about twice over and peak higher).
 func (r *reader) readBulk(n int) ([]byte, error) {
-	arg := make([]byte, 0, min(n, growStep))
-	for len(arg) < n {
-		chunk := min(n-len(arg), growStep)
-		if cap(arg)-len(arg) < chunk {
-			grown := make([]byte, len(arg), min(n, max(2*cap(arg), len(arg)+chunk)))
-			copy(grown, arg)
-			arg = grown
+	var pieces [][]byte
+	got := 0
+	half := n - n/2
+	for got < half && n > growStep {
+		p := make([]byte, min(max(growStep, got), max(growStep, half-got), n-got))
+		if _, err := io.ReadFull(r.br, p); err != nil {
+			return nil, err
 		}
-		m, err := io.ReadFull(r.br, arg[len(arg):len(arg)+chunk])
-		arg = arg[:len(arg)+m]
-		if err != nil {
+		pieces = append(pieces, p)
+		got += len(p)
+	}
+	var arg []byte
+	if len(pieces) == 1 && got == n {
+		arg = pieces[0]
+	} else {
+		arg = make([]byte, n)
+		off := 0
+		for _, p := range pieces {
+			off += copy(arg[off:], p)
+		}
+		if _, err := io.ReadFull(r.br, arg[got:]); err != nil {
 			return nil, err
 		}
 	}

@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/tidwall/redcon"
-
-	"mvkv/engine"
 )
 
 // The string commands beyond GET, SET and the counters, each as Redis
@@ -33,7 +31,7 @@ func (x *execCtx) bulkOrNull(v []byte) {
 // proto-max-bulk-len (checkStringLength); the engine refuses smaller ones
 // beyond its own limit with its own error.
 func (x *execCtx) checkLength(n int64) bool {
-	if n > int64(x.c.s.limits().MaxBulkLen) {
+	if n > int64(x.c.s.limits().MaxBulkLen) || n > MaxStoredValue {
 		x.errorf("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 		return false
 	}
@@ -334,11 +332,6 @@ func cmdSetRange(x *execCtx, args [][]byte) error {
 			return rmwKeep, nil, 0
 		}
 		size := max(int64(len(old)), off+int64(len(val)))
-		if size > engine.MaxValueSize {
-			// Refused by the engine anyway; do not build it.
-			size = engine.MaxValueSize + 1
-			return rmwPut, make([]byte, size), d
-		}
 		nv := make([]byte, size)
 		copy(nv, old)
 		copy(nv[off:], val)
@@ -640,8 +633,9 @@ func cmdSetBit(x *execCtx, args [][]byte) error {
 		}
 		byteAt := off >> 3
 		size := max(int64(len(v)), byteAt+1)
-		if size > engine.MaxValueSize {
-			return rmwPut, make([]byte, engine.MaxValueSize+1), d
+		if !x.checkLength(size) {
+			// proto-max-bulk-len raised past what can be stored.
+			return rmwKeep, nil, 0
 		}
 		nv := make([]byte, size)
 		copy(nv, v)
@@ -658,6 +652,9 @@ func cmdSetBit(x *execCtx, args [][]byte) error {
 	})
 	if err != nil {
 		return x.writeErr(err)
+	}
+	if x.failed {
+		return nil
 	}
 	x.wrote(key)
 	x.out = redcon.AppendInt(x.out, old)

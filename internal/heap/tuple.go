@@ -54,7 +54,9 @@ const (
 	Frozen uint16 = 1 << 4
 	// External: the value is not stored inline but is a pointer to Chunk
 	// tuples holding it (like TOAST); the pointer's layout (lengths and a
-	// list of chunk TIDs) belongs to the code that writes it.
+	// list of chunk TIDs) belongs to the code that writes it. On a Chunk
+	// tuple it marks a chunk that lists other chunks (a directory of a
+	// large value) rather than holding value bytes.
 	External uint16 = 1 << 5
 	// Chunk: this tuple is one chunk of an out-of-line value.
 	Chunk uint16 = 1 << 6

@@ -65,6 +65,18 @@ type Target interface {
 	// CheckIndexFile checks the index file the last checkpoint wrote
 	// against the index in memory.
 	CheckIndexFile(problem Problemf)
+	// ValueCheck returns a new check of out-of-line values, whose
+	// pointer and directory formats are the engine's.
+	ValueCheck() ValueCheck
+}
+
+// ValueCheck checks out-of-line values: Note is called for every tuple
+// read, Report once after the heap was read, with kind telling whether a
+// slot holds a chunk tuple and whether it is a directory, and skip true
+// for a slot on a page that could not be read.
+type ValueCheck interface {
+	Note(problem Problemf, tid heap.TID, h heap.TupleHeader, val []byte)
+	Report(problem Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool)
 }
 
 // Counts say how much the checks read.
@@ -96,6 +108,7 @@ func Run(t Target, problem Problemf) Counts {
 	vmBits, vmSnap := readVisibilityMap(t, problem, nblocks), t.Snapshot()
 	page := make([]byte, heap.PageSize)
 	badBlocks := make(map[uint32]bool) // pages that could not be read
+	values := t.ValueCheck()
 	for blk := uint32(0); blk < nblocks; blk++ {
 		c.Pages++
 		if err := t.ReadBlock(blk, page); err != nil {
@@ -117,12 +130,13 @@ func Run(t Target, problem Problemf) Counts {
 				problem("heap tuple %s: %v", tid, err)
 				continue
 			}
-			h, key, _, err := heap.DecodeTuple(raw)
+			h, key, val, err := heap.DecodeTuple(raw)
 			if err != nil {
 				problem("heap tuple %s: %v", tid, err)
 				continue
 			}
 			c.Tuples++
+			values.Note(problem, tid, h, val)
 			xmaxCommitted := h.Infomask&heap.XmaxCommitted != 0
 			xminCommitted, xminAborted := h.Infomask&heap.Frozen != 0, false
 			for _, x := range []struct {
@@ -180,6 +194,10 @@ func Run(t Target, problem Problemf) Counts {
 		}
 	}
 	clogBad.report(problem)
+	values.Report(problem, func(t heap.TID) (bool, bool) {
+		ti, ok := tuples[t.Pack()]
+		return ok && ti.chunk, ok && ti.h.Infomask&heap.Chunk != 0 && ti.h.Infomask&heap.External != 0
+	}, func(t heap.TID) bool { return badBlocks[t.Block] })
 	// The newest version of each key: the one whose inserter committed and
 	// whose xmax did not. Prev links are not checked for existence:
 	// pruning frees a version on its own page and leaves the link to it

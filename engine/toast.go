@@ -1,0 +1,375 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"mvkv/internal/heap"
+	"mvkv/internal/verify"
+)
+
+// Out-of-line values, the TOAST idea (PostgreSQL's toast_save_datum and
+// toast_fetch_datum). A value that does not fit inline is cut into data
+// chunks, each a chunk tuple (heap.Chunk) of its own on a page, and the
+// version's tuple (heap.External) holds a pointer to them. Two pointer
+// formats exist:
+//
+//	direct   (values of up to maxDirectChunks chunks, 1 MiB):
+//	    u32 total length | u32 n | n x TID(6)
+//	    n = ceil(total/chunkSize): chunks of 8,128 bytes that fill a page
+//	indirect (larger values):
+//	    u32 total length | u32 1<<31 | nd | nd x TID(6)
+//	    n = ceil(total/largeChunkSize): chunks of 7,904 bytes
+//	    nd = ceil(n/tidsPerDirectory), 1,317 TIDs a directory
+//
+// An indirect pointer names directory chunks: chunk tuples flagged
+// heap.Chunk|heap.External whose value is the TIDs (6 bytes each) of up to
+// tidsPerDirectory data chunks, in value order; directory i lists data
+// chunks [i*tidsPerDirectory, (i+1)*tidsPerDirectory). A value of 512 MiB
+// needs 67,924 data chunks and 52 directories, a pointer of 320 bytes; at
+// 1 GiB, 104 directories and 632 bytes.
+// Every count is derived from the total length, which is bounded by
+// MaxValueSize, and checked against the pointer's and each directory's
+// length before anything is allocated or read.
+//
+// Values that fit the direct format are still written in it, byte for byte
+// as before two-level pointers existed, so a data directory written by this
+// code holds no new format unless a value above 1 MiB was stored.
+//
+// A directory is marked by the External flag on the chunk itself, so that
+// whoever frees a chunk knows without the pointer that it must free the
+// data chunks the directory lists too: vacuum frees a dead version's
+// directories and, on meeting a directory on its page, adds the chunks it
+// lists to its work (vacuum.go); a directory that is an orphan after a crash
+// is freed the same way, and the rebuild of the index counts the chunks a
+// directory lists as used, so that they are freed once, through it.
+
+const (
+	// tidSize is the encoded size of a TID in a pointer or a directory.
+	tidSize = 6
+	// maxDirectChunks is the most data chunks a direct pointer lists: as
+	// many as the largest value (1 MiB) had before indirect pointers.
+	maxDirectChunks = (1<<20 + chunkSize - 1) / chunkSize
+	// largeChunkSize is the value bytes of a data chunk of a value with an
+	// indirect pointer: its tuple is as large as the free space map's top
+	// category promises a page holds, so that the pages vacuum frees of
+	// one large value take the chunks of the next. (A direct value's chunk
+	// fills an empty page exactly, more than any category promises: its
+	// chunks always go to new pages. Its size is part of the old format.)
+	largeChunkSize = (fsmCategories-1)*fsmCategoryBytes - heap.TupleHeaderSize
+	// tidsPerDirectory is the most data chunk TIDs one directory holds; a
+	// directory is no larger than a data chunk, for the same reason.
+	tidsPerDirectory = largeChunkSize / tidSize
+	// indirectFlag marks the count field of an indirect pointer.
+	indirectFlag = 1 << 31
+	// toastFlushBytes is how many bytes of chunks a write of one value
+	// inserts into the WAL between two flushes of it. The WAL keeps
+	// inserted records in memory until they are written: without these
+	// flushes a 512 MiB value would be held a second time there until its
+	// commit (PostgreSQL's XLogInsert likewise writes WAL out when its
+	// buffers fill rather than grow them).
+	toastFlushBytes = 4 << 20
+)
+
+// toastPointer is a decoded external value pointer.
+type toastPointer struct {
+	total    int        // value length in bytes
+	chunks   int        // data chunks
+	indirect bool       // tids are directories, not data chunks
+	tids     []heap.TID // what the pointer names
+}
+
+// errPointer wraps pointer and directory format errors.
+var errPointer = errors.New("external value pointer")
+
+// parseToastPointer decodes an external value pointer, checking every count
+// against the total length and the pointer's own length. It reads nothing
+// else and never panics.
+func parseToastPointer(ptr []byte) (toastPointer, error) {
+	var p toastPointer
+	if len(ptr) < 8 {
+		return p, fmt.Errorf("%w of %d bytes", errPointer, len(ptr))
+	}
+	total := binary.LittleEndian.Uint32(ptr)
+	field := binary.LittleEndian.Uint32(ptr[4:])
+	if total > MaxValueSize {
+		return p, fmt.Errorf("%w: length %d above the limit %d", errPointer, total, MaxValueSize)
+	}
+	p.total = int(total)
+	p.indirect = field&indirectFlag != 0
+	field &^= indirectFlag
+	p.chunks = (p.total + p.chunkBytes() - 1) / p.chunkBytes()
+	n := p.chunks
+	if p.indirect {
+		n = (p.chunks + tidsPerDirectory - 1) / tidsPerDirectory
+	} else if p.chunks > maxDirectChunks {
+		return p, fmt.Errorf("%w: direct pointer for %d bytes in %d chunks (at most %d)", errPointer, total, p.chunks, maxDirectChunks)
+	}
+	if uint64(field) != uint64(n) || len(ptr) != 8+tidSize*n {
+		return p, fmt.Errorf("%w: length %d in %d chunks: %d names in %d bytes (want %d)", errPointer, total, p.chunks, field, len(ptr), n)
+	}
+	p.tids = make([]heap.TID, n)
+	for i := range p.tids {
+		p.tids[i] = readTID(ptr[8+tidSize*i:])
+	}
+	return p, nil
+}
+
+// parseDirectory decodes a directory chunk's value into the data chunk TIDs
+// it lists. want is the count the pointer implies, or -1 when the caller
+// has no pointer (vacuum freeing a directory).
+func parseDirectory(val []byte, want int) ([]heap.TID, error) {
+	if len(val) == 0 || len(val)%tidSize != 0 || len(val)/tidSize > tidsPerDirectory {
+		return nil, fmt.Errorf("%w: directory of %d bytes", errPointer, len(val))
+	}
+	n := len(val) / tidSize
+	if want >= 0 && n != want {
+		return nil, fmt.Errorf("%w: directory lists %d chunks, the pointer implies %d", errPointer, n, want)
+	}
+	out := make([]heap.TID, n)
+	for i := range out {
+		out[i] = readTID(val[tidSize*i:])
+	}
+	return out, nil
+}
+
+// chunkBytes is the value bytes of each data chunk but the last.
+func (p *toastPointer) chunkBytes() int {
+	if p.indirect {
+		return largeChunkSize
+	}
+	return chunkSize
+}
+
+// directoryLen is how many data chunks directory i of a pointer lists.
+func (p *toastPointer) directoryLen(i int) int {
+	return min(tidsPerDirectory, p.chunks-i*tidsPerDirectory)
+}
+
+// toastValue writes val out of line as chunk tuples of transaction xid and
+// returns the pointer for the version's tuple. One chunk tuple buffer is
+// reused for all chunks (the page and the WAL copy it), and the WAL is
+// flushed every toastFlushBytes, so the memory a write holds besides val is
+// a few pages and at most toastFlushBytes of WAL.
+func (db *DB) toastValue(xid uint64, val []byte) ([]byte, error) {
+	step := chunkSize
+	n := (len(val) + step - 1) / step
+	indirect := n > maxDirectChunks
+	if indirect {
+		step = largeChunkSize
+		n = (len(val) + step - 1) / step
+	}
+	hdr := heap.TupleHeader{Xmin: xid, Prev: heap.InvalidTID, Infomask: heap.Chunk}
+	tup := make([]byte, 0, heap.TupleHeaderSize+step)
+	place := func(h heap.TupleHeader, payload []byte) (heap.TID, error) {
+		tup = heap.AppendTuple(tup[:0], h, nil, payload)
+		return db.placeTuple(xid, heap.InvalidTID, tup, nil)
+	}
+	ptr := binary.LittleEndian.AppendUint32(nil, uint32(len(val)))
+	var dir []byte
+	if indirect {
+		nd := (n + tidsPerDirectory - 1) / tidsPerDirectory
+		ptr = binary.LittleEndian.AppendUint32(ptr, indirectFlag|uint32(nd))
+		dir = make([]byte, 0, tidsPerDirectory*tidSize)
+	} else {
+		ptr = binary.LittleEndian.AppendUint32(ptr, uint32(n))
+	}
+	dirHdr := hdr
+	dirHdr.Infomask |= heap.External
+	unflushed := 0
+	for off := 0; off < len(val); off += step {
+		end := min(off+step, len(val))
+		tid, err := place(hdr, val[off:end])
+		if err != nil {
+			return nil, err
+		}
+		unflushed += end - off
+		if !indirect {
+			ptr = appendTID(ptr, tid)
+			continue
+		}
+		dir = appendTID(dir, tid)
+		if len(dir) == tidsPerDirectory*tidSize || end == len(val) {
+			dtid, err := place(dirHdr, dir)
+			if err != nil {
+				return nil, err
+			}
+			ptr = appendTID(ptr, dtid)
+			dir = dir[:0]
+		}
+		if unflushed >= toastFlushBytes {
+			if err := db.wal.FlushData(db.wal.InsertLSN()); err != nil {
+				return nil, db.fail(err)
+			}
+			unflushed = 0
+		}
+	}
+	return ptr, nil
+}
+
+// detoast reassembles an out-of-line value from its pointer into one
+// buffer of the value's length.
+func (db *DB) detoast(ptr []byte) ([]byte, error) {
+	p, err := parseToastPointer(ptr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorruption, err)
+	}
+	out := make([]byte, 0, p.total)
+	if !p.indirect {
+		for _, tid := range p.tids {
+			if out, err = db.appendChunk(out, tid, false, p.total); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		var dir []byte
+		for i, d := range p.tids {
+			if dir, err = db.appendChunk(dir[:0], d, true, tidsPerDirectory*tidSize); err != nil {
+				return nil, err
+			}
+			tids, err := parseDirectory(dir, p.directoryLen(i))
+			if err != nil {
+				return nil, db.corrupt(d, err)
+			}
+			for _, tid := range tids {
+				if out, err = db.appendChunk(out, tid, false, p.total); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if len(out) != p.total {
+		return nil, fmt.Errorf("%w: external value: %d bytes of %d", ErrCorruption, len(out), p.total)
+	}
+	return out, nil
+}
+
+// appendChunk appends the value of the chunk tuple at tid to dst, failing
+// with ErrCorruption if the slot holds no chunk of the expected kind
+// (directory or data) or dst would grow past limit bytes.
+func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int) ([]byte, error) {
+	buf, err := db.pool.Get(tid.Block)
+	if err != nil {
+		return nil, err
+	}
+	buf.RLock()
+	raw, err := heap.Tuple(buf.Page(), tid.Slot)
+	var h heap.TupleHeader
+	var v []byte
+	if err == nil {
+		h, _, v, err = heap.DecodeTuple(raw)
+	}
+	switch {
+	case err != nil:
+	case h.Infomask&heap.Chunk == 0:
+		err = errors.New("not a chunk tuple")
+	case directory != (h.Infomask&heap.External != 0):
+		err = fmt.Errorf("chunk is not a %s", map[bool]string{true: "directory", false: "data chunk"}[directory])
+	case len(dst)+len(v) > limit:
+		err = errors.New("chunks longer than the value")
+	default:
+		dst = append(dst, v...)
+	}
+	buf.RUnlock()
+	buf.Release()
+	if err != nil {
+		return nil, db.corrupt(tid, err)
+	}
+	return dst, nil
+}
+
+// isDirectory reports whether a tuple's infomask marks a directory chunk.
+func isDirectory(infomask uint16) bool {
+	return infomask&heap.Chunk != 0 && infomask&heap.External != 0
+}
+
+// describePointer describes an external value pointer for the WAL dump.
+func describePointer(ptr []byte) string {
+	p, err := parseToastPointer(ptr)
+	switch {
+	case err != nil:
+		return "malformed: " + err.Error()
+	case p.indirect:
+		return fmt.Sprintf("%d bytes in %d chunks via %d directories", p.total, p.chunks, len(p.tids))
+	}
+	return fmt.Sprintf("%d bytes in %d chunks", p.total, p.chunks)
+}
+
+// toastCheck is Verify's check of out-of-line values: every pointer and
+// directory decodes, and names chunks of the right kind, as many as the
+// value's length implies.
+type toastCheck struct {
+	pointers map[heap.TID]toastPointer
+	dirs     map[heap.TID][]heap.TID
+}
+
+// Note records a tuple Verify read: a pointer (a version flagged External)
+// or a directory; a malformed one is reported at once.
+func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHeader, val []byte) {
+	switch {
+	case isDirectory(h.Infomask):
+		tids, err := parseDirectory(val, -1)
+		if err != nil {
+			problem("heap tuple %s: %v", tid, err)
+			return
+		}
+		if c.dirs == nil {
+			c.dirs = make(map[heap.TID][]heap.TID)
+		}
+		c.dirs[tid] = tids
+	case h.Infomask&heap.External != 0 && h.Infomask&heap.Chunk == 0:
+		p, err := parseToastPointer(val)
+		if err != nil {
+			problem("heap tuple %s: %v", tid, err)
+			return
+		}
+		if c.pointers == nil {
+			c.pointers = make(map[heap.TID]toastPointer)
+		}
+		c.pointers[tid] = p
+	}
+}
+
+// Report checks what Note recorded against the heap: kind(tid) says
+// whether the slot holds a chunk tuple and whether it is a directory;
+// skip(tid) is true for a slot on a page that could not be read.
+func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool) {
+	const maxReported = 20
+	bad := 0
+	problem := func(format string, a ...any) {
+		if bad++; bad <= maxReported {
+			report(format, a...)
+		}
+	}
+	for tid, p := range c.pointers {
+		for i, t := range p.tids {
+			if skip(t) {
+				continue
+			}
+			chunk, dir := kind(t)
+			if !chunk || dir != p.indirect {
+				problem("heap tuple %s: its external value names %s, which is not a %s", tid, t, map[bool]string{true: "directory", false: "data chunk"}[p.indirect])
+				continue
+			}
+			if !p.indirect {
+				continue
+			}
+			listed := c.dirs[t]
+			if len(listed) != p.directoryLen(i) {
+				problem("heap tuple %s: directory %s lists %d chunks, the value's length implies %d", tid, t, len(listed), p.directoryLen(i))
+			}
+			for _, d := range listed {
+				if skip(d) {
+					continue
+				}
+				if chunk, dir := kind(d); !chunk || dir {
+					problem("heap tuple %s: directory %s names %s, which is not a data chunk", tid, t, d)
+				}
+			}
+		}
+	}
+	if bad > maxReported {
+		report("%d more problems with external values", bad-maxReported)
+	}
+}
