@@ -549,7 +549,7 @@ func enumSetting[T ~string](name, desc string, values []T, def T, field func(*Op
 		ensure: func(o *Options) { *field(o) = cmp0(*field(o), def) },
 		check: func(o *Options) error {
 			if v := string(*field(o)); !slices.Contains(names, v) {
-				return fmt.Errorf("mvkv: unknown %s %q (want %s)", name, v, orList(names))
+				return fmt.Errorf("mvkv: unknown %s mode %q (%s: want %s)", strings.ReplaceAll(name, "_", " "), v, name, orList(names))
 			}
 			return nil
 		},
