@@ -38,9 +38,22 @@ func flagName(s engine.Setting) string { return strings.ReplaceAll(s.Name, "_", 
 func engineUsage() string {
 	var b strings.Builder
 	for _, s := range engine.Settings() {
-		writeOption(&b, "--"+flagName(s)+"="+s.Syntax, s.Description+" (default: "+s.Default+")")
+		writeOption(&b, "--"+flagName(s)+"="+s.Syntax, s.Description+rangeText(s)+" (default: "+s.Default+")")
 	}
 	return b.String()
+}
+
+// rangeText is a number's range as the help text gives it, after the
+// description.
+func rangeText(s engine.Setting) string {
+	if s.Min == "" {
+		return ""
+	}
+	if s.Max == "" {
+		return "; at least " + s.Min
+	}
+	unit := map[string]string{"us": " microseconds", "ms": " ms", "s": " s", "%": " percent"}[s.Unit]
+	return "; " + s.Min + " to " + s.Max + unit
 }
 
 // Help text layout: options start at column 3, their text at column 28 and
