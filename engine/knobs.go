@@ -144,7 +144,8 @@ type Setting struct {
 	// or "" (pg_settings.unit). A size also takes a unit suffix B, kB, MB,
 	// GB or TB (1024-based), a time a Go duration such as 90s.
 	Unit string
-	// Min and Max bound a number, in Unit; empty for bool and enum.
+	// Min and Max bound a number, as text (a size with its unit, others
+	// in Unit); both are empty for bool and enum, Max for a size.
 	Min, Max string
 	// Values lists what an enum or a bool takes (on, off), and the words a
 	// number takes besides numbers (commit_delay's auto).
@@ -153,7 +154,8 @@ type Setting struct {
 	// MS, SEC|DURATION, or an enum's values.
 	Syntax string
 	// Default is the value of an Options field left at its zero value,
-	// as Show prints it.
+	// as Show prints it; clog_buffers' 0 stands for a number derived from
+	// shared_buffers, which Show prints instead.
 	Default string
 	// Description says what the knob does, without its default.
 	Description string
