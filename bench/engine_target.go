@@ -21,39 +21,21 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 	if !o.SynchronousCommit {
 		sc = engine.SyncCommitOff
 	}
-	group := !o.CLOGGroupUpdateOff
-	autovacuum := !o.AutovacuumOff
-	elr := !o.EarlyLockReleaseOff
-	db, err := engine.Open(dir, engine.Options{
-		FS:                          engineDiskFS(o.Disk),
-		Logger:                      o.Logger,
-		SharedBuffers:               o.SharedBuffers,
-		SynchronousCommit:           sc,
-		CommitDelay:                 o.CommitDelay,
-		CommitSiblings:              o.CommitSiblings,
-		WALFlusher:                  o.WALFlusher,
-		VisibilityMap:               o.VisibilityMap,
-		CLOGLocking:                 o.CLOGLocking,
-		CLOGGroupUpdate:             &group,
-		EarlyLockRelease:            &elr,
-		Autovacuum:                  &autovacuum,
-		AutovacuumNaptime:           o.AutovacuumNaptime,
-		AutovacuumVacuumThreshold:   o.AutovacuumThreshold,
-		AutovacuumVacuumScaleFactor: o.AutovacuumScaleFactor,
-		VacuumFreezeMinAge:          o.VacuumFreezeMinAge,
-		VacuumFreezeTableAge:        o.VacuumFreezeTableAge,
-		FillFactor:                  o.FillFactor,
-	})
+	eo := o.Engine
+	eo.FS = engineDiskFS(o.Disk)
+	eo.Logger = o.Logger
+	eo.SharedBuffers = o.SharedBuffers
+	eo.SynchronousCommit = sc
+	eo.CommitDelay = o.CommitDelay
+	// TargetOptions' commit_siblings is the setting's value, where
+	// engine.Options takes NoCommitSiblings for 0.
+	eo.CommitSiblings = o.CommitSiblings
+	if o.CommitSiblings == 0 {
+		eo.CommitSiblings = engine.NoCommitSiblings
+	}
+	db, err := engine.Open(dir, eo)
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)
-	}
-	// Options reads commit_siblings 0 as "the default"; the setter takes
-	// it literally, as the bench option means it.
-	if o.CommitSiblings == 0 {
-		if err := db.SetCommitSiblings(0); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)
-		}
 	}
 	return &engineTarget{
 		db:   db,

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"mvkv/engine"
 )
 
 // ErrBadSweep is returned for a --sweep that names an unknown knob or gives
@@ -61,49 +63,24 @@ var knobs = map[string]func(c *Config, v string) error{
 		c.Threads = min(c.Threads, n)
 		return nil
 	},
-	"commit_delay": func(c *Config, v string) error {
-		n, err := ParseCommitDelay(v)
-		c.Options.CommitDelay = n
-		return err
-	},
-	"commit_siblings": func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1000 {
-			return fmt.Errorf("want 0..1000")
-		}
-		c.Options.CommitSiblings = n
-		return nil
-	},
-	"wal_flusher": func(c *Config, v string) error {
-		switch v {
-		case "serial", "pipelined", "none":
-			c.Options.WALFlusher = v
-			return nil
-		}
-		return fmt.Errorf("want serial, pipelined or none")
-	},
+	// commit_delay, commit_siblings and synchronous_commit are read as
+	// the engine's settings and applied to every target that takes them.
+	"commit_delay": engineKnob("commit_delay", func(c *Config, o *engine.Options) {
+		c.Options.CommitDelay = o.CommitDelay
+	}),
+	"commit_siblings": engineKnob("commit_siblings", func(c *Config, o *engine.Options) {
+		c.Options.CommitSiblings = max(o.CommitSiblings, 0) // NoCommitSiblings is 0
+	}),
+	"synchronous_commit": engineKnob("synchronous_commit", func(c *Config, o *engine.Options) {
+		c.Options.SynchronousCommit = o.SynchronousCommit == engine.SyncCommitOn
+	}),
+	"wal_flusher": engineKnob("wal_flusher", nil),
 	// vm is the engine's visibility map mode, for the 2011 question
 	// whether WAL-logging the map costs throughput.
-	"vm": func(c *Config, v string) error {
-		switch v {
-		case "crash-safe", "unlogged":
-			c.Options.VisibilityMap = v
-			return nil
-		}
-		return fmt.Errorf("want crash-safe or unlogged")
-	},
-	"synchronous_commit": func(c *Config, v string) error {
-		on, err := ParseOnOff(v)
-		c.Options.SynchronousCommit = on
-		return err
-	},
+	"vm": engineKnob("visibility_map", nil),
 	// early_lock_release is the engine's commit order: on releases row
 	// locks when the commit record is in the WAL, off when it is durable.
-	"early_lock_release": func(c *Config, v string) error {
-		on, err := ParseOnOff(v)
-		c.Options.EarlyLockReleaseOff = !on
-		return err
-	},
+	"early_lock_release": engineKnob("early_lock_release", nil),
 	"target": func(c *Config, v string) error {
 		if v != "engine" && v != "pebble" && !strings.HasPrefix(v, "postgres=") {
 			return fmt.Errorf("want engine, pebble or postgres=URL")
@@ -129,9 +106,33 @@ var knobs = map[string]func(c *Config, v string) error{
 	},
 	"clog": func(c *Config, v string) error {
 		locking, group, err := ParseCLOGVariant(v)
-		c.Options.CLOGLocking, c.Options.CLOGGroupUpdateOff = locking, !group
+		c.Options.Engine.CLOGLocking, c.Options.Engine.CLOGGroupUpdate = engine.CLOGLocking(locking), &group
 		return err
 	},
+}
+
+// engineKnob is a sweep knob that takes the values of the engine's setting
+// name, as engine.Setting.Set parses them, into the engine target's
+// options; apply, if not nil, also hands the value to the fields the other
+// targets read. The error says what the setting takes.
+func engineKnob(name string, apply func(c *Config, o *engine.Options)) func(c *Config, v string) error {
+	s, ok := engine.LookupSetting(name)
+	if !ok {
+		panic("bench: no engine setting " + name)
+	}
+	return func(c *Config, v string) error {
+		if err := s.Set(&c.Options.Engine, v); err != nil {
+			var se *engine.SettingError
+			if errors.As(err, &se) {
+				return errors.New(se.Want)
+			}
+			return err
+		}
+		if apply != nil {
+			apply(c, &c.Options.Engine)
+		}
+		return nil
+	}
 }
 
 // ParseCLOGVariant reads a CLOG locking variant as the clog sweep knob
@@ -146,35 +147,6 @@ func ParseCLOGVariant(v string) (locking string, group bool, err error) {
 		return "", false, fmt.Errorf("want global, bank, global+group or bank+group")
 	}
 	return locking, group, nil
-}
-
-// CommitDelayAuto is the TargetOptions.CommitDelay value for
-// commit_delay=auto, the engine's adaptive delay (engine.CommitDelayAuto).
-const CommitDelayAuto = -1
-
-// ParseCommitDelay reads commit_delay: microseconds 0..100000, or "auto"
-// (CommitDelayAuto).
-func ParseCommitDelay(v string) (int, error) {
-	if v == "auto" {
-		return CommitDelayAuto, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > 100000 {
-		return 0, fmt.Errorf("want 0..100000 microseconds or auto")
-	}
-	return n, nil
-}
-
-// ParseOnOff reads a PostgreSQL boolean setting: on/off, true/false,
-// yes/no, 1/0.
-func ParseOnOff(v string) (bool, error) {
-	switch strings.ToLower(v) {
-	case "on", "true", "1", "yes":
-		return true, nil
-	case "off", "false", "0", "no":
-		return false, nil
-	}
-	return false, fmt.Errorf("want on or off")
 }
 
 // SweepTable is a finished (or interrupted) sweep, what WriteSweepTable

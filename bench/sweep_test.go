@@ -209,7 +209,7 @@ func TestSweepCLOG(t *testing.T) {
 			t.Fatal(err)
 		}
 		locking, group, _ := ParseCLOGVariant(v)
-		if c.Options.CLOGLocking != locking || c.Options.CLOGGroupUpdateOff == group {
+		if string(c.Options.Engine.CLOGLocking) != locking || *c.Options.Engine.CLOGGroupUpdate != group {
 			t.Errorf("clog=%s set %+v", v, c.Options)
 		}
 	}
@@ -412,7 +412,7 @@ func TestSweepVM(t *testing.T) {
 	if len(rows) != 2 || rows[0][0] != "crash-safe" || rows[1][0] != "unlogged" {
 		t.Fatalf("rows %q:\n%s", rows, out.String())
 	}
-	if _, err := OpenTarget("engine", t.TempDir(), TargetOptions{VisibilityMap: "eventually"}); err == nil {
+	if _, err := OpenTarget("engine", t.TempDir(), TargetOptions{Engine: engine.Options{VisibilityMap: "eventually"}}); err == nil {
 		t.Fatal("the engine opened with an unknown visibility map mode")
 	}
 }

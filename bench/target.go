@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
+
+	"mvkv/engine"
 )
 
 // ErrUnknownTarget is returned by OpenTarget for a target name it does not know.
@@ -109,17 +110,15 @@ type TargetOptions struct {
 	// SynchronousCommit is synchronous_commit: true waits for the commit's
 	// WAL sync (pebble.Sync on pebble).
 	SynchronousCommit bool
-	// CommitDelay is commit_delay in microseconds, or CommitDelayAuto for
-	// the engine's adaptive delay (engine; on PostgreSQL a positive delay is
-	// set per session, which needs a superuser).
+	// CommitDelay is commit_delay in microseconds, or
+	// engine.CommitDelayAuto for the engine's adaptive delay (engine; on
+	// PostgreSQL a positive delay is set per session, which needs a
+	// superuser).
 	CommitDelay int
 	// CommitSiblings is commit_siblings, passed as is: 0 means the delay is
 	// taken whatever the number of other active transactions (the
 	// command's default is PostgreSQL's 5). Engine and PostgreSQL.
 	CommitSiblings int
-	// WALFlusher is the engine's group-commit flusher policy ("serial",
-	// "pipelined", "none"); "" means the engine's default. Engine only.
-	WALFlusher string
 	// Disk is the simulated disk the target's syncs pay for; the zero
 	// value is the real disk. Engine and pebble (see DiskModel).
 	Disk DiskModel
@@ -128,43 +127,11 @@ type TargetOptions struct {
 	SharedBuffers int64
 	// RESPMode is RESPModeMulti (the default) or RESPModeWatch. RESP only.
 	RESPMode string
-	// VisibilityMap is the engine's visibility map mode ("crash-safe" or
-	// "unlogged"; "" means the engine's default, crash-safe). Engine only.
-	VisibilityMap string
-	// AutovacuumOff turns the engine's autovacuum off (it is on by
-	// default, as in PostgreSQL). Engine only.
-	AutovacuumOff bool
-	// AutovacuumNaptime is the engine's autovacuum_naptime; 0 means the
-	// engine's default (1 minute). Engine only.
-	AutovacuumNaptime time.Duration
-	// AutovacuumThreshold and AutovacuumScaleFactor are the engine's
-	// autovacuum_vacuum_threshold and autovacuum_vacuum_scale_factor; 0
-	// means the engine's defaults (50 and 0.2), and a negative scale
-	// factor means 0 (engine.Options). Engine only.
-	AutovacuumThreshold   int
-	AutovacuumScaleFactor float64
-	// VacuumFreezeMinAge and VacuumFreezeTableAge are the engine's
-	// vacuum_freeze_min_age and vacuum_freeze_table_age in transactions,
-	// as engine.Options takes them: 0 means the engine's defaults
-	// (50,000,000 and 150,000,000), a negative value freezes every tuple
-	// below the horizon (makes every vacuum aggressive). Engine only.
-	VacuumFreezeMinAge, VacuumFreezeTableAge int64
-	// FillFactor is the engine's fillfactor, 10 to 100 (0: 100). Engine
-	// only.
-	FillFactor int
-	// CLOGLocking is the engine's CLOG locking variant: "bank" (a lock per
-	// bank of 16 buffers, PostgreSQL 17), "global" (one lock, as before
-	// 17), or "" for the engine's default (bank). Engine only.
-	CLOGLocking string
-	// CLOGGroupUpdateOff turns the engine's CLOG group update
-	// (TransactionGroupUpdateXidStatus) off; it is on by default. Engine
-	// only.
-	CLOGGroupUpdateOff bool
-	// EarlyLockReleaseOff turns the engine's early lock release off
-	// (engine.Options.EarlyLockRelease), for PostgreSQL's commit order:
-	// a synchronous commit keeps its row locks and stays invisible until
-	// its commit record is durable. Engine only.
-	EarlyLockReleaseOff bool
+	// Engine holds the engine target's other knobs, as engine.Open takes
+	// them (the zero value gives the engine's defaults). The fields above
+	// replace its SynchronousCommit, CommitDelay, CommitSiblings,
+	// SharedBuffers, FS and Logger. Engine only.
+	Engine engine.Options
 }
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating

@@ -61,10 +61,6 @@ func IsRetryable(err error) bool {
 	return errors.Is(err, ErrSerializationFailure) || errors.Is(err, ErrDeadlock)
 }
 
-// NoCommitSiblings set as Options.CommitSiblings asks for commit_siblings =
-// 0, which the zero value cannot express.
-const NoCommitSiblings = -1
-
 // Size limits, in bytes. A value longer than about 1 KiB is stored out of
 // line, in chunks of a page each (PostgreSQL's TOAST); MaxValueSize leaves
 // room above Redis's 512 MiB strings for what a server stores beside a value.
@@ -99,28 +95,11 @@ func (l IsolationLevel) String() string {
 	return "unknown"
 }
 
-// SynchronousCommit mirrors PostgreSQL's synchronous_commit (on and off only).
-type SynchronousCommit int
-
-const (
-	// SyncCommitOn: Commit returns only after the commit record is durable.
-	SyncCommitOn SynchronousCommit = iota
-	// SyncCommitOff: Commit returns after the commit record is in the WAL
-	// buffer; the WAL writer makes it durable within about 3 x WALWriterDelay.
-	// A crash can lose the most recent such commits, never parts of them.
-	SyncCommitOff
-)
-
-// CommitDelayAuto, as Options.CommitDelay or DB.SetCommitDelay (the "auto"
-// setting), selects wal.CommitDelayAuto: an adaptive commit_delay that never
-// delays a lone committer and otherwise waits for the other active
-// transactions to reach their commit, for at most half the recent average
-// WAL sync latency.
-const CommitDelayAuto = -1 // equals wal.CommitDelayAuto
-
 // Options configure Open. The zero value gives PostgreSQL's defaults scaled
-// to a small engine. Options are copied at Open; knobs that may change at run
-// time have setters on DB.
+// to a small engine: every field left at its zero value takes its default
+// (see EnsureDefaults), and Settings describes each knob, its range and its
+// default as text. Options are copied at Open; knobs that may change at
+// run time have setters on DB (and DB.SetConfig).
 type Options struct {
 	// FS is the file system seam; nil means the operating system's.
 	FS vfs.FS
@@ -129,7 +108,7 @@ type Options struct {
 	Logger *slog.Logger
 	// SharedBuffers is the size of the heap buffer pool in bytes (default
 	// 128 MiB, PostgreSQL's shared_buffers default), rounded down to 8 KiB
-	// pages, at least 16 pages and at most the machine's physical memory
+	// pages, raised to 16 pages and at most the machine's physical memory
 	// (Open returns an error above it: the pool is allocated at once).
 	SharedBuffers int64
 	// FillFactor is PostgreSQL's fillfactor, a percentage from 10 to 100
@@ -156,26 +135,28 @@ type Options struct {
 	// can lose; with it on, many commits to one row share a flush. See
 	// DB.SetEarlyLockRelease to change it at run time.
 	EarlyLockRelease *bool
-	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):
+	// CommitDelay is PostgreSQL's commit_delay in microseconds (0 to 100000):
 	// the group-commit leader waits this long for siblings before it writes
 	// and syncs the WAL, when at least CommitSiblings other transactions are
 	// active. Default 0. CommitDelayAuto selects the adaptive delay.
 	CommitDelay int
 	// CommitSiblings is PostgreSQL's commit_siblings (default 5; 0 means
 	// the default, NoCommitSiblings means 0: delay whatever the number of
-	// other active transactions).
+	// other active transactions; at most 1000).
 	CommitSiblings int
 	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
-	// often the background WAL writer flushes asynchronous commits.
+	// often the background WAL writer flushes asynchronous commits. Any
+	// positive duration is taken here; the setting's text takes 1 ms to
+	// 10 s.
 	WALWriterDelay time.Duration
-	// WALFlusher is the group-commit flusher policy: "pipelined" (the
-	// default: the next group's write and sync may start while earlier
-	// syncs are outstanding, when measuring shows that commits faster
-	// than one sync at a time), "serial" (PostgreSQL's leader/follower
-	// XLogFlush, one sync at a time) or "none" (one sync per commit). See
-	// package wal and docs/BENCHMARKS.md for the measurements behind the
-	// default.
-	WALFlusher string
+	// WALFlusher is the group-commit flusher policy: WALFlusherPipelined
+	// (the default, the wal package's DefaultFlusher: the next group's
+	// write and sync may start while earlier syncs are outstanding, when
+	// measuring shows that commits faster than one sync at a time),
+	// WALFlusherSerial (PostgreSQL's leader/follower XLogFlush, one sync
+	// at a time) or WALFlusherNone (one sync per commit). See package wal
+	// and docs/BENCHMARKS.md for the measurements behind the default.
+	WALFlusher WALFlusher
 	// WALSegmentSize is the size of a WAL segment file in bytes, a power of
 	// two from 1 MiB to 1 GiB (default 16 MiB). It applies to a new data
 	// directory; an existing one keeps the size its WAL was written with.
@@ -186,26 +167,27 @@ type Options struct {
 	// does: SharedBuffers/512 pages, a multiple of 16 from 16 to 1024 (32
 	// for the default 128 MiB); see clog.AutotuneBuffers.
 	CLOGBuffers int
-	// CLOGLocking is "bank" (one lock per bank of 16 CLOG buffers, as
-	// PostgreSQL 17; the default when empty) or "global" (one lock for all,
-	// as before 17); anything else makes Open fail with an error wrapping
-	// clog.ErrInvalidOptions.
-	CLOGLocking string
+	// CLOGLocking is CLOGLockingBank (one lock per bank of 16 CLOG
+	// buffers, as PostgreSQL 17; the default) or CLOGLockingGlobal (one
+	// lock for all, as before 17); anything else makes Open fail.
+	CLOGLocking CLOGLocking
 	// CLOGGroupUpdate turns the CLOG's group update of transaction statuses
 	// (PostgreSQL 11's TransactionGroupUpdateXidStatus) on or off; nil
 	// means on.
 	CLOGGroupUpdate *bool
 	// CheckpointTimeout is PostgreSQL's checkpoint_timeout (default 5 min);
-	// negative disables time-driven checkpoints.
+	// negative disables time-driven checkpoints (the setting's 0).
 	CheckpointTimeout time.Duration
-	// MaxWALSize is PostgreSQL's max_wal_size in bytes (default 1 GiB): a
-	// checkpoint starts when this much WAL was written since the last one.
+	// MaxWALSize is PostgreSQL's max_wal_size in bytes (default 1 GiB), at
+	// least two WAL segments: a checkpoint starts when this much WAL was
+	// written since the last one.
 	MaxWALSize int64
 	// LockTimeout is PostgreSQL's lock_timeout: the longest a write waits for
 	// a row lock before ErrLockTimeout; 0 waits as long as the context allows.
 	LockTimeout time.Duration
 	// MaxRetries bounds how many times DB.Update and DB.View run their
-	// function after serialization failures and deadlocks (default 10).
+	// function after serialization failures and deadlocks (default 10; a
+	// negative value means the default too).
 	MaxRetries int
 
 	// Autovacuum is PostgreSQL's autovacuum: a background worker that runs
@@ -243,15 +225,15 @@ type Options struct {
 	// makes every vacuum aggressive. A vacuum with VacuumFreezeMinAge
 	// negative (VACUUM FREEZE) is always aggressive.
 	VacuumFreezeTableAge int64
-	// VisibilityMap is how visibility map bits are kept: "crash-safe"
-	// (the default when empty; setting a bit is WAL-logged and the map
-	// page waits for its record, as PostgreSQL since 9.2) or "unlogged"
-	// (bits set without WAL and map pages written without the
-	// WAL-before-data interlock, as PostgreSQL 8.4 to 9.1). "unlogged" is
-	// UNSAFE: after a crash a bit can say a page is all-visible when it is
-	// not, and index-only reads then return wrong answers. It exists only
-	// to measure what crash safety costs.
-	VisibilityMap string
+	// VisibilityMap is how visibility map bits are kept:
+	// VisibilityMapCrashSafe (the default; setting a bit is WAL-logged and
+	// the map page waits for its record, as PostgreSQL since 9.2) or
+	// VisibilityMapUnlogged (bits set without WAL and map pages written
+	// without the WAL-before-data interlock, as PostgreSQL 8.4 to 9.1).
+	// Unlogged is UNSAFE: after a crash a bit can say a page is
+	// all-visible when it is not, and index-only reads then return wrong
+	// answers. It exists only to measure what crash safety costs.
+	VisibilityMap VisibilityMapMode
 }
 
 // TxnOptions configure one transaction.

@@ -166,106 +166,6 @@ type RecoveryInfo struct {
 	RedoTime, IndexTime time.Duration
 }
 
-func (o Options) withDefaults() (Options, error) {
-	if o.FS == nil {
-		o.FS = vfs.OS{}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.SharedBuffers < 0 || o.CLOGBuffers < 0 || o.MaxWALSize < 0 || o.WALSegmentSize < 0 || o.WALWriterDelay < 0 || o.LockTimeout < 0 {
-		return o, errors.New("mvkv: negative size or duration in Options")
-	}
-	if o.SharedBuffers == 0 {
-		o.SharedBuffers = 128 << 20
-	}
-	if o.SharedBuffers < 16*heap.PageSize {
-		o.SharedBuffers = 16 * heap.PageSize
-	}
-	if o.FillFactor == 0 {
-		o.FillFactor = 100
-	}
-	if o.FillFactor < 10 || o.FillFactor > 100 {
-		return o, fmt.Errorf("mvkv: fillfactor %d out of range 10..100", o.FillFactor)
-	}
-
-	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
-		return o, fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", o.CommitDelay)
-	}
-	switch o.CommitSiblings {
-	case 0:
-		o.CommitSiblings = 5
-	case NoCommitSiblings:
-		o.CommitSiblings = 0
-	}
-	if o.CommitSiblings < 0 || o.CommitSiblings > 1000 {
-		return o, fmt.Errorf("mvkv: commit_siblings %d out of range 0..1000", o.CommitSiblings)
-	}
-	if o.WALWriterDelay == 0 {
-		o.WALWriterDelay = 200 * time.Millisecond
-	}
-	if o.WALFlusher == "" {
-		// Measured in docs/BENCHMARKS.md ("Choosing by commit rate"):
-		// pipelined picks overlapping syncs or one at a time by the commit
-		// rate it measures, so on this machine's disk it runs one at a
-		// time and, in interleaved pairs, is level with serial (0.98 to
-		// 1.05 of its tps) except TPC-B at 16 and 32 clients (0.94,
-		// 0.95); on a device that completes several syncs at once (the
-		// rotating-disk model) it makes twice serial's rate.
-		o.WALFlusher = string(wal.FlusherPipelined)
-	}
-	if o.WALSegmentSize == 0 {
-		o.WALSegmentSize = 16 << 20
-	}
-	if o.CLOGBuffers == 0 {
-		o.CLOGBuffers = clog.AutotuneBuffers(int(o.SharedBuffers / heap.PageSize))
-	}
-	if o.CheckpointTimeout == 0 {
-		o.CheckpointTimeout = 5 * time.Minute
-	}
-	if o.MaxWALSize == 0 {
-		o.MaxWALSize = 1 << 30
-	}
-	if o.MaxRetries <= 0 {
-		o.MaxRetries = 10
-	}
-	if o.AutovacuumVacuumThreshold < 0 || o.AutovacuumNaptime < 0 {
-		return o, errors.New("mvkv: negative autovacuum setting in Options")
-	}
-	if o.AutovacuumVacuumThreshold == 0 {
-		o.AutovacuumVacuumThreshold = 50
-	}
-	if o.AutovacuumVacuumScaleFactor == 0 {
-		o.AutovacuumVacuumScaleFactor = 0.2
-	}
-	if o.AutovacuumNaptime == 0 {
-		o.AutovacuumNaptime = time.Minute
-	}
-	switch {
-	case o.VacuumFreezeMinAge == 0:
-		o.VacuumFreezeMinAge = 50_000_000
-	case o.VacuumFreezeMinAge < 0:
-		o.VacuumFreezeMinAge = 0
-	}
-	switch {
-	case o.VacuumFreezeTableAge == 0:
-		o.VacuumFreezeTableAge = 150_000_000
-	case o.VacuumFreezeTableAge < 0:
-		o.VacuumFreezeTableAge = 0
-	}
-	switch o.VisibilityMap {
-	case "":
-		o.VisibilityMap = VisibilityMapCrashSafe
-	case VisibilityMapCrashSafe, VisibilityMapUnlogged:
-	default:
-		return o, fmt.Errorf("mvkv: unknown visibility map mode %q (want %q or %q)", o.VisibilityMap, VisibilityMapCrashSafe, VisibilityMapUnlogged)
-	}
-	if o.SynchronousCommit != SyncCommitOn && o.SynchronousCommit != SyncCommitOff {
-		return o, fmt.Errorf("mvkv: unknown synchronous_commit %d", o.SynchronousCommit)
-	}
-	return o, nil
-}
-
 // Open opens (creating if needed) the database in dir and runs crash
 // recovery: redo from the last checkpoint's redo point to the end of the
 // valid WAL, cutting off a torn tail, then marking transactions that have no
@@ -362,7 +262,7 @@ func (db *DB) open() error {
 	}
 	if db.clog, err = clog.Open(fsys, filepath.Join(dir, clogDir), clog.Options{
 		Buffers:     db.opts.CLOGBuffers,
-		Locking:     db.opts.CLOGLocking,
+		Locking:     string(db.opts.CLOGLocking),
 		GroupUpdate: db.opts.CLOGGroupUpdate == nil || *db.opts.CLOGGroupUpdate,
 		FlushWAL:    db.flushWAL,
 		Logger:      db.logger,
@@ -435,16 +335,20 @@ func (db *DB) SetSynchronousCommit(s SynchronousCommit) {
 	db.syncCommit.Store(int32(s))
 }
 
-// SetCommitDelay changes commit_delay (microseconds, 0..100000, or
+// SetCommitDelay changes commit_delay (microseconds, 0 to 100000, or
 // CommitDelayAuto). Safe to call concurrently.
 func (db *DB) SetCommitDelay(us int) error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
-	if (us < 0 && us != CommitDelayAuto) || us > 100000 {
-		return fmt.Errorf("mvkv: commit_delay %d out of range 0..100000 microseconds", us)
+	if err := checkCommitDelay(us); err != nil {
+		return err
 	}
-	db.wal.SetCommitDelay(us)
+	if us == CommitDelayAuto {
+		db.wal.SetAdaptiveCommitDelay()
+	} else {
+		db.wal.SetCommitDelay(us)
+	}
 	db.commitDelay.Store(int64(us))
 	return nil
 }
@@ -464,8 +368,8 @@ func (db *DB) SetCommitSiblings(n int) error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
-	if n < 0 || n > 1000 {
-		return fmt.Errorf("mvkv: commit_siblings %d out of range 0..1000", n)
+	if err := checkCommitSiblings(n); err != nil {
+		return err
 	}
 	db.wal.SetCommitSiblings(n)
 	db.commitSiblings.Store(int64(n))

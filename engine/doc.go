@@ -191,6 +191,41 @@
 // already replays and that full-page images cover); compressing values
 // (pglz/lz4), left for later.
 //
+// # Settings
+//
+// Every knob of Options is defined once, in the table Settings returns,
+// after PostgreSQL's guc_tables.c and its pg_settings view: its name
+// (PostgreSQL's where PostgreSQL has the knob), type, unit, range, default,
+// parser, formatter and help text. Options.EnsureDefaults takes the
+// defaults from it and Options.Validate the ranges; DB.SetConfig and
+// DB.CurrentSetting read and change an open database through it; mvkv's
+// command-line flags and help texts, the server's CONFIG GET and SET and
+// the benchmark's sweeps of engine knobs are built on it. A knob added
+// to the table thus appears everywhere with one default. Enumerated
+// settings have typed constants (WALFlusher, CLOGLocking,
+// SynchronousCommit, VisibilityMapMode) whose text is the table's.
+//
+// Options keep one convention: a field's zero value means its default
+// (nil for the *bool switches, on). Where the setting's own 0 is a value
+// different from the default, Options hold it as a negative stand-in
+// (NoCommitSiblings; negative CheckpointTimeout, AutovacuumVacuumScaleFactor
+// and freeze ages), which EnsureDefaults keeps, so that it can run twice.
+//
+// The table lives here rather than in a package of its own because it
+// binds each knob to its Options field, its DB setter and its check, and
+// Options' own validation must use it: a package below the engine could
+// not name Options, and one above it could not be used by Open. Rejected:
+// a table beside the commands (cmd/mvkv), which is what let mvkv serve and
+// mvkv bench drift apart, with different defaults for the same flag; a
+// generic table keyed by field names and filled in by reflection, which
+// trades compile-time checks for nothing a reader can see; and typed
+// setting values instead of text, which the command line, CONFIG SET and
+// PostgreSQL's SET all speak anyway. The one setting the WAL writer
+// shares, commit_delay, keeps its bounds in package wal (MaxCommitDelay),
+// which the table reads; the wal package's own Options take the adaptive
+// delay as a switch of their own, so that CommitDelayAuto has one
+// definition, here.
+//
 // # Caveats
 //
 // A Txn must be ended with Commit or Rollback: an abandoned transaction keeps

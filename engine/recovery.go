@@ -130,16 +130,20 @@ func (db *DB) recover(ctrl controlData) error {
 
 	db.procs = newProcArray(max(ctrl.NextXid, visibility.FirstNormalXid))
 	if db.wal, err = wal.OpenWriter(db.fs, walPath, end, wal.Options{
-		SegmentSize:        db.opts.WALSegmentSize,
-		Flusher:            wal.FlusherPolicy(db.opts.WALFlusher),
-		CommitDelay:        db.opts.CommitDelay,
-		CommitSiblings:     db.opts.CommitSiblings,
-		ActiveTransactions: func() int { return int(db.procs.active.Load()) },
-		WALWriterDelay:     db.opts.WALWriterDelay,
-		Logger:             db.logger,
+		SegmentSize:         db.opts.WALSegmentSize,
+		Flusher:             db.opts.WALFlusher,
+		CommitDelay:         max(db.opts.CommitDelay, 0),
+		AdaptiveCommitDelay: db.opts.CommitDelay == CommitDelayAuto,
+		CommitSiblings:      db.opts.CommitSiblings,
+		ActiveTransactions:  func() int { return int(db.procs.active.Load()) },
+		WALWriterDelay:      db.opts.WALWriterDelay,
+		Logger:              db.logger,
 	}); err != nil {
 		return err
 	}
+	// The Writer's Options read commit_siblings 0 as its default; the
+	// setter takes it as 0.
+	db.wal.SetCommitSiblings(db.opts.CommitSiblings)
 
 	r, err = wal.NewReader(db.fs, walPath, ctrl.RedoLSN)
 	if err != nil {

@@ -45,10 +45,10 @@ import (
 // Visibility map modes, the values of Options.VisibilityMap.
 const (
 	// VisibilityMapCrashSafe WAL-logs every bit it sets (the default).
-	VisibilityMapCrashSafe = "crash-safe"
+	VisibilityMapCrashSafe VisibilityMapMode = "crash-safe"
 	// VisibilityMapUnlogged sets bits without WAL. UNSAFE; for the
 	// experiment only (see Options.VisibilityMap).
-	VisibilityMapUnlogged = "unlogged"
+	VisibilityMapUnlogged VisibilityMapMode = "unlogged"
 )
 
 // visibleRecord is the payload of recHeap2Visible. Part of the format; do

@@ -177,7 +177,7 @@ func vmLadderWorkload(db *DB) error {
 // returns how many copies it checked, how many recovered with a wrong map
 // bit (a Verify problem about the map, or Count disagreeing with Scan),
 // and the first other failure.
-func vmLadder(mode string, sample int) (checked, wrong int, firstWrong string, failure error) {
+func vmLadder(mode VisibilityMapMode, sample int) (checked, wrong int, firstWrong string, failure error) {
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")

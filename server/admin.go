@@ -26,72 +26,22 @@ type knob struct {
 	set func(s *Server, v string) error // nil: read-only
 }
 
-var knobs = map[string]knob{
+// knobs are the CONFIG parameters: the server's own, and every engine
+// setting (engine.Settings), which withEngineSettings adds.
+var knobs = withEngineSettings(map[string]knob{
+	// synchronous_commit is the server's own as well as the engine's:
+	// the server begins its transactions with it, and appendfsync sets
+	// it too.
 	"synchronous_commit": {
-		get: func(s *Server) string {
-			if engine.SynchronousCommit(s.syncCommit.Load()) == engine.SyncCommitOn {
-				return "on"
-			}
-			return "off"
-		},
+		get: func(s *Server) string { return engine.SynchronousCommit(s.syncCommit.Load()).String() },
 		set: func(s *Server, v string) error {
-			var sc engine.SynchronousCommit
-			switch strings.ToLower(v) {
-			case "on", "true", "yes", "1":
-				sc = engine.SyncCommitOn
-			case "off", "false", "no", "0":
-				sc = engine.SyncCommitOff
-			default:
-				return fmt.Errorf("argument must be 'on' or 'off'")
+			sc, err := engine.ParseSynchronousCommit(v)
+			if err != nil {
+				return settingError(err)
 			}
 			s.syncCommit.Store(int32(sc))
 			s.db.SetSynchronousCommit(sc)
 			return nil
-		},
-	},
-	// early_lock_release: a synchronous commit releases its row locks
-	// when its commit record is in the WAL (on) or when it is durable
-	// (off); replies wait for durability either way.
-	"early_lock_release": {
-		get: func(s *Server) string { return map[bool]string{true: "on", false: "off"}[s.db.EarlyLockRelease()] },
-		set: func(s *Server, v string) error {
-			switch strings.ToLower(v) {
-			case "on", "true", "yes", "1":
-				s.db.SetEarlyLockRelease(true)
-			case "off", "false", "no", "0":
-				s.db.SetEarlyLockRelease(false)
-			default:
-				return fmt.Errorf("argument must be 'on' or 'off'")
-			}
-			return nil
-		},
-	},
-	"commit_delay": {
-		get: func(s *Server) string {
-			if d := s.db.CommitDelay(); d != engine.CommitDelayAuto {
-				return strconv.Itoa(d)
-			}
-			return "auto"
-		},
-		set: func(s *Server, v string) error {
-			if strings.EqualFold(v, "auto") {
-				return s.db.SetCommitDelay(engine.CommitDelayAuto)
-			}
-			n, err := parseKnobInt(v, 0, 100000)
-			if err != nil {
-				return fmt.Errorf("%v (microseconds), or auto", err)
-			}
-			return s.db.SetCommitDelay(int(n))
-		},
-	},
-	"commit_siblings": {
-		get: func(s *Server) string { return strconv.Itoa(s.db.CommitSiblings()) },
-		set: func(s *Server, v string) error {
-			n, err := parseKnobInt(v, 0, 1000)
-			if err != nil {
-				return err
-			}
-			return s.db.SetCommitSiblings(int(n))
 		},
 	},
 	"maxclients": {
@@ -230,6 +180,42 @@ var knobs = map[string]knob{
 	"set-max-intset-entries":    encodingKnob("set-max-intset-entries", 512),
 	"list-max-listpack-size":    encodingKnob("list-max-listpack-size", -2),
 	"list-max-ziplist-size":     encodingKnob("list-max-listpack-size", -2),
+})
+
+// withEngineSettings adds to m a parameter for every engine setting m does
+// not define itself: CONFIG GET shows the database's value, and CONFIG SET
+// changes the ones the engine can change on an open database (the others
+// are immutable, as Redis's). A knob added to the engine's table appears
+// here without a change to the server.
+func withEngineSettings(m map[string]knob) map[string]knob {
+	for _, st := range engine.Settings() {
+		if _, ok := m[st.Name]; ok {
+			continue
+		}
+		name := st.Name
+		k := knob{get: func(s *Server) string {
+			v, _ := s.db.CurrentSetting(name) // the name is the engine's
+			return v
+		}}
+		if st.Runtime {
+			k.set = func(s *Server, v string) error { return settingError(s.db.SetConfig(name, v)) }
+		}
+		m[name] = k
+	}
+	return m
+}
+
+// settingError is an engine setting's error as CONFIG SET reports it:
+// what the setting takes, or the error without the engine's prefix.
+func settingError(err error) error {
+	var se *engine.SettingError
+	if errors.As(err, &se) {
+		return errors.New(se.Want)
+	}
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "mvkv: "))
+	}
+	return nil
 }
 
 // errInvalidSave is Redis's text for a bad save parameter.

@@ -165,8 +165,8 @@
 // leader that waits gathers a whole group into a sync that takes as long
 // anyway (the 2005 thread's 3x at 128 clients); with one committer, or on
 // a platform whose shortest sleep is 10 ms, the wait is pure loss (the 2001
-// thread). CommitDelayAuto (-1) decides per round, from three things the
-// Writer can see:
+// thread). Options.AdaptiveCommitDelay decides per round, from three things
+// the Writer can see:
 //
 //   - Who could still join. The leader never waits when it is the only
 //     active transaction (ActiveTransactions() <= 1), so a lone committer

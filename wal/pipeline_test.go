@@ -207,7 +207,7 @@ func TestCommitDelayAuto(t *testing.T) {
 			activeN := 1
 			opts := testOpts()
 			opts.Flusher = policy
-			opts.CommitDelay = CommitDelayAuto
+			opts.AdaptiveCommitDelay = true
 			opts.ActiveTransactions = func() int { active.Lock(); defer active.Unlock(); return activeN }
 			w, err := OpenWriter(vfs.OS{}, t.TempDir(), 0, opts)
 			if err != nil {

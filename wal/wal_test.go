@@ -13,7 +13,10 @@ import (
 const testSeg = 1 << 20
 
 func testOpts() Options {
-	return Options{SegmentSize: testSeg, WALWriterDelay: time.Hour}
+	// Serial: these tests were written against it (some watch the
+	// injected clock, which the pipelined flusher reads too); the tests of
+	// the pipelined flusher set it themselves.
+	return Options{SegmentSize: testSeg, WALWriterDelay: time.Hour, Flusher: FlusherSerial}
 }
 
 type written struct {

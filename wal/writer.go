@@ -36,12 +36,22 @@ const (
 	FlusherPipelined FlusherPolicy = "pipelined"
 )
 
-// CommitDelayAuto, as Options.CommitDelay or SetCommitDelay, selects the
-// adaptive commit delay: the flush leader waits for the other active
-// transactions to reach their commit, for at most half the recent average
-// sync latency, and not at all when it is the only active transaction. See
-// the package documentation.
-const CommitDelayAuto = -1
+// DefaultFlusher is the policy an Options.Flusher of "" selects, and the
+// engine's default too: pipelined runs one sync at a time unless
+// overlapping them commits faster (see FlusherPipelined and the package
+// documentation), so it costs nothing where a device serializes syncs.
+const DefaultFlusher = FlusherPipelined
+
+// Bounds of the commit delay knobs, PostgreSQL's: commit_delay is at most
+// MaxCommitDelay microseconds, commit_siblings at most MaxCommitSiblings.
+const (
+	MaxCommitDelay    = 100000
+	MaxCommitSiblings = 1000
+)
+
+// adaptiveDelay is the commit delay the Writer stores for
+// Options.AdaptiveCommitDelay.
+const adaptiveDelay = -1
 
 // DefaultPipelineDepth is the default Options.PipelineDepth. On a rotating
 // disk every sync issued within one rotation completes at the same
@@ -61,15 +71,21 @@ type Options struct {
 	// two in [1 MiB, 1 GiB]; 0 means 16 MiB. It must match the existing
 	// segments.
 	SegmentSize int64
-	// Flusher is the group-commit policy; "" means "serial".
+	// Flusher is the group-commit policy; "" means DefaultFlusher.
 	Flusher FlusherPolicy
 	// PipelineDepth is, for FlusherPipelined, the most syncs outstanding at
 	// once (1..1024); 0 means DefaultPipelineDepth. Other policies ignore it.
 	PipelineDepth int
-	// CommitDelay is PostgreSQL's commit_delay in microseconds (0..100000):
-	// how long a flush leader waits for more commits to join its round; or
-	// CommitDelayAuto.
+	// CommitDelay is PostgreSQL's commit_delay in microseconds (0 to
+	// MaxCommitDelay): how long a flush leader waits for more commits to
+	// join its round.
 	CommitDelay int
+	// AdaptiveCommitDelay replaces CommitDelay by the adaptive delay: the
+	// flush leader waits for the other active transactions to reach their
+	// commit, for at most half the recent average sync latency, and not at
+	// all when it is the only active transaction. See the package
+	// documentation.
+	AdaptiveCommitDelay bool
 	// CommitSiblings is PostgreSQL's commit_siblings: the delay applies only
 	// when at least this many other transactions are active. 0 means 5 (use
 	// SetCommitSiblings(0) to make the delay unconditional).
@@ -97,7 +113,7 @@ func (o *Options) normalize() error {
 	}
 	switch o.Flusher {
 	case "":
-		o.Flusher = FlusherSerial
+		o.Flusher = DefaultFlusher
 	case FlusherSerial, FlusherNone, FlusherPipelined:
 	default:
 		return fmt.Errorf("wal: unknown flusher policy %q", o.Flusher)
@@ -108,11 +124,11 @@ func (o *Options) normalize() error {
 	if o.PipelineDepth < 1 || o.PipelineDepth > 1024 {
 		return fmt.Errorf("wal: pipeline depth %d outside 1..1024", o.PipelineDepth)
 	}
-	if (o.CommitDelay < 0 && o.CommitDelay != CommitDelayAuto) || o.CommitDelay > 100000 {
-		return fmt.Errorf("wal: commit delay %d µs outside 0..100000", o.CommitDelay)
+	if o.CommitDelay < 0 || o.CommitDelay > MaxCommitDelay {
+		return fmt.Errorf("wal: commit delay %d µs outside 0..%d", o.CommitDelay, MaxCommitDelay)
 	}
-	if o.CommitSiblings < 0 || o.CommitSiblings > 1000 {
-		return fmt.Errorf("wal: commit siblings %d outside 0..1000", o.CommitSiblings)
+	if o.CommitSiblings < 0 || o.CommitSiblings > MaxCommitSiblings {
+		return fmt.Errorf("wal: commit siblings %d outside 0..%d", o.CommitSiblings, MaxCommitSiblings)
 	}
 	if o.CommitSiblings == 0 {
 		o.CommitSiblings = 5
@@ -358,6 +374,9 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	w.overlap = newSyncOverlap()
 	w.issued = end
 	w.commitDelay.Store(int64(opts.CommitDelay))
+	if opts.AdaptiveCommitDelay {
+		w.commitDelay.Store(adaptiveDelay)
+	}
 	w.commitSiblings.Store(int64(opts.CommitSiblings))
 	w.insertLSN.Store(uint64(end))
 	w.flushed.Store(uint64(end))
@@ -840,7 +859,7 @@ func (w *Writer) fail(err error) error {
 // yields; the wait also ends as soon as every other active transaction is
 // already waiting on the flusher, since nobody else could join the round.
 //
-// CommitDelayAuto never waits for a lone transaction; otherwise it waits
+// The adaptive delay never waits for a lone transaction; otherwise it waits
 // until every other active transaction is waiting, or the insert position
 // has not moved for a quarter of the budget, or the budget (half the recent
 // average sync latency) is spent. See the package documentation.
@@ -854,7 +873,7 @@ func (w *Writer) commitDelayWait() {
 		active = w.activeTxns()
 	}
 	others := int64(active - 1) // the committing transaction is still active
-	if us == CommitDelayAuto {
+	if us == adaptiveDelay {
 		budget := time.Duration(w.syncEWMA.Load()) / 2
 		if others <= 0 || budget <= 0 {
 			return
@@ -1065,20 +1084,24 @@ func (w *Writer) InsertLSN() LSN { return LSN(w.insertLSN.Load()) }
 // SegmentSize returns the segment size in bytes.
 func (w *Writer) SegmentSize() int64 { return w.segSize }
 
-// SetCommitDelay sets commit_delay in microseconds (clamped to 0..100000),
-// or CommitDelayAuto. Safe for concurrent use; the next flush round sees it.
+// SetCommitDelay sets commit_delay in microseconds (clamped to 0 to
+// MaxCommitDelay), replacing the adaptive delay if it was on. Safe for
+// concurrent use; the next flush round sees it.
 func (w *Writer) SetCommitDelay(us int) {
-	if us == CommitDelayAuto {
-		w.commitDelay.Store(CommitDelayAuto)
-		return
-	}
-	w.commitDelay.Store(int64(min(max(us, 0), 100000)))
+	w.commitDelay.Store(int64(min(max(us, 0), MaxCommitDelay)))
 }
 
-// SetCommitSiblings sets commit_siblings (clamped to 0..1000). Safe for
-// concurrent use.
+// SetAdaptiveCommitDelay turns the adaptive delay on (see
+// Options.AdaptiveCommitDelay); SetCommitDelay turns it off. Safe for
+// concurrent use; the next flush round sees it.
+func (w *Writer) SetAdaptiveCommitDelay() {
+	w.commitDelay.Store(adaptiveDelay)
+}
+
+// SetCommitSiblings sets commit_siblings (clamped to 0 to
+// MaxCommitSiblings). Safe for concurrent use.
 func (w *Writer) SetCommitSiblings(n int) {
-	w.commitSiblings.Store(int64(min(max(n, 0), 1000)))
+	w.commitSiblings.Store(int64(min(max(n, 0), MaxCommitSiblings)))
 }
 
 // Stats returns a snapshot of the counters.

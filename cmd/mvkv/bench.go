@@ -10,15 +10,17 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"mvkv/bench"
+	"mvkv/engine"
 )
 
-const benchUsage = `mvkv bench is a benchmarking tool for mvkv, after pgbench.
+// benchUsage is the help text; its engine options come from the engine's
+// table of settings, as mvkv serve's do.
+var benchUsage = `mvkv bench is a benchmarking tool for mvkv, after pgbench.
 
 Usage:
   mvkv bench [OPTION]...
@@ -29,10 +31,9 @@ Initialization options:
                            reloads, deleting pgbench's old rows)
   -s, --scale=NUM          scaling factor (default: 1): 100000 accounts,
                            10 tellers and 1 branch per unit
-  -F, --fillfactor=NUM     engine's fillfactor, 10 to 100 percent: new keys
-                           leave the rest of a page free for their updates
-                           (default: 100). The engine takes it at open, so
-                           give it to the runs as well as to -i.
+  -F NUM                   --fillfactor (an engine option below). The
+                           engine takes it at open, so give it to the runs
+                           as well as to -i.
 
 Options to select what to run:
   -N, --skip-some-updates  skip updates of tellers and branches
@@ -64,61 +65,17 @@ Target options:
                            MULTI/SET/EXEC with aborted EXECs counted as failed
   --dir=DIR                data directory (default: a temporary directory,
                            removed afterwards); loaded first if empty
-  --synchronous-commit=on|off
-                           wait for the WAL sync at commit (default: on)
-  --commit-delay=NUM|auto  commit_delay in microseconds, or auto for the
-                           engine's adaptive delay (default: 0)
-  --commit-siblings=NUM    commit_siblings (default: 5)
-  --wal-flusher=serial|pipelined|none
-                           engine's group-commit flusher (default:
-                           pipelined, the engine's)
-  --visibility-map=crash-safe|unlogged
-                           engine's visibility map: WAL-logged bits
-                           (default) or unlogged ones as before PostgreSQL
-                           9.2 (unsafe after a crash; for comparison only)
   --fsync-latency=DURATION simulated disk: every sync takes DURATION, e.g.
                            4ms (engine and pebble)
   --disk-rotation=NUM      simulated disk turning NUM times a second: a sync
                            ends at the next rotation boundary (engine and
                            pebble; 250 is a 15k rpm drive)
-  --shared-buffers=SIZE    buffer pool (engine) or block cache (pebble), e.g.
-                           128MB; units B, kB, MB, GB, TB; a bare number counts
-                           8kB pages, as PostgreSQL (default: 128MB)
-  --clog-locking=global|bank
-                           engine's CLOG locking: one lock for all buffers
-                           (as before PostgreSQL 17) or one per bank of 16
-                           (default: bank)
-  --clog-group-update=on|off
-                           engine's CLOG group update of commit statuses
-                           (default: on)
-  --early-lock-release=on|off
-                           engine's commit order: on releases a synchronous
-                           commit's row locks once its record is in the WAL
-                           (readers of it wait for its flush before they
-                           commit); off is PostgreSQL's, once it is durable
-                           (default: on)
-  --autovacuum=on|off      engine's autovacuum (default: on)
-  --autovacuum-naptime=SECONDS|DURATION
-                           engine's autovacuum_naptime: how often autovacuum
-                           checks the dead-tuple count, seconds or a
-                           duration such as 10s, 1s to 2147483s (default:
-                           1m, as PostgreSQL)
-  --autovacuum-vacuum-threshold=NUM
-                           engine's autovacuum_vacuum_threshold (default: 50)
-  --autovacuum-vacuum-scale-factor=NUM
-                           engine's autovacuum_vacuum_scale_factor, a
-                           fraction of the keys; 0: the threshold alone
-                           (default: 0.2)
-  --vacuum-freeze-min-age=NUM
-                           engine's vacuum_freeze_min_age in transactions,
-                           0 to 1000000000; 0 freezes every tuple vacuum
-                           can (default: 50000000, as PostgreSQL)
-  --vacuum-freeze-table-age=NUM
-                           engine's vacuum_freeze_table_age in
-                           transactions, 0 to 2000000000; 0 makes every
-                           vacuum aggressive (default: 150000000)
   --cpuprofile=FILE        write a CPU profile of the run to FILE
 
+Engine options (the engine target's, except --synchronous-commit, which
+every target takes, --commit-delay and --commit-siblings, which postgres=
+takes too, and --shared-buffers, pebble's block cache too):
+` + engineUsage() + `
 Sweep options:
   --sweep=NAME=V1,V2,...   run every value of a knob; repeat the option to
                            run the cross product. Knobs: clients,
@@ -163,25 +120,18 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {}
 
 	var (
-		init, simple, selectOnly        bool
-		scale, clients, jobs, txns      int
-		seconds, progress               int
-		target, dir, syncCommit, shared string
-		cpuprofile, commitDelayArg      string
-		walFlusher, plotFile            string
-		visibilityMap                   string
-		clogLocking, clogGroup          string
-		autovacuum                      string
-		autovacuumNaptime               string
-		avThreshold                     int
-		freezeMinAge, freezeTableAge    int64
-		avScaleFactor                   float64
-		pivot, fresh                    bool
-		commitSiblings, repeat          int
-		fsyncLatency                    time.Duration
-		diskRotation                    float64
-		sweeps                          []bench.Axis
-		seed                            uint64
+		init, simple, selectOnly   bool
+		scale, clients, jobs, txns int
+		seconds, progress          int
+		target, dir                string
+		cpuprofile, plotFile       string
+		pivot, fresh               bool
+		repeat                     int
+		fsyncLatency               time.Duration
+		diskRotation               float64
+		sweeps                     []bench.Axis
+		seed                       uint64
+		eopts                      engine.Options
 	)
 	boolVar := func(p *bool, short, long string) {
 		fs.BoolVar(p, short, false, "")
@@ -195,8 +145,6 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	boolVar(&simple, "N", "skip-some-updates")
 	boolVar(&selectOnly, "S", "select-only")
 	intVar(&scale, "s", "scale", 1)
-	var fillFactor int
-	intVar(&fillFactor, "F", "fillfactor", 100)
 	intVar(&clients, "c", "client", 1)
 	intVar(&jobs, "j", "jobs", 1)
 	intVar(&txns, "t", "transactions", 10)
@@ -206,10 +154,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	var respMode string
 	fs.StringVar(&respMode, "resp-mode", "multi", "")
 	fs.StringVar(&dir, "dir", "", "")
-	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
-	fs.StringVar(&commitDelayArg, "commit-delay", "0", "")
-	fs.StringVar(&walFlusher, "wal-flusher", "", "")
-	fs.StringVar(&visibilityMap, "visibility-map", "", "")
+	engineFlags(fs, &eopts)
+	fillfactor, _ := engine.LookupSetting("fillfactor")
+	fs.Func("F", "", func(v string) error { return setFlag(fillfactor, &eopts, v) })
 	fs.DurationVar(&fsyncLatency, "fsync-latency", 0, "")
 	fs.Float64Var(&diskRotation, "disk-rotation", 0, "")
 	fs.Func("sweep", "", func(s string) error {
@@ -230,18 +177,6 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&plotFile, "plot", "", "")
 	fs.BoolVar(&pivot, "pivot", false, "")
 	fs.BoolVar(&fresh, "fresh", false, "")
-	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
-	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
-	var earlyLockRelease string
-	fs.StringVar(&earlyLockRelease, "early-lock-release", "on", "")
-	fs.StringVar(&autovacuum, "autovacuum", "on", "")
-	fs.StringVar(&autovacuumNaptime, "autovacuum-naptime", "", "")
-	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 0, "")
-	fs.Float64Var(&avScaleFactor, "autovacuum-vacuum-scale-factor", 0, "")
-	fs.Int64Var(&freezeMinAge, "vacuum-freeze-min-age", 50_000_000, "")
-	fs.Int64Var(&freezeTableAge, "vacuum-freeze-table-age", 150_000_000, "")
-	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
-	fs.StringVar(&shared, "shared-buffers", "128MB", "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
 	fs.Uint64Var(&seed, "random-seed", 0, "")
 
@@ -282,8 +217,6 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("invalid duration: %d", seconds)
 	case progress < 0 || (progress == 0 && (set["P"] || set["progress"])) || progress > maxSeconds:
 		return fail("invalid thread progress delay: %d", progress)
-	case commitSiblings < 0 || commitSiblings > 1000:
-		return fail("invalid commit siblings: %d (0..1000)", commitSiblings)
 	case fsyncLatency < 0 || fsyncLatency > maxFsyncLatency:
 		return fail("invalid --fsync-latency: %v (0..%v)", fsyncLatency, maxFsyncLatency)
 	case math.IsNaN(diskRotation) || diskRotation < 0 || (diskRotation > 0 && diskRotation < 1) || diskRotation > 1e6:
@@ -291,65 +224,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	case repeat < 1:
 		return fail("invalid --repeat: %d", repeat)
 	}
-	switch walFlusher {
-	case "", "serial", "pipelined", "none":
-	default:
-		return fail("invalid --wal-flusher %q (want serial, pipelined or none)", walFlusher)
-	}
-	switch visibilityMap {
-	case "", "crash-safe", "unlogged":
-	default:
-		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
-	}
-	commitDelay, err := bench.ParseCommitDelay(commitDelayArg)
-	if err != nil {
-		return fail("invalid --commit-delay %q: %s", commitDelayArg, errText(err))
-	}
-	syncOn, err := bench.ParseOnOff(syncCommit)
-	if err != nil {
-		return fail("invalid --synchronous-commit %q (want on or off)", syncCommit)
-	}
-	if clogLocking != "global" && clogLocking != "bank" {
-		return fail("invalid --clog-locking %q (want global or bank)", clogLocking)
-	}
-	groupOn, err := bench.ParseOnOff(clogGroup)
-	if err != nil {
-		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
-	}
-	elrOn, err := bench.ParseOnOff(earlyLockRelease)
-	if err != nil {
-		return fail("invalid --early-lock-release %q (want on or off)", earlyLockRelease)
-	}
-	autovacuumOn, err := bench.ParseOnOff(autovacuum)
-	if err != nil {
-		return fail("invalid --autovacuum %q (want on or off)", autovacuum)
-	}
-	var naptime time.Duration
-	if set["autovacuum-naptime"] {
-		d, err := parseNaptime(autovacuumNaptime)
-		if err != nil {
-			return fail("invalid --autovacuum-naptime %q: %v", autovacuumNaptime, err)
-		}
-		naptime = d
-	}
-	// engine.Options takes 0 for the default, so 0 cannot be passed on.
-	if set["autovacuum-vacuum-threshold"] && avThreshold < 1 {
-		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1; the engine takes 0 for its default)", avThreshold)
-	}
-	if set["autovacuum-vacuum-scale-factor"] {
-		if !(avScaleFactor >= 0 && avScaleFactor <= 100) {
-			return fail("invalid --autovacuum-vacuum-scale-factor %v (at least 0, at most 100)", avScaleFactor)
-		}
-		if avScaleFactor == 0 {
-			avScaleFactor = -1 // engine.Options' 0, which 0 itself is not
-		}
-	}
-	engineFreezeMinAge, engineFreezeTableAge, err := freezeAges(freezeMinAge, freezeTableAge)
-	if err != nil {
-		return fail("%v", err)
-	}
-	if fillFactor < 10 || fillFactor > 100 {
-		return fail("invalid --fillfactor %d (10..100 percent)", fillFactor)
+	// The settings were checked one by one as they were parsed; this
+	// checks them together (max_wal_size against the segment size).
+	if err := eopts.Validate(); err != nil {
+		return fail("%s", errText(err))
 	}
 	if (set["F"] || set["fillfactor"]) && target != "engine" {
 		return fail("--fillfactor applies to the engine target only (PostgreSQL's pgbench takes -F itself)")
@@ -363,10 +241,6 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
 			return fail("invalid --plot: %s", errText(err))
 		}
-	}
-	sharedBytes, err := parseSharedBuffers(shared)
-	if err != nil {
-		return fail("invalid --shared-buffers: %v", err)
 	}
 	if jobs > clients {
 		return fail("number of threads (%d) must not exceed number of clients (%d)", jobs, clients)
@@ -387,6 +261,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("-i needs --dir: a temporary directory would be removed right away")
 	}
 
+	eff := eopts
+	eff.EnsureDefaults()
 	workload := bench.TPCB
 	switch {
 	case simple:
@@ -398,24 +274,14 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		Target: target,
 		Dir:    dir,
 		Options: bench.TargetOptions{
-			SynchronousCommit:     syncOn,
-			CommitDelay:           commitDelay,
-			CommitSiblings:        commitSiblings,
-			SharedBuffers:         sharedBytes,
-			WALFlusher:            walFlusher,
-			RESPMode:              respMode,
-			CLOGLocking:           clogLocking,
-			CLOGGroupUpdateOff:    !groupOn,
-			EarlyLockReleaseOff:   !elrOn,
-			VisibilityMap:         visibilityMap,
-			AutovacuumOff:         !autovacuumOn,
-			AutovacuumNaptime:     naptime,
-			AutovacuumThreshold:   avThreshold,
-			AutovacuumScaleFactor: avScaleFactor,
-			VacuumFreezeMinAge:    engineFreezeMinAge,
-			VacuumFreezeTableAge:  engineFreezeTableAge,
-			FillFactor:            fillFactor,
-			Disk:                  bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
+			// The knobs other targets share, as the engine reads them.
+			SynchronousCommit: eff.SynchronousCommit == engine.SyncCommitOn,
+			CommitDelay:       eff.CommitDelay,
+			CommitSiblings:    max(eff.CommitSiblings, 0),
+			SharedBuffers:     eff.SharedBuffers,
+			Engine:            eopts,
+			RESPMode:          respMode,
+			Disk:              bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,
 		Scale:        scale,
@@ -532,8 +398,6 @@ func signalContext(parent context.Context, sigs ...os.Signal) (context.Context, 
 	}
 }
 
-// parseSize reads a PostgreSQL memory setting: a number with a unit B, kB,
-// MB, GB or TB (1024-based, as PostgreSQL), or a bare number of 8 kB pages.
 // startCPUProfile starts a CPU profile written to path; stop ends it and
 // closes the file.
 func startCPUProfile(path string) (stop func(), err error) {
@@ -554,50 +418,6 @@ func startCPUProfile(path string) (stop func(), err error) {
 // maxFsyncLatency bounds --fsync-latency: a model is for experiments, and a
 // sync of hours would only hang the run (Open syncs too).
 const maxFsyncLatency = 10 * time.Second
-
-// parseSharedBuffers parses shared_buffers as parseSize does and refuses
-// less than PostgreSQL's minimum of 16 buffers (128kB), 0 included: the
-// engine would quietly take its default for 0 and 16 buffers for less.
-func parseSharedBuffers(s string) (int64, error) {
-	n, err := parseSize(s)
-	if err == nil && n < 16*8<<10 {
-		err = fmt.Errorf("%q: below the minimum of 16 buffers (128kB)", s)
-	}
-	return n, err
-}
-
-func parseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	n, err := strconv.ParseInt(s[:i], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q: not a size", s)
-	}
-	var mult int64
-	switch strings.TrimSpace(s[i:]) {
-	case "":
-		mult = 8 << 10
-	case "B":
-		mult = 1
-	case "kB":
-		mult = 1 << 10
-	case "MB":
-		mult = 1 << 20
-	case "GB":
-		mult = 1 << 30
-	case "TB":
-		mult = 1 << 40
-	default:
-		return 0, fmt.Errorf("%q: unit must be B, kB, MB, GB or TB", s)
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q: too large", s)
-	}
-	return n * mult, nil
-}
 
 // maxSeconds is the longest -T or -P a time.Duration holds (about 292
 // years); a longer one would wrap to a negative duration.

@@ -101,28 +101,6 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"128MB", 128 << 20, true},
-		{"8kB", 8 << 10, true},
-		{"1GB", 1 << 30, true},
-		{"100", 100 * 8192, true},
-		{"4096B", 4096, true},
-		{"MB", 0, false},
-		{"12mb", 0, false},
-		{"99999999999TB", 0, false},
-	} {
-		got, err := parseSize(tc.in)
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
-		}
-	}
-}
-
 // TestBenchRun loads scale 1 (100,000 accounts) into each target once and
 // runs each workload on it through the command line.
 func TestBenchRun(t *testing.T) {

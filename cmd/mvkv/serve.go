@@ -20,12 +20,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"mvkv/bench"
 	"mvkv/engine"
 	"mvkv/server"
 )
 
-const serveUsage = `mvkv serve runs mvkv as a server speaking the Redis protocol (RESP2).
+// serveUsage is the help text; its engine options come from the engine's
+// table of settings, as mvkv bench's do.
+var serveUsage = `mvkv serve runs mvkv as a server speaking the Redis protocol (RESP2).
 
 Usage:
   mvkv serve --dir DIR [OPTION]...
@@ -54,79 +55,7 @@ Server options:
                            FILE, completed at shutdown (default: none)
 
 Engine options:
-  --synchronous-commit=on|off
-                           on: a write is replied to and visible to others
-                           only once its commit record is durable; off: a
-                           reply does not mean the write is durable, and a
-                           crash may lose the last ones (default: on)
-  --commit-delay=NUM|auto  commit_delay in microseconds, or auto (default: 0)
-  --commit-siblings=NUM    commit_siblings (default: 5)
-  --shared-buffers=SIZE    buffer pool, e.g. 128MB (default: 128MB)
-  --wal-flusher=serial|pipelined|none
-                           group-commit flusher policy (default:
-                           pipelined, as the engine's: it overlaps syncs
-                           only while that commits faster than one at a
-                           time)
-  --wal-writer-delay=MS    wal_writer_delay: how often the WAL writer
-                           flushes asynchronous commits (default: 200)
-  --wal-segment-size=SIZE  WAL segment size for a new data directory, a
-                           power of two from 1MB to 1GB (default: 16MB)
-  --checkpoint-timeout=SEC checkpoint_timeout; 0 turns time-driven
-                           checkpoints off (default: 300)
-  --max-wal-size=SIZE      max_wal_size: WAL written between checkpoints;
-                           a bare number counts MB (default: 1GB)
-  --lock-timeout=MS        lock_timeout: longest wait for a row lock; 0
-                           waits as long as the client (default: 0)
-  --clog-buffers=NUM       CLOG pages cached, in banks of 16 (default: 0,
-                           shared_buffers/512 from 16 to 1024, as
-                           PostgreSQL 17's transaction_buffers)
-  --clog-locking=bank|global
-                           one lock per CLOG bank, or one for all
-                           (default: bank)
-  --clog-group-update=on|off
-                           CLOG group update of statuses (default: on)
-  --early-lock-release=on|off
-                           on: a synchronous commit is visible and releases
-                           its row locks once its commit record is in the
-                           WAL, and is replied to once it is durable; a
-                           reply that read it also waits until then, so
-                           many writes of one key share a WAL flush. off:
-                           PostgreSQL's order, visible only once durable
-                           (default: on)
-  --autovacuum=on|off      autovacuum (default: on)
-  --autovacuum-naptime=SEC|DURATION
-                           autovacuum_naptime: how often autovacuum checks
-                           the dead-tuple count; a bare number counts
-                           seconds, as PostgreSQL's, or a duration such as
-                           90s or 5m, from 1s to 2147483s (default: 60)
-  --autovacuum-vacuum-threshold=NUM
-                           autovacuum_vacuum_threshold: autovacuum runs
-                           vacuum once the dead tuples exceed this plus
-                           the scale factor times the live tuples; at
-                           least 1 (default: 50)
-  --autovacuum-vacuum-scale-factor=NUM
-                           autovacuum_vacuum_scale_factor: the fraction of
-                           the live tuples added to the threshold, from 0
-                           (the threshold alone) to 100 (default: 0.2)
-  --fillfactor=NUM         fillfactor, 10 to 100 percent: a new key goes on
-                           a page only if the rest stays free for updates
-                           (default: 100, as PostgreSQL)
-  --vacuum-freeze-min-age=NUM
-                           vacuum_freeze_min_age in transactions, 0 to
-                           1000000000: vacuum freezes a tuple this much
-                           older than its horizon; 0 freezes every tuple
-                           it can (default: 50000000)
-  --vacuum-freeze-table-age=NUM
-                           vacuum_freeze_table_age in transactions, 0 to
-                           2000000000: a vacuum reads every page not
-                           all-frozen once the frozen horizon lags this
-                           far; 0 makes every vacuum aggressive (default:
-                           150000000)
-  --visibility-map=crash-safe|unlogged
-                           WAL-logged visibility map bits (default), or
-                           unlogged ones as before PostgreSQL 9.2: UNSAFE
-                           after a crash, for experiments only
-
+` + engineUsage() + `
 SIGTERM, SIGINT and the SHUTDOWN command stop the server gracefully: running
 commands finish, a checkpoint is taken, the data directory is closed.
 
@@ -150,20 +79,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.Usage = func() {}
 	var (
 		dir, listen, metricsAddr, pass string
-		syncCommit, commitDelay        string
-		shared, walFlusher             string
-		maxClients, commitSiblings     int
+		maxClients                     int
 		timeout, shutdownTimeout       int
-		walWriterDelay, lockTimeout    int
-		ckptTimeout, clogBuffers       int
-		segSize, maxWAL                string
-		clogLocking, clogGroup         string
-		autovacuum, visibilityMap      string
-		naptime                        string
-		avThreshold                    int
-		avScaleFactor                  float64
-		freezeMinAge, freezeTableAge   int64
 		cpuprofile                     string
+		opts                           engine.Options
 	)
 	fs.StringVar(&dir, "dir", "", "")
 	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
@@ -182,34 +101,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.IntVar(&timeout, "timeout", 0, "")
 	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
-	fs.StringVar(&syncCommit, "synchronous-commit", "on", "")
-	fs.StringVar(&commitDelay, "commit-delay", "0", "")
-	fs.IntVar(&commitSiblings, "commit-siblings", 5, "")
-	fs.StringVar(&shared, "shared-buffers", "128MB", "")
-	// Serial, as the engine's default: under redis-benchmark with 32
-	// and 64 clients of random keys it made 2 to 3 times fewer WAL syncs
-	// and 1.3 to 1.9 times the requests per second, the two CPUs being
-	// shared with the clients (docs/BENCHMARKS.md).
-	fs.StringVar(&walFlusher, "wal-flusher", "pipelined", "")
-	fs.IntVar(&walWriterDelay, "wal-writer-delay", 200, "")
-	fs.StringVar(&segSize, "wal-segment-size", "16MB", "")
-	fs.IntVar(&ckptTimeout, "checkpoint-timeout", 300, "")
-	fs.StringVar(&maxWAL, "max-wal-size", "1GB", "")
-	fs.IntVar(&lockTimeout, "lock-timeout", 0, "")
-	fs.IntVar(&clogBuffers, "clog-buffers", 0, "")
-	fs.StringVar(&clogLocking, "clog-locking", "bank", "")
-	fs.StringVar(&clogGroup, "clog-group-update", "on", "")
-	var earlyLockRelease string
-	fs.StringVar(&earlyLockRelease, "early-lock-release", "on", "")
-	fs.StringVar(&autovacuum, "autovacuum", "on", "")
-	fs.StringVar(&naptime, "autovacuum-naptime", "60", "")
-	fs.IntVar(&avThreshold, "autovacuum-vacuum-threshold", 50, "")
-	fs.Float64Var(&avScaleFactor, "autovacuum-vacuum-scale-factor", 0.2, "")
-	fs.Int64Var(&freezeMinAge, "vacuum-freeze-min-age", 50_000_000, "")
-	fs.Int64Var(&freezeTableAge, "vacuum-freeze-table-age", 150_000_000, "")
-	fs.StringVar(&visibilityMap, "visibility-map", "crash-safe", "")
-	var fillFactor int
-	fs.IntVar(&fillFactor, "fillfactor", 100, "")
+	engineFlags(fs, &opts)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, serveUsage)
@@ -232,30 +124,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if protectedMode = strings.ToLower(protectedMode); protectedMode != "yes" && protectedMode != "no" {
 		return fail("invalid --protected-mode %q (want yes or no)", protectedMode)
 	}
-	syncOn, err := bench.ParseOnOff(syncCommit)
-	if err != nil {
-		return fail("invalid --synchronous-commit %q (want on or off)", syncCommit)
-	}
-	sc := engine.SyncCommitOff
-	if syncOn {
-		sc = engine.SyncCommitOn
-	}
-	delay := engine.CommitDelayAuto
-	if commitDelay != "auto" {
-		d, err := strconv.Atoi(commitDelay)
-		if err != nil || d < 0 || d > 100000 {
-			return fail("invalid --commit-delay %q (0..100000 microseconds, or auto)", commitDelay)
-		}
-		delay = d
-	}
-	switch walFlusher {
-	case "serial", "pipelined", "none":
-	default:
-		return fail("invalid --wal-flusher %q (want serial, pipelined or none)", walFlusher)
-	}
 	switch {
-	case commitSiblings < 0:
-		return fail("invalid --commit-siblings %d", commitSiblings)
 	case maxClients < 1:
 		return fail("invalid --maxclients %d", maxClients)
 	case timeout < 0:
@@ -263,70 +132,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	case shutdownTimeout < 1:
 		return fail("invalid --shutdown-timeout %d", shutdownTimeout)
 	}
-	sharedBytes, err := parseSharedBuffers(shared)
-	if err != nil {
-		return fail("invalid --shared-buffers: %v", err)
-	}
-	switch {
-	case walWriterDelay < 1 || walWriterDelay > 10000:
-		return fail("invalid --wal-writer-delay %d (1..10000 milliseconds)", walWriterDelay)
-	case ckptTimeout < 0 || ckptTimeout > 86400:
-		return fail("invalid --checkpoint-timeout %d (0..86400 seconds)", ckptTimeout)
-	case lockTimeout < 0:
-		return fail("invalid --lock-timeout %d", lockTimeout)
-	case clogBuffers != 0 && (clogBuffers < 16 || clogBuffers > 1<<17):
-		return fail("invalid --clog-buffers %d (0 or 16..131072)", clogBuffers)
-	case clogLocking != "bank" && clogLocking != "global":
-		return fail("invalid --clog-locking %q (want bank or global)", clogLocking)
-	// engine.Options takes 0 for the default, so 0 cannot be passed on.
-	case avThreshold < 1:
-		return fail("invalid --autovacuum-vacuum-threshold %d (at least 1; the engine takes 0 for its default)", avThreshold)
-	case !(avScaleFactor >= 0 && avScaleFactor <= 100):
-		return fail("invalid --autovacuum-vacuum-scale-factor %v (at least 0, at most 100)", avScaleFactor)
-	case visibilityMap != engine.VisibilityMapCrashSafe && visibilityMap != engine.VisibilityMapUnlogged:
-		return fail("invalid --visibility-map %q (want crash-safe or unlogged)", visibilityMap)
-	}
-	engineFreezeMinAge, engineFreezeTableAge, err := freezeAges(freezeMinAge, freezeTableAge)
-	if err != nil {
-		return fail("%v", err)
-	}
-	if fillFactor < 10 || fillFactor > 100 {
-		return fail("invalid --fillfactor %d (10..100 percent)", fillFactor)
-	}
-	napDuration, err := parseNaptime(naptime)
-	if err != nil {
-		return fail("invalid --autovacuum-naptime %q: %v", naptime, err)
-	}
-	autovacuumOn, err := bench.ParseOnOff(autovacuum)
-	if err != nil {
-		return fail("invalid --autovacuum %q (want on or off)", autovacuum)
-	}
-	groupUpdate, err := bench.ParseOnOff(clogGroup)
-	if err != nil {
-		return fail("invalid --clog-group-update %q (want on or off)", clogGroup)
-	}
-	elrOn, err := bench.ParseOnOff(earlyLockRelease)
-	if err != nil {
-		return fail("invalid --early-lock-release %q (want on or off)", earlyLockRelease)
-	}
-	segBytes, err := parseSize(segSize)
-	if err != nil || segBytes < 1<<20 || segBytes > 1<<30 || segBytes&(segBytes-1) != 0 {
-		return fail("invalid --wal-segment-size %q (a power of two from 1MB to 1GB)", segSize)
-	}
-	if strings.Trim(maxWAL, "0123456789") == "" {
-		maxWAL += "MB" // PostgreSQL's unit for max_wal_size
-	}
-	maxWALBytes, err := parseSize(maxWAL)
-	if err != nil || maxWALBytes < 2*segBytes {
-		return fail("invalid --max-wal-size %q (at least two WAL segments)", maxWAL)
-	}
-	siblings := commitSiblings
-	if siblings == 0 {
-		siblings = engine.NoCommitSiblings // the zero Option means the default
-	}
-	ckpt := time.Duration(ckptTimeout) * time.Second
-	if ckptTimeout == 0 {
-		ckpt = -1
+	// The settings were checked one by one as they were parsed; this
+	// checks them together (max_wal_size against the segment size).
+	if err := opts.Validate(); err != nil {
+		return fail("%s", errText(err))
 	}
 
 	if cpuprofile != "" {
@@ -382,32 +191,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	db, err := engine.Open(dir, engine.Options{
-		Logger:            log,
-		SharedBuffers:     sharedBytes,
-		FillFactor:        fillFactor,
-		SynchronousCommit: sc,
-		CommitDelay:       delay,
-		CommitSiblings:    siblings,
-		WALFlusher:        walFlusher,
-		WALWriterDelay:    time.Duration(walWriterDelay) * time.Millisecond,
-		WALSegmentSize:    segBytes,
-		CheckpointTimeout: ckpt,
-		MaxWALSize:        maxWALBytes,
-		LockTimeout:       time.Duration(lockTimeout) * time.Millisecond,
-		CLOGBuffers:       clogBuffers,
-		CLOGLocking:       clogLocking,
-		CLOGGroupUpdate:   &groupUpdate,
-		EarlyLockRelease:  &elrOn,
-		Autovacuum:        &autovacuumOn,
-		AutovacuumNaptime: napDuration,
-		VisibilityMap:     visibilityMap,
-
-		AutovacuumVacuumThreshold:   avThreshold,
-		AutovacuumVacuumScaleFactor: engineScaleFactor(avScaleFactor),
-		VacuumFreezeMinAge:          engineFreezeMinAge,
-		VacuumFreezeTableAge:        engineFreezeTableAge,
-	})
+	opts.Logger = log
+	db, err := engine.Open(dir, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, errorLine(err))
 		return 1
@@ -426,7 +211,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		MaxClients:        maxClients,
 		Timeout:           time.Duration(timeout) * time.Second,
 		RequirePass:       pass,
-		SynchronousCommit: sc,
+		SynchronousCommit: opts.SynchronousCommit,
 		ShutdownTimeout:   time.Duration(shutdownTimeout) * time.Second,
 		Logger:            log,
 	})
@@ -511,57 +296,6 @@ func errorLine(err error) string {
 		return msg
 	}
 	return "mvkv: " + err.Error()
-}
-
-// parseNaptime parses --autovacuum-naptime as PostgreSQL's
-// autovacuum_naptime: a bare integer counts seconds; otherwise a Go
-// duration (90s, 5m). The range is PostgreSQL's, 1 s to 2147483 s.
-func parseNaptime(v string) (time.Duration, error) {
-	const lo, hi = time.Second, 2147483 * time.Second
-	var d time.Duration
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 1 || n > int64(hi/time.Second) {
-			return 0, fmt.Errorf("want 1..2147483 seconds")
-		}
-		d = time.Duration(n) * time.Second
-	} else {
-		if d, err = time.ParseDuration(v); err != nil {
-			return 0, fmt.Errorf("want a number of seconds or a duration such as 90s")
-		}
-	}
-	if d < lo || d > hi {
-		return 0, fmt.Errorf("want 1s..2147483s")
-	}
-	return d, nil
-}
-
-// engineScaleFactor passes autovacuum_vacuum_scale_factor to engine.Options,
-// where 0 means the default and a negative value means 0.
-// freezeAges checks --vacuum-freeze-min-age and --vacuum-freeze-table-age
-// against PostgreSQL's ranges and turns them into engine.Options values,
-// where 0 means the default: PostgreSQL's 0 (freeze everything, every
-// vacuum aggressive) is the engine's negative value.
-func freezeAges(minAge, tableAge int64) (engineMin, engineTable int64, err error) {
-	if minAge < 0 || minAge > 1_000_000_000 {
-		return 0, 0, fmt.Errorf("invalid --vacuum-freeze-min-age %d (0..1000000000)", minAge)
-	}
-	if tableAge < 0 || tableAge > 2_000_000_000 {
-		return 0, 0, fmt.Errorf("invalid --vacuum-freeze-table-age %d (0..2000000000)", tableAge)
-	}
-	if minAge == 0 {
-		minAge = -1
-	}
-	if tableAge == 0 {
-		tableAge = -1
-	}
-	return minAge, tableAge, nil
-}
-
-func engineScaleFactor(f float64) float64 {
-	if f == 0 {
-		return -1
-	}
-	return f
 }
 
 // warnDamage waits for the engine's background check for heap pages of

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -233,42 +232,6 @@ func TestServeRedisTools(t *testing.T) {
 	defer c.Close()
 	if got := c.Get(context.Background(), "counter:__rand_int__").Val(); got != fmt.Sprint(20000) {
 		t.Errorf("counter after redis-benchmark: %q, want 20000", got)
-	}
-}
-
-// TestParseNaptime pins --autovacuum-naptime's two forms, PostgreSQL's bare
-// seconds and a Go duration as mvkv bench takes, and PostgreSQL's range.
-func TestParseNaptime(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want time.Duration // 0: an error
-	}{
-		{"60", time.Minute},
-		{"1", time.Second},
-		{"2147483", 2147483 * time.Second},
-		{"1s", time.Second},
-		{"90s", 90 * time.Second},
-		{"5m", 5 * time.Minute},
-		{"1500ms", 1500 * time.Millisecond},
-		{"2147483s", 2147483 * time.Second},
-		{"500ms", 0},
-		{"0", 0},
-		{"0s", 0},
-		{"-1", 0},
-		{"-5s", 0},
-		{"2147484", 0},
-		{"2147484s", 0},
-		{"1e3", 0},
-		{"", 0},
-		{"soon", 0},
-	} {
-		got, err := parseNaptime(c.in)
-		switch {
-		case c.want == 0 && err == nil:
-			t.Errorf("parseNaptime(%q) = %v, want an error", c.in, got)
-		case c.want != 0 && (err != nil || got != c.want):
-			t.Errorf("parseNaptime(%q) = %v, %v; want %v", c.in, got, err, c.want)
-		}
 	}
 }
 

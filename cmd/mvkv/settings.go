@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"strings"
+
+	"mvkv/engine"
+)
+
+// engineFlags defines a flag for every engine setting (engine.Settings) on
+// fs, --commit-delay for commit_delay, each storing its value in o through
+// the setting's own parser. A flag left out leaves its field at the zero
+// value, which Open reads as the setting's default: the default lives in
+// the table only.
+func engineFlags(fs *flag.FlagSet, o *engine.Options) {
+	for _, s := range engine.Settings() {
+		fs.Func(flagName(s), s.Description, func(v string) error { return setFlag(s, o, v) })
+	}
+}
+
+// setFlag stores v in o; its error is what the flag package prints after
+// "invalid value V for flag -NAME: ".
+func setFlag(s engine.Setting, o *engine.Options, v string) error {
+	err := s.Set(o, v)
+	var se *engine.SettingError
+	if errors.As(err, &se) {
+		return errors.New(se.Want)
+	}
+	return err
+}
+
+// flagName is the command-line name of a setting: its name with dashes.
+func flagName(s engine.Setting) string { return strings.ReplaceAll(s.Name, "_", "-") }
+
+// engineUsage is the help text of the engine flags, the same for every
+// command that takes them: one entry per setting, its default last.
+func engineUsage() string {
+	var b strings.Builder
+	for _, s := range engine.Settings() {
+		writeOption(&b, "--"+flagName(s)+"="+s.Syntax, s.Description+rangeText(s)+" (default: "+s.Default+")")
+	}
+	return b.String()
+}
+
+// rangeText is a number's range as the help text gives it, after the
+// description.
+func rangeText(s engine.Setting) string {
+	if s.Min == "" {
+		return ""
+	}
+	if s.Max == "" {
+		return "; at least " + s.Min
+	}
+	unit := map[string]string{"us": " microseconds", "ms": " ms", "s": " s", "%": " percent"}[s.Unit]
+	return "; " + s.Min + " to " + s.Max + unit
+}
+
+// Help text layout: options start at column 3, their text at column 28 and
+// ends by column 77.
+const (
+	optionIndent = "  "
+	textColumn   = 27
+	lineWidth    = 77
+)
+
+// writeOption writes one option of a help text: the option and its text
+// wrapped beside it, or below it when the option leaves no room.
+func writeOption(b *strings.Builder, option, text string) {
+	line := optionIndent + option
+	if len(line) > textColumn-2 {
+		b.WriteString(line + "\n")
+		line = ""
+	}
+	for _, w := range strings.Fields(text) {
+		if len(line) > textColumn && len(line)+1+len(w) > lineWidth {
+			b.WriteString(line + "\n")
+			line = ""
+		}
+		if len(line) < textColumn {
+			line += strings.Repeat(" ", textColumn-len(line)) + w
+		} else {
+			line += " " + w
+		}
+	}
+	b.WriteString(line + "\n")
+}
