@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +8,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -420,29 +417,9 @@ func TestKillDuringBulkLoad(t *testing.T) {
 	var loadTime time.Duration
 	for round := 0; round < 6; round++ {
 		dir := t.TempDir()
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "MVKV_BULK_CHILD="+dir)
-		stdout, _ := cmd.StdoutPipe()
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 16)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		select {
-		case l := <-lines:
-			if l != "ready" {
-				t.Fatalf("child said %q; stderr: %s", l, stderr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("child never became ready; stderr: %s", stderr.String())
+		cmd, l, lines, stderr := startChild(t, "MVKV_BULK_CHILD="+dir)
+		if l != "ready" {
+			t.Fatalf("child said %q; stderr: %s", l, stderr.String())
 		}
 		readyAt := time.Now()
 		if round > 0 {

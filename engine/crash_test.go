@@ -201,29 +201,9 @@ func TestKillDuringWorkload(t *testing.T) {
 	loadTPCB(t, dir)
 	acked := map[string]int64{}
 	for i := 0; i < *killPoints; i++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "MVKV_CRASH_CHILD="+dir)
-		stdout, _ := cmd.StdoutPipe()
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(stdout)
-		lines := make(chan string, 1024)
-		go func() {
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		select {
-		case l := <-lines:
-			if l != "ready" {
-				t.Fatalf("child said %q; stderr: %s", l, stderr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("child never became ready; stderr: %s", stderr.String())
+		cmd, l, lines, stderr := startChild(t, "MVKV_CRASH_CHILD="+dir)
+		if l != "ready" {
+			t.Fatalf("child said %q; stderr: %s", l, stderr.String())
 		}
 		time.Sleep(time.Duration(10+r.IntN(300)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
@@ -429,4 +409,37 @@ func TestTornWALTail(t *testing.T) {
 			db.Close()
 		}
 	}
+}
+
+// startChild starts this test binary as a child process with env added,
+// and returns it with its stdout lines and its stderr so far, after the
+// child's first line (returned as ready), which must come within a minute.
+func startChild(t *testing.T, env string) (cmd *exec.Cmd, ready string, lines <-chan string, stderr *strings.Builder) {
+	t.Helper()
+	cmd = exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env)
+	stdout, _ := cmd.StdoutPipe()
+	stderr = &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+		close(ch)
+	}()
+	select {
+	case l, ok := <-ch:
+		if !ok {
+			t.Fatalf("child exited before its first line; stderr: %s", stderr.String())
+		}
+		return cmd, l, ch, stderr
+	case <-time.After(60 * time.Second):
+		t.Fatalf("child never became ready; stderr: %s", stderr.String())
+	}
+	return nil, "", nil, nil
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -559,30 +557,10 @@ func TestKillDuringLargeWrites(t *testing.T) {
 	}
 	last := map[int]ack{} // per client, the last acknowledged write
 	for i := 0; i < *largeKills; i++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "MVKV_LARGE_CHILD="+dir)
-		stdout, _ := cmd.StdoutPipe()
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(stdout)
-		lines := make(chan string, 1024)
-		go func() {
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
+		cmd, l, lines, stderr := startChild(t, "MVKV_LARGE_CHILD="+dir)
 		var run int64
-		select {
-		case l := <-lines:
-			if _, err := fmt.Sscanf(l, "ready %d", &run); err != nil {
-				t.Fatalf("child said %q; stderr: %s", l, stderr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("child never became ready; stderr: %s", stderr.String())
+		if _, err := fmt.Sscanf(l, "ready %d", &run); err != nil {
+			t.Fatalf("child said %q; stderr: %s", l, stderr.String())
 		}
 		wait := time.Duration(50+r.IntN(700)) * time.Millisecond
 		if raceEnabled {
