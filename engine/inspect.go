@@ -59,8 +59,11 @@ func describeRecord(rec wal.Record) string {
 				if h.Infomask&heap.Chunk != 0 {
 					desc += " chunk"
 				}
-				if h.Infomask&heap.External != 0 {
-					desc += " external"
+				switch {
+				case isDirectory(h.Infomask):
+					desc += " directory"
+				case h.Infomask&heap.External != 0:
+					desc += " external: " + describePointer(val)
 				}
 			}
 		}
