@@ -45,6 +45,29 @@ var (
 	// ErrIOFailure: an fsync or write of a data file failed; the database
 	// accepts no more writes until it is reopened (reads keep working).
 	ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")
+
+	// The settings interface (Setting.Set, DB.SetConfig,
+	// DB.CurrentSetting), after PostgreSQL's SET and SHOW:
+
+	// ErrUnknownSetting: no setting has the name (PostgreSQL's
+	// "unrecognized configuration parameter").
+	ErrUnknownSetting = errors.New("mvkv: unrecognized configuration parameter")
+	// ErrInvalidSetting: the value is not one the setting takes; the
+	// message says what it takes.
+	ErrInvalidSetting = errors.New("mvkv: invalid value for parameter")
+	// ErrSettingFixed: the setting is fixed when the database opens and
+	// cannot be changed on an open one (PostgreSQL's "cannot be changed
+	// without restarting the server").
+	ErrSettingFixed = errors.New("mvkv: parameter cannot be changed on an open database")
+
+	// DB.BulkLoad:
+
+	// ErrBulkLoadNotEmpty: DB.BulkLoad needs a database whose key index is
+	// empty, and no other writer of the loaded keys during the load.
+	ErrBulkLoadNotEmpty = errors.New("mvkv: bulk load needs an empty database")
+	// ErrBulkLoadOrder: the keys given to DB.BulkLoad were not in strictly
+	// increasing byte order.
+	ErrBulkLoadOrder = errors.New("mvkv: bulk load keys are not in strictly increasing order")
 )
 
 // IsRetryable reports whether err says that the transaction lost a race

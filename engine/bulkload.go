@@ -111,16 +111,6 @@ const bulkSyncEvery = 64 << 20
 // bulkIndexBatch is how many entries go to the index goroutines at once.
 const bulkIndexBatch = 4096
 
-// Errors of DB.BulkLoad.
-var (
-	// ErrBulkLoadNotEmpty: DB.BulkLoad needs a database whose key index is
-	// empty, and no other writer of the loaded keys during the load.
-	ErrBulkLoadNotEmpty = errors.New("mvkv: bulk load needs an empty database")
-	// ErrBulkLoadOrder: the keys given to DB.BulkLoad were not in strictly
-	// increasing byte order.
-	ErrBulkLoadOrder = errors.New("mvkv: bulk load keys are not in strictly increasing order")
-)
-
 // BulkLoadStats describes a finished bulk load.
 type BulkLoadStats struct {
 	// Keys is the number of keys loaded, Pages the heap pages written

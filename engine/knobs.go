@@ -16,21 +16,6 @@ import (
 	"mvkv/wal"
 )
 
-// Errors of the settings interface (Setting.Set, DB.SetConfig,
-// DB.CurrentSetting), after PostgreSQL's SET and SHOW.
-var (
-	// ErrUnknownSetting: no setting has the name (PostgreSQL's
-	// "unrecognized configuration parameter").
-	ErrUnknownSetting = errors.New("mvkv: unrecognized configuration parameter")
-	// ErrInvalidSetting: the value is not one the setting takes; the
-	// message says what it takes.
-	ErrInvalidSetting = errors.New("mvkv: invalid value for parameter")
-	// ErrSettingFixed: the setting is fixed when the database opens and
-	// cannot be changed on an open one (PostgreSQL's "cannot be changed
-	// without restarting the server").
-	ErrSettingFixed = errors.New("mvkv: parameter cannot be changed on an open database")
-)
-
 // A SettingError is the error for a value a setting does not take. It
 // matches ErrInvalidSetting.
 type SettingError struct {
