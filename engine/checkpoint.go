@@ -56,6 +56,14 @@ func (db *DB) checkpoint() error {
 	db.redoPtr.Store(uint64(redo))
 	db.ckptInterlock.Unlock()
 
+	// The heap's length is read before FlushAll syncs the heap: every
+	// block below it is already in the file then, so the sync makes them
+	// all durable. Read after the sync, it would count blocks an eviction
+	// wrote meanwhile (a page extended after the redo point), which no
+	// sync covers yet; a crash would then leave the heap shorter than the
+	// control file says, and Open would call that corruption. Blocks
+	// written after this read are left for the next checkpoint to count.
+	heapBlocks := db.storage.NBlocks()
 	if err := db.pool.FlushAll(); err != nil {
 		return db.fail(err)
 	}
@@ -64,7 +72,6 @@ func (db *DB) checkpoint() error {
 	if err := db.vm.Flush(); err != nil {
 		return db.fail(err)
 	}
-	heapBlocks := db.storage.NBlocks()
 	db.storage.SetWritten(heapBlocks)
 	// next is read before the CLOG is written, so that every page holding
 	// an xid below it is written by this checkpoint (ExtendTo covers pages

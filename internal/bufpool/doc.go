@@ -49,13 +49,14 @@
 //
 // # Why a copy is written
 //
-// The page is copied under the shared content lock, the dirty flag is
-// cleared with the copy taken, and the copy is checksummed and written with
-// no lock held. A modifier therefore waits only for a memcpy, never for the
-// disk, and the bytes written are one consistent version of the page with a
+// The page is copied under the shared content lock, and the copy is
+// checksummed and written with no lock held. A modifier therefore waits
+// only for a memcpy, never for the disk, and the bytes written are one consistent version of the page with a
 // checksum that matches them (a page changing under a write would otherwise
 // be written half old, half new, with a checksum of neither). A change made
-// after the copy sets the dirty flag again, so it is written next time. A
+// after the copy marks the frame just dirtied, and the dirty flag, which
+// stays set until the write has returned, is then left set, so the change
+// is written next time (PostgreSQL's BM_DIRTY and BM_JUST_DIRTIED). A
 // per-frame write mutex keeps two writers of one frame (eviction and
 // FlushAll) from reaching the disk in the wrong order, which could leave an
 // older version on disk with the frame marked clean.
@@ -64,8 +65,9 @@
 //
 // The pool holds no state that must survive a crash: everything dirty in it
 // is described by WAL that recovery replays. FlushAll (used by checkpoint)
-// writes every page dirty when it gets there and then syncs the storage;
-// once it returns, every change whose WAL lies below the checkpoint's redo
-// LSN is durable in the heap files. Write and sync errors are returned, not
+// writes every page dirty when it gets there, waits for any write of a
+// page already in progress (such a page is still dirty), and then syncs
+// the storage; once it returns, every change whose WAL lies below the
+// checkpoint's redo LSN is durable in the heap files. Write and sync errors are returned, not
 // retried; a frame whose write failed stays dirty.
 package bufpool

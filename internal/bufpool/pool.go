@@ -88,7 +88,11 @@ type Buffer struct {
 
 	pins  atomic.Int32  // pin count (refcount)
 	usage atomic.Uint32 // clock-sweep usage count, at most maxUsage
-	dirty atomic.Bool   // set under content.Lock; cleared under content.RLock+writeMu
+	// state holds bufDirty and bufJustDirtied. Both are set by MarkDirty
+	// under content.Lock; a write clears bufJustDirtied when it copies the
+	// page and clears bufDirty only once the copy is in the file, and only
+	// if no change came meanwhile (see write).
+	state atomic.Uint32
 
 	// block and tagged say which block the frame holds. They are written
 	// only by a goroutine that holds the frame's sole pin while the frame
@@ -99,6 +103,22 @@ type Buffer struct {
 	// the shard of block.
 	io *ioState
 }
+
+// Frame state bits, PostgreSQL's BM_DIRTY and BM_JUST_DIRTIED.
+const (
+	// bufDirty: the frame holds changes its file does not have yet. It
+	// stays set while a write of the frame is in progress, so that a
+	// FlushAll that starts then finds the frame and waits for that write
+	// (through writeMu) before it syncs the storage.
+	bufDirty uint32 = 1 << iota
+	// bufJustDirtied: the frame changed since the current write copied
+	// it, so that write must leave bufDirty set.
+	bufJustDirtied
+)
+
+// isDirty reports whether the frame has changes not yet written, counting
+// a write still in progress as not yet written.
+func (b *Buffer) isDirty() bool { return b.state.Load()&bufDirty != 0 }
 
 type shard struct {
 	mu sync.Mutex
@@ -224,7 +244,7 @@ func (p *Pool) load(block uint32, read bool, victim func() (*Buffer, error)) (*B
 		// f is ours alone: pinned once, in no page table.
 		if !read {
 			clear(f.page)
-			f.dirty.Store(true)
+			f.state.Store(bufDirty | bufJustDirtied)
 		}
 		sh := p.shard(block)
 		sh.mu.Lock()
@@ -235,7 +255,7 @@ func (p *Pool) load(block uint32, read bool, victim func() (*Buffer, error)) (*B
 			g.pins.Add(1)
 			io := g.io
 			sh.mu.Unlock()
-			f.dirty.Store(false)
+			f.state.Store(0)
 			f.unpin()
 			return g, g.hit(io)
 		}
@@ -305,7 +325,7 @@ func (p *Pool) reclaim(f *Buffer) (bool, error) {
 	if !f.tagged {
 		return true, nil
 	}
-	if f.dirty.Load() {
+	if f.isDirty() {
 		if err := p.write(f); err != nil {
 			f.unpin()
 			return false, err
@@ -313,7 +333,7 @@ func (p *Pool) reclaim(f *Buffer) (bool, error) {
 	}
 	sh := p.shard(f.block)
 	sh.mu.Lock()
-	if f.pins.Load() != 1 || f.dirty.Load() {
+	if f.pins.Load() != 1 || f.isDirty() {
 		sh.mu.Unlock()
 		f.unpin()
 		return false, nil
@@ -332,28 +352,41 @@ func (p *Pool) reclaim(f *Buffer) (bool, error) {
 // not the I/O; the copy is what reaches the disk, so a page changing during
 // the write cannot tear it or get a checksum that does not match. The WAL is
 // flushed up to the copy's LSN first (WAL before data).
+//
+// The frame stays dirty until WriteBlock has returned, as PostgreSQL keeps
+// BM_DIRTY set through FlushBuffer and clears it in TerminateBufferIO only
+// if BM_JUST_DIRTIED is still clear. Clearing it at the copy instead would
+// let a FlushAll that runs while this write waits for the WAL or the file
+// pass the frame as clean and sync the storage before the page is in it:
+// a checkpoint would then complete with a change below its redo point in
+// no file, and a crash before the next checkpoint would lose it.
 func (p *Pool) write(f *Buffer) error {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
 	buf := p.copies.Get().(*[PageSize]byte)
 	defer p.copies.Put(buf)
 	f.content.RLock()
-	if !f.dirty.Load() {
+	if !f.isDirty() {
 		f.content.RUnlock()
 		return nil
 	}
 	copy(buf[:], f.page)
-	f.dirty.Store(false)
+	f.state.And(^bufJustDirtied)
 	f.content.RUnlock()
-	// From here a new change re-dirties the frame, and the next write
-	// (serialized by writeMu) will carry it.
+	// From here a new change sets bufJustDirtied again, so the frame
+	// stays dirty after this write and the next one (serialized by
+	// writeMu) carries the change.
 	if err := p.flushWAL(p.pageLSN(buf[:])); err != nil {
-		f.dirty.Store(true)
 		return fmt.Errorf("bufpool: flush WAL before writing block %d: %w", f.block, err)
 	}
 	if err := p.st.WriteBlock(f.block, buf[:]); err != nil {
-		f.dirty.Store(true)
 		return err
+	}
+	for {
+		s := f.state.Load()
+		if s&bufJustDirtied != 0 || f.state.CompareAndSwap(s, s&^bufDirty) {
+			break
+		}
 	}
 	p.writes.Add(1)
 	return nil
@@ -434,7 +467,10 @@ func (p *Pool) Truncate(n uint32) error {
 
 // FlushAll writes every page that is dirty when it is reached (flushing the
 // WAL to its LSN first, writing a copy taken under the shared lock, in block
-// order), then calls Storage.Sync. It is what a checkpoint uses; it runs
+// order), then calls Storage.Sync. A page that another goroutine (an
+// eviction) is writing counts as dirty until that write has returned:
+// FlushAll waits for it, and writes the page again if it changed since the
+// copy, so that the Sync covers it. It is what a checkpoint uses; it runs
 // concurrently with other users of the pool, and a page dirtied after
 // FlushAll passed it is left for the next one. It stops at the first error.
 func (p *Pool) FlushAll() error {
@@ -447,7 +483,7 @@ func (p *Pool) FlushAll() error {
 		sh := &p.shards[i]
 		sh.mu.Lock()
 		for block, id := range sh.table {
-			if p.frames[id].dirty.Load() {
+			if p.frames[id].isDirty() {
 				cands = append(cands, cand{block, id})
 			}
 		}
@@ -531,7 +567,7 @@ func (b *Buffer) Block() uint32 { return b.block }
 // hint bit). Every change, hint bits included, must be made under Lock,
 // never RLock: pages are copied for writing under RLock, so a change made
 // under RLock could be half in the copy.
-func (b *Buffer) MarkDirty() { b.dirty.Store(true) }
+func (b *Buffer) MarkDirty() { b.state.Or(bufDirty | bufJustDirtied) }
 
 // Ring is a buffer access strategy for one bulk reader, PostgreSQL's
 // BufferAccessStrategy of type BAS_VACUUM: the blocks it reads that are not
