@@ -246,8 +246,13 @@ func TestReaderNeverStaleSet(t *testing.T) {
 	}
 }
 
+// TestConcurrentSetClear has four goroutines set, clear and test bits of
+// eight map pages through a pool of four frames. Each holds at most one pin
+// at a time, so a frame is always free for the one asking (the pool fails
+// rather than waits when every frame is pinned), and pages are evicted and
+// read back all along.
 func TestConcurrentSetClear(t *testing.T) {
-	m := openMap(t, vfs.NewMemFS(), Options{Buffers: 2})
+	m := openMap(t, vfs.NewMemFS(), Options{Buffers: 4})
 	defer m.Close()
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
@@ -255,7 +260,7 @@ func TestConcurrentSetClear(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
-				blk := uint32(g*HeapBlocksPerPage + i%40)
+				blk := uint32((2*g+i%2)*HeapBlocksPerPage + i%40)
 				if _, err := m.Set(blk, AllVisible, uint64(i+1)); err != nil {
 					t.Error(err)
 					return
