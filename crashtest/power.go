@@ -307,6 +307,7 @@ func runPower(ctx context.Context, cfg Config) (Result, error) {
 		res.Cycles = cycle
 		acked, pending := counts(got[len(got)-1].hist)
 		fresh := ""
+		keys := len(state) // what the crash copies recovered, before any reset
 		if n := heapBytes(fsys); n > maxHeapBytes {
 			// Every check reads the whole heap (verify, Open's scan for
 			// pages of zeros), and large values make it grow by about
@@ -322,7 +323,7 @@ func runPower(ctx context.Context, cfg Config) (Result, error) {
 			fresh = fmt.Sprintf("; the heap had reached %.1f MB, next cycle on a new database", float64(n)/(1<<20))
 		}
 		fmt.Fprintf(cfg.Out, "cycle %d: %d ops (%d acknowledged, %d in doubt at the last crash), %d crash points (last after %v, %v), %d keys, verify ok, linearizable%s; %s\n",
-			cycle, len(all), acked, pending, len(got), got[len(got)-1].op, got[len(got)-1].mode, len(state), fresh, time.Since(start).Round(time.Millisecond))
+			cycle, len(all), acked, pending, len(got), got[len(got)-1].op, got[len(got)-1].mode, keys, fresh, time.Since(start).Round(time.Millisecond))
 	}
 	db.Close()
 	res.Pass = true

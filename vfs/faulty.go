@@ -25,10 +25,14 @@ func Ops(kinds ...OpKind) OpSet {
 // Has reports whether k is in s.
 func (s OpSet) Has(k OpKind) bool { return s&(1<<k) != 0 }
 
+// OpLock must stay the last kind for AllOps: this fails to compile if a
+// kind is added after it.
+var _ = [1]struct{}{}[numOpKinds-OpLock-1]
+
 // Common sets of kinds.
 const (
-	// AllOps holds every kind.
-	AllOps = OpSet(1<<numOpKinds-1) &^ 1
+	// AllOps holds every kind (OpLock is the last).
+	AllOps = OpSet(1<<(OpLock+1)-1) &^ 1
 	// MutatingOps holds the kinds that change the file system (the ones
 	// MemFS logs): a disk that fails these but still reads is what ext4
 	// leaves after remounting read-only on an I/O error.
