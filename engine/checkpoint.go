@@ -56,14 +56,17 @@ func (db *DB) checkpoint() error {
 	db.redoPtr.Store(uint64(redo))
 	db.ckptInterlock.Unlock()
 
-	// The heap's length is read before FlushAll syncs the heap: every
-	// block below it is already in the file then, so the sync makes them
-	// all durable. Read after the sync, it would count blocks an eviction
-	// wrote meanwhile (a page extended after the redo point), which no
-	// sync covers yet; a crash would then leave the heap shorter than the
-	// control file says, and Open would call that corruption. Blocks
-	// written after this read are left for the next checkpoint to count.
-	heapBlocks := db.storage.NBlocks()
+	// The heap's length is the buffer pool's, read before FlushAll: every
+	// block below it is in the file or dirty in the pool (Extend returns
+	// a new page dirty), so FlushAll and its sync make them all durable,
+	// and the length covers pages extended but not yet written (a page of
+	// zeros below it is damage, not a page never written). Read after the
+	// sync, it would count blocks an eviction wrote meanwhile (a page
+	// extended after the redo point), which no sync covers yet; a crash
+	// would then leave the heap shorter than the control file says, and
+	// Open would call that corruption. Blocks added after this read are
+	// left for the next checkpoint to count.
+	heapBlocks := db.pool.NBlocks()
 	if err := db.pool.FlushAll(); err != nil {
 		return db.fail(err)
 	}
