@@ -33,6 +33,13 @@ func removeIndexFile(dir string) error {
 //	go test ./engine -run TestHugeValue -toast.huge
 var hugeValue = flag.Bool("toast.huge", false, "run TestHugeValue: one 512 MiB value (needs ~1.5 GiB of memory and disk)")
 
+// toastSample is TestCrashLadderLargeValues's own sampling of crash
+// points. Each of its crash copies holds megabytes that are opened three
+// times and read whole, so -crash.sample=1 (every point, as the full
+// ladder runs the others) would take far too long; this flag asks for a
+// denser sample of this ladder alone.
+var toastSample = flag.Int("toast.sample", 0, "check every Nth crash point of TestCrashLadderLargeValues (0: 300, and only without -race and -short)")
+
 // patterned returns n bytes that differ with their position and with seed,
 // so that a chunk put back in the wrong place or from the wrong value shows.
 func patterned(n int, seed uint32) []byte {
@@ -298,14 +305,14 @@ func TestCrashLadderLargeValues(t *testing.T) {
 	}
 	work = append(work, ladderTxn{writes: map[string][]byte{"big": nil, "d": big(7, 2<<20)}, sync: true})
 	// Each crash copy is opened three times and read whole: a sample of
-	// the points keeps the run to seconds (-crash.sample=N overrides).
+	// the points keeps the run to seconds (-toast.sample=N overrides).
 	// Under -race the workload alone, megabytes through the in-memory
 	// file system, takes minutes: it runs there only when asked for.
 	sample := 300
-	if *ladderSample > 0 {
-		sample = *ladderSample
+	if *toastSample > 0 {
+		sample = *toastSample
 	} else if raceEnabled || testing.Short() {
-		t.Skip("slow under -race and -short; -crash.sample=N runs it")
+		t.Skip("slow under -race and -short; -toast.sample=N runs it")
 	}
 	points, checked, err := crashLadder(42, work, sample)
 	if err != nil {
