@@ -396,7 +396,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			return d, bad("key %d: head %s lies outside a heap of %d blocks", i, tid, nblocks)
 		}
 		br.pos += n1 + n2 + int(rest) + 6
-		e := arena.new(key)
+		e := arena.new(key, h.keys-i-1)
 		e.head.Store(tid.Pack())
 		ix.tree.n++
 		if cur != nil && len(cur.es) < leafMax {
