@@ -129,16 +129,19 @@ func (db *DB) checkpointer() {
 	defer db.bgWG.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
-		select {
-		case <-db.stopBG:
-			return
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first || !db.ckptRequested.Load() {
+			select {
+			case <-db.stopBG:
+				return
+			case <-tick.C:
+			}
 		}
+		requested := db.ckptRequested.Swap(false)
 		byTime := db.opts.CheckpointTimeout > 0 &&
 			time.Since(time.Unix(0, db.lastCkpt.Load())) >= db.opts.CheckpointTimeout
 		byVolume := int64(db.wal.InsertLSN()-wal.LSN(db.lastRedo.Load())) >= db.opts.MaxWALSize
-		if !byTime && !byVolume {
+		if !requested && !byTime && !byVolume {
 			continue
 		}
 		if err := db.Checkpoint(); err != nil && err != ErrClosed {

@@ -123,6 +123,9 @@ type DB struct {
 	// ckptEnd is the WAL position just past the last checkpoint's record:
 	// while nothing is inserted after it, a checkpoint has nothing to do.
 	ckptEnd atomic.Uint64
+	// ckptRequested asks the checkpointer for a checkpoint at once: set
+	// by recovery for its end-of-recovery checkpoint.
+	ckptRequested atomic.Bool
 	// zeroScanDone is set when Open's background zeroed-page scan ended.
 	zeroScanDone atomic.Bool
 	// damage is what DamageInfo reports (damage.go).
@@ -172,8 +175,10 @@ type RecoveryInfo struct {
 // commit record as aborted, then loading the key index from the index file
 // of the last checkpoint and applying the key changes redo met (or, if the
 // file is missing, damaged or from another checkpoint, rebuilding the index
-// by reading every heap page, which is logged with the reason), and taking
-// an end-of-recovery checkpoint. Open's time depends on the index file's
+// by reading every heap page, which is logged with the reason), and
+// starting the end-of-recovery checkpoint, which runs in the background
+// (Open waits for it only after rebuilding the index or removing an
+// unfinished bulk load's pages). Open's time depends on the index file's
 // size and the WAL written since the last checkpoint, not on the heap's
 // size; Recovery reports where it went.
 //

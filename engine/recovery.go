@@ -93,6 +93,7 @@ func (db *DB) recover(ctrl controlData) error {
 	if err := db.cutUnfinishedBulkLoads(&bulk, ctrl); err != nil {
 		return err
 	}
+	cutBulk := len(bulk.open) > 0
 	heapPath := filepath.Join(db.dir, heapDir)
 	if n := db.storage.NBlocks(); uint64(n) < ctrl.HeapBlocks {
 		return fmt.Errorf("%w: %s: the heap has %d blocks, fewer than the %d it had at the last checkpoint", ErrCorruption, heapPath, n, ctrl.HeapBlocks)
@@ -245,10 +246,24 @@ func (db *DB) recover(ctrl controlData) error {
 		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "redoTook", redoTime,
 		"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
 		"took", db.recovery.Duration)
-	if changed || reason != "" || dropped > 0 {
-		// Also after a rebuild, so that the next Open finds an index
-		// file of this checkpoint.
+	if reason != "" || cutBulk {
+		// After a rebuild, so that the next Open finds an index file of
+		// this checkpoint instead of scanning the heap again; after
+		// cutting an unfinished bulk load, so that the next recovery,
+		// which would find its BULK_LOAD_BEGIN again, starts past it
+		// and cannot cut pages written since.
 		return db.checkpoint()
+	}
+	if changed || dropped > 0 {
+		// The end-of-recovery checkpoint runs in the background, as
+		// PostgreSQL's after a promotion: Open returns once redo and
+		// the index are done, and the checkpointer starts at once.
+		// Nothing recovery decided needs it: the torn tail is already
+		// zeroed durably, redo is idempotent from the same redo point,
+		// and the WAL from there stays until a checkpoint completes.
+		// A crash before it ends replays the same records again.
+		db.ckptRequested.Store(true)
+		return nil
 	}
 	// Nothing but the last checkpoint's record since its redo point (a
 	// clean shutdown): nothing to write, and the directory is left as
