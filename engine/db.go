@@ -130,8 +130,9 @@ type DB struct {
 	zeroScanDone atomic.Bool
 	// damage is what DamageInfo reports (damage.go).
 	damage damageLog
-	// redoTouched lists the blocks redo changed, during Open only.
-	redoTouched map[uint32]struct{}
+	// redoTouched maps each block redo changed to its free space after
+	// the last change (-1 for a page left new), during Open only.
+	redoTouched map[uint32]int
 }
 
 // RecoveryInfo describes what Open found and replayed. It is also logged

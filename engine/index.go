@@ -11,6 +11,7 @@ import (
 	"github.com/google/btree"
 
 	"mvkv/internal/heap"
+	"mvkv/internal/hugepage"
 )
 
 // indexEntry maps a key to the TID of its newest tuple version. The head is
@@ -112,7 +113,7 @@ func (a *entryArena) new(key []byte, expect uint64) *indexEntry {
 			n = max(int(expect+1)*words*9/8, arenaSlabWords)
 		}
 		a.slab = make([]uint64, n)
-		adviseHugePages(unsafe.Pointer(unsafe.SliceData(a.slab)), uintptr(n)*8)
+		hugepage.Advise(a.slab)
 	}
 	w := a.slab[:words:words]
 	a.slab = a.slab[words:]
@@ -544,7 +545,7 @@ func (t *keyTable) reserve(n int) {
 	}
 	if size*tableShards*int(unsafe.Sizeof(tableSlot{})) >= 64<<20 {
 		all := make([]tableSlot, size*tableShards)
-		adviseHugePages(unsafe.Pointer(unsafe.SliceData(all)), uintptr(len(all))*unsafe.Sizeof(tableSlot{}))
+		hugepage.Advise(all)
 		for i := range t.shards {
 			s := &t.shards[i]
 			if len(s.slots) >= size {

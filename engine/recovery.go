@@ -55,6 +55,9 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		return err
 	}
+	// This pass keeps nothing of a record's payload (walScan, bulkScan
+	// and the checkpoint records keep numbers only).
+	r.SetBorrowData(true)
 	var first wal.LSN
 	// Checkpoint records after the control file's, with their redo
 	// points: an index file written by one of them is usable (a crash
@@ -160,7 +163,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// The last bulk load commit replayed (bulkload.go).
 	var bulkLSN wal.LSN
 	changed := false // a record other than the last checkpoint's was replayed
-	db.redoTouched = make(map[uint32]struct{})
+	db.redoTouched = make(map[uint32]int)
 	defer func() { db.redoTouched = nil }()
 	redoBegin := time.Now()
 	for {
@@ -409,7 +412,7 @@ func (db *DB) redoBlock(blk uint32, end wal.LSN, fn func(page []byte) error) err
 	}
 	heap.SetPageLSN(page, uint64(end))
 	buf.MarkDirty()
-	db.noteRedoTouched(blk)
+	db.noteRedoTouched(blk, page)
 	return nil
 }
 
@@ -432,7 +435,7 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 	}
 	heap.SetPageLSN(buf.Page(), uint64(end))
 	buf.MarkDirty()
-	db.noteRedoTouched(blk)
+	db.noteRedoTouched(blk, buf.Page())
 	return nil
 }
 
