@@ -51,14 +51,17 @@ func entryWords(n int) int {
 }
 
 // entryAt makes an entry for key in words (entryWords(len(key)) long), with
-// an invalid head. The entry is read through the first words as an array of
-// the struct's size, so the conversion reinterprets memory of exactly that
-// size; words are 8-byte aligned as the atomic needs.
-func entryAt[K string | []byte](words []uint64, key K) *indexEntry {
+// the given head (a packed TID). The entry is read through the first words
+// as an array of the struct's size, so the conversion reinterprets memory
+// of exactly that size; words are 8-byte aligned as the atomic needs. The
+// head is set with a plain store, before the entry is shared: an atomic
+// store is a locked instruction on amd64, and the index file's load made
+// two per key.
+func entryAt[K string | []byte](words []uint64, key K, head uint64) *indexEntry {
+	words[0] = head // the head is the struct's first word
 	e := (*indexEntry)(unsafe.Pointer((*[entryHeader / 8]uint64)(words)))
 	e.keyLen = uint32(len(key))
 	copy(unsafe.Slice(e.keyStart(), len(key)), key)
-	e.head.Store(heap.InvalidTID.Pack())
 	return e
 }
 
@@ -66,7 +69,7 @@ func entryAt[K string | []byte](words []uint64, key K) *indexEntry {
 // allocation of its own made of words, which the collector knows hold no
 // pointers.
 func newIndexEntry[K string | []byte](key K) *indexEntry {
-	return entryAt(make([]uint64, entryWords(len(key))), key)
+	return entryAt(make([]uint64, entryWords(len(key))), key, heap.InvalidTID.Pack())
 }
 
 // entryArena carves entries out of large pointer-free slabs, for loading
@@ -96,13 +99,12 @@ const (
 	arenaMaxSlabWords = 1 << 23
 )
 
-// new returns an entry for key with an invalid head, as newIndexEntry.
-// expect is the number of keys still to come after this one, or 0 if not
+// new returns an entry for key with the given head (a packed TID). expect is the number of keys still to come after this one, or 0 if not
 // known; it caps the next slab's size.
-func (a *entryArena) new(key []byte, expect uint64) *indexEntry {
+func (a *entryArena) new(key []byte, head, expect uint64) *indexEntry {
 	words := entryWords(len(key))
 	if words > arenaSlabWords/8 {
-		return newIndexEntry(key)
+		return entryAt(make([]uint64, words), key, head)
 	}
 	if len(a.slab) < words {
 		n := max(a.next, arenaSlabWords)
@@ -117,7 +119,7 @@ func (a *entryArena) new(key []byte, expect uint64) *indexEntry {
 	}
 	w := a.slab[:words:words]
 	a.slab = a.slab[words:]
-	return entryAt(w, key)
+	return entryAt(w, key, head)
 }
 
 // keyStart is the address of the key bytes that follow e's length.
@@ -483,6 +485,8 @@ func (lt *leafTree) remove(e *indexEntry) {
 type keyTable struct {
 	seed   maphash.Seed
 	shards [tableShards]tableShard
+	// sink keeps insertAll's early loads from being optimized away.
+	sink uintptr
 }
 
 const (
@@ -531,6 +535,34 @@ func (t *keyTable) insert(h uint64, e *indexEntry) {
 	}
 	s.place(h, e)
 	s.n++
+}
+
+// insertAll adds es, whose keys are not in the table, as insert does. The
+// keys' home slots are read a group at a time before any is written: the
+// reads do not depend on each other, so the processor has a group of cache
+// misses in flight at once, where inserting one key after another waits
+// for each miss in turn (at ten million keys, a random slot of a 256 MiB
+// table is a miss almost every time).
+func (t *keyTable) insertAll(es []*indexEntry) {
+	const group = 16
+	var hs [group]uint64
+	var seen uintptr
+	for len(es) > 0 {
+		g := es[:min(group, len(es))]
+		es = es[len(g):]
+		for k, e := range g {
+			h := t.hashString(e.key())
+			hs[k] = h
+			if s := t.shard(h); len(s.slots) > 0 {
+				// Only the load matters; the sum keeps it.
+				seen += uintptr(unsafe.Pointer(s.slots[h&uint64(len(s.slots)-1)].e))
+			}
+		}
+		for k, e := range g {
+			t.insert(hs[k], e)
+		}
+	}
+	t.sink = seen
 }
 
 // reserve sizes the table for n keys at once, so that loading them does

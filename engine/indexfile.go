@@ -349,9 +349,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		ix.table.reserve(int(h.keys) + spare)
 		for ls := range toTable {
 			for _, l := range ls {
-				for _, e := range l.es {
-					ix.table.insert(ix.table.hashString(e.key()), e)
-				}
+				ix.table.insertAll(l.es)
 			}
 		}
 	}()
@@ -398,8 +396,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			return d, bad("key %d: head %s lies outside a heap of %d blocks", i, tid, nblocks)
 		}
 		br.pos += n1 + n2 + int(rest) + 6
-		e := arena.new(key, h.keys-i-1)
-		e.head.Store(tid.Pack())
+		e := arena.new(key, tid.Pack(), h.keys-i-1)
 		ix.tree.n++
 		if cur != nil && len(cur.es) < leafMax {
 			cur.es = append(cur.es, e)
