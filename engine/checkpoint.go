@@ -144,8 +144,11 @@ func (db *DB) checkpointer() {
 		if !requested && !byTime && !byVolume {
 			continue
 		}
+		begin := time.Now()
 		if err := db.Checkpoint(); err != nil && err != ErrClosed {
 			db.logger.Error("checkpoint failed", "err", err)
+		} else if err == nil && requested {
+			db.logger.Info("end-of-recovery checkpoint complete", "took", time.Since(begin))
 		}
 	}
 }

@@ -164,10 +164,11 @@ type RecoveryInfo struct {
 	// index file, in which case a background scan reads them after Open
 	// and logs any it finds, with the keys the index places on them.
 	WrittenBlocks, CheckedBlocks uint32
-	// RedoTime is the time spent replaying the WAL, IndexTime the time
-	// spent loading the index file (or rebuilding the index from the
-	// heap), both within Duration.
-	RedoTime, IndexTime time.Duration
+	// ScanTime is the time spent on the first pass over the WAL, which
+	// finds its end and makes it durable; RedoTime the time spent
+	// replaying it; IndexTime the time spent loading the index file (or
+	// rebuilding the index from the heap). All three lie within Duration.
+	ScanTime, RedoTime, IndexTime time.Duration
 }
 
 // Open opens (creating if needed) the database in dir and runs crash

@@ -86,6 +86,7 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	end, dropped := r.End(), r.DroppedBytes()
+	scanTime := time.Since(begin)
 	if sz := r.SegmentSize(); sz != 0 && sz != db.opts.WALSegmentSize {
 		// The segment size is a property of the log on disk, as
 		// PostgreSQL's wal_segment_size is fixed at initdb.
@@ -229,7 +230,7 @@ func (db *DB) recover(ctrl controlData) error {
 		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),
-		RedoTime: redoTime, IndexTime: time.Since(indexBegin),
+		ScanTime: scanTime, RedoTime: redoTime, IndexTime: time.Since(indexBegin),
 	}
 	if reason != "" && ctrl.CheckpointLSN != 0 {
 		db.logger.Warn("rebuilt the key index from the heap", "reason", reason,
@@ -246,7 +247,7 @@ func (db *DB) recover(ctrl controlData) error {
 		index = "heap scan"
 	}
 	db.logger.Info("recovery complete", "redo", uint64(ctrl.RedoLSN), "end", uint64(end),
-		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "redoTook", redoTime,
+		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "scanTook", scanTime, "redoTook", redoTime,
 		"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
 		"took", db.recovery.Duration)
 	if reason != "" || cutBulk {
