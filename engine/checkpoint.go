@@ -123,6 +123,10 @@ func (db *DB) checkpoint() error {
 	return nil
 }
 
+// testEndOfRecoveryHook, when set by a test, runs in the checkpointer just
+// before the end-of-recovery checkpoint it was asked for.
+var testEndOfRecoveryHook func(db *DB)
+
 // checkpointer starts checkpoints by time (checkpoint_timeout) and by WAL
 // volume (max_wal_size), as PostgreSQL's checkpointer process.
 func (db *DB) checkpointer() {
@@ -143,6 +147,9 @@ func (db *DB) checkpointer() {
 		byVolume := int64(db.wal.InsertLSN()-wal.LSN(db.lastRedo.Load())) >= db.opts.MaxWALSize
 		if !requested && !byTime && !byVolume {
 			continue
+		}
+		if requested && testEndOfRecoveryHook != nil {
+			testEndOfRecoveryHook(db)
 		}
 		begin := time.Now()
 		if err := db.Checkpoint(); err != nil && err != ErrClosed {
