@@ -11,6 +11,10 @@
 // where madvise(MADV_HUGEPAGE) asked for them, and the Go runtime does not
 // ask. Advise does, for the whole 2 MiB pages inside a slice.
 //
+// The cost: advised memory becomes resident 2 MiB at a time, so a buffer
+// pool of which a small database uses a few frames holds a few MiB instead
+// of a few pages.
+//
 // Rejected: turning huge pages on for the whole heap (the runtime's and
 // the kernel's business, and costly for small, short-lived objects), and
 // memory from mmap outside the Go heap (pointers there are invisible to
