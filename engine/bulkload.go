@@ -584,8 +584,7 @@ func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (
 		if !b.started {
 			b.startIndex()
 		}
-		e := b.arena.new(key)
-		e.head.Store(heap.TID{Block: b.first + b.pages - 1, Slot: slot}.Pack())
+		e := b.arena.new(key, heap.TID{Block: b.first + b.pages - 1, Slot: slot}.Pack(), 0)
 		b.batch = append(b.batch, e)
 		if len(b.batch) == bulkIndexBatch {
 			b.sendBatch()

@@ -123,26 +123,39 @@ func (db *DB) checkpoint() error {
 	return nil
 }
 
+// testEndOfRecoveryHook, when set by a test, runs in the checkpointer just
+// before the end-of-recovery checkpoint it was asked for.
+var testEndOfRecoveryHook func(db *DB)
+
 // checkpointer starts checkpoints by time (checkpoint_timeout) and by WAL
 // volume (max_wal_size), as PostgreSQL's checkpointer process.
 func (db *DB) checkpointer() {
 	defer db.bgWG.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
-		select {
-		case <-db.stopBG:
-			return
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first || !db.ckptRequested.Load() {
+			select {
+			case <-db.stopBG:
+				return
+			case <-tick.C:
+			}
 		}
+		requested := db.ckptRequested.Swap(false)
 		byTime := db.opts.CheckpointTimeout > 0 &&
 			time.Since(time.Unix(0, db.lastCkpt.Load())) >= db.opts.CheckpointTimeout
 		byVolume := int64(db.wal.InsertLSN()-wal.LSN(db.lastRedo.Load())) >= db.opts.MaxWALSize
-		if !byTime && !byVolume {
+		if !requested && !byTime && !byVolume {
 			continue
 		}
+		if requested && testEndOfRecoveryHook != nil {
+			testEndOfRecoveryHook(db)
+		}
+		begin := time.Now()
 		if err := db.Checkpoint(); err != nil && err != ErrClosed {
 			db.logger.Error("checkpoint failed", "err", err)
+		} else if err == nil && requested {
+			db.logger.Info("end-of-recovery checkpoint complete", "took", time.Since(begin))
 		}
 	}
 }

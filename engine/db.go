@@ -123,12 +123,16 @@ type DB struct {
 	// ckptEnd is the WAL position just past the last checkpoint's record:
 	// while nothing is inserted after it, a checkpoint has nothing to do.
 	ckptEnd atomic.Uint64
+	// ckptRequested asks the checkpointer for a checkpoint at once: set
+	// by recovery for its end-of-recovery checkpoint.
+	ckptRequested atomic.Bool
 	// zeroScanDone is set when Open's background zeroed-page scan ended.
 	zeroScanDone atomic.Bool
 	// damage is what DamageInfo reports (damage.go).
 	damage damageLog
-	// redoTouched lists the blocks redo changed, during Open only.
-	redoTouched map[uint32]struct{}
+	// redoTouched maps each block redo changed to its free space after
+	// the last change (-1 for a page left new), during Open only.
+	redoTouched map[uint32]int
 }
 
 // RecoveryInfo describes what Open found and replayed. It is also logged
@@ -160,10 +164,11 @@ type RecoveryInfo struct {
 	// index file, in which case a background scan reads them after Open
 	// and logs any it finds, with the keys the index places on them.
 	WrittenBlocks, CheckedBlocks uint32
-	// RedoTime is the time spent replaying the WAL, IndexTime the time
-	// spent loading the index file (or rebuilding the index from the
-	// heap), both within Duration.
-	RedoTime, IndexTime time.Duration
+	// ScanTime is the time spent on the first pass over the WAL, which
+	// finds its end and makes it durable; RedoTime the time spent
+	// replaying it; IndexTime the time spent loading the index file (or
+	// rebuilding the index from the heap). All three lie within Duration.
+	ScanTime, RedoTime, IndexTime time.Duration
 }
 
 // Open opens (creating if needed) the database in dir and runs crash
@@ -172,8 +177,10 @@ type RecoveryInfo struct {
 // commit record as aborted, then loading the key index from the index file
 // of the last checkpoint and applying the key changes redo met (or, if the
 // file is missing, damaged or from another checkpoint, rebuilding the index
-// by reading every heap page, which is logged with the reason), and taking
-// an end-of-recovery checkpoint. Open's time depends on the index file's
+// by reading every heap page, which is logged with the reason), and
+// starting the end-of-recovery checkpoint, which runs in the background
+// (Open waits for it only after rebuilding the index or removing an
+// unfinished bulk load's pages). Open's time depends on the index file's
 // size and the WAL written since the last checkpoint, not on the heap's
 // size; Recovery reports where it went.
 //

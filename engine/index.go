@@ -11,6 +11,7 @@ import (
 	"github.com/google/btree"
 
 	"mvkv/internal/heap"
+	"mvkv/internal/hugepage"
 )
 
 // indexEntry maps a key to the TID of its newest tuple version. The head is
@@ -50,14 +51,17 @@ func entryWords(n int) int {
 }
 
 // entryAt makes an entry for key in words (entryWords(len(key)) long), with
-// an invalid head. The entry is read through the first words as an array of
-// the struct's size, so the conversion reinterprets memory of exactly that
-// size; words are 8-byte aligned as the atomic needs.
-func entryAt[K string | []byte](words []uint64, key K) *indexEntry {
+// the given head (a packed TID). The entry is read through the first words
+// as an array of the struct's size, so the conversion reinterprets memory
+// of exactly that size; words are 8-byte aligned as the atomic needs. The
+// head is set with a plain store, before the entry is shared: an atomic
+// store is a locked instruction on amd64, and the index file's load made
+// two per key.
+func entryAt[K string | []byte](words []uint64, key K, head uint64) *indexEntry {
+	words[0] = head // the head is the struct's first word
 	e := (*indexEntry)(unsafe.Pointer((*[entryHeader / 8]uint64)(words)))
 	e.keyLen = uint32(len(key))
 	copy(unsafe.Slice(e.keyStart(), len(key)), key)
-	e.head.Store(heap.InvalidTID.Pack())
 	return e
 }
 
@@ -65,38 +69,57 @@ func entryAt[K string | []byte](words []uint64, key K) *indexEntry {
 // allocation of its own made of words, which the collector knows hold no
 // pointers.
 func newIndexEntry[K string | []byte](key K) *indexEntry {
-	return entryAt(make([]uint64, entryWords(len(key))), key)
+	return entryAt(make([]uint64, entryWords(len(key))), key, heap.InvalidTID.Pack())
 }
 
 // entryArena carves entries out of large pointer-free slabs, for loading
-// millions of keys at once (the index file at Open): one allocation per
-// slab instead of one per key, entries of neighbouring keys side by side,
-// and a few thousand objects for the garbage collector to mark instead of
-// one per key. An entry keeps its whole slab alive, so the memory of keys
-// removed later is returned only when every entry of their slab is gone:
-// the price of loading fast, paid only by workloads that delete most of
-// what was loaded. Slabs are never reused for other keys: a reader may
-// still hold an entry the index dropped (Txn.Get's comment), and must
-// find its own key there.
+// millions of keys at once (the index file at Open, a bulk load): one
+// allocation per slab instead of one per key, entries of neighbouring keys
+// side by side, and a few thousand objects for the garbage collector to
+// mark instead of one per key. Slabs start at 256 KiB and double up to
+// 64 MiB, never much larger than the keys still expected, so that a small
+// load takes little and a large one few slabs; slabs of 2 MiB and more ask
+// the kernel for transparent huge pages, because first touching fresh
+// memory a 4 KiB page at a time cost Open as much as decoding the keys
+// (about 70 ns a key at ten million keys). An entry keeps its whole slab
+// alive, so the memory of keys removed later is returned only when every
+// entry of their slab is gone: the price of loading fast, paid only by
+// workloads that delete most of what was loaded. Slabs are never reused
+// for other keys: a reader may still hold an entry the index dropped
+// (Txn.Get's comment), and must find its own key there.
 type entryArena struct {
 	slab []uint64
+	next int // words of the next slab
 }
 
-// arenaSlabWords is the size of a slab: 256 KiB.
-const arenaSlabWords = 1 << 15
+const (
+	// arenaSlabWords is the size of the first slab: 256 KiB.
+	arenaSlabWords = 1 << 15
+	// arenaMaxSlabWords is the size slabs grow to: 64 MiB.
+	arenaMaxSlabWords = 1 << 23
+)
 
-// new returns an entry for key with an invalid head, as newIndexEntry.
-func (a *entryArena) new(key []byte) *indexEntry {
+// new returns an entry for key with the given head (a packed TID). expect is the number of keys still to come after this one, or 0 if not
+// known; it caps the next slab's size.
+func (a *entryArena) new(key []byte, head, expect uint64) *indexEntry {
 	words := entryWords(len(key))
 	if words > arenaSlabWords/8 {
-		return newIndexEntry(key)
+		return entryAt(make([]uint64, words), key, head)
 	}
 	if len(a.slab) < words {
-		a.slab = make([]uint64, arenaSlabWords)
+		n := max(a.next, arenaSlabWords)
+		a.next = min(2*n, arenaMaxSlabWords)
+		if expect > 0 && (expect+1)*uint64(words) < uint64(n) {
+			// The rest at this key's size, and an eighth more for
+			// longer keys.
+			n = max(int(expect+1)*words*9/8, arenaSlabWords)
+		}
+		a.slab = make([]uint64, n)
+		hugepage.Advise(a.slab)
 	}
 	w := a.slab[:words:words]
 	a.slab = a.slab[words:]
-	return entryAt(w, key)
+	return entryAt(w, key, head)
 }
 
 // keyStart is the address of the key bytes that follow e's length.
@@ -462,6 +485,8 @@ func (lt *leafTree) remove(e *indexEntry) {
 type keyTable struct {
 	seed   maphash.Seed
 	shards [tableShards]tableShard
+	// sink keeps insertAll's early loads from being optimized away.
+	sink uintptr
 }
 
 const (
@@ -512,6 +537,34 @@ func (t *keyTable) insert(h uint64, e *indexEntry) {
 	s.n++
 }
 
+// insertAll adds es, whose keys are not in the table, as insert does. The
+// keys' home slots are read a group at a time before any is written: the
+// reads do not depend on each other, so the processor has a group of cache
+// misses in flight at once, where inserting one key after another waits
+// for each miss in turn (at ten million keys, a random slot of a 256 MiB
+// table is a miss almost every time).
+func (t *keyTable) insertAll(es []*indexEntry) {
+	const group = 16
+	var hs [group]uint64
+	var seen uintptr
+	for len(es) > 0 {
+		g := es[:min(group, len(es))]
+		es = es[len(g):]
+		for k, e := range g {
+			h := t.hashString(e.key())
+			hs[k] = h
+			if s := t.shard(h); len(s.slots) > 0 {
+				// Only the load matters; the sum keeps it.
+				seen += uintptr(unsafe.Pointer(s.slots[h&uint64(len(s.slots)-1)].e))
+			}
+		}
+		for k, e := range g {
+			t.insert(hs[k], e)
+		}
+	}
+	t.sink = seen
+}
+
 // reserve sizes the table for n keys at once, so that loading them does
 // not grow it again and again (each growth rehashes a shard and leaves
 // the old slots as garbage).
@@ -521,6 +574,24 @@ func (t *keyTable) reserve(n int) {
 	size := 8
 	for size*3 < per*4 {
 		size *= 2
+	}
+	if size*tableShards*int(unsafe.Sizeof(tableSlot{})) >= 64<<20 {
+		all := make([]tableSlot, size*tableShards)
+		hugepage.Advise(all)
+		for i := range t.shards {
+			s := &t.shards[i]
+			if len(s.slots) >= size {
+				continue
+			}
+			old := s.slots
+			s.slots = all[i*size : (i+1)*size : (i+1)*size]
+			for _, sl := range old {
+				if sl.e != nil {
+					s.place(sl.h, sl.e)
+				}
+			}
+		}
+		return
 	}
 	for i := range t.shards {
 		if s := &t.shards[i]; len(s.slots) < size {

@@ -87,7 +87,7 @@ func BenchmarkLoadIndexFile(b *testing.B) {
 			var ix *index
 			for range b.N {
 				ix = newIndex()
-				if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, nil); err != nil {
+				if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
 					b.Fatal(err)
 				}
 				if ix.len() != n {
@@ -122,7 +122,7 @@ func BenchmarkIndexGet(b *testing.B) {
 	const n = 1_000_000
 	file := syntheticIndexFile(n)
 	ix := newIndex()
-	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, nil); err != nil {
+	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
 		b.Fatal(err)
 	}
 	keys := make([][]byte, 1<<16)

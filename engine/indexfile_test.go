@@ -316,7 +316,7 @@ func FuzzDecodeIndexFile(f *testing.F) {
 	f.Add(make([]byte, indexHeaderSize+4))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ix := newIndex()
-		_, err := decodeIndexFile(bytes.NewReader(b), int64(len(b)), "index", ix, 1<<20, nil)
+		_, err := decodeIndexFile(bytes.NewReader(b), int64(len(b)), "index", ix, 1<<20, 0, nil)
 		if err != nil {
 			if !errors.Is(err, ErrCorruption) {
 				t.Fatalf("error %v does not wrap ErrCorruption", err)

@@ -55,6 +55,9 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		return err
 	}
+	// This pass keeps nothing of a record's payload (walScan, bulkScan
+	// and the checkpoint records keep numbers only).
+	r.SetBorrowData(true)
 	var first wal.LSN
 	// Checkpoint records after the control file's, with their redo
 	// points: an index file written by one of them is usable (a crash
@@ -83,6 +86,7 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	end, dropped := r.End(), r.DroppedBytes()
+	scanTime := time.Since(begin)
 	if sz := r.SegmentSize(); sz != 0 && sz != db.opts.WALSegmentSize {
 		// The segment size is a property of the log on disk, as
 		// PostgreSQL's wal_segment_size is fixed at initdb.
@@ -93,6 +97,7 @@ func (db *DB) recover(ctrl controlData) error {
 	if err := db.cutUnfinishedBulkLoads(&bulk, ctrl); err != nil {
 		return err
 	}
+	cutBulk := len(bulk.open) > 0
 	heapPath := filepath.Join(db.dir, heapDir)
 	if n := db.storage.NBlocks(); uint64(n) < ctrl.HeapBlocks {
 		return fmt.Errorf("%w: %s: the heap has %d blocks, fewer than the %d it had at the last checkpoint", ErrCorruption, heapPath, n, ctrl.HeapBlocks)
@@ -159,7 +164,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// The last bulk load commit replayed (bulkload.go).
 	var bulkLSN wal.LSN
 	changed := false // a record other than the last checkpoint's was replayed
-	db.redoTouched = make(map[uint32]struct{})
+	db.redoTouched = make(map[uint32]int)
 	defer func() { db.redoTouched = nil }()
 	redoBegin := time.Now()
 	for {
@@ -225,7 +230,7 @@ func (db *DB) recover(ctrl controlData) error {
 		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),
-		RedoTime: redoTime, IndexTime: time.Since(indexBegin),
+		ScanTime: scanTime, RedoTime: redoTime, IndexTime: time.Since(indexBegin),
 	}
 	if reason != "" && ctrl.CheckpointLSN != 0 {
 		db.logger.Warn("rebuilt the key index from the heap", "reason", reason,
@@ -242,13 +247,27 @@ func (db *DB) recover(ctrl controlData) error {
 		index = "heap scan"
 	}
 	db.logger.Info("recovery complete", "redo", uint64(ctrl.RedoLSN), "end", uint64(end),
-		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "redoTook", redoTime,
+		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "scanTook", scanTime, "redoTook", redoTime,
 		"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
 		"took", db.recovery.Duration)
-	if changed || reason != "" || dropped > 0 {
-		// Also after a rebuild, so that the next Open finds an index
-		// file of this checkpoint.
+	if reason != "" || cutBulk {
+		// After a rebuild, so that the next Open finds an index file of
+		// this checkpoint instead of scanning the heap again; after
+		// cutting an unfinished bulk load, so that the next recovery,
+		// which would find its BULK_LOAD_BEGIN again, starts past it
+		// and cannot cut pages written since.
 		return db.checkpoint()
+	}
+	if changed || dropped > 0 {
+		// The end-of-recovery checkpoint runs in the background, as
+		// PostgreSQL's after a promotion: Open returns once redo and
+		// the index are done, and the checkpointer starts at once.
+		// Nothing recovery decided needs it: the torn tail is already
+		// zeroed durably, redo is idempotent from the same redo point,
+		// and the WAL from there stays until a checkpoint completes.
+		// A crash before it ends replays the same records again.
+		db.ckptRequested.Store(true)
+		return nil
 	}
 	// Nothing but the last checkpoint's record since its redo point (a
 	// clean shutdown): nothing to write, and the directory is left as
@@ -394,7 +413,7 @@ func (db *DB) redoBlock(blk uint32, end wal.LSN, fn func(page []byte) error) err
 	}
 	heap.SetPageLSN(page, uint64(end))
 	buf.MarkDirty()
-	db.noteRedoTouched(blk)
+	db.noteRedoTouched(blk, page)
 	return nil
 }
 
@@ -417,7 +436,7 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 	}
 	heap.SetPageLSN(buf.Page(), uint64(end))
 	buf.MarkDirty()
-	db.noteRedoTouched(blk)
+	db.noteRedoTouched(blk, buf.Page())
 	return nil
 }
 

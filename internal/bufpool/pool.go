@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"mvkv/internal/hugepage"
 )
 
 // PageSize is the size in bytes of one frame (heap.PageSize).
@@ -158,6 +160,9 @@ func New(st Storage, nframes int, flushWAL func(lsn uint64) error, pageLSN func(
 	nframes = max(nframes, 1)
 	p := &Pool{st: st, flushWAL: flushWAL, pageLSN: pageLSN, frames: make([]Buffer, nframes)}
 	arena := make([]byte, nframes*PageSize)
+	// Huge pages: redo after a crash first touches every frame, a page
+	// fault each with 4 KiB pages.
+	hugepage.Advise(arena)
 	for i := range p.frames {
 		f := &p.frames[i]
 		f.pool = p
