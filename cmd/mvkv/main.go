@@ -19,7 +19,8 @@ Usage:
   mvkv COMMAND [OPTION]...
 
 Commands:
-  bench       run a pgbench-like benchmark against the engine or pebble
+  bench       run a pgbench-like benchmark against the engine, pebble,
+              PostgreSQL or a RESP server such as mvkv serve
   serve       serve a data directory over the Redis protocol
   verify      check a data directory's consistency (exit status 0 or 1)
   waldump     print a data directory's WAL records, like pg_waldump

@@ -20,13 +20,15 @@ Usage:
 It opens the database (running crash recovery if the directory was not
 closed cleanly, as any Open does: a torn WAL tail is cut off) and takes a
 checkpoint, so it writes to the directory: run it on a copy to keep
-evidence untouched. Then it checks every
-heap page checksum and line pointer, every tuple header against the CLOG
-and the next xid, every version chain, the index against the heap, every
-visibility map page checksum and every set map bit against its heap page
-(PD_ALL_VISIBLE, and every tuple visible to all; problems name the heap
-block), the control file against the WAL, and every WAL record on disk. Exit status: 0 when everything checks out,
-1 when a problem was found or the check could not run, 2 on bad usage.
+evidence untouched. Then it checks every heap page checksum and line
+pointer, every tuple header against the CLOG and the next xid, every
+version chain, the index against the heap, every visibility map page
+checksum and every set map bit against its heap page (PD_ALL_VISIBLE, and
+every tuple visible to all; problems name the heap block), the control
+file against the WAL, and every WAL record on disk.
+
+Exit status: 0 when everything checks out, 1 when a problem was found or
+the check could not run, 2 on bad usage.
 `
 
 func verifyMain(args []string, stdout, stderr io.Writer) int {
