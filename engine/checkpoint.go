@@ -109,7 +109,7 @@ func (db *DB) checkpoint() error {
 	}
 	db.stats.indexFileKeys.Store(keys)
 	db.stats.indexFileBytes.Store(uint64(size))
-	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next, HeapBlocks: uint64(heapBlocks)}); err != nil {
+	if err := writeControl(db.fs, db.dir, controlData{RedoLSN: redo, CheckpointLSN: start, NextXid: next, HeapBlocks: uint64(heapBlocks), SystemID: db.systemID}); err != nil {
 		return db.fail(err)
 	}
 	db.lastRedo.Store(uint64(redo))

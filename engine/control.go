@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io/fs"
 	"path/filepath"
+	"time"
 
 	"mvkv/vfs"
 	"mvkv/wal"
@@ -17,20 +19,27 @@ import (
 // atomically: written to control.tmp, fsynced, renamed over control, and the
 // directory fsynced. Part of the format; do not change:
 //
-//	 0          8           12            20                 28          36             44         48
-//	+----------+-----------+-------------+------------------+-----------+--------------+----------+
-//	| magic 8  | version 4 | redo LSN 8  | checkpoint LSN 8 | nextXid 8 | heapBlocks 8 | CRC-32C 4|
-//	+----------+-----------+-------------+------------------+-----------+--------------+----------+
+//	 0          8           12            20                 28          36             44            52         56
+//	+----------+-----------+-------------+------------------+-----------+--------------+-------------+----------+
+//	| magic 8  | version 4 | redo LSN 8  | checkpoint LSN 8 | nextXid 8 | heapBlocks 8 | systemID 8  | CRC-32C 4|
+//	+----------+-----------+-------------+------------------+-----------+--------------+-------------+----------+
 //
-// The CRC covers bytes 0..44. heapBlocks is the heap's size in blocks once
-// the checkpoint had written every page: the heap never shrinks, so a
-// shorter heap at the next Open means lost data.
+// The CRC covers everything before it. heapBlocks is the heap's size in
+// blocks once the checkpoint had written every page: the heap never
+// shrinks, so a shorter heap at the next Open means lost data. systemID
+// names the database, as PostgreSQL's system_identifier: a random number
+// drawn when the directory is created, copied into every index file, so
+// that an index file from another database is refused even when its
+// checkpoint positions happen to match. Version 1 (48 bytes) had no
+// systemID; it is read, and the next checkpoint writes version 2 with an
+// identifier drawn at Open.
 const (
 	controlName    = "control"
 	controlTmpName = "control.tmp"
 	controlMagic   = 0x6d766b76_636f6e74 // "mvkvcont"
-	controlVersion = 1
-	controlSize    = 48
+	controlVersion = 2
+	controlSize    = 56
+	controlSizeV1  = 48
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -40,6 +49,7 @@ type controlData struct {
 	CheckpointLSN wal.LSN // the checkpoint record itself
 	NextXid       uint64  // no xid at or above this was handed out before the checkpoint
 	HeapBlocks    uint64  // heap size in blocks after the checkpoint wrote every page
+	SystemID      uint64  // the database's identifier; 0 in a version 1 file
 }
 
 func (c controlData) encode() []byte {
@@ -50,28 +60,52 @@ func (c controlData) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(c.CheckpointLSN))
 	b = binary.LittleEndian.AppendUint64(b, c.NextXid)
 	b = binary.LittleEndian.AppendUint64(b, c.HeapBlocks)
+	b = binary.LittleEndian.AppendUint64(b, c.SystemID)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 func decodeControl(b []byte, name string) (controlData, error) {
 	var c controlData
-	if len(b) != controlSize {
+	if len(b) != controlSize && len(b) != controlSizeV1 {
 		return c, fmt.Errorf("%w: %s: size %d, want %d", ErrCorruption, name, len(b), controlSize)
 	}
 	if got := binary.LittleEndian.Uint64(b); got != controlMagic {
 		return c, fmt.Errorf("%w: %s offset 0: bad magic %#x", ErrCorruption, name, got)
 	}
-	if want, got := crc32.Checksum(b[:44], castagnoli), binary.LittleEndian.Uint32(b[44:]); want != got {
-		return c, fmt.Errorf("%w: %s offset 44: checksum mismatch", ErrCorruption, name)
+	end := len(b) - 4
+	if want, got := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:]); want != got {
+		return c, fmt.Errorf("%w: %s offset %d: checksum mismatch", ErrCorruption, name, end)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != controlVersion {
-		return c, fmt.Errorf("%w: %s offset 8: unsupported version %d", ErrCorruption, name, v)
+	v := binary.LittleEndian.Uint32(b[8:])
+	if !(v == controlVersion && len(b) == controlSize) && !(v == 1 && len(b) == controlSizeV1) {
+		return c, fmt.Errorf("%w: %s offset 8: unsupported version %d in a file of %d bytes", ErrCorruption, name, v, len(b))
 	}
 	c.RedoLSN = wal.LSN(binary.LittleEndian.Uint64(b[12:]))
 	c.CheckpointLSN = wal.LSN(binary.LittleEndian.Uint64(b[20:]))
 	c.NextXid = binary.LittleEndian.Uint64(b[28:])
 	c.HeapBlocks = binary.LittleEndian.Uint64(b[36:])
+	if v == controlVersion {
+		c.SystemID = binary.LittleEndian.Uint64(b[44:])
+		if c.SystemID == 0 {
+			return c, fmt.Errorf("%w: %s offset 44: system identifier is zero", ErrCorruption, name)
+		}
+	}
 	return c, nil
+}
+
+// newSystemID draws a database identifier: random, never zero.
+func newSystemID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			// crypto/rand does not fail on supported systems; the
+			// clock is a fallback that still tells databases apart.
+			return uint64(time.Now().UnixNano()) | 1
+		}
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
 }
 
 // readControl returns the control data, or found=false for a directory that
@@ -85,7 +119,7 @@ func readControl(fsys vfs.FS, dir string) (c controlData, found bool, err error)
 	if err != nil {
 		return c, false, err
 	}
-	if size != controlSize {
+	if size != controlSize && size != controlSizeV1 {
 		return c, false, fmt.Errorf("%w: %s: size %d, want %d", ErrCorruption, name, size, controlSize)
 	}
 	f, err := fsys.OpenReadOnly(name)
@@ -93,7 +127,7 @@ func readControl(fsys vfs.FS, dir string) (c controlData, found bool, err error)
 		return c, false, err
 	}
 	defer f.Close()
-	b := make([]byte, controlSize)
+	b := make([]byte, size)
 	if _, err := f.ReadAt(b, 0); err != nil {
 		return c, false, fmt.Errorf("read %s: %w", name, err)
 	}

@@ -120,6 +120,9 @@ type DB struct {
 	// that readers do it at most once a millisecond (recentHorizon).
 	horizonAt atomic.Int64
 	recovery  RecoveryInfo
+	// systemID names the database (the control file's system identifier);
+	// every index file carries it.
+	systemID uint64
 	// ckptEnd is the WAL position just past the last checkpoint's record:
 	// while nothing is inserted after it, a checkpoint has nothing to do.
 	ckptEnd atomic.Uint64
@@ -263,6 +266,12 @@ func (db *DB) open() error {
 	ctrl, _, err := readControl(fsys, dir)
 	if err != nil {
 		return err
+	}
+	// A new directory, or one whose control file predates identifiers,
+	// gets its identifier now; the next checkpoint writes it.
+	db.systemID = ctrl.SystemID
+	if db.systemID == 0 {
+		db.systemID = newSystemID()
 	}
 	if db.storage, err = heap.OpenStorage(fsys, filepath.Join(dir, heapDir)); err != nil {
 		return err

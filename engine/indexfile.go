@@ -54,9 +54,10 @@ import (
 //
 // Format (little-endian; part of the format, do not change):
 //
-//	header, 64 bytes:
+//	header, 72 bytes:
 //	 0 magic 8 | 8 version 4 | 12 flags 4 | 16 redo LSN 8 | 24 checkpoint LSN 8
 //	32 keys 8  | 40 RelFrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 zero 4
+//	64 system identifier 8 (the control file's: the database the file is of)
 //	keys, in strictly increasing order, each:
 //	  uvarint bytes shared with the previous key | uvarint length of the rest
 //	  | the rest | head block 4 | head slot 2
@@ -71,8 +72,10 @@ const (
 	indexFileName    = "index"
 	indexFileTmpName = "index.tmp"
 	indexFileMagic   = 0x6d766b76_69647866 // "mvkvidxf"
-	indexFileVersion = 1
-	indexHeaderSize  = 64
+	// indexFileVersion 1 had a 64-byte header without the system
+	// identifier; such a file is refused (the index is rebuilt once).
+	indexFileVersion = 2
+	indexHeaderSize  = 72
 	// indexEntryMin is the fewest bytes a key entry takes: two one-byte
 	// varints and a TID. It bounds the key count a file can claim.
 	indexEntryMin = 1 + 1 + 6
@@ -82,13 +85,14 @@ const (
 // index from the heap instead.
 var errIndexFile = errors.New("index file not usable")
 
-// indexFileHeader is the file's first 64 bytes.
+// indexFileHeader is the file's first indexHeaderSize bytes.
 type indexFileHeader struct {
 	redo, checkpoint wal.LSN
 	keys             uint64
 	relFrozenXid     uint64
 	dead             int64
 	fsmBlocks        uint32
+	systemID         uint64
 }
 
 func (h indexFileHeader) encode() []byte {
@@ -102,7 +106,8 @@ func (h indexFileHeader) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, h.relFrozenXid)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.dead))
 	b = binary.LittleEndian.AppendUint32(b, h.fsmBlocks)
-	return binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	return binary.LittleEndian.AppendUint64(b, h.systemID)
 }
 
 // crcWriter passes writes on and keeps a running CRC-32C of them.
@@ -182,7 +187,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN) (keys uint64, size int64, err e
 	}
 	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
 		relFrozenXid: db.vac.relFrozenXid.Load(), dead: db.av.dead.Load(),
-		fsmBlocks: uint32(len(fsm))}
+		fsmBlocks: uint32(len(fsm)), systemID: db.systemID}
 	head := hdr.encode()
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], crc32.Update(cw.crc.Sum32(), castagnoli, head))
@@ -309,6 +314,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	h.relFrozenXid = binary.LittleEndian.Uint64(head[40:])
 	h.dead = int64(binary.LittleEndian.Uint64(head[48:]))
 	h.fsmBlocks = binary.LittleEndian.Uint32(head[56:])
+	h.systemID = binary.LittleEndian.Uint64(head[64:])
 	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
 		off = 60
 		return d, bad("reserved field is %#x, not zero", z)
@@ -539,6 +545,9 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map
 	// Room in the hash table for the keys redo added, so that applying
 	// them does not grow it (a growth moves a shard to a new array).
 	d, err := db.loadIndexFile(len(changes), func(h indexFileHeader) error {
+		if h.systemID != db.systemID {
+			return fmt.Errorf("it belongs to the database with system identifier %d, not to this one (%d)", h.systemID, db.systemID)
+		}
 		if h.redo == ctrl.RedoLSN && h.checkpoint == ctrl.CheckpointLSN {
 			return nil
 		}
@@ -604,6 +613,9 @@ func (db *DB) verifyIndexFile(problem func(format string, args ...any)) {
 	if err != nil {
 		problem("index file: %v", err)
 		return
+	}
+	if d.hdr.systemID != ctrl.SystemID {
+		problem("index file %s is of the database with system identifier %d, the control file of %d", name, d.hdr.systemID, ctrl.SystemID)
 	}
 	if d.hdr.redo != ctrl.RedoLSN || d.hdr.checkpoint != ctrl.CheckpointLSN {
 		problem("index file %s names the checkpoint at %s (redo %s), the control file the one at %s (redo %s)",

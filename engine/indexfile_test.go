@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"math/rand/v2"
 	"strings"
@@ -161,7 +162,16 @@ func TestIndexFileOpen(t *testing.T) {
 		{"truncated", good[:len(good)-3], "offset"},
 		{"older checkpoint", old, "belongs to the checkpoint"},
 		{"other version", versioned, "format version"},
-		{"other database", foreign, "belongs to the checkpoint"},
+		{"other database", foreign, "belongs to the database with system identifier"},
+		// Built the same way, the other database's file would name the
+		// same checkpoint: only the system identifier tells it apart.
+		{"other database, same checkpoint", func() []byte {
+			b := bytes.Clone(good)
+			binary.LittleEndian.PutUint64(b[64:], binary.LittleEndian.Uint64(b[64:])+1)
+			body := b[indexHeaderSize : len(b)-4]
+			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Update(crc32.Checksum(body, castagnoli), castagnoli, b[:indexHeaderSize]))
+			return b
+		}(), "belongs to the database with system identifier"},
 		{"empty", []byte{}, "shorter than a header"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -391,4 +401,55 @@ func TestIndexFileNamesOnlyDurableVersions(t *testing.T) {
 	cancel()
 	<-done
 	<-done
+}
+
+// TestControlFileVersion1: a directory whose control file predates the
+// system identifier opens, rebuilds its index once (its index file cannot
+// prove it is of this database), and from the next checkpoint on has an
+// identifier that its index file carries.
+func TestControlFileVersion1(t *testing.T) {
+	m, db := indexTestDB(t)
+	randomWork(t, db, rand.New(rand.NewPCG(5, 6)), 100, 50)
+	want, err := scanState(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctrl, _, err := readControl(m, "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := ctrl.encode()[:controlSizeV1-4]
+	binary.LittleEndian.PutUint32(v1[8:], 1)
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, castagnoli))
+	if err := writeMemFile(m, "/db/control", v1); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{FS: m, CheckpointTimeout: -1, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
+	for i, fromFile := range []bool{false, true} {
+		db, err := Open("/db", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ri := db.Recovery()
+		got, err := scanState(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if ri.IndexFromFile != fromFile {
+			t.Fatalf("open %d: index from file %v (%s), want %v", i, ri.IndexFromFile, ri.IndexRebuildReason, fromFile)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("open %d: %s", i, diffState(got, want))
+		}
+		c, _, err := readControl(m, "/db")
+		if err != nil || c.SystemID == 0 {
+			t.Fatalf("open %d: control %+v, %v: want a system identifier", i, c, err)
+		}
+	}
 }

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"testing"
 
 	"mvkv/internal/heap"
@@ -52,11 +54,20 @@ func TestHeapRecordRoundTrip(t *testing.T) {
 }
 
 func TestControlFile(t *testing.T) {
-	c := controlData{RedoLSN: 1 << 24, CheckpointLSN: 1<<24 + 64, NextXid: 1000}
+	c := controlData{RedoLSN: 1 << 24, CheckpointLSN: 1<<24 + 64, NextXid: 1000, HeapBlocks: 7, SystemID: newSystemID()}
 	b := c.encode()
 	got, err := decodeControl(b, "control")
 	if err != nil || got != c {
 		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	// A version 1 file (no system identifier) is still read.
+	v1 := bytes.Clone(b[:controlSizeV1-4])
+	binary.LittleEndian.PutUint32(v1[8:], 1)
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, castagnoli))
+	old := c
+	old.SystemID = 0
+	if got, err := decodeControl(v1, "control"); err != nil || got != old {
+		t.Fatalf("version 1: %+v %v, want %+v", got, err, old)
 	}
 	for i := range b {
 		bad := bytes.Clone(b)
@@ -88,11 +99,14 @@ func FuzzDecodeHeapRecord(f *testing.F) {
 }
 
 func FuzzDecodeControl(f *testing.F) {
-	f.Add(controlData{RedoLSN: 5, CheckpointLSN: 6, NextXid: 7}.encode())
+	f.Add(controlData{RedoLSN: 5, CheckpointLSN: 6, NextXid: 7, SystemID: 8}.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodeControl(b, "control")
-		if err == nil && !bytes.Equal(c.encode(), b) {
+		if err == nil && len(b) == controlSize && !bytes.Equal(c.encode(), b) {
 			t.Fatalf("accepted bytes that do not re-encode identically")
+		}
+		if err == nil && len(b) == controlSizeV1 && (c.SystemID != 0 || !bytes.Equal(c.encode()[12:44], b[12:44])) {
+			t.Fatalf("a version 1 file decoded to %+v", c)
 		}
 	})
 }

@@ -30,6 +30,7 @@ type Control struct {
 	CheckpointLSN wal.LSN // the checkpoint record itself
 	NextXid       uint64  // no xid at or above this was handed out before the checkpoint
 	HeapBlocks    uint64  // heap size in blocks after the checkpoint wrote every page
+	SystemID      uint64  // the database's identifier; 0 in a version 1 file
 }
 
 // Table is the engine's part of reading its files.
