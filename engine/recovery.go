@@ -45,6 +45,10 @@ import (
 func (db *DB) recover(ctrl controlData) error {
 	begin := time.Now()
 	walPath := filepath.Join(db.dir, walDir)
+	// Said first, so that a long recovery (an index rebuilt from a large
+	// heap) is not silence, as PostgreSQL's "database system was
+	// interrupted" line.
+	db.logger.Info("recovery starting", "dir", db.dir, "redo", ctrl.RedoLSN.String(), "checkpoint", ctrl.CheckpointLSN.String())
 
 	r, err := wal.NewReader(db.fs, walPath, ctrl.RedoLSN)
 	if err != nil {
@@ -240,13 +244,13 @@ func (db *DB) recover(ctrl controlData) error {
 	db.redoPtr.Store(uint64(ctrl.RedoLSN))
 	db.lastCkpt.Store(time.Now().UnixNano())
 	if dropped > 0 {
-		db.logger.Warn("cut off torn WAL tail", "at", uint64(end), "droppedBytes", dropped)
+		db.logger.Warn("cut off torn WAL tail", "at", end.String(), "droppedBytes", dropped)
 	}
 	index := "index file"
 	if reason != "" {
 		index = "heap scan"
 	}
-	db.logger.Info("recovery complete", "redo", uint64(ctrl.RedoLSN), "end", uint64(end),
+	db.logger.Info("recovery complete", "redo", ctrl.RedoLSN.String(), "end", end.String(),
 		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "scanTook", scanTime, "redoTook", redoTime,
 		"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
 		"took", db.recovery.Duration)
@@ -256,7 +260,12 @@ func (db *DB) recover(ctrl controlData) error {
 		// cutting an unfinished bulk load, so that the next recovery,
 		// which would find its BULK_LOAD_BEGIN again, starts past it
 		// and cannot cut pages written since.
-		return db.checkpoint()
+		ckptBegin := time.Now()
+		if err := db.checkpoint(); err != nil {
+			return err
+		}
+		db.logger.Info("end-of-recovery checkpoint complete", "took", time.Since(ckptBegin))
+		return nil
 	}
 	if changed || dropped > 0 {
 		// The end-of-recovery checkpoint runs in the background, as

@@ -96,6 +96,12 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	switch mode {
+	case "power", "kill", "server":
+	default:
+		fmt.Fprintf(stderr, "mvkv crashtest: unknown mode %q (power, kill or server)\n", mode)
+		return 2
+	}
 	if clients < 1 || clients > 64 || cycles < 0 || duration < 0 {
 		fmt.Fprintf(stderr, "mvkv crashtest: --clients must be 1 to 64, --cycles and --duration not negative\n")
 		return 2
