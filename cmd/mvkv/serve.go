@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -192,7 +193,11 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	opts.Logger = log
+	// Recovery can take a while (an index rebuilt from a large heap):
+	// meanwhile clients are told so, as Redis answers while it loads.
+	stopLoading := answerLoading(ln)
 	db, err := engine.Open(dir, opts)
+	stopLoading()
 	if err != nil {
 		fmt.Fprintln(stderr, errorLine(err))
 		return 1
@@ -319,5 +324,47 @@ func warnDamage(db *engine.DB, log *slog.Logger, stop <-chan struct{}) {
 			"the keys whose newest version was on them are lost and reading them fails with an error naming the page; "+
 			"INFO persistence counts them; run mvkv verify on a copy of the directory to list the keys",
 			"pages", d.ZeroedPages, "keysLost", d.KeysLost, "where", d.Zeroed)
+	}
+}
+
+// loadingReply is Redis's answer while it loads its dataset; clients such
+// as go-redis retry on it.
+const loadingReply = "-LOADING mvkv is loading the dataset in memory\r\n"
+
+// answerLoading accepts connections on ln while the database opens and
+// answers the first request of each with LOADING, then closes it. The
+// returned function stops it and leaves ln ready for the server. Only a
+// TCP listener can be interrupted that way; others just queue.
+func answerLoading(ln net.Listener) (stop func()) {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var conns sync.WaitGroup
+	go func() {
+		defer close(done)
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return // the deadline set by stop, or the listener failed (Serve says so)
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, 4096)
+				if n, _ := c.Read(buf); n > 0 {
+					c.Write([]byte(loadingReply))
+				}
+			}()
+		}
+	}()
+	return func() {
+		tl.SetDeadline(time.Unix(1, 0))
+		<-done
+		tl.SetDeadline(time.Time{})
+		conns.Wait()
 	}
 }

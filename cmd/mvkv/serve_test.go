@@ -278,3 +278,43 @@ func TestServeBadAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerLoading: while the database opens, a client's request gets
+// Redis's LOADING error, and afterwards the listener accepts as before.
+func TestAnswerLoading(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	stop := answerLoading(ln)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := io.ReadAll(c)
+	c.Close()
+	if err != nil || string(reply) != loadingReply {
+		t.Fatalf("reply %q, %v; want %q", reply, err, loadingReply)
+	}
+	stop()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	c, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := <-accepted; err != nil {
+		t.Fatalf("accept after stop: %v", err)
+	}
+}
