@@ -133,8 +133,9 @@ func (db *DB) checkpointer() {
 	defer db.bgWG.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for first := true; ; first = false {
-		if !first || !db.ckptRequested.Load() {
+	for {
+		// A requested checkpoint (the end of recovery's) starts at once.
+		if !db.ckptRequested.Load() {
 			select {
 			case <-db.stopBG:
 				return
