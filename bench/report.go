@@ -95,6 +95,9 @@ func WriteReport(w io.Writer, r *Results) error {
 	if r.Aborted > 0 {
 		p("number of aborted clients: %d\n", r.Aborted)
 	}
+	if r.Invariant == nil && r.Workload == SelectOnly {
+		p("invariant: not checked (a select-only run writes no balance)\n")
+	}
 	if inv := r.Invariant; inv != nil {
 		word := "ok"
 		if !inv.OK {

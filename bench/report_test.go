@@ -47,6 +47,11 @@ func TestReportGolden(t *testing.T) {
 			Commit:    &CommitStats{Commits: 0, WALSyncs: 0},
 			Invariant: CheckInvariant(Sums{Accounts: 5, Tellers: 1, Branches: 1, History: 4}),
 		}},
+		{"select_only_not_checked", Results{
+			Target: "engine", Workload: SelectOnly, Scale: 100, Clients: 1, Threads: 1,
+			Transactions: 1000, Processed: 1000,
+			LatencyAvg: 0.01, LatencyStddev: 0.001, ConnTime: 0.003, TPS: 90000,
+		}},
 		{"engine_wal_stats", Results{
 			Target: "engine", Workload: SimpleUpdate, Scale: 10, Clients: 8, Threads: 1,
 			Duration: 5 * time.Second, Processed: 9000,
