@@ -6,14 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"time"
 
 	"mvkv/engine"
 )
 
 // engineTarget runs the benchmark on the embedded engine.
 type engineTarget struct {
-	db   *engine.DB
-	opts engine.TxnOptions // READ COMMITTED, synchronous commit as configured
+	db       *engine.DB
+	opts     engine.TxnOptions // READ COMMITTED, synchronous commit as configured
+	openTime time.Duration     // engine.Open's wall time, recovery included
 }
 
 func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
@@ -33,14 +35,22 @@ func openEngine(dir string, o TargetOptions) (*engineTarget, error) {
 	if o.CommitSiblings == 0 {
 		eo.CommitSiblings = engine.NoCommitSiblings
 	}
+	begin := time.Now()
 	db, err := engine.Open(dir, eo)
 	if err != nil {
 		return nil, fmt.Errorf("bench: open engine in %s: %w", dir, err)
 	}
 	return &engineTarget{
-		db:   db,
-		opts: engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &sc},
+		db:       db,
+		opts:     engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &sc},
+		openTime: time.Since(begin),
 	}, nil
+}
+
+// OpenStats says how long opening the directory took and what recovery
+// did.
+func (t *engineTarget) OpenStats() *OpenStats {
+	return &OpenStats{Took: t.openTime, Recovery: t.db.Recovery()}
 }
 
 func (t *engineTarget) Name() string { return "engine" }

@@ -188,6 +188,9 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if o, ok := t.(openStatser); ok {
+		r.Open = o.OpenStats()
+	}
 	// Check the invariant even after an interrupt: it is most interesting
 	// then. A select-only run writes no balance, so it has nothing to
 	// check, and the check reads every row (as pgbench -S checks nothing).

@@ -59,6 +59,17 @@ func WriteReport(w io.Writer, r *Results) error {
 		p("initial connection time = %.3f ms\n", r.ConnTime)
 		p("tps = %f (without initial connection time)\n", r.TPS)
 	}
+	if o := r.Open; o != nil && o.Recovery.Records == 0 && o.Recovery.IndexKeys == 0 {
+		p("open time = %.3f s before the run (a new database)\n", o.Took.Seconds())
+	} else if o != nil {
+		rec := o.Recovery
+		index := fmt.Sprintf("index file loaded, %d keys in %.3f s", rec.IndexKeys, rec.IndexTime.Seconds())
+		if !rec.IndexFromFile {
+			index = fmt.Sprintf("index rebuilt from the heap (%s), %d keys in %.3f s", rec.IndexRebuildReason, rec.IndexKeys, rec.IndexTime.Seconds())
+		}
+		p("open time = %.3f s before the run (redo: %d records, %d bytes of WAL in %.3f s; %s)\n",
+			o.Took.Seconds(), rec.Records, rec.EndLSN-rec.RedoLSN, (rec.ScanTime + rec.RedoTime).Seconds(), index)
+	}
 	if c := r.Commit; c != nil {
 		if c.WALSyncs > 0 {
 			p("WAL syncs during run: %d (%.2f commits per sync)\n", c.WALSyncs, float64(c.Commits)/float64(c.WALSyncs))

@@ -51,6 +51,25 @@ func TestReportGolden(t *testing.T) {
 			Target: "engine", Workload: SelectOnly, Scale: 100, Clients: 1, Threads: 1,
 			Transactions: 1000, Processed: 1000,
 			LatencyAvg: 0.01, LatencyStddev: 0.001, ConnTime: 0.003, TPS: 90000,
+			Open: &OpenStats{Took: 5371 * time.Millisecond, Recovery: engine.RecoveryInfo{
+				RedoLSN: 1 << 30, EndLSN: 1<<30 + 568013248, Records: 307984, IndexFromFile: true, IndexKeys: 10330755,
+				ScanTime: 286 * time.Millisecond, RedoTime: 2589 * time.Millisecond, IndexTime: 2471 * time.Millisecond,
+			}},
+		}},
+		{"engine_new_database", Results{
+			Target: "engine", Workload: TPCB, Scale: 1, Clients: 1, Threads: 1,
+			Transactions: 10, Processed: 10,
+			LatencyAvg: 0.5, LatencyStddev: 0.1, ConnTime: 0.003, TPS: 2000,
+			Open: &OpenStats{Took: 69 * time.Millisecond},
+		}},
+		{"engine_index_rebuilt", Results{
+			Target: "engine", Workload: TPCB, Scale: 1, Clients: 1, Threads: 1,
+			Transactions: 10, Processed: 10,
+			LatencyAvg: 0.5, LatencyStddev: 0.1, ConnTime: 0.003, TPS: 2000,
+			Open: &OpenStats{Took: 900 * time.Millisecond, Recovery: engine.RecoveryInfo{
+				RedoLSN: 4096, EndLSN: 8192, Records: 3, IndexKeys: 100111, IndexRebuildReason: "index file not usable: it is damaged",
+				IndexTime: 800 * time.Millisecond,
+			}},
 		}},
 		{"engine_wal_stats", Results{
 			Target: "engine", Workload: SimpleUpdate, Scale: 10, Clients: 8, Threads: 1,

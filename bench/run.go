@@ -120,6 +120,24 @@ type Results struct {
 	Tables *TableUsage
 	// Invariant is the post-run check, when it was made.
 	Invariant *Invariant
+	// Open is how the engine's directory was opened before the run; nil
+	// on other targets and in sweeps.
+	Open *OpenStats
+}
+
+// OpenStats is what opening the engine's directory cost: after a crash the
+// redo, and in every case the key index's load, which is what a restart
+// waits for.
+type OpenStats struct {
+	// Took is engine.Open's wall time, recovery included.
+	Took time.Duration
+	// Recovery is what Open found and replayed.
+	Recovery engine.RecoveryInfo
+}
+
+// openStatser is a target that can say how its open went.
+type openStatser interface {
+	OpenStats() *OpenStats
 }
 
 // TableUsage is the engine heap's space by pgbench table at the end of a
