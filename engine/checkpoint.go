@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"mvkv/wal"
@@ -90,7 +91,10 @@ func (db *DB) checkpoint() error {
 	if err := db.clog.Checkpoint(); err != nil {
 		return db.fail(err)
 	}
-	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(redo, next))
+	// A new random identifier for every checkpoint (see the index file's
+	// doc), never 0, which marks a record written before identifiers.
+	id := rand.Uint64() | 1
+	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(checkpointRecord{redo: redo, nextXid: next, id: id}))
 	if err == nil {
 		err = db.wal.FlushData(end)
 	}
@@ -103,7 +107,7 @@ func (db *DB) checkpoint() error {
 	// hold, so a failure to write it does not stop writes: the checkpoint
 	// fails, the control file keeps the previous one, and the next
 	// checkpoint tries again.
-	keys, size, err := db.writeIndexFile(redo, start)
+	keys, size, err := db.writeIndexFile(redo, start, id)
 	if err != nil {
 		return fmt.Errorf("checkpoint: writing the index file: %w", err)
 	}
@@ -114,6 +118,7 @@ func (db *DB) checkpoint() error {
 	}
 	db.lastRedo.Store(uint64(redo))
 	db.ckptEnd.Store(uint64(end))
+	db.ckptID.Store(id)
 	if err := db.wal.RemoveSegmentsBefore(redo); err != nil {
 		db.logger.Warn("removing old WAL segments", "err", err)
 	}

@@ -126,6 +126,9 @@ type DB struct {
 	// ckptEnd is the WAL position just past the last checkpoint's record:
 	// while nothing is inserted after it, a checkpoint has nothing to do.
 	ckptEnd atomic.Uint64
+	// ckptID is the identifier of the last checkpoint's record, which its
+	// index file carries too (0 for a record written before identifiers).
+	ckptID atomic.Uint64
 	// ckptRequested asks the checkpointer for a checkpoint at once: set
 	// by recovery for its end-of-recovery checkpoint.
 	ckptRequested atomic.Bool

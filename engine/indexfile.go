@@ -35,10 +35,14 @@ import (
 // the file already holds sets what is already there.
 //
 // When it is trusted. The file names the checkpoint it belongs to (redo
-// point and the checkpoint record's own LSN); Open uses it only if that is
-// the checkpoint the control file names, or a later checkpoint whose record
-// it then finds in the WAL with the same redo point (a crash between
-// writing the file and the control file). A file from an older checkpoint,
+// point, the checkpoint record's own LSN, and the random identifier the
+// record carries); Open uses it only if that is the checkpoint the control
+// file names, or a later checkpoint (a crash between writing the file and
+// the control file), and only if it finds that checkpoint's record in the
+// WAL with the same redo point and identifier. The identifier tells apart
+// two copies of one directory that were written differently and reached a
+// checkpoint at the same LSN: their files would otherwise look alike, and
+// each copy's index points at slots that hold other versions in the other. A file from an older checkpoint,
 // another database or another format version, or one whose checksum fails,
 // is not used: the index is rebuilt from the heap and the log says why and
 // how long that took. The file is replaced atomically, as the control file
@@ -54,10 +58,11 @@ import (
 //
 // Format (little-endian; part of the format, do not change):
 //
-//	header, 72 bytes:
+//	header, 80 bytes:
 //	 0 magic 8 | 8 version 4 | 12 flags 4 | 16 redo LSN 8 | 24 checkpoint LSN 8
 //	32 keys 8  | 40 RelFrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 zero 4
 //	64 system identifier 8 (the control file's: the database the file is of)
+//	72 checkpoint identifier 8 (the checkpoint record's)
 //	keys, in strictly increasing order, each:
 //	  uvarint bytes shared with the previous key | uvarint length of the rest
 //	  | the rest | head block 4 | head slot 2
@@ -73,9 +78,10 @@ const (
 	indexFileTmpName = "index.tmp"
 	indexFileMagic   = 0x6d766b76_69647866 // "mvkvidxf"
 	// indexFileVersion 1 had a 64-byte header without the system
+	// identifier, version 2 a 72-byte one without the checkpoint
 	// identifier; such a file is refused (the index is rebuilt once).
-	indexFileVersion = 2
-	indexHeaderSize  = 72
+	indexFileVersion = 3
+	indexHeaderSize  = 80
 	// indexEntryMin is the fewest bytes a key entry takes: two one-byte
 	// varints and a TID. It bounds the key count a file can claim.
 	indexEntryMin = 1 + 1 + 6
@@ -93,6 +99,7 @@ type indexFileHeader struct {
 	dead             int64
 	fsmBlocks        uint32
 	systemID         uint64
+	checkpointID     uint64
 }
 
 func (h indexFileHeader) encode() []byte {
@@ -107,7 +114,8 @@ func (h indexFileHeader) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.dead))
 	b = binary.LittleEndian.AppendUint32(b, h.fsmBlocks)
 	b = binary.LittleEndian.AppendUint32(b, 0)
-	return binary.LittleEndian.AppendUint64(b, h.systemID)
+	b = binary.LittleEndian.AppendUint64(b, h.systemID)
+	return binary.LittleEndian.AppendUint64(b, h.checkpointID)
 }
 
 // crcWriter passes writes on and keeps a running CRC-32C of them.
@@ -129,7 +137,7 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // given redo point and record LSN. The caller is the checkpoint, after the
 // redo point was chosen; the index is read in batches, so writers are not
 // held off. The file is replaced atomically and durably.
-func (db *DB) writeIndexFile(redo, ckpt wal.LSN) (keys uint64, size int64, err error) {
+func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, size int64, err error) {
 	tmp := filepath.Join(db.dir, indexFileTmpName)
 	f, err := db.fs.Create(tmp)
 	if err != nil {
@@ -187,7 +195,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN) (keys uint64, size int64, err e
 	}
 	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
 		relFrozenXid: db.vac.relFrozenXid.Load(), dead: db.av.dead.Load(),
-		fsmBlocks: uint32(len(fsm)), systemID: db.systemID}
+		fsmBlocks: uint32(len(fsm)), systemID: db.systemID, checkpointID: ckptID}
 	head := hdr.encode()
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], crc32.Update(cw.crc.Sum32(), castagnoli, head))
@@ -315,6 +323,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	h.dead = int64(binary.LittleEndian.Uint64(head[48:]))
 	h.fsmBlocks = binary.LittleEndian.Uint32(head[56:])
 	h.systemID = binary.LittleEndian.Uint64(head[64:])
+	h.checkpointID = binary.LittleEndian.Uint64(head[72:])
 	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
 		off = 60
 		return d, bad("reserved field is %#x, not zero", z)
@@ -541,21 +550,14 @@ func (db *DB) noteRedoTouched(blk uint32, page []byte) {
 // vacuum counters the file carries. It returns why the file was not used
 // ("" when it was), in which case the caller rebuilds from the heap; the
 // error is for failures that must stop Open.
-func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]wal.LSN, changes map[string]heap.TID, replayedDead int64) (string, error) {
+func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, changes map[string]heap.TID, replayedDead int64) (string, error) {
 	// Room in the hash table for the keys redo added, so that applying
 	// them does not grow it (a growth moves a shard to a new array).
 	d, err := db.loadIndexFile(len(changes), func(h indexFileHeader) error {
 		if h.systemID != db.systemID {
 			return fmt.Errorf("it belongs to the database with system identifier %d, not to this one (%d)", h.systemID, db.systemID)
 		}
-		if h.redo == ctrl.RedoLSN && h.checkpoint == ctrl.CheckpointLSN {
-			return nil
-		}
-		if redo, ok := ckpts[h.checkpoint]; ok && redo == h.redo {
-			return nil
-		}
-		return fmt.Errorf("it belongs to the checkpoint at %s (redo %s), not to the control file's at %s (redo %s) or one after it in the WAL",
-			h.checkpoint, h.redo, ctrl.CheckpointLSN, ctrl.RedoLSN)
+		return checkpointMatches(h, ctrl, ckpts)
 	})
 	if err != nil {
 		if errors.Is(err, errIndexFile) {
@@ -620,6 +622,8 @@ func (db *DB) verifyIndexFile(problem func(format string, args ...any)) {
 	if d.hdr.redo != ctrl.RedoLSN || d.hdr.checkpoint != ctrl.CheckpointLSN {
 		problem("index file %s names the checkpoint at %s (redo %s), the control file the one at %s (redo %s)",
 			name, d.hdr.checkpoint, d.hdr.redo, ctrl.CheckpointLSN, ctrl.RedoLSN)
+	} else if id := db.ckptID.Load(); d.hdr.checkpointID != id {
+		problem("index file %s names the checkpoint identifier %016x, the checkpoint just taken %016x", name, d.hdr.checkpointID, id)
 	}
 	db.idx.mu.RLock()
 	defer db.idx.mu.RUnlock()
@@ -654,10 +658,27 @@ func (db *DB) verifyIndexFile(problem func(format string, args ...any)) {
 	}
 }
 
+// checkpointMatches says why an index file whose header is h does not
+// belong to the control file's checkpoint or one after it whose record is
+// in ckpts (nil when it does): it must name such a checkpoint record, with
+// its redo point and its identifier.
+func checkpointMatches(h indexFileHeader, ctrl controlData, ckpts map[wal.LSN]checkpointRecord) error {
+	c, ok := ckpts[h.checkpoint]
+	if ok && h.checkpoint >= ctrl.CheckpointLSN && c.redo == h.redo {
+		if c.id == h.checkpointID {
+			return nil
+		}
+		return fmt.Errorf("it names the checkpoint at %s (redo %s) with identifier %016x, but the checkpoint record there has %016x: it was written by a copy of this database",
+			h.checkpoint, h.redo, h.checkpointID, c.id)
+	}
+	return fmt.Errorf("it belongs to the checkpoint at %s (redo %s), not to the control file's at %s (redo %s) or one after it in the WAL",
+		h.checkpoint, h.redo, ctrl.CheckpointLSN, ctrl.RedoLSN)
+}
+
 // indexFileLooksUsable reads the index file's header only and reports
 // whether it names the checkpoint Open would accept (openIndex decides for
 // good, after redo, checksum included).
-func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]wal.LSN) bool {
+func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]checkpointRecord) bool {
 	f, err := db.fs.OpenReadOnly(filepath.Join(db.dir, indexFileName))
 	if err != nil {
 		return false
@@ -670,10 +691,10 @@ func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]wal.LSN) 
 	if binary.LittleEndian.Uint64(head) != indexFileMagic || binary.LittleEndian.Uint32(head[8:]) != indexFileVersion {
 		return false
 	}
-	redo, ckpt := wal.LSN(binary.LittleEndian.Uint64(head[16:])), wal.LSN(binary.LittleEndian.Uint64(head[24:]))
-	if redo == ctrl.RedoLSN && ckpt == ctrl.CheckpointLSN {
-		return true
+	h := indexFileHeader{
+		redo:         wal.LSN(binary.LittleEndian.Uint64(head[16:])),
+		checkpoint:   wal.LSN(binary.LittleEndian.Uint64(head[24:])),
+		checkpointID: binary.LittleEndian.Uint64(head[72:]),
 	}
-	r, ok := ckpts[ckpt]
-	return ok && r == redo
+	return checkpointMatches(h, ctrl, ckpts) == nil
 }

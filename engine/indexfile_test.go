@@ -172,6 +172,15 @@ func TestIndexFileOpen(t *testing.T) {
 			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Update(crc32.Checksum(body, castagnoli), castagnoli, b[:indexHeaderSize]))
 			return b
 		}(), "belongs to the database with system identifier"},
+		// A copy of this database written differently reaches a
+		// checkpoint at the same LSN: only the identifier differs.
+		{"a copy's, same checkpoint", func() []byte {
+			b := bytes.Clone(good)
+			binary.LittleEndian.PutUint64(b[72:], binary.LittleEndian.Uint64(b[72:])+2)
+			body := b[indexHeaderSize : len(b)-4]
+			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Update(crc32.Checksum(body, castagnoli), castagnoli, b[:indexHeaderSize]))
+			return b
+		}(), "written by a copy of this database"},
 		{"empty", []byte{}, "shorter than a header"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -451,5 +460,76 @@ func TestControlFileVersion1(t *testing.T) {
 		if err != nil || c.SystemID == 0 {
 			t.Fatalf("open %d: control %+v, %v: want a system identifier", i, c, err)
 		}
+	}
+}
+
+// TestIndexFileOfACopy: two copies of one directory, written differently
+// but with records of the same sizes, reach a checkpoint at the same LSN
+// with the same redo point, so that their control files are byte for byte
+// the same. One copy must still refuse the other's index file (whose
+// heads point at slots holding other versions here) and rebuild.
+func TestIndexFileOfACopy(t *testing.T) {
+	m, db := indexTestDB(t)
+	mustPut(t, db, "k1", "v0")
+	mustPut(t, db, "k2", "v0")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{CheckpointTimeout: -1, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
+	write := func(fs *vfs.MemFS, key string) {
+		t.Helper()
+		o := opts
+		o.FS = fs
+		db, err := Open("/db", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, db, key, "v1")
+		mustPut(t, db, key, "v2")
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e1, e2 := m.Clone(), m.Clone()
+	write(e1, "k1")
+	write(e2, "k2")
+	c1, err := readMemFile(e1, "/db/control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := readMemFile(e2, "/db/control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c1, c2) {
+		t.Fatalf("the copies' control files differ, so the test does not test the case:\n%x\n%x", c1, c2)
+	}
+	other, err := readMemFile(e2, "/db/index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMemFile(e1, "/db/index", other); err != nil {
+		t.Fatal(err)
+	}
+	o := opts
+	o.FS = e1
+	db, err = Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ri := db.Recovery()
+	if ri.IndexFromFile || !strings.Contains(ri.IndexRebuildReason, "written by a copy of this database") {
+		t.Fatalf("recovery %+v: want a rebuild because the file is a copy's", ri)
+	}
+	got, err := scanState(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ladderState{"k1": "v2", "k2": "v0"}); !maps.Equal(got, want) {
+		t.Fatalf("after the rebuild: %s", diffState(got, want))
+	}
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %v", err, rep.Problems)
 	}
 }

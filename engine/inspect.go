@@ -24,8 +24,8 @@ func init() {
 		Describe:     describeRecord,
 		IsCheckpoint: func(t wal.RecordType) bool { return t == recCheckpoint },
 		CheckpointRedo: func(rec wal.Record) (wal.LSN, error) {
-			redo, _, err := decodeCheckpoint(rec.Data)
-			return redo, err
+			c, err := decodeCheckpoint(rec.Data)
+			return c.redo, err
 		},
 		ReadControl: func(fsys vfs.FS, dir string) (rmgr.Control, bool, error) {
 			c, found, err := readControl(fsys, dir)
@@ -78,8 +78,8 @@ func describeRecord(rec wal.Record) string {
 			desc = "malformed"
 		}
 	case recCheckpoint:
-		if redo, next, err := decodeCheckpoint(rec.Data); err == nil {
-			desc = fmt.Sprintf("redo %s; next xid %d", redo, next)
+		if c, err := decodeCheckpoint(rec.Data); err == nil {
+			desc = fmt.Sprintf("redo %s; next xid %d; checkpoint id %016x", c.redo, c.nextXid, c.id)
 		} else {
 			desc = "malformed"
 		}

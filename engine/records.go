@@ -265,16 +265,38 @@ func decodeHeapRecord(t wal.RecordType, data []byte) (heapRecord, error) {
 	return r, nil
 }
 
-func encodeCheckpoint(redo wal.LSN, nextXid uint64) []byte {
-	b := binary.LittleEndian.AppendUint64(nil, uint64(redo))
-	return binary.LittleEndian.AppendUint64(b, nextXid)
+// checkpointRecord is a CHECKPOINT record's payload:
+//
+//	| redo 8 | next xid 8 | checkpoint identifier 8 |
+//
+// The identifier is random, drawn anew for every checkpoint, and written
+// into the index file the checkpoint writes too: two copies of one
+// database that reach a checkpoint at the same LSN with the same redo
+// point (a directory copied, then written differently) still have
+// different identifiers, so neither accepts the other's index file. A
+// record without it (16 bytes, written before it existed) decodes with
+// identifier 0, which no index file carries.
+type checkpointRecord struct {
+	redo    wal.LSN
+	nextXid uint64
+	id      uint64
 }
 
-func decodeCheckpoint(data []byte) (redo wal.LSN, nextXid uint64, err error) {
-	if len(data) != 16 {
-		return 0, 0, errBadRecord
+func encodeCheckpoint(c checkpointRecord) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(c.redo))
+	b = binary.LittleEndian.AppendUint64(b, c.nextXid)
+	return binary.LittleEndian.AppendUint64(b, c.id)
+}
+
+func decodeCheckpoint(data []byte) (checkpointRecord, error) {
+	if len(data) != 16 && len(data) != 24 {
+		return checkpointRecord{}, errBadRecord
 	}
-	return wal.LSN(binary.LittleEndian.Uint64(data)), binary.LittleEndian.Uint64(data[8:]), nil
+	c := checkpointRecord{redo: wal.LSN(binary.LittleEndian.Uint64(data)), nextXid: binary.LittleEndian.Uint64(data[8:])}
+	if len(data) == 24 {
+		c.id = binary.LittleEndian.Uint64(data[16:])
+	}
+	return c, nil
 }
 
 // minFPIHole is the smallest free space in bytes that an FPI leaves out;

@@ -47,9 +47,17 @@ func TestHeapRecordRoundTrip(t *testing.T) {
 	if _, err := decodeHeapRecord(recCommit, nil); !errors.Is(err, errBadRecord) {
 		t.Fatalf("wrong type accepted: %v", err)
 	}
-	redo, next, err := decodeCheckpoint(encodeCheckpoint(0x1234, 99))
-	if err != nil || redo != 0x1234 || next != 99 {
-		t.Fatalf("checkpoint round trip: %v %v %v", redo, next, err)
+	want := checkpointRecord{redo: 0x1234, nextXid: 99, id: 0xfeedface}
+	if got, err := decodeCheckpoint(encodeCheckpoint(want)); err != nil || got != want {
+		t.Fatalf("checkpoint round trip: %+v %v", got, err)
+	}
+	// A record written before the identifier existed.
+	pre := encodeCheckpoint(want)[:16]
+	if got, err := decodeCheckpoint(pre); err != nil || got != (checkpointRecord{redo: 0x1234, nextXid: 99}) {
+		t.Fatalf("16-byte checkpoint record: %+v %v", got, err)
+	}
+	if _, err := decodeCheckpoint(pre[:15]); !errors.Is(err, errBadRecord) {
+		t.Fatalf("15-byte checkpoint record accepted: %v", err)
 	}
 }
 
@@ -83,7 +91,7 @@ func FuzzDecodeHeapRecord(f *testing.F) {
 	f.Add(uint8(recHeapInsert), encodeInsert(heap.TID{Block: 1, Slot: 2}, tup))
 	f.Add(uint8(recHeapUpdate), encodeUpdate(heap.TID{Block: 1}, heap.TID{Block: 2}, tup))
 	f.Add(uint8(recHeapDelete), encodeDelete(heap.TID{Block: 1}))
-	f.Add(uint8(recCheckpoint), encodeCheckpoint(1, 2))
+	f.Add(uint8(recCheckpoint), encodeCheckpoint(checkpointRecord{redo: 1, nextXid: 2, id: 3}))
 	f.Fuzz(func(t *testing.T, typ uint8, data []byte) {
 		r, err := decodeHeapRecord(wal.RecordType(typ), data)
 		if err != nil {

@@ -63,10 +63,10 @@ func (db *DB) recover(ctrl controlData) error {
 	// and the checkpoint records keep numbers only).
 	r.SetBorrowData(true)
 	var first wal.LSN
-	// Checkpoint records after the control file's, with their redo
-	// points: an index file written by one of them is usable (a crash
-	// came between the index file and the control file).
-	ckpts := make(map[wal.LSN]wal.LSN)
+	// The control file's checkpoint record and those after it: an index
+	// file written by one of them is usable (after the control file's
+	// one, a crash came between the index file and the control file).
+	ckpts := make(map[wal.LSN]checkpointRecord)
 	scan := newWALScan()
 	var bulk bulkScan
 	for {
@@ -77,9 +77,9 @@ func (db *DB) recover(ctrl controlData) error {
 		if first == 0 {
 			first = rec.LSN
 		}
-		if rec.Type == recCheckpoint && rec.LSN > ctrl.CheckpointLSN {
-			if redo, _, err := decodeCheckpoint(rec.Data); err == nil {
-				ckpts[rec.LSN] = redo
+		if rec.Type == recCheckpoint && rec.LSN >= ctrl.CheckpointLSN {
+			if c, err := decodeCheckpoint(rec.Data); err == nil {
+				ckpts[rec.LSN] = c
 			}
 		}
 		scan.note(rec)
@@ -267,6 +267,7 @@ func (db *DB) recover(ctrl controlData) error {
 		db.logger.Info("end-of-recovery checkpoint complete", "took", time.Since(ckptBegin))
 		return nil
 	}
+	db.ckptID.Store(ckpts[ctrl.CheckpointLSN].id)
 	if changed || dropped > 0 {
 		// The end-of-recovery checkpoint runs in the background, as
 		// PostgreSQL's after a promotion: Open returns once redo and
@@ -314,7 +315,7 @@ func (db *DB) redo(rec wal.Record) error {
 	case recAbort:
 		return db.clog.SetStatus(rec.XID, clog.StatusAborted, uint64(rec.End))
 	case recCheckpoint:
-		_, _, err := decodeCheckpoint(rec.Data)
+		_, err := decodeCheckpoint(rec.Data)
 		return err
 	case recHeap2Prune:
 		return db.redoPrune(rec)
