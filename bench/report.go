@@ -63,12 +63,12 @@ func WriteReport(w io.Writer, r *Results) error {
 		p("open time = %.3f s before the run (a new database)\n", o.Took.Seconds())
 	} else if o != nil {
 		rec := o.Recovery
-		index := fmt.Sprintf("index file loaded, %d keys in %.3f s", rec.IndexKeys, rec.IndexTime.Seconds())
+		index := fmt.Sprintf("index file loaded, %s in %.3f s", plural(int64(rec.IndexKeys), "key"), rec.IndexTime.Seconds())
 		if !rec.IndexFromFile {
-			index = fmt.Sprintf("index rebuilt from the heap (%s), %d keys in %.3f s", rec.IndexRebuildReason, rec.IndexKeys, rec.IndexTime.Seconds())
+			index = fmt.Sprintf("index rebuilt from the heap (%s), %s in %.3f s", rec.IndexRebuildReason, plural(int64(rec.IndexKeys), "key"), rec.IndexTime.Seconds())
 		}
-		p("open time = %.3f s before the run (redo: %d records, %d bytes of WAL in %.3f s; %s)\n",
-			o.Took.Seconds(), rec.Records, rec.EndLSN-rec.RedoLSN, (rec.ScanTime + rec.RedoTime).Seconds(), index)
+		p("open time = %.3f s before the run (redo: %s, %s of WAL in %.3f s; %s)\n",
+			o.Took.Seconds(), plural(int64(rec.Records), "record"), plural(int64(rec.EndLSN-rec.RedoLSN), "byte"), (rec.ScanTime + rec.RedoTime).Seconds(), index)
 	}
 	if c := r.Commit; c != nil {
 		if c.WALSyncs > 0 {
@@ -170,4 +170,12 @@ func writeCLOGReport(p func(string, ...any), w *engine.Stats) {
 	} else {
 		p("CLOG group updates: 0\n")
 	}
+}
+
+// plural is n and the noun, with an s unless n is 1.
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -426,7 +426,7 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 			// An interrupted run still reports, as pgbench does.
 			u, err := es.TableUsage(context.WithoutCancel(ctx))
 			if err != nil {
-				return r, fmt.Errorf("bench: heap space by table: %w", err)
+				return r, fmt.Errorf("bench: reading the heap after the run to measure each table's pages (the report's table-usage line): %w", err)
 			}
 			r.Tables = &u
 		}

@@ -264,6 +264,16 @@ func TestSweepEngine(t *testing.T) {
 		t.Errorf("plot: %v", err)
 	}
 
+	// A select-only sweep writes no balance and checks none.
+	out.Reset()
+	cfg.Workload, cfg.Plot = SelectOnly, ""
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("select-only sweep: %v\nlog:\n%s", err, log.String())
+	}
+	if !strings.Contains(out.String(), "invariant: not checked") || strings.Contains(out.String(), "invariant (engine)") {
+		t.Errorf("select-only sweep's invariant note:\n%s", out.String())
+	}
+
 	out.Reset()
 	log.Reset()
 	cfg.Repeat = 2

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -28,6 +29,9 @@ type walScan struct {
 	rebuilt map[uint32]bool
 	// ended maps the xids with a commit (true) or abort (false) record.
 	ended map[uint64]bool
+	// bulk holds the block ranges of the committed bulk loads, which
+	// write their pages without a record per page.
+	bulk [][2]uint32
 }
 
 func newWALScan() *walScan {
@@ -46,6 +50,10 @@ func (s *walScan) note(rec wal.Record) {
 			if hr, err := decodeHeapRecord(rec.Type, rec.Data); err == nil {
 				s.rebuilt[hr.New.Block] = true
 			}
+		}
+	case recBulkLoad:
+		if r, err := decodeBulkLoad(rec.Type, rec.Data); err == nil {
+			s.bulk = append(s.bulk, [2]uint32{r.first, r.first + r.pages})
 		}
 	case recCommit:
 		s.ended[rec.XID] = true
@@ -97,6 +105,40 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 		"keys lost: %d provably (a version links into those pages and no surviving version is readable), %d more whose newest surviving version was replaced by an update that is missing; "+
 		"%d keys in all have versions linking into those pages, and keys whose every version was on them cannot be counted",
 		ErrCorruption, len(zeroed), ctrl.HeapBlocks, strings.Join(names, ", "), lost, orphans, chains)
+}
+
+// checkStrayHeapPages fails when the heap files hold a page past the
+// length the last checkpoint recorded that nothing since created: a page
+// added after the checkpoint has its first change logged whole (a
+// full-page image or a record that initializes it) or lies in a committed
+// bulk load, so a page out there that is neither, and is not all zeros
+// (extended, never used), is not this database's: a segment file left
+// from another copy, say, whose pages the engine would otherwise read as
+// its own and write new versions into. The error names the file, offset
+// and block of the first such page.
+func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
+	n := db.storage.NBlocks()
+	if ctrl.CheckpointLSN == 0 || uint64(n) <= ctrl.HeapBlocks {
+		return nil
+	}
+	page := make([]byte, heap.PageSize)
+	for blk := uint32(ctrl.HeapBlocks); blk < n; blk++ {
+		if scan.rebuilt[blk] || slices.ContainsFunc(scan.bulk, func(r [2]uint32) bool { return blk >= r[0] && blk < r[1] }) {
+			continue
+		}
+		err := db.storage.ReadBlock(blk, page)
+		if err == nil && isAllZero(page) {
+			continue
+		}
+		seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
+		what := "holds data"
+		if err != nil {
+			what = "holds a damaged page (" + err.Error() + ")"
+		}
+		return fmt.Errorf("%w: %s at offset %d (block %d) %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since creates that page: a file that is not this database's (a stray segment file?)",
+			ErrCorruption, filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk, what, ctrl.HeapBlocks)
+	}
+	return nil
 }
 
 func isAllZero(b []byte) bool {

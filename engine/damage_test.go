@@ -112,6 +112,42 @@ func TestShortHeapOrMissingControlIsCorruption(t *testing.T) {
 	}
 }
 
+// TestStraySegmentIsCorruption: a heap segment file past the heap's end
+// that no WAL record since the last checkpoint created (left from another
+// copy of the directory, say) is refused, naming the file and offset, and
+// an all-zeros one (pages extended, never used) is accepted.
+func TestStraySegmentIsCorruption(t *testing.T) {
+	dir := filledAndClosed(t, 500)
+
+	stray := t.TempDir()
+	copyDir(t, dir, stray)
+	junk := make([]byte, 2*8192)
+	for i := range junk {
+		junk[i] = byte(i*7 + 1)
+	}
+	if err := os.WriteFile(filepath.Join(stray, heapDir, "00000001"), junk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(stray, Options{})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), filepath.Join(heapDir, "00000001")+" at offset 0 (block 131072)") {
+		t.Fatalf("stray heap segment: %v, want ErrCorruption naming the file and offset", err)
+	}
+
+	zeros := t.TempDir()
+	copyDir(t, dir, zeros)
+	if err := os.WriteFile(filepath.Join(zeros, heapDir, "00000001"), make([]byte, 2*8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(zeros, Options{})
+	if err != nil {
+		t.Fatalf("a segment of zeros past the end: %v", err)
+	}
+	mustPut(t, db, "after", "zeros")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A transaction waiting for a row lock held by a transaction that is never
 // ended returns ErrClosed when the database closes, instead of waiting
 // forever.

@@ -112,6 +112,9 @@ func (db *DB) recover(ctrl controlData) error {
 	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
 		return db.walEndsBeforeCheckpoint(walPath, r.SegmentSize(), end, ctrl)
 	}
+	if err := db.checkStrayHeapPages(ctrl, scan); err != nil {
+		return err
+	}
 	if ctrl.CheckpointLSN != 0 {
 		// Damage that would read as valid data, found before anything
 		// is written (damage.go).
