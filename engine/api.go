@@ -84,7 +84,8 @@ func IsRetryable(err error) bool {
 	return errors.Is(err, ErrSerializationFailure) || errors.Is(err, ErrDeadlock)
 }
 
-// Size limits, in bytes. A value longer than about 1 KiB is stored out of
+// Size limits, in bytes. A value that makes its tuple longer than 2,032
+// bytes (about 2 KiB with the key and header) is stored out of
 // line, in chunks of a page each (PostgreSQL's TOAST); MaxValueSize leaves
 // room above Redis's 512 MiB strings for what a server stores beside a value.
 const (
@@ -177,8 +178,8 @@ type Options struct {
 	// write and sync may start while earlier syncs are outstanding, when
 	// measuring shows that commits faster than one sync at a time),
 	// WALFlusherSerial (PostgreSQL's leader/follower XLogFlush, one sync
-	// at a time) or WALFlusherNone (one sync per commit). See package wal
-	// and docs/BENCHMARKS.md for the measurements behind the default.
+	// at a time) or WALFlusherNone (one sync per commit). Package wal's
+	// documentation gives the measurements behind the default.
 	WALFlusher WALFlusher
 	// WALSegmentSize is the size of a WAL segment file in bytes, a power of
 	// two from 1 MiB to 1 GiB (default 16 MiB). It applies to a new data

@@ -13,7 +13,8 @@
 //	...
 //	defer db.Close()
 //
-// Open creates or recovers a data directory (see docs/DESIGN.md for its layout).
+// Open creates or recovers a data directory (its layout is in the README's
+// "Data directory" section).
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
 // Delete, Scan and Update work inside it; Exists, ScanKeys and Count are
 // key-only reads that answer from the visibility map where a page is
@@ -215,7 +216,7 @@
 // binds each knob to its Options field, its DB setter and its check, and
 // Options' own validation must use it: a package below the engine could
 // not name Options, and one above it could not be used by Open. Rejected:
-// a table beside the commands (cmd/mvkv), which is what let mvkv serve and
+// a table beside the commands (in the mvkv program), which let mvkv serve and
 // mvkv bench drift apart, with different defaults for the same flag; a
 // generic table keyed by field names and filled in by reflection, which
 // trades compile-time checks for nothing a reader can see; and typed

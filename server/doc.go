@@ -33,7 +33,7 @@
 // serialization failure reruns the command or block before anything is
 // replied, up to Config.MaxRetries times.
 //
-// docs/SERVER.md in the source tree specifies the rest: commands and
+// The server's specification (SERVER.md, with the source) gives the rest: commands and
 // transactions, WATCH, durability and pipelining, expiry and the stored
 // value format, limits, shutdown, who may connect, and what is not
 // supported.

@@ -105,8 +105,8 @@ type Options struct {
 	// DefaultBuffers).
 	Buffers int
 	// FlushWAL makes the WAL durable up to an LSN. It is called before a
-	// map page is written, with the page's LSN (WAL before data,
-	// docs/DESIGN.md rule 1). Nil means there is no WAL to flush.
+	// map page is written, with the page's LSN (WAL before data, the
+	// design's rule 1). Nil means there is no WAL to flush.
 	FlushWAL func(lsn uint64) error
 	// Unlogged turns the WAL-before-data interlock off: pages are written
 	// without flushing the WAL to their LSN, as PostgreSQL did before 9.2,

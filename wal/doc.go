@@ -147,8 +147,9 @@
 // sync latencies tells these apart reliably. So the flusher runs both ways
 // in turn, short trials of the other way between windows of the chosen
 // one, and keeps the way that makes more commits durable per busy second.
-// docs/BENCHMARKS.md gives the measurements behind this choice and the
-// rates each policy reaches, on a real disk and on a rotating-disk model.
+// The benchmark notes that ship with the source give the measurements
+// behind this choice and the rates each policy reaches, on a real disk and
+// on a rotating-disk model.
 // A round crossing into a new segment first
 // drains the queue, then syncs the old segment before writing the new one.
 // A committer whose record a sync already covers waits on that sync's own
