@@ -149,10 +149,15 @@ type RecoveryInfo struct {
 	Records int    // records replayed
 	// DroppedBytes is the length of the torn WAL tail cut off after EndLSN:
 	// from EndLSN to the last non-zero byte of its segment, zeros inside
-	// included. They were never durable (damage to durable WAL fails Open
-	// with ErrCorruption instead), so they can hold only commits that were
-	// not acknowledged, or asynchronous commits (synchronous_commit=off)
-	// that a crash is allowed to lose.
+	// included. A tail torn by a crash was never durable, so it can hold
+	// only commits that were not acknowledged, or asynchronous commits
+	// (synchronous_commit=off) that a crash is allowed to lose. Damage to
+	// durable WAL that a later valid record proves durable fails Open
+	// with ErrCorruption instead; but durable WAL zeroed from some point
+	// to the end of what was written reads exactly like a tail that was
+	// never written, and is cut the same way (PostgreSQL cannot tell the
+	// two apart either): the commits it held are lost and DroppedBytes
+	// counts only the non-zero bytes after the cut.
 	DroppedBytes int64
 	Duration     time.Duration
 	// IndexFromFile says the key index was loaded from the index file
