@@ -40,8 +40,8 @@ Modes:
 
 Options:
   --mode M        power, kill or server (default power)
-  --duration D    stop starting cycles after D (e.g. 60s); default 60s
-                  unless --cycles is given
+  --duration D    stop starting cycles after D (e.g. 60s); default (and
+                  0) 60s unless --cycles is given
   --cycles N      stop after N cycles
   --seed S        the workload and crash-moment seed (default: random,
                   printed)
