@@ -183,7 +183,7 @@ func (db *DB) recover(ctrl controlData) error {
 			return err
 		}
 		if err := db.redo(rec); err != nil {
-			return fmt.Errorf("redo of %s record at LSN %#x: %w", recordTypeName(rec.Type), uint64(rec.LSN), err)
+			return fmt.Errorf("redo of %s record at %s: %w", recordTypeName(rec.Type), rec.LSN, err)
 		}
 		n++
 		if rec.LSN != ctrl.CheckpointLSN {
