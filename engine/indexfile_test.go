@@ -165,22 +165,10 @@ func TestIndexFileOpen(t *testing.T) {
 		{"other database", foreign, "belongs to the database with system identifier"},
 		// Built the same way, the other database's file would name the
 		// same checkpoint: only the system identifier tells it apart.
-		{"other database, same checkpoint", func() []byte {
-			b := bytes.Clone(good)
-			binary.LittleEndian.PutUint64(b[64:], binary.LittleEndian.Uint64(b[64:])+1)
-			body := b[indexHeaderSize : len(b)-4]
-			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Update(crc32.Checksum(body, castagnoli), castagnoli, b[:indexHeaderSize]))
-			return b
-		}(), "belongs to the database with system identifier"},
+		{"other database, same checkpoint", headerChanged(good, 64, 1), "belongs to the database with system identifier"},
 		// A copy of this database written differently reaches a
 		// checkpoint at the same LSN: only the identifier differs.
-		{"a copy's, same checkpoint", func() []byte {
-			b := bytes.Clone(good)
-			binary.LittleEndian.PutUint64(b[72:], binary.LittleEndian.Uint64(b[72:])+2)
-			body := b[indexHeaderSize : len(b)-4]
-			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Update(crc32.Checksum(body, castagnoli), castagnoli, b[:indexHeaderSize]))
-			return b
-		}(), "written by a copy of this database"},
+		{"a copy's, same checkpoint", headerChanged(good, 72, 2), "written by a copy of this database"},
 		{"empty", []byte{}, "shorter than a header"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -461,6 +449,16 @@ func TestControlFileVersion1(t *testing.T) {
 			t.Fatalf("open %d: control %+v, %v: want a system identifier", i, c, err)
 		}
 	}
+}
+
+// headerChanged returns a copy of the index file b with the header's
+// 8-byte field at off increased by d and the checksum made right again.
+func headerChanged(b []byte, off int, d uint64) []byte {
+	b = bytes.Clone(b)
+	binary.LittleEndian.PutUint64(b[off:], binary.LittleEndian.Uint64(b[off:])+d)
+	body := b[indexHeaderSize : len(b)-4]
+	binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Update(crc32.Checksum(body, castagnoli), castagnoli, b[:indexHeaderSize]))
+	return b
 }
 
 // TestIndexFileOfACopy: two copies of one directory, written differently
