@@ -133,7 +133,7 @@ func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
 		seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
 		what := "holds data"
 		if err != nil {
-			what = "holds a damaged page (" + err.Error() + ")"
+			what = "holds a page that fails its checks" // the same file and offset
 		}
 		return fmt.Errorf("%w: %s at offset %d (block %d) %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since creates that page: a file that is not this database's (a stray segment file?)",
 			ErrCorruption, filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk, what, ctrl.HeapBlocks)
