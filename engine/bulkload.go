@@ -649,6 +649,7 @@ func (db *DB) cutUnfinishedBulkLoads(s *bulkScan, ctrl controlData) error {
 	if err := db.pool.Truncate(first); err != nil {
 		return err
 	}
+	db.recovery.BulkLoadCutFrom, db.recovery.BulkLoadCutBlocks = first, have-first
 	db.logger.Warn("removed the pages of a bulk load that did not commit",
 		"heap", filepath.Join(db.dir, heapDir), "fromBlock", first, "blocks", have-first)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -494,4 +495,52 @@ func BenchmarkBulkLoad(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+}
+
+// TestRecoveryReportsBulkLoadCut: a process killed while a bulk load
+// writes its pages leaves them in the heap files; the next Open removes
+// them and says so in RecoveryInfo (mvkv verify prints it).
+func TestRecoveryReportsBulkLoadCut(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/db"); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{FS: m, CheckpointTimeout: -1, SharedBuffers: 2 << 20}
+	db, err := Open("/db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed *vfs.MemFS
+	heapWrites := 0
+	m.SetOpHook(func(p vfs.CrashPoint) {
+		if p.Op.Kind == vfs.OpWrite && strings.Contains(p.Op.Path, "/"+heapDir+"/") {
+			if heapWrites++; heapWrites == 1 {
+				killed = p.Clone() // kill -9: what was written stays
+			}
+		}
+	})
+	if _, err := db.BulkLoad(context.Background(), bulkRows(20000, 100)); err != nil {
+		t.Fatal(err)
+	}
+	m.SetOpHook(nil)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if killed == nil {
+		t.Fatalf("the load made no heap write")
+	}
+	o := opts
+	o.FS = killed
+	db, err = Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ri := db.Recovery()
+	if ri.BulkLoadCutBlocks == 0 || db.pool.NBlocks() != ri.BulkLoadCutFrom {
+		t.Fatalf("recovery %+v, heap %d blocks: want the load's pages cut and reported", ri, db.pool.NBlocks())
+	}
+	if scan, _ := countKeys(t, db); scan != 0 {
+		t.Fatalf("%d keys after the cut, want none", scan)
+	}
 }

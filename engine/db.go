@@ -180,6 +180,11 @@ type RecoveryInfo struct {
 	// replaying it; IndexTime the time spent loading the index file (or
 	// rebuilding the index from the heap). All three lie within Duration.
 	ScanTime, RedoTime, IndexTime time.Duration
+	// BulkLoadCutFrom and BulkLoadCutBlocks describe the pages of a bulk
+	// load that did not commit, removed before redo (DB.BulkLoad): the
+	// heap was cut back to BulkLoadCutFrom blocks, BulkLoadCutBlocks
+	// fewer than the files held. Both 0 when there was none.
+	BulkLoadCutFrom, BulkLoadCutBlocks uint32
 }
 
 // Open opens (creating if needed) the database in dir and runs crash
