@@ -503,6 +503,10 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("recovery_end_lsn:%d", rec.EndLSN),
 		fmt.Sprintf("recovery_records:%d", rec.Records),
 		fmt.Sprintf("recovery_seconds:%.3f", rec.Duration.Seconds()),
+		fmt.Sprintf("recovery_redo_seconds:%.3f", (rec.ScanTime+rec.RedoTime).Seconds()),
+		"recovery_index:"+indexSource(rec),
+		fmt.Sprintf("recovery_index_keys:%d", rec.IndexKeys),
+		fmt.Sprintf("recovery_index_seconds:%.3f", rec.IndexTime.Seconds()),
 		fmt.Sprintf("checkpoints:%d", st.Checkpoint.Count),
 		// Damage met since start: the background check for heap pages
 		// of zeros, and pages whose reads failed their checks.
@@ -742,4 +746,17 @@ func (s *Server) tcpPort() string {
 		}
 	}
 	return "0"
+}
+
+// indexSource says where Open took the key index from, for INFO: "file"
+// (the last checkpoint's index file), "heap_scan" (rebuilt by reading the
+// heap; the log says why) or "new" (a database with no checkpoint yet).
+func indexSource(rec engine.RecoveryInfo) string {
+	switch {
+	case rec.IndexFromFile:
+		return "file"
+	case rec.RedoLSN == 0:
+		return "new"
+	}
+	return "heap_scan"
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,10 +36,16 @@ func startServer(t testing.TB, cfg Config) *testServer {
 // defaults to 5 s).
 func startServerOn(t testing.TB, cfg Config, eo engine.Options) *testServer {
 	t.Helper()
+	return startServerIn(t, cfg, eo, t.TempDir())
+}
+
+// startServerIn is startServerOn over the data directory dir.
+func startServerIn(t testing.TB, cfg Config, eo engine.Options, dir string) *testServer {
+	t.Helper()
 	if eo.LockTimeout == 0 {
 		eo.LockTimeout = 5 * time.Second
 	}
-	db, err := engine.Open(t.TempDir(), eo)
+	db, err := engine.Open(dir, eo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,5 +734,54 @@ func TestInfoKeyspace(t *testing.T) {
 	}
 	if got := info("stats"); strings.Contains(got, "Keyspace") {
 		t.Errorf("INFO stats has the keyspace section:\n%s", got)
+	}
+}
+
+// TestInfoIndexSource: INFO persistence says where the key index came
+// from at open: nothing to load for a new database, the index file after
+// a clean shutdown, a heap scan once the file is gone.
+func TestInfoIndexSource(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := engine.Open(dir, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Put([]byte("k"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info := func(ts *testServer) string {
+		t.Helper()
+		s, err := ts.client(t).Info(ctx, "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if s := info(startServer(t, Config{})); !strings.Contains(s, "recovery_index:new\r\n") {
+		t.Errorf("new database:\n%s", s)
+	}
+	if s := info(startServerIn(t, Config{}, engine.Options{}, dir)); !strings.Contains(s, "recovery_index:file\r\n") || !strings.Contains(s, "recovery_index_keys:1\r\n") {
+		t.Errorf("after a clean shutdown:\n%s", s)
+	}
+	other := t.TempDir()
+	db, err = engine.Open(other, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Put([]byte("k"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(other, "index")); err != nil {
+		t.Fatal(err)
+	}
+	if s := info(startServerIn(t, Config{}, engine.Options{}, other)); !strings.Contains(s, "recovery_index:heap_scan\r\n") || !strings.Contains(s, "recovery_index_keys:1\r\n") {
+		t.Errorf("index file removed:\n%s", s)
 	}
 }
