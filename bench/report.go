@@ -59,7 +59,7 @@ func WriteReport(w io.Writer, r *Results) error {
 		p("initial connection time = %.3f ms\n", r.ConnTime)
 		p("tps = %f (without initial connection time)\n", r.TPS)
 	}
-	if o := r.Open; o != nil && o.Recovery.Records == 0 && o.Recovery.IndexKeys == 0 {
+	if o := r.Open; o != nil && o.Recovery.RedoLSN == 0 && o.Recovery.Records == 0 {
 		p("open time = %.3f s before the run (a new database)\n", o.Took.Seconds())
 	} else if o != nil {
 		rec := o.Recovery

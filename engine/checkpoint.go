@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"mvkv/wal"
@@ -91,9 +90,9 @@ func (db *DB) checkpoint() error {
 	if err := db.clog.Checkpoint(); err != nil {
 		return db.fail(err)
 	}
-	// A new random identifier for every checkpoint (see the index file's
-	// doc), never 0, which marks a record written before identifiers.
-	id := rand.Uint64() | 1
+	// A new identifier for every checkpoint (see the index file's doc),
+	// never 0, which marks a record written before identifiers.
+	id := newIdentifier()
 	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(checkpointRecord{redo: redo, nextXid: next, id: id}))
 	if err == nil {
 		err = db.wal.FlushData(end)

@@ -93,8 +93,9 @@ func decodeControl(b []byte, name string) (controlData, error) {
 	return c, nil
 }
 
-// newSystemID draws a database identifier: random, never zero.
-func newSystemID() uint64 {
+// newIdentifier draws a random identifier, never zero: a database's system
+// identifier, and each checkpoint's (see the index file).
+func newIdentifier() uint64 {
 	var b [8]byte
 	for {
 		if _, err := rand.Read(b[:]); err != nil {

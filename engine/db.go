@@ -284,7 +284,7 @@ func (db *DB) open() error {
 	// gets its identifier now; the next checkpoint writes it.
 	db.systemID = ctrl.SystemID
 	if db.systemID == 0 {
-		db.systemID = newSystemID()
+		db.systemID = newIdentifier()
 	}
 	if db.storage, err = heap.OpenStorage(fsys, filepath.Join(dir, heapDir)); err != nil {
 		return err

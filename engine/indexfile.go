@@ -42,9 +42,9 @@ import (
 // WAL with the same redo point and identifier. The identifier tells apart
 // two copies of one directory that were written differently and reached a
 // checkpoint at the same LSN: their files would otherwise look alike, and
-// each copy's index points at slots that hold other versions in the other. A file from an older checkpoint,
-// another database or another format version, or one whose checksum fails,
-// is not used: the index is rebuilt from the heap and the log says why and
+// each copy's index points at slots that hold other versions in the other.
+// A file from an older checkpoint, another database or another format
+// version, or one whose checksum fails, is not used: the index is rebuilt from the heap and the log says why and
 // how long that took. The file is replaced atomically, as the control file
 // is: written to index.tmp, fsynced, renamed over index, directory fsynced.
 //
@@ -116,6 +116,21 @@ func (h indexFileHeader) encode() []byte {
 	b = binary.LittleEndian.AppendUint32(b, 0)
 	b = binary.LittleEndian.AppendUint64(b, h.systemID)
 	return binary.LittleEndian.AppendUint64(b, h.checkpointID)
+}
+
+// decodeIndexHeader reads the fields of a header whose magic and version
+// the caller has checked.
+func decodeIndexHeader(head []byte) indexFileHeader {
+	return indexFileHeader{
+		redo:         wal.LSN(binary.LittleEndian.Uint64(head[16:])),
+		checkpoint:   wal.LSN(binary.LittleEndian.Uint64(head[24:])),
+		keys:         binary.LittleEndian.Uint64(head[32:]),
+		relFrozenXid: binary.LittleEndian.Uint64(head[40:]),
+		dead:         int64(binary.LittleEndian.Uint64(head[48:])),
+		fsmBlocks:    binary.LittleEndian.Uint32(head[56:]),
+		systemID:     binary.LittleEndian.Uint64(head[64:]),
+		checkpointID: binary.LittleEndian.Uint64(head[72:]),
+	}
 }
 
 // crcWriter passes writes on and keeps a running CRC-32C of them.
@@ -315,15 +330,8 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	if v := binary.LittleEndian.Uint32(head[8:]); v != indexFileVersion {
 		return d, bad("format version %d, this build reads %d", v, indexFileVersion)
 	}
+	d.hdr = decodeIndexHeader(head)
 	h := &d.hdr
-	h.redo = wal.LSN(binary.LittleEndian.Uint64(head[16:]))
-	h.checkpoint = wal.LSN(binary.LittleEndian.Uint64(head[24:]))
-	h.keys = binary.LittleEndian.Uint64(head[32:])
-	h.relFrozenXid = binary.LittleEndian.Uint64(head[40:])
-	h.dead = int64(binary.LittleEndian.Uint64(head[48:]))
-	h.fsmBlocks = binary.LittleEndian.Uint32(head[56:])
-	h.systemID = binary.LittleEndian.Uint64(head[64:])
-	h.checkpointID = binary.LittleEndian.Uint64(head[72:])
 	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
 		off = 60
 		return d, bad("reserved field is %#x, not zero", z)
@@ -691,10 +699,5 @@ func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]checkpoin
 	if binary.LittleEndian.Uint64(head) != indexFileMagic || binary.LittleEndian.Uint32(head[8:]) != indexFileVersion {
 		return false
 	}
-	h := indexFileHeader{
-		redo:         wal.LSN(binary.LittleEndian.Uint64(head[16:])),
-		checkpoint:   wal.LSN(binary.LittleEndian.Uint64(head[24:])),
-		checkpointID: binary.LittleEndian.Uint64(head[72:]),
-	}
-	return checkpointMatches(h, ctrl, ckpts) == nil
+	return checkpointMatches(decodeIndexHeader(head), ctrl, ckpts) == nil
 }

@@ -11,7 +11,8 @@ import (
 // transactions: a server that has read several write requests of one client
 // and wants them to share one WAL flush instead of waiting for a flush per
 // request. CommitAsync appends the commit record and returns at once; the
-// rest of the commit runs on its own goroutine, in Commit's order, and the returned CommitWait reports its outcome.
+// rest of the commit runs on its own goroutine, in Commit's order, and the
+// returned CommitWait reports its outcome.
 //
 // With early lock release off, the rest is the wait for the flush, the
 // CLOG, leaving the running table and releasing the row locks: until the

@@ -62,7 +62,7 @@ func TestHeapRecordRoundTrip(t *testing.T) {
 }
 
 func TestControlFile(t *testing.T) {
-	c := controlData{RedoLSN: 1 << 24, CheckpointLSN: 1<<24 + 64, NextXid: 1000, HeapBlocks: 7, SystemID: newSystemID()}
+	c := controlData{RedoLSN: 1 << 24, CheckpointLSN: 1<<24 + 64, NextXid: 1000, HeapBlocks: 7, SystemID: newIdentifier()}
 	b := c.encode()
 	got, err := decodeControl(b, "control")
 	if err != nil || got != c {

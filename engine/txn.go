@@ -411,8 +411,8 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 
 // Commit makes the transaction's writes durable and visible, in the order
-// the design's commit rule (rule 2 of the design notes) fixes. With early lock release off (PostgreSQL's
-// order): the commit record is inserted into the WAL; with synchronous
+// the design's commit rule (rule 2 of the design notes) fixes. With early
+// lock release off (PostgreSQL's order): the commit record is inserted into the WAL; with synchronous
 // commit Commit waits until the WAL is durable past it (sharing one fsync
 // with concurrent committers); then the CLOG marks the xid committed; then
 // the xid leaves the running table; then the row locks are released. With

@@ -750,12 +750,13 @@ func (s *Server) tcpPort() string {
 
 // indexSource says where Open took the key index from, for INFO: "file"
 // (the last checkpoint's index file), "heap_scan" (rebuilt by reading the
-// heap; the log says why) or "new" (a database with no checkpoint yet).
+// heap; the log says why) or "new" (a new database: no checkpoint, nothing
+// to redo).
 func indexSource(rec engine.RecoveryInfo) string {
 	switch {
 	case rec.IndexFromFile:
 		return "file"
-	case rec.RedoLSN == 0:
+	case rec.RedoLSN == 0 && rec.Records == 0:
 		return "new"
 	}
 	return "heap_scan"

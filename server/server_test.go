@@ -742,17 +742,23 @@ func TestInfoKeyspace(t *testing.T) {
 // a clean shutdown, a heap scan once the file is gone.
 func TestInfoIndexSource(t *testing.T) {
 	ctx := context.Background()
+	// putAndClose writes one key into the database in dir and closes it
+	// cleanly, so that the next open finds an index file.
+	putAndClose := func(dir string) {
+		t.Helper()
+		db, err := engine.Open(dir, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Put([]byte("k"), []byte("v")) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dir := t.TempDir()
-	db, err := engine.Open(dir, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Put([]byte("k"), []byte("v")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	putAndClose(dir)
 	info := func(ts *testServer) string {
 		t.Helper()
 		s, err := ts.client(t).Info(ctx, "persistence").Result()
@@ -768,16 +774,7 @@ func TestInfoIndexSource(t *testing.T) {
 		t.Errorf("after a clean shutdown:\n%s", s)
 	}
 	other := t.TempDir()
-	db, err = engine.Open(other, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Put([]byte("k"), []byte("v")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	putAndClose(other)
 	if err := os.Remove(filepath.Join(other, "index")); err != nil {
 		t.Fatal(err)
 	}

@@ -43,17 +43,18 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mvkv verify: %s\n", errText(err))
 		return 1
 	}
-	if ri := db.Recovery(); !ri.IndexFromFile && ri.IndexRebuildReason != "" && ri.RedoLSN != 0 {
+	ri := db.Recovery()
+	if !ri.IndexFromFile && ri.IndexRebuildReason != "" && ri.RedoLSN != 0 {
 		// Not damage to data: the index file is a copy, rebuilt from the
 		// heap and written again; but the user should know it was.
 		fmt.Fprintf(stdout, "note: the key index was rebuilt from the heap (%s)\n", ri.IndexRebuildReason)
 	}
-	if ri := db.Recovery(); ri.BulkLoadCutBlocks > 0 {
+	if ri.BulkLoadCutBlocks > 0 {
 		// What Open removed is said, as the log would: a bulk load that
 		// did not commit was never part of the database.
 		fmt.Fprintf(stdout, "note: removed %d heap pages from block %d on, written by a bulk load that did not commit\n", ri.BulkLoadCutBlocks, ri.BulkLoadCutFrom)
 	}
-	if ri := db.Recovery(); ri.DroppedBytes > 0 {
+	if ri.DroppedBytes > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it were not a complete record)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
 	rep, err := db.Verify()
