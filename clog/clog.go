@@ -102,15 +102,22 @@ type Options struct {
 	// discards them.
 	Logger *slog.Logger
 	// Recovery is set when the CLOG is opened for WAL redo after a crash,
-	// which replays every SetStatus since the last checkpoint; EndRecovery
-	// clears it when redo is done. While it is set, a page that fails
-	// its checksum is then taken to be torn by the crash: its status bits
-	// are used as they are (each 512-byte sector holds either its old or
-	// its new contents, and redo rewrites every status set since the
-	// checkpoint), it is logged, and it is marked dirty so the next
-	// Checkpoint writes it back whole. Without Recovery such a page is an
-	// ErrCorrupt error.
+	// which replays every SetStatus since the last checkpoint's redo point;
+	// EndRecovery clears it when redo is done. While it is set, a page that
+	// fails its checksum and holds only xids at or above RedoXid is rebuilt
+	// from the WAL: its bits are discarded (every xid on it reads as in
+	// progress until redo sets it again), it is logged, and it is marked
+	// dirty so the next Checkpoint writes it back whole. Every other page
+	// that fails its checksum is an ErrCorrupt error, in recovery or not:
+	// see "Crash contract" in the package documentation for why.
 	Recovery bool
+	// RedoXid is, with Recovery, the lowest xid whose status redo is sure
+	// to set again: the last checkpoint's next xid, read after its redo
+	// point was chosen, so that every xid at or above it was handed out,
+	// and committed or aborted, after the redo point. Zero (no checkpoint:
+	// redo replays the WAL from its beginning) makes every page
+	// rebuildable.
+	RedoXid uint64
 }
 
 // Stats counts CLOG activity since Open. It is a value; use Sub to get the
@@ -478,8 +485,8 @@ func (c *CLOG) flushBank(b *bank) error {
 	return nil
 }
 
-// EndRecovery ends the leniency of Options.Recovery: from now on a page that
-// fails its checksum is an ErrCorrupt error. Pages already accepted as torn
+// EndRecovery ends the leniency of Options.Recovery: from now on every page
+// that fails its checksum is an ErrCorrupt error. Pages already rebuilt
 // stay dirty and are rewritten by the next Checkpoint. Safe to call
 // concurrently with other methods.
 func (c *CLOG) EndRecovery() { c.recovering.Store(false) }

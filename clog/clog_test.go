@@ -422,21 +422,35 @@ func TestCorruptPage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Recovery accepts the page as torn, keeps its bits and rewrites it.
-	// EndRecovery makes damage an error again; page 0 is damaged too now
-	// and is read only after recovery ended.
+	// Recovery rebuilds a damaged page holding only xids at or above
+	// RedoXid: its bits are discarded (redo sets them again) and it is
+	// rewritten at the next Checkpoint. A damaged page holding xids below
+	// RedoXid stays an error in recovery too, naming its xids. Page 2
+	// is read only after EndRecovery, which ends the leniency.
 	flip(100)
-	c = mustOpen(t, vfs.OS{}, dir, Options{Recovery: true})
-	if s, err := c.Status(XidsPerPage + 1); err != nil || s != statusFor(XidsPerPage+1) {
-		t.Errorf("recovery: Status = %v, %v", s, err)
+	flip(2*PageSize + 200)
+	c = mustOpen(t, vfs.OS{}, dir, Options{Recovery: true, RedoXid: XidsPerPage})
+	if s, err := c.Status(XidsPerPage + 1); err != nil || s != StatusInProgress {
+		t.Errorf("recovery: Status on a rebuilt page = %v, %v; want in progress", s, err)
+	}
+	for i := range uint64(100) {
+		x := XidsPerPage + i
+		if err := c.SetStatus(x, statusFor(x), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.Status(0)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "xids 0 to 32703 cannot be trusted") || !strings.Contains(err.Error(), "redo cannot rebuild") {
+		t.Errorf("recovery, page below RedoXid: %v, want ErrCorrupt naming its xids", err)
 	}
 	c.EndRecovery()
-	if _, err := c.Status(0); !errors.Is(err, ErrCorrupt) {
+	if _, err := c.Status(2 * XidsPerPage); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("after EndRecovery: %v, want ErrCorrupt", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+	flip(2*PageSize + 200)
 	c = mustOpen(t, vfs.OS{}, dir, Options{})
 	if _, err := c.Status(XidsPerPage + 1); err != nil {
 		t.Errorf("after recovery rewrote the page: %v", err)

@@ -106,11 +106,38 @@
 // synced when the file is created, before any page is written into it. After
 // a crash, statuses set after the last Checkpoint may be lost, and a page
 // written after it may be torn; WAL redo from the checkpoint's redo point
-// sets them again (after-images, so replaying twice is harmless). Redo runs
-// with Options.Recovery, which accepts a page failing its CRC as torn (each
-// sector holds its old or new bits, and redo rewrites the new ones) and
-// rewrites it whole at the next Checkpoint; EndRecovery ends that leniency. A
-// page that fails its CRC outside recovery is corruption.
+// sets them again (after-images, so replaying twice is harmless).
+//
+// A checksum cannot tell a torn write from any other damage (a flipped bit,
+// a stray write), and the two call for different answers: redo repairs a
+// tear only in the statuses it replays, those decided after the redo
+// point, while the other statuses of a damaged page are simply wrong. So a
+// page failing its checksum is repaired only where redo is sure to set
+// every status it holds: the engine passes the last checkpoint's next xid
+// as Options.RedoXid (read after the redo point was chosen, so every xid at
+// or above it was handed out, and decided, after that point), and under
+// Options.Recovery a damaged page holding only xids at or above it is
+// rebuilt from nothing: its bits are discarded, redo sets every status the
+// WAL decided, recovery marks the xids it saw without an end as aborted,
+// and an xid with no record at all wrote nothing to the heap (WAL before
+// data), so its "in progress" is right. The page is rewritten whole at the
+// next Checkpoint. Every other damaged page is an ErrCorrupt error, in
+// recovery too; the engine checks every page from the truncation point up
+// to the checkpoint's next xid with CheckWritten at Open, before redo, and
+// refuses to open. EndRecovery ends the leniency.
+//
+// The cost: a real torn write of a page that also holds xids below the
+// checkpoint's next xid (the page being filled when the checkpoint ran,
+// written again by an eviction or the next checkpoint before a crash) is
+// refused too, where it could have been repaired. Rejected: accepting every
+// damaged page during recovery as torn and keeping its bits, which let a flipped bit in a status decided before the
+// checkpoint change a commit into an abort (or the reverse) and vanish at
+// the next checkpoint with a fresh checksum; and telling the two apart by
+// when the page was last written, which the page does not record. Logging
+// an image of the pages below the next xid that can still change (from the
+// oldest running xid's page to the next xid's) with each checkpoint, as a
+// base for redo, would make those tears repairable too; it is a WAL format
+// change not made yet.
 //
 // A failed page write or fsync is not retried: the CLOG records the error,
 // writes nothing more, and every later Checkpoint returns it; the engine must

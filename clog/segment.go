@@ -135,8 +135,10 @@ func (s *segFiles) trimLocked(limit int) {
 // (all in progress); a page cut short by the end of the file is padded with
 // zeros and then checked like any other. A page that fails decodePage is an
 // ErrCorrupt error naming the file and offset, except during recovery
-// (Options.Recovery until EndRecovery), where its status bits are kept and torn is true.
-func (c *CLOG) readPage(pageno uint64, buf []byte) (torn bool, err error) {
+// (Options.Recovery until EndRecovery) for a page holding only xids at or
+// above Options.RedoXid: its bits are discarded, so that redo rebuilds it,
+// and rebuilt is true.
+func (c *CLOG) readPage(pageno uint64, buf []byte) (rebuilt bool, err error) {
 	segno, off := pageSegment(pageno)
 	c.stats.pageReads.Add(1)
 	sf, err := c.segment(segno, false)
@@ -154,15 +156,28 @@ func (c *CLOG) readPage(pageno uint64, buf []byte) (torn bool, err error) {
 	}
 	clear(buf[n:])
 	if derr := decodePage(buf, pageno); derr != nil {
+		lo, hi := c.pageXids(pageno)
 		if !c.recovering.Load() {
-			return false, fmt.Errorf("%w: %s at offset %d (page %d): %v", ErrCorrupt, sf.name, off, pageno, derr)
+			return false, fmt.Errorf("%w: %s at offset %d (page %d): %v: the commit statuses of xids %d to %d cannot be trusted",
+				ErrCorrupt, sf.name, off, pageno, derr, lo, hi)
 		}
-		c.log.Warn("clog: accepting torn page during recovery",
-			"file", sf.name, "offset", off, "page", pageno, "problem", derr.Error())
-		clear(buf[:headerSize])
+		if pageno*XidsPerPage < c.opts.RedoXid {
+			return false, fmt.Errorf("%w: %s at offset %d (page %d): %v: the commit statuses of xids %d to %d cannot be trusted, and redo cannot rebuild them: the page holds xids below %d, the last checkpoint's next xid, whose statuses may have been decided before its redo point",
+				ErrCorrupt, sf.name, off, pageno, derr, lo, hi, c.opts.RedoXid)
+		}
+		c.log.Warn("clog: rebuilding a damaged page from the WAL during recovery",
+			"file", sf.name, "offset", off, "page", pageno, "problem", derr.Error(),
+			"xids", fmt.Sprintf("%d to %d", lo, hi), "redoXid", c.opts.RedoXid)
+		clear(buf)
 		return true, nil
 	}
 	return false, nil
+}
+
+// pageXids returns the first and last xid of page pageno that lie at or
+// above the truncation point.
+func (c *CLOG) pageXids(pageno uint64) (lo, hi uint64) {
+	return max(pageno*XidsPerPage, c.oldest.Load()), (pageno+1)*XidsPerPage - 1
 }
 
 // writePage writes the stamped page image img as page pageno, creating its

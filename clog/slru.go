@@ -124,7 +124,7 @@ func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
 		b.index[pageno] = v
 
 		b.mu.Unlock()
-		torn, err := c.readPage(pageno, sl.buf[:])
+		rebuilt, err := c.readPage(pageno, sl.buf[:])
 		b.mu.Lock()
 
 		if err != nil {
@@ -134,7 +134,7 @@ func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
 			return 0, false, err
 		}
 		sl.state = slotValid
-		sl.dirty = torn // a torn page accepted in recovery is rewritten whole
+		sl.dirty = rebuilt // a page rebuilt in recovery is rewritten whole
 		sl.lastUse.Store(b.clock.Add(1))
 		b.ioDone.Broadcast()
 		return v, false, nil

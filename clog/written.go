@@ -67,17 +67,22 @@ const maxReported = 5
 // CheckWritten reads from disk, bypassing the buffers, every page holding an
 // xid from the truncation point up to but not including below (the next xid
 // recorded by the last completed checkpoint, which wrote all those pages
-// after ExtendTo), and returns an error wrapping ErrCorrupt that names each
-// segment file that is missing and each page that is all zeros or lies past
-// the end of its file, with its offset and the xids it holds, when any is.
-// It only reads. Call it before recovery changes anything.
+// after ExtendTo), and returns an error wrapping ErrCorrupt when any is
+// lost or damaged: it names each segment file that is missing, each page
+// that is all zeros or lies past the end of its file, and each page that
+// fails its checksum (or page number, version, reserved bytes), with its
+// offset and the xids it holds. Such a page holds statuses that may have
+// been decided before that checkpoint's redo point, which redo does not
+// replay, so neither a clean shutdown nor crash recovery can repair it (see
+// "Crash contract" in the package documentation). It only reads. Call it
+// before recovery changes anything.
 func (c *CLOG) CheckWritten(below uint64) error {
 	oldest := c.oldest.Load()
 	if below <= oldest || below == 0 {
 		return nil
 	}
-	var bad []string
-	nbad := 0
+	var bad, damaged []string
+	nbad, ndamaged := 0, 0
 	buf := make([]byte, PageSize)
 	missing := map[uint64]bool{}
 	for p := xidPage(oldest); p <= xidPage(below-1); p++ {
@@ -112,7 +117,13 @@ func (c *CLOG) CheckWritten(below uint64) error {
 		var why string
 		switch {
 		case !isZero(buf):
-			continue // a damaged page fails its checksum where it is read
+			if derr := decodePage(buf, p); derr != nil {
+				ndamaged++
+				if len(damaged) < maxReported {
+					damaged = append(damaged, fmt.Sprintf("%s at offset %d (page %d): %v: the commit statuses of xids %d to %d cannot be trusted", name, off, p, derr, lo, hi))
+				}
+			}
+			continue
 		case n == 0:
 			why = fmt.Sprintf("ends at byte %d, before the page at offset %d", off, off)
 		case n < PageSize:
@@ -125,13 +136,25 @@ func (c *CLOG) CheckWritten(below uint64) error {
 			bad = append(bad, fmt.Sprintf("%s %s (page %d, the status of xids %d to %d)", name, why, p, lo, hi))
 		}
 	}
-	if nbad == 0 {
+	var parts []string
+	if nbad > 0 {
+		parts = append(parts, fmt.Sprintf("%s%s: these pages were written by a checkpoint and lost since (every xid below %d had its page written), so the commits they recorded would read as aborted",
+			strings.Join(bad, "; "), more(nbad, len(bad)), below))
+	}
+	if ndamaged > 0 {
+		parts = append(parts, fmt.Sprintf("%s%s: these pages hold statuses of xids below %d, the last checkpoint's next xid, which may have been decided before its redo point; redo does not replay those, so a damaged page cannot be told from a torn write nor rebuilt",
+			strings.Join(damaged, "; "), more(ndamaged, len(damaged)), below))
+	}
+	if len(parts) == 0 {
 		return nil
 	}
-	more := ""
-	if nbad > len(bad) {
-		more = fmt.Sprintf("; %d more", nbad-len(bad))
+	return fmt.Errorf("%w: %s", ErrCorrupt, strings.Join(parts, "; and "))
+}
+
+// more says how many of n findings were left out of the shown ones.
+func more(n, shown int) string {
+	if n > shown {
+		return fmt.Sprintf("; %d more", n-shown)
 	}
-	return fmt.Errorf("%w: %s%s: these pages were written by a checkpoint and lost since (every xid below %d had its page written), so the commits they recorded would read as aborted",
-		ErrCorrupt, strings.Join(bad, "; "), more, below)
+	return ""
 }
