@@ -295,9 +295,12 @@ func (db *DB) open() error {
 		GroupUpdate: db.opts.CLOGGroupUpdate == nil || *db.opts.CLOGGroupUpdate,
 		FlushWAL:    db.flushWAL,
 		Logger:      db.logger,
-		// A CLOG page torn by a power loss is rebuilt by redo, which
-		// replays every status set since the redo point.
+		// A damaged CLOG page is rebuilt by redo only when it holds
+		// nothing but xids handed out after the redo point, whose
+		// every status redo replays; any other is corruption (the
+		// clog package's "Crash contract").
 		Recovery: true,
+		RedoXid:  ctrl.NextXid,
 	}); err != nil {
 		return err
 	}

@@ -183,7 +183,7 @@ func (db *DB) recover(ctrl controlData) error {
 			return err
 		}
 		if err := db.redo(rec); err != nil {
-			return fmt.Errorf("redo of %s record at %s: %w", recordTypeName(rec.Type), rec.LSN, err)
+			return errCLOGLost(fmt.Errorf("redo of %s record at %s: %w", recordTypeName(rec.Type), rec.LSN, err))
 		}
 		n++
 		if rec.LSN != ctrl.CheckpointLSN {
@@ -207,14 +207,23 @@ func (db *DB) recover(ctrl controlData) error {
 	for xid, done := range ended {
 		if !done {
 			if err := db.clog.SetStatus(xid, clog.StatusAborted, 0); err != nil {
-				return err
+				return errCLOGLost(err)
 			}
 		}
 	}
-	db.clog.EndRecovery()
 	if maxXid >= db.procs.next() {
 		db.procs.setNext(maxXid + 1)
 	}
+	// A damaged CLOG page at or above the checkpoint's next xid that redo
+	// did not read (it holds no status the WAL replayed) is rebuilt now,
+	// while that is still sound, instead of failing the first transaction
+	// that reaches it.
+	for x := max(ctrl.NextXid, db.clog.OldestXid()); x < db.procs.next(); x = (x/clog.XidsPerPage + 1) * clog.XidsPerPage {
+		if _, err := db.clog.Status(x); err != nil {
+			return errCLOGLost(err)
+		}
+	}
+	db.clog.EndRecovery()
 	redoTime := time.Since(redoBegin)
 	indexBegin := time.Now()
 	reason := db.bulkLoadAfterIndexFile(bulkLSN)

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mvkv/clog"
+	"mvkv/vfs"
+)
+
+// flipCLOGBit flips the lowest bit of the byte at off of CLOG segment 0.
+func flipCLOGBit(t *testing.T, fsys vfs.FS, dir string, off int64) {
+	t.Helper()
+	f, err := fsys.Open(filepath.Join(dir, clogDir, "000000000000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A bit flipped in a CLOG page after a clean shutdown is not a torn write:
+// nothing was being written. Open reads every page from the truncation
+// point to the checkpoint's next xid, refuses with ErrCorruption naming the
+// file, offset and page and the xids whose statuses cannot be trusted, and
+// changes nothing on disk.
+func TestCLOGBitFlipAfterCleanCloseIsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	mustPut(t, db, "a", "1")
+	mustPut(t, db, "b", "2")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flipCLOGBit(t, vfs.OS{}, dir, 100)
+	before := dirDigest(t, dir)
+	_, err := Open(dir, Options{Autovacuum: noAutovacuum})
+	file := filepath.Join(dir, clogDir, "000000000000")
+	want := file + " at offset 0 (page 0): checksum mismatch"
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "cannot be trusted") {
+		t.Fatalf("Open after a CLOG bit flip: %v; want ErrCorruption naming %q", err, want)
+	}
+	t.Log(err)
+	if after := dirDigest(t, dir); !maps.Equal(before, after) {
+		t.Fatalf("Open changed the directory:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// After a crash, a damaged CLOG page is rebuilt from the WAL only when
+// every xid on it was handed out after the checkpoint's redo point (at or
+// above its next xid), so that redo sets every status it holds: it then
+// holds exactly the statuses the WAL decided, a flipped bit included. A
+// damaged page holding older xids is refused, crash or not.
+func TestCLOGDamageAfterCrash(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/db"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	db := openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum})
+	for i := range 5 {
+		mustPut(t, db, fmt.Sprintf("old%d", i), "v")
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// Skip to page 1: every xid on it is handed out after the redo point.
+	db.procs.setNext(clog.XidsPerPage)
+	for i := range 10 {
+		mustPut(t, db, fmt.Sprintf("new%d", i), "w")
+	}
+	tx, err := db.Begin(context.Background(), TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte("rolled-back"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback()
+	next := db.procs.next()
+	want := map[uint64]clog.Status{}
+	for x := uint64(clog.XidsPerPage); x < next; x++ {
+		if want[x], err = db.clog.Status(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Page 1 reaches its file, but no checkpoint completes after it.
+	if err := db.clog.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	refused := m.CrashCopy(vfs.DropUnsynced, nil)
+	rebuilt := m.CrashCopy(vfs.DropUnsynced, nil)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("page below the next xid", func(t *testing.T) {
+		flipCLOGBit(t, refused, "/db", 100)
+		_, err := Open("/db", Options{FS: refused, Autovacuum: noAutovacuum})
+		if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "/db/clog/000000000000 at offset 0 (page 0)") {
+			t.Fatalf("Open: %v; want ErrCorruption naming page 0", err)
+		}
+		t.Log(err)
+	})
+	t.Run("page above the next xid", func(t *testing.T) {
+		// The byte holding the status of the first xid on page 1 (a
+		// commit) and that of an xid never handed out, the lowest of
+		// its byte: flipping the byte's lowest bit makes it read as
+		// committed.
+		unused := (next + 100) &^ 3
+		flipCLOGBit(t, rebuilt, "/db", clog.PageSize+16)
+		flipCLOGBit(t, rebuilt, "/db", clog.PageSize+16+int64(unused-clog.XidsPerPage)/4)
+		db := openTest(t, "/db", Options{FS: rebuilt, Autovacuum: noAutovacuum})
+		defer db.Close()
+		for x := uint64(clog.XidsPerPage); x < next; x++ {
+			if got, err := db.clog.Status(x); err != nil || got != want[x] {
+				t.Errorf("xid %d: %v, %v; want %v", x, got, err, want[x])
+			}
+		}
+		if got, err := db.clog.Status(unused); err != nil || got != clog.StatusInProgress {
+			t.Errorf("xid %d, never handed out: %v, %v; want in progress", unused, got, err)
+		}
+		for i := range 10 {
+			if v, ok := get(t, db, fmt.Sprintf("new%d", i)); !ok || v != "w" {
+				t.Errorf("new%d = %q, %v", i, v, ok)
+			}
+		}
+		if _, ok := get(t, db, "rolled-back"); ok {
+			t.Error("the rolled-back write is visible")
+		}
+		rep, err := db.Verify()
+		if err != nil || !rep.OK() {
+			t.Fatalf("verify: %v\n%s", err, rep)
+		}
+	})
+}
+
+// Verify on a CLOG page that cannot be read reports it once, with the
+// number of tuple xids it affects, and makes no claim that depends on the
+// statuses it could not read (a visibility map bit over tuples whose xmin
+// "did not commit").
+func TestVerifyUnreadableCLOGPage(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	for i := range 200 {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), "v")
+	}
+	if _, err := db.Vacuum(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	// Damaged after Open checked it, before anything read it.
+	flipCLOGBit(t, vfs.OS{}, dir, 100)
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep.Problems)
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "CLOG page") || !strings.Contains(rep.Problems[0], "checksum mismatch") {
+		t.Fatalf("verify: want one problem about the CLOG page, got %d:\n%s", len(rep.Problems), strings.Join(rep.Problems, "\n"))
+	}
+}
