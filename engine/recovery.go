@@ -42,6 +42,23 @@ import (
 // (indexfile.go). Without a usable file it is rebuilt from the heap: every
 // key's head is its one version whose inserter committed and whose xmax
 // did not (chain.go).
+//
+// CLOG pages: before redo, every page from the truncation point up to the
+// checkpoint's next xid is read and must pass its checksum (CheckWritten),
+// after a clean shutdown and after a crash alike: such a page may hold
+// statuses decided before the redo point, which redo does not replay, and
+// a checksum cannot tell a torn write from a flipped bit, so a failure is
+// ErrCorruption naming the file, offset, page and xids. A damaged page
+// holding only xids at or above the checkpoint's next xid (read after the
+// redo point was chosen) is rebuilt from nothing by redo, which replays
+// every status on it (clog.Options.RedoXid); the pages between that xid
+// and the next xid after redo are read before recovery ends so that one
+// redo did not touch is rebuilt too. Rejected: keeping the bits of any
+// page failing its checksum during recovery as torn, which let a bit flip
+// in an old status survive under a fresh checksum; the price is that a
+// real tear of the page holding the checkpoint's next xid, written again
+// after the checkpoint, is refused as well (see the clog package's "Crash
+// contract").
 func (db *DB) recover(ctrl controlData) error {
 	begin := time.Now()
 	walPath := filepath.Join(db.dir, walDir)
