@@ -107,9 +107,14 @@ type Options struct {
 	// fails its checksum and holds only xids at or above RedoXid is rebuilt
 	// from the WAL: its bits are discarded (every xid on it reads as in
 	// progress until redo sets it again), it is logged, and it is marked
-	// dirty so the next Checkpoint writes it back whole. Every other page
-	// that fails its checksum is an ErrCorrupt error, in recovery or not:
-	// see "Crash contract" in the package documentation for why.
+	// dirty so the next Checkpoint writes it back whole. Any other page
+	// that fails its checksum is taken to be torn by the crash: its bits
+	// are kept (each 512-byte sector holds its old or its new contents,
+	// and redo sets every status decided since the redo point again), it
+	// is logged and rewritten whole the same way. Without Recovery such a
+	// page is an ErrCorrupt error; see "Crash contract" in the package
+	// documentation, and CheckWritten, which the engine uses to refuse
+	// damage that cannot be a tear before recovery begins.
 	Recovery bool
 	// RedoXid is, with Recovery, the lowest xid whose status redo is sure
 	// to set again: the last checkpoint's next xid, read after its redo

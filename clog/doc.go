@@ -110,34 +110,39 @@
 //
 // A checksum cannot tell a torn write from any other damage (a flipped bit,
 // a stray write), and the two call for different answers: redo repairs a
-// tear only in the statuses it replays, those decided after the redo
-// point, while the other statuses of a damaged page are simply wrong. So a
-// page failing its checksum is repaired only where redo is sure to set
-// every status it holds: the engine passes the last checkpoint's next xid
-// as Options.RedoXid (read after the redo point was chosen, so every xid at
-// or above it was handed out, and decided, after that point), and under
-// Options.Recovery a damaged page holding only xids at or above it is
-// rebuilt from nothing: its bits are discarded, redo sets every status the
-// WAL decided, recovery marks the xids it saw without an end as aborted,
-// and an xid with no record at all wrote nothing to the heap (WAL before
-// data), so its "in progress" is right. The page is rewritten whole at the
-// next Checkpoint. Every other damaged page is an ErrCorrupt error, in
-// recovery too; the engine checks every page from the truncation point up
-// to the checkpoint's next xid with CheckWritten at Open, before redo, and
-// refuses to open. EndRecovery ends the leniency.
+// tear only in the statuses it replays, those decided after the redo point,
+// while the other statuses of a damaged page are simply wrong. So a page
+// failing its checksum is treated by what could have happened to it:
 //
-// The cost: a real torn write of a page that also holds xids below the
-// checkpoint's next xid (the page being filled when the checkpoint ran,
-// written again by an eviction or the next checkpoint before a crash) is
-// refused too, where it could have been repaired. Rejected: accepting every
-// damaged page during recovery as torn and keeping its bits, which let a flipped bit in a status decided before the
-// checkpoint change a commit into an abort (or the reverse) and vanish at
-// the next checkpoint with a fresh checksum; and telling the two apart by
-// when the page was last written, which the page does not record. Logging
-// an image of the pages below the next xid that can still change (from the
-// oldest running xid's page to the next xid's) with each checkpoint, as a
-// base for redo, would make those tears repairable too; it is a WAL format
-// change not made yet.
+//   - No transaction ended after the last checkpoint's redo point (a clean
+//     shutdown, or a crash with nothing decided since): no CLOG page was
+//     written after the checkpoint made them all durable, so nothing can
+//     be torn. The engine checks every page from the truncation point up
+//     to the checkpoint's next xid with CheckWritten(next, true) at Open,
+//     before redo, and refuses to open on any page that fails its
+//     checksum, naming the file, offset, page and xids.
+//   - A page holding only xids at or above the checkpoint's next xid
+//     (Options.RedoXid, read after the redo point was chosen, so every such
+//     xid was handed out and decided after that point): under
+//     Options.Recovery it is rebuilt from nothing, its bits discarded; redo
+//     sets every status the WAL decided, recovery marks the xids it saw
+//     without an end as aborted, and an xid with no record at all wrote
+//     nothing to the heap (WAL before data), so its "in progress" is right.
+//   - Any other page, after a crash with transactions decided since the
+//     checkpoint: it may have been written again after the checkpoint (it
+//     holds xids that were still running then, or the next xid) and torn
+//     by the crash, so under Options.Recovery it is accepted as torn, its
+//     bits kept (each sector holds its old or new bits; redo sets the new
+//     ones again), logged, and rewritten whole at the next Checkpoint.
+//
+// The gap left: damage to such a page that coincides with a crash is
+// taken for a tear. Rejected: refusing every such page, which turns a real
+// tear of the page being filled at a checkpoint into a database that does
+// not open; telling a tear from a flip by when the page was last written,
+// which the page does not record. Logging an image of the pages that can
+// still change (from the oldest running xid's page to the next xid's) with
+// each checkpoint, as a base for redo, as PostgreSQL's full-page images do
+// for heap pages, would close it; it is a WAL format change not made yet.
 //
 // A failed page write or fsync is not retried: the CLOG records the error,
 // writes nothing more, and every later Checkpoint returns it; the engine must

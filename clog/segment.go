@@ -135,9 +135,11 @@ func (s *segFiles) trimLocked(limit int) {
 // (all in progress); a page cut short by the end of the file is padded with
 // zeros and then checked like any other. A page that fails decodePage is an
 // ErrCorrupt error naming the file and offset, except during recovery
-// (Options.Recovery until EndRecovery) for a page holding only xids at or
-// above Options.RedoXid: its bits are discarded, so that redo rebuilds it,
-// and rebuilt is true.
+// (Options.Recovery until EndRecovery): a page holding only xids at or
+// above Options.RedoXid has its bits discarded, so that redo rebuilds it;
+// any other is taken to be torn by the crash and keeps its bits; either
+// way rebuilt is true and the page is rewritten whole at the next
+// checkpoint.
 func (c *CLOG) readPage(pageno uint64, buf []byte) (rebuilt bool, err error) {
 	segno, off := pageSegment(pageno)
 	c.stats.pageReads.Add(1)
@@ -162,8 +164,16 @@ func (c *CLOG) readPage(pageno uint64, buf []byte) (rebuilt bool, err error) {
 				ErrCorrupt, sf.name, off, pageno, derr, lo, hi)
 		}
 		if pageno*XidsPerPage < c.opts.RedoXid {
-			return false, fmt.Errorf("%w: %s at offset %d (page %d): %v: the commit statuses of xids %d to %d cannot be trusted, and redo cannot rebuild them: the page holds xids below %d, the last checkpoint's next xid, whose statuses may have been decided before its redo point",
-				ErrCorrupt, sf.name, off, pageno, derr, lo, hi, c.opts.RedoXid)
+			// It may have been written again after the checkpoint (it
+			// holds xids that were running then, or the next xid) and
+			// torn by the crash: each 512-byte sector holds its old or
+			// its new bits, and redo sets every status decided since
+			// the redo point again. Its bits are kept.
+			c.log.Warn("clog: accepting a page that fails its checksum as torn by the crash",
+				"file", sf.name, "offset", off, "page", pageno, "problem", derr.Error(),
+				"xids", fmt.Sprintf("%d to %d", lo, hi))
+			clear(buf[:headerSize])
+			return true, nil
 		}
 		c.log.Warn("clog: rebuilding a damaged page from the WAL during recovery",
 			"file", sf.name, "offset", off, "page", pageno, "problem", derr.Error(),

@@ -68,15 +68,16 @@ const maxReported = 5
 // xid from the truncation point up to but not including below (the next xid
 // recorded by the last completed checkpoint, which wrote all those pages
 // after ExtendTo), and returns an error wrapping ErrCorrupt when any is
-// lost or damaged: it names each segment file that is missing, each page
-// that is all zeros or lies past the end of its file, and each page that
-// fails its checksum (or page number, version, reserved bytes), with its
-// offset and the xids it holds. Such a page holds statuses that may have
-// been decided before that checkpoint's redo point, which redo does not
-// replay, so neither a clean shutdown nor crash recovery can repair it (see
-// "Crash contract" in the package documentation). It only reads. Call it
-// before recovery changes anything.
-func (c *CLOG) CheckWritten(below uint64) error {
+// lost: it names each segment file that is missing and each page that is
+// all zeros or lies past the end of its file, with its offset and the xids
+// it holds. With checksums set it also fails each page that fails its
+// checksum (or page number, version, reserved bytes): the caller sets it
+// when no page can have been written since that checkpoint made them
+// durable (nothing decided a transaction after its redo point), so that a
+// failing page cannot be a write torn by a crash and is damage, which
+// nothing can repair (see "Crash contract" in the package documentation).
+// It only reads. Call it before recovery changes anything.
+func (c *CLOG) CheckWritten(below uint64, checksums bool) error {
 	oldest := c.oldest.Load()
 	if below <= oldest || below == 0 {
 		return nil
@@ -117,7 +118,7 @@ func (c *CLOG) CheckWritten(below uint64) error {
 		var why string
 		switch {
 		case !isZero(buf):
-			if derr := decodePage(buf, p); derr != nil {
+			if derr := decodePage(buf, p); derr != nil && checksums {
 				ndamaged++
 				if len(damaged) < maxReported {
 					damaged = append(damaged, fmt.Sprintf("%s at offset %d (page %d): %v: the commit statuses of xids %d to %d cannot be trusted", name, off, p, derr, lo, hi))
@@ -142,7 +143,7 @@ func (c *CLOG) CheckWritten(below uint64) error {
 			strings.Join(bad, "; "), more(nbad, len(bad)), below))
 	}
 	if ndamaged > 0 {
-		parts = append(parts, fmt.Sprintf("%s%s: these pages hold statuses of xids below %d, the last checkpoint's next xid, which may have been decided before its redo point; redo does not replay those, so a damaged page cannot be told from a torn write nor rebuilt",
+		parts = append(parts, fmt.Sprintf("%s%s: these pages were made durable by the last checkpoint and nothing was written to the CLOG since (no transaction ended after its redo point), so they are damaged, not torn by a crash; they hold statuses of xids below %d, the checkpoint's next xid, decided before its redo point, which redo does not replay",
 			strings.Join(damaged, "; "), more(ndamaged, len(damaged)), below))
 	}
 	if len(parts) == 0 {

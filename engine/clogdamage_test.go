@@ -58,11 +58,13 @@ func TestCLOGBitFlipAfterCleanCloseIsCorruption(t *testing.T) {
 	}
 }
 
-// After a crash, a damaged CLOG page is rebuilt from the WAL only when
-// every xid on it was handed out after the checkpoint's redo point (at or
-// above its next xid), so that redo sets every status it holds: it then
-// holds exactly the statuses the WAL decided, a flipped bit included. A
-// damaged page holding older xids is refused, crash or not.
+// After a crash, a CLOG page that fails its checksum is rebuilt from the
+// WAL when every xid on it was handed out after the checkpoint's redo
+// point (at or above its next xid), so that redo sets every status it
+// holds: it then holds exactly the statuses the WAL decided, a flipped bit
+// included. A page holding older xids is refused when no transaction ended
+// after the redo point (nothing can have torn it), and accepted as torn
+// otherwise, its bits kept.
 func TestCLOGDamageAfterCrash(t *testing.T) {
 	m := vfs.NewMemFS()
 	if err := m.MkdirAll("/db"); err != nil {
@@ -78,6 +80,7 @@ func TestCLOGDamageAfterCrash(t *testing.T) {
 	if err := db.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
+	quiet := m.CrashCopy(vfs.DropUnsynced, nil)
 	// Skip to page 1: every xid on it is handed out after the redo point.
 	db.procs.setNext(clog.XidsPerPage)
 	for i := range 10 {
@@ -102,19 +105,36 @@ func TestCLOGDamageAfterCrash(t *testing.T) {
 	if err := db.clog.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	refused := m.CrashCopy(vfs.DropUnsynced, nil)
+	torn := m.CrashCopy(vfs.DropUnsynced, nil)
 	rebuilt := m.CrashCopy(vfs.DropUnsynced, nil)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	t.Run("page below the next xid", func(t *testing.T) {
-		flipCLOGBit(t, refused, "/db", 100)
-		_, err := Open("/db", Options{FS: refused, Autovacuum: noAutovacuum})
+	t.Run("page below the next xid, nothing ended since the checkpoint", func(t *testing.T) {
+		flipCLOGBit(t, quiet, "/db", 100)
+		_, err := Open("/db", Options{FS: quiet, Autovacuum: noAutovacuum})
 		if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "/db/clog/000000000000 at offset 0 (page 0)") {
 			t.Fatalf("Open: %v; want ErrCorruption naming page 0", err)
 		}
 		t.Log(err)
+	})
+	t.Run("page below the next xid, commits since the checkpoint", func(t *testing.T) {
+		// Byte 100 holds the statuses of xids 336 to 339, never handed
+		// out; its checksum fails as a torn page's would.
+		flipCLOGBit(t, torn, "/db", 100)
+		db := openTest(t, "/db", Options{FS: torn, Autovacuum: noAutovacuum})
+		defer db.Close()
+		for i := range 5 {
+			if v, ok := get(t, db, fmt.Sprintf("old%d", i)); !ok || v != "v" {
+				t.Errorf("old%d = %q, %v", i, v, ok)
+			}
+		}
+		for x := uint64(clog.XidsPerPage); x < next; x++ {
+			if got, err := db.clog.Status(x); err != nil || got != want[x] {
+				t.Errorf("xid %d: %v, %v; want %v", x, got, err, want[x])
+			}
+		}
 	})
 	t.Run("page above the next xid", func(t *testing.T) {
 		// The byte holding the status of the first xid on page 1 (a

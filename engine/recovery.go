@@ -44,21 +44,17 @@ import (
 // did not (chain.go).
 //
 // CLOG pages: before redo, every page from the truncation point up to the
-// checkpoint's next xid is read and must pass its checksum (CheckWritten),
-// after a clean shutdown and after a crash alike: such a page may hold
-// statuses decided before the redo point, which redo does not replay, and
-// a checksum cannot tell a torn write from a flipped bit, so a failure is
-// ErrCorruption naming the file, offset, page and xids. A damaged page
-// holding only xids at or above the checkpoint's next xid (read after the
-// redo point was chosen) is rebuilt from nothing by redo, which replays
-// every status on it (clog.Options.RedoXid); the pages between that xid
-// and the next xid after redo are read before recovery ends so that one
-// redo did not touch is rebuilt too. Rejected: keeping the bits of any
-// page failing its checksum during recovery as torn, which let a bit flip
-// in an old status survive under a fresh checksum; the price is that a
-// real tear of the page holding the checkpoint's next xid, written again
-// after the checkpoint, is refused as well (see the clog package's "Crash
-// contract").
+// checkpoint's next xid is read (CheckWritten); a lost page (missing, all
+// zeros) is ErrCorruption, and so is a page that fails its checksum when no
+// transaction wrote to the WAL after the redo point (after a clean
+// shutdown, for one): no CLOG page was written since the checkpoint made
+// them durable, so the failure is damage, not a torn write. After a crash
+// with transactions since, a page failing its checksum is rebuilt by redo
+// if it holds only xids at or above the checkpoint's next xid, and is
+// otherwise accepted as torn (the clog package's "Crash contract", which
+// also names the gap that leaves and the rejected alternatives); the pages
+// between that xid and the next xid after redo are read before recovery
+// ends so that one redo did not touch is rebuilt too.
 func (db *DB) recover(ctrl controlData) error {
 	begin := time.Now()
 	walPath := filepath.Join(db.dir, walDir)
@@ -86,6 +82,7 @@ func (db *DB) recover(ctrl controlData) error {
 	ckpts := make(map[wal.LSN]checkpointRecord)
 	scan := newWALScan()
 	var bulk bulkScan
+	clogQuiet := true
 	for {
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
@@ -101,6 +98,11 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		scan.note(rec)
 		bulk.note(rec)
+		if rec.XID != 0 && rec.LSN >= ctrl.RedoLSN {
+			// A transaction wrote after the redo point: a CLOG page may
+			// have been written since the checkpoint, and torn.
+			clogQuiet = false
+		}
 	}
 	if !errors.Is(err, io.EOF) {
 		r.Close()
@@ -135,7 +137,7 @@ func (db *DB) recover(ctrl controlData) error {
 	if ctrl.CheckpointLSN != 0 {
 		// Damage that would read as valid data, found before anything
 		// is written (damage.go).
-		if err := db.clog.CheckWritten(ctrl.NextXid); err != nil {
+		if err := db.clog.CheckWritten(ctrl.NextXid, clogQuiet); err != nil {
 			return errCLOGLost(err)
 		}
 		// Reading every page costs what the index file saves: with a
