@@ -251,19 +251,35 @@ func errCLOGLost(err error) error {
 	return err
 }
 
-// scanForZeroedPages is Open's zeroed-page check when the index came from
-// the index file: the same reads as checkZeroedHeapPages, after Open
-// returned, so that opening does not wait for a read of the whole heap, yet
-// a page lost to zeros is logged at once with its file and block and the
-// keys whose newest version the index places on it, rather than found by
-// the first read of it. It reads the files directly (not through the
+// scanForDamagedPages is Open's check of the written heap pages when the
+// index came from the index file: the same reads as checkZeroedHeapPages,
+// after Open returned, so that opening does not wait for a read of the
+// whole heap, yet a damaged page is logged at once with its file and block
+// and the keys whose newest version the index places on it, rather than
+// found by the first read of it. Each read checks what every read of a
+// heap page checks: the checksum, the header and line pointers, and zeros
+// below the written length. It reads the files directly (not through the
 // buffer pool, whose working set it would evict), writes nothing, and
 // stops at Close.
-func (db *DB) scanForZeroedPages(written uint32) {
+//
+// A page that fails its checksum or header on disk is damaged only if the
+// buffer pool holds no good copy of it: after a crash, redo rebuilt a page
+// torn by the crash from a full-page image in the pool and the disk keeps
+// the torn copy until the page is written, and a read that meets a write of
+// the page in progress can see half of each. So such a page is read again
+// through the pool, which returns its own copy if it has one and otherwise
+// reads the file with the same checks. A page of zeros needs no second
+// read: no write leaves one below the written length.
+func (db *DB) scanForDamagedPages(written uint32) {
 	defer db.bgWG.Done()
 	page := make([]byte, heap.PageSize)
-	zeroed := map[uint32]bool{}
-	var first []string
+	zeroed, failed := map[uint32]bool{}, map[uint32]bool{}
+	var zeroedNames, failedNames []string
+	name := func(blk uint32) string {
+		seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
+		return fmt.Sprintf("%s at offset %d (block %d)", filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk)
+	}
+	var firstErr error
 	for blk := uint32(0); blk < written; blk++ {
 		select {
 		case <-db.stopBG:
@@ -271,47 +287,99 @@ func (db *DB) scanForZeroedPages(written uint32) {
 		default:
 		}
 		err := db.storage.ReadBlock(blk, page)
-		if err == nil || !isZeroPageErr(err) {
-			continue // other damage is reported where the page is read
-		}
-		zeroed[blk] = true
-		if len(first) < maxZeroListed {
-			seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
-			first = append(first, fmt.Sprintf("%s at offset %d (block %d)", filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk))
+		switch {
+		case err == nil || !errors.Is(err, heap.ErrCorrupt):
+			continue // an I/O error is reported where the page is read
+		case isZeroPageErr(err):
+			zeroed[blk] = true
+			if len(zeroedNames) < maxZeroListed {
+				zeroedNames = append(zeroedNames, name(blk))
+			}
+		case db.damagedInPool(blk):
+			failed[blk] = true
+			if firstErr == nil {
+				firstErr = err
+			}
+			if len(failedNames) < maxZeroListed {
+				failedNames = append(failedNames, name(blk))
+			}
 		}
 	}
-	if len(zeroed) == 0 {
-		db.zeroScanDone.Store(true)
+	if len(zeroed) == 0 && len(failed) == 0 {
+		db.damageScanDone.Store(true)
 		return
 	}
-	// Done is published only after the log line and the statistic, so
-	// that whoever waits on it sees both.
-	defer db.zeroScanDone.Store(true)
-	lost := 0
+	// Done is published only after the log lines and the statistics, so
+	// that whoever waits on it sees them.
+	defer db.damageScanDone.Store(true)
+	lostZeroed, lostFailed := 0, 0
 	db.idx.mu.RLock()
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
-		if t := e.headTID(); t.Valid() && zeroed[t.Block] {
-			lost++
+		if t := e.headTID(); t.Valid() {
+			if zeroed[t.Block] {
+				lostZeroed++
+			} else if failed[t.Block] {
+				lostFailed++
+			}
 		}
 		return true
 	})
 	db.idx.mu.RUnlock()
+	list := func(names []string, n int) string {
+		s := strings.Join(names, ", ")
+		if n > len(names) {
+			s += fmt.Sprintf(" and %d more", n-len(names))
+		}
+		return s
+	}
 	db.stats.zeroedPages.Store(uint64(len(zeroed)))
-	db.damage.mu.Lock()
-	db.damage.zeroed, db.damage.keysLost, db.damage.zeroedNames = len(zeroed), lost, strings.Join(first, ", ")
-	if db.damage.blocks == nil {
-		db.damage.blocks = map[uint32]bool{}
+	d := &db.damage
+	d.mu.Lock()
+	d.zeroed, d.zeroedNames = len(zeroed), list(zeroedNames, len(zeroed))
+	d.corrupt, d.corruptNames = len(failed), list(failedNames, len(failed))
+	d.keysLost = lostZeroed + lostFailed
+	if d.blocks == nil {
+		d.blocks = map[uint32]bool{}
 	}
 	for blk := range zeroed {
-		db.damage.blocks[blk] = true
+		d.blocks[blk] = true
 	}
-	if len(zeroed) > len(first) {
-		db.damage.zeroedNames += fmt.Sprintf(" and %d more", len(zeroed)-len(first))
+	for blk := range failed {
+		d.blocks[blk] = true
 	}
-	db.damage.mu.Unlock()
-	db.logger.Error("heap pages of zeros below the length the last checkpoint wrote: data lost",
-		"pages", len(zeroed), "first", strings.Join(first, ", "), "keysLost", lost,
-		"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify lists them")
+	d.mu.Unlock()
+	if len(zeroed) > 0 {
+		db.logger.Error("heap pages of zeros below the length the last checkpoint wrote: data lost",
+			"pages", len(zeroed), "first", list(zeroedNames, len(zeroed)), "keysLost", lostZeroed,
+			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify lists them")
+	}
+	if len(failed) > 0 {
+		db.logger.Error("heap pages that fail their checks (checksum, header, line pointers) below the length the last checkpoint wrote: data lost or damaged",
+			"pages", len(failed), "first", list(failedNames, len(failed)), "keysLost", lostFailed, "err", firstErr,
+			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify lists them")
+	}
+}
+
+// damagedInPool reads blk through the buffer pool and reports whether that
+// read fails as corruption too: the pool's own copy, if it holds one, is
+// the page. The read is not counted or logged as a failed read (the scan
+// reports the page itself).
+func (db *DB) damagedInPool(blk uint32) bool {
+	d := &db.damage
+	d.mu.Lock()
+	d.quiet = blk + 1
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.quiet = 0
+		d.mu.Unlock()
+	}()
+	buf, err := db.pool.Get(blk)
+	if err != nil {
+		return errors.Is(err, ErrCorruption)
+	}
+	buf.Release()
+	return false
 }
 
 // isZeroPageErr reports whether a heap read failed for a page of zeros
@@ -336,18 +404,23 @@ func (db *DB) checkIndexPath() error {
 // a damaged page fail with ErrCorruption naming its file and block; each
 // such page is also logged once, at Error.
 type DamageInfo struct {
-	// ScanRunning is true while Open's background scan for heap pages of
-	// zeros (run when the key index came from the index file) is going.
+	// ScanRunning is true while Open's background scan of the written
+	// heap pages (run when the key index came from the index file) is
+	// going.
 	ScanRunning bool
 	// ZeroedPages counts the heap pages of zeros that scan found below
-	// the length the last checkpoint wrote; KeysLost the keys whose
-	// newest version the index places on them; Zeroed names the first
-	// ones (file, offset, block), "" when none.
-	ZeroedPages int
-	KeysLost    int
-	Zeroed      string
+	// the length the last checkpoint wrote; Zeroed names the first ones
+	// (file, offset, block), "" when none. CorruptPages and Corrupt are
+	// the same for the pages there that fail their checksum or header
+	// checks. KeysLost counts the keys whose newest version the index
+	// places on either kind.
+	ZeroedPages  int
+	CorruptPages int
+	KeysLost     int
+	Zeroed       string
+	Corrupt      string
 	// DamagedPages counts the distinct heap pages known to be damaged:
-	// those pages of zeros, and the pages whose read through the buffer
+	// those the scan found, and the pages whose read through the buffer
 	// pool failed its checks (checksum, line pointers, zeros below the
 	// written length). FailedReads counts those failed reads; LastError
 	// is the newest one's text, naming file, offset and block.
@@ -362,19 +435,27 @@ type damageLog struct {
 	zeroed      int
 	keysLost    int
 	zeroedNames string
-	blocks      map[uint32]bool
-	failed      uint64
-	last        string
+	// corrupt and corruptNames are the scan's pages that fail their
+	// checksum or header checks.
+	corrupt      int
+	corruptNames string
+	blocks       map[uint32]bool
+	// quiet is the block (plus one) the scan is reading through the pool,
+	// whose failure it reports itself; 0 when none.
+	quiet  uint32
+	failed uint64
+	last   string
 }
 
 // Damage returns the damage met since Open. Safe to call concurrently.
 func (db *DB) Damage() DamageInfo {
-	scanning := db.recovery.IndexFromFile && db.recovery.CheckedBlocks < db.recovery.WrittenBlocks && !db.zeroScanDone.Load()
+	scanning := db.recovery.IndexFromFile && db.recovery.CheckedBlocks < db.recovery.WrittenBlocks && !db.damageScanDone.Load()
 	d := &db.damage
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return DamageInfo{
 		ScanRunning: scanning, ZeroedPages: d.zeroed, KeysLost: d.keysLost, Zeroed: d.zeroedNames,
+		CorruptPages: d.corrupt, Corrupt: d.corruptNames,
 		DamagedPages: len(d.blocks), FailedReads: d.failed, LastError: d.last,
 	}
 }
@@ -384,6 +465,10 @@ func (db *DB) Damage() DamageInfo {
 func (db *DB) noteDamagedRead(block uint32, err error) {
 	d := &db.damage
 	d.mu.Lock()
+	if d.quiet == block+1 {
+		d.mu.Unlock()
+		return
+	}
 	d.failed++
 	d.last = err.Error()
 	first := !d.blocks[block]

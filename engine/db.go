@@ -132,8 +132,9 @@ type DB struct {
 	// ckptRequested asks the checkpointer for a checkpoint at once: set
 	// by recovery for its end-of-recovery checkpoint.
 	ckptRequested atomic.Bool
-	// zeroScanDone is set when Open's background zeroed-page scan ended.
-	zeroScanDone atomic.Bool
+	// damageScanDone is set when Open's background scan of the written
+	// heap pages ended (damage.go).
+	damageScanDone atomic.Bool
 	// damage is what DamageInfo reports (damage.go).
 	damage damageLog
 	// redoTouched maps each block redo changed to its free space after
@@ -260,7 +261,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	go db.checkpointer()
 	if db.recovery.IndexFromFile && db.recovery.CheckedBlocks < db.recovery.WrittenBlocks {
 		db.bgWG.Add(1)
-		go db.scanForZeroedPages(db.recovery.WrittenBlocks)
+		go db.scanForDamagedPages(db.recovery.WrittenBlocks)
 	}
 	if opts.Autovacuum == nil || *opts.Autovacuum {
 		db.bgWG.Add(1)

@@ -80,7 +80,7 @@ func testZeroedHeapPage(t *testing.T, indexFile bool) {
 		}
 		// Open does not wait for the heap to be read; its background
 		// scan logs the page and the keys lost.
-		for !db.zeroScanDone.Load() {
+		for !db.damageScanDone.Load() {
 			time.Sleep(time.Millisecond)
 		}
 		if l := logged.String(); !strings.Contains(l, want) || !strings.Contains(l, "keysLost=") || strings.Contains(l, "keysLost=0 ") {
@@ -157,4 +157,100 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A heap page that fails its checksum below the heap length the last
+// checkpoint recorded is reported by Open's background scan as a zeroed
+// page is (the index file spared Open the heap check): a log line naming
+// the file, offset and block and counting the keys the index places on
+// it, and the Damage counts, before any client reads it. Nothing is
+// written.
+func TestCorruptHeapPageFoundByScan(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	const n = 600
+	key := func(i int) string { return fmt.Sprintf("key-%05d", i) }
+	for i := range n {
+		mustPut(t, db, key(i), strings.Repeat("a", 200))
+	}
+	victim := heap.UnpackTID(db.idx.get([]byte(key(n / 2))).head.Load()).Block
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, heapDir, "00000000")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(victim) * heap.PageSize
+	b[off+4000] ^= 0x01
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%s at offset %d (block %d)", file, off, victim)
+	before := dirDigest(t, dir)
+	var logged syncBuffer
+	db, err = Open(dir, Options{Autovacuum: noAutovacuum, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open with an index file: %v", err)
+	}
+	if ri := db.Recovery(); !ri.IndexFromFile {
+		t.Fatalf("recovery %+v: want the index from the file", ri)
+	}
+	for !db.damageScanDone.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	l := logged.String()
+	if !strings.Contains(l, want) || !strings.Contains(l, "checksum") || !strings.Contains(l, "keysLost=") || strings.Contains(l, "keysLost=0 ") {
+		t.Fatalf("log after Open: %s", l)
+	}
+	d := db.Damage()
+	if d.CorruptPages != 1 || d.DamagedPages != 1 || d.KeysLost == 0 || d.ZeroedPages != 0 || d.FailedReads != 0 || !strings.Contains(d.Corrupt, want) {
+		t.Fatalf("Damage after the scan: %+v", d)
+	}
+	_, _, err = get2(db, key(n/2))
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("reading a key on block %d: %v; want ErrCorruption naming %q", victim, err, want)
+	}
+	if d := db.Damage(); d.FailedReads != 1 || d.DamagedPages != 1 {
+		t.Fatalf("Damage after a read of the page: %+v", d)
+	}
+	if lines := strings.Count(logged.String(), "level=ERROR"); lines != 1 {
+		t.Fatalf("%d error lines in the log, want one (the scan's):\n%s", lines, logged.String())
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := dirDigest(t, dir); !maps.Equal(before, after) {
+		t.Fatalf("Open and Close changed the directory:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// The scan reads the files, and a page on disk can fail its checksum while
+// the buffer pool holds it whole (redo rebuilt a torn page from its
+// full-page image; a write of it was under way as the scan read): the
+// pool's copy is the page, and the scan reports no damage.
+func TestScanTrustsThePoolsCopy(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	for i := range 300 {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("a", 200))
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := get(t, db, "key-00150"); !ok {
+		t.Fatal("key-00150 missing")
+	}
+	blk := db.idx.get([]byte("key-00150")).headTID().Block
+	tearBlock(t, dir, blk)
+	if err := db.storage.ReadBlock(blk, make([]byte, heap.PageSize)); !errors.Is(err, heap.ErrCorrupt) {
+		t.Fatalf("the torn copy on disk reads %v, want a corrupt page", err)
+	}
+	db.bgWG.Add(1)
+	db.scanForDamagedPages(db.storage.NBlocks())
+	if d := db.Damage(); d.DamagedPages != 0 || d.CorruptPages != 0 || d.FailedReads != 0 {
+		t.Fatalf("a page the pool holds whole is reported as damage: %+v", d)
+	}
 }

@@ -508,8 +508,9 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("recovery_index_keys:%d", rec.IndexKeys),
 		fmt.Sprintf("recovery_index_seconds:%.3f", rec.IndexTime.Seconds()),
 		fmt.Sprintf("checkpoints:%d", st.Checkpoint.Count),
-		// Damage met since start: the background check for heap pages
-		// of zeros, and pages whose reads failed their checks.
+		// Damage met since start: the background check of the written
+		// heap pages (zeros, checksum, header), and pages whose reads
+		// failed their checks.
 		fmt.Sprintf("damage_check_in_progress:%d", map[bool]int{false: 0, true: 1}[dmg.ScanRunning]),
 		fmt.Sprintf("damaged_heap_pages:%d", dmg.DamagedPages),
 		fmt.Sprintf("damaged_keys_lost:%d", dmg.KeysLost),
