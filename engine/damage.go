@@ -112,10 +112,12 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 // added after the checkpoint has its first change logged whole (a
 // full-page image or a record that initializes it) or lies in a committed
 // bulk load, so a page out there that is neither, and is not all zeros
-// (extended, never used), is not this database's: a segment file left
-// from another copy, say, whose pages the engine would otherwise read as
-// its own and write new versions into. The error names the file, offset
-// and block of the first such page.
+// (extended, never used), was not written by this database: a segment
+// file left from another copy, say, or bytes appended to one of its own
+// files, whose pages the engine would otherwise read as its own and write
+// new versions into. The error names the file, offset and block of the
+// first such page, and guesses at a foreign file only when the whole file
+// lies past that length.
 func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
 	n := db.storage.NBlocks()
 	if ctrl.CheckpointLSN == 0 || uint64(n) <= ctrl.HeapBlocks {
@@ -135,8 +137,13 @@ func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
 		if err != nil {
 			what = "holds a page that fails its checks" // the same file and offset
 		}
-		return fmt.Errorf("%w: %s at offset %d (block %d) %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since creates that page: a file that is not this database's (a stray segment file?)",
-			ErrCorruption, filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk, what, ctrl.HeapBlocks)
+		file := filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg))
+		guess := ""
+		if uint64(seg)*heap.SegmentBlocks >= ctrl.HeapBlocks {
+			guess = fmt.Sprintf("; all of %s lies past that length: a file that is not this database's (a segment file from another copy?)", file)
+		}
+		return fmt.Errorf("%w: %s at offset %d (block %d) %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
+			ErrCorruption, file, off, blk, what, ctrl.HeapBlocks, guess)
 	}
 	return nil
 }

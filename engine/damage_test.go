@@ -129,8 +129,27 @@ func TestStraySegmentIsCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Open(stray, Options{})
-	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), filepath.Join(heapDir, "00000001")+" at offset 0 (block 131072)") {
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), filepath.Join(heapDir, "00000001")+" at offset 0 (block 131072)") || !strings.Contains(err.Error(), "not this database's") {
 		t.Fatalf("stray heap segment: %v, want ErrCorruption naming the file and offset", err)
+	}
+
+	// A page appended to the heap's own first file: past the checkpoint's
+	// length and written by nothing in the WAL, but not a stray file.
+	appended := t.TempDir()
+	copyDir(t, dir, appended)
+	first := filepath.Join(appended, heapDir, "00000000")
+	b, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(first, append(b, junk[:8192]...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(appended, Options{})
+	at := fmt.Sprintf("%s at offset %d (block %d)", first, len(b), len(b)/8192)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), at) || !strings.Contains(err.Error(), "no WAL record since that checkpoint writes that page") ||
+		strings.Contains(err.Error(), "segment file") || strings.Contains(err.Error(), "not this database's") {
+		t.Fatalf("a page appended to the heap's first file: %v, want ErrCorruption naming %q without calling the file foreign", err, at)
 	}
 
 	zeros := t.TempDir()
