@@ -44,8 +44,12 @@ import (
 // checkpoint at the same LSN: their files would otherwise look alike, and
 // each copy's index points at slots that hold other versions in the other.
 // A file from an older checkpoint, another database or another format
-// version, or one whose checksum fails, is not used: the index is rebuilt from the heap and the log says why and
-// how long that took. The file is replaced atomically, as the control file
+// version, or one whose checksum fails, is not used: the index is rebuilt
+// from the heap and the log says why and how long that took. The header
+// has no checksum of its own (the file's, at the end, covers it), so a
+// file its header refuses is read to the end before that reason is given:
+// if the checksum fails, the reason given is that the file is damaged, not
+// what a damaged header seems to say (another checkpoint, say). The file is replaced atomically, as the control file
 // is: written to index.tmp, fsynced, renamed over index, directory fsynced.
 //
 // It also carries what the heap scan at Open used to gather: the free space
@@ -324,26 +328,56 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	if _, err := io.ReadFull(r, head); err != nil {
 		return d, bad("reading the header: %v", err)
 	}
+	body := size - indexHeaderSize - 4
+	// refuse returns err, a refusal of the file for what its header says,
+	// if the file's checksum holds; if it fails, the header may be what
+	// is damaged (the checksum covers it too, but is read last), and
+	// what it says is not a reason: the file is reported as damaged. Only
+	// a refused file is read to its end for this; it is rebuilt from the
+	// heap anyway.
+	refuse := func(err error, says string) error {
+		crc := crc32.New(castagnoli)
+		var sum [4]byte
+		if _, rerr := io.CopyN(crc, r, body); rerr != nil {
+			return err
+		}
+		if _, rerr := io.ReadFull(r, sum[:]); rerr != nil {
+			return err
+		}
+		got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head)
+		if got == want {
+			return err
+		}
+		off = size - 4
+		return bad("the file is damaged: checksum %#x, computed %#x (the damage may be in the header, which reads: %s)", got, want, says)
+	}
 	if m := binary.LittleEndian.Uint64(head); m != indexFileMagic {
-		return d, bad("bad magic %#x", m)
+		says := fmt.Sprintf("bad magic %#x", m)
+		return d, refuse(bad("%s", says), says)
 	}
 	if v := binary.LittleEndian.Uint32(head[8:]); v != indexFileVersion {
-		return d, bad("format version %d, this build reads %d", v, indexFileVersion)
+		says := fmt.Sprintf("format version %d, this build reads %d", v, indexFileVersion)
+		if v > 0 && v < indexFileVersion {
+			// An older format, whose checksum covers a shorter header.
+			return d, bad("%s", says)
+		}
+		return d, refuse(bad("%s", says), says)
 	}
 	d.hdr = decodeIndexHeader(head)
 	h := &d.hdr
 	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
 		off = 60
-		return d, bad("reserved field is %#x, not zero", z)
+		says := fmt.Sprintf("reserved field is %#x, not zero", z)
+		return d, refuse(bad("%s", says), says)
 	}
 	if accept != nil {
 		if err := accept(*h); err != nil {
-			return d, err
+			return d, refuse(err, err.Error())
 		}
 	}
-	body := size - indexHeaderSize - 4
 	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5 > uint64(body) {
-		return d, bad("header claims %d keys and %d free space entries, more than %d bytes hold", h.keys, h.fsmBlocks, body)
+		says := fmt.Sprintf("%d keys and %d free space entries, more than %d bytes hold", h.keys, h.fsmBlocks, body)
+		return d, refuse(bad("header claims %s", says), says)
 	}
 	// The body is read through a buffer that cannot run past it, so that
 	// the checksum after it is read apart.

@@ -170,6 +170,12 @@ func TestIndexFileOpen(t *testing.T) {
 		// checkpoint at the same LSN: only the identifier differs.
 		{"a copy's, same checkpoint", headerChanged(good, 72, 2), "written by a copy of this database"},
 		{"empty", []byte{}, "shorter than a header"},
+		// A flipped bit in the header, not recomputed into the checksum:
+		// the file is damaged, whatever the header then seems to say.
+		{"header bit in the redo point", flipped(good, 20), "the file is damaged: checksum"},
+		{"header bit in the checkpoint", flipped(good, 30), "the file is damaged: checksum"},
+		{"header bit in the system identifier", flipped(good, 66), "the file is damaged: checksum"},
+		{"header bit in the key count", flipped(good, 38), "the file is damaged: checksum"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := m.Clone()
@@ -453,6 +459,13 @@ func TestControlFileVersion1(t *testing.T) {
 
 // headerChanged returns a copy of the index file b with the header's
 // 8-byte field at off increased by d and the checksum made right again.
+// flipped returns a copy of b with a bit of byte off flipped.
+func flipped(b []byte, off int) []byte {
+	b = bytes.Clone(b)
+	b[off] ^= 0x01
+	return b
+}
+
 func headerChanged(b []byte, off int, d uint64) []byte {
 	b = bytes.Clone(b)
 	binary.LittleEndian.PutUint64(b[off:], binary.LittleEndian.Uint64(b[off:])+d)
