@@ -406,8 +406,9 @@ func (db *DB) checkIndexPath() error {
 }
 
 // DamageInfo is the damage a database has met since Open, for a server to
-// show (mvkv serve's INFO) and to warn about: the background scan's heap
-// pages of zeros, and heap pages whose reads failed their checks. Reads of
+// show (mvkv serve's INFO) and to warn about: the heap pages of zeros and
+// those failing their checksum or header checks that the background scan
+// found, and heap pages whose reads failed their checks. Reads of
 // a damaged page fail with ErrCorruption naming its file and block; each
 // such page is also logged once, at Error.
 type DamageInfo struct {

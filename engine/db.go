@@ -174,7 +174,8 @@ type RecoveryInfo struct {
 	// of zeros below it are damage. CheckedBlocks of them were read for
 	// that before Open returned: all with a heap scan, none with the
 	// index file, in which case a background scan reads them after Open
-	// and logs any it finds, with the keys the index places on them.
+	// and logs any it finds, and any that fails its checksum or header
+	// checks, with the keys the index places on them.
 	WrittenBlocks, CheckedBlocks uint32
 	// ScanTime is the time spent on the first pass over the WAL, which
 	// finds its end and makes it durable; RedoTime the time spent
