@@ -165,7 +165,7 @@ func (s *syncBuffer) String() string {
 // the file, offset and block and counting the keys the index places on
 // it, and the Damage counts, before any client reads it. Nothing is
 // written.
-func TestCorruptHeapPageFoundByScan(t *testing.T) {
+func TestDamagedHeapPageFoundByScan(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	const n = 600
@@ -230,7 +230,7 @@ func TestCorruptHeapPageFoundByScan(t *testing.T) {
 // the buffer pool holds it whole (redo rebuilt a torn page from its
 // full-page image; a write of it was under way as the scan read): the
 // pool's copy is the page, and the scan reports no damage.
-func TestScanTrustsThePoolsCopy(t *testing.T) {
+func TestDamageScanTrustsThePoolsCopy(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
 	defer db.Close()
