@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -49,9 +50,12 @@ Server options:
   --tls-auth-clients=yes|no|optional
                            require a client certificate, not ask for one, or
                            check one if given (default: yes, as Redis)
-  --maxclients=NUM         most client connections (default: 10000)
-  --timeout=SEC            close clients idle this long; 0 never (default: 0)
-  --shutdown-timeout=SEC   longest graceful shutdown (default: 30)
+  --maxclients=NUM         most client connections; 1 to 4294967295, as
+                           CONFIG SET takes (default: 10000)
+  --timeout=SEC            close clients idle this long; 0 never; 0 to
+                           2147483647, as CONFIG SET takes (default: 0)
+  --shutdown-timeout=SEC   longest graceful shutdown; 1 to 2147483647
+                           (default: 30)
   --cpuprofile=FILE        write a CPU profile of the server's whole run to
                            FILE, completed at shutdown (default: none)
 
@@ -80,8 +84,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.Usage = func() {}
 	var (
 		dir, listen, metricsAddr, pass string
-		maxClients                     int
-		timeout, shutdownTimeout       int
+		maxClients                     int64 = 10000
+		timeout                        int64
+		shutdownTimeout                int
 		cpuprofile                     string
 		opts                           engine.Options
 	)
@@ -90,7 +95,13 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&metricsAddr, "metrics", "", "")
 	fs.StringVar(&pass, "requirepass", "", "")
 	protectedMode := "yes"
-	fs.StringVar(&protectedMode, "protected-mode", "yes", "")
+	fs.Func("protected-mode", "", func(v string) error {
+		if v = strings.ToLower(v); v != "yes" && v != "no" {
+			return errors.New("argument must be 'yes' or 'no'")
+		}
+		protectedMode = v
+		return nil
+	})
 	var tlsPort int
 	var tlsCert, tlsKey, tlsCA, tlsAuth string
 	fs.IntVar(&tlsPort, "tls-port", 0, "")
@@ -98,8 +109,16 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&tlsKey, "tls-key-file", "", "")
 	fs.StringVar(&tlsCA, "tls-ca-cert-file", "", "")
 	fs.StringVar(&tlsAuth, "tls-auth-clients", "yes", "")
-	fs.IntVar(&maxClients, "maxclients", 10000, "")
-	fs.IntVar(&timeout, "timeout", 0, "")
+	// protected-mode, maxclients and timeout take what CONFIG SET takes,
+	// with its errors.
+	fs.Func("maxclients", "", func(v string) (err error) {
+		maxClients, err = parseConfigInt(v, 1, math.MaxUint32)
+		return err
+	})
+	fs.Func("timeout", "", func(v string) (err error) {
+		timeout, err = parseConfigInt(v, 0, math.MaxInt32)
+		return err
+	})
 	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
 	engineFlags(fs, &opts)
@@ -122,16 +141,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if dir == "" {
 		return fail("--dir is required")
 	}
-	if protectedMode = strings.ToLower(protectedMode); protectedMode != "yes" && protectedMode != "no" {
-		return fail("invalid --protected-mode %q (want yes or no)", protectedMode)
-	}
-	switch {
-	case maxClients < 1:
-		return fail("invalid --maxclients %d", maxClients)
-	case timeout < 0:
-		return fail("invalid --timeout %d", timeout)
-	case shutdownTimeout < 1:
-		return fail("invalid --shutdown-timeout %d", shutdownTimeout)
+	if shutdownTimeout < 1 || shutdownTimeout > math.MaxInt32 {
+		return fail("invalid --shutdown-timeout %d (want 1 to %d)", shutdownTimeout, math.MaxInt32)
 	}
 	// The settings were checked one by one as they were parsed; this
 	// checks them together (max_wal_size against the segment size).
@@ -213,7 +224,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	go warnDamage(db, log, damageDone)
 	srv := server.New(db, server.Config{
 		ProtectedModeOff:  protectedMode == "no",
-		MaxClients:        maxClients,
+		MaxClients:        int(maxClients),
 		Timeout:           time.Duration(timeout) * time.Second,
 		RequirePass:       pass,
 		SynchronousCommit: opts.SynchronousCommit,
@@ -253,6 +264,21 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	fmt.Fprintf(stdout, "shut down\n")
 	return status
+}
+
+// parseConfigInt parses the value of a flag that is also a CONFIG SET
+// parameter as CONFIG SET does (maxclients, timeout): a decimal integer
+// from lo to hi, with CONFIG SET's error texts, which the flag package
+// prints after "invalid value V for flag -NAME: ".
+func parseConfigInt(v string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, errors.New("argument couldn't be parsed into an integer")
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("argument must be between %d and %d inclusive", lo, hi)
+	}
+	return n, nil
 }
 
 // serverTLSConfig builds the TLS configuration of --tls-port from Redis's

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"mvkv/engine"
 )
 
 // servedProcess is `mvkv serve` running in this process.
@@ -316,5 +318,74 @@ func TestAnswerLoading(t *testing.T) {
 	c.Close()
 	if err := <-accepted; err != nil {
 		t.Fatalf("accept after stop: %v", err)
+	}
+}
+
+// serveFlagAccepted reports whether mvkv serve takes value for --name: a
+// value it takes gets as far as the check for extra arguments.
+func serveFlagAccepted(t *testing.T, name, value string) (bool, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	args := []string{"--dir", t.TempDir(), "--" + name + "=" + value, "extra"}
+	if code := serveRun(context.Background(), args, &out, &errb); code != 2 {
+		t.Fatalf("%q: exit %d, want 2\n%s", args, code, errb.String())
+	}
+	return strings.Contains(errb.String(), "too many command-line arguments"), errb.String()
+}
+
+// TestServeFlagsMatchConfigSet: a flag of mvkv serve that is also a CONFIG
+// SET parameter takes exactly the values CONFIG SET takes, and refuses the
+// others with exit status 2 and CONFIG SET's reason.
+func TestServeFlagsMatchConfigSet(t *testing.T) {
+	p := startServe(t, t.TempDir())
+	defer p.shutdown(t)
+	ctx := context.Background()
+	// One connection, kept: maxclients 1 leaves it connected.
+	c := redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 1, MaxRetries: -1})
+	defer c.Close()
+	type param struct {
+		flag, config string
+		values       []string
+	}
+	params := []param{
+		{"maxclients", "maxclients", []string{"-1", "0", "1", "10000", "4294967295", "4294967296", "99999999999999999999", "0x10", "1_000", "ten", ""}},
+		{"timeout", "timeout", []string{"-1", "0", "300", "2147483647", "2147483648", "0x10", "1_000", "ten", ""}},
+		{"protected-mode", "protected-mode", []string{"yes", "no", "YES", "No", "maybe", ""}},
+	}
+	for _, s := range engine.Settings() {
+		if !s.Runtime {
+			continue
+		}
+		values := []string{s.Default, "-1", "bogus", ""}
+		if s.Min != "" {
+			values = append(values, s.Min)
+		}
+		if s.Max != "" {
+			values = append(values, s.Max)
+		}
+		params = append(params, param{flagName(s), s.Name, values})
+	}
+	for _, pm := range params {
+		for _, v := range pm.values {
+			cerr := c.ConfigSet(ctx, pm.config, v).Err()
+			if cerr != nil && !strings.Contains(cerr.Error(), "CONFIG SET failed") {
+				t.Fatalf("CONFIG SET %s %q: %v", pm.config, v, cerr)
+			}
+			ok, stderr := serveFlagAccepted(t, pm.flag, v)
+			if ok != (cerr == nil) {
+				t.Errorf("--%s=%q accepted %v, CONFIG SET %s %q: %v\n%s", pm.flag, v, ok, pm.config, v, cerr, stderr)
+				continue
+			}
+			if cerr != nil {
+				_, reason, _ := strings.Cut(cerr.Error(), ") - ")
+				if !strings.Contains(stderr, reason) || !strings.Contains(stderr, pm.flag) || !strings.Contains(stderr, v) {
+					t.Errorf("--%s=%q: stderr %q does not name the flag, the value and CONFIG SET's reason %q", pm.flag, v, stderr, reason)
+				}
+			}
+		}
+	}
+	// The server still answers on the connection kept.
+	if err := c.ConfigSet(ctx, "maxclients", "10000").Err(); err != nil {
+		t.Fatal(err)
 	}
 }
