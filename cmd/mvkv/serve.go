@@ -141,6 +141,14 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if dir == "" {
 		return fail("--dir is required")
 	}
+	// The TLS options are checked whether or not --tls-port is given.
+	clientAuth, ok := tlsClientAuth(tlsAuth)
+	if !ok {
+		return fail("invalid --tls-auth-clients %q (want yes, no or optional)", tlsAuth)
+	}
+	if tlsPort < 0 || tlsPort > 65535 {
+		return fail("invalid --tls-port %d (want 0 to 65535)", tlsPort)
+	}
 	if shutdownTimeout < 1 || shutdownTimeout > math.MaxInt32 {
 		return fail("invalid --shutdown-timeout %d (want 1 to %d)", shutdownTimeout, math.MaxInt32)
 	}
@@ -171,7 +179,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	defer ln.Close() // after Serve has closed it; a second Close is harmless
 	var tln net.Listener
 	if tlsPort != 0 {
-		tc, err := serverTLSConfig(tlsCert, tlsKey, tlsCA, tlsAuth)
+		tc, err := serverTLSConfig(tlsCert, tlsKey, tlsCA, clientAuth)
 		if err != nil {
 			fmt.Fprintf(stderr, "mvkv: tls: %v\n", err)
 			return 1
@@ -179,10 +187,6 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		host, _, err := net.SplitHostPort(listen)
 		if err != nil {
 			fmt.Fprintln(stderr, errorLine(err))
-			return 1
-		}
-		if tlsPort < 0 || tlsPort > 65535 {
-			fmt.Fprintf(stderr, "mvkv: invalid --tls-port %d\n", tlsPort)
 			return 1
 		}
 		raw, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(tlsPort)))
@@ -285,7 +289,7 @@ func parseConfigInt(v string, lo, hi int64) (int64, error) {
 // options: the certificate and key, the CA client certificates must chain
 // to, and tls-auth-clients (yes: a client must present one; optional: one
 // presented is checked; no: none is asked for). TLS 1.2 at least.
-func serverTLSConfig(certFile, keyFile, caFile, auth string) (*tls.Config, error) {
+func serverTLSConfig(certFile, keyFile, caFile string, auth tls.ClientAuthType) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("--tls-port needs --tls-cert-file and --tls-key-file")
 	}
@@ -293,17 +297,7 @@ func serverTLSConfig(certFile, keyFile, caFile, auth string) (*tls.Config, error
 	if err != nil {
 		return nil, err
 	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	switch strings.ToLower(auth) {
-	case "yes":
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-	case "optional":
-		tc.ClientAuth = tls.VerifyClientCertIfGiven
-	case "no":
-		tc.ClientAuth = tls.NoClientCert
-	default:
-		return nil, fmt.Errorf("invalid --tls-auth-clients %q (want yes, no or optional)", auth)
-	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ClientAuth: auth}
 	if tc.ClientAuth != tls.NoClientCert {
 		if caFile == "" {
 			return nil, errors.New("--tls-auth-clients yes or optional needs --tls-ca-cert-file")
@@ -318,6 +312,20 @@ func serverTLSConfig(certFile, keyFile, caFile, auth string) (*tls.Config, error
 		}
 	}
 	return tc, nil
+}
+
+// tlsClientAuth is the client authentication --tls-auth-clients asks for:
+// yes, optional or no, in any case.
+func tlsClientAuth(v string) (tls.ClientAuthType, bool) {
+	switch strings.ToLower(v) {
+	case "yes":
+		return tls.RequireAndVerifyClientCert, true
+	case "optional":
+		return tls.VerifyClientCertIfGiven, true
+	case "no":
+		return tls.NoClientCert, true
+	}
+	return 0, false
 }
 
 // errorLine is err as one line of stderr with a single "mvkv: " prefix: the

@@ -131,21 +131,38 @@ func TestServeTLS(t *testing.T) {
 	sp.shutdown(t)
 }
 
-// TestServeTLSUsage: TLS options that cannot work are refused at start.
+// TestServeTLSUsage: TLS options that cannot work are refused at start;
+// a bad value with exit status 2 whether or not --tls-port is given.
 func TestServeTLSUsage(t *testing.T) {
 	p := newTestPKI(t)
 	for _, c := range []struct {
-		args []string
-		want string
+		args   []string
+		status int
+		want   string
 	}{
-		{[]string{"--tls-port", "1"}, "needs --tls-cert-file and --tls-key-file"},
-		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile}, "needs --tls-ca-cert-file"},
-		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "maybe"}, "invalid --tls-auth-clients"},
+		{[]string{"--tls-port", "1"}, 1, "mvkv: tls: --tls-port needs --tls-cert-file and --tls-key-file\n"},
+		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile}, 1, "mvkv: tls: --tls-auth-clients yes or optional needs --tls-ca-cert-file\n"},
+		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "maybe"}, 2,
+			"mvkv serve: invalid --tls-auth-clients \"maybe\" (want yes, no or optional)\n"},
+		{[]string{"--tls-auth-clients", "maybe"}, 2, "mvkv serve: invalid --tls-auth-clients \"maybe\" (want yes, no or optional)\n"},
+		{[]string{"--tls-auth-clients", ""}, 2, "mvkv serve: invalid --tls-auth-clients \"\" (want yes, no or optional)\n"},
+		{[]string{"--tls-port", "65536"}, 2, "mvkv serve: invalid --tls-port 65536 (want 0 to 65535)\n"},
+		{[]string{"--tls-port", "-1"}, 2, "mvkv serve: invalid --tls-port -1 (want 0 to 65535)\n"},
 	} {
+		// Cancelled: a server that starts after all stops at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
 		var out, errb strings.Builder
 		args := append([]string{"--dir", t.TempDir(), "--listen", "127.0.0.1:0"}, c.args...)
-		if code := serveRun(context.Background(), args, &out, &errb); code == 0 || !strings.Contains(errb.String(), c.want) {
-			t.Errorf("%v: exit %d, stderr %q", c.args, code, errb.String())
+		code := serveRun(ctx, args, &out, &errb)
+		if code != c.status || !strings.HasPrefix(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d, stderr %q", c.args, code, errb.String(), c.status, c.want)
+		}
+	}
+	// The values it takes, in any case, without --tls-port.
+	for _, v := range []string{"yes", "no", "optional", "NO", "Optional"} {
+		if ok, stderr := serveFlagAccepted(t, "tls-auth-clients", v); !ok {
+			t.Errorf("--tls-auth-clients %s refused: %s", v, stderr)
 		}
 	}
 }
