@@ -181,7 +181,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if tlsPort != 0 {
 		tc, err := serverTLSConfig(tlsCert, tlsKey, tlsCA, clientAuth)
 		if err != nil {
-			fmt.Fprintf(stderr, "mvkv: tls: %v\n", err)
+			// The crypto/tls errors start with "tls: " themselves.
+			fmt.Fprintf(stderr, "mvkv: tls: %s\n", strings.TrimPrefix(err.Error(), "tls: "))
 			return 1
 		}
 		host, _, err := net.SplitHostPort(listen)

@@ -132,7 +132,8 @@ func TestServeTLS(t *testing.T) {
 }
 
 // TestServeTLSUsage: TLS options that cannot work are refused at start;
-// a bad value with exit status 2 whether or not --tls-port is given.
+// a bad value with exit status 2 whether or not --tls-port is given, and
+// each error line has one "mvkv: " prefix and one "tls: ".
 func TestServeTLSUsage(t *testing.T) {
 	p := newTestPKI(t)
 	for _, c := range []struct {
@@ -142,6 +143,8 @@ func TestServeTLSUsage(t *testing.T) {
 	}{
 		{[]string{"--tls-port", "1"}, 1, "mvkv: tls: --tls-port needs --tls-cert-file and --tls-key-file\n"},
 		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile}, 1, "mvkv: tls: --tls-auth-clients yes or optional needs --tls-ca-cert-file\n"},
+		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.certFile, "--tls-auth-clients", "no"}, 1,
+			"mvkv: tls: found a certificate rather than a key in the PEM for the private key\n"},
 		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "maybe"}, 2,
 			"mvkv serve: invalid --tls-auth-clients \"maybe\" (want yes, no or optional)\n"},
 		{[]string{"--tls-auth-clients", "maybe"}, 2, "mvkv serve: invalid --tls-auth-clients \"maybe\" (want yes, no or optional)\n"},
