@@ -102,8 +102,21 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mvkv crashtest: unknown mode %q (power, kill or server)\n", mode)
 		return 2
 	}
-	if clients < 1 || clients > 64 || cycles < 0 || duration < 0 {
-		fmt.Fprintf(stderr, "mvkv crashtest: --clients must be 1 to 64, --cycles and --duration not negative\n")
+	// One line for each option out of range, naming it and its value.
+	var bad []string
+	if clients < 1 || clients > 64 {
+		bad = append(bad, fmt.Sprintf("invalid --clients %d (want 1 to 64)", clients))
+	}
+	if cycles < 0 {
+		bad = append(bad, fmt.Sprintf("invalid --cycles %d (want 0 or more)", cycles))
+	}
+	if duration < 0 {
+		bad = append(bad, fmt.Sprintf("invalid --duration %s (want 0 or more)", duration))
+	}
+	if len(bad) > 0 {
+		for _, b := range bad {
+			fmt.Fprintf(stderr, "mvkv crashtest: %s\n", b)
+		}
 		return 2
 	}
 	if duration == 0 && cycles == 0 {

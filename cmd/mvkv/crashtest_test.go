@@ -52,3 +52,24 @@ func TestCrashtestUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashtestOptionErrors: each option out of range gets its own line,
+// naming the option and its value, and exit status 2.
+func TestCrashtestOptionErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cycles", "-1"}, "mvkv crashtest: invalid --cycles -1 (want 0 or more)\n"},
+		{[]string{"--duration", "-5s"}, "mvkv crashtest: invalid --duration -5s (want 0 or more)\n"},
+		{[]string{"--clients", "0"}, "mvkv crashtest: invalid --clients 0 (want 1 to 64)\n"},
+		{[]string{"--clients", "65", "--cycles", "1"}, "mvkv crashtest: invalid --clients 65 (want 1 to 64)\n"},
+		{[]string{"--clients", "0", "--cycles", "-2", "--duration", "-1m"}, "mvkv crashtest: invalid --clients 0 (want 1 to 64)\n" +
+			"mvkv crashtest: invalid --cycles -2 (want 0 or more)\nmvkv crashtest: invalid --duration -1m0s (want 0 or more)\n"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"crashtest"}, c.args...), &out, &errb); code != 2 || errb.String() != c.want || out.Len() != 0 {
+			t.Errorf("crashtest %v: exit %d, stdout %q, stderr %q; want exit 2, stderr %q", c.args, code, out.String(), errb.String(), c.want)
+		}
+	}
+}
