@@ -91,7 +91,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if child {
 		if err := crashtest.ChildMain(dir, seed, clients, cycles, os.Stdout); err != nil {
-			fmt.Fprintf(stderr, "mvkv crashtest child: %v\n", err)
+			fmt.Fprintf(stderr, "mvkv crashtest child: %s\n", crashtestErrorText(err))
 			return 1
 		}
 		return 0
@@ -153,7 +153,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		Mode: mode, Duration: duration, Cycles: cycles, Seed: seed, Clients: clients, Dir: dir, Out: stdout,
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "mvkv crashtest: %v\n", err)
+		fmt.Fprintf(stderr, "mvkv crashtest: %s\n", crashtestErrorText(err))
 		if strings.Contains(err.Error(), "unknown mode") {
 			return 2
 		}
@@ -194,4 +194,20 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "data directory kept for inspection: %s (mvkv verify and mvkv waldump read it)\n", res.KeptDir)
 	}
 	return 1
+}
+
+// crashtestErrorText is err's text without the prefixes the command's own
+// ("mvkv crashtest: ") already says: the crashtest package's "crashtest: "
+// and the engine's "mvkv: ".
+func crashtestErrorText(err error) string {
+	msg := err.Error()
+	for {
+		if m, ok := strings.CutPrefix(msg, "crashtest: "); ok {
+			msg = m
+		} else if m, ok := strings.CutPrefix(msg, "mvkv: "); ok {
+			msg = m
+		} else {
+			return msg
+		}
+	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -70,6 +72,33 @@ func TestCrashtestOptionErrors(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"crashtest"}, c.args...), &out, &errb); code != 2 || errb.String() != c.want || out.Len() != 0 {
 			t.Errorf("crashtest %v: exit %d, stdout %q, stderr %q; want exit 2, stderr %q", c.args, code, out.String(), errb.String(), c.want)
+		}
+	}
+}
+
+// TestCrashtestErrorPrefix: an error of the crashtest package or of the
+// engine is printed after "mvkv crashtest: " without a prefix of its own.
+func TestCrashtestErrorPrefix(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"kill", "server"} {
+		var out, errb bytes.Buffer
+		code := run([]string{"crashtest", "--mode", mode, "--dir", dir, "--cycles", "1", "--seed", "1"}, &out, &errb)
+		want := "mvkv crashtest: " + dir + " is not empty; give a new directory\n"
+		if code != 1 || errb.String() != want {
+			t.Errorf("--mode %s on a non-empty --dir: exit %d, stderr %q; want exit 1, stderr %q", mode, code, errb.String(), want)
+		}
+	}
+	for in, want := range map[string]string{
+		"crashtest: x":       "x",
+		"mvkv: x":            "x",
+		"crashtest: mvkv: x": "x",
+		"x: crashtest: y":    "x: crashtest: y",
+	} {
+		if got := crashtestErrorText(errors.New(in)); got != want {
+			t.Errorf("crashtestErrorText(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
