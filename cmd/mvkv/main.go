@@ -26,11 +26,20 @@ Commands:
   waldump     print a data directory's WAL records, like pg_waldump
   crashtest   crash the engine or the server at random moments and check recovery
 
-Run "mvkv COMMAND -h" for a command's options.
+Run "mvkv COMMAND -h" or "mvkv help COMMAND" for a command's options.
 `
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// commands are the subcommands, each with its main function.
+var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"bench":     benchMain,
+	"serve":     serveMain,
+	"waldump":   waldumpMain,
+	"verify":    verifyMain,
+	"crashtest": crashtestMain,
 }
 
 // run dispatches to a subcommand and returns the process exit status.
@@ -39,21 +48,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	if cmd, ok := commands[args[0]]; ok {
+		return cmd(args[1:], stdout, stderr)
+	}
 	switch args[0] {
-	case "bench":
-		return benchMain(args[1:], stdout, stderr)
-	case "serve":
-		return serveMain(args[1:], stdout, stderr)
-	case "waldump":
-		return waldumpMain(args[1:], stdout, stderr)
-	case "verify":
-		return verifyMain(args[1:], stdout, stderr)
-	case "crashtest":
-		return crashtestMain(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "-?", "help":
+	case "help":
+		return helpMain(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "-?":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	fmt.Fprintf(stderr, "mvkv: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// helpMain is "mvkv help [COMMAND]": the general usage, or COMMAND's help
+// as "mvkv COMMAND --help" prints it.
+func helpMain(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0 || len(args) == 1 && args[0] == "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "mvkv help: too many arguments (want at most one command)\n\n%s", usage)
+		return 2
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "mvkv help: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	return cmd([]string{"--help"}, stdout, stderr)
 }
