@@ -114,7 +114,7 @@ Common options:
 // by the signal.
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mvkv bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	// The flag package prints the error itself; -h prints the full usage
 	// once, to stdout, below.
 	fs.Usage = func() {}
@@ -185,7 +185,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, benchUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "Try \"mvkv bench --help\" for more information.\n")
+		fmt.Fprintf(stderr, "mvkv bench: %s\nTry \"mvkv bench --help\" for more information.\n", flagError(err))
 		return 2
 	}
 	set := map[string]bool{}

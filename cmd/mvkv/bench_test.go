@@ -212,7 +212,7 @@ func TestBenchErrorOnePrefix(t *testing.T) {
 		want string
 	}{
 		{[]string{"--sweep", "clients=0,1"}, "mvkv bench: bad sweep: clients=0: "},
-		{[]string{"--sweep", "shared_buffers=1,2"}, "for flag -sweep: bad sweep: unknown knob"},
+		{[]string{"--sweep", "shared_buffers=1,2"}, "for flag --sweep: bad sweep: unknown knob"},
 		{[]string{"--plot", "tps.txt", "--sweep", "clients=1,2"}, "mvkv bench: invalid --plot: cannot plot: "},
 	} {
 		var out, errb bytes.Buffer

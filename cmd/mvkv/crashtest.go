@@ -82,7 +82,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, crashtestUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mvkv crashtest: %v\n\n%s", err, crashtestUsage)
+		fmt.Fprintf(stderr, "mvkv crashtest: %s\n\n%s", flagError(err), crashtestUsage)
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"runtime"
+	"runtime/debug"
 )
 
 const usage = `mvkv is a miniature transactional key-value storage engine.
@@ -25,6 +28,7 @@ Commands:
   verify      check a data directory's consistency (exit status 0 or 1)
   waldump     print a data directory's WAL records, like pg_waldump
   crashtest   crash the engine or the server at random moments and check recovery
+  version     print the build: version, commit, Go release
 
 Run "mvkv COMMAND -h" or "mvkv help COMMAND" for a command's options.
 `
@@ -57,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help", "-?":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	}
 	fmt.Fprintf(stderr, "mvkv: unknown command %q\n\n%s", args[0], usage)
 	return 2
@@ -80,3 +87,42 @@ func helpMain(args []string, stdout, stderr io.Writer) int {
 	}
 	return cmd([]string{"--help"}, stdout, stderr)
 }
+
+// versionLine says which build this is: the module version ("(devel)" for
+// a build from a checkout), the commit it was built from and its time,
+// whether the checkout had changes, and the Go release and platform.
+func versionLine() string {
+	v := "mvkv"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v + " (unknown build) " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+	}
+	v += " " + bi.Main.Version
+	var rev, at, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = " (modified)"
+			}
+		}
+	}
+	if rev != "" {
+		v += " " + rev[:min(len(rev), 12)] + " " + at + modified
+	}
+	return v + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// flagError is a flag parsing error as the user typed the flag: the flag
+// package names flags with one dash ("flag provided but not defined:
+// -bogus", "invalid value "x" for flag -timeout: ..."), these commands
+// document them with two.
+func flagError(err error) string {
+	return flagNameRE.ReplaceAllString(err.Error(), "${1}--${2}")
+}
+
+var flagNameRE = regexp.MustCompile(`(not defined: |needs an argument: |for flag |value "[^"]*" for )-([A-Za-z])`)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -39,6 +40,47 @@ func TestHelpCommand(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run(c.args, &out, &errb); code != 2 || out.Len() != 0 || !strings.HasPrefix(errb.String(), c.want) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2, stderr starting %q", c.args, code, out.String(), errb.String(), c.want)
+		}
+	}
+}
+
+// Flag errors name flags as the usage does, with two dashes, after the
+// command's name, for every command.
+func TestFlagErrorsUseTwoDashes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--bogus"}, "mvkv serve: flag provided but not defined: --bogus\n"},
+		{[]string{"serve", "--timeout", "x"}, "mvkv serve: invalid value \"x\" for flag --timeout: "},
+		{[]string{"bench", "--clients"}, "mvkv bench: flag provided but not defined: --clients\n"},
+		{[]string{"bench", "--fresh=maybe"}, "mvkv bench: invalid boolean value \"maybe\" for --fresh: "},
+		{[]string{"bench", "-c"}, "mvkv bench: flag needs an argument: --c\n"},
+		{[]string{"verify", "--x"}, "mvkv verify: flag provided but not defined: --x\n"},
+		{[]string{"waldump", "--nope"}, "mvkv waldump: flag provided but not defined: --nope\n"},
+		{[]string{"crashtest", "--cycles=abc"}, "mvkv crashtest: invalid value \"abc\" for flag --cycles: "},
+	} {
+		var stdout, stderr strings.Builder
+		if st := run(c.args, &stdout, &stderr); st != 2 {
+			t.Errorf("%v: exit status %d, want 2", c.args, st)
+		}
+		if !strings.HasPrefix(stderr.String(), c.want) {
+			t.Errorf("%v: stderr %q, want it to begin %q", c.args, stderr.String(), c.want)
+		}
+	}
+}
+
+// mvkv version (and --version) prints one line naming the build and the
+// Go release.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		var stdout, stderr strings.Builder
+		if st := run([]string{arg}, &stdout, &stderr); st != 0 {
+			t.Fatalf("%s: exit status %d, stderr %q", arg, st, stderr.String())
+		}
+		out := stdout.String()
+		if !strings.HasPrefix(out, "mvkv ") || !strings.Contains(out, runtime.Version()) || strings.Count(out, "\n") != 1 {
+			t.Errorf("%s: %q", arg, out)
 		}
 	}
 }

@@ -78,7 +78,7 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 
 func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (status int) {
 	fs := flag.NewFlagSet("mvkv serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	// The flag package prints a bad flag's error itself; -h prints the
 	// full usage once, to stdout, below.
 	fs.Usage = func() {}
@@ -127,7 +127,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 			fmt.Fprint(stdout, serveUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "Try \"mvkv serve --help\" for more information.\n")
+		fmt.Fprintf(stderr, "mvkv serve: %s\nTry \"mvkv serve --help\" for more information.\n", flagError(err))
 		return 2
 	}
 	fail := func(format string, a ...any) int {

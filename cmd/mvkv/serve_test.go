@@ -84,7 +84,7 @@ func TestServeUsage(t *testing.T) {
 	if code := run([]string{"serve", "--bogus"}, &out, &errb); code != 2 {
 		t.Fatalf("--bogus: exit %d", code)
 	}
-	want := "flag provided but not defined: -bogus\nTry \"mvkv serve --help\" for more information.\n"
+	want := "mvkv serve: flag provided but not defined: --bogus\nTry \"mvkv serve --help\" for more information.\n"
 	if out.Len() != 0 || errb.String() != want {
 		t.Fatalf("--bogus: stdout %q, stderr %q, want stderr %q", out.String(), errb.String(), want)
 	}

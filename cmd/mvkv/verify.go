@@ -83,7 +83,7 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 			fmt.Fprint(stdout, usage)
 			return "", 0, false
 		}
-		fmt.Fprintf(stderr, "mvkv %s: %v\n\n%s", fs.Name(), err, usage)
+		fmt.Fprintf(stderr, "mvkv %s: %s\n\n%s", fs.Name(), flagError(err), usage)
 		return "", 2, false
 	}
 	if fs.NArg() != 1 {
