@@ -338,12 +338,13 @@ func errorLine(err error) string {
 	return "mvkv: " + err.Error()
 }
 
-// warnDamage waits for the engine's background check for heap pages of
-// zeros (Open runs it when the key index came from the index file, so that
+// warnDamage waits for the engine's background check of the heap pages
+// (Open runs it when the key index came from the index file, so that
 // opening does not wait for a read of the whole heap) and, when it found
-// any, logs a warning that says what it means for clients, as Redis warns
-// at startup, besides the engine's own log line; INFO persistence keeps
-// the counts. It returns at stop.
+// pages of zeros or pages that fail their checksum or header, logs a
+// warning that says what it means for clients, as Redis warns at startup,
+// besides the engine's own log line; INFO persistence keeps the counts. It
+// returns at stop.
 func warnDamage(db *engine.DB, log *slog.Logger, stop <-chan struct{}) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -354,12 +355,24 @@ func warnDamage(db *engine.DB, log *slog.Logger, stop <-chan struct{}) {
 		case <-t.C:
 		}
 	}
-	if d := db.Damage(); d.ZeroedPages > 0 {
-		log.Error("WARNING the data directory is damaged: heap pages that a checkpoint wrote are zeros, "+
-			"the keys whose newest version was on them are lost and reading them fails with an error naming the page; "+
-			"INFO persistence counts them; run mvkv verify on a copy of the directory to list the keys",
-			"pages", d.ZeroedPages, "keysLost", d.KeysLost, "where", d.Zeroed)
+	d := db.Damage()
+	if d.ZeroedPages == 0 && d.CorruptPages == 0 {
+		return
 	}
+	var attrs []any
+	var what []string
+	if d.ZeroedPages > 0 {
+		what = append(what, "are zeros")
+		attrs = append(attrs, "zeroedPages", d.ZeroedPages, "zeroed", d.Zeroed)
+	}
+	if d.CorruptPages > 0 {
+		what = append(what, "fail their checksum or header")
+		attrs = append(attrs, "corruptPages", d.CorruptPages, "corrupt", d.Corrupt)
+	}
+	log.Error("WARNING the data directory is damaged: heap pages that a checkpoint wrote "+strings.Join(what, " or ")+", "+
+		"the keys whose newest version was on them are lost and reading them fails with an error naming the page; "+
+		"INFO persistence counts them; run mvkv verify on a copy of the directory to list the keys, and see the README's damage section",
+		append([]any{"keysLost", d.KeysLost}, attrs...)...)
 }
 
 // loadingReply is Redis's answer while it loads its dataset; clients such
