@@ -47,22 +47,22 @@ var knobs = withEngineSettings(map[string]knob{
 	"maxclients": {
 		get: func(s *Server) string { return strconv.FormatInt(s.maxClients.Load(), 10) },
 		set: func(s *Server, v string) error {
-			n, err := parseKnobInt(v, 1, math.MaxUint32)
+			n, err := ParseMaxClients(v)
 			if err != nil {
 				return err
 			}
-			s.maxClients.Store(n)
+			s.maxClients.Store(int64(n))
 			return nil
 		},
 	},
 	"timeout": {
 		get: func(s *Server) string { return strconv.FormatInt(s.timeout.Load()/int64(time.Second), 10) },
 		set: func(s *Server, v string) error {
-			n, err := parseKnobInt(v, 0, math.MaxInt32)
+			d, err := ParseTimeout(v)
 			if err != nil {
 				return err
 			}
-			s.timeout.Store(n * int64(time.Second))
+			s.timeout.Store(int64(d))
 			return nil
 		},
 	},
@@ -248,6 +248,23 @@ func (s *Server) param(key, def string) string {
 }
 
 func (s *Server) setParam(key, v string) { s.params.Store(key, v) }
+
+// ParseMaxClients parses a maxclients value as CONFIG SET maxclients does
+// (and as Config.MaxClients may be set): a decimal integer from 1 to
+// 4294967295. The error's text is Redis's, such as "argument must be
+// between 1 and 4294967295 inclusive".
+func ParseMaxClients(v string) (int, error) {
+	n, err := parseKnobInt(v, 1, math.MaxUint32)
+	return int(n), err
+}
+
+// ParseTimeout parses a timeout value as CONFIG SET timeout does (and as
+// Config.Timeout may be set): whole seconds, a decimal integer from 0
+// (never close idle clients) to 2147483647. The error's text is Redis's.
+func ParseTimeout(v string) (time.Duration, error) {
+	n, err := parseKnobInt(v, 0, math.MaxInt32)
+	return time.Duration(n) * time.Second, err
+}
 
 // parseKnobInt parses an integer knob with Redis's CONFIG SET error texts.
 func parseKnobInt(v string, lo, hi int64) (int64, error) {

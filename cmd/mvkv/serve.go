@@ -84,8 +84,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.Usage = func() {}
 	var (
 		dir, listen, metricsAddr, pass string
-		maxClients                     int64 = 10000
-		timeout                        int64
+		maxClients                     = 10000
+		timeout                        time.Duration
 		shutdownTimeout                int
 		cpuprofile                     string
 		opts                           engine.Options
@@ -112,11 +112,11 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	// protected-mode, maxclients and timeout take what CONFIG SET takes,
 	// with its errors.
 	fs.Func("maxclients", "", func(v string) (err error) {
-		maxClients, err = parseConfigInt(v, 1, math.MaxUint32)
+		maxClients, err = server.ParseMaxClients(v)
 		return err
 	})
 	fs.Func("timeout", "", func(v string) (err error) {
-		timeout, err = parseConfigInt(v, 0, math.MaxInt32)
+		timeout, err = server.ParseTimeout(v)
 		return err
 	})
 	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
@@ -229,8 +229,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	go warnDamage(db, log, damageDone)
 	srv := server.New(db, server.Config{
 		ProtectedModeOff:  protectedMode == "no",
-		MaxClients:        int(maxClients),
-		Timeout:           time.Duration(timeout) * time.Second,
+		MaxClients:        maxClients,
+		Timeout:           timeout,
 		RequirePass:       pass,
 		SynchronousCommit: opts.SynchronousCommit,
 		ShutdownTimeout:   time.Duration(shutdownTimeout) * time.Second,
@@ -269,21 +269,6 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	fmt.Fprintf(stdout, "shut down\n")
 	return status
-}
-
-// parseConfigInt parses the value of a flag that is also a CONFIG SET
-// parameter as CONFIG SET does (maxclients, timeout): a decimal integer
-// from lo to hi, with CONFIG SET's error texts, which the flag package
-// prints after "invalid value V for flag -NAME: ".
-func parseConfigInt(v string, lo, hi int64) (int64, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, errors.New("argument couldn't be parsed into an integer")
-	}
-	if n < lo || n > hi {
-		return 0, fmt.Errorf("argument must be between %d and %d inclusive", lo, hi)
-	}
-	return n, nil
 }
 
 // serverTLSConfig builds the TLS configuration of --tls-port from Redis's
