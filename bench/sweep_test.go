@@ -585,7 +585,7 @@ func TestBenchLogsEngineWarnings(t *testing.T) {
 	var log bytes.Buffer
 	cfg.Dir = crash
 	err = Main(context.Background(), cfg, &bytes.Buffer{}, &log)
-	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "torn page") {
+	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "as torn") {
 		t.Errorf("run on a damaged CLOG page (err %v) logged no warning:\n%s", err, log.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path"
 	"sync"
 	"sync/atomic"
@@ -230,6 +231,9 @@ type CLOG struct {
 
 	// recovering starts as Options.Recovery and is cleared by EndRecovery.
 	recovering atomic.Bool
+
+	tornMu sync.Mutex
+	torn   map[uint64]string // guarded by tornMu: page -> "file at offset N", accepted as torn in recovery
 
 	closed atomic.Bool
 
@@ -488,6 +492,18 @@ func (c *CLOG) flushBank(b *bank) error {
 		}
 	}
 	return nil
+}
+
+// TornPages returns the pages that recovery (Options.Recovery) accepted as
+// torn by the crash, keeping their bits, since Open: each page number with
+// "FILE at offset N" for messages. A caller that can check statuses on them
+// against another record (the engine, against the commit and abort
+// records its WAL still holds) tells a tear from damage that way. Safe to
+// call concurrently with other methods.
+func (c *CLOG) TornPages() map[uint64]string {
+	c.tornMu.Lock()
+	defer c.tornMu.Unlock()
+	return maps.Clone(c.torn)
 }
 
 // EndRecovery ends the leniency of Options.Recovery: from now on every page

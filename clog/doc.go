@@ -135,8 +135,13 @@
 //     bits kept (each sector holds its old or new bits; redo sets the new
 //     ones again), logged, and rewritten whole at the next Checkpoint.
 //
-// The gap left: damage to such a page that coincides with a crash is
-// taken for a tear. Rejected: refusing every such page, which turns a real
+// The engine then compares every status on a page taken for torn with the
+// commit and abort records its WAL still holds (TornPages): a tear keeps
+// every status decided before the checkpoint, so a disagreement is damage,
+// and the page is refused. A page cut short by the end of its file is
+// never a tear (CheckWritten). The gap left: damage, coinciding with a
+// crash, to statuses whose records the WAL no longer holds is taken for a
+// tear. Rejected: refusing every such page, which turns a real
 // tear of the page being filled at a checkpoint into a database that does
 // not open; telling a tear from a flip by when the page was last written,
 // which the page does not record. Logging an image of the pages that can

@@ -173,6 +173,12 @@ func (c *CLOG) readPage(pageno uint64, buf []byte) (rebuilt bool, err error) {
 				"file", sf.name, "offset", off, "page", pageno, "problem", derr.Error(),
 				"xids", fmt.Sprintf("%d to %d", lo, hi))
 			clear(buf[:headerSize])
+			c.tornMu.Lock()
+			if c.torn == nil {
+				c.torn = map[uint64]string{}
+			}
+			c.torn[pageno] = fmt.Sprintf("%s at offset %d", sf.name, off)
+			c.tornMu.Unlock()
 			return true, nil
 		}
 		c.log.Warn("clog: rebuilding a damaged page from the WAL during recovery",

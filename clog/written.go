@@ -69,7 +69,7 @@ const maxReported = 5
 // recorded by the last completed checkpoint, which wrote all those pages
 // after ExtendTo), and returns an error wrapping ErrCorrupt when any is
 // lost: it names each segment file that is missing and each page that is
-// all zeros or lies past the end of its file, with its offset and the xids
+// all zeros, cut short by the end of its file or lies past it, with its offset and the xids
 // it holds. With checksums set it also fails each page that fails its
 // checksum (or page number, version, reserved bytes): the caller sets it
 // when no page can have been written since that checkpoint made them
@@ -117,6 +117,10 @@ func (c *CLOG) CheckWritten(below uint64, checksums bool) error {
 		clear(buf[max(n, 0):])
 		var why string
 		switch {
+		case n > 0 && n < PageSize && !isZero(buf):
+			// Written whole by that checkpoint, and a page written again
+			// in place can be torn but not cut short.
+			why = fmt.Sprintf("ends at byte %d, inside the page at offset %d", off+int64(n), off)
 		case !isZero(buf):
 			if derr := decodePage(buf, p); derr != nil && checksums {
 				ndamaged++

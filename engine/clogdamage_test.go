@@ -77,6 +77,17 @@ func TestCLOGDamageAfterCrash(t *testing.T) {
 	for i := range 5 {
 		mustPut(t, db, fmt.Sprintf("old%d", i), "v")
 	}
+	// The first xid committed before the checkpoint.
+	oldXid := uint64(0)
+	for x := uint64(1); x < db.procs.next(); x++ {
+		if st, err := db.clog.Status(x); err == nil && st == clog.StatusCommitted {
+			oldXid = x
+			break
+		}
+	}
+	if oldXid == 0 {
+		t.Fatal("no committed xid")
+	}
 	if err := db.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +118,8 @@ func TestCLOGDamageAfterCrash(t *testing.T) {
 	}
 	torn := m.CrashCopy(vfs.DropUnsynced, nil)
 	rebuilt := m.CrashCopy(vfs.DropUnsynced, nil)
+	contradicted := m.CrashCopy(vfs.DropUnsynced, nil)
+	short := m.CrashCopy(vfs.DropUnsynced, nil)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +148,45 @@ func TestCLOGDamageAfterCrash(t *testing.T) {
 				t.Errorf("xid %d: %v, %v; want %v", x, got, err, want[x])
 			}
 		}
+	})
+	t.Run("page below the next xid, a status the WAL holds changed", func(t *testing.T) {
+		// committed (01) to in progress (00): the key would vanish.
+		f, err := contradicted.Open("/db/clog/000000000000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := int64(16 + oldXid/4)
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 1 << (2 * (oldXid % 4))
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		_, err = Open("/db", Options{FS: contradicted, Autovacuum: noAutovacuum})
+		want := fmt.Sprintf("xid %d reads in progress, its commit record says committed", oldXid)
+		if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "disagrees with the WAL") || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Open: %v; want ErrCorruption saying %q", err, want)
+		}
+		t.Log(err)
+	})
+	t.Run("page below the next xid, file cut short", func(t *testing.T) {
+		// A write in place can tear a page, not shorten its file.
+		f, err := short.Open("/db/clog/000000000000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(16); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		_, err = Open("/db", Options{FS: short, Autovacuum: noAutovacuum})
+		if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "ends at byte 16, inside the page at offset 0") {
+			t.Fatalf("Open: %v; want ErrCorruption naming the cut", err)
+		}
+		t.Log(err)
 	})
 	t.Run("page above the next xid", func(t *testing.T) {
 		// The byte holding the status of the first xid on page 1 (a

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -258,6 +260,84 @@ func errCLOGLost(err error) error {
 	return err
 }
 
+// checkTornCLOG tells a CLOG page that recovery accepted as torn by the
+// crash (it failed its checksum and holds xids below the checkpoint's next
+// xid) from a damaged one, as far as the WAL allows. A torn page keeps
+// every status decided before that checkpoint (the checkpoint wrote them,
+// and each sector of a later write holds its old or its new bits, both
+// with them), and redo set every status decided since; so any status on
+// such a page that disagrees with a commit or abort record still in the
+// WAL is damage, and the whole page is then refused as corruption. ended
+// maps the xids with such a record (true: commit) from the redo point on;
+// the records before it are read from walPath here, only when a page was
+// taken for torn. Statuses whose records the WAL no longer holds (most of
+// those decided before the checkpoint: segments below its redo point are
+// removed) cannot be checked, and damage among them alone still reads as
+// a tear: the gap the clog package's "Crash contract" names.
+func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool) error {
+	torn := db.clog.TornPages()
+	if len(torn) == 0 {
+		return nil
+	}
+	ended = maps.Clone(ended)
+	if r, err := wal.NewReader(db.fs, walPath, 0); err == nil {
+		r.SetBorrowData(true)
+		for {
+			rec, err := r.Next()
+			if err != nil || rec.LSN >= redo {
+				break
+			}
+			switch rec.Type {
+			case recCommit:
+				ended[rec.XID] = true
+			case recAbort:
+				ended[rec.XID] = false
+			}
+		}
+		r.Close()
+	}
+	oldest := db.clog.OldestXid()
+	type mismatch struct {
+		xid       uint64
+		got, want clog.Status
+	}
+	var bad []mismatch
+	for xid, committed := range ended {
+		if xid < oldest {
+			continue
+		}
+		if _, ok := torn[xid/clog.XidsPerPage]; !ok {
+			continue
+		}
+		want := clog.StatusAborted
+		if committed {
+			want = clog.StatusCommitted
+		}
+		got, err := db.clog.Status(xid)
+		if err != nil {
+			return errCLOGLost(err)
+		}
+		if got != want {
+			bad = append(bad, mismatch{xid, got, want})
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.SortFunc(bad, func(a, b mismatch) int { return cmp.Compare(a.xid, b.xid) })
+	var parts []string
+	for _, m := range bad[:min(len(bad), 5)] {
+		rec := "commit"
+		if m.want == clog.StatusAborted {
+			rec = "abort"
+		}
+		parts = append(parts, fmt.Sprintf("xid %d reads %s, its %s record says %s", m.xid, m.got, rec, m.want))
+	}
+	page := bad[0].xid / clog.XidsPerPage
+	return fmt.Errorf("%w: CLOG page %d (%s) failed its checksum after the crash and was taken for a write torn by it, but it disagrees with the WAL: %s%s: a torn write keeps every status decided before the last checkpoint, so the page is damaged, and the statuses on it whose records the WAL no longer holds cannot be trusted either",
+		ErrCorruption, page, torn[page], strings.Join(parts, "; "), andMore(len(bad), len(parts)))
+}
+
 // scanForDamagedPages is Open's check of the written heap pages when the
 // index came from the index file: the same reads as checkZeroedHeapPages,
 // after Open returned, so that opening does not wait for a read of the
@@ -491,4 +571,12 @@ func (db *DB) noteDamagedRead(block uint32, err error) {
 		db.logger.Error("heap page cannot be read: the versions on it are lost or damaged", "block", block, "err", err,
 			"note", "reads of keys on this page fail; mvkv verify lists them")
 	}
+}
+
+// andMore says how many of n findings were left out of the shown ones.
+func andMore(n, shown int) string {
+	if n > shown {
+		return fmt.Sprintf("; and %d more", n-shown)
+	}
+	return ""
 }

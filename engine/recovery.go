@@ -233,14 +233,27 @@ func (db *DB) recover(ctrl controlData) error {
 	if maxXid >= db.procs.next() {
 		db.procs.setNext(maxXid + 1)
 	}
-	// A damaged CLOG page at or above the checkpoint's next xid that redo
-	// did not read (it holds no status the WAL replayed) is rebuilt now,
-	// while that is still sound, instead of failing the first transaction
-	// that reaches it.
-	for x := max(ctrl.NextXid, db.clog.OldestXid()); x < db.procs.next(); x = (x/clog.XidsPerPage + 1) * clog.XidsPerPage {
+	// Every CLOG page that may have been written since the checkpoint is
+	// read while recovery still may rebuild or accept it: a damaged one at
+	// or above the checkpoint's next xid that redo did not read (it holds
+	// no status the WAL replayed) is rebuilt now, instead of failing the
+	// first transaction that reaches it, and after a crash with
+	// transactions since the checkpoint one below it is accepted as torn
+	// and then checked against the WAL. With none (clogQuiet), the pages
+	// below passed CheckWritten's checksums above.
+	from := db.clog.OldestXid()
+	if clogQuiet {
+		from = max(from, ctrl.NextXid)
+	}
+	for x := from; x < db.procs.next(); x = (x/clog.XidsPerPage + 1) * clog.XidsPerPage {
 		if _, err := db.clog.Status(x); err != nil {
 			return errCLOGLost(err)
 		}
+	}
+	// A CLOG page taken for torn must agree with every commit and abort
+	// record the WAL still holds for it.
+	if err := db.checkTornCLOG(walPath, ctrl.RedoLSN, scan.ended); err != nil {
+		return err
 	}
 	db.clog.EndRecovery()
 	redoTime := time.Since(redoBegin)
