@@ -455,7 +455,8 @@ func cmdInfo(x *execCtx, args [][]byte) error {
 // info renders INFO's sections in Redis's order: server, clients,
 // persistence, stats, keyspace, then mvkv (WAL, group commit, CLOG, buffer
 // pool, checkpoints), placed last as Redis places modules' sections.
-// Only the keyspace section can fail: it reads the keys.
+// Only the keyspace section reads the keys; when that fails (a damaged
+// heap page), it holds keyspace_error with the error instead of db0.
 func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	sel := map[string]bool{}
 	for _, w := range want {
@@ -554,12 +555,17 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	}
 	if wanted("keyspace") {
 		keys, expires, avgTTL, err := s.keyspace(ctx)
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
 			return "", err
-		}
-		if keys == 0 {
+		case err != nil:
+			// A damaged heap page fails the count; the other sections,
+			// which monitoring reads, are still answered, and this says
+			// why the keyspace is missing.
+			section("keyspace", "keyspace_error:"+strings.ReplaceAll(err.Error(), "\n", " "))
+		case keys == 0:
 			section("keyspace") // as Redis: no db0 line for an empty database
-		} else {
+		default:
 			section("keyspace", fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=%d", keys, expires, avgTTL))
 		}
 	}
