@@ -136,13 +136,20 @@ type TargetOptions struct {
 
 // OpenTarget opens the named target ("engine" or "pebble") on dir, creating
 // the directory if needed, or "postgres=URL", a PostgreSQL server (dir is
-// unused). It returns an error wrapping ErrUnknownTarget for any other name,
-// or the target's open error.
+// unused), or "resp=ADDR", a RESP server. It returns an error wrapping
+// ErrUnknownTarget for any other name or an empty URL or address, or the
+// target's open error.
 func OpenTarget(name, dir string, o TargetOptions) (Target, error) {
 	if url, ok := strings.CutPrefix(name, "postgres="); ok {
+		if url == "" {
+			return nil, fmt.Errorf("%w %q: postgres= needs a connection URL, e.g. postgres=postgres://localhost/bench", ErrUnknownTarget, name)
+		}
 		return openPostgres(url, o)
 	}
 	if addr, ok := strings.CutPrefix(name, "resp="); ok {
+		if addr == "" {
+			return nil, fmt.Errorf("%w %q: resp= needs an address, e.g. resp=127.0.0.1:7379", ErrUnknownTarget, name)
+		}
 		return openRESP(addr, o)
 	}
 	switch name {

@@ -42,7 +42,8 @@ Options:
   --mode M        power, kill or server (default power)
   --duration D    stop starting cycles after D (e.g. 60s); default (and
                   0) 60s unless --cycles is given
-  --cycles N      stop after N cycles
+  --cycles N      stop after N cycles; 0 (the default): no limit but
+                  --duration's
   --seed S        the workload and crash-moment seed (default: random,
                   printed)
   --clients N     concurrent clients (default 4)

@@ -44,6 +44,7 @@ var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"waldump":   waldumpMain,
 	"verify":    verifyMain,
 	"crashtest": crashtestMain,
+	"version":   versionMain,
 }
 
 // run dispatches to a subcommand and returns the process exit status.
@@ -61,9 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help", "-?":
 		fmt.Fprint(stdout, usage)
 		return 0
-	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, versionLine())
-		return 0
+	case "--version", "-version":
+		return versionMain(nil, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "mvkv: unknown command %q\n\n%s", args[0], usage)
 	return 2
@@ -86,6 +86,29 @@ func helpMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return cmd([]string{"--help"}, stdout, stderr)
+}
+
+const versionUsage = `Usage:
+  mvkv version
+
+mvkv version prints one line naming the build: the module version
+("(devel)" for a build from a checkout), the commit it was built from and
+its time, "(modified)" if the checkout had changes, and the Go release and
+platform. "mvkv --version" is the same.
+`
+
+// versionMain is mvkv version.
+func versionMain(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		fmt.Fprint(stdout, versionUsage)
+		return 0
+	case len(args) > 0:
+		fmt.Fprintf(stderr, "mvkv version: unexpected argument %q\n\n%s", args[0], versionUsage)
+		return 2
+	}
+	fmt.Fprintln(stdout, versionLine())
+	return 0
 }
 
 // versionLine says which build this is: the module version ("(devel)" for

@@ -84,3 +84,25 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// Usage errors found by a user: each is refused with exit status 2 and a
+// message naming what is wrong, before anything runs.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"version", "extra"}, "mvkv version: unexpected argument \"extra\""},
+		{[]string{"serve", "--dir", t.TempDir(), "--tls-port", "7600"}, "mvkv serve: --tls-port needs --tls-cert-file and --tls-key-file\n"},
+		{[]string{"bench", "--target=resp=", "-T", "1"}, "resp= needs an address"},
+		{[]string{"bench", "--target=postgres=", "-T", "1"}, "postgres= needs a connection URL"},
+	} {
+		var stdout, stderr strings.Builder
+		if st := run(c.args, &stdout, &stderr); st != 2 {
+			t.Errorf("%v: exit status %d, want 2 (stderr %q)", c.args, st, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: stderr %q, want %q in it", c.args, stderr.String(), c.want)
+		}
+	}
+}

@@ -149,6 +149,12 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if tlsPort < 0 || tlsPort > 65535 {
 		return fail("invalid --tls-port %d (want 0 to 65535)", tlsPort)
 	}
+	if tlsPort != 0 && (tlsCert == "" || tlsKey == "") {
+		return fail("--tls-port needs --tls-cert-file and --tls-key-file")
+	}
+	if tlsPort != 0 && clientAuth != tls.NoClientCert && tlsCA == "" {
+		return fail("--tls-auth-clients %s needs --tls-ca-cert-file", strings.ToLower(tlsAuth))
+	}
 	if shutdownTimeout < 1 || shutdownTimeout > math.MaxInt32 {
 		return fail("invalid --shutdown-timeout %d (want 1 to %d)", shutdownTimeout, math.MaxInt32)
 	}

@@ -131,9 +131,10 @@ func TestServeTLS(t *testing.T) {
 	sp.shutdown(t)
 }
 
-// TestServeTLSUsage: TLS options that cannot work are refused at start;
-// a bad value with exit status 2 whether or not --tls-port is given, and
-// each error line has one "mvkv: " prefix and one "tls: ".
+// TestServeTLSUsage: TLS options that cannot work are refused at start:
+// a bad value or a missing file option with exit status 2 (a bad value
+// whether or not --tls-port is given), a file that cannot be used with 1;
+// each error line has one prefix.
 func TestServeTLSUsage(t *testing.T) {
 	p := newTestPKI(t)
 	for _, c := range []struct {
@@ -141,8 +142,8 @@ func TestServeTLSUsage(t *testing.T) {
 		status int
 		want   string
 	}{
-		{[]string{"--tls-port", "1"}, 1, "mvkv: tls: --tls-port needs --tls-cert-file and --tls-key-file\n"},
-		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile}, 1, "mvkv: tls: --tls-auth-clients yes or optional needs --tls-ca-cert-file\n"},
+		{[]string{"--tls-port", "1"}, 2, "mvkv serve: --tls-port needs --tls-cert-file and --tls-key-file\nTry \"mvkv serve --help\" for more information.\n"},
+		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile}, 2, "mvkv serve: --tls-auth-clients yes needs --tls-ca-cert-file\nTry \"mvkv serve --help\" for more information.\n"},
 		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.certFile, "--tls-auth-clients", "no"}, 1,
 			"mvkv: tls: found a certificate rather than a key in the PEM for the private key\n"},
 		{[]string{"--tls-port", "1", "--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "maybe"}, 2,
