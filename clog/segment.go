@@ -169,7 +169,7 @@ func (c *CLOG) readPage(pageno uint64, buf []byte) (rebuilt bool, err error) {
 			// torn by the crash: each 512-byte sector holds its old or
 			// its new bits, and redo sets every status decided since
 			// the redo point again. Its bits are kept.
-			c.log.Warn("clog: accepting a page that fails its checksum as torn by the crash",
+			c.log.Warn("clog: accepting a page that fails its checksum as torn by the crash, if what the WAL still holds agrees",
 				"file", sf.name, "offset", off, "page", pageno, "problem", derr.Error(),
 				"xids", fmt.Sprintf("%d to %d", lo, hi))
 			clear(buf[:headerSize])

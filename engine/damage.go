@@ -438,12 +438,12 @@ func (db *DB) scanForDamagedPages(written uint32) {
 	if len(zeroed) > 0 {
 		db.logger.Error("heap pages of zeros below the length the last checkpoint wrote: data lost",
 			"pages", len(zeroed), "first", list(zeroedNames, len(zeroed)), "keysLost", lostZeroed,
-			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify lists them")
+			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify --lost-keys lists them")
 	}
 	if len(failed) > 0 {
 		db.logger.Error("heap pages that fail their checks (checksum, header, line pointers) below the length the last checkpoint wrote: data lost or damaged",
 			"pages", len(failed), "first", list(failedNames, len(failed)), "keysLost", lostFailed, "err", firstErr,
-			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify lists them")
+			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify --lost-keys lists them")
 	}
 }
 
@@ -569,7 +569,7 @@ func (db *DB) noteDamagedRead(block uint32, err error) {
 	d.mu.Unlock()
 	if first && db.logger != nil {
 		db.logger.Error("heap page cannot be read: the versions on it are lost or damaged", "block", block, "err", err,
-			"note", "reads of keys on this page fail; mvkv verify lists them")
+			"note", "reads of keys on this page fail; with a usable key index file, mvkv verify --lost-keys lists them")
 	}
 }
 

@@ -125,6 +125,11 @@ type VerifyReport struct {
 	// committed ones included.
 	Pages, Tuples, Keys int
 	Problems            []string // empty when everything checked out
+	// LostKeys are the keys whose newest version the index places on a
+	// heap page that cannot be read (its value is lost, reads of it fail
+	// with ErrCorruption), every one, whole, in index order; the
+	// Problems name the first ten.
+	LostKeys []string
 }
 
 // OK reports whether Verify found nothing wrong.
@@ -178,7 +183,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 		return rep, ErrClosed
 	}
 	c := verify.Run(verifyTarget{db}, rep.problem)
-	rep.Pages, rep.Tuples, rep.Keys = c.Pages, c.Tuples, c.Keys
+	rep.Pages, rep.Tuples, rep.Keys, rep.LostKeys = c.Pages, c.Tuples, c.Keys, c.LostKeys
 	return rep, nil
 }
 

@@ -216,6 +216,16 @@ func TestVerifyNamesDamage(t *testing.T) {
 				}
 			}
 			t.Logf("%s", strings.TrimSpace(msg))
+			var nLost int
+			if i := strings.Index(msg, "keys lost: "); i >= 0 {
+				// --lost-keys lists every one the count names.
+				fmt.Sscanf(msg[i:], "keys lost: %d", &nLost)
+				var out2, err2 bytes.Buffer
+				run([]string{"verify", "--lost-keys", dir}, &out2, &err2)
+				if got := strings.Count(out2.String(), "\nlost key: \"key-"); got != nLost || nLost == 0 {
+					t.Fatalf("verify --lost-keys listed %d keys, the report counts %d:\n%s", got, nLost, out2.String())
+				}
+			}
 			if after := digest(t, dir); !maps.Equal(before, after) {
 				t.Fatalf("verify changed the directory:\nbefore %v\nafter  %v", before, after)
 			}

@@ -91,9 +91,10 @@ func helpMain(args []string, stdout, stderr io.Writer) int {
 const versionUsage = `Usage:
   mvkv version
 
-mvkv version prints one line naming the build: the module version
-("(devel)" for a build from a checkout), the commit it was built from and
-its time, "(modified)" if the checkout had changes, and the Go release and
+mvkv version prints one line naming the build: the module version (a
+pseudo-version for a build from a git checkout, "(devel)" when the build
+carries no version control stamp), the commit it was built from and its
+time, "(modified)" if the checkout had changes, and the Go release and
 platform. "mvkv --version" is the same.
 `
 
@@ -111,8 +112,8 @@ func versionMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// versionLine says which build this is: the module version ("(devel)" for
-// a build from a checkout), the commit it was built from and its time,
+// versionLine says which build this is: the module version (a
+// pseudo-version, or "(devel)" without a version control stamp), the commit it was built from and its time,
 // whether the checkout had changes, and the Go release and platform.
 func versionLine() string {
 	v := "mvkv"

@@ -16,7 +16,7 @@ import (
 const verifyUsage = `mvkv verify checks a data directory's consistency, like bbolt check.
 
 Usage:
-  mvkv verify DIR
+  mvkv verify [--lost-keys] DIR
 
 It opens the database (running crash recovery if the directory was not
 closed cleanly, as any Open does: a torn WAL tail is cut off) and takes a
@@ -28,12 +28,18 @@ checksum and every set map bit against its heap page (PD_ALL_VISIBLE, and
 every tuple visible to all; problems name the heap block), the control
 file against the WAL, and every WAL record on disk.
 
+With --lost-keys it also prints every key whose newest version lies on a
+heap page that cannot be read, one per line after the report, as
+"lost key: " and the key in Go's quoted form (the report names the first
+ten).
+
 Exit status: 0 when everything checks out, 1 when a problem was found or
 the check could not run, 2 on bad usage.
 `
 
 func verifyMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	lostKeys := fs.Bool("lost-keys", false, "")
 	dir, code, ok := parseDirCommand(fs, verifyUsage, args, stdout, stderr)
 	if !ok {
 		return code
@@ -62,6 +68,11 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		err = cerr
 	}
 	fmt.Fprint(stdout, rep.String())
+	if *lostKeys {
+		for _, k := range rep.LostKeys {
+			fmt.Fprintf(stdout, "lost key: %q\n", k)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "mvkv verify: %s\n", errText(err))
 		return 1

@@ -84,6 +84,9 @@ type Counts struct {
 	// Keys counts index entries: keys with any version, deleted or never
 	// committed ones included.
 	Pages, Tuples, Keys int
+	// LostKeys are the keys whose newest version the index places on a
+	// heap page that cannot be read, every one, whole.
+	LostKeys []string
 }
 
 // Run checks t and reports every problem it finds to problem.
@@ -247,6 +250,7 @@ func Run(t Target, problem Problemf) Counts {
 		if gt := heap.UnpackTID(got); gt.Valid() && badBlocks[gt.Block] {
 			// The index names the version the damaged page held: the
 			// key is known, its value is lost.
+			c.LostKeys = append(c.LostKeys, key)
 			if lost++; lost <= 10 {
 				lostNames = append(lostNames, fmt.Sprintf("%q", t.ShowKey([]byte(key))))
 			}
