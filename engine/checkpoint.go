@@ -116,7 +116,20 @@ func (db *DB) checkpoint() error {
 		return db.fail(err)
 	}
 	db.lastRedo.Store(uint64(redo))
-	db.ckptEnd.Store(uint64(end))
+	if start == redo {
+		db.ckptEnd.Store(uint64(end))
+	} else {
+		// Records were logged between the redo point and the checkpoint
+		// record: their pages may have changed after FlushAll wrote
+		// them, and are dirty in the pool, not on disk. Recovery replays
+		// them from the redo point; but the next checkpoint must not be
+		// skipped as idle, or "the state on disk is as of now" would be
+		// false (Verify, which reads the files after a checkpoint, saw
+		// such a page without its newest versions). PostgreSQL skips a
+		// checkpoint only when the previous one's record directly
+		// follows its redo point, likewise.
+		db.ckptEnd.Store(0)
+	}
 	db.ckptID.Store(id)
 	if err := db.wal.RemoveSegmentsBefore(redo); err != nil {
 		db.logger.Warn("removing old WAL segments", "err", err)
