@@ -203,6 +203,12 @@ func (t verifyTarget) DidCommit(xid uint64) (bool, error)   { return t.db.didCom
 func (t verifyTarget) ShowKey(key []byte) []byte            { return truncKey(key) }
 func (t verifyTarget) ValueCheck() verify.ValueCheck        { return &toastCheck{} }
 func (t verifyTarget) CheckIndexFile(problem verify.Problemf) {
+	// The control file, the index file and the identifier of the last
+	// checkpoint are read as one: a checkpoint completing in between
+	// (the checkpointer's, or a background end-of-recovery one) would
+	// pair one checkpoint's files with the next one's identifier.
+	t.db.ckptMu.Lock()
+	defer t.db.ckptMu.Unlock()
 	t.db.verifyIndexFile(problem)
 }
 
