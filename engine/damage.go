@@ -92,21 +92,15 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 	if len(zeroed) == 0 {
 		return nil
 	}
-	heapPath := filepath.Join(db.dir, heapDir)
 	var names []string
-	for i, blk := range zeroed {
-		if i == maxZeroListed {
-			names = append(names, fmt.Sprintf("and %d more", len(zeroed)-i))
-			break
-		}
-		seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
-		names = append(names, fmt.Sprintf("%s at offset %d (block %d)", filepath.Join(heapPath, fmt.Sprintf("%08d", seg)), off, blk))
+	for _, blk := range zeroed[:min(len(zeroed), maxZeroListed)] {
+		names = append(names, db.heapBlockName(blk))
 	}
 	chains, lost, orphans := db.lostKeys(zeroed, scan)
 	return fmt.Errorf("%w: %d heap page(s) all zeros below the %d blocks the heap had at the last checkpoint, which wrote them: %s; "+
 		"keys lost: %d provably (a version links into those pages and no surviving version is readable), %d more whose newest surviving version was replaced by an update that is missing; "+
 		"%d keys in all have versions linking into those pages, and keys whose every version was on them cannot be counted",
-		ErrCorruption, len(zeroed), ctrl.HeapBlocks, strings.Join(names, ", "), lost, orphans, chains)
+		ErrCorruption, len(zeroed), ctrl.HeapBlocks, listMore(names, len(zeroed)), lost, orphans, chains)
 }
 
 // checkStrayHeapPages fails when the heap files hold a page past the
@@ -134,18 +128,16 @@ func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
 		if err == nil && isAllZero(page) {
 			continue
 		}
-		seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
 		what := "holds data"
 		if err != nil {
 			what = "holds a page that fails its checks" // the same file and offset
 		}
-		file := filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg))
 		guess := ""
-		if uint64(seg)*heap.SegmentBlocks >= ctrl.HeapBlocks {
-			guess = fmt.Sprintf("; all of %s lies past that length: a file that is not this database's (a segment file from another copy?)", file)
+		if seg := blk / heap.SegmentBlocks; uint64(seg)*heap.SegmentBlocks >= ctrl.HeapBlocks {
+			guess = fmt.Sprintf("; all of %s lies past that length: a file that is not this database's (a segment file from another copy?)", db.heapSegmentPath(seg))
 		}
-		return fmt.Errorf("%w: %s at offset %d (block %d) %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
-			ErrCorruption, file, off, blk, what, ctrl.HeapBlocks, guess)
+		return fmt.Errorf("%w: %s %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
+			ErrCorruption, db.heapBlockName(blk), what, ctrl.HeapBlocks, guess)
 	}
 	return nil
 }
@@ -325,7 +317,7 @@ func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool)
 		return nil
 	}
 	slices.SortFunc(bad, func(a, b mismatch) int { return cmp.Compare(a.xid, b.xid) })
-	var parts []string
+	var parts []string // "; " between them: each holds a comma
 	for _, m := range bad[:min(len(bad), 5)] {
 		rec := "commit"
 		if m.want == clog.StatusAborted {
@@ -335,7 +327,7 @@ func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool)
 	}
 	page := bad[0].xid / clog.XidsPerPage
 	return fmt.Errorf("%w: CLOG page %d (%s) failed its checksum after the crash and was taken for a write torn by it, but it disagrees with the WAL: %s%s: a torn write keeps every status decided before the last checkpoint, so the page is damaged, and the statuses on it whose records the WAL no longer holds cannot be trusted either",
-		ErrCorruption, page, torn[page], strings.Join(parts, "; "), andMore(len(bad), len(parts)))
+		ErrCorruption, page, torn[page], strings.Join(parts, "; "), listMore(nil, len(bad)-len(parts)))
 }
 
 // scanForDamagedPages is Open's check of the written heap pages when the
@@ -362,10 +354,6 @@ func (db *DB) scanForDamagedPages(written uint32) {
 	page := make([]byte, heap.PageSize)
 	zeroed, failed := map[uint32]bool{}, map[uint32]bool{}
 	var zeroedNames, failedNames []string
-	name := func(blk uint32) string {
-		seg, off := blk/heap.SegmentBlocks, int64(blk%heap.SegmentBlocks)*heap.PageSize
-		return fmt.Sprintf("%s at offset %d (block %d)", filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg)), off, blk)
-	}
 	var firstErr error
 	for blk := uint32(0); blk < written; blk++ {
 		select {
@@ -380,7 +368,7 @@ func (db *DB) scanForDamagedPages(written uint32) {
 		case isZeroPageErr(err):
 			zeroed[blk] = true
 			if len(zeroedNames) < maxZeroListed {
-				zeroedNames = append(zeroedNames, name(blk))
+				zeroedNames = append(zeroedNames, db.heapBlockName(blk))
 			}
 		case db.damagedInPool(blk):
 			failed[blk] = true
@@ -388,7 +376,7 @@ func (db *DB) scanForDamagedPages(written uint32) {
 				firstErr = err
 			}
 			if len(failedNames) < maxZeroListed {
-				failedNames = append(failedNames, name(blk))
+				failedNames = append(failedNames, db.heapBlockName(blk))
 			}
 		}
 	}
@@ -412,18 +400,11 @@ func (db *DB) scanForDamagedPages(written uint32) {
 		return true
 	})
 	db.idx.mu.RUnlock()
-	list := func(names []string, n int) string {
-		s := strings.Join(names, ", ")
-		if n > len(names) {
-			s += fmt.Sprintf(" and %d more", n-len(names))
-		}
-		return s
-	}
 	db.stats.zeroedPages.Store(uint64(len(zeroed)))
 	d := &db.damage
 	d.mu.Lock()
-	d.zeroed, d.zeroedNames = len(zeroed), list(zeroedNames, len(zeroed))
-	d.corrupt, d.corruptNames = len(failed), list(failedNames, len(failed))
+	d.zeroed, d.zeroedNames = len(zeroed), listMore(zeroedNames, len(zeroed))
+	d.corrupt, d.corruptNames = len(failed), listMore(failedNames, len(failed))
 	d.keysLost = lostZeroed + lostFailed
 	if d.blocks == nil {
 		d.blocks = map[uint32]bool{}
@@ -437,12 +418,12 @@ func (db *DB) scanForDamagedPages(written uint32) {
 	d.mu.Unlock()
 	if len(zeroed) > 0 {
 		db.logger.Error("heap pages of zeros below the length the last checkpoint wrote: data lost",
-			"pages", len(zeroed), "first", list(zeroedNames, len(zeroed)), "keysLost", lostZeroed,
+			"pages", len(zeroed), "first", listMore(zeroedNames, len(zeroed)), "keysLost", lostZeroed,
 			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify --lost-keys lists them")
 	}
 	if len(failed) > 0 {
 		db.logger.Error("heap pages that fail their checks (checksum, header, line pointers) below the length the last checkpoint wrote: data lost or damaged",
-			"pages", len(failed), "first", list(failedNames, len(failed)), "keysLost", lostFailed, "err", firstErr,
+			"pages", len(failed), "first", listMore(failedNames, len(failed)), "keysLost", lostFailed, "err", firstErr,
 			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify --lost-keys lists them")
 	}
 }
@@ -573,10 +554,23 @@ func (db *DB) noteDamagedRead(block uint32, err error) {
 	}
 }
 
-// andMore says how many of n findings were left out of the shown ones.
-func andMore(n, shown int) string {
-	if n > shown {
-		return fmt.Sprintf("; and %d more", n-shown)
+// listMore joins the first of n findings, shown, with ", " and says how
+// many were left out.
+func listMore(shown []string, n int) string {
+	s := strings.Join(shown, ", ")
+	if n > len(shown) {
+		s += fmt.Sprintf(" and %d more", n-len(shown))
 	}
-	return ""
+	return s
+}
+
+// heapSegmentPath is the path of heap segment file seg.
+func (db *DB) heapSegmentPath(seg uint32) string {
+	return filepath.Join(db.dir, heapDir, fmt.Sprintf("%08d", seg))
+}
+
+// heapBlockName names heap block blk as the storage layer's errors do:
+// "FILE at offset OFF (block BLK)".
+func (db *DB) heapBlockName(blk uint32) string {
+	return fmt.Sprintf("%s at offset %d (block %d)", db.heapSegmentPath(blk/heap.SegmentBlocks), int64(blk%heap.SegmentBlocks)*heap.PageSize, blk)
 }

@@ -280,20 +280,15 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 // serverTLSConfig builds the TLS configuration of --tls-port from Redis's
 // options: the certificate and key, the CA client certificates must chain
 // to, and tls-auth-clients (yes: a client must present one; optional: one
-// presented is checked; no: none is asked for). TLS 1.2 at least.
+// presented is checked; no: none is asked for). TLS 1.2 at least. The
+// caller has checked that the files it needs are named.
 func serverTLSConfig(certFile, keyFile, caFile string, auth tls.ClientAuthType) (*tls.Config, error) {
-	if certFile == "" || keyFile == "" {
-		return nil, errors.New("--tls-port needs --tls-cert-file and --tls-key-file")
-	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ClientAuth: auth}
 	if tc.ClientAuth != tls.NoClientCert {
-		if caFile == "" {
-			return nil, errors.New("--tls-auth-clients yes or optional needs --tls-ca-cert-file")
-		}
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
 			return nil, err
