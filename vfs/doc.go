@@ -40,7 +40,11 @@
 // it), Sync and Datasync, Truncate, and the directory operations that a
 // crash-safe engine needs to make file creation and renames durable
 // (SyncDir). Lock takes an advisory exclusive lock (flock) on a file so that
-// two processes cannot open the same data directory. The idea, and the
+// two processes cannot open the same data directory. OS builds on Linux,
+// macOS and the BSDs (not Windows: no flock, and a directory cannot be
+// synced there); Datasync is fdatasync(2) on Linux and the runtime's
+// File.Sync elsewhere, which on macOS is fcntl(F_FULLFSYNC), since plain
+// fsync there leaves the data in the drive's cache. The idea, and the
 // crash-clone approach of MemFS, come from pebble's vfs package. Rejected:
 // intercepting the os package with a build tag (tests could not run crash
 // copies side by side in one process) and simulating crashes with a FUSE

@@ -17,7 +17,8 @@ var _ FS = OS{}
 
 type osFile struct{ *os.File }
 
-func (f osFile) Datasync() error { return unix.Fdatasync(int(f.Fd())) }
+// Datasync implements File with the platform's data sync (datasync).
+func (f osFile) Datasync() error { return datasync(f.File) }
 
 func (f osFile) Size() (int64, error) {
 	fi, err := f.Stat()
