@@ -310,6 +310,13 @@ func (db *DB) open() error {
 	if db.vm, err = visibility.Open(fsys, filepath.Join(dir, vmDir), visibility.Options{
 		FlushWAL: db.flushWAL,
 		Unlogged: db.opts.VisibilityMap == VisibilityMapUnlogged,
+		// A damaged map page is read as one with no bit set (always
+		// safe: a reader or vacuum then looks at the heap page itself),
+		// as PostgreSQL's ZERO_ON_ERROR read of map pages; said once
+		// per read, which the map's cache makes rare.
+		OnDamage: func(err error) {
+			db.logger.Warn("visibility map page failed its checks and is read as one with no bit set; vacuum sets the bits again", "err", err)
+		},
 	}); err != nil {
 		return err
 	}

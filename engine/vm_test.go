@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -665,4 +666,73 @@ func TestVerifyFindsTruncatedVM(t *testing.T) {
 	if errs := db.vm.CheckFiles(); len(errs) != 1 || !errors.Is(errs[0], visibility.ErrCorrupt) || !errors.Is(errs[0], heap.ErrCorrupt) {
 		t.Fatalf("CheckFiles: %v, want one error matching visibility.ErrCorrupt and heap.ErrCorrupt", errs)
 	}
+}
+
+// A flipped bit in a map page of a cleanly closed database: Open succeeds,
+// the page is read as one with no bit set (with a warning naming the file
+// and offset), reads and writes of the keys it covers work, Verify reports
+// the damage on disk until vacuum sets the bits again and a checkpoint
+// writes the page whole.
+func TestDamagedVMPageReadsAsNoBits(t *testing.T) {
+	dir := t.TempDir()
+	off := false
+	db := openTest(t, dir, Options{Autovacuum: &off})
+	putKeys(t, db, "a", 200, 100)
+	mustVacuum(t, db)
+	if db.Stats().VisibilityMap.BitsSet == 0 {
+		t.Fatal("vacuum set no visibility map bit")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(dir, vmDir, "00000000")
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, heap.PageHeaderSize); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x04
+	if _, err := f.WriteAt(b, heap.PageHeaderSize); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	var logged strings.Builder
+	db, err = Open(dir, Options{Autovacuum: &off, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open with a damaged map page: %v", err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("a000001"), []byte("new")) }); err != nil {
+		t.Fatalf("write to a heap page the damaged map page covers: %v", err)
+	}
+	err = db.View(ctx, func(tx *Txn) error {
+		v, err := tx.Get([]byte("a000002"))
+		if err == nil && len(v) != 100 {
+			err = fmt.Errorf("a000002 = %q", v)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), name+" at offset 0") {
+		t.Fatalf("no warning naming %s at offset 0 in the log:\n%s", name, logged.String())
+	}
+	if db.Stats().VisibilityMap.PagesZeroed != 1 {
+		t.Fatalf("PagesZeroed = %d, want 1", db.Stats().VisibilityMap.PagesZeroed)
+	}
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || !strings.Contains(strings.Join(rep.Problems, "\n"), name+" at offset 0") {
+		t.Fatalf("Verify before the page is written again: %v, want the damage at %s offset 0", rep.Problems, name)
+	}
+	mustVacuum(t, db)
+	mustVerify(t, db)
 }

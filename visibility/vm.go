@@ -114,6 +114,11 @@ type Options struct {
 	// can claim a page all-visible when it is not. Kept only for the
 	// experiment that measures what crash safety costs.
 	Unlogged bool
+	// OnDamage, if set, is called (from the goroutine that read it) with
+	// an error matching ErrCorrupt that names the file and offset each
+	// time a map page that fails its checks is read into the cache and
+	// taken as a page with no bit set (see Map). It must not call the Map.
+	OnDamage func(err error)
 }
 
 // Map is the visibility map fork of the heap, PostgreSQL's visibilitymap.c:
@@ -121,6 +126,17 @@ type Options struct {
 // a buffer pool of their own. All methods are safe for concurrent use; the
 // bits of one map page are changed under that page's exclusive content
 // lock and read under its shared one.
+//
+// A map page that fails its checksum or header check when it is read into
+// the cache is taken as a page with no bit set, as PostgreSQL reads map
+// pages with RBM_ZERO_ON_ERROR: a clear bit only sends a reader or vacuum
+// to the heap page, so clearing is always safe, where an error would stop
+// every change to the 255 MiB of heap the page covers. The damage is
+// reported through Options.OnDamage and counted (MapStats.PagesZeroed);
+// the page on disk stays as it is, and ReadPage still reports it, until a
+// bit is next set on the page and the page is written whole. An I/O error
+// is still returned. Redo after a crash sets again every bit logged since
+// the redo point, and vacuum the others.
 //
 // A Map knows nothing of the heap or the WAL records: the caller sets a bit
 // only together with PD_ALL_VISIBLE on the heap page and with the LSN of the
@@ -134,6 +150,7 @@ type Map struct {
 	unlogged bool
 
 	closed atomic.Bool
+	zeroed atomic.Uint64 // damaged pages read as no bit set
 	// clears counts bit changes made by Clear; Reader uses it to know that
 	// no bit went from set to unset since it cached one.
 	clears atomic.Uint64
@@ -161,7 +178,7 @@ func Open(fsys vfs.FS, dir string, o Options) (*Map, error) {
 		pageLSN = func([]byte) uint64 { return 0 }
 	}
 	m := &Map{dir: dir, storage: &vmStorage{Storage: st, dir: dir}, unlogged: o.Unlogged}
-	m.pool = bufpool.New(m.storage, o.Buffers, flush, pageLSN)
+	m.pool = bufpool.New(zeroOnError{m, o.OnDamage}, o.Buffers, flush, pageLSN)
 	return m, nil
 }
 
@@ -333,6 +350,9 @@ type MapStats struct {
 	// PageReads and PageWrites count map pages read from and written to
 	// disk.
 	PageReads, PageWrites uint64
+	// PagesZeroed counts map pages that failed their checks when read
+	// into the cache and were taken as pages with no bit set.
+	PagesZeroed uint64
 }
 
 // Sub returns s minus o, counter by counter.
@@ -340,13 +360,14 @@ func (s MapStats) Sub(o MapStats) MapStats {
 	return MapStats{
 		BitsSet: s.BitsSet - o.BitsSet, BitsCleared: s.BitsCleared - o.BitsCleared,
 		PageReads: s.PageReads - o.PageReads, PageWrites: s.PageWrites - o.PageWrites,
+		PagesZeroed: s.PagesZeroed - o.PagesZeroed,
 	}
 }
 
 // Stats returns the counters. Safe to call concurrently.
 func (m *Map) Stats() MapStats {
 	p := m.pool.Stats()
-	return MapStats{BitsSet: m.sets.Load(), BitsCleared: m.clears.Load(), PageReads: p.Reads, PageWrites: p.Writes}
+	return MapStats{BitsSet: m.sets.Load(), BitsCleared: m.clears.Load(), PageReads: p.Reads, PageWrites: p.Writes, PagesZeroed: m.zeroed.Load()}
 }
 
 // Reader answers Test for a sequence of heap blocks, remembering the last
@@ -412,3 +433,30 @@ func (s *vmStorage) ReadBlock(block uint32, p []byte) error {
 	}
 	return nil
 }
+
+// zeroOnError is the map's storage as its cache sees it: a page that fails
+// its checks reads as a new page (no bit set), is counted and reported;
+// other read errors pass through. See Map.
+type zeroOnError struct {
+	m        *Map
+	onDamage func(error)
+}
+
+func (z zeroOnError) ReadBlock(block uint32, p []byte) error {
+	err := z.m.storage.ReadBlock(block, p)
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	clear(p)
+	z.m.zeroed.Add(1)
+	if z.onDamage != nil {
+		z.onDamage(err)
+	}
+	return nil
+}
+
+func (z zeroOnError) WriteBlock(block uint32, p []byte) error {
+	return z.m.storage.WriteBlock(block, p)
+}
+func (z zeroOnError) NBlocks() uint32 { return z.m.storage.NBlocks() }
+func (z zeroOnError) Sync() error     { return z.m.storage.Sync() }

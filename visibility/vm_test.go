@@ -176,18 +176,69 @@ func TestCorruptPageNamesFileAndOffset(t *testing.T) {
 	}
 	f.WriteAt([]byte{0xff}, heap.PageSize+100)
 	f.Close()
-	m = openMap(t, fs, Options{})
+	var reported []error
+	m = openMap(t, fs, Options{OnDamage: func(err error) { reported = append(reported, err) }})
 	defer m.Close()
-	_, err = m.Test(HeapBlocksPerPage + 5)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "/vm/00000000") || !strings.Contains(err.Error(), "offset 8192") {
-		t.Fatalf("Test on a damaged page: %v", err)
+	// The damaged page reads as one with no bit set, and says so.
+	if got, err := m.Test(HeapBlocksPerPage + 5); err != nil || got != 0 {
+		t.Fatalf("Test on a damaged page: %b, %v; want no bit and no error", got, err)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], ErrCorrupt) || !strings.Contains(reported[0].Error(), "/vm/00000000") || !strings.Contains(reported[0].Error(), "offset 8192") {
+		t.Fatalf("damage reported: %v; want one error naming /vm/00000000 at offset 8192", reported)
+	}
+	if st := m.Stats(); st.PagesZeroed != 1 {
+		t.Fatalf("PagesZeroed %d, want 1", st.PagesZeroed)
 	}
 	if _, err := m.Test(0); err != nil {
 		t.Fatalf("an undamaged (never written) page: %v", err)
 	}
+	// Clearing is a no-op on it; the page on disk keeps its damage, for
+	// verification to see, until a bit is set and the page written.
+	if _, err := m.Clear(HeapBlocksPerPage+5, ValidBits); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	p := make([]byte, heap.PageSize)
 	if err := m.ReadPage(1, p); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("ReadPage of the damaged page: %v", err)
+	}
+	if _, err := m.Set(HeapBlocksPerPage+7, AllVisible, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ReadPage(1, p); err != nil {
+		t.Fatalf("ReadPage after the page was written again: %v", err)
+	}
+	if PageBits(p, HeapBlocksPerPage+7) != AllVisible || PageBits(p, HeapBlocksPerPage+5) != 0 {
+		t.Fatalf("rewritten page bits: %b %b", PageBits(p, HeapBlocksPerPage+7), PageBits(p, HeapBlocksPerPage+5))
+	}
+	if len(reported) != 1 {
+		t.Fatalf("damage reported %d times, want once", len(reported))
+	}
+}
+
+// An I/O error reading a map page is still an error: only damage is read
+// as "no bit set".
+func TestMapReadIOErrorIsReturned(t *testing.T) {
+	mem := vfs.NewMemFS()
+	m := openMap(t, mem, Options{})
+	if _, err := m.Set(5, AllVisible, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	ffs := vfs.NewFaultFS(mem)
+	m = openMap(t, ffs, Options{OnDamage: func(err error) { t.Errorf("I/O error reported as damage: %v", err) }})
+	defer m.Close()
+	ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpRead)})
+	if _, err := m.Test(5); err == nil {
+		t.Fatal("Test with failing reads: no error")
 	}
 }
 
