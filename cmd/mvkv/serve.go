@@ -36,6 +36,8 @@ Usage:
 Server options:
   --dir=DIR                data directory (created if needed; required)
   --listen=ADDR            address to listen on (default: 127.0.0.1:7379)
+  --bind=HOST, --port=PORT the same in Redis's two parts: either replaces
+                           that part of the default (not with --listen)
   --metrics=ADDR           serve Prometheus metrics at http://ADDR/metrics
                            (default: off), e.g. 127.0.0.1:9121
   --requirepass=PASS       require AUTH PASS (default: no password)
@@ -92,6 +94,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	)
 	fs.StringVar(&dir, "dir", "", "")
 	fs.StringVar(&listen, "listen", "127.0.0.1:7379", "")
+	// redis-server's names for the two halves of the address.
+	var bind, port string
+	fs.StringVar(&bind, "bind", "", "")
+	fs.StringVar(&port, "port", "", "")
 	fs.StringVar(&metricsAddr, "metrics", "", "")
 	fs.StringVar(&pass, "requirepass", "", "")
 	protectedMode := "yes"
@@ -140,6 +146,29 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	if dir == "" {
 		return fail("--dir is required")
+	}
+	if bind != "" || port != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["listen"] {
+			return fail("--listen and --bind or --port are two ways to give one address: give one")
+		}
+		if strings.ContainsAny(bind, " ,") {
+			return fail("invalid --bind %q: one host name or address (this server listens on one)", bind)
+		}
+		if port != "" {
+			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+				return fail("invalid --port %q (want 0 to 65535)", port)
+			}
+		}
+		host, p, _ := net.SplitHostPort(listen)
+		if bind != "" {
+			host = bind
+		}
+		if port != "" {
+			p = port
+		}
+		listen = net.JoinHostPort(host, p)
 	}
 	// The TLS options are checked whether or not --tls-port is given.
 	clientAuth, ok := tlsClientAuth(tlsAuth)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,7 +32,11 @@ func startServe(t *testing.T, dir string, extra ...string) *servedProcess {
 	t.Helper()
 	pr, pw := io.Pipe()
 	p := &servedProcess{exit: make(chan int, 1), stderr: &bytes.Buffer{}}
-	args := append([]string{"--dir", dir, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"}, extra...)
+	args := []string{"--dir", dir, "--metrics", "127.0.0.1:0"}
+	if !slices.Contains(extra, "--port") && !slices.Contains(extra, "--bind") {
+		args = append(args, "--listen", "127.0.0.1:0")
+	}
+	args = append(args, extra...)
 	go func() {
 		code := serveRun(context.Background(), args, pw, p.stderr)
 		pw.Close()
@@ -108,6 +113,10 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-scale-factor", "NaN"},
 		{"serve", "--dir", t.TempDir(), "--vacuum-freeze-min-age", "-5"},
 		{"serve", "--dir", t.TempDir(), "--vacuum-freeze-table-age", "3000000000"},
+		{"serve", "--dir", t.TempDir(), "--listen", "127.0.0.1:0", "--port", "0"},
+		{"serve", "--dir", t.TempDir(), "--port", "70000"},
+		{"serve", "--dir", t.TempDir(), "--port", "x"},
+		{"serve", "--dir", t.TempDir(), "--bind", "127.0.0.1 ::1"},
 	} {
 		errb.Reset()
 		if code := run(args, &out, &errb); code != 2 {
@@ -388,4 +397,15 @@ func TestServeFlagsMatchConfigSet(t *testing.T) {
 	if err := c.ConfigSet(ctx, "maxclients", "10000").Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestServeBindAndPort checks redis-server's --bind and --port: each
+// replaces its part of the default address.
+func TestServeBindAndPort(t *testing.T) {
+	p := startServe(t, t.TempDir(), "--bind", "127.0.0.1", "--port", "0")
+	host, port, err := net.SplitHostPort(p.addr)
+	if err != nil || host != "127.0.0.1" || port == "0" || port == "7379" {
+		t.Fatalf("listening on %q, want 127.0.0.1 and the port the system chose", p.addr)
+	}
+	p.shutdown(t)
 }
