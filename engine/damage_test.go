@@ -229,3 +229,48 @@ func TestWALEndingBeforeCheckpointIsCorruption(t *testing.T) {
 		t.Fatalf("Open: %v; want ErrCorruption naming %q", err, want)
 	}
 }
+
+// TestControlFileNotThisWALs: a control file copied from another database,
+// or an older copy of this one's, is refused, naming the control file,
+// instead of being taken at its word (its redo point and next xid) or
+// blamed on the heap.
+func TestControlFileNotThisWALs(t *testing.T) {
+	small := filledAndClosed(t, 5)
+	big := filledAndClosed(t, 500)
+
+	// An older control file of the big database: its checkpoint LSN
+	// lies inside the WAL, at a record that is not that checkpoint.
+	older := t.TempDir()
+	copyDir(t, big, older)
+	ctlPath := filepath.Join(older, controlName)
+	if err := os.Remove(ctlPath); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(small, controlName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ctlPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(older, Options{})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), ctlPath+" names a checkpoint record at") || !strings.Contains(err.Error(), "does not belong with this WAL") {
+		t.Fatalf("the small database's control file over the big one's WAL: %v", err)
+	}
+
+	// The big database's control file over the small one's WAL: its
+	// checkpoint lies past the WAL's end.
+	newer := t.TempDir()
+	copyDir(t, small, newer)
+	b, err = os.ReadFile(filepath.Join(big, controlName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(newer, controlName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(newer, Options{})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "or the control file is not this WAL's") {
+		t.Fatalf("the big database's control file over the small one's WAL: %v", err)
+	}
+}

@@ -83,6 +83,9 @@ func (db *DB) recover(ctrl controlData) error {
 	scan := newWALScan()
 	var bulk bulkScan
 	clogQuiet := true
+	// The type of the record that starts at the control file's checkpoint
+	// LSN; 0 while none has been seen.
+	var atCheckpoint wal.RecordType
 	for {
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
@@ -90,6 +93,9 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		if first == 0 {
 			first = rec.LSN
+		}
+		if rec.LSN == ctrl.CheckpointLSN {
+			atCheckpoint = rec.Type
 		}
 		if rec.Type == recCheckpoint && rec.LSN >= ctrl.CheckpointLSN {
 			if c, err := decodeCheckpoint(rec.Data); err == nil {
@@ -121,15 +127,20 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	cutBulk := len(bulk.open) > 0
+	// The control file and the WAL first: with a control file that is not
+	// this WAL's, every later check would blame the wrong file.
+	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
+		return db.walEndsBeforeCheckpoint(walPath, r.SegmentSize(), end, ctrl)
+	}
+	if err := checkControlMatchesWAL(ctrl, end, atCheckpoint, ckpts, filepath.Join(db.dir, controlName)); err != nil {
+		return err
+	}
 	heapPath := filepath.Join(db.dir, heapDir)
 	if n := db.storage.NBlocks(); uint64(n) < ctrl.HeapBlocks {
 		return fmt.Errorf("%w: %s: the heap has %d blocks, fewer than the %d it had at the last checkpoint", ErrCorruption, heapPath, n, ctrl.HeapBlocks)
 	}
 	if ctrl.CheckpointLSN == 0 && db.storage.NBlocks() > 0 && (first == 0 || first != wal.FirstLSN(r.SegmentSize())) {
 		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
-	}
-	if ctrl.CheckpointLSN != 0 && end <= ctrl.CheckpointLSN {
-		return db.walEndsBeforeCheckpoint(walPath, r.SegmentSize(), end, ctrl)
 	}
 	if err := db.checkStrayHeapPages(ctrl, scan); err != nil {
 		return err
@@ -652,7 +663,38 @@ func (db *DB) walEndsBeforeCheckpoint(walPath string, segSize int64, end wal.LSN
 		}
 	}
 	if end == ctrl.CheckpointLSN {
-		return fmt.Errorf("%w: %s: the last checkpoint record (%s), which the control file names, is damaged or missing", ErrCorruption, where, ctrl.CheckpointLSN)
+		return fmt.Errorf("%w: %s: the last checkpoint record (%s), which the control file names, is damaged or missing, or the control file is not this WAL's", ErrCorruption, where, ctrl.CheckpointLSN)
 	}
-	return fmt.Errorf("%w: %s: the valid WAL ends there (%s), before the last checkpoint record (%s): the WAL from there on is damaged or missing", ErrCorruption, where, end, ctrl.CheckpointLSN)
+	return fmt.Errorf("%w: %s: the valid WAL ends there (%s), before the last checkpoint record (%s): the WAL from there on is damaged or missing, or the control file is not this WAL's", ErrCorruption, where, end, ctrl.CheckpointLSN)
+}
+
+// checkControlMatchesWAL checks that the WAL read up to end holds, at the
+// control file's checkpoint LSN, the checkpoint record the control file
+// was written for: one record starting there (atCheckpoint is its type, 0
+// if none started there), a checkpoint with the same redo point and next
+// xid. A control file copied from another database, or an older or newer
+// copy of this one's, names a place in this WAL that holds something else;
+// taking its redo point and next xid would replay from the wrong place or
+// hand out xids again, so Open stops, as PostgreSQL stops on "invalid
+// checkpoint record". A WAL that ends before the checkpoint LSN is left to
+// the checks that name the WAL's damage.
+func checkControlMatchesWAL(ctrl controlData, end wal.LSN, atCheckpoint wal.RecordType, ckpts map[wal.LSN]checkpointRecord, controlPath string) error {
+	if ctrl.CheckpointLSN == 0 || end <= ctrl.CheckpointLSN {
+		return nil
+	}
+	mismatch := func(what string) error {
+		return fmt.Errorf("%w: %s names a checkpoint record at %s with redo point %s and next xid %d, but %s: the control file does not belong with this WAL (a copy from another database, or an older or newer copy of this one's)",
+			ErrCorruption, controlPath, ctrl.CheckpointLSN, ctrl.RedoLSN, ctrl.NextXid, what)
+	}
+	if atCheckpoint == 0 {
+		return mismatch("no WAL record starts there")
+	}
+	c, ok := ckpts[ctrl.CheckpointLSN]
+	if atCheckpoint != recCheckpoint || !ok {
+		return mismatch(fmt.Sprintf("the WAL's record there is a %s record", recordTypeName(atCheckpoint)))
+	}
+	if c.redo != ctrl.RedoLSN || c.nextXid != ctrl.NextXid {
+		return mismatch(fmt.Sprintf("the WAL's checkpoint record there has redo point %s and next xid %d", c.redo, c.nextXid))
+	}
+	return nil
 }
