@@ -167,6 +167,15 @@ var knobs = withEngineSettings(map[string]knob{
 		},
 	},
 	"daemonize": {get: func(*Server) string { return "no" }},
+	// Where the server listens, as Redis reports it (immutable here).
+	"port": {get: func(s *Server) string { return s.tcpPort() }},
+	"bind": {get: func(s *Server) string { return s.tcpBind() }},
+	"tls-port": {get: func(s *Server) string {
+		if a := s.tcpAddr(true); a != nil {
+			return strconv.Itoa(a.Port)
+		}
+		return "0"
+	}},
 	// The encoding knobs of Redis's other data types, accepted so that
 	// tools that set them do not fail; they change nothing here.
 	"hash-max-listpack-entries": encodingKnob("hash-max-listpack-entries", 128),
@@ -760,16 +769,35 @@ func matchOne(p []byte, c byte) (int, bool) {
 	return 1, p[0] == c
 }
 
-// tcpPort is the port of the first TCP listener, for INFO, or "0".
-func (s *Server) tcpPort() string {
+// tcpAddr is the address of a TCP listener of Serve (isTLS false) or
+// ServeTLS (true), or nil when there is none.
+func (s *Server) tcpAddr(isTLS bool) *net.TCPAddr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ln := range s.listeners {
-		if a, ok := ln.Addr().(*net.TCPAddr); ok {
-			return strconv.Itoa(a.Port)
+	for ln, t := range s.listeners {
+		if a, ok := ln.Addr().(*net.TCPAddr); ok && t == isTLS {
+			return a
 		}
 	}
+	return nil
+}
+
+// tcpPort is the port Serve listens on, for INFO and CONFIG GET port, or
+// "0".
+func (s *Server) tcpPort() string {
+	if a := s.tcpAddr(false); a != nil {
+		return strconv.Itoa(a.Port)
+	}
 	return "0"
+}
+
+// tcpBind is the address Serve listens on, for CONFIG GET bind, or ""
+// when there is none.
+func (s *Server) tcpBind() string {
+	if a := s.tcpAddr(false); a != nil {
+		return a.IP.String()
+	}
+	return ""
 }
 
 // indexSource says where Open took the key index from, for INFO: "file"

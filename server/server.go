@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -148,11 +149,11 @@ type Server struct {
 	cancel  context.CancelFunc
 
 	mu        sync.Mutex
-	listeners map[net.Listener]struct{} // guarded by mu
-	conns     map[*conn]struct{}        // guarded by mu
-	closing   bool                      // guarded by mu; set once by Shutdown
-	closingA  atomic.Bool               // closing, readable without mu
-	connWG    sync.WaitGroup            // one per entry ever added to conns
+	listeners map[net.Listener]bool // TLS or not; guarded by mu
+	conns     map[*conn]struct{}    // guarded by mu
+	closing   bool                  // guarded by mu; set once by Shutdown
+	closingA  atomic.Bool           // closing, readable without mu
+	connWG    sync.WaitGroup        // one per entry ever added to conns
 	shutOnce  sync.Once
 	done      chan struct{} // closed when a shutdown has completed
 	shutErr   error         // set before done is closed
@@ -171,7 +172,7 @@ func New(db *engine.DB, cfg Config) *Server {
 		start:     time.Now(),
 		baseCtx:   ctx,
 		cancel:    cancel,
-		listeners: map[net.Listener]struct{}{},
+		listeners: map[net.Listener]bool{},
 		conns:     map[*conn]struct{}{},
 		done:      make(chan struct{}),
 	}
@@ -212,6 +213,18 @@ func (s *Server) limits() Limits { return *s.lim.Load() }
 // the listener's error. Canceling ctx starts a graceful shutdown bounded by
 // Config.ShutdownTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, false)
+}
+
+// ServeTLS is Serve on TLS connections: it accepts on ln, a TCP listener,
+// and runs the TLS handshake of config (crypto/tls's server side) on each
+// connection. CONFIG GET tls-port reports its port; port and INFO's
+// tcp_port report Serve's.
+func (s *Server) ServeTLS(ctx context.Context, ln net.Listener, config *tls.Config) error {
+	return s.serve(ctx, tls.NewListener(ln, config), true)
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, isTLS bool) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -219,7 +232,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-s.done
 		return ErrServerClosed
 	}
-	s.listeners[ln] = struct{}{}
+	s.listeners[ln] = isTLS
 	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() { s.shutdownAsync() })
 	defer stop()

@@ -211,8 +211,9 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		fmt.Fprintln(stderr, errorLine(err))
 		return 1
 	}
-	defer ln.Close() // after Serve has closed it; a second Close is harmless
-	var tln net.Listener
+	defer ln.Close()     // after Serve has closed it; a second Close is harmless
+	var tln net.Listener // for ServeTLS, with tlsConfig
+	var tlsConfig *tls.Config
 	if tlsPort != 0 {
 		tc, err := serverTLSConfig(tlsCert, tlsKey, tlsCA, clientAuth)
 		if err != nil {
@@ -230,7 +231,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 			fmt.Fprintln(stderr, errorLine(err))
 			return 1
 		}
-		tln = tls.NewListener(raw, tc)
+		tln, tlsConfig = raw, tc
 		defer tln.Close()
 	}
 	var mln net.Listener
@@ -281,7 +282,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	if tln != nil {
 		go func() {
-			if err := srv.Serve(ctx, tln); !errors.Is(err, server.ErrServerClosed) {
+			if err := srv.ServeTLS(ctx, tln, tlsConfig); !errors.Is(err, server.ErrServerClosed) {
 				log.Error("TLS listener failed", "err", err)
 			}
 		}()

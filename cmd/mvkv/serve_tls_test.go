@@ -128,6 +128,19 @@ func TestServeTLS(t *testing.T) {
 	if v, err := plain.Get(ctx, "k").Result(); err != nil || v != "over tls" {
 		t.Fatalf("plain GET: %q, %v", v, err)
 	}
+	// INFO and CONFIG GET name each port for what it is.
+	_, plainPort, _ := net.SplitHostPort(sp.addr)
+	for i := 0; i < 5; i++ { // the listeners are kept in a map: try its orders
+		if info := plain.Info(ctx, "server").Val(); !strings.Contains(info, "tcp_port:"+plainPort+"\r\n") {
+			t.Fatalf("INFO server does not give tcp_port:%s:\n%s", plainPort, info)
+		}
+		if got := plain.ConfigGet(ctx, "*port").Val(); got["port"] != plainPort || got["tls-port"] != port {
+			t.Fatalf("CONFIG GET *port: %v, want port %s and tls-port %s", got, plainPort, port)
+		}
+	}
+	if got := plain.ConfigGet(ctx, "bind").Val(); got["bind"] != "127.0.0.1" {
+		t.Fatalf("CONFIG GET bind: %v", got)
+	}
 	sp.shutdown(t)
 }
 
