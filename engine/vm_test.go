@@ -632,11 +632,10 @@ func TestIndexOnlyBitClearedMidScan(t *testing.T) {
 	}
 }
 
-// A visibility map file cut short in the middle of a page opens (the
-// partial page reads as one never written) and its checksums pass, but the
-// bits it held are gone: Verify reports the file, its size and the offset
-// of the page cut short.
-func TestVerifyFindsTruncatedVM(t *testing.T) {
+// vacuumedWithVMBits returns a database (autovacuum off) of 200 keys that
+// vacuum has marked all-visible in the map, and its directory.
+func vacuumedWithVMBits(t *testing.T) (string, *DB) {
+	t.Helper()
 	dir := t.TempDir()
 	off := false
 	db := openTest(t, dir, Options{Autovacuum: &off})
@@ -645,6 +644,16 @@ func TestVerifyFindsTruncatedVM(t *testing.T) {
 	if db.Stats().VisibilityMap.BitsSet == 0 {
 		t.Fatal("vacuum set no visibility map bit")
 	}
+	return dir, db
+}
+
+// A visibility map file cut short in the middle of a page opens (the
+// partial page reads as one never written) and its checksums pass, but the
+// bits it held are gone: Verify reports the file, its size and the offset
+// of the page cut short.
+func TestVerifyFindsTruncatedVM(t *testing.T) {
+	dir, db := vacuumedWithVMBits(t)
+	off := false
 	mustVerify(t, db)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -674,14 +683,8 @@ func TestVerifyFindsTruncatedVM(t *testing.T) {
 // the damage on disk until vacuum sets the bits again and a checkpoint
 // writes the page whole.
 func TestDamagedVMPageReadsAsNoBits(t *testing.T) {
-	dir := t.TempDir()
+	dir, db := vacuumedWithVMBits(t)
 	off := false
-	db := openTest(t, dir, Options{Autovacuum: &off})
-	putKeys(t, db, "a", 200, 100)
-	mustVacuum(t, db)
-	if db.Stats().VisibilityMap.BitsSet == 0 {
-		t.Fatal("vacuum set no visibility map bit")
-	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
