@@ -114,13 +114,16 @@
 // while the other statuses of a damaged page are simply wrong. So a page
 // failing its checksum is treated by what could have happened to it:
 //
-//   - No transaction ended after the last checkpoint's redo point (a clean
-//     shutdown, or a crash with nothing decided since): no CLOG page was
-//     written after the checkpoint made them all durable, so nothing can
-//     be torn. The engine checks every page from the truncation point up
-//     to the checkpoint's next xid with CheckWritten(next, true) at Open,
-//     before redo, and refuses to open on any page that fails its
-//     checksum, naming the file, offset, page and xids.
+//   - A page none of whose xids wrote to the WAL after the last
+//     checkpoint's redo point (every page after a clean shutdown, and
+//     after a crash every page but those of the transactions since the
+//     checkpoint): it was not written after the checkpoint made it
+//     durable, since a status is set only after its transaction's record,
+//     so it cannot be torn. The engine checks every page from the
+//     truncation point up to the checkpoint's next xid with
+//     CheckWritten(next, mayBeTorn) at Open, before redo, and refuses to
+//     open on any such page that fails its checksum, naming the file,
+//     offset, page and xids.
 //   - A page holding only xids at or above the checkpoint's next xid
 //     (Options.RedoXid, read after the redo point was chosen, so every such
 //     xid was handed out and decided after that point): under
@@ -128,10 +131,9 @@
 //     sets every status the WAL decided, recovery marks the xids it saw
 //     without an end as aborted, and an xid with no record at all wrote
 //     nothing to the heap (WAL before data), so its "in progress" is right.
-//   - Any other page, after a crash with transactions decided since the
-//     checkpoint: it may have been written again after the checkpoint (it
-//     holds xids that were still running then, or the next xid) and torn
-//     by the crash, so under Options.Recovery it is accepted as torn, its
+//   - Any other page, one holding an xid that wrote to the WAL after the
+//     redo point: it may have been written again after the checkpoint and
+//     torn by the crash, so under Options.Recovery it is accepted as torn, its
 //     bits kept (each sector holds its old or new bits; redo sets the new
 //     ones again), logged, and rewritten whole at the next Checkpoint.
 //

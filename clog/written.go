@@ -70,14 +70,15 @@ const maxReported = 5
 // after ExtendTo), and returns an error wrapping ErrCorrupt when any is
 // lost: it names each segment file that is missing and each page that is
 // all zeros, cut short by the end of its file or lies past it, with its offset and the xids
-// it holds. With checksums set it also fails each page that fails its
-// checksum (or page number, version, reserved bytes): the caller sets it
-// when no page can have been written since that checkpoint made them
-// durable (nothing decided a transaction after its redo point), so that a
-// failing page cannot be a write torn by a crash and is damage, which
-// nothing can repair (see "Crash contract" in the package documentation).
+// it holds. It also fails each page that fails its checksum (or page
+// number, version, reserved bytes) for which mayBeTorn(page) is false (a
+// nil mayBeTorn is false for every page): the caller answers false for a page that cannot have
+// been written since that checkpoint made it durable (no transaction with
+// an xid on it wrote to the WAL after its redo point), so that a failing
+// page cannot be a write torn by a crash and is damage, which nothing can
+// repair (see "Crash contract" in the package documentation).
 // It only reads. Call it before recovery changes anything.
-func (c *CLOG) CheckWritten(below uint64, checksums bool) error {
+func (c *CLOG) CheckWritten(below uint64, mayBeTorn func(page uint64) bool) error {
 	oldest := c.oldest.Load()
 	if below <= oldest || below == 0 {
 		return nil
@@ -122,7 +123,7 @@ func (c *CLOG) CheckWritten(below uint64, checksums bool) error {
 			// in place can be torn but not cut short.
 			why = fmt.Sprintf("ends at byte %d, inside the page at offset %d", off+int64(n), off)
 		case !isZero(buf):
-			if derr := decodePage(buf, p); derr != nil && checksums {
+			if derr := decodePage(buf, p); derr != nil && (mayBeTorn == nil || !mayBeTorn(p)) {
 				ndamaged++
 				if len(damaged) < maxReported {
 					damaged = append(damaged, fmt.Sprintf("%s at offset %d (page %d): %v: the commit statuses of xids %d to %d cannot be trusted", name, off, p, derr, lo, hi))
@@ -147,7 +148,7 @@ func (c *CLOG) CheckWritten(below uint64, checksums bool) error {
 			strings.Join(bad, "; "), more(nbad, len(bad)), below))
 	}
 	if ndamaged > 0 {
-		parts = append(parts, fmt.Sprintf("%s%s: these pages were made durable by the last checkpoint and nothing was written to the CLOG since (no transaction ended after its redo point), so they are damaged, not torn by a crash; they hold statuses of xids below %d, the checkpoint's next xid, decided before its redo point, which redo does not replay",
+		parts = append(parts, fmt.Sprintf("%s%s: these pages were made durable by the last checkpoint and not written since (no transaction with an xid on them wrote to the WAL after its redo point), so they are damaged, not torn by a crash; they hold statuses of xids below %d, the checkpoint's next xid, decided before its redo point, which redo does not replay",
 			strings.Join(damaged, "; "), more(ndamaged, len(damaged)), below))
 	}
 	if len(parts) == 0 {

@@ -83,6 +83,10 @@ func (db *DB) recover(ctrl controlData) error {
 	scan := newWALScan()
 	var bulk bulkScan
 	clogQuiet := true
+	// The CLOG pages of the xids that wrote to the WAL after the redo
+	// point: the only ones that can have been written since the
+	// checkpoint, and so torn by a crash.
+	clogTouched := map[uint64]bool{}
 	// The type of the record that starts at the control file's checkpoint
 	// LSN; 0 while none has been seen.
 	var atCheckpoint wal.RecordType
@@ -108,6 +112,7 @@ func (db *DB) recover(ctrl controlData) error {
 			// A transaction wrote after the redo point: a CLOG page may
 			// have been written since the checkpoint, and torn.
 			clogQuiet = false
+			clogTouched[rec.XID/clog.XidsPerPage] = true
 		}
 	}
 	if !errors.Is(err, io.EOF) {
@@ -148,7 +153,7 @@ func (db *DB) recover(ctrl controlData) error {
 	if ctrl.CheckpointLSN != 0 {
 		// Damage that would read as valid data, found before anything
 		// is written (damage.go).
-		if err := db.clog.CheckWritten(ctrl.NextXid, clogQuiet); err != nil {
+		if err := db.clog.CheckWritten(ctrl.NextXid, func(page uint64) bool { return clogTouched[page] }); err != nil {
 			return errCLOGLost(err)
 		}
 		// Reading every page costs what the index file saves: with a
