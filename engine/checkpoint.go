@@ -93,7 +93,7 @@ func (db *DB) checkpoint() error {
 	// A new identifier for every checkpoint (see the index file's doc),
 	// never 0, which marks a record written before identifiers.
 	id := newIdentifier()
-	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(checkpointRecord{redo: redo, nextXid: next, id: id}))
+	start, end, err := db.wal.Insert(recCheckpoint, 0, encodeCheckpoint(checkpointRecord{redo: redo, nextXid: next, id: id, systemID: db.systemID}))
 	if err == nil {
 		err = db.wal.FlushData(end)
 	}

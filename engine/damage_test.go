@@ -274,3 +274,58 @@ func TestControlFileNotThisWALs(t *testing.T) {
 		t.Fatalf("the big database's control file over the small one's WAL: %v", err)
 	}
 }
+
+// TestControlAndWALOfAnotherDatabase: two databases that ran the same
+// work have the same LSNs, so the other's control file, or the other's
+// WAL, names a checkpoint record with the same redo point and next xid at
+// the same place. Only the system identifier in the record tells them
+// apart, and Open refuses the pair instead of serving the other database's
+// writes.
+func TestControlAndWALOfAnotherDatabase(t *testing.T) {
+	x, y := filledAndClosed(t, 20), filledAndClosed(t, 20)
+	cx, _, err := readControl(vfs.OS{}, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cy, _, err := readControl(vfs.OS{}, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cx.CheckpointLSN != cy.CheckpointLSN || cx.RedoLSN != cy.RedoLSN || cx.NextXid != cy.NextXid || cx.SystemID == cy.SystemID {
+		t.Fatalf("the two databases differ in more than their identity: %+v, %+v", cx, cy)
+	}
+	want := fmt.Sprintf("written by the database with system identifier %d, and the control file is that of %d", cy.SystemID, cx.SystemID)
+
+	otherWAL := t.TempDir()
+	copyDir(t, x, otherWAL)
+	for _, s := range walSegments(t, otherWAL) {
+		if err := os.Remove(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range walSegments(t, y) {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(otherWAL, walDir, filepath.Base(s)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Open(otherWAL, Options{}); !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the other database's WAL: %v, want ErrCorruption saying %q", err, want)
+	}
+
+	otherControl := t.TempDir()
+	copyDir(t, y, otherControl)
+	b, err := os.ReadFile(filepath.Join(x, controlName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(otherControl, controlName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(otherControl, Options{}); !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the other database's control file: %v, want ErrCorruption saying %q", err, want)
+	}
+}

@@ -80,6 +80,9 @@ func describeRecord(rec wal.Record) string {
 	case recCheckpoint:
 		if c, err := decodeCheckpoint(rec.Data); err == nil {
 			desc = fmt.Sprintf("redo %s; next xid %d; checkpoint id %016x", c.redo, c.nextXid, c.id)
+			if c.systemID != 0 {
+				desc += fmt.Sprintf("; system id %d", c.systemID)
+			}
 		} else {
 			desc = "malformed"
 		}

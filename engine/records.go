@@ -267,7 +267,7 @@ func decodeHeapRecord(t wal.RecordType, data []byte) (heapRecord, error) {
 
 // checkpointRecord is a CHECKPOINT record's payload:
 //
-//	| redo 8 | next xid 8 | checkpoint identifier 8 |
+//	| redo 8 | next xid 8 | checkpoint identifier 8 | system identifier 8 |
 //
 // The identifier is random, drawn anew for every checkpoint, and written
 // into the index file the checkpoint writes too: two copies of one
@@ -276,25 +276,36 @@ func decodeHeapRecord(t wal.RecordType, data []byte) (heapRecord, error) {
 // different identifiers, so neither accepts the other's index file. A
 // record without it (16 bytes, written before it existed) decodes with
 // identifier 0, which no index file carries.
+//
+// The system identifier is the database's, as in the control file (and in
+// PostgreSQL's WAL page headers): Open compares the two, so that a control
+// file and a WAL from different databases are not taken for one, even
+// where their LSNs line up. A record without it (16 or 24 bytes) decodes
+// with 0, which is not compared.
 type checkpointRecord struct {
-	redo    wal.LSN
-	nextXid uint64
-	id      uint64
+	redo     wal.LSN
+	nextXid  uint64
+	id       uint64
+	systemID uint64
 }
 
 func encodeCheckpoint(c checkpointRecord) []byte {
 	b := binary.LittleEndian.AppendUint64(nil, uint64(c.redo))
 	b = binary.LittleEndian.AppendUint64(b, c.nextXid)
-	return binary.LittleEndian.AppendUint64(b, c.id)
+	b = binary.LittleEndian.AppendUint64(b, c.id)
+	return binary.LittleEndian.AppendUint64(b, c.systemID)
 }
 
 func decodeCheckpoint(data []byte) (checkpointRecord, error) {
-	if len(data) != 16 && len(data) != 24 {
+	if len(data) != 16 && len(data) != 24 && len(data) != 32 {
 		return checkpointRecord{}, errBadRecord
 	}
 	c := checkpointRecord{redo: wal.LSN(binary.LittleEndian.Uint64(data)), nextXid: binary.LittleEndian.Uint64(data[8:])}
-	if len(data) == 24 {
+	if len(data) >= 24 {
 		c.id = binary.LittleEndian.Uint64(data[16:])
+	}
+	if len(data) == 32 {
+		c.systemID = binary.LittleEndian.Uint64(data[24:])
 	}
 	return c, nil
 }

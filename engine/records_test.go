@@ -47,9 +47,13 @@ func TestHeapRecordRoundTrip(t *testing.T) {
 	if _, err := decodeHeapRecord(recCommit, nil); !errors.Is(err, errBadRecord) {
 		t.Fatalf("wrong type accepted: %v", err)
 	}
-	want := checkpointRecord{redo: 0x1234, nextXid: 99, id: 0xfeedface}
+	want := checkpointRecord{redo: 0x1234, nextXid: 99, id: 0xfeedface, systemID: 0xc0ffee}
 	if got, err := decodeCheckpoint(encodeCheckpoint(want)); err != nil || got != want {
 		t.Fatalf("checkpoint round trip: %+v %v", got, err)
+	}
+	// A record written before the system identifier existed.
+	if got, err := decodeCheckpoint(encodeCheckpoint(want)[:24]); err != nil || got != (checkpointRecord{redo: 0x1234, nextXid: 99, id: 0xfeedface}) {
+		t.Fatalf("24-byte checkpoint record: %+v %v", got, err)
 	}
 	// A record written before the identifier existed.
 	pre := encodeCheckpoint(want)[:16]
@@ -91,7 +95,7 @@ func FuzzDecodeHeapRecord(f *testing.F) {
 	f.Add(uint8(recHeapInsert), encodeInsert(heap.TID{Block: 1, Slot: 2}, tup))
 	f.Add(uint8(recHeapUpdate), encodeUpdate(heap.TID{Block: 1}, heap.TID{Block: 2}, tup))
 	f.Add(uint8(recHeapDelete), encodeDelete(heap.TID{Block: 1}))
-	f.Add(uint8(recCheckpoint), encodeCheckpoint(checkpointRecord{redo: 1, nextXid: 2, id: 3}))
+	f.Add(uint8(recCheckpoint), encodeCheckpoint(checkpointRecord{redo: 1, nextXid: 2, id: 3, systemID: 4}))
 	f.Fuzz(func(t *testing.T, typ uint8, data []byte) {
 		r, err := decodeHeapRecord(wal.RecordType(typ), data)
 		if err != nil {

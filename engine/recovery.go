@@ -677,7 +677,7 @@ func (db *DB) walEndsBeforeCheckpoint(walPath string, segSize int64, end wal.LSN
 // control file's checkpoint LSN, the checkpoint record the control file
 // was written for: one record starting there (atCheckpoint is its type, 0
 // if none started there), a checkpoint with the same redo point and next
-// xid. A control file copied from another database, or an older or newer
+// xid, written by the database of the same system identifier. A control file copied from another database, or an older or newer
 // copy of this one's, names a place in this WAL that holds something else;
 // taking its redo point and next xid would replay from the wrong place or
 // hand out xids again, so Open stops, as PostgreSQL stops on "invalid
@@ -700,6 +700,9 @@ func checkControlMatchesWAL(ctrl controlData, end wal.LSN, atCheckpoint wal.Reco
 	}
 	if c.redo != ctrl.RedoLSN || c.nextXid != ctrl.NextXid {
 		return mismatch(fmt.Sprintf("the WAL's checkpoint record there has redo point %s and next xid %d", c.redo, c.nextXid))
+	}
+	if c.systemID != 0 && ctrl.SystemID != 0 && c.systemID != ctrl.SystemID {
+		return mismatch(fmt.Sprintf("the WAL's checkpoint record there was written by the database with system identifier %d, and the control file is that of %d", c.systemID, ctrl.SystemID))
 	}
 	return nil
 }
