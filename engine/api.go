@@ -40,10 +40,16 @@ var (
 	// another DB in this process).
 	ErrLocked = errors.New("mvkv: data directory is in use")
 	// ErrWALSyncFailed: an fsync of the WAL failed; the database accepts no
-	// more writes until it is reopened (reads keep working).
+	// more writes until it is reopened. Reads keep working with early lock
+	// release off; with it on (the default) a read fails too when it may
+	// have seen a commit whose record the failed sync did not make durable
+	// (one made visible before the failure and not yet flushed), which a
+	// reopen's recovery would not find: after a failure under load, every
+	// read.
 	ErrWALSyncFailed = errors.New("mvkv: WAL sync failed; database is read-only until reopened")
 	// ErrIOFailure: an fsync or write of a data file failed; the database
-	// accepts no more writes until it is reopened (reads keep working).
+	// accepts no more writes until it is reopened (reads keep working, as
+	// for ErrWALSyncFailed).
 	ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")
 
 	// The settings interface (Setting.Set, DB.SetConfig,

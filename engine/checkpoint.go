@@ -166,6 +166,12 @@ func (db *DB) checkpointer() {
 		if !requested && !byTime && !byVolume {
 			continue
 		}
+		if db.writable() != nil {
+			// A checkpoint cannot write its record now, and the failure
+			// was logged when it happened: trying every second would
+			// only repeat it.
+			continue
+		}
 		if requested && testEndOfRecoveryHook != nil {
 			testEndOfRecoveryHook(db)
 		}

@@ -348,7 +348,8 @@ func (db *DB) writable() error {
 }
 
 // fail records the first fsync or write failure: from then on the database
-// refuses writes (reads go on) until it is reopened and recovery redoes from
+// refuses writes (and, with early lock release on, reads, which may have
+// seen a commit the WAL then failed to make durable) until it is reopened and recovery redoes from
 // the last checkpoint (docs/DESIGN.md rule 6). It returns the error to report.
 func (db *DB) fail(err error) error {
 	if err == nil {
