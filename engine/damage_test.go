@@ -329,3 +329,42 @@ func TestControlAndWALOfAnotherDatabase(t *testing.T) {
 		t.Fatalf("the other database's control file: %v, want ErrCorruption saying %q", err, want)
 	}
 }
+
+// TestDamagedInsertTarget: the heap's last page, with free space, fails
+// its checksum. New keys are placed elsewhere instead of failing on it,
+// and the keys on it stay unreadable.
+func TestDamagedInsertTarget(t *testing.T) {
+	dir := filledAndClosed(t, 100)
+	name := filepath.Join(dir, heapDir, "00000000")
+	fi, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := fi.Size()/8192 - 1
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	off := last*8192 + 7000
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	for i := range 40 {
+		if err := db.Update(context.Background(), func(tx *Txn) error {
+			return tx.Put([]byte(fmt.Sprintf("new-%02d", i)), []byte("v"))
+		}); err != nil {
+			t.Fatalf("insert of a new key %d: %v", i, err)
+		}
+	}
+	if v, ok := get(t, db, "new-07"); !ok || v != "v" {
+		t.Fatalf("new-07 = %q, %v", v, ok)
+	}
+}

@@ -64,10 +64,31 @@ func (it *insertTargets) reset() {
 
 // targetBuffer returns the insert target of slot, pinned: the current one,
 // else a page the free space map says has need bytes free (half a page for
-// the slots of new keys), else a new page at the end of the heap.
+// the slots of new keys), else a new page at the end of the heap. A page
+// that fails its checks when read (ErrCorruption; the pool has logged and
+// counted it) is dropped as a target and the next candidate tried, so that
+// one damaged page does not fail every write placed on it; the keys on it
+// stay unreadable, the others read and write as before.
 func (db *DB) targetBuffer(slot, need int) (*bufpool.Buffer, error) {
+	for attempt := 0; ; attempt++ {
+		buf, blk, err := db.targetCandidate(slot, need)
+		if err == nil || !errors.Is(err, ErrCorruption) || blk == noBlock || attempt == maxDamagedTargets {
+			return buf, err
+		}
+		db.targets.blk[slot].CompareAndSwap(blk, noBlock)
+	}
+}
+
+// maxDamagedTargets bounds the damaged pages one placement skips before it
+// reports the error.
+const maxDamagedTargets = 8
+
+// targetCandidate is one try of targetBuffer; it also returns the block it
+// tried to read (noBlock for a new page).
+func (db *DB) targetCandidate(slot, need int) (*bufpool.Buffer, uint32, error) {
 	if blk := db.targets.blk[slot].Load(); blk != noBlock {
-		return db.pool.Get(blk)
+		buf, err := db.pool.Get(blk)
+		return buf, blk, err
 	}
 	want := need
 	if slot < nInsertTargets {
@@ -80,17 +101,17 @@ func (db *DB) targetBuffer(slot, need int) (*bufpool.Buffer, error) {
 	if blk, ok := db.fsm.take(want); ok {
 		buf, err := db.pool.Get(blk)
 		if err != nil {
-			return nil, err
+			return nil, blk, err
 		}
 		db.targets.blk[slot].Store(blk)
-		return buf, nil
+		return buf, blk, nil
 	}
 	buf, err := db.pool.Extend()
 	if err != nil {
-		return nil, err
+		return nil, noBlock, err
 	}
 	db.targets.blk[slot].Store(buf.Block())
-	return buf, nil
+	return buf, noBlock, nil
 }
 
 // fillReserve is the room in bytes an insert of a new key (old invalid)
