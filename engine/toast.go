@@ -333,8 +333,10 @@ func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHea
 
 // Report checks what Note recorded against the heap: kind(tid) says
 // whether the slot holds a chunk tuple and whether it is a directory;
-// skip(tid) is true for a slot on a page that could not be read.
-func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool) {
+// skip(tid) is true for a slot on a page that could not be read. It
+// returns the pointer tuples with a chunk or directory in such a slot.
+func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool) map[heap.TID]bool {
+	lost := map[heap.TID]bool{}
 	const maxReported = 20
 	bad := 0
 	problem := func(format string, a ...any) {
@@ -345,6 +347,7 @@ func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, 
 	for tid, p := range c.pointers {
 		for i, t := range p.tids {
 			if skip(t) {
+				lost[tid] = true
 				continue
 			}
 			chunk, dir := kind(t)
@@ -361,6 +364,7 @@ func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, 
 			}
 			for _, d := range listed {
 				if skip(d) {
+					lost[tid] = true
 					continue
 				}
 				if chunk, dir := kind(d); !chunk || dir {
@@ -372,4 +376,5 @@ func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, 
 	if bad > maxReported {
 		report("%d more problems with external values", bad-maxReported)
 	}
+	return lost
 }

@@ -29,7 +29,8 @@ every tuple visible to all; problems name the heap block), the control
 file against the WAL, and every WAL record on disk.
 
 With --lost-keys it also prints every key whose newest version lies on a
-heap page that cannot be read, one per line after the report, as
+heap page that cannot be read, or whose value has a chunk on one, one per
+line after the report, as
 "lost key: " and the key in Go's quoted form (the report names the first
 ten).
 

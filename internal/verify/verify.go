@@ -73,10 +73,12 @@ type Target interface {
 // ValueCheck checks out-of-line values: Note is called for every tuple
 // read, Report once after the heap was read, with kind telling whether a
 // slot holds a chunk tuple and whether it is a directory, and skip true
-// for a slot on a page that could not be read.
+// for a slot on a page that could not be read. Report returns the tuples
+// whose value has a chunk (or a directory of chunks) in such a slot: their
+// values are lost.
 type ValueCheck interface {
 	Note(problem Problemf, tid heap.TID, h heap.TupleHeader, val []byte)
-	Report(problem Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool)
+	Report(problem Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool) (lost map[heap.TID]bool)
 }
 
 // Counts say how much the checks read.
@@ -85,7 +87,8 @@ type Counts struct {
 	// committed ones included.
 	Pages, Tuples, Keys int
 	// LostKeys are the keys whose newest version the index places on a
-	// heap page that cannot be read, every one, whole.
+	// heap page that cannot be read, or whose newest version's
+	// out-of-line value has a chunk on one, every one, whole.
 	LostKeys []string
 }
 
@@ -197,7 +200,7 @@ func Run(t Target, problem Problemf) Counts {
 		}
 	}
 	clogBad.report(problem)
-	values.Report(problem, func(t heap.TID) (bool, bool) {
+	lostValues := values.Report(problem, func(t heap.TID) (bool, bool) {
 		ti, ok := tuples[t.Pack()]
 		return ok && ti.chunk, ok && ti.h.Infomask&heap.Chunk != 0 && ti.h.Infomask&heap.External != 0
 	}, func(t heap.TID) bool { return badBlocks[t.Block] })
@@ -247,9 +250,10 @@ func Run(t Target, problem Problemf) Counts {
 		// running, above the newest committed one.
 		tu, exists := tuples[got]
 		pending := exists && !tu.chunk && tu.key == key && (!tu.xminCommitted || (!ok && tu.h.Xmax != 0))
-		if gt := heap.UnpackTID(got); gt.Valid() && badBlocks[gt.Block] {
-			// The index names the version the damaged page held: the
-			// key is known, its value is lost.
+		if gt := heap.UnpackTID(got); gt.Valid() && (badBlocks[gt.Block] || lostValues[gt]) {
+			// The index names the version the damaged page held, or
+			// one whose value has a chunk there: the key is known, its
+			// value is lost.
 			c.LostKeys = append(c.LostKeys, key)
 			if lost++; lost <= 10 {
 				lostNames = append(lostNames, fmt.Sprintf("%q", t.ShowKey([]byte(key))))
@@ -270,7 +274,7 @@ func Run(t Target, problem Problemf) Counts {
 		if lost > len(lostNames) {
 			more = fmt.Sprintf(" and %d more", lost-len(lostNames))
 		}
-		problem("keys lost: %d whose newest version the index places on a page that cannot be read: %s%s", lost, strings.Join(lostNames, ", "), more)
+		problem("keys lost: %d whose newest version the index places on a page that cannot be read, or whose value has a chunk there: %s%s", lost, strings.Join(lostNames, ", "), more)
 	}
 	t.CheckIndexFile(problem)
 
