@@ -37,7 +37,9 @@ Server options:
   --dir=DIR                data directory (created if needed; required)
   --listen=ADDR            address to listen on (default: 127.0.0.1:7379)
   --bind=HOST, --port=PORT the same in Redis's two parts: either replaces
-                           that part of the default (not with --listen)
+                           that part of the default (not with --listen);
+                           --bind '*' is every IPv4 address, --port 0 no
+                           plain TCP listener (TLS only), as in Redis
   --metrics=ADDR           serve Prometheus metrics at http://ADDR/metrics
                            (default: off), e.g. 127.0.0.1:9121
   --requirepass=PASS       require AUTH PASS (default: no password)
@@ -156,6 +158,15 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		if strings.ContainsAny(bind, " ,") {
 			return fail("invalid --bind %q: one host name or address (this server listens on one)", bind)
 		}
+		// Redis's forms: "*" for every IPv4 address, "::*" for every
+		// IPv6 one, and a leading "-" for an address that may be missing.
+		bind = strings.TrimPrefix(bind, "-")
+		switch bind {
+		case "*":
+			bind = "0.0.0.0"
+		case "::*":
+			bind = "::"
+		}
 		if port != "" {
 			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 				return fail("invalid --port %q (want 0 to 65535)", port)
@@ -177,6 +188,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	if tlsPort < 0 || tlsPort > 65535 {
 		return fail("invalid --tls-port %d (want 0 to 65535)", tlsPort)
+	}
+	plainOff := port == "0" // Redis's "port 0": TLS only
+	if plainOff && tlsPort == 0 {
+		return fail("--port 0 turns the plain TCP listener off, as in Redis; it needs --tls-port")
 	}
 	if tlsPort != 0 && (tlsCert == "" || tlsKey == "") {
 		return fail("--tls-port needs --tls-cert-file and --tls-key-file")
@@ -206,12 +221,15 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	// Bind before opening the data directory: a bad or busy address fails
 	// at once rather than after recovery, and the data directory is left
 	// untouched.
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		fmt.Fprintln(stderr, errorLine(err))
-		return 1
+	var ln net.Listener
+	var err error
+	if !plainOff {
+		if ln, err = net.Listen(tcpNetwork(listen), listen); err != nil {
+			fmt.Fprintln(stderr, errorLine(err))
+			return 1
+		}
+		defer ln.Close() // after Serve has closed it; a second Close is harmless
 	}
-	defer ln.Close()     // after Serve has closed it; a second Close is harmless
 	var tln net.Listener // for ServeTLS, with tlsConfig
 	var tlsConfig *tls.Config
 	if tlsPort != 0 {
@@ -226,7 +244,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 			fmt.Fprintln(stderr, errorLine(err))
 			return 1
 		}
-		raw, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(tlsPort)))
+		tlsAddr := net.JoinHostPort(host, strconv.Itoa(tlsPort))
+		raw, err := net.Listen(tcpNetwork(tlsAddr), tlsAddr)
 		if err != nil {
 			fmt.Fprintln(stderr, errorLine(err))
 			return 1
@@ -280,16 +299,24 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		defer hs.Close()
 		fmt.Fprintf(stdout, "metrics at http://%s/metrics\n", mln.Addr())
 	}
-	if tln != nil {
-		go func() {
-			if err := srv.ServeTLS(ctx, tln, tlsConfig); !errors.Is(err, server.ErrServerClosed) {
-				log.Error("TLS listener failed", "err", err)
-			}
-		}()
+	var serveErr error
+	switch {
+	case ln == nil:
 		fmt.Fprintf(stdout, "ready to accept TLS connections on %s\n", tln.Addr())
+		serveErr = srv.ServeTLS(ctx, tln, tlsConfig)
+	default:
+		if tln != nil {
+			go func() {
+				if err := srv.ServeTLS(ctx, tln, tlsConfig); !errors.Is(err, server.ErrServerClosed) {
+					log.Error("TLS listener failed", "err", err)
+				}
+			}()
+			fmt.Fprintf(stdout, "ready to accept TLS connections on %s\n", tln.Addr())
+		}
+		fmt.Fprintf(stdout, "ready to accept connections on %s\n", ln.Addr())
+		serveErr = srv.Serve(ctx, ln)
 	}
-	fmt.Fprintf(stdout, "ready to accept connections on %s\n", ln.Addr())
-	if err := srv.Serve(ctx, ln); !errors.Is(err, server.ErrServerClosed) {
+	if err := serveErr; !errors.Is(err, server.ErrServerClosed) {
 		fmt.Fprintln(stderr, errorLine(err))
 		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(shutdownTimeout)*time.Second)
 		srv.Shutdown(sctx)
@@ -431,4 +458,15 @@ func answerLoading(ln net.Listener) (stop func()) {
 		tl.SetDeadline(time.Time{})
 		conns.Wait()
 	}
+}
+
+// tcpNetwork is "tcp4" for an address whose host is an IPv4 address, so
+// that --bind 0.0.0.0 listens on IPv4 alone as in Redis (Go's "tcp" on
+// 0.0.0.0 also takes IPv6 connections), and "tcp" otherwise.
+func tcpNetwork(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.To4() != nil {
+		return "tcp4"
+	}
+	return "tcp"
 }

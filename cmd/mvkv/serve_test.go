@@ -113,7 +113,8 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--dir", t.TempDir(), "--autovacuum-vacuum-scale-factor", "NaN"},
 		{"serve", "--dir", t.TempDir(), "--vacuum-freeze-min-age", "-5"},
 		{"serve", "--dir", t.TempDir(), "--vacuum-freeze-table-age", "3000000000"},
-		{"serve", "--dir", t.TempDir(), "--listen", "127.0.0.1:0", "--port", "0"},
+		{"serve", "--dir", t.TempDir(), "--listen", "127.0.0.1:0", "--port", "1"},
+		{"serve", "--dir", t.TempDir(), "--port", "0"}, // TLS only, without --tls-port
 		{"serve", "--dir", t.TempDir(), "--port", "70000"},
 		{"serve", "--dir", t.TempDir(), "--port", "x"},
 		{"serve", "--dir", t.TempDir(), "--bind", "127.0.0.1 ::1"},
@@ -400,12 +401,32 @@ func TestServeFlagsMatchConfigSet(t *testing.T) {
 }
 
 // TestServeBindAndPort checks redis-server's --bind and --port: each
-// replaces its part of the default address.
+// replaces its part of the default address, and --bind '*' is every IPv4
+// address.
 func TestServeBindAndPort(t *testing.T) {
-	p := startServe(t, t.TempDir(), "--bind", "127.0.0.1", "--port", "0")
-	host, port, err := net.SplitHostPort(p.addr)
-	if err != nil || host != "127.0.0.1" || port == "0" || port == "7379" {
-		t.Fatalf("listening on %q, want 127.0.0.1 and the port the system chose", p.addr)
+	port := freePort(t)
+	p := startServe(t, t.TempDir(), "--bind", "127.0.0.1", "--port", port)
+	if p.addr != "127.0.0.1:"+port {
+		t.Fatalf("listening on %q, want 127.0.0.1:%s", p.addr, port)
 	}
 	p.shutdown(t)
+	port = freePort(t)
+	p = startServe(t, t.TempDir(), "--bind", "*", "--port", port)
+	if p.addr != "0.0.0.0:"+port {
+		t.Fatalf("--bind '*': listening on %q, want 0.0.0.0:%s", p.addr, port)
+	}
+	p.addr = "127.0.0.1:" + port
+	p.shutdown(t)
+}
+
+// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
 }

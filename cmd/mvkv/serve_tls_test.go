@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -142,6 +145,52 @@ func TestServeTLS(t *testing.T) {
 		t.Fatalf("CONFIG GET bind: %v", got)
 	}
 	sp.shutdown(t)
+}
+
+// TestServeTLSOnly: --port 0 with --tls-port serves TLS alone, as Redis's
+// "port 0".
+func TestServeTLSOnly(t *testing.T) {
+	p := newTestPKI(t)
+	port := freePort(t)
+	pr, pw := io.Pipe()
+	exit := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() {
+		exit <- serveRun(context.Background(), []string{"--dir", t.TempDir(), "--bind", "127.0.0.1", "--port", "0", "--tls-port", port,
+			"--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "no"}, pw, &errb)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.HasPrefix(sc.Text(), "ready to accept TLS connections on ") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if len(lines) == 0 || lines[len(lines)-1] != "ready to accept TLS connections on 127.0.0.1:"+port {
+		t.Fatalf("output %q, stderr %s", lines, errb.String())
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "ready to accept connections") {
+			t.Fatalf("a plain listener with --port 0: %q", l)
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1,
+		TLSConfig: &tls.Config{RootCAs: p.pool, MinVersion: tls.VersionTLS12}})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "tls only", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ConfigGet(ctx, "*port").Val(); got["port"] != "0" || got["tls-port"] != port {
+		t.Fatalf("CONFIG GET *port: %v", got)
+	}
+	c.Shutdown(ctx)
+	if code := <-exit; code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
 }
 
 // TestServeTLSUsage: TLS options that cannot work are refused at start:
