@@ -167,6 +167,15 @@ var knobs = withEngineSettings(map[string]knob{
 		},
 	},
 	"daemonize": {get: func(*Server) string { return "no" }},
+	// requirepass, shown and set as in Redis (CONFIG GET shows it in the
+	// clear); a change applies to connections made afterwards.
+	"requirepass": {
+		get: func(s *Server) string { return s.requirePass() },
+		set: func(s *Server, v string) error {
+			s.pass.Store(&v)
+			return nil
+		},
+	},
 	// Where the server listens, as Redis reports it (immutable here).
 	"port": {get: func(s *Server) string { return s.tcpPort() }},
 	"bind": {get: func(s *Server) string { return s.tcpBind() }},

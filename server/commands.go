@@ -283,7 +283,7 @@ func cmdHello(x *execCtx, args [][]byte) error {
 		case opt == "auth" && i+2 < len(args):
 			// As AUTH: the only user is "default", which takes any
 			// password when requirepass is not set.
-			if !bytes.Equal(args[i+1], []byte("default")) || (c.s.cfg.RequirePass != "" && !c.s.checkPassword(args[i+2])) {
+			if !bytes.Equal(args[i+1], []byte("default")) || (c.s.requirePass() != "" && !c.s.checkPassword(args[i+2])) {
 				x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
 				return nil
 			}
@@ -339,12 +339,12 @@ func cmdAuth(x *execCtx, args [][]byte) error {
 	}
 	// The only user is "default"; without requirepass it takes any
 	// password (Redis's nopass), and AUTH <password> alone is refused.
-	if c.s.cfg.RequirePass == "" && len(args) == 2 {
+	if c.s.requirePass() == "" && len(args) == 2 {
 		x.errorf("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return nil
 	}
 	pass := args[len(args)-1]
-	if (len(args) == 3 && !bytes.Equal(args[1], []byte("default"))) || (c.s.cfg.RequirePass != "" && !c.s.checkPassword(pass)) {
+	if (len(args) == 3 && !bytes.Equal(args[1], []byte("default"))) || (c.s.requirePass() != "" && !c.s.checkPassword(pass)) {
 		x.errorf("WRONGPASS invalid username-password pair or user is disabled.")
 		return nil
 	}

@@ -96,7 +96,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		ctx:     s.baseCtx,
 		created: time.Now(),
 		active:  time.Now(),
-		authed:  s.cfg.RequirePass == "",
+		authed:  s.requirePass() == "",
 		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)

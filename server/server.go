@@ -39,7 +39,9 @@ type Config struct {
 	// RequirePass is Redis's requirepass: when set, every command but
 	// AUTH, HELLO (with AUTH), QUIT and PING-before-auth answers
 	// "-NOAUTH Authentication required." until AUTH gives it. Compared
-	// in constant time.
+	// in constant time. CONFIG SET requirepass changes it for the
+	// connections made afterwards (those already authenticated stay so, as
+	// in Redis).
 	RequirePass string
 	// SynchronousCommit is the synchronous_commit of the server's
 	// transactions (default on); CONFIG SET synchronous_commit changes it.
@@ -117,8 +119,9 @@ type Server struct {
 	cursor cursorTable
 
 	// Runtime knobs changed by CONFIG SET.
-	syncCommit atomic.Int32 // engine.SynchronousCommit
-	protected  atomic.Bool  // protected-mode
+	syncCommit atomic.Int32           // engine.SynchronousCommit
+	protected  atomic.Bool            // protected-mode
+	pass       atomic.Pointer[string] // requirepass; "" for none
 	maxClients atomic.Int64
 	timeout    atomic.Int64 // nanoseconds
 	lim        atomic.Pointer[Limits]
@@ -182,6 +185,7 @@ func New(db *engine.DB, cfg Config) *Server {
 	db.SetSynchronousCommit(cfg.SynchronousCommit)
 	s.maxClients.Store(int64(cfg.MaxClients))
 	s.protected.Store(!cfg.ProtectedModeOff)
+	s.pass.Store(&cfg.RequirePass)
 	s.stats = newServerStats()
 	var id [20]byte
 	rand.Read(id[:])
@@ -374,7 +378,7 @@ const deniedProtected = "-DENIED Redis is running in protected mode because prot
 // on, there is no password, and the client's address is neither a
 // loopback address nor a Unix socket (as Redis's connIsLocal).
 func (s *Server) deniedByProtectedMode(nc net.Conn) bool {
-	if !s.protected.Load() || s.cfg.RequirePass != "" {
+	if !s.protected.Load() || s.requirePass() != "" {
 		return false
 	}
 	switch a := nc.RemoteAddr().(type) {
@@ -392,5 +396,8 @@ func (s *Server) deniedByProtectedMode(nc net.Conn) bool {
 }
 
 func (s *Server) checkPassword(p []byte) bool {
-	return subtle.ConstantTimeCompare(p, []byte(s.cfg.RequirePass)) == 1
+	return subtle.ConstantTimeCompare(p, []byte(s.requirePass())) == 1
 }
+
+// requirePass is the current requirepass, "" for none.
+func (s *Server) requirePass() string { return *s.pass.Load() }

@@ -492,6 +492,29 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// TestConfigSetRequirePass: CONFIG SET requirepass applies to the
+// connections made afterwards, as in Redis; CONFIG GET shows it.
+func TestConfigSetRequirePass(t *testing.T) {
+	ts := startServer(t, Config{})
+	old := ts.raw(t)
+	old.cmd("CONFIG", "SET", "requirepass", "n3w")
+	old.expect("+OK\r\n")
+	old.cmd("CONFIG", "GET", "requirepass")
+	old.expect("*2\r\n$11\r\nrequirepass\r\n$3\r\nn3w\r\n")
+	old.cmd("GET", "k") // already in, stays in
+	old.expect("$-1\r\n")
+	r := ts.raw(t)
+	r.cmd("GET", "k")
+	r.expect("-NOAUTH Authentication required.\r\n")
+	r.cmd("AUTH", "n3w")
+	r.expect("+OK\r\n")
+	old.cmd("CONFIG", "SET", "requirepass", "")
+	old.expect("+OK\r\n")
+	r = ts.raw(t)
+	r.cmd("GET", "k")
+	r.expect("$-1\r\n")
+}
+
 func TestMaxClients(t *testing.T) {
 	ts := startServer(t, Config{MaxClients: 2})
 	a, b := ts.raw(t), ts.raw(t)
