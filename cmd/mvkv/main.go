@@ -144,9 +144,10 @@ func versionLine() string {
 // flagError is a flag parsing error as the user typed the flag: the flag
 // package names flags with one dash ("flag provided but not defined:
 // -bogus", "invalid value "x" for flag -timeout: ..."), these commands
-// document them with two.
+// document them with two, and one-letter ones (bench's -c, -s) with one,
+// as pgbench does.
 func flagError(err error) string {
 	return flagNameRE.ReplaceAllString(err.Error(), "${1}--${2}")
 }
 
-var flagNameRE = regexp.MustCompile(`(not defined: |needs an argument: |for flag |value "[^"]*" for )-([A-Za-z])`)
+var flagNameRE = regexp.MustCompile(`(not defined: |needs an argument: |for flag |value "[^"]*" for )-([A-Za-z][-A-Za-z0-9_]+)`)
