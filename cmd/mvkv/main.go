@@ -145,9 +145,10 @@ func versionLine() string {
 // package names flags with one dash ("flag provided but not defined:
 // -bogus", "invalid value "x" for flag -timeout: ..."), these commands
 // document them with two, and one-letter ones (bench's -c, -s) with one,
-// as pgbench does.
+// as pgbench does. An undefined flag is named with two, whatever its
+// length.
 func flagError(err error) string {
-	return flagNameRE.ReplaceAllString(err.Error(), "${1}--${2}")
+	return flagNameRE.ReplaceAllString(err.Error(), "${1}${3}--${2}${4}")
 }
 
-var flagNameRE = regexp.MustCompile(`(not defined: |needs an argument: |for flag |value "[^"]*" for )-([A-Za-z][-A-Za-z0-9_]+)`)
+var flagNameRE = regexp.MustCompile(`(not defined: )-([A-Za-z])|(needs an argument: |for flag |value "[^"]*" for )-([A-Za-z][-A-Za-z0-9_]+)`)
