@@ -141,12 +141,19 @@ func (db *DB) visibleVersion(e *indexEntry, snap *visibility.Snapshot, me uint64
 
 // fetchVisible returns the value of the version visibleVersion finds.
 func (db *DB) fetchVisible(e *indexEntry, snap *visibility.Snapshot, me uint64) (val []byte, found bool, err error) {
+	val, _, found, err = db.fetchVisiblePrefix(e, snap, me, -1)
+	return val, found, err
+}
+
+// fetchVisiblePrefix is fetchVisible that returns at most n bytes of the
+// value (n < 0: all of it) and the value's whole length.
+func (db *DB) fetchVisiblePrefix(e *indexEntry, snap *visibility.Snapshot, me uint64, n int) (val []byte, length int, found bool, err error) {
 	v, found, err := db.visibleVersion(e, snap, me, true)
 	if !found || err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
-	val, err = db.value(v, e.key())
-	return val, err == nil, err
+	val, length, err = db.valuePrefix(v, e.key(), n)
+	return val, length, err == nil, err
 }
 
 // latest finds, for a writer holding the key's row lock, the newest version

@@ -491,17 +491,28 @@ func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, erro
 // visible to a registered snapshot, or the caller holds the key's row lock
 // and it is the newest committed version).
 func (db *DB) value(v version, key string) ([]byte, error) {
+	val, _, err := db.valuePrefix(v, key, -1)
+	return val, err
+}
+
+// valuePrefix is value that returns at most n bytes of it (n < 0: all of
+// it), reading only the chunks of an out-of-line value that hold them, and
+// the value's whole length.
+func (db *DB) valuePrefix(v version, key string, n int) ([]byte, int, error) {
 	if !v.have {
 		vv, err := db.readVersion(v.tid, key, true)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		v = vv
 	}
 	if v.hdr.Infomask&heap.External != 0 {
-		return db.detoast(v.val)
+		return db.detoastPrefix(v.val, n)
 	}
-	return v.val, nil
+	if n >= 0 && n < len(v.val) {
+		return v.val[:n], len(v.val), nil
+	}
+	return v.val, len(v.val), nil
 }
 
 // didCommit answers from the CLOG whether a finished xid committed. An xid

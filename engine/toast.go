@@ -211,38 +211,59 @@ func (db *DB) toastValue(xid uint64, val []byte) ([]byte, error) {
 // detoast reassembles an out-of-line value from its pointer into one
 // buffer of the value's length.
 func (db *DB) detoast(ptr []byte) ([]byte, error) {
+	out, _, err := db.detoastPrefix(ptr, -1)
+	return out, err
+}
+
+// detoastPrefix reassembles the first n bytes of an out-of-line value (n <
+// 0: all of it) from its pointer, reading the chunks in order up to the
+// one that holds byte n, and returns them with the value's length.
+func (db *DB) detoastPrefix(ptr []byte, n int) ([]byte, int, error) {
 	p, err := parseToastPointer(ptr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruption, err)
+		return nil, 0, fmt.Errorf("%w: %v", ErrCorruption, err)
 	}
-	out := make([]byte, 0, p.total)
+	want := p.total
+	if n >= 0 && n < want {
+		want = n
+	}
+	out := make([]byte, 0, want)
 	if !p.indirect {
 		for _, tid := range p.tids {
+			if len(out) >= want {
+				break
+			}
 			if out, err = db.appendChunk(out, tid, false, p.total); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		}
 	} else {
 		var dir []byte
 		for i, d := range p.tids {
+			if len(out) >= want {
+				break
+			}
 			if dir, err = db.appendChunk(dir[:0], d, true, tidsPerDirectory*tidSize); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			tids, err := parseDirectory(dir, p.directoryLen(i))
 			if err != nil {
-				return nil, db.corrupt(d, err)
+				return nil, 0, db.corrupt(d, err)
 			}
 			for _, tid := range tids {
+				if len(out) >= want {
+					break
+				}
 				if out, err = db.appendChunk(out, tid, false, p.total); err != nil {
-					return nil, err
+					return nil, 0, err
 				}
 			}
 		}
 	}
-	if len(out) != p.total {
-		return nil, fmt.Errorf("%w: external value: %d bytes of %d", ErrCorruption, len(out), p.total)
+	if len(out) < want || (want == p.total && len(out) != p.total) {
+		return nil, 0, fmt.Errorf("%w: external value: %d bytes of %d", ErrCorruption, len(out), p.total)
 	}
-	return out, nil
+	return out[:want], p.total, nil
 }
 
 // appendChunk appends the value of the chunk tuple at tid to dst, failing

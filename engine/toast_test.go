@@ -612,3 +612,65 @@ func TestKillDuringLargeWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestGetPrefix: GetPrefix and ScanPrefix return a value's first bytes and
+// its length, inline or out of line, and of an out-of-line value read only
+// the chunks holding those bytes.
+func TestGetPrefix(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	big := make([]byte, 3<<19) // 1.5 MiB: a pointer to directories of chunks
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	mustPut(t, db, "big", string(big))
+	mustPut(t, db, "small", "abcdef")
+	lookups := func() uint64 { b := db.Stats().Buffers; return b.Hits + b.Misses }
+	err := db.View(context.Background(), func(tx *Txn) error {
+		before := lookups()
+		if _, err := tx.Get([]byte("big")); err != nil {
+			return err
+		}
+		whole := lookups() - before
+		before = lookups()
+		p, n, err := tx.GetPrefix([]byte("big"), 10)
+		if err != nil {
+			return err
+		}
+		part := lookups() - before
+		if n != len(big) || !bytes.Equal(p, big[:10]) {
+			t.Errorf("GetPrefix(big, 10) = %x, %d", p, n)
+		}
+		if part*4 > whole {
+			t.Errorf("GetPrefix read %d pages, Get %d", part, whole)
+		}
+		for _, c := range []struct {
+			key  string
+			n    int
+			want []byte
+		}{{"small", 3, []byte("abc")}, {"small", 100, []byte("abcdef")}, {"small", 0, []byte{}}, {"big", 0, []byte{}}, {"big", len(big) + 5, big}, {"big", 9000, big[:9000]}} {
+			p, n, err := tx.GetPrefix([]byte(c.key), c.n)
+			if err != nil || !bytes.Equal(p, c.want) || n != map[string]int{"small": 6, "big": len(big)}[c.key] {
+				t.Errorf("GetPrefix(%s, %d) = %d bytes, length %d, %v", c.key, c.n, len(p), n, err)
+			}
+		}
+		if _, _, err := tx.GetPrefix([]byte("none"), 4); !errors.Is(err, ErrNotFound) {
+			t.Errorf("GetPrefix of a missing key: %v", err)
+		}
+		got := map[string]int{}
+		err = tx.ScanPrefix(nil, nil, 4, func(k, p []byte, n int) bool {
+			if len(p) > 4 {
+				t.Errorf("ScanPrefix gave %s %d bytes", k, len(p))
+			}
+			got[string(k)] = n
+			return true
+		})
+		if got["big"] != len(big) || got["small"] != 6 || len(got) != 2 {
+			t.Errorf("ScanPrefix lengths %v", got)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -177,6 +177,44 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	return val, nil
 }
 
+// GetPrefix returns at most the first n bytes of key's value and the
+// value's whole length in bytes, as Get would see the value: of an
+// out-of-line value (one stored in chunks, over about 2 KiB) it reads only
+// the chunks that hold those bytes, so a caller that needs a value's
+// header or length does not read the whole of a large value. Errors are
+// Get's; n must not be negative.
+func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error) {
+	if n < 0 {
+		return nil, 0, fmt.Errorf("mvkv: GetPrefix of %d bytes", n)
+	}
+	if err := t.usable(); err != nil {
+		return nil, 0, err
+	}
+	if err := checkKey(key); err != nil {
+		return nil, 0, err
+	}
+	t.db.closeMu.RLock()
+	defer t.db.closeMu.RUnlock()
+	if t.db.closed.Load() {
+		return nil, 0, ErrClosed
+	}
+	// The snapshot before the index lookup, as Get.
+	snap, release := t.snapshot()
+	defer release()
+	e := t.db.idx.get(key)
+	if e == nil {
+		return nil, 0, ErrNotFound
+	}
+	val, length, found, err := t.db.fetchVisiblePrefix(e, snap, t.XID(), n)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !found {
+		return nil, 0, ErrNotFound
+	}
+	return val, length, nil
+}
+
 // Scan calls fn for every key in [start, end) visible to the transaction, in
 // key order, with its value; a nil end means no upper bound. fn returning
 // false stops the scan. Under READ COMMITTED the whole scan uses one
@@ -187,6 +225,22 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 // statement's own later writes from it), so a key already in the index is
 // seen with fn's new value and a new key is not.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
+	return t.scan(start, end, -1, func(key, value []byte, _ int) bool { return fn(key, value) })
+}
+
+// ScanPrefix is Scan that hands fn, for each key, at most the first n
+// bytes of its value and the value's whole length, as GetPrefix: of an
+// out-of-line value it reads only the chunks holding those bytes. n must
+// not be negative.
+func (t *Txn) ScanPrefix(start, end []byte, n int, fn func(key, prefix []byte, length int) bool) error {
+	if n < 0 {
+		return fmt.Errorf("mvkv: ScanPrefix of %d bytes", n)
+	}
+	return t.scan(start, end, n, fn)
+}
+
+// scan is Scan (n < 0: whole values) and ScanPrefix.
+func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length int) bool) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
@@ -198,16 +252,17 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 		// transaction.
 		t.db.closeMu.RLock()
 		var val []byte
+		var length int
 		var found bool
 		err := ErrClosed
 		if !t.db.closed.Load() {
-			val, found, err = t.db.fetchVisible(e, snap, me)
+			val, length, found, err = t.db.fetchVisiblePrefix(e, snap, me, n)
 		}
 		t.db.closeMu.RUnlock()
 		if err != nil {
 			return err
 		}
-		if found && !fn([]byte(e.key()), val) {
+		if found && !fn([]byte(e.key()), val, length) {
 			return nil
 		}
 	}
