@@ -653,8 +653,8 @@ func (s *Server) keyspace(ctx context.Context) (keys, expires, avgTTL int64, err
 	err = s.db.View(ctx, func(tx *engine.Txn) error {
 		keys, expires, ttlSum = 0, 0, 0
 		now := time.Now().UnixMilli()
-		return tx.Scan(nil, nil, func(_, raw []byte) bool {
-			if _, deadline := decodeValue(raw); deadline == 0 {
+		return tx.ScanPrefix(nil, nil, deadlineHdrSize, func(_, prefix []byte, total int) bool {
+			if _, deadline := decodeMeta(prefix, total); deadline == 0 {
 				keys++
 			} else if deadline > now {
 				keys++

@@ -129,6 +129,37 @@ func (x *execCtx) getDeadline(k []byte) ([]byte, int64, bool, error) {
 	return v, d, ok, nil
 }
 
+// meta is getDeadline without the value: the value's length, its
+// deadline and whether the key is live, reading of a large value only its
+// first bytes (engine's GetPrefix), for the commands that need no more
+// (EXISTS, TYPE, STRLEN, TTL, EXPIRETIME).
+func (x *execCtx) meta(k []byte) (length int, deadline int64, live bool, err error) {
+	if !storable(k) {
+		return 0, 0, false, nil
+	}
+	prefix, total, err := x.tx.GetPrefix(k, deadlineHdrSize)
+	if errors.Is(err, engine.ErrNotFound) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, err
+	}
+	length, deadline = decodeMeta(prefix, total)
+	if deadline != 0 && deadline <= x.now() {
+		x.noteExpired(k)
+		return 0, 0, false, nil
+	}
+	return length, deadline, true, nil
+}
+
+// liveMeta says whether a key whose stored value begins with prefix (at
+// least deadlineHdrSize bytes of it, or all of it) and is total bytes long
+// is live at the command's time, as live does from the whole value.
+func (x *execCtx) liveMeta(prefix []byte, total int) bool {
+	_, d := decodeMeta(prefix, total)
+	return d == 0 || d > x.now()
+}
+
 // replyLimit bounds one reply (or one EXEC's replies) in bytes.
 const replyLimit = 512 << 20
 
@@ -826,11 +857,11 @@ func cmdGet(x *execCtx, args [][]byte) error {
 }
 
 func cmdType(x *execCtx, args [][]byte) error {
-	v, err := x.get(args[1])
+	_, _, live, err := x.meta(args[1])
 	if err != nil {
 		return err
 	}
-	if v == nil {
+	if !live {
 		x.out = append(x.out, "+none\r\n"...)
 	} else {
 		x.out = append(x.out, "+string\r\n"...)
@@ -1065,11 +1096,11 @@ func cmdDel(x *execCtx, args [][]byte) error {
 func cmdExists(x *execCtx, args [][]byte) error {
 	n := 0
 	for _, k := range args[1:] {
-		v, err := x.get(k)
+		_, _, live, err := x.meta(k)
 		if err != nil {
 			return err
 		}
-		if v != nil {
+		if live {
 			n++
 		}
 	}
@@ -1204,8 +1235,8 @@ func sortedPairs(args [][]byte) []int {
 
 func cmdDBSize(x *execCtx, _ [][]byte) error {
 	n := int64(0)
-	err := x.tx.Scan(nil, nil, func(k, raw []byte) bool {
-		if _, _, ok := x.live(raw, true); ok {
+	err := x.tx.ScanPrefix(nil, nil, deadlineHdrSize, func(k, prefix []byte, total int) bool {
+		if x.liveMeta(prefix, total) {
 			n++
 		} else {
 			x.noteExpired(k)
@@ -1318,10 +1349,10 @@ func cmdScan(x *execCtx, args [][]byte) error {
 	var matched [][]byte
 	var last []byte
 	visited := 0
-	err = x.tx.Scan(start, nil, func(k, raw []byte) bool {
+	err = x.tx.ScanPrefix(start, nil, deadlineHdrSize, func(k, prefix []byte, total int) bool {
 		visited++
 		last = k
-		if _, _, ok := x.live(raw, true); !ok {
+		if !x.liveMeta(prefix, total) {
 			x.noteExpired(k)
 		} else if typeOK && (pattern == nil || globMatch(pattern, k)) {
 			matched = append(matched, k)

@@ -45,6 +45,26 @@ func encodeValue(val []byte, deadline int64) []byte {
 	return val
 }
 
+// decodeMeta is decodeValue for a value of which only the first
+// deadlineHdrSize bytes (prefix) were read, and whose stored length is
+// total: the value's length and its deadline.
+func decodeMeta(prefix []byte, total int) (length int, deadline int64) {
+	if len(prefix) < 2 || prefix[0] != valueMark {
+		return total, 0
+	}
+	switch prefix[1] {
+	case kindEscaped:
+		return total - 2, 0
+	case kindDeadline:
+		if len(prefix) >= deadlineHdrSize {
+			if d := int64(binary.LittleEndian.Uint64(prefix[2:])); d != 0 {
+				return total - deadlineHdrSize, d
+			}
+		}
+	}
+	return total, 0
+}
+
 // decodeValue splits a stored value into the value and its deadline (0 for
 // none). The value shares raw's memory.
 func decodeValue(raw []byte) (val []byte, deadline int64) {
@@ -300,7 +320,7 @@ func cmdPersist(x *execCtx, args [][]byte) error {
 // cmdTTL is TTL and PTTL: -2 for a key that does not exist, -1 for one
 // without an expiry, else the time left (TTL rounds to seconds as Redis).
 func cmdTTL(x *execCtx, args [][]byte) error {
-	_, deadline, ok, err := x.getDeadline(args[1])
+	_, deadline, ok, err := x.meta(args[1])
 	if err != nil {
 		return err
 	}

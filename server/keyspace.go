@@ -18,8 +18,8 @@ import (
 func cmdKeys(x *execCtx, args [][]byte) error {
 	var keys [][]byte
 	size := 0
-	err := x.tx.Scan(nil, nil, func(k, raw []byte) bool {
-		if _, _, ok := x.live(raw, true); !ok {
+	err := x.tx.ScanPrefix(nil, nil, deadlineHdrSize, func(k, prefix []byte, total int) bool {
+		if !x.liveMeta(prefix, total) {
 			x.noteExpired(k)
 			return true
 		}
@@ -148,19 +148,19 @@ func cmdRandomKey(x *execCtx, _ [][]byte) error {
 		start[i] = byte(rand.N(256))
 	}
 	var found []byte
-	visit := func(k, raw []byte) bool {
-		if _, _, ok := x.live(raw, true); ok {
+	visit := func(k, prefix []byte, total int) bool {
+		if x.liveMeta(prefix, total) {
 			found = k
 			return false
 		}
 		x.noteExpired(k)
 		return true
 	}
-	if err := x.tx.Scan(start[:], nil, visit); err != nil {
+	if err := x.tx.ScanPrefix(start[:], nil, deadlineHdrSize, visit); err != nil {
 		return err
 	}
 	if found == nil {
-		if err := x.tx.Scan(nil, start[:], visit); err != nil {
+		if err := x.tx.ScanPrefix(nil, start[:], deadlineHdrSize, visit); err != nil {
 			return err
 		}
 	}
@@ -172,7 +172,7 @@ func cmdRandomKey(x *execCtx, _ [][]byte) error {
 // seconds (truncated) or milliseconds, -1 for a key without one, -2 for
 // a missing key.
 func cmdExpireTime(x *execCtx, args [][]byte) error {
-	_, d, ok, err := x.getDeadline(args[1])
+	_, d, ok, err := x.meta(args[1])
 	if err != nil {
 		return err
 	}

@@ -805,3 +805,69 @@ func TestInfoIndexSource(t *testing.T) {
 		t.Errorf("index file removed:\n%s", s)
 	}
 }
+
+// TestMetaCommandsOnLargeValues: the commands that need only a key's
+// liveness, deadline or length (EXISTS, TYPE, STRLEN, TTL, PEXPIRETIME,
+// DBSIZE, KEYS, SCAN) answer from the start of a large value as they do
+// from the whole of it, for a value with a deadline, one without, and one
+// whose first byte is the stored format's mark.
+func TestMetaCommandsOnLargeValues(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: ts.addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	big := strings.Repeat("x", 1<<20+123)
+	marked := "\xff\x01" + big
+	if err := rdb.Set(ctx, "big", big, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, "marked", marked, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, "gone", big, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpireAt(ctx, "gone", time.Now().Add(30*time.Millisecond)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if n := rdb.StrLen(ctx, "big").Val(); n != int64(len(big)) {
+		t.Errorf("STRLEN big = %d, want %d", n, len(big))
+	}
+	if n := rdb.StrLen(ctx, "marked").Val(); n != int64(len(marked)) {
+		t.Errorf("STRLEN marked = %d, want %d", n, len(marked))
+	}
+	if n := rdb.StrLen(ctx, "gone").Val(); n != 0 {
+		t.Errorf("STRLEN gone = %d", n)
+	}
+	if n := rdb.Exists(ctx, "big", "marked", "gone", "none").Val(); n != 2 {
+		t.Errorf("EXISTS = %d, want 2", n)
+	}
+	if ty := rdb.Type(ctx, "marked").Val(); ty != "string" {
+		t.Errorf("TYPE marked = %q", ty)
+	}
+	if ty := rdb.Type(ctx, "gone").Val(); ty != "none" {
+		t.Errorf("TYPE gone = %q", ty)
+	}
+	if d := rdb.TTL(ctx, "big").Val(); d <= 59*time.Minute || d > time.Hour {
+		t.Errorf("TTL big = %v", d)
+	}
+	if d := rdb.TTL(ctx, "marked").Val(); d != -1 {
+		t.Errorf("TTL marked = %v, want -1", d)
+	}
+	if d := rdb.PExpireTime(ctx, "gone").Val(); d != -2 {
+		t.Errorf("PEXPIRETIME gone = %v, want -2", d)
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 2 {
+		t.Errorf("DBSIZE = %d, want 2", n)
+	}
+	if keys := rdb.Keys(ctx, "*").Val(); len(keys) != 2 {
+		t.Errorf("KEYS * = %q", keys)
+	}
+	if keys, _ := rdb.Scan(ctx, 0, "*", 100).Val(); len(keys) != 2 {
+		t.Errorf("SCAN = %q", keys)
+	}
+	if v := rdb.Get(ctx, "marked").Val(); v != marked {
+		t.Errorf("GET marked: %d bytes, want %d", len(v), len(marked))
+	}
+}

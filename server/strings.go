@@ -65,11 +65,11 @@ func cmdAppend(x *execCtx, args [][]byte) error {
 }
 
 func cmdStrlen(x *execCtx, args [][]byte) error {
-	v, err := x.get(args[1])
+	n, _, _, err := x.meta(args[1])
 	if err != nil {
 		return err
 	}
-	x.out = redcon.AppendInt(x.out, int64(len(v)))
+	x.out = redcon.AppendInt(x.out, int64(n))
 	return nil
 }
 
