@@ -273,6 +273,27 @@ func TestControlFileNotThisWALs(t *testing.T) {
 	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "or the control file is not this WAL's") {
 		t.Fatalf("the big database's control file over the small one's WAL: %v", err)
 	}
+	// A redo point inside a record, and one in a segment this WAL never
+	// had: the errors say the control file may be the wrong one.
+	ctrl, _, err := readControl(vfs.OS{}, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, redo := range []wal.LSN{ctrl.RedoLSN + 8, ctrl.RedoLSN + 64<<20} {
+		d := t.TempDir()
+		copyDir(t, small, d)
+		c := ctrl
+		c.RedoLSN = redo
+		if redo > c.CheckpointLSN {
+			c.CheckpointLSN = redo
+		}
+		if err := writeControl(vfs.OS{}, d, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(d, Options{}); !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "not this WAL's") {
+			t.Fatalf("redo point %s: %v, want ErrCorruption that names the control file as a suspect", redo, err)
+		}
+	}
 }
 
 // TestControlAndWALOfAnotherDatabase: two databases that ran the same

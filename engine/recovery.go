@@ -68,7 +68,7 @@ func (db *DB) recover(ctrl controlData) error {
 		if ctrl.CheckpointLSN != 0 && errors.Is(err, fs.ErrNotExist) {
 			// Segments are removed only below the redo point, so the
 			// one holding it was lost, not recycled.
-			return fmt.Errorf("%w: %v; %s is the last checkpoint's redo point", ErrCorruption, err, ctrl.RedoLSN)
+			return fmt.Errorf("%w: %v; %s is the last checkpoint's redo point, as %s says (unless that control file is not this WAL's)", ErrCorruption, err, ctrl.RedoLSN, filepath.Join(db.dir, controlName))
 		}
 		return err
 	}
@@ -117,6 +117,12 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	if !errors.Is(err, io.EOF) {
 		r.Close()
+		if first == 0 && ctrl.CheckpointLSN != 0 {
+			// Not one record read from the redo point on: the log is
+			// damaged there, or the redo point is not a record's start
+			// in this WAL.
+			return fmt.Errorf("%w (no record could be read from the redo point %s that %s names: the WAL is damaged there, or that control file is not this WAL's)", err, ctrl.RedoLSN, filepath.Join(db.dir, controlName))
+		}
 		return err
 	}
 	end, dropped := r.End(), r.DroppedBytes()
