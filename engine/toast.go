@@ -208,13 +208,6 @@ func (db *DB) toastValue(xid uint64, val []byte) ([]byte, error) {
 	return ptr, nil
 }
 
-// detoast reassembles an out-of-line value from its pointer into one
-// buffer of the value's length.
-func (db *DB) detoast(ptr []byte) ([]byte, error) {
-	out, _, err := db.detoastPrefix(ptr, -1)
-	return out, err
-}
-
 // detoastPrefix reassembles the first n bytes of an out-of-line value (n <
 // 0: all of it) from its pointer, reading the chunks in order up to the
 // one that holds byte n, and returns them with the value's length.

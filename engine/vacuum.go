@@ -692,7 +692,7 @@ func (lm *lockManager) tryAcquire(key string, me *txnState) bool {
 }
 
 // chunkTIDs parses an external value pointer (toast.go) into the TIDs it
-// names, with the checks detoast makes: data chunks, or for a value too
+// names, with the checks detoastPrefix makes: data chunks, or for a value too
 // large for a direct pointer its directory chunks, whose data chunks are
 // freed when they are (revisit).
 func chunkTIDs(ptr []byte) ([]heap.TID, error) {
