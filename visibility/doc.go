@@ -93,6 +93,14 @@
 // PD_ALL_VISIBLE again, and redo of any later change clears the bit again.
 // A clear needs no LSN: a clear bit is never wrong, only slower.
 //
+// For the same reason a map page that fails its checksum or header check
+// when read into the cache (a torn write, since map pages carry no
+// full-page image; or damage) is taken as a page with no bit set and
+// reported, as PostgreSQL reads map pages with RBM_ZERO_ON_ERROR; redo and
+// vacuum set its bits again. Rejected: failing the read, which stops every
+// change to the heap the page covers, while the page holds nothing that
+// cannot be rebuilt from the heap.
+//
 // Rejected alternative, kept as Options.Unlogged for the experiment:
 // setting bits without a WAL record and writing map pages without the
 // interlock, as PostgreSQL 8.4 to 9.1 did. A map page can then reach disk
