@@ -362,20 +362,7 @@ func TestDamagedInsertTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := fi.Size()/8192 - 1
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 1)
-	off := last*8192 + 7000
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 1
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	flipFileBits(t, name, last*8192+7000, 0x01)
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
 	for i := range 40 {
@@ -418,19 +405,7 @@ func TestVerifyLostOutOfLineValue(t *testing.T) {
 	if blk < 0 {
 		t.Fatal("no chunk page")
 	}
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bb := make([]byte, 1)
-	if _, err := f.ReadAt(bb, blk*8192+3000); err != nil {
-		t.Fatal(err)
-	}
-	bb[0] ^= 1
-	if _, err := f.WriteAt(bb, blk*8192+3000); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	flipFileBits(t, name, blk*8192+3000, 0x01)
 	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
 	rep, err := db.Verify()
@@ -439,5 +414,24 @@ func TestVerifyLostOutOfLineValue(t *testing.T) {
 	}
 	if len(rep.LostKeys) != 1 || rep.LostKeys[0] != "big" || !strings.Contains(strings.Join(rep.Problems, "\n"), `keys lost: 1 `) {
 		t.Fatalf("LostKeys %q, problems:\n%s", rep.LostKeys, strings.Join(rep.Problems, "\n"))
+	}
+}
+
+// flipFileBits XORs the byte at off of the file name with mask, as damage
+// on disk would.
+func flipFileBits(t *testing.T, name string, off int64, mask byte) {
+	t.Helper()
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= mask
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
 	}
 }

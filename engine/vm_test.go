@@ -689,22 +689,10 @@ func TestDamagedVMPageReadsAsNoBits(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := filepath.Join(dir, vmDir, "00000000")
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, heap.PageHeaderSize); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x04
-	if _, err := f.WriteAt(b, heap.PageHeaderSize); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	flipFileBits(t, name, heap.PageHeaderSize, 0x04)
 
 	var logged strings.Builder
-	db, err = Open(dir, Options{Autovacuum: &off, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	db, err := Open(dir, Options{Autovacuum: &off, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatalf("Open with a damaged map page: %v", err)
 	}
