@@ -16,19 +16,7 @@ import (
 // flipCLOGBit flips the lowest bit of the byte at off of CLOG segment 0.
 func flipCLOGBit(t *testing.T, fsys vfs.FS, dir string, off int64) {
 	t.Helper()
-	f, err := fsys.Open(filepath.Join(dir, clogDir, "000000000000"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 1
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
-	}
+	flipFileBitsIn(t, fsys, filepath.Join(dir, clogDir, "000000000000"), off, 0x01)
 }
 
 // A bit flipped in a CLOG page after a clean shutdown is not a torn write:

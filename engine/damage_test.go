@@ -421,7 +421,13 @@ func TestVerifyLostOutOfLineValue(t *testing.T) {
 // on disk would.
 func flipFileBits(t *testing.T, name string, off int64, mask byte) {
 	t.Helper()
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	flipFileBitsIn(t, vfs.OS{}, name, off, mask)
+}
+
+// flipFileBitsIn is flipFileBits on fsys.
+func flipFileBitsIn(t *testing.T, fsys vfs.FS, name string, off int64, mask byte) {
+	t.Helper()
+	f, err := fsys.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
