@@ -460,13 +460,18 @@ func answerLoading(ln net.Listener) (stop func()) {
 	}
 }
 
-// tcpNetwork is "tcp4" for an address whose host is an IPv4 address, so
-// that --bind 0.0.0.0 listens on IPv4 alone as in Redis (Go's "tcp" on
-// 0.0.0.0 also takes IPv6 connections), and "tcp" otherwise.
+// tcpNetwork is "tcp4" for an address whose host is an IPv4 address and
+// "tcp6" for an IPv6 one, so that --bind 0.0.0.0 listens on IPv4 alone
+// and --bind '::*' on IPv6 alone, as in Redis (Go's "tcp" on either also
+// takes the other family's connections), and "tcp" for a host name.
 func tcpNetwork(addr string) string {
 	host, _, err := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); err == nil && ip != nil && ip.To4() != nil {
+	ip := net.ParseIP(host)
+	switch {
+	case err != nil || ip == nil:
+		return "tcp"
+	case ip.To4() != nil:
 		return "tcp4"
 	}
-	return "tcp"
+	return "tcp6"
 }
