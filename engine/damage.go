@@ -388,12 +388,15 @@ func (db *DB) scanForDamagedPages(written uint32) {
 	// that whoever waits on it sees them.
 	defer db.damageScanDone.Store(true)
 	lostZeroed, lostFailed := 0, 0
+	// A key whose value has a chunk on a damaged page is lost too.
+	values := db.lostValues(written, func(b uint32) bool { return zeroed[b] || failed[b] })
 	db.idx.mu.RLock()
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
 		if t := e.headTID(); t.Valid() {
-			if zeroed[t.Block] {
+			switch {
+			case zeroed[t.Block]:
 				lostZeroed++
-			} else if failed[t.Block] {
+			case failed[t.Block], values[t]:
 				lostFailed++
 			}
 		}
@@ -424,8 +427,63 @@ func (db *DB) scanForDamagedPages(written uint32) {
 	if len(failed) > 0 {
 		db.logger.Error("heap pages that fail their checks (checksum, header, line pointers) below the length the last checkpoint wrote: data lost or damaged",
 			"pages", len(failed), "first", listMore(failedNames, len(failed)), "keysLost", lostFailed, "err", firstErr,
-			"note", "keys whose newest version the index places on these pages; reading them fails with ErrCorruption; mvkv verify --lost-keys lists them")
+			"note", "keys whose newest version the index places on these pages, or whose value has a chunk there; reading them fails with ErrCorruption; mvkv verify --lost-keys lists them")
 	}
+}
+
+// lostValues reads the heap's first written blocks again and returns the
+// versions whose out-of-line value has a chunk, or a directory of chunks,
+// on a block bad says is damaged: their keys are lost too. It keeps only
+// the indirect pointers' directory lists and the damaged directories, so
+// that it stays small beside the heap; it runs only when damage was found.
+func (db *DB) lostValues(written uint32, bad func(uint32) bool) map[heap.TID]bool {
+	lost := map[heap.TID]bool{}
+	indirect := map[heap.TID][]heap.TID{} // pointer -> its directories
+	badDirs := map[heap.TID]bool{}
+	page := make([]byte, heap.PageSize)
+	onBad := func(t heap.TID) bool { return bad(t.Block) }
+	for blk := uint32(0); blk < written; blk++ {
+		select {
+		case <-db.stopBG:
+			return lost
+		default:
+		}
+		if bad(blk) || db.storage.ReadBlock(blk, page) != nil || heap.IsNew(page) {
+			continue
+		}
+		for s := 0; s < heap.NumSlots(page); s++ {
+			raw, err := heap.Tuple(page, uint16(s))
+			if err != nil {
+				continue
+			}
+			h, _, val, err := heap.DecodeTuple(raw)
+			if err != nil || h.Infomask&heap.External == 0 {
+				continue
+			}
+			tid := heap.TID{Block: blk, Slot: uint16(s)}
+			switch {
+			case isDirectory(h.Infomask):
+				if tids, err := parseDirectory(val, -1); err == nil && slices.ContainsFunc(tids, onBad) {
+					badDirs[tid] = true
+				}
+			case h.Infomask&heap.Chunk == 0:
+				p, err := parseToastPointer(val)
+				switch {
+				case err != nil:
+				case slices.ContainsFunc(p.tids, onBad):
+					lost[tid] = true
+				case p.indirect:
+					indirect[tid] = p.tids
+				}
+			}
+		}
+	}
+	for tid, dirs := range indirect {
+		if slices.ContainsFunc(dirs, func(d heap.TID) bool { return badDirs[d] }) {
+			lost[tid] = true
+		}
+	}
+	return lost
 }
 
 // damagedInPool reads blk through the buffer pool and reports whether that
@@ -482,7 +540,7 @@ type DamageInfo struct {
 	// (file, offset, block), "" when none. CorruptPages and Corrupt are
 	// the same for the pages there that fail their checksum or header
 	// checks. KeysLost counts the keys whose newest version the index
-	// places on either kind.
+	// places on either kind, or whose out-of-line value has a chunk there.
 	ZeroedPages  int
 	CorruptPages int
 	KeysLost     int

@@ -408,6 +408,13 @@ func TestVerifyLostOutOfLineValue(t *testing.T) {
 	flipFileBits(t, name, blk*8192+3000, 0x01)
 	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
+	// Open's scan of the heap (the index came from its file) counts it.
+	for db.Damage().ScanRunning {
+		time.Sleep(time.Millisecond)
+	}
+	if d := db.Damage(); d.CorruptPages != 1 || d.KeysLost != 1 {
+		t.Fatalf("Damage() = %+v, want one corrupt page and one key lost", d)
+	}
 	rep, err := db.Verify()
 	if err != nil {
 		t.Fatal(err)

@@ -413,7 +413,7 @@ func warnDamage(db *engine.DB, log *slog.Logger, stop <-chan struct{}) {
 		attrs = append(attrs, "corruptPages", d.CorruptPages, "corrupt", d.Corrupt)
 	}
 	log.Error("WARNING the data directory is damaged: heap pages that a checkpoint wrote "+strings.Join(what, " or ")+", "+
-		"the keys whose newest version was on them are lost and reading them fails with an error naming the page; "+
+		"the keys whose newest version, or a chunk of whose value, was on them are lost and reading them fails with an error naming the page; "+
 		"INFO persistence counts them; run mvkv verify on a copy of the directory to list the keys, and see the README's damage section",
 		append([]any{"keysLost", d.KeysLost}, attrs...)...)
 }
