@@ -800,13 +800,17 @@ func (s *Server) tcpPort() string {
 	return "0"
 }
 
-// tcpBind is the address Serve listens on, for CONFIG GET bind, or ""
-// when there is none.
+// tcpBind is the address Serve listens on (ServeTLS's when there is no
+// plain listener), for CONFIG GET bind, or "" when there is none.
 func (s *Server) tcpBind() string {
-	if a := s.tcpAddr(false); a != nil {
-		return a.IP.String()
+	a := s.tcpAddr(false)
+	if a == nil {
+		a = s.tcpAddr(true)
 	}
-	return ""
+	if a == nil {
+		return ""
+	}
+	return a.IP.String()
 }
 
 // indexSource says where Open took the key index from, for INFO: "file"

@@ -187,6 +187,9 @@ func TestServeTLSOnly(t *testing.T) {
 	if got := c.ConfigGet(ctx, "*port").Val(); got["port"] != "0" || got["tls-port"] != port {
 		t.Fatalf("CONFIG GET *port: %v", got)
 	}
+	if got := c.ConfigGet(ctx, "bind").Val(); got["bind"] != "127.0.0.1" {
+		t.Fatalf("CONFIG GET bind with TLS only: %v", got)
+	}
 	c.Shutdown(ctx)
 	if code := <-exit; code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
