@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"sync/atomic"
 
 	"mvkv/internal/bufpool"
@@ -335,6 +336,15 @@ func (m *Map) CheckFiles() []error {
 	return errs
 }
 
+// mapPageError is a map page that fails the storage manager's page checks:
+// it matches ErrCorrupt and what it wraps (heap.ErrCorrupt).
+type mapPageError struct{ err error }
+
+func (e mapPageError) Error() string {
+	return ErrCorrupt.Error() + ": " + strings.Replace(e.err.Error(), heap.ErrCorrupt.Error()+": ", "", 1)
+}
+func (e mapPageError) Unwrap() []error { return []error{ErrCorrupt, e.err} }
+
 // corruptFile is a map file that fails a check of the file as a whole; it
 // matches ErrCorrupt and what it wraps, and reads as the wrapped error.
 type corruptFile struct{ err error }
@@ -422,7 +432,9 @@ type vmStorage struct {
 func (s *vmStorage) ReadBlock(block uint32, p []byte) error {
 	if err := s.Storage.ReadBlock(block, p); err != nil {
 		if errors.Is(err, heap.ErrCorrupt) {
-			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+			// The heap storage manager's words, minus its claim that
+			// the page is a heap page.
+			return mapPageError{err}
 		}
 		return err
 	}
