@@ -226,6 +226,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	// The settings were checked one by one as they were parsed; this
 	// checks them together (max_wal_size against the segment size).
+	eopts = withDiskSegmentSize(eopts, dir)
 	if err := eopts.Validate(); err != nil {
 		return fail("%s", errText(err))
 	}

@@ -204,6 +204,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	// The settings were checked one by one as they were parsed; this
 	// checks them together (max_wal_size against the segment size).
+	opts = withDiskSegmentSize(opts, dir)
 	if err := opts.Validate(); err != nil {
 		return fail("%s", errText(err))
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"errors"
 	"flag"
+	"path/filepath"
 	"strings"
 
 	"mvkv/engine"
+	"mvkv/vfs"
+	"mvkv/wal"
 )
 
 // engineFlags defines a flag for every engine setting (engine.Settings) on
@@ -84,4 +87,25 @@ func writeOption(b *strings.Builder, option, text string) {
 		}
 	}
 	b.WriteString(line + "\n")
+}
+
+// withDiskSegmentSize returns o with WALSegmentSize set to the segment size
+// of the WAL already in dir, when o leaves it unset and dir holds one: an
+// existing database keeps the segment size its WAL was written with (Open
+// uses it whatever is configured), and max_wal_size is checked against
+// that one, not the default.
+func withDiskSegmentSize(o engine.Options, dir string) engine.Options {
+	if o.WALSegmentSize != 0 || dir == "" {
+		return o
+	}
+	r, err := wal.NewReader(vfs.OS{}, filepath.Join(dir, "wal"), 0)
+	if err != nil {
+		return o
+	}
+	defer r.Close()
+	r.Next() // reads the first segment's header
+	if sz := r.SegmentSize(); sz > 0 {
+		o.WALSegmentSize = sz
+	}
+	return o
 }

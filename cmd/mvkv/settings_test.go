@@ -85,3 +85,25 @@ func TestEngineFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxWALSizeAgainstTheDirectorysSegments: without --wal-segment-size,
+// max_wal_size is checked against the segment size of the WAL already in
+// the directory, which the database keeps, not against the default.
+func TestMaxWALSizeAgainstTheDirectorysSegments(t *testing.T) {
+	dir := t.TempDir()
+	db, err := engine.Open(dir, engine.Options{WALSegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := withDiskSegmentSize(engine.Options{MaxWALSize: 2 << 20}, dir)
+	if err := o.Validate(); err != nil {
+		t.Fatalf("max_wal_size 2MB over a WAL of 1MB segments: %v", err)
+	}
+	o = withDiskSegmentSize(engine.Options{MaxWALSize: 2 << 20}, t.TempDir())
+	if err := o.Validate(); err == nil {
+		t.Fatal("max_wal_size 2MB for a new database with 16MB segments validated")
+	}
+}
