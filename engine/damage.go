@@ -185,44 +185,30 @@ func (db *DB) lostKeys(zeroed []uint32, scan *walScan) (chains, lost, orphans in
 	}
 	keys := map[string]*keyState{}
 	named := map[uint64]bool{} // versions some surviving version names as Prev
-	page := make([]byte, heap.PageSize)
-	for blk := uint32(0); blk < db.storage.NBlocks(); blk++ {
-		if isZeroed[blk] {
-			continue
+	db.scanStoredTuples(db.storage.NBlocks(), func(blk uint32) bool { return isZeroed[blk] }, nil, func(tid heap.TID, h heap.TupleHeader, key, _ []byte) {
+		if h.Infomask&heap.Chunk != 0 {
+			return
 		}
-		if err := db.storage.ReadBlock(blk, page); err != nil || heap.IsNew(page) {
-			continue
+		ks := keys[string(key)]
+		if ks == nil {
+			ks = &keyState{}
+			keys[string(key)] = ks
 		}
-		for s := 0; s < heap.NumSlots(page); s++ {
-			raw, err := heap.Tuple(page, uint16(s))
-			if err != nil {
-				continue
-			}
-			h, key, _, err := heap.DecodeTuple(raw)
-			if err != nil || h.Infomask&heap.Chunk != 0 {
-				continue
-			}
-			ks := keys[string(key)]
-			if ks == nil {
-				ks = &keyState{}
-				keys[string(key)] = ks
-			}
-			if h.Prev.Valid() {
-				named[h.Prev.Pack()] = true
-				if isZeroed[h.Prev.Block] {
-					ks.intoZeroed = true
-				}
-			}
-			xminOK := h.Infomask&heap.Frozen != 0 || committed(h.Xmin, h.Infomask, heap.XminCommitted, heap.XminInvalid)
-			xmaxOK := h.Xmax != 0 && committed(h.Xmax, h.Infomask, heap.XmaxCommitted, heap.XmaxInvalid)
-			if xminOK && !xmaxOK {
-				ks.live = true
-			}
-			if xminOK && xmaxOK && h.Infomask&heap.Updated != 0 {
-				ks.updated = append(ks.updated, heap.TID{Block: blk, Slot: uint16(s)}.Pack())
+		if h.Prev.Valid() {
+			named[h.Prev.Pack()] = true
+			if isZeroed[h.Prev.Block] {
+				ks.intoZeroed = true
 			}
 		}
-	}
+		xminOK := h.Infomask&heap.Frozen != 0 || committed(h.Xmin, h.Infomask, heap.XminCommitted, heap.XminInvalid)
+		xmaxOK := h.Xmax != 0 && committed(h.Xmax, h.Infomask, heap.XmaxCommitted, heap.XmaxInvalid)
+		if xminOK && !xmaxOK {
+			ks.live = true
+		}
+		if xminOK && xmaxOK && h.Infomask&heap.Updated != 0 {
+			ks.updated = append(ks.updated, tid.Pack())
+		}
+	})
 	for _, ks := range keys {
 		if ks.intoZeroed {
 			chains++
@@ -431,6 +417,37 @@ func (db *DB) scanForDamagedPages(written uint32) {
 	}
 }
 
+// scanStoredTuples reads heap blocks 0 to nblocks-1 from disk, not through
+// the buffer pool, skipping the blocks skip names, pages that cannot be
+// read and pages never used, and calls fn for every tuple that decodes
+// (key and val alias the page, valid during the call only). It stops
+// early when stop (nil: never) is closed. The damage checks call it: they
+// must see what is on disk, and keep nothing of the pages they read.
+func (db *DB) scanStoredTuples(nblocks uint32, skip func(uint32) bool, stop <-chan struct{}, fn func(tid heap.TID, h heap.TupleHeader, key, val []byte)) {
+	page := make([]byte, heap.PageSize)
+	for blk := uint32(0); blk < nblocks; blk++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if skip(blk) || db.storage.ReadBlock(blk, page) != nil || heap.IsNew(page) {
+			continue
+		}
+		for s := 0; s < heap.NumSlots(page); s++ {
+			raw, err := heap.Tuple(page, uint16(s))
+			if err != nil {
+				continue
+			}
+			h, key, val, err := heap.DecodeTuple(raw)
+			if err != nil {
+				continue
+			}
+			fn(heap.TID{Block: blk, Slot: uint16(s)}, h, key, val)
+		}
+	}
+}
+
 // lostValues reads the heap's first written blocks again and returns the
 // versions whose out-of-line value has a chunk, or a directory of chunks,
 // on a block bad says is damaged: their keys are lost too. It keeps only
@@ -440,44 +457,25 @@ func (db *DB) lostValues(written uint32, bad func(uint32) bool) map[heap.TID]boo
 	lost := map[heap.TID]bool{}
 	indirect := map[heap.TID][]heap.TID{} // pointer -> its directories
 	badDirs := map[heap.TID]bool{}
-	page := make([]byte, heap.PageSize)
 	onBad := func(t heap.TID) bool { return bad(t.Block) }
-	for blk := uint32(0); blk < written; blk++ {
-		select {
-		case <-db.stopBG:
-			return lost
-		default:
-		}
-		if bad(blk) || db.storage.ReadBlock(blk, page) != nil || heap.IsNew(page) {
-			continue
-		}
-		for s := 0; s < heap.NumSlots(page); s++ {
-			raw, err := heap.Tuple(page, uint16(s))
-			if err != nil {
-				continue
+	db.scanStoredTuples(written, bad, db.stopBG, func(tid heap.TID, h heap.TupleHeader, _, val []byte) {
+		switch {
+		case h.Infomask&heap.External == 0:
+		case isDirectory(h.Infomask):
+			if tids, err := parseDirectory(val, -1); err == nil && slices.ContainsFunc(tids, onBad) {
+				badDirs[tid] = true
 			}
-			h, _, val, err := heap.DecodeTuple(raw)
-			if err != nil || h.Infomask&heap.External == 0 {
-				continue
-			}
-			tid := heap.TID{Block: blk, Slot: uint16(s)}
+		case h.Infomask&heap.Chunk == 0:
+			p, err := parseToastPointer(val)
 			switch {
-			case isDirectory(h.Infomask):
-				if tids, err := parseDirectory(val, -1); err == nil && slices.ContainsFunc(tids, onBad) {
-					badDirs[tid] = true
-				}
-			case h.Infomask&heap.Chunk == 0:
-				p, err := parseToastPointer(val)
-				switch {
-				case err != nil:
-				case slices.ContainsFunc(p.tids, onBad):
-					lost[tid] = true
-				case p.indirect:
-					indirect[tid] = p.tids
-				}
+			case err != nil:
+			case slices.ContainsFunc(p.tids, onBad):
+				lost[tid] = true
+			case p.indirect:
+				indirect[tid] = p.tids
 			}
 		}
-	}
+	})
 	for tid, dirs := range indirect {
 		if slices.ContainsFunc(dirs, func(d heap.TID) bool { return badDirs[d] }) {
 			lost[tid] = true
