@@ -181,8 +181,10 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 // value's whole length in bytes, as Get would see the value: of an
 // out-of-line value (one stored in chunks, over about 2 KiB) it reads only
 // the chunks that hold those bytes, so a caller that needs a value's
-// header or length does not read the whole of a large value. Errors are
-// Get's; n must not be negative.
+// header or length does not read the whole of a large value, as
+// PostgreSQL's detoast_attr_slice fetches only the TOAST chunks of a
+// slice. Errors are Get's, and a plain error for a negative n. Safe for
+// use as Get is.
 func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error) {
 	if n < 0 {
 		return nil, 0, fmt.Errorf("mvkv: GetPrefix of %d bytes", n)
