@@ -108,7 +108,7 @@ func TestCrashLadder(t *testing.T) {
 					sample = 16
 				}
 			}
-			points, checked, err := crashLadder(seed, work, sample)
+			points, checked, err := crashLadder(seed, work, sample, 16)
 			if err == nil {
 				t.Logf("seed %d: %d transactions, %d file-system operations, %d crash copies checked; %d pages pruned by updates and reads, %d by vacuum, in all workloads so far",
 					seed, len(work), points, checked, ladderPrunes.Load(), ladderVacuumPages.Load())
@@ -120,7 +120,7 @@ func TestCrashLadder(t *testing.T) {
 			for i, w := range small {
 				fmt.Fprintf(&b, "\n  txn %d: %s", i, w)
 			}
-			_, _, err = crashLadder(seed, small, 1)
+			_, _, err = crashLadder(seed, small, 1, 16)
 			t.Fatalf("shrunk to %d transactions (-crash.seed=%d reproduces the full case):%s\nfailure: %v", len(small), seed, b.String(), err)
 		})
 	}
@@ -133,7 +133,7 @@ func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
 	for chunk := len(work) / 2; chunk >= 1; chunk /= 2 {
 		for i := 0; i+chunk <= len(work); {
 			try := append(append([]ladderTxn(nil), work[:i]...), work[i+chunk:]...)
-			if _, _, err := crashLadder(seed, try, 1); err != nil {
+			if _, _, err := crashLadder(seed, try, 1, 16); err != nil {
 				work = try
 			} else {
 				i += chunk
@@ -144,9 +144,9 @@ func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
 }
 
 // crashLadder runs work and checks a crash copy at one file-system
-// operation in every sample. It returns the operations seen, the copies
-// checked and the first failure.
-func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int, failure error) {
+// operation in every sample, vacuuming once every vacuumEvery transactions.
+// It returns the operations seen, the copies checked and the first failure.
+func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int) (points, checked int, failure error) {
 	nTxn := len(work)
 	// states[k] is the state after the first k commits of the workload.
 	states := []ladderState{{}}
@@ -205,7 +205,7 @@ func crashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int
 		// And vacuum now and then, so that crashes meet both its passes
 		// (dropping deleted keys' entries, freeing chunks) besides the
 		// pruning that updates and reads of full pages do all along.
-		if i%16 == 12 {
+		if i%vacuumEvery == vacuumEvery*3/4 {
 			if _, err := db.Vacuum(ctx); err != nil {
 				failure = fmt.Errorf("before txn %d: vacuum: %v", i, err)
 				break
@@ -479,7 +479,8 @@ func ladderCrashHook(seed uint64, sample int, states []ladderState, rng *rand.Ra
 // updates and reads prune pages all along: a few keys with values of 600
 // bytes, a dozen versions a page, so that pages fill within a few
 // transactions and every crash point lies near a prune by an update, a
-// prune by a read, or a slot reused right after one.
+// prune by a read, or a slot reused right after one. Vacuum runs once in
+// 48 transactions rather than 16, so that pages fill between its runs.
 func TestCrashLadderPruning(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if *ladderSeed != 0 {
@@ -507,7 +508,7 @@ func TestCrashLadderPruning(t *testing.T) {
 		}
 	}
 	before := ladderPrunes.Load()
-	points, checked, err := crashLadder(seed, work, sample)
+	points, checked, err := crashLadder(seed, work, sample, 48)
 	if err != nil {
 		t.Fatalf("seed %d (-crash.seed reproduces it): %v", seed, err)
 	}

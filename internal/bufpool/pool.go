@@ -300,9 +300,17 @@ func (p *Pool) load(block uint32, read bool, victim func() (*Buffer, error)) (*B
 // first unpinned frame whose usage count is zero, decrementing the counts of
 // the unpinned frames it passes (PostgreSQL's StrategyGetBuffer). After a
 // full turn of pinned frames with no count to decrement it gives up.
+//
+// The hand is shared, so while other goroutines sweep too, one goroutine's
+// turn of n looks can land on the same few frames again and again (with
+// four frames and three other sweepers, on one frame n times). A turn that
+// found only pinned frames is therefore confirmed by reading every frame's
+// pin count in order; only when none is free, or the confirmations keep
+// failing, is ErrNoFreeBuffer returned.
 func (p *Pool) victim() (*Buffer, error) {
 	n := uint64(len(p.frames))
 	tries := uint64(0)
+	confirms := 0
 	for {
 		f := &p.frames[p.hand.Add(1)%n]
 		if f.pins.Load() == 0 {
@@ -317,9 +325,28 @@ func (p *Pool) victim() (*Buffer, error) {
 		}
 		tries++
 		if tries >= n {
-			return nil, ErrNoFreeBuffer
+			if confirms++; confirms > maxConfirms || !p.anyUnpinned() {
+				return nil, ErrNoFreeBuffer
+			}
+			tries = 0
 		}
 	}
+}
+
+// maxConfirms bounds how many turns of the sweep one victim call restarts
+// because a frame was seen unpinned after a turn that found none, so that
+// frames pinned and unpinned faster than the sweep cannot keep it going.
+const maxConfirms = 64
+
+// anyUnpinned reports whether some frame has no pin at the moment it is
+// read.
+func (p *Pool) anyUnpinned() bool {
+	for i := range p.frames {
+		if p.frames[i].pins.Load() == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // reclaim makes a frame pinned by victim free for a new block: it writes
