@@ -807,8 +807,13 @@ func (s *Server) tcpBind() string {
 	if a == nil {
 		a = s.tcpAddr(true)
 	}
-	if a == nil {
+	switch {
+	case a == nil:
 		return ""
+	case a.IP.IsUnspecified() && a.IP.To4() != nil:
+		return "*" // Redis's name for every IPv4 address
+	case a.IP.IsUnspecified():
+		return "::*"
 	}
 	return a.IP.String()
 }

@@ -402,7 +402,7 @@ func TestServeFlagsMatchConfigSet(t *testing.T) {
 
 // TestServeBindAndPort checks redis-server's --bind and --port: each
 // replaces its part of the default address, and --bind '*' is every IPv4
-// address.
+// address, which CONFIG GET bind calls '*'.
 func TestServeBindAndPort(t *testing.T) {
 	port := freePort(t)
 	p := startServe(t, t.TempDir(), "--bind", "127.0.0.1", "--port", port)
@@ -416,6 +416,12 @@ func TestServeBindAndPort(t *testing.T) {
 		t.Fatalf("--bind '*': listening on %q, want 0.0.0.0:%s", p.addr, port)
 	}
 	p.addr = "127.0.0.1:" + port
+	// CONFIG GET bind names it as Redis does.
+	c := redis.NewClient(&redis.Options{Addr: p.addr})
+	if got := c.ConfigGet(context.Background(), "bind").Val(); got["bind"] != "*" {
+		t.Fatalf("--bind '*': CONFIG GET bind: %v, want *", got)
+	}
+	c.Close()
 	p.shutdown(t)
 }
 
