@@ -351,6 +351,69 @@ func TestControlAndWALOfAnotherDatabase(t *testing.T) {
 	}
 }
 
+// TestWALSegmentOfAnotherDatabase: two databases run the same work, so
+// their WALs have records at the same LSNs; each is copied while running
+// (a crash image) after its WAL has moved past the checkpoint's segment.
+// One's segments after the checkpoint's put in the other's directory are
+// refused at Open, naming the segment, where they were replayed until a
+// record clashed with the heap.
+func TestWALSegmentOfAnotherDatabase(t *testing.T) {
+	run := func() string {
+		dir := t.TempDir()
+		db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1, WALSegmentSize: 1 << 20})
+		for i := range 20 {
+			mustPut(t, db, fmt.Sprintf("key-%05d", i), "before")
+		}
+		if err := db.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3000 {
+			mustPut(t, db, fmt.Sprintf("key-%05d", i%500), strings.Repeat("after", 100))
+		}
+		image := t.TempDir()
+		copyDir(t, dir, image)
+		db.Close()
+		return image
+	}
+	x, y := run(), run()
+	ctrl, _, err := readControl(vfs.OS{}, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crash image itself opens.
+	own := t.TempDir()
+	copyDir(t, x, own)
+	db, err := Open(own, Options{Autovacuum: noAutovacuum})
+	if err != nil {
+		t.Fatalf("the crash image: %v", err)
+	}
+	db.Close()
+
+	ckptSeg, _ := wal.SegmentFile(ctrl.CheckpointLSN, 1<<20)
+	swapped := 0
+	for _, s := range walSegments(t, y) {
+		if filepath.Base(s) <= ckptSeg {
+			continue
+		}
+		b, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(x, walDir, filepath.Base(s)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		swapped++
+	}
+	if swapped == 0 {
+		t.Fatal("the WAL did not go past the checkpoint's segment")
+	}
+	_, err = Open(x, Options{Autovacuum: noAutovacuum})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "another write-ahead log") {
+		t.Fatalf("the other database's segments after the checkpoint's: %v, want ErrCorruption naming the segment", err)
+	}
+	t.Log(err)
+}
+
 // TestDamagedInsertTarget: the heap's last page, with free space, fails
 // its checksum. New keys are placed elsewhere instead of failing on it,
 // and the keys on it stay unreadable.

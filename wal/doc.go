@@ -24,7 +24,7 @@
 // Segment header, at offset 0 of every segment file:
 //
 //	+---------+---------+---------+-------------+-------------+---------+---------+
-//	| magic   | version | zero    | segsize     | start LSN   | mark    | CRC     |
+//	| magic   | version | log id  | segsize     | start LSN   | mark    | CRC     |
 //	| 4 bytes | 2 bytes | 2 bytes | 8 bytes     | 8 bytes     | 4 bytes | 4 bytes |
 //	+---------+---------+---------+-------------+-------------+---------+---------+
 //	 0         4         6         8             16            24        28      32
@@ -34,7 +34,16 @@
 // the file (it must equal the file name), mark the segment's durable-LSN
 // mark as its distance below start LSN in 8-byte units plus one (0: none;
 // the log was durable below the mark when the segment was prepared), CRC the
-// CRC-32C (Castagnoli) of bytes 0..27.
+// CRC-32C (Castagnoli) of bytes 0..27. log id identifies the log: drawn at
+// random, never 0, when a new log's first segment is made, and written in
+// every segment of that log (0 in segments of builds that wrote zeros
+// there, which match any). Two databases that ran the same work have
+// records at the same LSNs that pass every check, so without it a segment
+// copied from one into the other's directory would be replayed as its own;
+// PostgreSQL's long page header carries the system identifier for the same
+// reason. 16 bits fit the header as it was (the two bytes were zero and
+// unchecked, so older readers ignore them); a stray segment's identifier
+// matches by chance once in 65,535.
 //
 // Record, at any 8-byte-aligned offset at or after 32:
 //
@@ -81,6 +90,10 @@
 // the same reason. Damage in the unsynced tail (a torn write whose later
 // sectors reached the disk before earlier ones) carries no such mark and
 // remains the end of the log.
+//
+// A next segment whose header checks out but whose log id differs from the
+// one of the segments before it is not the end of the log either: it is a
+// segment of another log, and Next returns ErrCorrupt naming it.
 //
 // Segments are created whole (written to their full size and synced under a
 // temporary name, then renamed), removed only from the front, and, past the

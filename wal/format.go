@@ -157,6 +157,14 @@ type segHeader struct {
 	// has lost its tail. Stored in bytes 24..28 as the distance below start
 	// in 8-byte units plus one (0: no mark), which old readers ignore.
 	durable LSN
+	// tag identifies the log the segment belongs to: drawn at random when
+	// a new log's first segment is made and copied into every later one,
+	// so that a segment of another database's log, at the same LSN, is
+	// told apart (PostgreSQL's long page header carries the system
+	// identifier for this). 0 in segments of builds that did not write
+	// one; stored in bytes 6..8, which those builds wrote as zero and
+	// older readers ignore.
+	tag uint16
 }
 
 // encodeDurableMark returns the header field for mark in a segment starting
@@ -176,7 +184,7 @@ func encodeSegHeader(b []byte, h segHeader) {
 	_ = b[segHeaderSize-1]
 	binary.LittleEndian.PutUint32(b[0:], segMagic)
 	binary.LittleEndian.PutUint16(b[4:], segVersion)
-	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint16(b[6:], h.tag)
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.size))
 	binary.LittleEndian.PutUint64(b[16:], uint64(h.start))
 	binary.LittleEndian.PutUint32(b[24:], encodeDurableMark(h.start, h.durable))
@@ -201,6 +209,7 @@ func decodeSegHeader(b []byte) (segHeader, error) {
 	h := segHeader{
 		size:  int64(binary.LittleEndian.Uint64(b[8:])),
 		start: LSN(binary.LittleEndian.Uint64(b[16:])),
+		tag:   binary.LittleEndian.Uint16(b[6:]),
 	}
 	if h.size <= 0 || !validSegmentSize(h.size) {
 		return segHeader{}, fmt.Errorf("bad segment size %d", h.size)

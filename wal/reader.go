@@ -18,7 +18,8 @@ const readChunk = 256 << 10
 // the end of the valid log the way PostgreSQL's recovery does: the first
 // record whose length, self-LSN or CRC does not check out, a missing next
 // segment, or a next segment whose header does not match its name ends the
-// log (io.EOF). Every length read from disk is bounded before use.
+// log (io.EOF); a next segment of another log (its header's log identifier
+// differs) is ErrCorrupt. Every length read from disk is bounded before use.
 //
 // A Reader is not safe for concurrent use.
 type Reader struct {
@@ -39,6 +40,9 @@ type Reader struct {
 	dropped int64
 	// borrow: Data aliases buf (SetBorrowData).
 	borrow bool
+	// tag is the log's identifier, from the first segment read that has
+	// one; a later segment with another is from another log.
+	tag uint16
 }
 
 // SetBorrowData makes Next return records whose Data aliases the reader's
@@ -162,7 +166,7 @@ func (r *Reader) openSegment(start LSN) error {
 		f.Close()
 		return err
 	}
-	r.f, r.seg, r.segSize = f, start, h.size
+	r.f, r.seg, r.segSize, r.tag = f, start, h.size, h.tag
 	r.maxPayload = MaxPayload(h.size)
 	r.buf = r.buf[:0]
 	return nil
@@ -289,7 +293,8 @@ func (r *Reader) advance() {
 		r.closeFile()
 		return
 	}
-	if _, err := readSegHeader(f, next, r.segSize); err != nil {
+	h, err := readSegHeader(f, next, r.segSize)
+	if err != nil {
 		f.Close()
 		if cerr := r.checkLaterSegment(next); cerr != nil {
 			r.err = cerr
@@ -298,6 +303,19 @@ func (r *Reader) advance() {
 		}
 		r.finish()
 		return
+	}
+	if h.tag != 0 && r.tag != 0 && h.tag != r.tag {
+		// Not the end of this log but a segment of another one, with
+		// records that pass every check at these LSNs: replaying them
+		// would mix two databases.
+		f.Close()
+		r.err = fmt.Errorf("%w: %s at offset 6: the segment belongs to another write-ahead log (log identifier %#04x; the segments before it have %#04x): a segment copied from another database's WAL, so the log from %s on is not this database's",
+			ErrCorrupt, path.Join(r.dir, segmentName(next)), h.tag, r.tag, next)
+		r.closeFile()
+		return
+	}
+	if r.tag == 0 {
+		r.tag = h.tag
 	}
 	r.closeFile()
 	r.f, r.seg, r.pos = f, next, next+segHeaderSize

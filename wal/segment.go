@@ -2,11 +2,14 @@ package wal
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"strings"
+	"time"
 
 	"mvkv/vfs"
 )
@@ -26,8 +29,8 @@ const zeroChunk = 1 << 20
 // its final name is always complete. stop, if non-nil, aborts the work
 // between chunks (the file is then removed). durable, if not 0, is an LSN
 // below which the log is durable now; the header records it as the
-// segment's durable-LSN mark.
-func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, stop <-chan struct{}) error {
+// segment's durable-LSN mark. tag is the log's identifier (segHeader).
+func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, tag uint16, stop <-chan struct{}) error {
 	final := path.Join(dir, segmentName(start))
 	tmp := final + tempSuffix
 	f, err := fsys.Create(tmp)
@@ -40,7 +43,7 @@ func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, 
 		return err
 	}
 	buf := make([]byte, min(zeroChunk, size))
-	encodeSegHeader(buf, segHeader{size: size, start: start, durable: durable})
+	encodeSegHeader(buf, segHeader{size: size, start: start, durable: durable, tag: tag})
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		if stop != nil {
 			select {
@@ -134,4 +137,19 @@ func listSegments(fsys vfs.FS, dir string) (segs []LSN, temps []string, err erro
 		}
 	}
 	return segs, temps, nil
+}
+
+// newLogTag draws the identifier of a new log (segHeader.tag), never 0.
+func newLogTag() uint16 {
+	var b [2]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			// crypto/rand does not fail on supported systems; the clock
+			// still tells logs apart.
+			return uint16(time.Now().UnixNano()) | 1
+		}
+		if t := binary.LittleEndian.Uint16(b[:]); t != 0 {
+			return t
+		}
+	}
 }

@@ -208,6 +208,7 @@ type Writer struct {
 	fs         vfs.FS
 	dir        string
 	segSize    int64
+	tag        uint16 // the log's identifier, written in every segment it makes
 	maxPayload int
 	policy     FlusherPolicy
 	depth      int // pipelined: most syncs in flight
@@ -288,6 +289,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	if err != nil {
 		return nil, err
 	}
+	var tag uint16
 	for _, t := range temps {
 		if err := fsys.Remove(path.Join(dir, t)); err != nil {
 			return nil, fmt.Errorf("wal: remove %s: %w", t, err)
@@ -298,7 +300,8 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 			return nil, fmt.Errorf("wal: no segments in %s to continue at %s", dir, end)
 		}
 		end = FirstLSN(segSize)
-		if err := createSegment(fsys, dir, LSN(segSize), segSize, 0, nil); err != nil {
+		tag = newLogTag()
+		if err := createSegment(fsys, dir, LSN(segSize), segSize, 0, tag, nil); err != nil {
 			return nil, err
 		}
 		segs = []LSN{LSN(segSize)}
@@ -318,9 +321,17 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	if err != nil {
 		return nil, fmt.Errorf("wal: open segment for end %s: %w", end, err)
 	}
-	if _, err := readSegHeader(f, cur, segSize); err != nil {
+	h, err := readSegHeader(f, cur, segSize)
+	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	if tag == 0 {
+		// The segments the log continues in carry its identifier, or, if
+		// an older build made them, none; then the log gets one now.
+		if tag = h.tag; tag == 0 {
+			tag = newLogTag()
+		}
 	}
 	// Later segments go newest first, each removal made durable before the
 	// next, so that a crash in the middle never leaves a gap: a segment
@@ -355,6 +366,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		fs:         fsys,
 		dir:        dir,
 		segSize:    segSize,
+		tag:        tag,
 		maxPayload: MaxPayload(segSize),
 		policy:     opts.Flusher,
 		depth:      opts.PipelineDepth,
@@ -982,7 +994,7 @@ func (w *Writer) fileFor(seg LSN) (vfs.File, error) {
 	if segmentReady(w.fs, w.dir, seg, w.segSize) {
 		w.c.prepped.Add(1)
 	} else {
-		if err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), nil); err != nil {
+		if err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), w.tag, nil); err != nil {
 			w.prepMu.Unlock()
 			return nil, err
 		}
@@ -1030,7 +1042,7 @@ func (w *Writer) preparer() {
 		case seg := <-w.prepReq:
 			w.prepMu.Lock()
 			if !segmentReady(w.fs, w.dir, seg, w.segSize) {
-				err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), w.stop)
+				err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), w.tag, w.stop)
 				if err != nil && !errors.Is(err, errStopped) {
 					w.logger.Warn("wal: preparing the next segment failed; it will be created on switch", "segment", segmentName(seg), "err", err)
 				}
