@@ -1,11 +1,15 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -201,6 +205,9 @@ func (t *respTarget) NewClient(ctx context.Context) (Client, error) {
 	c := redis.NewClient(t.options(1))
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
+		if why := t.refusal(); why != "" {
+			return nil, fmt.Errorf("%w (the server answers a new connection with %q)", err, why)
+		}
 		return nil, err
 	}
 	return &respClient{c: c, watch: t.watch}, nil
@@ -303,4 +310,23 @@ func (c *respClient) SelectOnly(ctx context.Context, aid int64) error {
 		return fmt.Errorf("%w: %q", errMissingRow, ak)
 	}
 	return err
+}
+
+// refusal returns the error line a server sends unasked to a new
+// connection it refuses (Redis's "-ERR max number of clients reached", or
+// protected mode's "-DENIED ..."), or "". The client library reports such
+// a refusal as the connection's end ("EOF", "connection reset by peer"),
+// which does not say why.
+func (t *respTarget) refusal() string {
+	nc, err := net.DialTimeout("tcp", t.addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	line, err := bufio.NewReaderSize(io.LimitReader(nc, 512), 512).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "-") {
+		return ""
+	}
+	return strings.TrimSpace(line[1:])
 }

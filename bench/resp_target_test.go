@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,12 @@ import (
 // startRESP serves a fresh engine over RESP on a loopback port.
 func startRESP(t *testing.T) string {
 	t.Helper()
+	return startRESPWith(t, server.Config{})
+}
+
+// startRESPWith is startRESP with the server configured by cfg.
+func startRESPWith(t *testing.T, cfg server.Config) string {
+	t.Helper()
 	db, err := engine.Open(t.TempDir(), engine.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +30,7 @@ func startRESP(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := server.New(db, server.Config{})
+	s := server.New(db, cfg)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(context.Background(), ln) }()
 	t.Cleanup(func() {
@@ -34,6 +41,27 @@ func startRESP(t *testing.T) string {
 		db.Close()
 	})
 	return ln.Addr().String()
+}
+
+// TestRESPClientRefused: a run with more clients than the server's
+// maxclients fails naming the server's reason, which the client library
+// reports as the connection's end.
+func TestRESPClientRefused(t *testing.T) {
+	addr := startRESPWith(t, server.Config{MaxClients: 3})
+	ctx := context.Background()
+	tg, err := OpenTarget("resp="+addr, "", TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	var log bytes.Buffer
+	if err := Load(ctx, tg, 1, testAccounts, &log); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(ctx, tg, RunConfig{Workload: SimpleUpdate, Scale: 1, Accounts: testAccounts, Clients: 8, Threads: 1, Transactions: 1, Log: &log, Seed: 1})
+	if err == nil || !strings.Contains(err.Error(), "max number of clients reached") {
+		t.Fatalf("8 clients against maxclients 3: %v, want the server's reason", err)
+	}
 }
 
 func TestRESPWorkloads(t *testing.T) {

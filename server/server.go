@@ -133,6 +133,9 @@ type Server struct {
 	commands  atomic.Uint64
 	connsRecv atomic.Uint64
 	rejected  atomic.Uint64
+	// lingering bounds the refused connections being closed gracefully
+	// (reject); beyond it they are closed at once.
+	lingering chan struct{}
 	// expiredKeys counts keys removed because they were past their
 	// deadline (Redis's expired_keys).
 	expiredKeys atomic.Uint64
@@ -171,6 +174,7 @@ func New(db *engine.DB, cfg Config) *Server {
 	s := &Server{
 		db:        db,
 		cfg:       cfg,
+		lingering: make(chan struct{}, maxLingering),
 		log:       cfg.Logger,
 		start:     time.Now(),
 		baseCtx:   ctx,
@@ -263,17 +267,11 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, isTLS bool) error {
 		tempDelay = 0
 		s.connsRecv.Add(1)
 		if s.deniedByProtectedMode(nc) {
-			s.rejected.Add(1)
-			nc.SetWriteDeadline(time.Now().Add(time.Second))
-			io.WriteString(nc, deniedProtected)
-			nc.Close()
+			s.reject(nc, deniedProtected)
 			continue
 		}
 		if s.clients.Load() >= s.maxClients.Load() {
-			s.rejected.Add(1)
-			nc.SetWriteDeadline(time.Now().Add(time.Second))
-			io.WriteString(nc, "-ERR max number of clients reached\r\n")
-			nc.Close()
+			s.reject(nc, "-ERR max number of clients reached\r\n")
 			continue
 		}
 		c := s.newConn(nc)
@@ -401,3 +399,38 @@ func (s *Server) checkPassword(p []byte) bool {
 
 // requirePass is the current requirepass, "" for none.
 func (s *Server) requirePass() string { return *s.pass.Load() }
+
+// maxLingering is how many refused connections may be closed gracefully
+// at once (reject).
+const maxLingering = 64
+
+// reject answers a connection the server refuses with msg and closes it.
+// A close with the client's first request still unread in the socket
+// makes the kernel reset the connection, and the reset can reach the
+// client before the reply does, which then sees "connection reset by
+// peer" instead of the reason. So the write side is shut first and the
+// client's bytes are read and dropped until it closes or a second passes,
+// in a goroutine of its own, at most maxLingering at once (beyond that,
+// or for a connection that is not TCP, it is closed at once).
+func (s *Server) reject(nc net.Conn, msg string) {
+	s.rejected.Add(1)
+	nc.SetDeadline(time.Now().Add(time.Second))
+	io.WriteString(nc, msg)
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return
+	}
+	select {
+	case s.lingering <- struct{}{}:
+	default:
+		nc.Close()
+		return
+	}
+	go func() {
+		defer func() { <-s.lingering }()
+		tc.CloseWrite()
+		io.Copy(io.Discard, io.LimitReader(tc, 1<<20))
+		tc.Close()
+	}()
+}

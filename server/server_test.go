@@ -525,6 +525,15 @@ func TestMaxClients(t *testing.T) {
 	c := ts.raw(t)
 	c.expect("-ERR max number of clients reached\r\n")
 	c.expectClosed()
+	// A client that sends its first request only after the server has
+	// refused it still reads the reason, then the end of the connection.
+	for range 3 {
+		e := ts.raw(t)
+		time.Sleep(50 * time.Millisecond) // the server refuses it meanwhile
+		e.nc.Write([]byte("PING\r\n"))
+		e.expect("-ERR max number of clients reached\r\n")
+		e.expectClosed()
+	}
 	a.nc.Close()
 	// Once a's goroutine has gone, a new client gets in.
 	for {
