@@ -718,7 +718,11 @@ func (db *DB) releaseLocks(st *txnState) {
 // transaction is rolled back and fn runs again, up to Options.MaxRetries
 // times in all. fn may therefore run more than once: it must not have
 // effects outside the transaction. Any other error from fn rolls back and is
-// returned.
+// returned. If fn panics, the transaction is rolled back (its row locks
+// released) and the panic continues. fn must not itself write, in another
+// transaction, a key it has written in t: the inner transaction would wait
+// for t's row lock while t waits for fn, which no deadlock check sees (it
+// is one goroutine); only ctx's deadline or cancellation ends that wait.
 func (db *DB) Update(ctx context.Context, fn func(*Txn) error) error {
 	return db.run(ctx, TxnOptions{Isolation: RepeatableRead}, fn)
 }
@@ -727,9 +731,27 @@ func (db *DB) Update(ctx context.Context, fn func(*Txn) error) error {
 // Update does. It returns, whether with nil or with fn's error, only once
 // every commit fn's snapshot could see is durable (see Txn.Commit), so what
 // fn read survives a crash; if that flush fails it returns
-// ErrWALSyncFailed instead of fn's error.
+// ErrWALSyncFailed instead of fn's error. If fn panics, the transaction
+// ends and the panic continues.
 func (db *DB) View(ctx context.Context, fn func(*Txn) error) error {
 	return db.run(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true}, fn)
+}
+
+// callFn calls fn(t) and rolls t back if fn panics (or calls
+// runtime.Goexit) before the panic goes on up: a transaction left open
+// would keep its xid in the running table, holding back the horizon, and
+// its row locks, on which the next writer of those keys would wait for
+// ever.
+func callFn(t *Txn, fn func(*Txn) error) error {
+	returned := false
+	defer func() {
+		if !returned && !t.done {
+			t.Rollback()
+		}
+	}()
+	err := fn(t)
+	returned = true
+	return err
 }
 
 func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error {
@@ -739,7 +761,7 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 		if t, err = db.Begin(ctx, o); err != nil {
 			return err
 		}
-		if err = fn(t); err != nil {
+		if err = callFn(t, fn); err != nil {
 			t.Rollback()
 			if IsRetryable(err) {
 				continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // walDelta is what one function wrote to the WAL and how often it asked for
@@ -163,4 +164,47 @@ func TestDeleteMissingKeyRepeatableReadConflicts(t *testing.T) {
 		t.Fatalf("delete of a key written since the snapshot: %v, want ErrSerializationFailure", err)
 	}
 	tx.Rollback()
+}
+
+// A panic in the function given to DB.Update or DB.View rolls its
+// transaction back before going on up: the key it wrote is free for the
+// next writer at once, and nothing it wrote is visible.
+func TestUpdatePanicRollsBack(t *testing.T) {
+	off := false
+	db := openTest(t, t.TempDir(), Options{Autovacuum: &off})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "k", "before")
+
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the function's panic", r)
+			}
+		}()
+		db.Update(ctx, func(tx *Txn) error {
+			if err := tx.Put([]byte("k"), []byte("lost")); err != nil {
+				t.Fatal(err)
+			}
+			panic("boom")
+		})
+	}()
+	func() {
+		defer func() { recover() }()
+		db.View(ctx, func(*Txn) error { panic("boom") })
+	}()
+
+	// With the row lock leaked the next writer would wait for ever;
+	// the deadline makes that a failure instead of a hang.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.Update(wctx, func(tx *Txn) error { return tx.Put([]byte("k"), []byte("after")) }); err != nil {
+		t.Fatalf("write after the panic: %v", err)
+	}
+	if s := db.procs.snapshot(); len(s.Xip) != 0 {
+		t.Errorf("transactions %v still running after both returned", s.Xip)
+	}
+	if v, _ := get(t, db, "k"); v != "after" {
+		t.Errorf("k = %q, want %q", v, "after")
+	}
 }
