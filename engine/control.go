@@ -121,6 +121,9 @@ func readControl(fsys vfs.FS, dir string) (c controlData, found bool, err error)
 		return c, false, err
 	}
 	if size != controlSize && size != controlSizeV1 {
+		if _, derr := fsys.ReadDir(name); derr == nil {
+			return c, false, fmt.Errorf("%w: %s is a directory, not the control file", ErrCorruption, name)
+		}
 		return c, false, fmt.Errorf("%w: %s: size %d, want %d", ErrCorruption, name, size, controlSize)
 	}
 	f, err := fsys.OpenReadOnly(name)

@@ -238,6 +238,10 @@ func (r VerifyReport) String() string {
 	for _, p := range r.Problems {
 		b.WriteString("problem: " + p + "\n")
 	}
-	fmt.Fprintf(&b, "%d problems\n", len(r.Problems))
+	if len(r.Problems) == 1 {
+		b.WriteString("1 problem\n")
+	} else {
+		fmt.Fprintf(&b, "%d problems\n", len(r.Problems))
+	}
 	return b.String()
 }

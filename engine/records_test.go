@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"mvkv/internal/heap"
@@ -87,6 +90,19 @@ func TestControlFile(t *testing.T) {
 		if _, err := decodeControl(bad, "control"); !errors.Is(err, ErrCorruption) {
 			t.Fatalf("flipped byte %d accepted: %v", i, err)
 		}
+	}
+}
+
+// A directory where the control file belongs is named as such, not as a
+// control file of the directory's size.
+func TestControlFileIsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, controlName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "is a directory") {
+		t.Fatalf("Open with a directory for the control file: %v", err)
 	}
 }
 
