@@ -36,8 +36,9 @@ import (
 
 // autovacuumState holds the dead-tuple count and the worker's counters.
 type autovacuumState struct {
-	dead atomic.Int64  // dead tuples since the last autovacuum
-	runs atomic.Uint64 // autovacuum runs that completed
+	dead     atomic.Int64  // dead tuples since the last autovacuum
+	runs     atomic.Uint64 // autovacuum runs that completed
+	failures atomic.Uint64 // autovacuum runs that failed
 }
 
 // noteEnd records the dead tuples a transaction leaves: obsoleted versions
@@ -85,6 +86,14 @@ func (db *DB) autovacuumWorker() {
 	}()
 	tick := time.NewTicker(db.opts.AutovacuumNaptime)
 	defer tick.Stop()
+	// A failure that repeats (a damaged page vacuum cannot read) is
+	// logged when first seen and then at most every failureLogEvery,
+	// with how often it failed in between, so that a short naptime does
+	// not fill the log with one message.
+	const failureLogEvery = 10 * time.Minute
+	var lastErr string
+	var lastLogged time.Time
+	var suppressed int
 	for {
 		select {
 		case <-db.stopBG:
@@ -98,13 +107,27 @@ func (db *DB) autovacuumWorker() {
 		st, err := db.Vacuum(ctx)
 		switch {
 		case err == nil:
+			if suppressed > 0 {
+				db.logger.Warn("autovacuum succeeded after failing", "last err", lastErr, "failures not logged since the last message", suppressed)
+			}
+			lastErr, suppressed = "", 0
 			db.av.noteRemoved(dead)
 			db.av.runs.Add(1)
 			db.logger.Debug("autovacuum", "dead", dead, "removed", st.TuplesRemoved, "took", st.Duration)
 		case errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):
 			return
 		default:
-			db.logger.Warn("autovacuum failed", "err", err)
+			db.av.failures.Add(1)
+			if msg := err.Error(); msg != lastErr || time.Since(lastLogged) >= failureLogEvery {
+				attrs := []any{"err", err}
+				if suppressed > 0 {
+					attrs = append(attrs, "failures not logged since the last message", suppressed)
+				}
+				db.logger.Warn("autovacuum failed", attrs...)
+				lastErr, lastLogged, suppressed = msg, time.Now(), 0
+			} else {
+				suppressed++
+			}
 		}
 	}
 }

@@ -145,8 +145,10 @@ func (s IndexStats) Sub(o IndexStats) IndexStats {
 // pg_stat_progress_vacuum and pg_stat_all_tables show the like).
 type VacuumTotals struct {
 	// Runs counts vacuum runs of both kinds; AutovacuumRuns those that
-	// autovacuum started.
-	Runs, AutovacuumRuns uint64
+	// autovacuum started. AutovacuumFailures counts autovacuum runs that
+	// ended in an error (each is logged, a repeat of the same error at
+	// most every 10 minutes).
+	Runs, AutovacuumRuns, AutovacuumFailures uint64
 	// PagesScanned and PagesSkipped count heap pages examined by the
 	// first pass and skipped as all-visible; PagesPruned the pages the
 	// first pass changed; PagesRead the pages read from disk and
@@ -164,6 +166,7 @@ type VacuumTotals struct {
 func (s VacuumTotals) Sub(o VacuumTotals) VacuumTotals {
 	return VacuumTotals{
 		Runs: s.Runs - o.Runs, AutovacuumRuns: s.AutovacuumRuns - o.AutovacuumRuns,
+		AutovacuumFailures: s.AutovacuumFailures - o.AutovacuumFailures,
 		PagesScanned: s.PagesScanned - o.PagesScanned, PagesSkipped: s.PagesSkipped - o.PagesSkipped,
 		PagesPruned: s.PagesPruned - o.PagesPruned, PagesRead: s.PagesRead - o.PagesRead, RingSwept: s.RingSwept - o.RingSwept,
 		TuplesRemoved: s.TuplesRemoved - o.TuplesRemoved, PagesCompacted: s.PagesCompacted - o.PagesCompacted,
@@ -212,7 +215,7 @@ func (db *DB) Stats() Stats {
 		},
 		VisibilityMap: db.vm.Stats(),
 		Vacuum: VacuumTotals{
-			Runs: db.vac.runs.Load(), AutovacuumRuns: db.av.runs.Load(),
+			Runs: db.vac.runs.Load(), AutovacuumRuns: db.av.runs.Load(), AutovacuumFailures: db.av.failures.Load(),
 			PagesScanned: db.vac.pagesScanned.Load(), PagesSkipped: db.vac.pagesSkipped.Load(),
 			PagesPruned: db.vac.pagesPruned.Load(), PagesRead: db.vac.pagesRead.Load(), RingSwept: db.vac.ringSwept.Load(),
 			TuplesRemoved: db.vac.tuplesRemoved.Load(), PagesCompacted: db.vac.pagesCompacted.Load(),

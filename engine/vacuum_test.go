@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -1534,5 +1535,39 @@ func TestVacuumRingKeepsWorkingSet(t *testing.T) {
 	}
 	if st.TuplesRemoved != keys {
 		t.Errorf("vacuum removed %d versions, want %d", st.TuplesRemoved, keys)
+	}
+}
+
+// Autovacuum that fails the same way every naptime (a heap page that fails
+// its checksum) says so once, not once a naptime.
+func TestAutovacuumRepeatedFailureLoggedOnce(t *testing.T) {
+	dir := filledAndClosed(t, 400)
+	file := filepath.Join(dir, heapDir, "00000000")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[heap.PageSize/2] ^= 0x55 // block 0, inside its tuples
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	on := true
+	db, err := Open(dir, Options{Autovacuum: &on, AutovacuumNaptime: 2 * time.Millisecond,
+		AutovacuumVacuumThreshold: 1, AutovacuumVacuumScaleFactor: -1,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i := 0; i < 20; i++ {
+		mustPut(t, db, "key-00399", fmt.Sprint(i)) // on the last page
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for db.Stats().Vacuum.AutovacuumFailures < 20 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := strings.Count(logged.String(), "autovacuum failed"); n != 1 {
+		t.Fatalf("%d autovacuum failure messages, want 1:\n%s", n, logged.String())
 	}
 }

@@ -624,6 +624,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("index_only_heap_fetches:%d", st.Index.HeapFetches),
 		fmt.Sprintf("vacuum_runs:%d", st.Vacuum.Runs),
 		fmt.Sprintf("autovacuum_runs:%d", st.Vacuum.AutovacuumRuns),
+		fmt.Sprintf("autovacuum_failures:%d", st.Vacuum.AutovacuumFailures),
 		fmt.Sprintf("vacuum_pages_scanned:%d", st.Vacuum.PagesScanned),
 		fmt.Sprintf("vacuum_pages_skipped:%d", st.Vacuum.PagesSkipped),
 		fmt.Sprintf("vacuum_pages_pruned:%d", st.Vacuum.PagesPruned),

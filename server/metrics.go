@@ -106,6 +106,7 @@ var engineMetrics = func() []metricDesc {
 		d("mvkv_index_only_heap_fetches_total", "Index-only lookups that read the heap.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Index.HeapFetches) }),
 		d("mvkv_vacuum_runs_total", "Vacuum runs, manual and autovacuum.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.Runs) }),
 		d("mvkv_autovacuum_runs_total", "Vacuum runs started by autovacuum.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.AutovacuumRuns) }),
+		d("mvkv_autovacuum_failures_total", "Autovacuum runs that ended in an error.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.AutovacuumFailures) }),
 		d("mvkv_vacuum_pages_pruned_total", "Heap pages vacuum's first pass changed (freed, froze or compacted).", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.PagesPruned) }),
 		d("mvkv_vacuum_pages_read_total", "Heap pages vacuum read from disk through its buffer ring.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.PagesRead) }),
 		d("mvkv_vacuum_ring_buffers_swept_total", "Buffer frames vacuum's ring took from the pool's clock sweep (each may evict a page).", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.RingSwept) }),
