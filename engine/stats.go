@@ -165,9 +165,8 @@ type VacuumTotals struct {
 // Sub returns s minus o, counter by counter.
 func (s VacuumTotals) Sub(o VacuumTotals) VacuumTotals {
 	return VacuumTotals{
-		Runs: s.Runs - o.Runs, AutovacuumRuns: s.AutovacuumRuns - o.AutovacuumRuns,
-		AutovacuumFailures: s.AutovacuumFailures - o.AutovacuumFailures,
-		PagesScanned:       s.PagesScanned - o.PagesScanned, PagesSkipped: s.PagesSkipped - o.PagesSkipped,
+		Runs: s.Runs - o.Runs, AutovacuumRuns: s.AutovacuumRuns - o.AutovacuumRuns, AutovacuumFailures: s.AutovacuumFailures - o.AutovacuumFailures,
+		PagesScanned: s.PagesScanned - o.PagesScanned, PagesSkipped: s.PagesSkipped - o.PagesSkipped,
 		PagesPruned: s.PagesPruned - o.PagesPruned, PagesRead: s.PagesRead - o.PagesRead, RingSwept: s.RingSwept - o.RingSwept,
 		TuplesRemoved: s.TuplesRemoved - o.TuplesRemoved, PagesCompacted: s.PagesCompacted - o.PagesCompacted,
 		TuplesFrozen: s.TuplesFrozen - o.TuplesFrozen,
