@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "--version", "-version":
 		return versionMain(nil, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "mvkv: unknown command %q\n\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "mvkv: unknown command %q\nTry \"mvkv help\" for the list of commands.\n", args[0])
 	return 2
 }
 
@@ -77,12 +77,12 @@ func helpMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	case len(args) > 1:
-		fmt.Fprintf(stderr, "mvkv help: too many arguments (want at most one command)\n\n%s", usage)
+		fmt.Fprintf(stderr, "mvkv help: too many arguments (want at most one command)\nTry \"mvkv help\" for the list of commands.\n")
 		return 2
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "mvkv help: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "mvkv help: unknown command %q\nTry \"mvkv help\" for the list of commands.\n", args[0])
 		return 2
 	}
 	return cmd([]string{"--help"}, stdout, stderr)
@@ -105,7 +105,7 @@ func versionMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, versionUsage)
 		return 0
 	case len(args) > 0:
-		fmt.Fprintf(stderr, "mvkv version: unexpected argument %q\n\n%s", args[0], versionUsage)
+		fmt.Fprintf(stderr, "mvkv version: unexpected argument %q\nTry \"mvkv version --help\" for more information.\n", args[0])
 		return 2
 	}
 	fmt.Fprintln(stdout, versionLine())

@@ -95,7 +95,7 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 			fmt.Fprint(stdout, usage)
 			return "", 0, false
 		}
-		fmt.Fprintf(stderr, "mvkv %s: %s\n\n%s", fs.Name(), flagError(err), usage)
+		fmt.Fprintf(stderr, "mvkv %s: %s\n%s", fs.Name(), flagError(err), tryHelp(fs.Name()))
 		return "", 2, false
 	}
 	if fs.NArg() != 1 {
@@ -103,11 +103,11 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 		// flag, so options after DIR arrive here as extra arguments.
 		for _, a := range fs.Args()[min(1, fs.NArg()):] {
 			if strings.HasPrefix(a, "-") {
-				fmt.Fprintf(stderr, "mvkv %s: %s after the data directory: options go before DIR\n\n%s", fs.Name(), a, usage)
+				fmt.Fprintf(stderr, "mvkv %s: %s after the data directory: options go before DIR\n%s", fs.Name(), a, tryHelp(fs.Name()))
 				return "", 2, false
 			}
 		}
-		fmt.Fprintf(stderr, "mvkv %s: need exactly one data directory\n\n%s", fs.Name(), usage)
+		fmt.Fprintf(stderr, "mvkv %s: need exactly one data directory\n%s", fs.Name(), tryHelp(fs.Name()))
 		return "", 2, false
 	}
 	dir = fs.Arg(0)
@@ -116,6 +116,13 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 		return "", 1, false
 	}
 	return dir, 0, true
+}
+
+// tryHelp is the line after a usage error, as PostgreSQL's tools and
+// git print it: the error stays the last thing on the screen instead of
+// scrolling away above the whole usage text.
+func tryHelp(cmd string) string {
+	return fmt.Sprintf("Try \"mvkv %s --help\" for more information.\n", cmd)
 }
 
 // checkDataDir refuses a path that is not an existing data directory, so
