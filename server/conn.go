@@ -100,6 +100,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
+	c.rd.preAuth = func() bool { return !c.authed }
 	c.fd = socketFD(nc)
 	return c
 }

@@ -33,6 +33,13 @@
 // serialization failure reruns the command or block before anything is
 // replied, up to Config.MaxRetries times.
 //
+// # Who may connect
+//
+// As Redis 7: with a password set, a client that has not authenticated
+// may send requests of at most 10 arguments of 16 KiB each, so that one
+// without the password cannot make the server hold more than a little
+// memory.
+//
 // The server's specification (SERVER.md, with the source) gives the rest: commands and
 // transactions, WATCH, durability and pipelining, expiry and the stored
 // value format, limits, shutdown, who may connect, and what is not
