@@ -21,7 +21,9 @@ import (
 type Limits struct {
 	// MaxBulkLen is Redis's proto-max-bulk-len (default 512 MiB): a
 	// declared bulk length above it is a protocol error that closes the
-	// connection.
+	// connection. It is at most 1 GiB, the engine's value limit (a
+	// larger value is taken as 1 GiB), since no longer argument could be
+	// stored.
 	MaxBulkLen int64
 	// MaxArgLen is the longest argument kept (default MaxStoredValue, what
 	// the engine can store with an expiry beside it; above MaxBulkLen's
@@ -51,6 +53,9 @@ var DefaultLimits = Limits{
 	MaxInlineLen:     64 << 10,
 	QueryBufferLimit: 1 << 30,
 }
+
+// maxBulkLen is the highest proto-max-bulk-len (Limits.MaxBulkLen).
+const maxBulkLen = engine.MaxValueSize
 
 // MaxStoredValue is the longest string value the server stores, in bytes:
 // the engine's value limit less the header of a value stored with an

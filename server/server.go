@@ -77,6 +77,7 @@ func (c Config) withDefaults() Config {
 	if c.Limits.MaxBulkLen <= 0 {
 		c.Limits.MaxBulkLen = d.MaxBulkLen
 	}
+	c.Limits.MaxBulkLen = min(c.Limits.MaxBulkLen, maxBulkLen)
 	if c.Limits.MaxArgLen <= 0 {
 		c.Limits.MaxArgLen = d.MaxArgLen
 	}
