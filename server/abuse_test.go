@@ -272,3 +272,15 @@ func TestSplitArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxBulkLenCapped: a configured proto-max-bulk-len above the
+// engine's 1 GiB value limit is taken as 1 GiB.
+func TestMaxBulkLenCapped(t *testing.T) {
+	ts := startServer(t, Config{Limits: Limits{MaxBulkLen: 4 << 30}})
+	r := ts.raw(t)
+	r.cmd("CONFIG", "GET", "proto-max-bulk-len")
+	r.expect("*2\r\n$18\r\nproto-max-bulk-len\r\n$10\r\n1073741824\r\n")
+	r.send("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1073741825\r\n")
+	r.expect("-ERR Protocol error: invalid bulk length\r\n")
+	r.expectClosed()
+}

@@ -66,8 +66,10 @@ var knobs = withEngineSettings(map[string]knob{
 			return nil
 		},
 	},
-	"proto-max-bulk-len":        limitKnob(func(l *Limits) *int64 { return &l.MaxBulkLen }, 1<<20),
-	"client-query-buffer-limit": limitKnob(func(l *Limits) *int64 { return &l.QueryBufferLimit }, 1<<20),
+	// proto-max-bulk-len goes no higher than the engine's value limit:
+	// a longer argument could never be stored, and is refused anyway.
+	"proto-max-bulk-len":        limitKnob(func(l *Limits) *int64 { return &l.MaxBulkLen }, 1<<20, maxBulkLen),
+	"client-query-buffer-limit": limitKnob(func(l *Limits) *int64 { return &l.QueryBufferLimit }, 1<<20, math.MaxInt64),
 	// appendfsync maps onto synchronous_commit: always is on (every
 	// acknowledged write is durable); everysec and no are off, whose WAL
 	// writer makes a commit durable within about three wal_writer_delay
@@ -318,7 +320,7 @@ func parseMemory(v string) (int64, error) {
 	return n * mul, nil
 }
 
-func limitKnob(field func(*Limits) *int64, minimum int64) knob {
+func limitKnob(field func(*Limits) *int64, minimum, maximum int64) knob {
 	return knob{
 		get: func(s *Server) string { l := s.limits(); return strconv.FormatInt(*field(&l), 10) },
 		set: func(s *Server, v string) error {
@@ -326,8 +328,8 @@ func limitKnob(field func(*Limits) *int64, minimum int64) knob {
 			if err != nil {
 				return err
 			}
-			if n < minimum {
-				return fmt.Errorf("argument must be between %d and %d inclusive", minimum, int64(math.MaxInt64))
+			if n < minimum || n > maximum {
+				return fmt.Errorf("argument must be between %d and %d inclusive", minimum, maximum)
 			}
 			s.limMu.Lock()
 			defer s.limMu.Unlock()

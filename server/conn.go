@@ -100,6 +100,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
+	c.rd.preAuth = func() bool { return !c.authed }
 	c.fd = socketFD(nc)
 	return c
 }
@@ -164,6 +165,10 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		if crossProtocol(req.args[0]) {
+			c.refuseCrossProtocol()
+			return
+		}
 		c.more = c.rd.br.Buffered() > 0
 		c.qbuf.Store(int64(c.rd.br.Buffered()))
 		c.argvMem.Store(req.size)
@@ -179,6 +184,41 @@ func (c *conn) serve() {
 		if c.s.isClosing() && !c.more {
 			break
 		}
+	}
+	c.flush()
+}
+
+// crossProtocol reports whether a request's first word is "POST" or
+// "Host:", in any case: an HTTP request sent to the server, whose request
+// line and headers arrive as inline commands. A web page can make a
+// browser send one to a server on the local network (cross-protocol
+// scripting); its body, which the page controls, would follow as further
+// commands. As Redis does, the server runs none of it.
+func crossProtocol(name []byte) bool {
+	switch len(name) {
+	case 4:
+		return lower(name) == "post"
+	case 5:
+		return lower(name) == "host:"
+	}
+	return false
+}
+
+// crossProtoLogEvery is the least time between two warnings about
+// cross-protocol requests, so that a flood of them cannot flood the log.
+const crossProtoLogEvery = time.Minute
+
+// refuseCrossProtocol ends a connection that sent an HTTP request line or
+// header as a command (crossProtocol), without a reply to it and without
+// reading what follows. Replies to the commands before it are written.
+func (c *conn) refuseCrossProtocol() {
+	s := c.s
+	n := s.crossProto.Add(1)
+	now := time.Now().UnixNano()
+	last := s.crossProtoLog.Load()
+	if (last == 0 || now-last >= int64(crossProtoLogEvery)) && s.crossProtoLog.CompareAndSwap(last, now) {
+		s.log.Warn("possible security attack: a client sent POST or Host: as a command, as an HTTP request does (a web page may be attacking the server through a browser by cross-protocol scripting); connection closed without running anything it sent after that",
+			"id", c.id, "addr", c.nc.RemoteAddr().String(), "total", n)
 	}
 	c.flush()
 }

@@ -33,6 +33,16 @@
 // serialization failure reruns the command or block before anything is
 // replied, up to Config.MaxRetries times.
 //
+// # Who may connect
+//
+// As Redis 7: with a password set, a client that has not authenticated
+// may send requests of at most 10 arguments of 16 KiB each, so that one
+// without the password cannot make the server hold more than a little
+// memory; and a connection that sends POST or Host: as a command, as an
+// HTTP request does, is closed before anything after it runs, so that a
+// web page cannot make a browser send commands to the server hidden in an
+// HTTP request (cross-protocol scripting).
+//
 // The server's specification (SERVER.md, with the source) gives the rest: commands and
 // transactions, WATCH, durability and pipelining, expiry and the stored
 // value format, limits, shutdown, who may connect, and what is not

@@ -114,6 +114,7 @@ var engineMetrics = func() []metricDesc {
 		d("mvkv_checkpoints_total", "Checkpoints completed.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Checkpoint.Count) }),
 		d("mvkv_server_open_transactions", "Engine transactions begun by the server and not yet ended.", g, func(e engineCollector) float64 { return float64(e.s.openTxns.Load()) }),
 		d("mvkv_server_connections_received_total", "Connections accepted.", c, func(e engineCollector) float64 { return float64(e.s.connsRecv.Load()) }),
+		d("mvkv_server_cross_protocol_closes_total", "Connections closed for sending POST or Host: as a command, as an HTTP request does (possible cross-protocol scripting).", c, func(e engineCollector) float64 { return float64(e.s.crossProto.Load()) }),
 		d("mvkv_server_rejected_connections_total", "Connections refused by maxclients.", c, func(e engineCollector) float64 { return float64(e.s.rejected.Load()) }),
 	}
 }()

@@ -14,11 +14,16 @@ import (
 // request. Every length a client declares is checked against them before
 // any memory is set aside for it, and memory for a bulk argument grows only
 // as its bytes arrive, so a client that declares a large length and stalls
-// holds no more than what it actually sent.
+// holds no more than what it actually sent. Before a client has
+// authenticated to a server with a password, Redis 7's smaller limits
+// apply instead, whatever is configured: 10 arguments of at most 16 KiB
+// each, and lines of at most 64 KiB.
 type Limits struct {
 	// MaxBulkLen is Redis's proto-max-bulk-len (default 512 MiB): a
 	// declared bulk length above it is a protocol error that closes the
-	// connection.
+	// connection. It is at most 1 GiB, the engine's value limit (a
+	// larger value is taken as 1 GiB), since no longer argument could be
+	// stored.
 	MaxBulkLen int64
 	// MaxArgLen is the longest argument kept (default MaxStoredValue, what
 	// the engine can store with an expiry beside it; above MaxBulkLen's
@@ -49,6 +54,9 @@ var DefaultLimits = Limits{
 	QueryBufferLimit: 1 << 30,
 }
 
+// maxBulkLen is the highest proto-max-bulk-len (Limits.MaxBulkLen).
+const maxBulkLen = engine.MaxValueSize
+
 // MaxStoredValue is the longest string value the server stores, in bytes:
 // the engine's value limit less the header of a value stored with an
 // expiry, so that EXPIRE never fails on a value the server took.
@@ -62,6 +70,18 @@ const argOverhead = 32
 // bytes arrive, and the most that is ever set aside ahead of them beyond
 // what has already arrived (readBulk).
 const growStep = 64 << 10
+
+// Before a connection has authenticated, when the server asks for a
+// password, a request may declare at most unauthMultibulkLen arguments of
+// at most unauthBulkLen bytes each, and its request lines are bounded by
+// unauthInlineLen, as in Redis 7. A client that does not know the password
+// can then make the server hold no more than about 160 KiB for it, however
+// large the configured limits, while AUTH and HELLO ... AUTH still fit.
+const (
+	unauthMultibulkLen = 10
+	unauthBulkLen      = 16 << 10
+	unauthInlineLen    = 64 << 10
+)
 
 // ProtocolError is a malformed or over-limit request. Its text is Redis's,
 // after "ERR Protocol error: "; the server replies with it and closes the
@@ -94,6 +114,9 @@ type request struct {
 type reader struct {
 	br  *bufio.Reader
 	lim func() Limits
+	// preAuth reports whether the connection has yet to authenticate,
+	// so that the smaller limits above apply; nil means it never has to.
+	preAuth func() bool
 }
 
 func newReader(r io.Reader, size int, lim func() Limits) *reader {
@@ -106,13 +129,17 @@ func newReader(r io.Reader, size int, lim func() Limits) *reader {
 func (r *reader) read() (request, error) {
 	for {
 		lim := r.lim()
+		unauth := r.preAuth != nil && r.preAuth()
+		if unauth {
+			lim.MaxInlineLen = min(lim.MaxInlineLen, unauthInlineLen)
+		}
 		b, err := r.br.Peek(1)
 		if err != nil {
 			return request{}, err
 		}
 		var req request
 		if b[0] == '*' {
-			req, err = r.readMultibulk(lim)
+			req, err = r.readMultibulk(lim, unauth)
 		} else {
 			req, err = r.readInline(lim)
 		}
@@ -163,7 +190,7 @@ func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
 	}
 }
 
-func (r *reader) readMultibulk(lim Limits) (request, error) {
+func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 	line, err := r.readLine(lim.MaxInlineLen, "too big mbulk count string")
 	if err != nil {
 		return request{}, err
@@ -171,6 +198,9 @@ func (r *reader) readMultibulk(lim Limits) (request, error) {
 	n, ok := parseInt(line[1:])
 	if !ok || n > int64(lim.MaxMultibulkLen) {
 		return request{}, &ProtocolError{"invalid multibulk length"}
+	}
+	if unauth && n > unauthMultibulkLen {
+		return request{}, &ProtocolError{"unauthenticated multibulk length"}
 	}
 	if n <= 0 {
 		return request{}, nil
@@ -193,6 +223,9 @@ func (r *reader) readMultibulk(lim Limits) (request, error) {
 		blen, ok := parseInt(line)
 		if !ok || blen < 0 || blen > lim.MaxBulkLen {
 			return request{}, &ProtocolError{"invalid bulk length"}
+		}
+		if unauth && blen > unauthBulkLen {
+			return request{}, &ProtocolError{"unauthenticated bulk length"}
 		}
 		if blen > int64(lim.MaxArgLen) {
 			// Too long to keep but within the protocol: skip it

@@ -77,6 +77,7 @@ func (c Config) withDefaults() Config {
 	if c.Limits.MaxBulkLen <= 0 {
 		c.Limits.MaxBulkLen = d.MaxBulkLen
 	}
+	c.Limits.MaxBulkLen = min(c.Limits.MaxBulkLen, maxBulkLen)
 	if c.Limits.MaxArgLen <= 0 {
 		c.Limits.MaxArgLen = d.MaxArgLen
 	}
@@ -133,6 +134,11 @@ type Server struct {
 	commands  atomic.Uint64
 	connsRecv atomic.Uint64
 	rejected  atomic.Uint64
+	// crossProto counts connections closed for sending POST or Host: as
+	// a command (crossProtocol); crossProtoLog is when that was last
+	// logged, in Unix nanoseconds.
+	crossProto    atomic.Uint64
+	crossProtoLog atomic.Int64
 	// lingering bounds the refused connections being closed gracefully
 	// (reject); beyond it they are closed at once.
 	lingering chan struct{}

@@ -339,21 +339,30 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 // options: the certificate and key, the CA client certificates must chain
 // to, and tls-auth-clients (yes: a client must present one; optional: one
 // presented is checked; no: none is asked for). TLS 1.2 at least. The
-// caller has checked that the files it needs are named.
+// caller has checked that the files it needs are named. Every error names
+// the option and file it is about, since crypto/tls's own name neither.
 func serverTLSConfig(certFile, keyFile, caFile string, auth tls.ClientAuthType) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--tls-cert-file: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-key-file: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file %s, --tls-key-file %s: %s", certFile, keyFile, strings.TrimPrefix(err.Error(), "tls: "))
 	}
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ClientAuth: auth}
 	if tc.ClientAuth != tls.NoClientCert {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--tls-ca-cert-file: %w", err)
 		}
 		tc.ClientCAs = x509.NewCertPool()
 		if !tc.ClientCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+			return nil, fmt.Errorf("--tls-ca-cert-file %s holds no PEM certificate", caFile)
 		}
 	}
 	return tc, nil
