@@ -74,15 +74,15 @@ func TestStorageLayoutReportsShortSegment(t *testing.T) {
 		t.Fatalf("CheckSegments: %v, want one ErrCorrupt containing %q", errs, want)
 	}
 
-	// A full segment 0 checks out; an empty segment file after the last
-	// one holding data (Truncate leaves them) is not part of the layout.
+	// A full segment 0 checks out, and so does an empty segment file
+	// after the last one holding data (Truncate leaves them).
 	s2, fs, dir := segmentFixture(t, SegmentBlocks*PageSize)
 	f, err := fs.Create(path.Join(dir, "00000002"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	if l, err := s2.Layout(); err != nil || len(l.Segments) != 2 || len(l.Short()) != 0 {
+	if l, err := s2.Layout(); err != nil || len(l.Segments) != 3 || len(l.Short()) != 0 {
 		t.Fatalf("full segment 0: layout %+v, %v", l, err)
 	}
 	if errs := s2.CheckSegments(); errs != nil {

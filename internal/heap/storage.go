@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -504,7 +505,8 @@ type Segment struct {
 	Num  uint32 // segment number: the file holds blocks from Num*SegmentBlocks
 	Path string // the file's path (where it belongs, when Missing)
 	Size int64  // the file's size in bytes when the layout was read; 0 when Missing
-	// Missing: no file of this number, though a later one holds data.
+	// Missing: no file of this number (though a later one exists, or
+	// the caller asked for one past the last).
 	Missing bool
 }
 
@@ -526,35 +528,43 @@ func (g Segment) Full() bool { return g.Size >= SegmentBlocks*PageSize }
 // judges which (the engine at Open, against the length the last checkpoint
 // wrote and the WAL since; verification after a checkpoint).
 type Layout struct {
-	// Segments holds every segment from 0 to the last one holding data
-	// (more than 0 bytes), by number, a missing one included with Missing
-	// set. Files after that one are empty (Truncate leaves them so) and
-	// are left out.
+	Dir string // the directory of the segment files
+	// Segments holds every segment from 0 to the highest-numbered file,
+	// by number, a missing one included with Missing set. Files after
+	// the last one holding data (more than 0 bytes) are empty: Truncate
+	// leaves them so.
 	Segments []Segment
 }
 
 // Last returns the last segment holding data; ok is false when none does.
 func (l Layout) Last() (g Segment, ok bool) {
-	if len(l.Segments) == 0 {
-		return Segment{}, false
+	for i := len(l.Segments) - 1; i >= 0; i-- {
+		if l.Segments[i].Size > 0 {
+			return l.Segments[i], true
+		}
 	}
-	return l.Segments[len(l.Segments)-1], true
+	return Segment{}, false
 }
 
-// Short returns, in order, the segments before the last one that are not
-// full (missing ones included): what PostgreSQL's mdnblocks would stop at.
+// Short returns, in order, the segments before the last one holding data
+// that are not full (missing ones included): what PostgreSQL's mdnblocks
+// would stop at.
 func (l Layout) Short() []Segment {
+	last, ok := l.Last()
+	if !ok {
+		return nil
+	}
 	var short []Segment
-	for i := 0; i+1 < len(l.Segments); i++ {
-		if !l.Segments[i].Full() {
-			short = append(short, l.Segments[i])
+	for _, g := range l.Segments[:last.Num] {
+		if !g.Full() {
+			short = append(short, g)
 		}
 	}
 	return short
 }
 
 // Segment returns segment num: from the layout, or Missing (with the path
-// it would have) when it lies past the last one holding data.
+// it would have) when it lies past the highest-numbered file.
 func (l Layout) Segment(num uint32) Segment {
 	if int(num) < len(l.Segments) {
 		return l.Segments[num]
@@ -562,12 +572,7 @@ func (l Layout) Segment(num uint32) Segment {
 	return Segment{Num: num, Path: l.path(num), Missing: true}
 }
 
-func (l Layout) path(num uint32) string {
-	if len(l.Segments) == 0 {
-		return ""
-	}
-	return path.Join(path.Dir(l.Segments[0].Path), segName(num))
-}
+func (l Layout) path(num uint32) string { return path.Join(l.Dir, segName(num)) }
 
 // Layout lists the segment files in the directory and reads their sizes
 // now (not at open), so that it sees the files as they are.
@@ -583,7 +588,6 @@ func (s *Storage) Layout() (Layout, error) {
 		return Layout{}, fmt.Errorf("heap: list %s: %w", s.dir, err)
 	}
 	sizes := map[uint32]int64{}
-	last, found := uint32(0), false
 	for _, name := range names {
 		seg, ok := parseSegName(name)
 		if !ok {
@@ -594,17 +598,14 @@ func (s *Storage) Layout() (Layout, error) {
 			return Layout{}, fmt.Errorf("heap: size of %s: %w", path.Join(s.dir, name), err)
 		}
 		sizes[seg] = size
-		if size > 0 && (!found || seg > last) {
-			last, found = seg, true
-		}
 	}
-	var l Layout
-	if !found {
+	l := Layout{Dir: s.dir}
+	if len(sizes) == 0 {
 		return l, nil
 	}
-	for seg := uint32(0); seg <= last; seg++ {
+	for seg := uint32(0); seg <= slices.Max(slices.Collect(maps.Keys(sizes))); seg++ {
 		size, ok := sizes[seg]
-		l.Segments = append(l.Segments, Segment{Num: seg, Path: path.Join(s.dir, segName(seg)), Size: size, Missing: !ok})
+		l.Segments = append(l.Segments, Segment{Num: seg, Path: l.path(seg), Size: size, Missing: !ok})
 	}
 	return l, nil
 }
