@@ -241,3 +241,35 @@ func TestShortSegmentMissingBulkLoadPagesIsCorruption(t *testing.T) {
 		t.Fatalf("Open: %v\nwant ErrCorruption containing %q and naming the bulk load", err, want)
 	}
 }
+
+// Verify names a segment cut short before a later one while the database
+// is open (Open refuses one, so here the damage comes after it).
+func TestVerifyReportsShortSegment(t *testing.T) {
+	dir := filledAndClosed(t, 500)
+	db := openTest(t, dir, Options{})
+	defer db.Close()
+	heapPath := filepath.Join(dir, heapDir)
+	seg0 := filepath.Join(heapPath, "00000000")
+	if err := os.Truncate(seg0, 3*heap.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	writeSegmentPage(t, heapPath)
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("heap: segment %s is %d bytes but is not the last segment (%s follows it, 8192 bytes); a segment before another must be 1073741824 bytes",
+		seg0, 3*heap.PageSize, filepath.Join(heapPath, "00000001"))
+	found := false
+	for _, p := range rep.Problems {
+		found = found || p == want
+	}
+	if !found {
+		t.Fatalf("problems %q\ndo not include %q", rep.Problems, want)
+	}
+	// The blocks past the cut, below the checkpoint's length, are named
+	// as lost where they are read.
+	if !strings.Contains(rep.String(), seg0+" at offset 24576 (block 3) lies past the file's end (24576 bytes), below the") {
+		t.Fatalf("report does not name block 3 as past the file's end:\n%s", rep.String())
+	}
+}
