@@ -27,9 +27,11 @@ var ErrClosed = errors.New("heap: storage closed")
 // "00000001", ...) in dir, at byte offset (b%SegmentBlocks)*PageSize.
 //
 // Blocks may be written in any order (the buffer pool evicts them so), so a
-// segment may have holes, and a segment below the last may be shorter than
-// 1 GiB; every block that was never written reads as zeros, which
-// VerifyPage accepts as a new page. All methods are safe for concurrent use.
+// segment may have holes; every block that was never written reads as
+// zeros, which VerifyPage accepts as a new page. A write past the end fills
+// the blocks it skips, so a segment below the last is 1 GiB unless a crash
+// lost its last unsynced pages while keeping a later segment's (Layout).
+// All methods are safe for concurrent use.
 type Storage struct {
 	fs  vfs.FS
 	dir string
