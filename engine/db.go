@@ -187,6 +187,13 @@ type RecoveryInfo struct {
 	// heap was cut back to BulkLoadCutFrom blocks, BulkLoadCutBlocks
 	// fewer than the files held. Both 0 when there was none.
 	BulkLoadCutFrom, BulkLoadCutBlocks uint32
+	// FilledSegments names the heap segment files that a crash left
+	// shorter than 1 GiB before a later one and that recovery filled
+	// with FilledBlocks empty pages in all before redo (the pages were
+	// extended after the last checkpoint; redo rewrote the ones that
+	// held data). Empty when there was none.
+	FilledSegments []string
+	FilledBlocks   uint64
 }
 
 // Open opens (creating if needed) the database in dir and runs crash

@@ -150,7 +150,8 @@ func (r *VerifyReport) problem(format string, args ...any) {
 
 // Verify checks the consistency of an open database, as bbolt's Check and
 // PostgreSQL's amcheck do: every heap page's checksum and line pointers
-// (read from disk after a checkpoint, not from the buffer pool); the
+// (read from disk after a checkpoint, not from the buffer pool); the heap
+// segment files' sizes (one shorter than 1 GiB before another); the
 // visibility map files' sizes (a page cut short loses its bits without
 // failing a checksum), every map page's checksum, and every set bit against
 // its heap page (PD_ALL_VISIBLE and every tuple visible to all); every
@@ -198,6 +199,7 @@ func (t verifyTarget) FS() vfs.FS                           { return t.db.fs }
 func (t verifyTarget) NextXid() uint64                      { return t.db.procs.next() }
 func (t verifyTarget) NBlocks() uint32                      { return t.db.storage.NBlocks() }
 func (t verifyTarget) ReadBlock(blk uint32, p []byte) error { return t.db.storage.ReadBlock(blk, p) }
+func (t verifyTarget) CheckHeapSegments() []error           { return t.db.storage.CheckSegments() }
 func (t verifyTarget) CLOG() *clog.CLOG                     { return t.db.clog }
 func (t verifyTarget) VisibilityMap() *visibility.Map       { return t.db.vm }
 func (t verifyTarget) Snapshot() *visibility.Snapshot       { return t.db.procs.snapshot() }

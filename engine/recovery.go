@@ -90,6 +90,10 @@ func (db *DB) recover(ctrl controlData) error {
 	// The type of the record that starts at the control file's checkpoint
 	// LSN; 0 while none has been seen.
 	var atCheckpoint wal.RecordType
+	// Records other than the control file's checkpoint record: none
+	// means nothing was logged since that checkpoint began (a clean
+	// shutdown, or a crash with nothing written since).
+	others := 0
 	for {
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
@@ -100,6 +104,8 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		if rec.LSN == ctrl.CheckpointLSN {
 			atCheckpoint = rec.Type
+		} else {
+			others++
 		}
 		if rec.Type == recCheckpoint && rec.LSN >= ctrl.CheckpointLSN {
 			if c, err := decodeCheckpoint(rec.Data); err == nil {
@@ -146,14 +152,20 @@ func (db *DB) recover(ctrl controlData) error {
 	if err := checkControlMatchesWAL(ctrl, end, atCheckpoint, ckpts, filepath.Join(db.dir, controlName)); err != nil {
 		return err
 	}
-	heapPath := filepath.Join(db.dir, heapDir)
-	if n := db.storage.NBlocks(); uint64(n) < ctrl.HeapBlocks {
-		return fmt.Errorf("%w: %s: the heap has %d blocks, fewer than the %d it had at the last checkpoint", ErrCorruption, heapPath, n, ctrl.HeapBlocks)
+	// Every segment holds the blocks the last checkpoint wrote in it
+	// (segments.go).
+	layout, err := db.checkCheckpointedSegments(ctrl)
+	if err != nil {
+		return err
 	}
 	if ctrl.CheckpointLSN == 0 && db.storage.NBlocks() > 0 && (first == 0 || first != wal.FirstLSN(r.SegmentSize())) {
 		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
 	}
 	if err := db.checkStrayHeapPages(ctrl, scan); err != nil {
+		return err
+	}
+	shortSegs, err := db.shortSegmentsAfterCrash(ctrl, layout, scan, ctrl.CheckpointLSN != 0 && others == 0)
+	if err != nil {
 		return err
 	}
 	if ctrl.CheckpointLSN != 0 {
@@ -177,6 +189,11 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
+		return err
+	}
+	// After every check, before redo, which rewrites what of them held
+	// data.
+	if err := db.fillShortSegments(shortSegs); err != nil {
 		return err
 	}
 	db.storage.SetWritten(uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks()))))
@@ -298,6 +315,7 @@ func (db *DB) recover(ctrl controlData) error {
 	db.recovery = RecoveryInfo{
 		WrittenBlocks: db.recovery.WrittenBlocks, CheckedBlocks: db.recovery.CheckedBlocks,
 		BulkLoadCutFrom: db.recovery.BulkLoadCutFrom, BulkLoadCutBlocks: db.recovery.BulkLoadCutBlocks,
+		FilledSegments: db.recovery.FilledSegments, FilledBlocks: db.recovery.FilledBlocks,
 		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),

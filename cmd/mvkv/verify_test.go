@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +94,37 @@ func TestVerifyErrorOnePrefix(t *testing.T) {
 	}
 	if s := errb.String(); !strings.HasPrefix(s, "mvkv verify: data directory is in use") {
 		t.Errorf("stderr %q, want one prefix", s)
+	}
+}
+
+// TestVerifyNamesShortHeapSegment: a heap segment cut short with a later
+// segment after it fails mvkv verify (at Open), naming the file, its size
+// and the size a segment before another must have.
+func TestVerifyNamesShortHeapSegment(t *testing.T) {
+	dir := t.TempDir()
+	db, err := engine.Open(dir, engine.Options{SharedBuffers: 1 << 20, WALSegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 300; i++ {
+		if err := db.Update(context.Background(), func(tx *engine.Txn) error {
+			return tx.Put(fmt.Appendf(nil, "key-%05d", i), []byte(strings.Repeat("v", 300)))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	seg0 := filepath.Join(dir, "heap", "00000000")
+	if err := os.Truncate(seg0, 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "heap", "00000001"), make([]byte, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"verify", dir}, &out, &errb)
+	want := "heap segment " + seg0 + " is 8192 bytes but is not the last segment"
+	if code != 1 || !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), "a segment before another must be 1073741824 bytes") {
+		t.Fatalf("verify: exit %d, stderr %q; want exit 1 naming %q", code, errb.String(), want)
 	}
 }

@@ -87,9 +87,15 @@
 //
 // Block b lives in segment file fmt.Sprintf("%08d", b/131072) at byte offset
 // (b%131072)*8192, as PostgreSQL's md.c splits a relation into 1 GiB files.
-// A block not yet written reads as zeros (holes and short segments are
-// normal: the buffer pool writes blocks in eviction order). WriteBlock makes
-// no promise until Sync; creating a segment file fsyncs the directory at once.
+// A block not yet written reads as zeros. A write past the end fills the
+// blocks it skips, so a segment before the last one holding data is 1 GiB;
+// only a crash can leave one shorter (the operating system kept a write
+// into a later segment and lost the earlier one's last, unsynced pages),
+// and Layout reports it for the engine to judge at open: lost data if the
+// last checkpoint wrote a block in the missing part, another copy's file
+// after a clean shutdown, filled with empty pages (FillSegment) after a
+// crash. WriteBlock makes no promise until Sync; creating a segment file
+// fsyncs the directory at once.
 // The caller (the buffer pool) guarantees the WAL up to the page LSN is
 // durable before a page is written (DESIGN rule 1). A page torn by a crash
 // fails its checksum and is rebuilt from the full-page image that the first

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -26,9 +27,11 @@ var ErrClosed = errors.New("heap: storage closed")
 // "00000001", ...) in dir, at byte offset (b%SegmentBlocks)*PageSize.
 //
 // Blocks may be written in any order (the buffer pool evicts them so), so a
-// segment may have holes, and a segment below the last may be shorter than
-// 1 GiB; every block that was never written reads as zeros, which
-// VerifyPage accepts as a new page. All methods are safe for concurrent use.
+// segment may have holes; every block that was never written reads as
+// zeros, which VerifyPage accepts as a new page. A write past the end fills
+// the blocks it skips, so a segment below the last is 1 GiB unless a crash
+// lost its last unsynced pages while keeping a later segment's (Layout).
+// All methods are safe for concurrent use.
 type Storage struct {
 	fs  vfs.FS
 	dir string
@@ -136,9 +139,12 @@ func (s *Storage) segment(seg uint32) (vfs.File, error) {
 
 // ReadBlock reads block into p (PageSize bytes) and verifies it with
 // VerifyPage. A block that was never written (beyond the end of its segment,
-// in a hole, or in a missing segment) reads as all zeros. A page that fails
-// verification gives an error wrapping ErrCorrupt that names the file, the
-// byte offset and the block.
+// in a hole, or in a missing segment) reads as all zeros, except below the
+// length a checkpoint wrote (SetWritten): there a page of zeros, a block
+// past its file's end or in a missing segment is an error wrapping
+// ErrZeroedPage that names the file. A page that fails verification gives
+// an error wrapping ErrCorrupt that names the file, the byte offset and the
+// block.
 func (s *Storage) ReadBlock(block uint32, p []byte) error {
 	if len(p) != PageSize {
 		return fmt.Errorf("heap: read block %d: buffer is %d bytes, want %d", block, len(p), PageSize)
@@ -147,11 +153,15 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 	if err != nil {
 		return err
 	}
+	off := int64(block%SegmentBlocks) * PageSize
 	if f == nil {
 		clear(p)
+		if block < s.written.Load() {
+			return fmt.Errorf("%w: %s (block %d at offset %d) is missing, below the %d blocks a checkpoint wrote",
+				ErrZeroedPage, path.Join(s.dir, segName(block/SegmentBlocks)), block, off, s.written.Load())
+		}
 		return nil
 	}
-	off := int64(block%SegmentBlocks) * PageSize
 	n, err := f.ReadAt(p, off)
 	if n < PageSize {
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -159,8 +169,14 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		}
 		// Past the end of the file, or a partial last block left by a
 		// torn extension: never completely written, so new. Redo rewrites
-		// it from a full-page image if it mattered.
+		// it from a full-page image if it mattered. Below the length a
+		// checkpoint wrote, the file was cut short after it.
 		clear(p)
+		if block < s.written.Load() {
+			size, _ := f.Size()
+			return fmt.Errorf("%w: %s at offset %d (block %d) lies past the file's end (%d bytes), below the %d blocks a checkpoint wrote: the file was cut short",
+				ErrZeroedPage, f.Name(), off, block, size, s.written.Load())
+		}
 		return nil
 	}
 	if err := VerifyPage(p, block); err != nil {
@@ -484,4 +500,195 @@ func (s *Storage) Truncate(n uint32) error {
 		}
 	}
 	return nil
+}
+
+// Segment is one segment of the relation as found on disk.
+type Segment struct {
+	Num  uint32 // segment number: the file holds blocks from Num*SegmentBlocks
+	Path string // the file's path (where it belongs, when Missing)
+	Size int64  // the file's size in bytes when the layout was read; 0 when Missing
+	// Missing: no file of this number (though a later one exists, or
+	// the caller asked for one past the last).
+	Missing bool
+}
+
+// FirstBlock is the first block the segment holds.
+func (g Segment) FirstBlock() uint32 { return g.Num * SegmentBlocks }
+
+// Blocks is the number of whole blocks in the file.
+func (g Segment) Blocks() uint32 { return uint32(g.Size / PageSize) }
+
+// Full reports whether the segment holds all SegmentBlocks blocks.
+func (g Segment) Full() bool { return g.Size >= SegmentBlocks*PageSize }
+
+// Layout is the relation's segment files as found on disk. WriteBlock and
+// WriteBlocks fill every block they skip, so a segment below the last one
+// holding data is full (1 GiB) unless something went wrong: a crash kept a
+// write into a later segment but lost the earlier segment's last ones (the
+// operating system writes files back in any order), the file was cut
+// short, or another copy's segment file was put after it. The caller
+// judges which (the engine at Open, against the length the last checkpoint
+// wrote and the WAL since; verification after a checkpoint).
+type Layout struct {
+	Dir string // the directory of the segment files
+	// Segments holds every segment from 0 to the highest-numbered file,
+	// by number, a missing one included with Missing set. Files after
+	// the last one holding data (more than 0 bytes) are empty: Truncate
+	// leaves them so.
+	Segments []Segment
+}
+
+// Last returns the last segment holding data; ok is false when none does.
+func (l Layout) Last() (g Segment, ok bool) {
+	for i := len(l.Segments) - 1; i >= 0; i-- {
+		if l.Segments[i].Size > 0 {
+			return l.Segments[i], true
+		}
+	}
+	return Segment{}, false
+}
+
+// Short returns, in order, the segments before the last one holding data
+// that are not full (missing ones included): what PostgreSQL's mdnblocks
+// would stop at.
+func (l Layout) Short() []Segment {
+	last, ok := l.Last()
+	if !ok {
+		return nil
+	}
+	var short []Segment
+	for _, g := range l.Segments[:last.Num] {
+		if !g.Full() {
+			short = append(short, g)
+		}
+	}
+	return short
+}
+
+// Segment returns segment num: from the layout, or Missing (with the path
+// it would have) when it lies past the highest-numbered file.
+func (l Layout) Segment(num uint32) Segment {
+	if int(num) < len(l.Segments) {
+		return l.Segments[num]
+	}
+	return Segment{Num: num, Path: l.path(num), Missing: true}
+}
+
+func (l Layout) path(num uint32) string { return path.Join(l.Dir, segName(num)) }
+
+// Layout lists the segment files in the directory and reads their sizes
+// now (not at open), so that it sees the files as they are.
+func (s *Storage) Layout() (Layout, error) {
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return Layout{}, ErrClosed
+	}
+	names, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return Layout{}, fmt.Errorf("heap: list %s: %w", s.dir, err)
+	}
+	sizes := map[uint32]int64{}
+	for _, name := range names {
+		seg, ok := parseSegName(name)
+		if !ok {
+			continue
+		}
+		size, err := s.fs.Stat(path.Join(s.dir, name))
+		if err != nil {
+			return Layout{}, fmt.Errorf("heap: size of %s: %w", path.Join(s.dir, name), err)
+		}
+		sizes[seg] = size
+	}
+	l := Layout{Dir: s.dir}
+	if len(sizes) == 0 {
+		return l, nil
+	}
+	for seg := uint32(0); seg <= slices.Max(slices.Collect(maps.Keys(sizes))); seg++ {
+		size, ok := sizes[seg]
+		l.Segments = append(l.Segments, Segment{Num: seg, Path: l.path(seg), Size: size, Missing: !ok})
+	}
+	return l, nil
+}
+
+// CheckSegments returns one error matching ErrCorrupt for every segment
+// before the last one holding data that is not 1 GiB (Layout.Short),
+// naming the file, its size and the segment after it that holds data; nil
+// when the layout checks out. After a checkpoint no such segment is left
+// by a crash (the engine fills one at Open), so one found is damage.
+func (s *Storage) CheckSegments() []error {
+	l, err := s.Layout()
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, g := range l.Short() {
+		next := g
+		for _, h := range l.Segments[g.Num+1:] {
+			if h.Size > 0 {
+				next = h
+				break
+			}
+		}
+		errs = append(errs, ShortSegmentError{Segment: g, Next: next})
+	}
+	return errs
+}
+
+// ShortSegmentError is a segment before another that is not 1 GiB. It
+// matches ErrCorrupt; its text carries no package prefix, so that the
+// caller's context (heap or visibility map) reads first.
+type ShortSegmentError struct {
+	Segment Segment // the short one
+	Next    Segment // the next segment holding data
+}
+
+func (e ShortSegmentError) Error() string {
+	if e.Segment.Missing {
+		return fmt.Sprintf("segment %s is missing but is not the last segment (%s follows it, %d bytes); a segment before another must be %d bytes",
+			e.Segment.Path, e.Next.Path, e.Next.Size, int64(SegmentBlocks*PageSize))
+	}
+	return fmt.Sprintf("segment %s is %d bytes but is not the last segment (%s follows it, %d bytes); a segment before another must be %d bytes",
+		e.Segment.Path, e.Segment.Size, e.Next.Path, e.Next.Size, int64(SegmentBlocks*PageSize))
+}
+
+func (e ShortSegmentError) Is(target error) bool { return target == ErrCorrupt }
+
+// FillSegment writes an initialized empty page at every block of segment
+// num from its last whole page to its end (a partial last page is
+// overwritten), creating the file if it is missing, so that the segment is
+// 1 GiB, as WriteBlock would have left it. It returns the number of blocks
+// written. It is for recovery: a crash can leave a segment short before a
+// later one (Layout), and its missing blocks were extended after the last
+// checkpoint and, unless redo rewrites them, never used. The caller makes
+// sure no buffer holds one of those blocks. Durable after Sync.
+func (s *Storage) FillSegment(num uint32) (uint32, error) {
+	if num > (1<<32-1)/SegmentBlocks-1 {
+		return 0, fmt.Errorf("heap: fill segment %d: past the largest block number", num)
+	}
+	f, err := s.segment(num)
+	if err != nil {
+		return 0, err
+	}
+	var have int64
+	if f != nil {
+		if have, err = f.Size(); err != nil {
+			return 0, fmt.Errorf("heap: size of %s: %w", f.Name(), err)
+		}
+	}
+	first := num*SegmentBlocks + uint32(min(have/PageSize, SegmentBlocks))
+	end := (num + 1) * SegmentBlocks
+	const chunk = 64 // blocks per write
+	pages := make([]byte, chunk*PageSize)
+	for b := first; b < end; {
+		n := min(chunk, end-b)
+		// WriteBlocks initializes a page of zeros and stamps the
+		// checksum of its block, so the buffer is reused as it is.
+		if err := s.WriteBlocks(b, pages[:n*PageSize]); err != nil {
+			return b - first, err
+		}
+		b += n
+	}
+	return end - first, nil
 }

@@ -1,9 +1,10 @@
 // Package verify holds the consistency checks behind the engine's
 // DB.Verify, as PostgreSQL's amcheck (verify_heapam) and bbolt's Check:
-// every heap page's checksum and line pointers, every tuple header against
-// the CLOG and the next xid, the version chains, the key index against a
-// scan of the heap, the visibility map against the heap, the control file
-// against the WAL, and every WAL record on disk.
+// every heap page's checksum and line pointers, the heap segment files'
+// sizes, every tuple header against the CLOG and the next xid, the version
+// chains, the key index against a scan of the heap, the visibility map
+// against the heap, the control file against the WAL, and every WAL record
+// on disk.
 //
 // The checks read the database through Target, which the engine implements
 // over its own state; the engine takes the locks and the checkpoint that
@@ -45,6 +46,10 @@ type Target interface {
 	// from disk (not from the buffer pool), checksum checked.
 	NBlocks() uint32
 	ReadBlock(blk uint32, page []byte) error
+	// CheckHeapSegments returns an error for every heap segment file
+	// before the last one holding data that is not 1 GiB, naming the
+	// file and its size (heap.Storage.CheckSegments).
+	CheckHeapSegments() []error
 	CLOG() *clog.CLOG
 	VisibilityMap() *visibility.Map
 	// Snapshot is a snapshot taken now; IsRunning reports whether a
@@ -111,6 +116,12 @@ func Run(t Target, problem Problemf) Counts {
 	// per page: a damaged page affects thousands.
 	clogBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
 	nblocks := t.NBlocks()
+	// A segment cut short before a later one: its missing blocks read as
+	// new pages, or fail below the written length, one block at a time;
+	// only the file's size names the cause.
+	for _, err := range t.CheckHeapSegments() {
+		problem("heap: %v", err)
+	}
 	vmBits, vmSnap := readVisibilityMap(t, problem, nblocks), t.Snapshot()
 	page := make([]byte, heap.PageSize)
 	badBlocks := make(map[uint32]bool) // pages that could not be read

@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mvkv/internal/heap"
+	"mvkv/vfs"
+)
+
+// twoSegmentHeap makes the closed database in dir look as if its heap
+// spanned two segments, without writing 1 GiB: segment 0 is grown to
+// 1 GiB (sparse: the blocks past its data read as zeros), segment 1 gets
+// one empty page, and the control file says the last checkpoint wrote
+// both (HeapBlocks = SegmentBlocks+1).
+func twoSegmentHeap(t *testing.T, dir string) {
+	t.Helper()
+	heapPath := filepath.Join(dir, heapDir)
+	if err := os.Truncate(filepath.Join(heapPath, "00000000"), heap.SegmentBlocks*heap.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	writeSegmentPage(t, heapPath)
+	ctrl, found, err := readControl(vfs.OS{}, dir)
+	if err != nil || !found {
+		t.Fatalf("control file: found %v, %v", found, err)
+	}
+	ctrl.HeapBlocks = heap.SegmentBlocks + 1
+	if err := writeControl(vfs.OS{}, dir, ctrl); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeSegmentPage writes an initialized empty page at block
+// SegmentBlocks, the first of segment 1, with its checksum.
+func writeSegmentPage(t *testing.T, heapPath string) {
+	t.Helper()
+	p := make([]byte, heap.PageSize)
+	heap.InitPage(p)
+	heap.SetChecksum(p, heap.SegmentBlocks)
+	if err := os.WriteFile(filepath.Join(heapPath, "00000001"), p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A segment before another that is shorter than 1 GiB, missing blocks the
+// last checkpoint wrote, fails Open naming the file, its size and what
+// was expected, instead of reading the missing blocks as new pages.
+func TestCutNonLastSegmentIsCorruption(t *testing.T) {
+	dir := filledAndClosed(t, 500)
+	twoSegmentHeap(t, dir)
+	// The layout itself opens.
+	db := openTest(t, dir, Options{})
+	if v, ok := get(t, db, "key-00007"); !ok || v != strings.Repeat("v", 200) {
+		t.Fatalf("key-00007 = %q, %v", v, ok)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	seg0 := filepath.Join(dir, heapDir, "00000000")
+	const cut = 500 << 20
+	if err := os.Truncate(seg0, cut); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir, Options{})
+	want := fmt.Sprintf("heap segment %s is %d bytes but is not the last segment (%s follows it, 8192 bytes); a segment before another must be 1073741824 bytes (the last checkpoint wrote %d blocks): the file was cut short",
+		seg0, cut, filepath.Join(dir, heapDir, "00000001"), heap.SegmentBlocks+1)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v\nwant ErrCorruption containing %q", err, want)
+	}
+
+	if err := os.Remove(seg0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	want = fmt.Sprintf("heap segment %s is missing but is not the last segment", seg0)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "the file was lost") {
+		t.Fatalf("Open without segment 0: %v\nwant ErrCorruption containing %q", err, want)
+	}
+}
+
+// The last segment cut below what the last checkpoint wrote in it is
+// named with its size.
+func TestCutLastSegmentNamesFile(t *testing.T) {
+	dir := filledAndClosed(t, 500)
+	ctrl, _, err := readControl(vfs.OS{}, dir)
+	if err != nil || ctrl.HeapBlocks < 2 {
+		t.Fatalf("control file: %+v, %v", ctrl, err)
+	}
+	seg0 := filepath.Join(dir, heapDir, "00000000")
+	if err := os.Truncate(seg0, heap.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	want := fmt.Sprintf("heap segment %s is 8192 bytes; the last checkpoint wrote %d blocks, %d of them in it (%d bytes): the file was cut short",
+		seg0, ctrl.HeapBlocks, ctrl.HeapBlocks, ctrl.HeapBlocks*heap.PageSize)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v\nwant ErrCorruption containing %q", err, want)
+	}
+}
+
+// A segment file after a short segment 0, past everything the last
+// checkpoint wrote, on a database shut down cleanly: nothing was extended
+// since that checkpoint, so the file is not this database's and Open
+// fails naming it (before, one of zeros made segment 0 count as 1 GiB
+// and its pages part of the heap).
+func TestStraySegmentAfterCleanShutdownIsCorruption(t *testing.T) {
+	dir := filledAndClosed(t, 500)
+	for _, content := range []string{"zeros", "empty page"} {
+		d := t.TempDir()
+		copyDir(t, dir, d)
+		heapPath := filepath.Join(d, heapDir)
+		if content == "zeros" {
+			if err := os.WriteFile(filepath.Join(heapPath, "00000001"), make([]byte, 2*heap.PageSize), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			writeSegmentPage(t, heapPath)
+		}
+		_, err := Open(d, Options{})
+		seg1 := filepath.Join(heapPath, "00000001")
+		if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), seg1) {
+			t.Fatalf("%s: Open: %v, want ErrCorruption naming %s", content, err, seg1)
+		}
+		if content == "zeros" {
+			want := fmt.Sprintf("heap segment %s is ", filepath.Join(heapPath, "00000000"))
+			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "a clean shutdown") || !strings.Contains(err.Error(), "not this database's") {
+				t.Fatalf("zeros: Open: %v, want the short segment named and the later one called foreign", err)
+			}
+		}
+		// An empty file there (Truncate leaves them) is no segment.
+		if err := os.Truncate(seg1, 0); err != nil {
+			t.Fatal(err)
+		}
+		db := openTest(t, d, Options{})
+		if _, ok := get(t, db, "key-00042"); !ok {
+			t.Fatal("key-00042 missing")
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// After a crash with writes since the last checkpoint, a segment short
+// before a later one can be the crash's doing (the later write reached the
+// disk, the earlier segment's last pages did not): Open goes on, logs a
+// warning naming the files, and fills the short segment with empty pages
+// so that the next checkpoint's heap length covers no missing page.
+func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{CheckpointTimeout: -1})
+	for i := 0; i < 100; i++ {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 200))
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 100; i < 200; i++ {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("w", 200))
+	}
+	crash := t.TempDir()
+	copyDir(t, dir, crash)
+	db.Close()
+
+	// Segment 0 two blocks short of 1 GiB (sparse: the blocks between
+	// its data and there read as zeros, never-used pages), and segment 1
+	// with a page of zeros.
+	heapPath := filepath.Join(crash, heapDir)
+	seg0 := filepath.Join(heapPath, "00000000")
+	if err := os.Truncate(seg0, (heap.SegmentBlocks-2)*heap.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(heapPath, "00000001"), make([]byte, heap.PageSize), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	db, err := Open(crash, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open after the crash: %v", err)
+	}
+	// Not reopened: the sparse blocks this test made in segment 0 would
+	// then lie below the heap length, where zeros are damage.
+	defer db.Close()
+	ri := db.Recovery()
+	if len(ri.FilledSegments) != 1 || ri.FilledSegments[0] != seg0 || ri.FilledBlocks != 2 {
+		t.Fatalf("recovery filled %v, %d blocks; want %s, 2 blocks", ri.FilledSegments, ri.FilledBlocks, seg0)
+	}
+	if fi, err := os.Stat(seg0); err != nil || fi.Size() != heap.SegmentBlocks*heap.PageSize {
+		t.Fatalf("segment 0 after Open: %v, %v", fi, err)
+	}
+	log := logged.String()
+	if !strings.Contains(log, "heap segment shorter than 1 GiB before a later one after a crash") || !strings.Contains(log, seg0) ||
+		!strings.Contains(log, filepath.Join(heapPath, "00000001")) || !strings.Contains(log, "no WAL record since the last checkpoint writes a page in the later file") {
+		t.Fatalf("log does not name the short segment and the later one:\n%s", log)
+	}
+	for _, k := range []string{"key-00003", "key-00150"} {
+		if _, ok := get(t, db, k); !ok {
+			t.Fatalf("%s missing", k)
+		}
+	}
+}
+
+// A committed bulk load's pages are durable before its commit record, so
+// after a crash one missing from a segment short before a later one was
+// lost: Open fails naming the file.
+func TestShortSegmentMissingBulkLoadPagesIsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(vfs.OS{})
+	db := openTest(t, dir, Options{FS: ffs, CheckpointTimeout: -1})
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// The checkpoint after the load cannot replace the control file: the
+	// load is committed in the WAL, past the last checkpoint.
+	ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpRename), Base: controlName})
+	st, err := db.BulkLoad(context.Background(), bulkRows(3000, 200))
+	if err == nil || st.Pages < 4 {
+		t.Fatalf("bulk load: %+v, %v; want a committed load of 4 pages or more whose checkpoint failed", st, err)
+	}
+	db.Close()
+	heapPath := filepath.Join(dir, heapDir)
+	seg0 := filepath.Join(heapPath, "00000000")
+	keep := int64(st.FirstBlock+2) * heap.PageSize
+	if err := os.Truncate(seg0, keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(heapPath, "00000001"), make([]byte, heap.PageSize), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	want := fmt.Sprintf("heap segment %s is %d bytes but is not the last segment", seg0, keep)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "the bulk load committed after the last checkpoint") {
+		t.Fatalf("Open: %v\nwant ErrCorruption containing %q and naming the bulk load", err, want)
+	}
+}
+
+// Verify names a segment cut short before a later one while the database
+// is open (Open refuses one, so here the damage comes after it).
+func TestVerifyReportsShortSegment(t *testing.T) {
+	dir := filledAndClosed(t, 500)
+	db := openTest(t, dir, Options{})
+	defer db.Close()
+	heapPath := filepath.Join(dir, heapDir)
+	seg0 := filepath.Join(heapPath, "00000000")
+	if err := os.Truncate(seg0, 3*heap.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	writeSegmentPage(t, heapPath)
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("heap: segment %s is %d bytes but is not the last segment (%s follows it, 8192 bytes); a segment before another must be 1073741824 bytes",
+		seg0, 3*heap.PageSize, filepath.Join(heapPath, "00000001"))
+	found := false
+	for _, p := range rep.Problems {
+		found = found || p == want
+	}
+	if !found {
+		t.Fatalf("problems %q\ndo not include %q", rep.Problems, want)
+	}
+	// The blocks past the cut, below the checkpoint's length, are named
+	// as lost where they are read.
+	if !strings.Contains(rep.String(), seg0+" at offset 24576 (block 3) lies past the file's end (24576 bytes), below the") {
+		t.Fatalf("report does not name block 3 as past the file's end:\n%s", rep.String())
+	}
+}
