@@ -328,7 +328,7 @@ func cmdHello(x *execCtx, args [][]byte) error {
 			return nil
 		}
 	}
-	if !c.authed {
+	if c.authRequired() {
 		x.errorf("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return nil
 	}

@@ -100,10 +100,16 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		queuedN: -1,
 	}
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
-	c.rd.preAuth = func() bool { return !c.authed }
+	c.rd.preAuth = c.authRequired
 	c.fd = socketFD(nc)
 	return c
 }
+
+// authRequired reports whether the connection must authenticate before
+// it runs commands: it has not, and the server has a password now. As in
+// Redis, clearing requirepass at run time admits every connection at
+// once, and setting it leaves the connections made before it admitted.
+func (c *conn) authRequired() bool { return !c.authed && c.s.requirePass() != "" }
 
 // socketFD returns nc's file descriptor, for CLIENT LIST's fd, or -1.
 func socketFD(nc net.Conn) int {
@@ -417,7 +423,7 @@ func (c *conn) dispatch(req request) {
 		c.reject(cmd, "ERR wrong number of arguments for '"+cmd.name+"' command")
 		return
 	}
-	if !c.authed && cmd.flags&flagNoAuth == 0 {
+	if c.authRequired() && cmd.flags&flagNoAuth == 0 {
 		c.reject(cmd, "NOAUTH Authentication required.")
 		return
 	}

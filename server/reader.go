@@ -128,14 +128,17 @@ func newReader(r io.Reader, size int, lim func() Limits) *reader {
 // (io.EOF between requests, io.ErrUnexpectedEOF inside one).
 func (r *reader) read() (request, error) {
 	for {
+		b, err := r.br.Peek(1)
+		if err != nil {
+			return request{}, err
+		}
+		// The limits are those in force when the request's first byte
+		// has arrived, not when the wait for it began: a CONFIG SET or
+		// a cleared password on another connection applies to it.
 		lim := r.lim()
 		unauth := r.preAuth != nil && r.preAuth()
 		if unauth {
 			lim.MaxInlineLen = min(lim.MaxInlineLen, unauthInlineLen)
-		}
-		b, err := r.br.Peek(1)
-		if err != nil {
-			return request{}, err
 		}
 		var req request
 		if b[0] == '*' {

@@ -104,6 +104,20 @@ func TestUnauthenticatedLimits(t *testing.T) {
 	late.cmd("SET", "k", big)
 	late.expect(bulk)
 	late.expectClosed()
+
+	// Clearing the password admits the connections that had not
+	// authenticated, and lifts their limits, at once.
+	waiting := ts.raw(t)
+	waiting.cmd("GET", "k")
+	waiting.expect("-NOAUTH Authentication required.\r\n")
+	open.cmd("CONFIG", "SET", "requirepass", "")
+	open.expect("+OK\r\n")
+	waiting.cmd("SET", "k2", big)
+	waiting.expect("+OK\r\n")
+	waiting.cmd("HELLO", "2")
+	if got := waiting.reply(); !strings.HasPrefix(got, "*14\r\n") {
+		t.Fatalf("HELLO after the password was cleared: %q", got)
+	}
 }
 
 // TestNoPasswordNoUnauthenticatedLimits: without a password every client
