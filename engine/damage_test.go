@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +111,34 @@ func TestShortHeapOrMissingControlIsCorruption(t *testing.T) {
 	}
 	if _, err := Open(noctl, Options{}); !errors.Is(err, ErrCorruption) {
 		t.Fatalf("no control file and no WAL, but heap data: %v, want ErrCorruption", err)
+	}
+}
+
+// TestMissingControlWithWholeWAL: a control file removed from a database
+// whose WAL still starts at its first record is recovered from by
+// replaying the whole WAL, with every key intact, and said with a warning
+// and in RecoveryInfo: no database loses its control file by itself.
+func TestMissingControlWithWholeWAL(t *testing.T) {
+	dir := filledAndClosed(t, 500)
+	if err := os.Remove(filepath.Join(dir, controlName)); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	db, err := Open(dir, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open without the control file, whole WAL: %v", err)
+	}
+	defer db.Close()
+	if !db.Recovery().ControlFileMissing {
+		t.Errorf("RecoveryInfo.ControlFileMissing is false")
+	}
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "control file is missing") {
+		t.Errorf("no warning about the missing control file in the log:\n%s", logged.String())
+	}
+	for _, i := range []int{0, 250, 499} {
+		if v, ok := get(t, db, fmt.Sprintf("key-%05d", i)); !ok || len(v) != 200 {
+			t.Errorf("key-%05d: %d bytes, found %v", i, len(v), ok)
+		}
 	}
 }
 

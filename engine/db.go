@@ -194,6 +194,12 @@ type RecoveryInfo struct {
 	// held data). Empty when there was none.
 	FilledSegments []string
 	FilledBlocks   uint64
+	// ControlFileMissing says the control file was missing though the
+	// WAL shows a checkpoint had run (which writes it) and the heap held
+	// pages, so redo replayed the whole WAL from its first record
+	// (logged as a warning; Open fails with ErrCorruption if the WAL no
+	// longer reaches back that far).
+	ControlFileMissing bool
 }
 
 // Open opens (creating if needed) the database in dir and runs crash

@@ -161,6 +161,18 @@ func (db *DB) recover(ctrl controlData) error {
 	if ctrl.CheckpointLSN == 0 && db.storage.NBlocks() > 0 && (first == 0 || first != wal.FirstLSN(r.SegmentSize())) {
 		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
 	}
+	if ctrl.CheckpointLSN == 0 && db.storage.NBlocks() > 0 && len(ckpts) > 0 {
+		// Recoverable, since the WAL starts at its first record, but
+		// not a state a database reaches by itself: a checkpoint
+		// record in the WAL says a checkpoint ran, and a checkpoint
+		// writes the control file right after its record (only a crash
+		// between the two leaves it missing). Say so, as the file may
+		// have been lost by hand. Before the first checkpoint, heap
+		// pages written by evictions or a bulk load are normal.
+		db.recovery.ControlFileMissing = true
+		db.logger.Warn("the control file is missing but a checkpoint has run: recovering by replaying the whole WAL from its beginning",
+			"file", filepath.Join(db.dir, controlName), "heap_blocks", db.storage.NBlocks(), "from", first, "checkpoint_records", len(ckpts))
+	}
 	if err := db.checkStrayHeapPages(ctrl, scan); err != nil {
 		return err
 	}
@@ -316,7 +328,8 @@ func (db *DB) recover(ctrl controlData) error {
 		WrittenBlocks: db.recovery.WrittenBlocks, CheckedBlocks: db.recovery.CheckedBlocks,
 		BulkLoadCutFrom: db.recovery.BulkLoadCutFrom, BulkLoadCutBlocks: db.recovery.BulkLoadCutBlocks,
 		FilledSegments: db.recovery.FilledSegments, FilledBlocks: db.recovery.FilledBlocks,
-		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
+		ControlFileMissing: db.recovery.ControlFileMissing,
+		RedoLSN:            uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),
 		ScanTime: scanTime, RedoTime: redoTime, IndexTime: time.Since(indexBegin),
