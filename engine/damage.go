@@ -114,10 +114,14 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 // new versions into. The error names the file, offset and block of the
 // first such page, and guesses at a foreign file only when the whole file
 // lies past that length.
-func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
+//
+// It returns the pages out there that are all zeros and that no record
+// rebuilds, for writeEmptyPages (with no checkpoint yet, the whole heap
+// lies out there and only those are looked for).
+func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) (zero []uint32, err error) {
 	n := db.storage.NBlocks()
-	if ctrl.CheckpointLSN == 0 || uint64(n) <= ctrl.HeapBlocks {
-		return nil
+	if uint64(n) <= ctrl.HeapBlocks {
+		return nil, nil
 	}
 	page := make([]byte, heap.PageSize)
 	for blk := uint32(ctrl.HeapBlocks); blk < n; blk++ {
@@ -126,6 +130,10 @@ func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
 		}
 		err := db.storage.ReadBlock(blk, page)
 		if err == nil && isAllZero(page) {
+			zero = append(zero, blk)
+			continue
+		}
+		if ctrl.CheckpointLSN == 0 {
 			continue
 		}
 		what := "holds data"
@@ -136,9 +144,48 @@ func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) error {
 		if seg := blk / heap.SegmentBlocks; uint64(seg)*heap.SegmentBlocks >= ctrl.HeapBlocks {
 			guess = fmt.Sprintf("; all of %s lies past that length: a file that is not this database's (a segment file from another copy?)", db.heapSegmentPath(seg))
 		}
-		return fmt.Errorf("%w: %s %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
+		return nil, fmt.Errorf("%w: %s %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
 			ErrCorruption, db.heapBlockName(blk), what, ctrl.HeapBlocks, guess)
 	}
+	return zero, nil
+}
+
+// writeEmptyPages writes an empty page in place of each page of zeros
+// that checkStrayHeapPages found past the last checkpoint's heap length
+// (pages extended and never written before a crash, or a hole left where
+// a later page reached the disk first) and that a filled segment does not
+// already cover, and syncs them. The next checkpoint's heap length covers
+// them, and below that length a page of zeros is damage; PostgreSQL, which
+// has no such length, takes a page of zeros for a new page instead.
+func (db *DB) writeEmptyPages(zero []uint32, filled []heap.Segment) error {
+	zero = slices.DeleteFunc(zero, func(blk uint32) bool {
+		return slices.ContainsFunc(filled, func(g heap.Segment) bool {
+			return blk >= g.FirstBlock()+g.Blocks() && blk < g.FirstBlock()+heap.SegmentBlocks
+		})
+	})
+	if len(zero) == 0 {
+		return nil
+	}
+	const run = 64 // blocks per write at most
+	pages := make([]byte, run*heap.PageSize)
+	for i := 0; i < len(zero); {
+		j := i + 1
+		for j < len(zero) && j-i < run && zero[j] == zero[j-1]+1 {
+			j++
+		}
+		// WriteBlocks writes a page of zeros initialized, with its
+		// block's checksum.
+		if err := db.storage.WriteBlocks(zero[i], pages[:(j-i)*heap.PageSize]); err != nil {
+			return fmt.Errorf("%w: %v", ErrIOFailure, err)
+		}
+		i = j
+	}
+	if err := db.storage.Sync(); err != nil {
+		return fmt.Errorf("%w: %v", ErrIOFailure, err)
+	}
+	db.recovery.EmptiedBlocks = uint32(len(zero))
+	db.logger.Info("wrote empty pages in place of pages of zeros past the last checkpoint's heap length (extended and not written before the crash)",
+		"blocks", len(zero), "first", db.heapBlockName(zero[0]))
 	return nil
 }
 

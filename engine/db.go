@@ -194,6 +194,12 @@ type RecoveryInfo struct {
 	// held data). Empty when there was none.
 	FilledSegments []string
 	FilledBlocks   uint64
+	// EmptiedBlocks counts the pages of zeros past the last checkpoint's
+	// heap length, inside the files, that no WAL record rebuilds (pages
+	// extended and not written before a crash) and that recovery wrote
+	// as empty pages before redo, so that the next checkpoint, whose heap
+	// length covers them, does not make them damage.
+	EmptiedBlocks uint32
 	// ControlFileMissing says the control file was missing though the
 	// WAL shows a checkpoint had run (which writes it) and the heap held
 	// pages, so redo replayed the whole WAL from its first record

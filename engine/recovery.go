@@ -173,7 +173,8 @@ func (db *DB) recover(ctrl controlData) error {
 		db.logger.Warn("the control file is missing but a checkpoint has run: recovering by replaying the whole WAL from its beginning",
 			"file", filepath.Join(db.dir, controlName), "heap_blocks", db.storage.NBlocks(), "from", first, "checkpoint_records", len(ckpts))
 	}
-	if err := db.checkStrayHeapPages(ctrl, scan); err != nil {
+	zeroPages, err := db.checkStrayHeapPages(ctrl, scan)
+	if err != nil {
 		return err
 	}
 	shortSegs, err := db.shortSegmentsAfterCrash(ctrl, layout, scan, ctrl.CheckpointLSN != 0 && others == 0)
@@ -206,6 +207,9 @@ func (db *DB) recover(ctrl controlData) error {
 	// After every check, before redo, which rewrites what of them held
 	// data.
 	if err := db.fillShortSegments(shortSegs); err != nil {
+		return err
+	}
+	if err := db.writeEmptyPages(zeroPages, shortSegs); err != nil {
 		return err
 	}
 	db.storage.SetWritten(uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks()))))
@@ -328,8 +332,8 @@ func (db *DB) recover(ctrl controlData) error {
 		WrittenBlocks: db.recovery.WrittenBlocks, CheckedBlocks: db.recovery.CheckedBlocks,
 		BulkLoadCutFrom: db.recovery.BulkLoadCutFrom, BulkLoadCutBlocks: db.recovery.BulkLoadCutBlocks,
 		FilledSegments: db.recovery.FilledSegments, FilledBlocks: db.recovery.FilledBlocks,
-		ControlFileMissing: db.recovery.ControlFileMissing,
-		RedoLSN:            uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
+		ControlFileMissing: db.recovery.ControlFileMissing, EmptiedBlocks: db.recovery.EmptiedBlocks,
+		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),
 		ScanTime: scanTime, RedoTime: redoTime, IndexTime: time.Since(indexBegin),
