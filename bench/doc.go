@@ -51,6 +51,13 @@
 //	+---------+---------+-----------+-------------+----------------+
 //	  mtime is Unix microseconds; bid, tid are uint32; aid, delta int64.
 //
+// A value whose first byte is 0xFF (a balance of 255 or -1, a teller id of
+// 511) is stored behind the two bytes 0xFF 0x00, 2 bytes longer, as mvkv's
+// server stores such a value itself ("no expiry" header), so that `mvkv
+// serve` on a directory the bench wrote reads every row as it is instead
+// of taking the value for one with an expiry. A value of the plain size
+// starting 0xFF, written before this escape, is read as it is.
+//
 // A loaded directory's scale is found by counting branches, as pgbench
 // counts pgbench_branches; no meta key is stored.
 //

@@ -90,7 +90,7 @@ func accountValue(balance int64, bid int64) []byte {
 	binary.LittleEndian.PutUint64(v[0:8], uint64(balance))
 	binary.LittleEndian.PutUint32(v[8:12], uint32(bid))
 	copy(v[12:], filler[:84])
-	return v
+	return escapeMark(v)
 }
 
 func tellerValue(balance int64, bid int64) []byte {
@@ -98,14 +98,14 @@ func tellerValue(balance int64, bid int64) []byte {
 	binary.LittleEndian.PutUint64(v[0:8], uint64(balance))
 	binary.LittleEndian.PutUint32(v[8:12], uint32(bid))
 	copy(v[12:], filler[:84])
-	return v
+	return escapeMark(v)
 }
 
 func branchValue(balance int64) []byte {
 	v := make([]byte, branchValueSize)
 	binary.LittleEndian.PutUint64(v[0:8], uint64(balance))
 	copy(v[8:], filler[:88])
-	return v
+	return escapeMark(v)
 }
 
 // history is one pgbench_history row.
@@ -122,10 +122,40 @@ func (h history) encode() []byte {
 	binary.LittleEndian.PutUint64(v[8:16], uint64(h.AID))
 	binary.LittleEndian.PutUint64(v[16:24], uint64(h.Delta))
 	binary.LittleEndian.PutUint64(v[24:32], uint64(h.MTime))
+	return escapeMark(v)
+}
+
+// valueMark is the first byte by which mvkv's server marks a value that
+// carries a header (an expiry, or the escape below); a value it did not
+// write that starts with it is read as one that does.
+const valueMark = 0xFF
+
+// escapeMark returns v, or v behind the two bytes 0xFF 0x00 when v starts
+// with 0xFF, the bytes the server itself stores before such a value (its
+// "no expiry" header), so that a directory the bench loaded or ran on can
+// be served by mvkv serve without a balance of, say, 255 or -1 (whose
+// little-endian first byte is 0xFF) being read as an expiry or cut short.
+// Rows so written are 2 bytes longer than the sizes above.
+func escapeMark(v []byte) []byte {
+	if len(v) == 0 || v[0] != valueMark {
+		return v
+	}
+	return append([]byte{valueMark, 0x00}, v...)
+}
+
+// unescapeMark undoes escapeMark for a value of the given size. Only a
+// value exactly 2 bytes too long is unescaped: one of the right length
+// starting 0xFF 0x00 was written before the escape existed and is taken
+// as it is.
+func unescapeMark(v []byte, size int) []byte {
+	if len(v) == size+2 && v[0] == valueMark && v[1] == 0x00 {
+		return v[2:]
+	}
 	return v
 }
 
 func decodeHistory(key, v []byte) (history, error) {
+	v = unescapeMark(v, historyValueSize)
 	if len(v) != historyValueSize {
 		return history{}, fmt.Errorf("%w: key %q: history value is %d bytes, want %d", ErrBadValue, key, len(v), historyValueSize)
 	}
@@ -141,6 +171,7 @@ func decodeHistory(key, v []byte) (history, error) {
 // decodeBalance reads the balance of an account, teller or branch value,
 // checking the value's length against want.
 func decodeBalance(key, v []byte, want int) (int64, error) {
+	v = unescapeMark(v, want)
 	if len(v) != want {
 		return 0, fmt.Errorf("%w: key %q: value is %d bytes, want %d", ErrBadValue, key, len(v), want)
 	}
@@ -155,8 +186,9 @@ func addBalance(key, v []byte, want int, delta int64) ([]byte, int64, error) {
 		return nil, 0, err
 	}
 	bal += delta
+	v = unescapeMark(v, want)
 	nv := make([]byte, len(v))
 	copy(nv, v)
 	binary.LittleEndian.PutUint64(nv[0:8], uint64(bal))
-	return nv, bal, nil
+	return escapeMark(nv), bal, nil
 }

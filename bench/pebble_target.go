@@ -193,7 +193,7 @@ func get(b *pebble.Batch, key []byte, size int) ([]byte, error) {
 		return nil, err
 	}
 	defer closer.Close()
-	if len(v) != size {
+	if len(unescapeMark(v, size)) != size {
 		return nil, fmt.Errorf("%w: key %q: value is %d bytes, want %d", ErrBadValue, key, len(v), size)
 	}
 	return slices.Clone(v), nil
