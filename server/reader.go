@@ -227,7 +227,9 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 		if !ok || blen < 0 || blen > lim.MaxBulkLen {
 			return request{}, &ProtocolError{"invalid bulk length"}
 		}
-		if unauth && blen > unauthBulkLen {
+		// Asked again at each argument, as Redis does: a password
+		// cleared meanwhile lifts the limit for the rest of the request.
+		if unauth && blen > unauthBulkLen && r.preAuth() {
 			return request{}, &ProtocolError{"unauthenticated bulk length"}
 		}
 		if blen > int64(lim.MaxArgLen) {

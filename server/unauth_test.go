@@ -114,6 +114,17 @@ func TestUnauthenticatedLimits(t *testing.T) {
 	open.expect("+OK\r\n")
 	waiting.cmd("SET", "k2", big)
 	waiting.expect("+OK\r\n")
+	// Cleared while a request was half sent: its next argument gets the
+	// configured limits.
+	open.cmd("CONFIG", "SET", "requirepass", "pw3")
+	open.expect("+OK\r\n")
+	half := ts.raw(t)
+	half.send("*3\r\n$3\r\nSET\r\n$2\r\nk3\r\n")
+	time.Sleep(50 * time.Millisecond) // the server reads the first part
+	open.cmd("CONFIG", "SET", "requirepass", "")
+	open.expect("+OK\r\n")
+	half.send(fmt.Sprintf("$%d\r\n%s\r\n", len(big), big))
+	half.expect("+OK\r\n")
 	waiting.cmd("HELLO", "2")
 	if got := waiting.reply(); !strings.HasPrefix(got, "*14\r\n") {
 		t.Fatalf("HELLO after the password was cleared: %q", got)
