@@ -100,7 +100,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 	switch mode {
 	case "power", "kill", "server":
 	default:
-		fmt.Fprintf(stderr, "mvkv crashtest: unknown mode %q (power, kill or server)\n", mode)
+		fmt.Fprintf(stderr, "mvkv crashtest: unknown mode %q (power, kill or server)\n%s", mode, tryHelp("crashtest"))
 		return 2
 	}
 	// One line for each option out of range, naming it and its value.
@@ -118,6 +118,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		for _, b := range bad {
 			fmt.Fprintf(stderr, "mvkv crashtest: %s\n", b)
 		}
+		fmt.Fprint(stderr, tryHelp("crashtest"))
 		return 2
 	}
 	if duration == 0 && cycles == 0 {

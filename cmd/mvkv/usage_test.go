@@ -25,6 +25,12 @@ func TestUsageErrorsSayWhereHelpIs(t *testing.T) {
 		{[]string{"waldump"}, `Try "mvkv waldump --help" for more information.`},
 		{[]string{"crashtest", "--bogus"}, `Try "mvkv crashtest --help" for more information.`},
 		{[]string{"crashtest", "extra"}, `Try "mvkv crashtest --help" for more information.`},
+		{[]string{"crashtest", "--mode", "foo"}, `Try "mvkv crashtest --help" for more information.`},
+		{[]string{"crashtest", "--clients", "0"}, `Try "mvkv crashtest --help" for more information.`},
+		{[]string{"crashtest", "--duration", "-5s"}, `Try "mvkv crashtest --help" for more information.`},
+		{[]string{"waldump", "--start", "xyz", dir}, `Try "mvkv waldump --help" for more information.`},
+		{[]string{"waldump", "--end", "1/ZZ", dir}, `Try "mvkv waldump --help" for more information.`},
+		{[]string{"waldump", "--start", "0/2000", "--end", "0/1000", dir}, `Try "mvkv waldump --help" for more information.`},
 		{[]string{"bench", "--bogus"}, `Try "mvkv bench --help" for more information.`},
 		{[]string{"serve", "--bogus"}, `Try "mvkv serve --help" for more information.`},
 	} {

@@ -42,7 +42,7 @@ the check could not run, 2 on bad usage.
 func verifyMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	lostKeys := fs.Bool("lost-keys", false, "")
-	dir, code, ok := parseDirCommand(fs, verifyUsage, args, stdout, stderr)
+	dir, code, ok := parseDirCommand(fs, verifyUsage, args, stdout, stderr, nil)
 	if !ok {
 		return code
 	}
@@ -95,7 +95,10 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 // data directory: -h prints usage to stdout (exit 0); a bad flag or a
 // missing or extra argument prints the problem and usage to stderr (exit 2).
 // ok is false when the caller should return code.
-func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (dir string, code int, ok bool) {
+//
+// options, when not nil, checks the options' values once they are parsed;
+// its error is a usage error, reported before the directory is looked at.
+func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer, options func() error) (dir string, code int, ok bool) {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -116,6 +119,12 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 		}
 		fmt.Fprintf(stderr, "mvkv %s: need exactly one data directory\n%s", fs.Name(), tryHelp(fs.Name()))
 		return "", 2, false
+	}
+	if options != nil {
+		if err := options(); err != nil {
+			fmt.Fprintf(stderr, "mvkv %s: %v\n%s", fs.Name(), err, tryHelp(fs.Name()))
+			return "", 2, false
+		}
 	}
 	dir = fs.Arg(0)
 	if err := checkDataDir(dir); err != nil {

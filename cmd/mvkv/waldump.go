@@ -46,27 +46,26 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("waldump", flag.ContinueOnError)
 	start := fs.String("start", "", "")
 	end := fs.String("end", "", "")
-	dir, code, ok := parseDirCommand(fs, waldumpUsage, args, stdout, stderr)
+	var s, e uint64
+	dir, code, ok := parseDirCommand(fs, waldumpUsage, args, stdout, stderr, func() error {
+		var err error
+		if *start != "" {
+			if s, err = parseLSN(*start); err != nil {
+				return fmt.Errorf("--start: %v", err)
+			}
+		}
+		if *end != "" {
+			if e, err = parseLSN(*end); err != nil {
+				return fmt.Errorf("--end: %v", err)
+			}
+		}
+		if e != 0 && e < s { // --end 0, like no --end, means the end of the log
+			return fmt.Errorf("--end %s lies before --start %s", *end, *start)
+		}
+		return nil
+	})
 	if !ok {
 		return code
-	}
-	var s, e uint64
-	var err error
-	if *start != "" {
-		if s, err = parseLSN(*start); err != nil {
-			fmt.Fprintf(stderr, "mvkv waldump: --start: %v\n", err)
-			return 2
-		}
-	}
-	if *end != "" {
-		if e, err = parseLSN(*end); err != nil {
-			fmt.Fprintf(stderr, "mvkv waldump: --end: %v\n", err)
-			return 2
-		}
-	}
-	if e != 0 && e < s { // --end 0, like no --end, means the end of the log
-		fmt.Fprintf(stderr, "mvkv waldump: --end %s lies before --start %s\n", *end, *start)
-		return 2
 	}
 	if err := waldump.Dump(nil, dir, wal.LSN(s), wal.LSN(e), stdout); err != nil {
 		fmt.Fprintf(stderr, "mvkv waldump: %s\n", errText(err))
