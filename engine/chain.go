@@ -78,7 +78,9 @@ func (db *DB) walkChain(e *indexEntry, wantVal bool, visit func(v *version) (don
 			return err
 		}
 		if restarts == maxChainRestarts {
-			return fmt.Errorf("%w: version chain of key %q leads to a slot that holds no version of it", ErrCorruption, truncKey([]byte(e.key())))
+			head := e.headTID()
+			return fmt.Errorf("%w: version chain of key %q leads to a slot that holds no version of it: slot %d of the page in %s, where the index places its newest version (a page lost or cut from its file, or a damaged index)",
+				ErrCorruption, truncKey([]byte(e.key())), head.Slot, db.heapBlockName(head.Block))
 		}
 	}
 }

@@ -200,6 +200,11 @@ type RecoveryInfo struct {
 	// as empty pages before redo, so that the next checkpoint, whose heap
 	// length covers them, does not make them damage.
 	EmptiedBlocks uint32
+	// EmptiedSegmentsFrom, when not 0, is the heap length recovery cut
+	// the heap back to: a segment was short before later ones that a
+	// crash left holding only pages of zeros no WAL record writes, and
+	// those later files were emptied (not filled up to them).
+	EmptiedSegmentsFrom uint32
 	// ControlFileMissing says the control file was missing though the
 	// WAL shows a checkpoint had run (which writes it) and the heap held
 	// pages, so redo replayed the whole WAL from its first record

@@ -177,7 +177,7 @@ func (db *DB) recover(ctrl controlData) error {
 	if err != nil {
 		return err
 	}
-	shortSegs, err := db.shortSegmentsAfterCrash(ctrl, layout, scan, ctrl.CheckpointLSN != 0 && others == 0)
+	shortSegs, cut, err := db.shortSegmentsAfterCrash(ctrl, layout, scan, ctrl.CheckpointLSN != 0 && others == 0)
 	if err != nil {
 		return err
 	}
@@ -206,6 +206,11 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	// After every check, before redo, which rewrites what of them held
 	// data.
+	if cut != 0 {
+		if zeroPages, err = db.cutEmptyLaterSegments(cut, zeroPages); err != nil {
+			return err
+		}
+	}
 	if err := db.fillShortSegments(shortSegs); err != nil {
 		return err
 	}
@@ -333,7 +338,8 @@ func (db *DB) recover(ctrl controlData) error {
 		BulkLoadCutFrom: db.recovery.BulkLoadCutFrom, BulkLoadCutBlocks: db.recovery.BulkLoadCutBlocks,
 		FilledSegments: db.recovery.FilledSegments, FilledBlocks: db.recovery.FilledBlocks,
 		ControlFileMissing: db.recovery.ControlFileMissing, EmptiedBlocks: db.recovery.EmptiedBlocks,
-		RedoLSN: uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
+		EmptiedSegmentsFrom: db.recovery.EmptiedSegmentsFrom,
+		RedoLSN:             uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
 		DroppedBytes: dropped, Duration: time.Since(begin),
 		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),
 		ScanTime: scanTime, RedoTime: redoTime, IndexTime: time.Since(indexBegin),

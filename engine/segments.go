@@ -39,6 +39,12 @@ import (
 //     length the next checkpoint records, which covers them, holds no
 //     missing pages. A committed bulk load's pages are durable before its
 //     commit record, so one missing from the short segment fails Open.
+//   - unless no WAL record since the checkpoint writes a page in the later
+//     files: they then hold only pages of zeros (a page with data there
+//     that no record rebuilds fails Open as not this database's), so the
+//     heap is cut back to the end of the short segment and the later
+//     files are emptied, instead of writing up to a gigabyte of empty
+//     pages in front of files that hold nothing.
 
 // checkCheckpointedSegments fails with ErrCorruption when a heap segment
 // does not hold every block below the length the last checkpoint wrote
@@ -90,12 +96,13 @@ func nextWithData(l heap.Layout, num uint32) heap.Segment {
 // checkpoint's blocks, so the later ones lie wholly past them). quiet says
 // that the WAL holds nothing after the last checkpoint's record from its
 // redo point on. It fails with ErrCorruption when the layout cannot be a
-// crash's, and otherwise returns the segments to fill before redo, having
-// logged a warning that names them.
-func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *walScan, quiet bool) ([]heap.Segment, error) {
+// crash's, and otherwise returns the segments to fill before redo, or,
+// when the later files hold nothing, the length to cut the heap back to,
+// having logged a warning that names them.
+func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *walScan, quiet bool) (fill []heap.Segment, cut uint32, err error) {
 	short := l.Short()
 	if len(short) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	first := short[0]
 	var later []string
@@ -114,7 +121,7 @@ func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *wal
 		// The clean shutdown's checkpoint counted every block the pool
 		// had extended, and nothing was logged since: no page of this
 		// database lies past that length, let alone in a later segment.
-		return nil, fmt.Errorf("%w: %s but is not the last segment: %s follow(s) it, past the %d blocks the last checkpoint wrote, and the WAL holds nothing after that checkpoint's record (a clean shutdown), so nothing since extended the heap: the later file(s) are not this database's (a segment file from another copy?); with the database closed, move them away",
+		return nil, 0, fmt.Errorf("%w: %s but is not the last segment: %s follow(s) it, past the %d blocks the last checkpoint wrote, and the WAL holds nothing after that checkpoint's record (a clean shutdown), so nothing since extended the heap: the later file(s) are not this database's (a segment file from another copy?); with the database closed, move them away",
 			ErrCorruption, what(first), strings.Join(later, ", "), ctrl.HeapBlocks)
 	}
 	// A committed bulk load's pages were synced before its commit record:
@@ -123,7 +130,7 @@ func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *wal
 		from, to := g.FirstBlock()+g.Blocks(), g.FirstBlock()+heap.SegmentBlocks
 		for _, r := range scan.bulk {
 			if r[0] < to && r[1] > from {
-				return nil, fmt.Errorf("%w: %s but is not the last segment (%s follow(s) it); the bulk load committed after the last checkpoint wrote blocks %d to %d, durably before its commit, and blocks %d to %d of them are missing from it: the file was cut short",
+				return nil, 0, fmt.Errorf("%w: %s but is not the last segment (%s follow(s) it); the bulk load committed after the last checkpoint wrote blocks %d to %d, durably before its commit, and blocks %d to %d of them are missing from it: the file was cut short",
 					ErrCorruption, what(g), strings.Join(later, ", "), r[0], r[1]-1, max(r[0], from), min(r[1], to)-1)
 			}
 		}
@@ -144,13 +151,38 @@ func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *wal
 	for _, g := range short {
 		names = append(names, what(g))
 	}
-	args := []any{"short", strings.Join(names, "; "), "later", strings.Join(later, ", "), "checkpointBlocks", ctrl.HeapBlocks,
-		"note", "blocks extended after the last checkpoint and not all written before the crash; redo rewrites the ones that held data, the rest are written empty"}
 	if !logged {
-		args = append(args, "warning", "no WAL record since the last checkpoint writes a page in the later file(s): if they were not written by this database (a segment file from another copy), stop it and restore the directory from a backup")
+		// No record since the checkpoint writes a page out there, and
+		// checkStrayHeapPages found every page past the checkpoint's
+		// length that no record rebuilds all zeros: the later files
+		// hold nothing. Filling the gap before them would write up to
+		// a gigabyte of empty pages for a file of zeros (a stray one,
+		// or pages a crash left unwritten); cutting the heap back to
+		// the end of the short segment loses nothing instead.
+		cut := first.FirstBlock() + first.Blocks()
+		db.logger.Warn("heap segment shorter than 1 GiB before later ones after a crash, and the later ones hold only pages of zeros that no WAL record since the last checkpoint writes: emptying them",
+			"short", strings.Join(names, "; "), "later", strings.Join(later, ", "), "checkpointBlocks", ctrl.HeapBlocks, "heapBlocks", cut)
+		return nil, cut, nil
 	}
-	db.logger.Warn("heap segment shorter than 1 GiB before a later one after a crash: filling it with empty pages", args...)
-	return short, nil
+	db.logger.Warn("heap segment shorter than 1 GiB before a later one after a crash: filling it with empty pages",
+		"short", strings.Join(names, "; "), "later", strings.Join(later, ", "), "checkpointBlocks", ctrl.HeapBlocks,
+		"note", "blocks extended after the last checkpoint and not all written before the crash; redo rewrites the ones that held data, the rest are written empty")
+	return short, 0, nil
+}
+
+// cutEmptyLaterSegments cuts the heap back to cut blocks, emptying the
+// later segment files that shortSegmentsAfterCrash found holding only
+// zeros, and returns the pages of zeros below cut.
+func (db *DB) cutEmptyLaterSegments(cut uint32, zero []uint32) ([]uint32, error) {
+	if err := db.storage.Truncate(cut); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrIOFailure, err)
+	}
+	// The pool counts the relation's blocks apart; nothing is cached yet.
+	if err := db.pool.Truncate(cut); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrIOFailure, err)
+	}
+	db.recovery.EmptiedSegmentsFrom = cut
+	return slices.DeleteFunc(zero, func(blk uint32) bool { return blk >= cut }), nil
 }
 
 // fillShortSegments writes empty pages into the rest of every segment

@@ -151,9 +151,12 @@ func TestStraySegmentAfterCleanShutdownIsCorruption(t *testing.T) {
 
 // After a crash with writes since the last checkpoint, a segment short
 // before a later one can be the crash's doing (the later write reached the
-// disk, the earlier segment's last pages did not): Open goes on, logs a
-// warning naming the files, and fills the short segment with empty pages
-// so that the next checkpoint's heap length covers no missing page.
+// disk, the earlier segment's last pages did not). When no WAL record since
+// the checkpoint writes a page in the later files, they hold only zeros
+// (any other page there fails Open as not this database's): Open goes on,
+// logs a warning naming the files, and empties them, cutting the heap back
+// to the end of the short segment, rather than writing up to a gigabyte of
+// empty pages to fill the gap before them.
 func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{CheckpointTimeout: -1})
@@ -170,54 +173,62 @@ func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
 	copyDir(t, dir, crash)
 	db.Close()
 
-	// Segment 0 two blocks short of 1 GiB (sparse: the blocks between
-	// its data and there read as zeros, never-used pages), and segment 1
-	// with a page of zeros.
+	// Segment 0 as the crash left it, and segment 1 with a page of
+	// zeros; then, on another copy, segment 0 two blocks short of 1 GiB
+	// (sparse: the blocks between its data and there read as zeros).
 	heapPath := filepath.Join(crash, heapDir)
-	seg0 := filepath.Join(heapPath, "00000000")
-	if err := os.Truncate(seg0, (heap.SegmentBlocks-2)*heap.PageSize); err != nil {
+	seg1 := filepath.Join(heapPath, "00000001")
+	if err := os.WriteFile(seg1, make([]byte, heap.PageSize), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(heapPath, "00000001"), make([]byte, heap.PageSize), 0o644); err != nil {
+	sparse := t.TempDir()
+	copyDir(t, crash, sparse)
+	if err := os.Truncate(filepath.Join(sparse, heapDir, "00000000"), (heap.SegmentBlocks-2)*heap.PageSize); err != nil {
 		t.Fatal(err)
 	}
-	var logged bytes.Buffer
-	db, err := Open(crash, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
-	if err != nil {
-		t.Fatalf("Open after the crash: %v", err)
-	}
-	defer func() { db.Close() }()
-	ri := db.Recovery()
-	if len(ri.FilledSegments) != 1 || ri.FilledSegments[0] != seg0 || ri.FilledBlocks != 2 {
-		t.Fatalf("recovery filled %v, %d blocks; want %s, 2 blocks", ri.FilledSegments, ri.FilledBlocks, seg0)
-	}
-	if fi, err := os.Stat(seg0); err != nil || fi.Size() != heap.SegmentBlocks*heap.PageSize {
-		t.Fatalf("segment 0 after Open: %v, %v", fi, err)
-	}
-	log := logged.String()
-	if !strings.Contains(log, "heap segment shorter than 1 GiB before a later one after a crash") || !strings.Contains(log, seg0) ||
-		!strings.Contains(log, filepath.Join(heapPath, "00000001")) || !strings.Contains(log, "no WAL record since the last checkpoint writes a page in the later file") {
-		t.Fatalf("log does not name the short segment and the later one:\n%s", log)
-	}
-	for _, k := range []string{"key-00003", "key-00150"} {
-		if _, ok := get(t, db, k); !ok {
-			t.Fatalf("%s missing", k)
+	for _, d := range []string{crash, sparse} {
+		fi, err := os.Stat(filepath.Join(d, heapDir, "00000000"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// The sparse blocks this test made in segment 0 were written empty
-	// too, so the heap length the end-of-recovery checkpoint recorded
-	// covers no page of zeros: a reopen and a vacuum of every page pass.
-	if ri.EmptiedBlocks == 0 {
-		t.Errorf("recovery wrote no empty page in place of segment 0's sparse blocks")
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if db, err = Open(crash, Options{}); err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
-	if _, err := db.Vacuum(context.Background()); err != nil {
-		t.Fatalf("vacuum after the reopen: %v", err)
+		var logged bytes.Buffer
+		db, err := Open(d, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+		if err != nil {
+			t.Fatalf("Open after the crash: %v", err)
+		}
+		ri := db.Recovery()
+		if len(ri.FilledSegments) != 0 || ri.EmptiedSegmentsFrom != uint32(fi.Size()/heap.PageSize) {
+			db.Close()
+			t.Fatalf("recovery filled %v and cut the heap back to %d blocks; want no fill and a cut to %d", ri.FilledSegments, ri.EmptiedSegmentsFrom, fi.Size()/heap.PageSize)
+		}
+		if fi2, err := os.Stat(filepath.Join(d, heapDir, "00000001")); err != nil || fi2.Size() != 0 {
+			t.Errorf("segment 1 after Open: %v, %v; want it empty", fi2, err)
+		}
+		log := logged.String()
+		if !strings.Contains(log, "the later ones hold only pages of zeros") || !strings.Contains(log, filepath.Join(d, heapDir, "00000000")) ||
+			!strings.Contains(log, filepath.Join(d, heapDir, "00000001")) {
+			t.Errorf("log does not name the short segment and the later one:\n%s", log)
+		}
+		for _, k := range []string{"key-00003", "key-00150"} {
+			if _, ok := get(t, db, k); !ok {
+				t.Fatalf("%s missing", k)
+			}
+		}
+		// The heap length the end-of-recovery checkpoint recorded covers
+		// no page of zeros: a reopen and a vacuum of every page pass.
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if db, err = Open(d, Options{}); err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		if _, err := db.Vacuum(context.Background()); err != nil {
+			t.Fatalf("vacuum after the reopen: %v", err)
+		}
+		if _, ok := get(t, db, "key-00150"); !ok {
+			t.Fatalf("key-00150 missing after the reopen")
+		}
+		db.Close()
 	}
 }
 

@@ -62,11 +62,19 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		// did not commit was never part of the database.
 		fmt.Fprintf(stdout, "note: removed %d heap pages from block %d on, written by a bulk load that did not commit\n", ri.BulkLoadCutBlocks, ri.BulkLoadCutFrom)
 	}
-	for _, f := range ri.FilledSegments {
-		// A crash's doing, repaired (engine/segments.go), but the user
-		// should know: a later segment file put there by hand would
-		// read the same way.
-		fmt.Fprintf(stdout, "note: heap segment %s was shorter than 1 GiB before a later segment after a crash; recovery filled its missing blocks with empty pages (%d blocks in all)\n", f, ri.FilledBlocks)
+	if len(ri.FilledSegments) > 0 {
+		// A crash's doing, repaired, but the user should know: a later
+		// segment file put there by hand would read the same way.
+		fmt.Fprintf(stdout, "note: heap segment(s) %s were shorter than 1 GiB before a later segment after a crash; recovery filled their missing blocks with %d empty pages\n", strings.Join(ri.FilledSegments, ", "), ri.FilledBlocks)
+	}
+	if ri.EmptiedSegmentsFrom > 0 {
+		fmt.Fprintf(stdout, "note: a heap segment was shorter than 1 GiB before later segment files that held only pages of zeros after a crash; recovery emptied them, cutting the heap back to %d blocks\n", ri.EmptiedSegmentsFrom)
+	}
+	if ri.EmptiedBlocks > 0 {
+		fmt.Fprintf(stdout, "note: recovery wrote %d empty pages in place of pages of zeros past the last checkpoint's heap length (extended and not written before a crash)\n", ri.EmptiedBlocks)
+	}
+	if ri.ControlFileMissing {
+		fmt.Fprintf(stdout, "note: the control file was missing though a checkpoint had run; recovery replayed the whole WAL from its beginning\n")
 	}
 	if ri.DroppedBytes > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it were not a complete record)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
