@@ -56,7 +56,8 @@ func TestCrashtestUsage(t *testing.T) {
 }
 
 // TestCrashtestOptionErrors: each option out of range gets its own line,
-// naming the option and its value, and exit status 2.
+// naming the option and its value, then the line saying where the help
+// is, and exit status 2.
 func TestCrashtestOptionErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -70,6 +71,7 @@ func TestCrashtestOptionErrors(t *testing.T) {
 			"mvkv crashtest: invalid --cycles -2 (want 0 or more)\nmvkv crashtest: invalid --duration -1m0s (want 0 or more)\n"},
 	} {
 		var out, errb bytes.Buffer
+		c.want += tryHelp("crashtest")
 		if code := run(append([]string{"crashtest"}, c.args...), &out, &errb); code != 2 || errb.String() != c.want || out.Len() != 0 {
 			t.Errorf("crashtest %v: exit %d, stdout %q, stderr %q; want exit 2, stderr %q", c.args, code, out.String(), errb.String(), c.want)
 		}
