@@ -149,8 +149,10 @@ type BulkLoadStats struct {
 //
 // The database must be empty: no key in the index, not even a deleted or
 // uncommitted one (else ErrBulkLoadNotEmpty). Meanwhile every other write
-// and commit waits, and checkpoints too: rows must not write to the
-// database (it would wait forever). Reads go on and see the loaded keys
+// and commit waits, and checkpoints too, until the load ends; that wait
+// does not end with the writer's context (a load is meant for a database
+// nobody writes to yet). rows must not write to the database (it would
+// wait forever). Reads go on and see the loaded keys
 // from the commit on. A load that fails leaves the database as it was,
 // except an I/O failure, which stops it taking writes (ErrIOFailure) until
 // it is reopened. The context is checked once a page.
