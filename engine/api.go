@@ -25,6 +25,10 @@ var (
 	ErrLockTimeout = errors.New("mvkv: canceling statement due to lock timeout")
 	// ErrTxnDone: the transaction was already committed or rolled back.
 	ErrTxnDone = errors.New("mvkv: transaction already committed or rolled back")
+	// ErrTxnManaged: Commit, CommitAsync or Rollback was called on the
+	// transaction of DB.Update or DB.View, which end it themselves (fn
+	// returns nil to commit, an error to roll back). Nothing was done.
+	ErrTxnManaged = errors.New("mvkv: the transaction of DB.Update or DB.View is ended by them: return from the function instead")
 	// ErrClosed: the database is closed.
 	ErrClosed = errors.New("mvkv: database is closed")
 	// ErrTooLarge: a key longer than MaxKeySize or a value longer than MaxValueSize.

@@ -358,3 +358,60 @@ func BenchmarkUpdate(b *testing.B) {
 		}
 	}
 }
+
+// The transaction of DB.Update and DB.View is theirs to end: Commit,
+// CommitAsync and Rollback inside fn return ErrTxnManaged and do nothing,
+// and what fn returns decides. A nil fn is an error, not a panic.
+func TestManagedTxnRefusesCommitAndRollback(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	err := db.Update(ctx, func(tx *Txn) error {
+		if err := tx.Put([]byte("k"), []byte("v")); err != nil {
+			return err
+		}
+		if err := tx.Commit(); !errors.Is(err, ErrTxnManaged) {
+			t.Errorf("Commit inside Update: %v, want ErrTxnManaged", err)
+		}
+		if _, err := tx.CommitAsync(nil); !errors.Is(err, ErrTxnManaged) {
+			t.Errorf("CommitAsync inside Update: %v, want ErrTxnManaged", err)
+		}
+		if err := tx.Rollback(); !errors.Is(err, ErrTxnManaged) {
+			t.Errorf("Rollback inside Update: %v, want ErrTxnManaged", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if v, ok := get(t, db, "k"); !ok || v != "v" {
+		t.Fatalf("k = %q, %v after Update", v, ok)
+	}
+	boom := errors.New("boom")
+	err = db.Update(ctx, func(tx *Txn) error {
+		tx.Put([]byte("k"), []byte("w"))
+		tx.Rollback()
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Update returning an error: %v", err)
+	}
+	if v, _ := get(t, db, "k"); v != "v" {
+		t.Fatalf("k = %q after a rolled-back Update", v)
+	}
+	err = db.View(ctx, func(tx *Txn) error {
+		if err := tx.Commit(); !errors.Is(err, ErrTxnManaged) {
+			t.Errorf("Commit inside View: %v, want ErrTxnManaged", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("View: %v", err)
+	}
+	if err := db.Update(ctx, nil); err == nil {
+		t.Fatal("Update(nil) returned nil")
+	}
+	if err := db.View(ctx, nil); err == nil {
+		t.Fatal("View(nil) returned nil")
+	}
+}

@@ -57,6 +57,9 @@ import (
 // Early lock release is Aether's (Shore-MT, VLDB 2010), made safe for
 // readers by controlled lock violation (Graefe et al., SIGMOD 2013).
 func (t *Txn) CommitAsync(after *CommitWait) (*CommitWait, error) {
+	if t.managed {
+		return nil, ErrTxnManaged
+	}
 	st, err := t.end()
 	db, dep := t.db, t.dep
 	if st == nil {

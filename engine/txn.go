@@ -37,6 +37,9 @@ type Txn struct {
 	st   *txnState            // nil until the first write takes a row lock; its xid comes with the first version placed
 	snap *visibility.Snapshot // the transaction snapshot (REPEATABLE READ), taken at the first statement
 	done bool                 // Commit or Rollback was called
+	// managed: the transaction belongs to DB.Update or DB.View, which
+	// end it; Commit, CommitAsync and Rollback refuse (ErrTxnManaged).
+	managed bool
 	err  error                // the error that aborted the transaction, if any
 	// dep is the highest commit LSN the transaction may have observed
 	// (a snapshot or a row lock): Commit returns only once the WAL is
@@ -490,7 +493,8 @@ func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 // already flushed there, which it always is with early lock release off.
 // If that flush fails, Commit returns ErrWALSyncFailed.
 //
-// Commit returns ErrTxnDone if the transaction already ended, the error that
+// Commit returns ErrTxnManaged inside DB.Update or DB.View, whose
+// transaction they end themselves, ErrTxnDone if the transaction already ended, the error that
 // aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
 // made durable, ErrIOFailure or ErrCorruption if the CLOG could not record
 // the commit (in these cases the commit record may already be durable: the
@@ -498,6 +502,9 @@ func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 // if the context had ended before Commit (the transaction is then rolled
 // back).
 func (t *Txn) Commit() error {
+	if t.managed {
+		return ErrTxnManaged
+	}
 	st, err := t.end()
 	if st == nil {
 		if err != nil {
@@ -568,8 +575,13 @@ func (db *DB) flushBeforeNoXidAck() error {
 }
 
 // Rollback ends the transaction and discards its writes. It returns
-// ErrTxnDone if the transaction already ended.
+// ErrTxnDone if the transaction already ended, and ErrTxnManaged, doing
+// nothing, inside DB.Update or DB.View (return an error from the function
+// instead).
 func (t *Txn) Rollback() error {
+	if t.managed {
+		return ErrTxnManaged
+	}
 	if t.done {
 		return ErrTxnDone
 	}
@@ -745,16 +757,21 @@ func (db *DB) View(ctx context.Context, fn func(*Txn) error) error {
 func callFn(t *Txn, fn func(*Txn) error) error {
 	returned := false
 	defer func() {
+		t.managed = false
 		if !returned && !t.done {
 			t.Rollback()
 		}
 	}()
+	t.managed = true
 	err := fn(t)
 	returned = true
 	return err
 }
 
 func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error {
+	if fn == nil {
+		return errors.New("mvkv: DB.Update or DB.View called with a nil function")
+	}
 	var err error
 	for attempt := 0; attempt < db.opts.MaxRetries; attempt++ {
 		var t *Txn
