@@ -40,7 +40,7 @@ type Txn struct {
 	// managed: the transaction belongs to DB.Update or DB.View, which
 	// end it; Commit, CommitAsync and Rollback refuse (ErrTxnManaged).
 	managed bool
-	err  error                // the error that aborted the transaction, if any
+	err     error // the error that aborted the transaction, if any
 	// dep is the highest commit LSN the transaction may have observed
 	// (a snapshot or a row lock): Commit returns only once the WAL is
 	// durable up to it (elr.go).
