@@ -113,7 +113,7 @@ func OpenStorage(fs vfs.FS, dir string) (*Storage, error) {
 		}
 		if size > SegmentBlocks*PageSize {
 			s.Close()
-			return nil, fmt.Errorf("%w: segment %s is %d bytes, more than %d", ErrCorrupt, f.Name(), size, SegmentBlocks*PageSize)
+			return nil, segmentTooLongError{f.Name(), size}
 		}
 		if n := uint64(seg)*SegmentBlocks + uint64(size/PageSize); size >= PageSize && n > nblocks {
 			nblocks = n
@@ -306,6 +306,20 @@ func (e sizeError) Error() string {
 }
 
 func (e sizeError) Is(target error) bool { return target == ErrCorrupt }
+
+// segmentTooLongError is a segment file longer than a segment: it matches
+// ErrCorrupt, but names the file rather than a page.
+type segmentTooLongError struct {
+	file string
+	size int64
+}
+
+func (e segmentTooLongError) Error() string {
+	return fmt.Sprintf("heap: segment %s is %d bytes, more than a segment's %d (%d pages): bytes were appended to it",
+		e.file, e.size, int64(SegmentBlocks*PageSize), SegmentBlocks)
+}
+
+func (e segmentTooLongError) Is(target error) bool { return target == ErrCorrupt }
 
 // createSegment creates segment seg and fsyncs the directory, so that the
 // file (and what is later synced into it) survives a crash.
