@@ -157,7 +157,11 @@ func TestStraySegmentAfterCleanShutdownIsCorruption(t *testing.T) {
 // logs a warning naming the files, and empties them, cutting the heap back
 // to the end of the short segment, rather than writing up to a gigabyte of
 // empty pages to fill the gap before them.
-func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
+// crashAfterCheckpoint returns a copy of a running database's directory,
+// as a crash would leave it, with 100 keys written before its last
+// checkpoint and 100 after.
+func crashAfterCheckpoint(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{CheckpointTimeout: -1})
 	for i := 0; i < 100; i++ {
@@ -172,6 +176,11 @@ func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
 	crash := t.TempDir()
 	copyDir(t, dir, crash)
 	db.Close()
+	return crash
+}
+
+func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
+	crash := crashAfterCheckpoint(t)
 
 	// Segment 0 as the crash left it, and segment 1 with a page of
 	// zeros; then, on another copy, segment 0 two blocks short of 1 GiB
@@ -304,20 +313,7 @@ func TestVerifyReportsShortSegment(t *testing.T) {
 // checkpoint counts them, so that the next Open, a vacuum and verify do
 // not take them for pages a checkpoint wrote and a disk lost.
 func TestZeroPagesPastCheckpointAfterCrash(t *testing.T) {
-	dir := t.TempDir()
-	db := openTest(t, dir, Options{CheckpointTimeout: -1})
-	for i := 0; i < 100; i++ {
-		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 200))
-	}
-	if err := db.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	for i := 100; i < 200; i++ {
-		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("w", 200))
-	}
-	crash := t.TempDir()
-	copyDir(t, dir, crash)
-	db.Close()
+	crash := crashAfterCheckpoint(t)
 
 	seg0 := filepath.Join(crash, heapDir, "00000000")
 	fi, err := os.Stat(seg0)
@@ -327,7 +323,7 @@ func TestZeroPagesPastCheckpointAfterCrash(t *testing.T) {
 	if err := os.Truncate(seg0, fi.Size()+3*heap.PageSize); err != nil {
 		t.Fatal(err)
 	}
-	db, err = Open(crash, Options{})
+	db, err := Open(crash, Options{})
 	if err != nil {
 		t.Fatalf("Open after the crash: %v", err)
 	}
