@@ -115,39 +115,66 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 // first such page, and guesses at a foreign file only when the whole file
 // lies past that length.
 //
+// A valid page with no line pointers holds nothing, whoever wrote it, and
+// is taken as a new page: recovery writes such pages in place of pages of
+// zeros (writeEmptyPages, fillShortSegments) and a crash can come before
+// the next checkpoint counts them.
+//
 // It returns the pages out there that are all zeros and that no record
 // rebuilds, for writeEmptyPages (with no checkpoint yet, the whole heap
-// lies out there and only those are looked for).
-func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan) (zero []uint32, err error) {
+// lies out there and only those are looked for). Only blocks inside the
+// files are read (l is the files' layout): a block past a file's end or in
+// a missing segment holds nothing to check, and a stray file far past the
+// heap costs its own size, not the gap before it.
+func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan, l heap.Layout) (zero []uint32, err error) {
 	n := db.storage.NBlocks()
 	if uint64(n) <= ctrl.HeapBlocks {
 		return nil, nil
 	}
 	page := make([]byte, heap.PageSize)
-	for blk := uint32(ctrl.HeapBlocks); blk < n; blk++ {
-		if scan.rebuilt[blk] || slices.ContainsFunc(scan.bulk, func(r [2]uint32) bool { return blk >= r[0] && blk < r[1] }) {
+	for _, g := range l.Segments {
+		if g.Missing || g.Size == 0 {
 			continue
 		}
-		err := db.storage.ReadBlock(blk, page)
-		if err == nil && isAllZero(page) {
-			zero = append(zero, blk)
-			continue
+		from := max(uint64(g.FirstBlock()), ctrl.HeapBlocks)
+		// A partial last page counts: it reads as new, and is written
+		// whole with the zeros.
+		to := min(uint64(g.FirstBlock())+uint64((g.Size+heap.PageSize-1)/heap.PageSize), uint64(n))
+		for b := from; b < to; b++ {
+			blk := uint32(b)
+			if scan.rebuilt[blk] || slices.ContainsFunc(scan.bulk, func(r [2]uint32) bool { return blk >= r[0] && blk < r[1] }) {
+				continue
+			}
+			err := db.storage.ReadBlock(blk, page)
+			if err == nil && isAllZero(page) {
+				zero = append(zero, blk)
+				continue
+			}
+			if err == nil && heap.NumSlots(page) == 0 {
+				continue // an empty page: nothing in it
+			}
+			if ctrl.CheckpointLSN == 0 {
+				continue
+			}
+			return nil, db.strayPageError(ctrl, blk, err)
 		}
-		if ctrl.CheckpointLSN == 0 {
-			continue
-		}
-		what := "holds data"
-		if err != nil {
-			what = "holds a page that fails its checks" // the same file and offset
-		}
-		guess := ""
-		if seg := blk / heap.SegmentBlocks; uint64(seg)*heap.SegmentBlocks >= ctrl.HeapBlocks {
-			guess = fmt.Sprintf("; all of %s lies past that length: a file that is not this database's (a segment file from another copy?)", db.heapSegmentPath(seg))
-		}
-		return nil, fmt.Errorf("%w: %s %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
-			ErrCorruption, db.heapBlockName(blk), what, ctrl.HeapBlocks, guess)
 	}
 	return zero, nil
+}
+
+// strayPageError is checkStrayHeapPages's error for block blk, which holds
+// data, or fails its checks when readErr is not nil.
+func (db *DB) strayPageError(ctrl controlData, blk uint32, readErr error) error {
+	what := "holds data"
+	if readErr != nil {
+		what = "holds a page that fails its checks" // the same file and offset
+	}
+	guess := ""
+	if seg := blk / heap.SegmentBlocks; uint64(seg)*heap.SegmentBlocks >= ctrl.HeapBlocks {
+		guess = fmt.Sprintf("; all of %s lies past that length: a file that is not this database's (a segment file from another copy?)", db.heapSegmentPath(seg))
+	}
+	return fmt.Errorf("%w: %s %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
+		ErrCorruption, db.heapBlockName(blk), what, ctrl.HeapBlocks, guess)
 }
 
 // writeEmptyPages writes an empty page in place of each page of zeros

@@ -154,8 +154,8 @@ func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *wal
 	if !logged {
 		// No record since the checkpoint writes a page out there, and
 		// checkStrayHeapPages found every page past the checkpoint's
-		// length that no record rebuilds all zeros: the later files
-		// hold nothing. Filling the gap before them would write up to
+		// length that no record rebuilds all zeros or empty: the later
+		// files hold nothing. Filling the gap before them would write up to
 		// a gigabyte of empty pages for a file of zeros (a stray one,
 		// or pages a crash left unwritten); cutting the heap back to
 		// the end of the short segment loses nothing instead.

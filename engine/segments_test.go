@@ -347,3 +347,49 @@ func TestZeroPagesPastCheckpointAfterCrash(t *testing.T) {
 		}
 	}
 }
+
+// A crash can come after recovery wrote empty pages in place of pages of
+// zeros past the checkpoint's heap length and before the next checkpoint
+// counted them; the next Open finds them past that length, written by no
+// WAL record, and takes them for what they are, pages holding nothing,
+// not for another database's. A stray file of zeros far past the heap is
+// read for its own size only, and emptied.
+func TestEmptyPagesPastCheckpointAfterSecondCrash(t *testing.T) {
+	crash := crashAfterCheckpoint(t)
+	seg0 := filepath.Join(crash, heapDir, "00000000")
+	f, err := os.OpenFile(seg0, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	first := uint32(fi.Size() / heap.PageSize)
+	page := make([]byte, heap.PageSize)
+	for i := uint32(0); i < 3; i++ {
+		heap.InitPage(page)
+		heap.SetChecksum(page, first+i)
+		if _, err := f.WriteAt(page, int64(first+i)*heap.PageSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	stray := filepath.Join(crash, heapDir, "00000100")
+	if err := os.WriteFile(stray, make([]byte, heap.PageSize), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(crash, Options{})
+	if err != nil {
+		t.Fatalf("Open after a second crash, empty pages past the checkpoint's length: %v", err)
+	}
+	defer db.Close()
+	if fi, err := os.Stat(stray); err != nil || fi.Size() != 0 {
+		t.Errorf("stray segment after Open: %v, %v; want it emptied", fi, err)
+	}
+	for _, k := range []string{"key-00003", "key-00150"} {
+		if _, ok := get(t, db, k); !ok {
+			t.Fatalf("%s missing", k)
+		}
+	}
+	if _, err := db.Vacuum(context.Background()); err != nil {
+		t.Fatalf("vacuum: %v", err)
+	}
+}
