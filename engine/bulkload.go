@@ -645,10 +645,7 @@ func (db *DB) cutUnfinishedBulkLoads(s *bulkScan, ctrl controlData) error {
 	if have <= first {
 		return nil
 	}
-	if err := db.storage.Truncate(first); err != nil {
-		return fmt.Errorf("%w: %v", ErrIOFailure, err)
-	}
-	if err := db.pool.Truncate(first); err != nil {
+	if err := db.truncateHeap(first); err != nil {
 		return err
 	}
 	db.recovery.BulkLoadCutFrom, db.recovery.BulkLoadCutBlocks = first, have-first

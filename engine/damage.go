@@ -193,16 +193,13 @@ func (db *DB) writeEmptyPages(zero []uint32, filled []heap.Segment) error {
 	if len(zero) == 0 {
 		return nil
 	}
-	const run = 64 // blocks per write at most
-	pages := make([]byte, run*heap.PageSize)
+	// One write per run of consecutive blocks.
 	for i := 0; i < len(zero); {
 		j := i + 1
-		for j < len(zero) && j-i < run && zero[j] == zero[j-1]+1 {
+		for j < len(zero) && zero[j] == zero[j-1]+1 {
 			j++
 		}
-		// WriteBlocks writes a page of zeros initialized, with its
-		// block's checksum.
-		if err := db.storage.WriteBlocks(zero[i], pages[:(j-i)*heap.PageSize]); err != nil {
+		if _, err := db.storage.WriteEmptyPages(zero[i], uint32(j-i)); err != nil {
 			return fmt.Errorf("%w: %v", ErrIOFailure, err)
 		}
 		i = j

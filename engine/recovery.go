@@ -333,17 +333,12 @@ func (db *DB) recover(ctrl controlData) error {
 			db.procs.setNext(heapMaxXid + 1)
 		}
 	}
-	db.recovery = RecoveryInfo{
-		WrittenBlocks: db.recovery.WrittenBlocks, CheckedBlocks: db.recovery.CheckedBlocks,
-		BulkLoadCutFrom: db.recovery.BulkLoadCutFrom, BulkLoadCutBlocks: db.recovery.BulkLoadCutBlocks,
-		FilledSegments: db.recovery.FilledSegments, FilledBlocks: db.recovery.FilledBlocks,
-		ControlFileMissing: db.recovery.ControlFileMissing, EmptiedBlocks: db.recovery.EmptiedBlocks,
-		EmptiedSegmentsFrom: db.recovery.EmptiedSegmentsFrom,
-		RedoLSN:             uint64(ctrl.RedoLSN), EndLSN: uint64(end), Records: n,
-		DroppedBytes: dropped, Duration: time.Since(begin),
-		IndexFromFile: reason == "", IndexRebuildReason: reason, IndexKeys: db.idx.len(),
-		ScanTime: scanTime, RedoTime: redoTime, IndexTime: time.Since(indexBegin),
-	}
+	// The fields set before redo (checks, repairs) stay as they are.
+	ri := &db.recovery
+	ri.RedoLSN, ri.EndLSN, ri.Records = uint64(ctrl.RedoLSN), uint64(end), n
+	ri.DroppedBytes, ri.Duration = dropped, time.Since(begin)
+	ri.IndexFromFile, ri.IndexRebuildReason, ri.IndexKeys = reason == "", reason, db.idx.len()
+	ri.ScanTime, ri.RedoTime, ri.IndexTime = scanTime, redoTime, time.Since(indexBegin)
 	if reason != "" && ctrl.CheckpointLSN != 0 {
 		db.logger.Warn("rebuilt the key index from the heap", "reason", reason,
 			"keys", db.recovery.IndexKeys, "heapBlocks", db.pool.NBlocks(), "took", db.recovery.IndexTime)

@@ -174,15 +174,20 @@ func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *wal
 // later segment files that shortSegmentsAfterCrash found holding only
 // zeros, and returns the pages of zeros below cut.
 func (db *DB) cutEmptyLaterSegments(cut uint32, zero []uint32) ([]uint32, error) {
-	if err := db.storage.Truncate(cut); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrIOFailure, err)
-	}
-	// The pool counts the relation's blocks apart; nothing is cached yet.
-	if err := db.pool.Truncate(cut); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrIOFailure, err)
+	if err := db.truncateHeap(cut); err != nil {
+		return nil, err
 	}
 	db.recovery.EmptiedSegmentsFrom = cut
 	return slices.DeleteFunc(zero, func(blk uint32) bool { return blk >= cut }), nil
+}
+
+// truncateHeap cuts the heap files and the buffer pool's count of blocks
+// back to n, for recovery before redo (no buffer holds a block yet).
+func (db *DB) truncateHeap(n uint32) error {
+	if err := db.storage.Truncate(n); err != nil {
+		return fmt.Errorf("%w: %v", ErrIOFailure, err)
+	}
+	return db.pool.Truncate(n)
 }
 
 // fillShortSegments writes empty pages into the rest of every segment

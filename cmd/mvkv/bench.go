@@ -185,14 +185,14 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, benchUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mvkv bench: %s\nTry \"mvkv bench --help\" for more information.\n", flagError(err))
+		fmt.Fprintf(stderr, "mvkv bench: %s\n%s", flagError(err), tryHelp("bench"))
 		return 2
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "mvkv bench: "+format+"\n", a...)
-		fmt.Fprintf(stderr, "Try \"mvkv bench --help\" for more information.\n")
+		fmt.Fprint(stderr, tryHelp("bench"))
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -332,7 +332,7 @@ func benchStatus(ctx context.Context, err error, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, bench.ErrBadSweep) || errors.Is(err, bench.ErrBadPlot) || errors.Is(err, bench.ErrUnknownTarget):
 		fmt.Fprintf(stderr, "mvkv bench: %s\n", errText(err))
-		fmt.Fprintf(stderr, "Try \"mvkv bench --help\" for more information.\n")
+		fmt.Fprint(stderr, tryHelp("bench"))
 		return 2
 	case errors.Is(err, bench.ErrAborted):
 		fmt.Fprintf(stderr, "mvkv bench: fatal: Run was aborted; the above results are incomplete.\n")

@@ -83,11 +83,11 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, crashtestUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mvkv crashtest: %s\nTry \"mvkv crashtest --help\" for more information.\n", flagError(err))
+		fmt.Fprintf(stderr, "mvkv crashtest: %s\n%s", flagError(err), tryHelp("crashtest"))
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "mvkv crashtest: unexpected argument %q\nTry \"mvkv crashtest --help\" for more information.\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "mvkv crashtest: unexpected argument %q\n%s", fs.Arg(0), tryHelp("crashtest"))
 		return 2
 	}
 	if child {

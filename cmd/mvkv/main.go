@@ -105,7 +105,7 @@ func versionMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, versionUsage)
 		return 0
 	case len(args) > 0:
-		fmt.Fprintf(stderr, "mvkv version: unexpected argument %q\nTry \"mvkv version --help\" for more information.\n", args[0])
+		fmt.Fprintf(stderr, "mvkv version: unexpected argument %q\n%s", args[0], tryHelp("version"))
 		return 2
 	}
 	fmt.Fprintln(stdout, versionLine())

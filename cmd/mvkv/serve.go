@@ -135,12 +135,12 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 			fmt.Fprint(stdout, serveUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mvkv serve: %s\nTry \"mvkv serve --help\" for more information.\n", flagError(err))
+		fmt.Fprintf(stderr, "mvkv serve: %s\n%s", flagError(err), tryHelp("serve"))
 		return 2
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "mvkv serve: "+format+"\n", a...)
-		fmt.Fprintf(stderr, "Try \"mvkv serve --help\" for more information.\n")
+		fmt.Fprint(stderr, tryHelp("serve"))
 		return 2
 	}
 	if fs.NArg() > 0 {

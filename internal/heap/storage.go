@@ -693,16 +693,26 @@ func (s *Storage) FillSegment(num uint32) (uint32, error) {
 	}
 	first := num*SegmentBlocks + uint32(min(have/PageSize, SegmentBlocks))
 	end := (num + 1) * SegmentBlocks
+	return s.WriteEmptyPages(first, end-first)
+}
+
+// WriteEmptyPages writes an initialized empty page, with its block's
+// checksum, at the n blocks from first, as WriteBlocks writes pages of
+// zeros, 64 blocks to a write. It returns how many it wrote, n unless an
+// error came first. For recovery, which replaces pages that were never
+// written; the caller makes sure no buffer holds one of those blocks.
+// Durable after Sync.
+func (s *Storage) WriteEmptyPages(first, n uint32) (uint32, error) {
 	const chunk = 64 // blocks per write
-	pages := make([]byte, chunk*PageSize)
-	for b := first; b < end; {
-		n := min(chunk, end-b)
+	pages := make([]byte, min(chunk, n)*PageSize)
+	for done := uint32(0); done < n; {
+		k := min(chunk, n-done)
 		// WriteBlocks initializes a page of zeros and stamps the
 		// checksum of its block, so the buffer is reused as it is.
-		if err := s.WriteBlocks(b, pages[:n*PageSize]); err != nil {
-			return b - first, err
+		if err := s.WriteBlocks(first+done, pages[:k*PageSize]); err != nil {
+			return done, err
 		}
-		b += n
+		done += k
 	}
-	return end - first, nil
+	return n, nil
 }
