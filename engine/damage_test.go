@@ -539,3 +539,58 @@ func flipFileBitsIn(t *testing.T, fsys vfs.FS, name string, off int64, mask byte
 		t.Fatal(err)
 	}
 }
+
+// TestHeapCutShortWhileOpen: a heap file shortened under a running
+// database (by hand, or by another program) past the blocks the last
+// checkpoint wrote fails the reads of the pages it lost with ErrCorruption
+// naming the file, rather than reading them as new pages and losing their
+// keys silently.
+func TestHeapCutShortWhileOpen(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{SharedBuffers: 16 * 8192, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+	defer db.Close()
+	mustPut(t, db, "first", "v")
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// 64 pages or so, far more than the 16 buffers: most are evicted, so
+	// written to the file past the checkpoint's length.
+	const n = 4000
+	val := strings.Repeat("x", 100)
+	for i := 0; i < n; i += 100 {
+		if err := db.Update(context.Background(), func(tx *Txn) error {
+			for j := i; j < i+100; j++ {
+				if err := tx.Put([]byte(fmt.Sprintf("k%05d", j)), []byte(val)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := filepath.Join(dir, heapDir, "00000000")
+	if err := os.Truncate(name, 8*8192); err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for i := range n {
+		k := fmt.Sprintf("k%05d", i)
+		var got []byte
+		err := db.View(context.Background(), func(tx *Txn) error {
+			v, err := tx.Get([]byte(k))
+			got = v
+			return err
+		})
+		switch {
+		case err == nil && string(got) == val:
+		case errors.Is(err, ErrCorruption) && strings.Contains(err.Error(), name) && strings.Contains(err.Error(), "while open"):
+			lost++
+		default:
+			t.Fatalf("get %s after the file was cut: %q, %v; want its value or ErrCorruption naming %s", k, got, err, name)
+		}
+	}
+	if lost == 0 {
+		t.Fatal("no read reached a page past the new end of the file")
+	}
+}

@@ -217,6 +217,10 @@ func (db *DB) recover(ctrl controlData) error {
 	if err := db.writeEmptyPages(zeroPages, shortSegs); err != nil {
 		return err
 	}
+	// No page of zeros is left inside the heap files but those redo
+	// rebuilds from a full-page image without reading them: from here on
+	// one read is damage, wherever it lies.
+	db.storage.SetNoZeros()
 	db.storage.SetWritten(uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks()))))
 
 	db.procs = newProcArray(max(ctrl.NextXid, visibility.FirstNormalXid))

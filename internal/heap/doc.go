@@ -87,7 +87,11 @@
 //
 // Block b lives in segment file fmt.Sprintf("%08d", b/131072) at byte offset
 // (b%131072)*8192, as PostgreSQL's md.c splits a relation into 1 GiB files.
-// A block not yet written reads as zeros. A write past the end fills the
+// A block not yet written reads as zeros; a block the file held when it was
+// opened, or that was written since, is an error if the file no longer
+// holds it (cut short while open), and so, once the engine has replaced the
+// pages of zeros a crash can leave (SetNoZeros), is any page of zeros
+// inside a file. A write past the end fills the
 // blocks it skips, so a segment before the last one holding data is 1 GiB;
 // only a crash can leave one shorter (the operating system kept a write
 // into a later segment and lost the earlier one's last, unsynced pages),

@@ -41,6 +41,9 @@ type Storage struct {
 	// written is the number of blocks a checkpoint is known to have
 	// written: a page of zeros below it was lost, not never written.
 	written atomic.Uint32
+	// noZeros: a page of zeros inside a file is damage wherever it lies
+	// (SetNoZeros).
+	noZeros atomic.Bool
 	// extendMu serializes writes at or past nblocks (WriteBlock).
 	extendMu sync.Mutex
 
@@ -53,6 +56,11 @@ type Storage struct {
 	segs map[uint32]vfs.File
 	// dirty holds the segments written since their last fsync; guarded by mu.
 	dirty map[uint32]struct{}
+	// known maps a segment number to the number of its blocks known to be
+	// in the file: its whole pages at open, raised by every write, lowered
+	// by Truncate. A read of a block below it that finds the file shorter
+	// means the file was cut while open. Guarded by mu.
+	known map[uint32]uint32
 	// failed is the first fsync error; once set, Sync returns it forever,
 	// because after a failed fsync the kernel may have dropped the dirty
 	// pages and a retry can succeed without writing them (PostgreSQL's
@@ -93,7 +101,7 @@ func OpenStorage(fs vfs.FS, dir string) (*Storage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("heap: list %s: %w", dir, err)
 	}
-	s := &Storage{fs: fs, dir: dir, segs: make(map[uint32]vfs.File), dirty: make(map[uint32]struct{})}
+	s := &Storage{fs: fs, dir: dir, segs: make(map[uint32]vfs.File), dirty: make(map[uint32]struct{}), known: make(map[uint32]uint32)}
 	var nblocks uint64
 	for _, name := range names {
 		seg, ok := parseSegName(name)
@@ -115,6 +123,7 @@ func OpenStorage(fs vfs.FS, dir string) (*Storage, error) {
 			s.Close()
 			return nil, segmentTooLongError{f.Name(), size}
 		}
+		s.known[seg] = uint32(size / PageSize)
 		if n := uint64(seg)*SegmentBlocks + uint64(size/PageSize); size >= PageSize && n > nblocks {
 			nblocks = n
 		}
@@ -142,7 +151,10 @@ func (s *Storage) segment(seg uint32) (vfs.File, error) {
 // in a hole, or in a missing segment) reads as all zeros, except below the
 // length a checkpoint wrote (SetWritten): there a page of zeros, a block
 // past its file's end or in a missing segment is an error wrapping
-// ErrZeroedPage that names the file. A page that fails verification gives
+// ErrZeroedPage that names the file. So is a block past its file's end
+// that the file held when it was opened or that was written since (the
+// file was cut short while open), and, after SetNoZeros, a page of zeros
+// anywhere inside a file. A page that fails verification gives
 // an error wrapping ErrCorrupt that names the file, the byte offset and the
 // block.
 func (s *Storage) ReadBlock(block uint32, p []byte) error {
@@ -170,23 +182,53 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		// Past the end of the file, or a partial last block left by a
 		// torn extension: never completely written, so new. Redo rewrites
 		// it from a full-page image if it mattered. Below the length a
-		// checkpoint wrote, the file was cut short after it.
+		// checkpoint wrote, the file was cut short after it; below what
+		// the file is known to have held (its whole pages at open and
+		// every write since), it was cut short while open, by something
+		// other than this database (PostgreSQL's "could not read block
+		// ... read only 0 of 8192 bytes"). Read as new, the versions on
+		// it would be lost.
 		clear(p)
 		if block < s.written.Load() {
 			size, _ := f.Size()
 			return fmt.Errorf("%w: %s at offset %d (block %d) lies past the file's end (%d bytes), below the %d blocks a checkpoint wrote: the file was cut short",
 				ErrZeroedPage, f.Name(), off, block, size, s.written.Load())
 		}
+		s.mu.RLock()
+		known := s.known[block/SegmentBlocks]
+		s.mu.RUnlock()
+		if block%SegmentBlocks < known {
+			size, _ := f.Size()
+			return fmt.Errorf("%w: %s at offset %d (block %d) lies past the file's end (%d bytes), which held %d bytes: the file was cut short while open",
+				ErrZeroedPage, f.Name(), off, block, size, int64(known)*PageSize)
+		}
 		return nil
 	}
 	if err := VerifyPage(p, block); err != nil {
 		return fmt.Errorf("%s at offset %d (block %d): %w", f.Name(), off, block, err)
 	}
-	if block < s.written.Load() && IsNew(p) {
-		return fmt.Errorf("%w: %s at offset %d (block %d), below the %d blocks a checkpoint wrote", ErrZeroedPage, f.Name(), off, block, s.written.Load())
+	if IsNew(p) {
+		if block < s.written.Load() {
+			return fmt.Errorf("%w: %s at offset %d (block %d), below the %d blocks a checkpoint wrote", ErrZeroedPage, f.Name(), off, block, s.written.Load())
+		}
+		if s.noZeros.Load() {
+			return fmt.Errorf("%w: %s at offset %d (block %d), inside the file, where this database never writes a page of zeros: the file was cut short or overwritten while open",
+				ErrZeroedPage, f.Name(), off, block)
+		}
 	}
 	return nil
 }
+
+// SetNoZeros tells ReadBlock that from now on every page inside the files
+// was written by this Storage or checked: a page of zeros there, at any
+// block, is damage (an error wrapping ErrZeroedPage), as below the length
+// a checkpoint wrote. Before it, such a page reads as new, since a crash
+// can leave one past that length (an extension whose write was lost while
+// a later block's reached the disk); recovery calls it once it has
+// replaced those with empty pages. WriteBlock never writes zeros, so no
+// page of zeros appears inside a file by this Storage's doing. Safe for
+// concurrent use.
+func (s *Storage) SetNoZeros() { s.noZeros.Store(true) }
 
 // SetWritten records that a checkpoint wrote every block below n (the heap
 // length in the control file), so that ReadBlock reports a page of zeros
@@ -247,6 +289,7 @@ func (s *Storage) writeBlock(block uint32, p []byte) error {
 	}
 	s.mu.Lock()
 	s.dirty[seg] = struct{}{}
+	s.known[seg] = max(s.known[seg], block%SegmentBlocks+1)
 	s.mu.Unlock()
 	for {
 		n := s.nblocks.Load()
@@ -447,6 +490,7 @@ func (s *Storage) WriteBlocks(first uint32, pages []byte) error {
 		}
 		s.mu.Lock()
 		s.dirty[seg] = struct{}{}
+		s.known[seg] = max(s.known[seg], blk%SegmentBlocks+uint32(run))
 		s.mu.Unlock()
 		end := blk + uint32(run)
 		for {
@@ -500,6 +544,9 @@ func (s *Storage) Truncate(n uint32) error {
 		if size <= want {
 			continue
 		}
+		s.mu.Lock()
+		s.known[sf.seg] = min(s.known[sf.seg], uint32(want/PageSize))
+		s.mu.Unlock()
 		if err := sf.f.Truncate(want); err != nil {
 			return fmt.Errorf("heap: truncate %s to %d bytes: %w", sf.f.Name(), want, err)
 		}

@@ -3,6 +3,8 @@ package heap
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -232,5 +234,91 @@ func TestStorageNeverWritesZeros(t *testing.T) {
 	}
 	if err := s.ReadBlock(1, p); err != nil || NumSlots(p) != 1 || PageLSN(p) != 7 {
 		t.Fatalf("block 1 after its real write: %v, %d slots, LSN %d", err, NumSlots(p), PageLSN(p))
+	}
+}
+
+// A file shortened while the storage has it open (by hand, or by another
+// program) reports the blocks it lost, even above the length a checkpoint
+// wrote, instead of reading them as new pages; blocks never written still
+// read as new.
+func TestStorageFileCutShortWhileOpen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "heap")
+	s, err := OpenStorage(vfs.OS{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for b := uint32(0); b < 4; b++ {
+		if err := s.WriteBlock(b, pageWith(t, b, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := make([]byte, PageSize)
+	if err := s.ReadBlock(7, p); err != nil || !IsNew(p) {
+		t.Fatalf("block 7, never written: %v, new %v; want a new page", err, IsNew(p))
+	}
+	name := filepath.Join(dir, "00000000")
+	if err := os.Truncate(name, 2*PageSize); err != nil {
+		t.Fatal(err)
+	}
+	err = s.ReadBlock(3, p)
+	want := fmt.Sprintf("%s at offset %d (block 3) lies past the file's end (%d bytes), which held %d bytes: the file was cut short while open", name, 3*PageSize, 2*PageSize, 4*PageSize)
+	if !errors.Is(err, ErrZeroedPage) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("read of a block cut off: %v; want ErrZeroedPage containing %q", err, want)
+	}
+	if err := s.ReadBlock(1, p); err != nil {
+		t.Fatalf("block 1, still in the file: %v", err)
+	}
+	// Reopened, the storage takes the file as it is: the blocks past its
+	// end were never written as far as it knows (recovery's business).
+	s.Close()
+	s2, err := OpenStorage(vfs.OS{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.ReadBlock(3, p); err != nil || !IsNew(p) {
+		t.Fatalf("block 3 after reopening: %v, new %v; want a new page", err, IsNew(p))
+	}
+}
+
+// Before SetNoZeros a page of zeros inside a file past the checkpoint's
+// length reads as new (a crash can leave one); after it, it is damage.
+func TestStorageZerosAfterSetNoZeros(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "heap")
+	s, err := OpenStorage(vfs.OS{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for b := uint32(0); b < 3; b++ {
+		if err := s.WriteBlock(b, pageWith(t, b, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := filepath.Join(dir, "00000000")
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, PageSize), PageSize); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	p := make([]byte, PageSize)
+	if err := s.ReadBlock(1, p); err != nil || !IsNew(p) {
+		t.Fatalf("page of zeros before SetNoZeros: %v, new %v; want a new page", err, IsNew(p))
+	}
+	s.SetNoZeros()
+	err = s.ReadBlock(1, p)
+	want := fmt.Sprintf("%s at offset %d (block 1), inside the file, where this database never writes a page of zeros", name, PageSize)
+	if !errors.Is(err, ErrZeroedPage) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("page of zeros after SetNoZeros: %v; want ErrZeroedPage containing %q", err, want)
+	}
+	if err := s.ReadBlock(2, p); err != nil || IsNew(p) {
+		t.Fatalf("block 2: %v", err)
+	}
+	if err := s.ReadBlock(9, p); err != nil || !IsNew(p) {
+		t.Fatalf("block 9, past the end and never written: %v; want a new page", err)
 	}
 }
