@@ -23,7 +23,7 @@ var ErrBadSweep = errors.New("bench: bad sweep")
 
 // Axis is one --sweep: a knob and the values it takes, in the order given.
 type Axis struct {
-	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, early_lock_release, target, fsync_latency, disk_rotation, vm, clog
+	Name   string // canonical: clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, early_lock_release, target, fsync_latency, disk_rotation, vm, visibility_map, clog, clog_locking, clog_group_update
 	Values []string
 }
 
@@ -50,7 +50,7 @@ func ParseAxis(s string) (Axis, error) {
 	return a, nil
 }
 
-const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, early_lock_release, target, fsync_latency, disk_rotation, vm, clog"
+const knobNames = "clients, commit_delay, commit_siblings, wal_flusher, synchronous_commit, early_lock_release, target, fsync_latency, disk_rotation, vm (or visibility_map), clog, clog_locking, clog_group_update"
 
 // knobs set one Config field from a sweep value.
 var knobs = map[string]func(c *Config, v string) error{
@@ -77,7 +77,12 @@ var knobs = map[string]func(c *Config, v string) error{
 	"wal_flusher": engineKnob("wal_flusher", nil),
 	// vm is the engine's visibility map mode, for the 2011 question
 	// whether WAL-logging the map costs throughput.
-	"vm": engineKnob("visibility_map", nil),
+	"vm":             engineKnob("visibility_map", nil),
+	"visibility_map": engineKnob("visibility_map", nil),
+	// clog_locking and clog_group_update are the engine's settings of
+	// those names; clog (below) sets both from one variant name.
+	"clog_locking":      engineKnob("clog_locking", nil),
+	"clog_group_update": engineKnob("clog_group_update", nil),
 	// early_lock_release is the engine's commit order: on releases row
 	// locks when the commit record is in the WAL, off when it is durable.
 	"early_lock_release": engineKnob("early_lock_release", nil),
@@ -596,7 +601,7 @@ func collapse(names []string, cells []sweepCell) []sweepCell {
 // has any use for the knob.
 func knobApplies(knob, kind string) bool {
 	switch knob {
-	case "wal_flusher", "vm", "early_lock_release":
+	case "wal_flusher", "vm", "visibility_map", "clog_locking", "clog_group_update", "early_lock_release":
 		return kind == "engine"
 	case "commit_delay", "commit_siblings":
 		return kind != "pebble"

@@ -627,3 +627,28 @@ func TestCompareVariants(t *testing.T) {
 		t.Fatalf("clients only: %q", got)
 	}
 }
+
+// TestSweepTakesSettingNames: the engine settings' own names work as sweep
+// knobs, beside the short ones.
+func TestSweepTakesSettingNames(t *testing.T) {
+	for _, c := range [][2]string{{"visibility_map", "unlogged"}, {"clog_locking", "global"}, {"clog_group_update", "off"}} {
+		a, err := ParseAxis(c[0] + "=" + c[1])
+		if err != nil {
+			t.Fatalf("%s: %v", c[0], err)
+		}
+		var cfg Config
+		if err := knobs[a.Name](&cfg, a.Values[0]); err != nil {
+			t.Fatalf("%s=%s: %v", c[0], c[1], err)
+		}
+		if !knobApplies(a.Name, "engine") || knobApplies(a.Name, "pebble") {
+			t.Errorf("%s applies to the wrong targets", a.Name)
+		}
+	}
+	var cfg Config
+	if err := knobs["clog_locking"](&cfg, "sometimes"); err == nil {
+		t.Error("clog_locking=sometimes accepted")
+	}
+	if cfg.Options.Engine.CLOGLocking != "" {
+		t.Errorf("a refused value changed the options: %q", cfg.Options.Engine.CLOGLocking)
+	}
+}

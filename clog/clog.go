@@ -527,6 +527,10 @@ func (c *CLOG) Close() error {
 	return err
 }
 
+// Buffers returns the number of buffer slots, Options.Buffers as Open
+// bounded and rounded it. Safe for concurrent use.
+func (c *CLOG) Buffers() int { return c.opts.Buffers }
+
 // Stats returns a snapshot of the counters. Each field is read atomically;
 // the fields are not read at one instant.
 func (c *CLOG) Stats() Stats {

@@ -231,7 +231,8 @@ type Options struct {
 	// AutovacuumVacuumThreshold is autovacuum_vacuum_threshold (default
 	// 50): vacuum runs once the dead tuples (versions left behind by
 	// committed updates and deletes and by aborted writes) exceed this
-	// plus AutovacuumVacuumScaleFactor times the live tuples.
+	// plus AutovacuumVacuumScaleFactor times the live tuples. A negative
+	// value stands for 0 (the zero value means the default).
 	AutovacuumVacuumThreshold int
 	// AutovacuumVacuumScaleFactor is autovacuum_vacuum_scale_factor
 	// (default 0.2), a fraction of the live tuples (the keys in the index).

@@ -227,8 +227,10 @@ type RecoveryInfo struct {
 // size; Recovery reports where it went.
 //
 // Open returns an error wrapping ErrLocked if another process has dir open,
-// and ErrCorruption (naming the file and offset) if a page or the control
-// file fails its checks.
+// ErrCorruption (naming the file and offset) if a page or the control
+// file fails its checks, and a *SettingError (matching ErrInvalidSetting)
+// if an option is out of its range or shared_buffers exceeds the
+// machine's memory.
 func Open(dir string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -237,7 +239,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	if mem := physicalMemory(); mem > 0 && opts.SharedBuffers > mem {
 		// The pool is allocated at once; asking for more than the machine
 		// has would only end in the runtime's fatal out-of-memory error.
-		return nil, fmt.Errorf("mvkv: shared_buffers of %d bytes exceeds the machine's %d bytes of memory", opts.SharedBuffers, mem)
+		return nil, &SettingError{Name: "shared_buffers", Value: formatSize(opts.SharedBuffers), Want: fmt.Sprintf("want at most the machine's %s of memory", formatSize(mem))}
 	}
 	fsys := opts.FS
 	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir), filepath.Join(dir, vmDir)} {
@@ -330,6 +332,8 @@ func (db *DB) open() error {
 	}); err != nil {
 		return err
 	}
+	// As the CLOG bounded and rounded it, for CurrentSetting.
+	db.opts.CLOGBuffers = db.clog.Buffers()
 	db.pool = bufpool.New(poolStorage{db.storage, db}, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
 	if db.vm, err = visibility.Open(fsys, filepath.Join(dir, vmDir), visibility.Options{
 		FlushWAL: db.flushWAL,
@@ -402,7 +406,8 @@ func (db *DB) SetSynchronousCommit(s SynchronousCommit) {
 }
 
 // SetCommitDelay changes commit_delay (microseconds, 0 to 100000, or
-// CommitDelayAuto). Safe to call concurrently.
+// CommitDelayAuto). A value outside that range is refused with a
+// *SettingError (matching ErrInvalidSetting). Safe to call concurrently.
 func (db *DB) SetCommitDelay(us int) error {
 	if db.closed.Load() {
 		return ErrClosed
@@ -429,7 +434,10 @@ func (db *DB) CommitSiblings() int { return int(db.commitSiblings.Load()) }
 // transactions.
 func (db *DB) SynchronousCommit() SynchronousCommit { return SynchronousCommit(db.syncCommit.Load()) }
 
-// SetCommitSiblings changes commit_siblings. Safe to call concurrently.
+// SetCommitSiblings changes commit_siblings (0 to 1000: the other
+// transactions that must be running for commit_delay to apply). A value
+// outside that range is refused with a *SettingError (matching
+// ErrInvalidSetting). Safe to call concurrently.
 func (db *DB) SetCommitSiblings(n int) error {
 	if db.closed.Load() {
 		return ErrClosed

@@ -24,6 +24,9 @@ type SettingError struct {
 	Want  string // what the setting takes, as "want 0 to 1000"
 }
 
+// Error returns "mvkv: invalid value for parameter", the setting's name, the
+// value and what the setting takes, as in
+// mvkv: invalid value for parameter "fillfactor": "5": want 10 to 100.
 func (e *SettingError) Error() string {
 	return fmt.Sprintf("%v %q: %q: %s", ErrInvalidSetting, e.Name, e.Value, e.Want)
 }
@@ -160,7 +163,15 @@ type Setting struct {
 // Options takes (the setting's 0 for commit_siblings, for example, as
 // NoCommitSiblings). The error wraps ErrInvalidSetting and says what the
 // setting takes.
-func (s Setting) Set(o *Options, v string) error { return s.parse(o, strings.TrimSpace(v)) }
+// On error o is left as it was.
+func (s Setting) Set(o *Options, v string) error {
+	c := *o
+	if err := s.parse(&c, strings.TrimSpace(v)); err != nil {
+		return err
+	}
+	*o = c
+	return nil
+}
 
 // Show returns o's value of the setting as text, the default for a field
 // left at its zero value; Set takes it back.
@@ -220,8 +231,9 @@ func (db *DB) CurrentSetting(name string) (string, error) {
 // changes nothing. The convention is the same for every field: the zero
 // value means the default (nil for a *bool, "" for a mode); where the
 // setting's own zero differs from its default, a negative value stands for
-// it (NoCommitSiblings, CheckpointTimeout, AutovacuumVacuumScaleFactor,
-// VacuumFreezeMinAge, VacuumFreezeTableAge), and EnsureDefaults keeps it.
+// it (NoCommitSiblings, CheckpointTimeout, AutovacuumVacuumThreshold,
+// AutovacuumVacuumScaleFactor, VacuumFreezeMinAge, VacuumFreezeTableAge),
+// and EnsureDefaults keeps it.
 // CLOGBuffers' default is derived from SharedBuffers.
 func (o *Options) EnsureDefaults() *Options {
 	if o.FS == nil {
@@ -240,8 +252,9 @@ func (o *Options) EnsureDefaults() *Options {
 	return o
 }
 
-// Validate reports the first field of o outside its range, with an error
-// naming the setting, as Open does; fields left at their zero value pass
+// Validate reports the first field of o outside its range, with a
+// *SettingError naming the setting (matching ErrInvalidSetting), as Open
+// does; fields left at their zero value pass
 // (they mean the defaults). Options set programmatically may take values
 // the text interfaces refuse where a Setting says so (intervals shorter
 // than PostgreSQL allows, for tests).
@@ -253,7 +266,7 @@ func (o Options) Validate() error {
 		}
 	}
 	if o.MaxWALSize < 2*o.WALSegmentSize {
-		return fmt.Errorf("mvkv: max_wal_size %s is less than two WAL segments of %s", formatSize(o.MaxWALSize), formatSize(o.WALSegmentSize))
+		return &SettingError{Name: "max_wal_size", Value: formatSize(o.MaxWALSize), Want: "want at least two WAL segments of " + formatSize(o.WALSegmentSize)}
 	}
 	return nil
 }
@@ -290,7 +303,7 @@ var settings = []Setting{
 		ensure: func(*Options) {},
 		check: func(o *Options) error {
 			if o.SynchronousCommit != SyncCommitOn && o.SynchronousCommit != SyncCommitOff {
-				return fmt.Errorf("mvkv: unknown synchronous_commit %d", o.SynchronousCommit)
+				return &SettingError{Name: "synchronous_commit", Value: o.SynchronousCommit.String(), Want: "want on or off"}
 			}
 			return nil
 		},
@@ -363,11 +376,11 @@ var settings = []Setting{
 		"wal_writer_delay: how often the WAL writer flushes asynchronous commits",
 		time.Millisecond, 10*time.Second, 200*time.Millisecond, false, func(o *Options) *time.Duration { return &o.WALWriterDelay }),
 	{
-		Name: "wal_segment_size", Type: "integer", Unit: "8kB", Min: "1MB", Max: "1GB", Syntax: "SIZE",
+		Name: "wal_segment_size", Type: "integer", Unit: "B", Min: "1MB", Max: "1GB", Syntax: "SIZE",
 		Default:     formatSize(wal.DefaultSegmentSize),
-		Description: "WAL segment size for a new data directory (an existing one keeps its own), a power of two",
+		Description: "WAL segment size for a new data directory (an existing one keeps its own), a power of two; a bare number counts bytes, as PostgreSQL 11's",
 		parse: func(o *Options, v string) (err error) {
-			o.WALSegmentSize, err = parseSize(v, heap.PageSize)
+			o.WALSegmentSize, err = parseSize(v, 1)
 			if err == nil && !validSegmentSize(o.WALSegmentSize) {
 				err = errors.New("want a power of two from 1MB to 1GB")
 			}
@@ -377,7 +390,7 @@ var settings = []Setting{
 		ensure: func(o *Options) { o.WALSegmentSize = cmp0(o.WALSegmentSize, wal.DefaultSegmentSize) },
 		check: func(o *Options) error {
 			if !validSegmentSize(o.WALSegmentSize) {
-				return fmt.Errorf("mvkv: wal_segment_size %d is not a power of two from 1MB to 1GB", o.WALSegmentSize)
+				return &SettingError{Name: "wal_segment_size", Value: strconv.FormatInt(o.WALSegmentSize, 10), Want: "want a power of two from 1MB to 1GB"}
 			}
 			return nil
 		},
@@ -410,7 +423,7 @@ var settings = []Setting{
 		},
 		check: func(o *Options) error {
 			if o.CLOGBuffers < 0 {
-				return fmt.Errorf("mvkv: negative clog_buffers %d", o.CLOGBuffers)
+				return &SettingError{Name: "clog_buffers", Value: strconv.Itoa(o.CLOGBuffers), Want: "want a number of buffers, not negative"}
 			}
 			return nil
 		},
@@ -448,20 +461,9 @@ var settings = []Setting{
 		ensure: func(o *Options) { o.AutovacuumNaptime = cmp0(o.AutovacuumNaptime, time.Minute) },
 		check:  nonNegative("autovacuum_naptime", func(o *Options) float64 { return float64(o.AutovacuumNaptime) }),
 	},
-	{
-		Name: "autovacuum_vacuum_threshold", Type: "integer", Min: "1", Max: strconv.Itoa(math.MaxInt32), Syntax: "NUM", Default: "50",
-		Description: "autovacuum_vacuum_threshold: autovacuum runs vacuum once the dead tuples exceed this plus the scale factor times the live tuples",
-		parse: func(o *Options, v string) error {
-			n, err := parseInt("autovacuum_vacuum_threshold", v, 1, math.MaxInt32, "")
-			o.AutovacuumVacuumThreshold = int(n)
-			return err
-		},
-		show:   func(o *Options) string { return strconv.Itoa(o.AutovacuumVacuumThreshold) },
-		ensure: func(o *Options) { o.AutovacuumVacuumThreshold = cmp0(o.AutovacuumVacuumThreshold, 50) },
-		check: nonNegative("autovacuum_vacuum_threshold", func(o *Options) float64 {
-			return float64(o.AutovacuumVacuumThreshold)
-		}),
-	},
+	intSetting("autovacuum_vacuum_threshold", "",
+		"autovacuum_vacuum_threshold: autovacuum runs vacuum once the dead tuples exceed this plus the scale factor times the live tuples",
+		0, math.MaxInt32, 50, true, func(o *Options) *int { return &o.AutovacuumVacuumThreshold }),
 	{
 		Name: "autovacuum_vacuum_scale_factor", Type: "real", Min: "0", Max: "100", Syntax: "NUM", Default: "0.2",
 		Description: "autovacuum_vacuum_scale_factor: the fraction of the live tuples added to the threshold; 0: the threshold alone",
@@ -482,7 +484,7 @@ var settings = []Setting{
 		ensure: func(o *Options) { o.AutovacuumVacuumScaleFactor = cmp0(o.AutovacuumVacuumScaleFactor, 0.2) },
 		check: func(o *Options) error {
 			if math.IsNaN(o.AutovacuumVacuumScaleFactor) || math.IsInf(o.AutovacuumVacuumScaleFactor, 0) {
-				return fmt.Errorf("mvkv: autovacuum_vacuum_scale_factor %v is not a number", o.AutovacuumVacuumScaleFactor)
+				return &SettingError{Name: "autovacuum_vacuum_scale_factor", Value: fmt.Sprint(o.AutovacuumVacuumScaleFactor), Want: "want a number"}
 			}
 			return nil
 		},
@@ -536,7 +538,7 @@ func enumSetting[T ~string](name, desc string, values []T, def T, field func(*Op
 		ensure: func(o *Options) { *field(o) = cmp0(*field(o), def) },
 		check: func(o *Options) error {
 			if v := string(*field(o)); !slices.Contains(names, v) {
-				return fmt.Errorf("mvkv: unknown %s mode %q (%s: want %s)", strings.ReplaceAll(name, "_", " "), v, name, orList(names))
+				return &SettingError{Name: name, Value: v, Want: "want " + orList(names)}
 			}
 			return nil
 		},
@@ -587,7 +589,7 @@ func intSetting[T ~int | ~int64](name, unit, desc string, lo, hi, def T, negZero
 		ensure: func(o *Options) { *field(o) = cmp0(*field(o), def) },
 		check: func(o *Options) error {
 			if v := *field(o); !negZero && (v < lo || v > hi) {
-				return fmt.Errorf("mvkv: %s %d out of range %d..%d", name, v, lo, hi)
+				return &SettingError{Name: name, Value: strconv.FormatInt(int64(v), 10), Want: fmt.Sprintf("want %d to %d", lo, hi)}
 			}
 			return nil
 		},
@@ -644,7 +646,7 @@ func durationSetting(name string, unit time.Duration, desc string, lo, hi, def t
 		ensure: func(o *Options) { *field(o) = cmp0(*field(o), def) },
 		check: func(o *Options) error {
 			if !zeroOff && *field(o) < 0 {
-				return fmt.Errorf("mvkv: negative %s %v", name, *field(o))
+				return &SettingError{Name: name, Value: field(o).String(), Want: "want a duration, not negative"}
 			}
 			return nil
 		},
@@ -655,7 +657,7 @@ func durationSetting(name string, unit time.Duration, desc string, lo, hi, def t
 func nonNegative(name string, v func(*Options) float64) func(*Options) error {
 	return func(o *Options) error {
 		if x := v(o); x < 0 {
-			return fmt.Errorf("mvkv: negative %s %v", name, x)
+			return &SettingError{Name: name, Value: fmt.Sprint(x), Want: "want a number, not negative"}
 		}
 		return nil
 	}
@@ -717,7 +719,7 @@ func parseInt(name, v string, lo, hi int64, unit string) (int64, error) {
 // CommitDelayAuto.
 func checkCommitDelay(us int) error {
 	if us != CommitDelayAuto && (us < 0 || us > wal.MaxCommitDelay) {
-		return fmt.Errorf("mvkv: commit_delay %d out of range 0..%d microseconds", us, wal.MaxCommitDelay)
+		return &SettingError{Name: "commit_delay", Value: strconv.Itoa(us), Want: fmt.Sprintf("want 0 to %d microseconds, or auto", wal.MaxCommitDelay)}
 	}
 	return nil
 }
@@ -725,7 +727,7 @@ func checkCommitDelay(us int) error {
 // checkCommitSiblings checks a commit_siblings.
 func checkCommitSiblings(n int) error {
 	if n < 0 || n > wal.MaxCommitSiblings {
-		return fmt.Errorf("mvkv: commit_siblings %d out of range 0..%d", n, wal.MaxCommitSiblings)
+		return &SettingError{Name: "commit_siblings", Value: strconv.Itoa(n), Want: fmt.Sprintf("want 0 to %d", wal.MaxCommitSiblings)}
 	}
 	return nil
 }

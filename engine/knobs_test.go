@@ -80,9 +80,10 @@ func TestSettingsTable(t *testing.T) {
 		{"checkpoint_timeout", "0", "0"}, {"checkpoint_timeout", "86401", ""}, {"checkpoint_timeout", "90s", "90"},
 		{"vacuum_freeze_min_age", "0", "0"}, {"vacuum_freeze_table_age", "3000000000", ""},
 		{"autovacuum_vacuum_scale_factor", "0", "0"}, {"autovacuum_vacuum_scale_factor", "NaN", ""},
-		{"autovacuum_vacuum_threshold", "0", ""}, {"fillfactor", "9", ""}, {"shared_buffers", "64", "512kB"},
+		{"autovacuum_vacuum_threshold", "0", "0"}, {"fillfactor", "9", ""}, {"shared_buffers", "64", "512kB"},
 		{"shared_buffers", "8kB", ""}, {"max_wal_size", "64", "64MB"}, {"max_wal_size", "1MB", ""},
-		{"wal_segment_size", "3MB", ""}, {"wal_segment_size", "4MB", "4MB"}, {"wal_writer_delay", "0", ""},
+		{"wal_segment_size", "3MB", ""}, {"wal_segment_size", "4MB", "4MB"},
+		{"wal_segment_size", "16777216", "16MB"}, {"wal_segment_size", "2048", ""}, {"wal_writer_delay", "0", ""},
 		{"synchronous_commit", "OFF", "off"}, {"synchronous_commit", "yes", "on"}, {"wal_flusher", "Serial", "serial"},
 		{"clog_buffers", "8", ""}, {"clog_buffers", "64", "64"}, {"visibility_map", "sometimes", ""},
 	} {
@@ -99,8 +100,33 @@ func TestSettingsTable(t *testing.T) {
 			t.Errorf("%s=%s shows %q (%v), want %q", c.name, c.in, got, err, c.show)
 		}
 	}
-	if o := (Options{MaxWALSize: 16 << 20}); o.Validate() == nil {
-		t.Error("a max_wal_size of one segment validated")
+	if o := (Options{MaxWALSize: 16 << 20}); !errors.Is(o.Validate(), ErrInvalidSetting) {
+		t.Errorf("a max_wal_size of one segment: %v, want ErrInvalidSetting", o.Validate())
+	}
+	// A refused value leaves Options as they were.
+	for _, c := range [][2]string{{"wal_segment_size", "3MB"}, {"max_wal_size", "1MB"}, {"clog_buffers", "8"}, {"fillfactor", "9"}} {
+		s, _ := LookupSetting(c[0])
+		o := Options{FillFactor: 70, MaxWALSize: 64 << 20, CLOGBuffers: 64, WALSegmentSize: 4 << 20}
+		before := s.Show(o)
+		if err := s.Set(&o, c[1]); err == nil || s.Show(o) != before {
+			t.Errorf("%s=%s: %v, then shows %q, want an error and %q", c[0], c[1], err, s.Show(o), before)
+		}
+	}
+	// Every range check of Open and the run-time setters matches
+	// ErrInvalidSetting and names the setting.
+	for _, c := range []struct {
+		o    Options
+		name string
+	}{
+		{Options{FillFactor: 5}, "fillfactor"}, {Options{CommitDelay: 200000}, "commit_delay"},
+		{Options{CommitSiblings: 5000}, "commit_siblings"}, {Options{WALSegmentSize: 3 << 20}, "wal_segment_size"},
+		{Options{CLOGBuffers: -3}, "clog_buffers"}, {Options{VisibilityMap: "sometimes"}, "visibility_map"},
+		{Options{WALWriterDelay: -time.Second}, "wal_writer_delay"}, {Options{SynchronousCommit: 7}, "synchronous_commit"},
+	} {
+		err := c.o.Validate()
+		if !errors.Is(err, ErrInvalidSetting) || !strings.Contains(err.Error(), `"`+c.name+`"`) {
+			t.Errorf("Validate of a bad %s: %v, want ErrInvalidSetting naming it", c.name, err)
+		}
 	}
 }
 
@@ -140,6 +166,25 @@ func TestSetConfig(t *testing.T) {
 	}
 	if _, err := db.CurrentSetting("nope"); !errors.Is(err, ErrUnknownSetting) {
 		t.Errorf("CurrentSetting(nope) = %v, want ErrUnknownSetting", err)
+	}
+	if err := db.SetCommitDelay(200000); !errors.Is(err, ErrInvalidSetting) {
+		t.Errorf("SetCommitDelay(200000) = %v, want ErrInvalidSetting", err)
+	}
+	if err := db.SetCommitSiblings(-5); !errors.Is(err, ErrInvalidSetting) {
+		t.Errorf("SetCommitSiblings(-5) = %v, want ErrInvalidSetting", err)
+	}
+}
+
+// TestCurrentSettingShowsRoundedSizes: clog_buffers as the CLOG rounded
+// it to whole banks, not as given.
+func TestCurrentSettingShowsRoundedSizes(t *testing.T) {
+	db, err := Open("/db", Options{FS: vfs.NewMemFS(), CLOGBuffers: 17})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got, _ := db.CurrentSetting("clog_buffers"); got != "32" {
+		t.Errorf("clog_buffers 17 shows %q, want 32 (two banks of 16)", got)
 	}
 }
 

@@ -320,7 +320,7 @@ func FuzzDecodeVisible(f *testing.F) {
 
 func TestVisibilityMapOption(t *testing.T) {
 	_, err := Open("/db", Options{FS: vfs.NewMemFS(), VisibilityMap: "sometimes"})
-	if err == nil || !strings.Contains(err.Error(), "visibility map mode") {
+	if !errors.Is(err, ErrInvalidSetting) || !strings.Contains(err.Error(), `"visibility_map": "sometimes": want crash-safe or unlogged`) {
 		t.Fatalf("Open with a bad mode: %v", err)
 	}
 	db := openMem(t, vfs.NewMemFS(), Options{VisibilityMap: VisibilityMapUnlogged})

@@ -81,13 +81,15 @@ Sweep options:
                            run the cross product. Knobs: clients,
                            commit_delay, commit_siblings, wal_flusher,
                            synchronous_commit, early_lock_release, target,
-                           fsync_latency, disk_rotation, vm
-                           (crash-safe,unlogged), clog
-                           (global, bank, global+group, bank+group: the two
-                           CLOG options above together). Prints one table (tps, calc =
-                           clients x sync rate of the disk model, ratio,
-                           WAL syncs/s, commits/sync) instead of the report;
-                           data is loaded once per target and reused
+                           fsync_latency, disk_rotation, vm or
+                           visibility_map (crash-safe,unlogged),
+                           clog_locking, clog_group_update, clog (global,
+                           bank, global+group, bank+group: the two CLOG
+                           options above together). Prints one table (tps,
+                           calc = clients x sync rate of the disk model,
+                           ratio, WAL syncs/s, commits/sync) instead of
+                           the report; data is loaded once per target and
+                           reused
   --repeat=NUM             run each cell NUM times; the table shows mean
                            and standard deviation (default: 1), and for a
                            swept knob with two values, whether their

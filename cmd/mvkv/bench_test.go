@@ -84,7 +84,6 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--autovacuum-naptime", "0"},
 		{"--autovacuum-naptime", "-5s"},
 		{"--autovacuum-naptime", "soon"},
-		{"--autovacuum-vacuum-threshold", "0"},
 		{"--autovacuum-vacuum-scale-factor", "-0.5"},
 		{"--autovacuum-vacuum-scale-factor", "NaN"},
 		{"--vacuum-freeze-min-age", "-1"},
