@@ -70,7 +70,7 @@ func (a *autovacuumState) noteRemoved(n int64) {
 // how many there are.
 func (db *DB) autovacuumDue() (bool, int64) {
 	dead := db.av.dead.Load()
-	scale := max(0, db.opts.AutovacuumVacuumScaleFactor) // negative: 0 (Options)
+	scale := max(0, db.opts.AutovacuumVacuumScaleFactor)   // negative: 0 (Options)
 	threshold := max(0, db.opts.AutovacuumVacuumThreshold) // negative: 0 (Options)
 	limit := float64(threshold) + scale*float64(db.idx.len())
 	return float64(dead) > limit, dead
