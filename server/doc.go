@@ -43,8 +43,17 @@
 // web page cannot make a browser send commands to the server hidden in an
 // HTTP request (cross-protocol scripting).
 //
-// The server's specification (SERVER.md, with the source) gives the rest: commands and
-// transactions, WATCH, durability and pipelining, expiry and the stored
-// value format, limits, shutdown, who may connect, and what is not
-// supported.
+// # Expiry and stored values
+//
+// Expiry works as in Redis 7, except that there is no active expiry cycle:
+// an expired key is removed when a command meets it. A key's deadline is
+// stored with its value, in a header before it (0xFF 0x01, then the Unix
+// time in milliseconds), and a value that itself starts with 0xFF is
+// stored behind 0xFF 0x00. A program that writes through the engine into
+// a directory the server also serves must escape such values the same
+// way, or the server reads them as shortened or expired.
+//
+// Not supported: RESP3 (HELLO 3 answers NOPROTO, on which clients fall
+// back to RESP2), data types other than strings, databases other than 0,
+// pub/sub, scripting and replication.
 package server
