@@ -31,7 +31,7 @@
 // key another client changes before the block commits; WATCH, which is
 // exact, or writing the key in the block closes it. A deadlock or
 // serialization failure reruns the command or block before anything is
-// replied, up to Config.MaxRetries times.
+// replied, up to Config.MaxRetries runs in all.
 //
 // # Who may connect
 //
