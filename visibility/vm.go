@@ -395,7 +395,7 @@ func (m *Map) Stats() MapStats {
 // Test made now would say. Only set bits are remembered: a block without
 // one is looked up every time, since the caller is about to do the slow,
 // per-tuple work anyway. A Reader is for one
-// goroutine; the zero value is not usable, get one from NewReader.
+// goroutine; the zero value is not usable, get one from Map.NewReader.
 type Reader struct {
 	m      *Map
 	blk    uint32
