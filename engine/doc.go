@@ -13,8 +13,9 @@
 //	...
 //	defer db.Close()
 //
-// Open creates or recovers a data directory (its layout is in the README's
-// "Data directory" section).
+// Open creates or recovers a data directory: a control file naming the last
+// checkpoint, the WAL segments, the heap, visibility map and CLOG files, and
+// the key index as of the last checkpoint.
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
 // Delete, Scan and Update work inside it; Exists, ScanKeys and Count are
 // key-only reads that answer from the visibility map where a page is

@@ -470,8 +470,10 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 // truncKey cuts a key quoted in an error message to its first 64 bytes.
 func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 
-// Commit makes the transaction's writes durable and visible, in the order
-// the design's commit rule (rule 2 of the design notes) fixes. With early
+// Commit makes the transaction's writes durable and visible, in an order
+// that reports no success a crash can undo: a synchronous commit returns
+// only once its commit record is durable, and no transaction that saw or
+// overwrote it returns before then. With early
 // lock release off (PostgreSQL's order): the commit record is inserted into the WAL; with synchronous
 // commit Commit waits until the WAL is durable past it (sharing one fsync
 // with concurrent committers); then the CLOG marks the xid committed; then

@@ -72,8 +72,9 @@ var knobs = withEngineSettings(map[string]knob{
 	"client-query-buffer-limit": limitKnob(func(l *Limits) *int64 { return &l.QueryBufferLimit }, 1<<20, math.MaxInt64),
 	// appendfsync maps onto synchronous_commit: always is on (every
 	// acknowledged write is durable); everysec and no are off, whose WAL
-	// writer makes a commit durable within about three wal_writer_delay
-	// (600 ms by default), inside Redis's second for everysec.
+	// writer makes a commit durable within about one wal_writer_delay
+	// (200 ms by default) and the write and fdatasync that follow, inside
+	// Redis's second for everysec.
 	"appendfsync": {
 		get: func(s *Server) string {
 			if engine.SynchronousCommit(s.syncCommit.Load()) == engine.SyncCommitOn {

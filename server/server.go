@@ -50,9 +50,10 @@ type Config struct {
 	// is in the WAL buffer, not that it is durable; a crash may lose the
 	// last acknowledged transactions (whole, never in part).
 	SynchronousCommit engine.SynchronousCommit
-	// MaxRetries bounds how often a command or EXEC block that failed with
-	// a deadlock or serialization failure is run again before the error
-	// is returned to the client (default 10).
+	// MaxRetries bounds how many times in all a command or EXEC block runs
+	// while it fails with a deadlock or serialization failure: after the
+	// last failed run the error is returned to the client (default 10, so
+	// at most 9 reruns).
 	MaxRetries int
 	// ShutdownTimeout bounds the graceful shutdown begun by the SHUTDOWN
 	// command or by Serve's context (default 30 s).

@@ -30,8 +30,9 @@
 // there, then run the application's workload. The hook runs while the
 // workload is paused right after the operation, so anything the workload has
 // acknowledged by then was acknowledged before the crash point and must be
-// found in the copy. See the crashTest example; `mvkv crashtest --mode power`
-// does the same for a randomized workload of its own.
+// found in the copy. The package's example "Example (CrashTest)"
+// (Example_crashTest) does this for bank transfers; `mvkv crashtest --mode
+// power` does the same for a randomized workload of its own.
 //
 // # Design
 //

@@ -11,8 +11,8 @@
 //
 // The effects of a transaction are visible to a snapshot exactly when its xid
 // is not "in progress" for the snapshot and the CLOG says it committed. That
-// is safe only because of the commit order the engine keeps (the design's
-// rule 2): a committer sets its CLOG status before it leaves the running table, so
+// is safe only because of the commit order the engine keeps, PostgreSQL's:
+// a committer sets its CLOG status before it leaves the running table, so
 // a snapshot that does not list a finished xid always finds its final status
 // in the CLOG. An xid whose CLOG status is still "in progress" but which is no
 // longer running belongs to a transaction that crashed; it counts as aborted,
@@ -67,7 +67,7 @@
 //
 // # Crash safety
 //
-// The invariant (the design's rule 7): after any crash, a set bit still
+// The invariant, as in PostgreSQL: after any crash, a set bit still
 // means all-visible. The engine keeps it with the map's help:
 //
 //	set (vacuum, heap page locked exclusively, every tuple checked):

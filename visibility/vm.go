@@ -106,8 +106,9 @@ type Options struct {
 	// DefaultBuffers).
 	Buffers int
 	// FlushWAL makes the WAL durable up to an LSN. It is called before a
-	// map page is written, with the page's LSN (WAL before data, the
-	// design's rule 1). Nil means there is no WAL to flush.
+	// map page is written, with the page's LSN (WAL before data: no page
+	// reaches its file before the WAL describing its last change is
+	// durable). Nil means there is no WAL to flush.
 	FlushWAL func(lsn uint64) error
 	// Unlogged turns the WAL-before-data interlock off: pages are written
 	// without flushing the WAL to their LSN, as PostgreSQL did before 9.2,
@@ -196,7 +197,7 @@ func (m *Map) get(heapBlk uint32) (*bufpool.Buffer, error) {
 // Set sets bits (a subset of ValidBits) for heapBlk and reports whether
 // any bit changed, as visibilitymap_set. lsn is the end LSN of the WAL
 // record that logs the change; it becomes the map page's LSN, so the page
-// cannot reach disk before that record (rule 1). If the page's LSN is
+// cannot reach disk before that record (WAL before data). If the page's LSN is
 // already at or past lsn, the page reflects the record (redo of a change
 // the page had when it was written) and nothing changes. lsn 0 (the
 // unlogged mode) sets the bits without touching the LSN.
@@ -285,7 +286,9 @@ func (m *Map) Test(heapBlk uint32) (Bits, error) {
 // Flush writes every dirty map page (flushing the WAL to each page's LSN
 // first, unless unlogged) and fsyncs the fork. A checkpoint calls it after
 // writing the heap pages. Errors: the first write or fsync failure; after a
-// failed fsync every later Flush fails too (rule 6).
+// failed fsync every later Flush fails too (a failed fsync is not
+// retried: the kernel may have dropped the dirty pages, so a later
+// success would prove nothing).
 func (m *Map) Flush() error {
 	if m.closed.Load() {
 		return ErrClosed
@@ -392,7 +395,7 @@ func (m *Map) Stats() MapStats {
 // Test made now would say. Only set bits are remembered: a block without
 // one is looked up every time, since the caller is about to do the slow,
 // per-tuple work anyway. A Reader is for one
-// goroutine; the zero value is not usable, get one from NewReader.
+// goroutine; the zero value is not usable, get one from Map.NewReader.
 type Reader struct {
 	m      *Map
 	blk    uint32

@@ -15,7 +15,8 @@ import (
 type LSN uint64
 
 // String formats the LSN the way PostgreSQL prints an XLogRecPtr: the high
-// and low 32 bits in hexadecimal, separated by a slash (e.g. "0/1000020").
+// and low 32 bits in hexadecimal, separated by a slash, the low half padded
+// to 8 digits as PostgreSQL 18 pads it (e.g. "0/01000020").
 func (l LSN) String() string {
 	return fmt.Sprintf("%X/%08X", uint64(l)>>32, uint32(l))
 }

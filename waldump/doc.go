@@ -9,11 +9,11 @@
 // Each record is one line. The dump of a new data directory after one
 // SET k v through mvkv serve, and a clean shutdown:
 //
-//	lsn: 0/01000020, type: CHECKPOINT, tx: 0, len: 16, desc: redo 0/01000020; next xid 3
-//	lsn: 0/01000050, type: HEAP_INSERT, tx: 3, len: 40, desc: new (0,0) key "k" (1 bytes) value 1 bytes prev (none) INIT_PAGE
-//	lsn: 0/01000098, type: COMMIT,     tx: 3, len: 8, desc: at 1796184092433699 µs since the epoch
-//	lsn: 0/010000C0, type: CHECKPOINT, tx: 0, len: 16, desc: redo 0/010000C0; next xid 4
-//	4 records; the valid log ends at 0/010000F0
+//	lsn: 0/01000020, type: CHECKPOINT, tx: 0, len: 32, desc: redo 0/01000020; next xid 3; checkpoint id 3f1aaf7345e80bde; system id 11827369558850302326
+//	lsn: 0/01000060, type: HEAP_INSERT, tx: 3, len: 40, desc: new (0,0) key "k" (1 bytes) value 1 bytes prev (none) INIT_PAGE
+//	lsn: 0/010000A8, type: COMMIT,     tx: 3, len: 8, desc: at 1796278939600909 µs since the epoch
+//	lsn: 0/010000D0, type: CHECKPOINT, tx: 0, len: 32, desc: redo 0/010000D0; next xid 4; checkpoint id 16b56082eba630f3; system id 11827369558850302326
+//	4 records; the valid log ends at 0/01000110
 //
 // Each line gives the LSN written as PostgreSQL writes one, the record
 // type, the transaction id (0 for records no transaction wrote), the

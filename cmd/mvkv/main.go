@@ -1,10 +1,13 @@
-// Command mvkv is mvkv's one binary. Subcommands live one per file:
+// Command mvkv is mvkv's one binary, with one subcommand per tool:
 //
-//	mvkv bench   pgbench-like driver (bench.go)
-//	mvkv serve   RESP server (serve.go)
-//	mvkv verify  offline consistency check (verify.go)
-//	mvkv waldump WAL records in LSN order (waldump.go)
-//	mvkv crashtest randomized crash-recovery test with a verdict (crashtest.go)
+//	mvkv bench      pgbench-like driver (engine, pebble, PostgreSQL or a RESP server)
+//	mvkv serve      RESP server over a data directory
+//	mvkv verify     offline consistency check of a data directory
+//	mvkv waldump    WAL records in LSN order, like pg_waldump
+//	mvkv crashtest  randomized crash-recovery test with a verdict
+//	mvkv version    the build: module version, commit, Go release
+//
+// "mvkv help COMMAND" (or "mvkv COMMAND --help") prints a command's options.
 package main
 
 import (

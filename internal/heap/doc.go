@@ -105,4 +105,17 @@
 // fails its checksum and is rebuilt from the full-page image that the first
 // change after each checkpoint logs (rule 4). After an fsync failure Sync
 // keeps failing (rule 6).
+//
+// # Rejected
+//
+// PostgreSQL's redirect line pointers (state 2 is invalid here) and dead
+// stubs left behind pruned versions (the engine prunes slots straight to
+// unused): PostgreSQL's indexes point at a chain's root, the engine's
+// index at a key's newest version, so nothing needs the old end of a chain
+// kept reachable, and a stub would cost a slot per key until vacuum. Prev
+// links running oldest to newest: every read would walk the whole chain to
+// reach the newest version. Row locks in the tuple header: they live in
+// the engine's memory, one per key, so xmax is only ever a deleter or
+// updater. 32-bit xids: xmin and xmax are 64 bits, like PostgreSQL's
+// FullTransactionId, so there is no wraparound and no emergency freezing.
 package heap
