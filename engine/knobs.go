@@ -51,7 +51,10 @@ const (
 	// SyncCommitOn: Commit returns only after the commit record is durable.
 	SyncCommitOn SynchronousCommit = iota
 	// SyncCommitOff: Commit returns after the commit record is in the WAL
-	// buffer; the WAL writer makes it durable within about 3 x WALWriterDelay.
+	// buffer; the WAL writer, which flushes once every WALWriterDelay,
+	// makes it durable within about one delay and the write and fdatasync
+	// that follow (PostgreSQL's writer, which sleeps longer when idle,
+	// promises three delays).
 	// A crash can lose the most recent such commits, never parts of them.
 	SyncCommitOff
 )

@@ -284,3 +284,29 @@ func TestMaxBulkLenCapped(t *testing.T) {
 	r.expect("-ERR Protocol error: invalid bulk length\r\n")
 	r.expectClosed()
 }
+
+// TestSetRangeHugeOffset: an offset near the largest int64 plus the value's
+// length overflows; it is refused as Redis refuses it, on a missing key and
+// an existing one, and the server goes on.
+func TestSetRangeHugeOffset(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("SET", "k", "abc")
+	r.expect("+OK\r\n")
+	for _, c := range [][]string{
+		{"SETRANGE", "fresh", "9223372036854775807", "x"},
+		{"SETRANGE", "k", "9223372036854775807", "x"},
+		{"SETRANGE", "fresh", "9223372036854775800", strings.Repeat("y", 42)},
+		{"SETRANGE", "k", "536870912", "x"},
+		{"APPEND", "k", "x"}, // still works
+	} {
+		r.cmd(c...)
+		if c[0] == "APPEND" {
+			r.expect(":4\r\n")
+			continue
+		}
+		r.expect("-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
+	}
+	r.cmd("EXISTS", "fresh")
+	r.expect(":0\r\n")
+}

@@ -27,11 +27,14 @@ func (x *execCtx) bulkOrNull(v []byte) {
 	}
 }
 
-// checkLength replies with Redis's error when a string would grow past
-// proto-max-bulk-len (checkStringLength); the engine refuses smaller ones
-// beyond its own limit with its own error.
-func (x *execCtx) checkLength(n int64) bool {
-	if n > int64(x.c.s.limits().MaxBulkLen) || n > MaxStoredValue {
+// checkLength replies with Redis's error when a string of size bytes
+// grown by add bytes (both not negative) would pass proto-max-bulk-len
+// (checkStringLength), overflow included: SETRANGE's offset can be as
+// large as an int64 goes. The engine refuses smaller ones beyond its own
+// limit with its own error.
+func (x *execCtx) checkLength(size, add int64) bool {
+	limit := min(int64(x.c.s.limits().MaxBulkLen), MaxStoredValue)
+	if size > limit || add > limit-size {
 		x.errorf("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 		return false
 	}
@@ -48,7 +51,7 @@ func cmdAppend(x *execCtx, args [][]byte) error {
 		if !live {
 			old, d = nil, 0
 		}
-		if !x.checkLength(int64(len(old)) + int64(len(args[2]))) {
+		if !x.checkLength(int64(len(old)), int64(len(args[2]))) {
 			return rmwKeep, nil, 0
 		}
 		nv := make([]byte, 0, len(old)+len(args[2]))
@@ -328,7 +331,7 @@ func cmdSetRange(x *execCtx, args [][]byte) error {
 			n = int64(len(old))
 			return rmwKeep, nil, 0
 		}
-		if !x.checkLength(off + int64(len(val))) {
+		if !x.checkLength(off, int64(len(val))) {
 			return rmwKeep, nil, 0
 		}
 		size := max(int64(len(old)), off+int64(len(val)))
@@ -633,7 +636,7 @@ func cmdSetBit(x *execCtx, args [][]byte) error {
 		}
 		byteAt := off >> 3
 		size := max(int64(len(v)), byteAt+1)
-		if !x.checkLength(size) {
+		if !x.checkLength(size, 0) {
 			// proto-max-bulk-len raised past what can be stored.
 			return rmwKeep, nil, 0
 		}
