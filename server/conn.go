@@ -581,8 +581,12 @@ var tooLargeText = "ERR key or value too large (keys up to " + strconv.Itoa(engi
 // Redis error reply.
 func appendEngineError(out []byte, err error) []byte {
 	switch {
-	case errors.Is(err, engine.ErrWALSyncFailed), errors.Is(err, engine.ErrIOFailure):
+	case errors.Is(err, engine.ErrWALSyncFailed):
 		return redcon.AppendError(out, "MISCONF Errors writing to the WAL: "+err.Error())
+	case errors.Is(err, engine.ErrIOFailure):
+		// A heap, visibility map or CLOG file, which the error names:
+		// not the WAL, where an operator would look first otherwise.
+		return redcon.AppendError(out, "MISCONF Errors writing to the data files: "+err.Error())
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errShutdown):
 		return redcon.AppendError(out, "ERR server is shutting down")
 	case errors.Is(err, engine.ErrTooLarge):

@@ -422,3 +422,19 @@ func TestPipelinePendingBound(t *testing.T) {
 		a.expect("+OK\r\n")
 	}
 }
+
+// TestMisconfNamesTheFailedFiles: a failed WAL sync and a failed write of a
+// data file both refuse writes with MISCONF, each naming what failed.
+func TestMisconfNamesTheFailedFiles(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: fsync wal/000000010000000000000001: EIO", engine.ErrWALSyncFailed), "-MISCONF Errors writing to the WAL: "},
+		{fmt.Errorf("%w: heap: write heap/00000000: no space left on device", engine.ErrIOFailure), "-MISCONF Errors writing to the data files: "},
+	} {
+		if got := string(appendEngineError(nil, c.err)); !strings.HasPrefix(got, c.want) || !strings.Contains(got, c.err.Error()) {
+			t.Errorf("reply %q, want %q and the error", got, c.want)
+		}
+	}
+}

@@ -169,7 +169,8 @@ func cmdRandomKey(x *execCtx, _ [][]byte) error {
 }
 
 // cmdExpireTime is EXPIRETIME and PEXPIRETIME: the deadline in Unix
-// seconds (truncated) or milliseconds, -1 for a key without one, -2 for
+// seconds (rounded to the nearest, as Redis's (ms+500)/1000) or
+// milliseconds, -1 for a key without one, -2 for
 // a missing key.
 func cmdExpireTime(x *execCtx, args [][]byte) error {
 	_, d, ok, err := x.meta(args[1])
@@ -182,7 +183,7 @@ func cmdExpireTime(x *execCtx, args [][]byte) error {
 	case d == 0:
 		d = -1
 	case lower(args[0]) == "expiretime":
-		d /= 1000
+		d = d/1000 + (d%1000+500)/1000 // (d+500)/1000 without overflow
 	}
 	x.out = redcon.AppendInt(x.out, d)
 	return nil

@@ -80,9 +80,14 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it were not a complete record)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
 	rep, err := db.Verify()
-	if cerr := db.Close(); err == nil {
-		err = cerr
+	cerr := db.Close()
+	if err != nil {
+		// The check did not run to its end: no report, which would say
+		// "ok" of pages it never read.
+		fmt.Fprintf(stderr, "mvkv verify: the check could not run: %s\n", errText(err))
+		return 1
 	}
+	err = cerr
 	fmt.Fprint(stdout, rep.String())
 	if *lostKeys {
 		for _, k := range rep.LostKeys {
