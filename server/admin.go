@@ -190,17 +190,17 @@ var knobs = withEngineSettings(map[string]knob{
 	}},
 	// The encoding knobs of Redis's other data types, accepted so that
 	// tools that set them do not fail; they change nothing here.
-	"hash-max-listpack-entries": encodingKnob("hash-max-listpack-entries", 128),
-	"hash-max-ziplist-entries":  encodingKnob("hash-max-listpack-entries", 128),
-	"hash-max-listpack-value":   encodingKnob("hash-max-listpack-value", 64),
-	"hash-max-ziplist-value":    encodingKnob("hash-max-listpack-value", 64),
-	"zset-max-listpack-entries": encodingKnob("zset-max-listpack-entries", 128),
-	"zset-max-ziplist-entries":  encodingKnob("zset-max-listpack-entries", 128),
-	"zset-max-listpack-value":   encodingKnob("zset-max-listpack-value", 64),
-	"zset-max-ziplist-value":    encodingKnob("zset-max-listpack-value", 64),
-	"set-max-intset-entries":    encodingKnob("set-max-intset-entries", 512),
-	"list-max-listpack-size":    encodingKnob("list-max-listpack-size", -2),
-	"list-max-ziplist-size":     encodingKnob("list-max-listpack-size", -2),
+	"hash-max-listpack-entries": encodingKnob("hash-max-listpack-entries", 128, 0, math.MaxInt64),
+	"hash-max-ziplist-entries":  encodingKnob("hash-max-listpack-entries", 128, 0, math.MaxInt64),
+	"hash-max-listpack-value":   encodingKnob("hash-max-listpack-value", 64, -1, -1),
+	"hash-max-ziplist-value":    encodingKnob("hash-max-listpack-value", 64, -1, -1),
+	"zset-max-listpack-entries": encodingKnob("zset-max-listpack-entries", 128, 0, math.MaxInt64),
+	"zset-max-ziplist-entries":  encodingKnob("zset-max-listpack-entries", 128, 0, math.MaxInt64),
+	"zset-max-listpack-value":   encodingKnob("zset-max-listpack-value", 64, -1, -1),
+	"zset-max-ziplist-value":    encodingKnob("zset-max-listpack-value", 64, -1, -1),
+	"set-max-intset-entries":    encodingKnob("set-max-intset-entries", 512, 0, math.MaxInt64),
+	"list-max-listpack-size":    encodingKnob("list-max-listpack-size", -2, math.MinInt32, math.MaxInt32),
+	"list-max-ziplist-size":     encodingKnob("list-max-listpack-size", -2, math.MinInt32, math.MaxInt32),
 })
 
 // withEngineSettings adds to m a parameter for every engine setting m does
@@ -244,15 +244,23 @@ func settingError(err error) error {
 //lint:ignore ST1005 Redis's exact text, which clients may match
 var errInvalidSave = errors.New("Invalid save parameters")
 
-// encodingKnob is a no-op integer parameter kept under key (aliases share
-// it, as Redis's ziplist and listpack names do).
-func encodingKnob(key string, def int64) knob {
+// encodingKnob is a no-op integer parameter from lo to hi (Redis's range
+// for it), or a memory value (bytes, or with a unit) when both are -1,
+// kept under key (aliases share it, as Redis's ziplist and listpack names
+// do).
+func encodingKnob(key string, def, lo, hi int64) knob {
 	return knob{
 		get: func(s *Server) string { return s.param(key, strconv.FormatInt(def, 10)) },
 		set: func(s *Server, v string) error {
-			n, err := strconv.ParseInt(v, 10, 64)
+			var n int64
+			var err error
+			if lo == -1 && hi == -1 {
+				n, err = parseMemory(v)
+			} else {
+				n, err = parseKnobInt(v, lo, hi)
+			}
 			if err != nil {
-				return errors.New("argument couldn't be parsed into an integer")
+				return err
 			}
 			s.setParam(key, strconv.FormatInt(n, 10))
 			return nil

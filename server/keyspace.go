@@ -275,8 +275,13 @@ func cmdMemory(x *execCtx, args [][]byte) error {
 		}
 		for i := 3; i < len(args); i++ {
 			if strings.EqualFold(string(args[i]), "samples") && i+1 < len(args) {
-				if _, ok := parseInt(args[i+1]); !ok {
+				n, ok := parseInt(args[i+1])
+				if !ok {
 					x.notInteger()
+					return nil
+				}
+				if n < 0 { // Redis's memoryCommand
+					x.syntaxError()
 					return nil
 				}
 				i++

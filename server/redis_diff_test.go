@@ -47,6 +47,8 @@ var redisDiffScript = []string{
 	"CONFIG SET maxclients x", "CONFIG SET maxclients 0", "CONFIG GET nosuch", "CONFIG SET maxclients 10000",
 	"CONFIG GET maxclients", "CONFIG SET timeout 0", "CONFIG GET timeout", "CONFIG SET timeout -1",
 	"CONFIG SET timeout x", "CONFIG SET maxclients 10000 timeout", "CONFIG RESETSTAT",
+	"CONFIG SET hash-max-listpack-entries -1", "CONFIG SET list-max-listpack-size 2147483648", "CONFIG SET zset-max-ziplist-value -5", "CONFIG SET hash-max-listpack-value 1kb", "CONFIG GET hash-max-ziplist-value",
+	"CONFIG SET set-max-intset-entries 600", "CONFIG GET set-max-intset-entries", "CONFIG SET list-max-ziplist-size -3", "CONFIG GET list-max-listpack-size",
 	"COMMAND FOO", "COMMAND COUNT x",
 	"HELLO x", "HELLO 1", "HELLO 4", "HELLO 2 FOO", "HELLO 2 AUTH", "HELLO 2 SETNAME",
 	"AUTH", "AUTH a", "AUTH a b", "AUTH a b c",
@@ -140,7 +142,8 @@ var redisDiffScript2 = []string{
 	"OBJECT ENCODING o4", "OBJECT ENCODING o5", "OBJECT ENCODING o6", "OBJECT REFCOUNT o1", "OBJECT REFCOUNT o2",
 	"OBJECT REFCOUNT o5", "OBJECT REFCOUNT zz", "OBJECT FREQ o1", "OBJECT FREQ zz", "OBJECT IDLETIME zz",
 	"OBJECT ENCODING o1 x", "MEMORY", "MEMORY FOO", "MEMORY USAGE", "MEMORY USAGE zz", "MEMORY USAGE o1 SAMPLES",
-	"MEMORY USAGE o1 SAMPLES x", "MEMORY USAGE o1 FOO", "MEMORY HELP x",
+	"MEMORY USAGE o1 SAMPLES x", "MEMORY USAGE o1 FOO", "MEMORY HELP x", "MEMORY USAGE o1 SAMPLES -1",
+	"MEMORY USAGE zz SAMPLES 0", "MEMORY USAGE zz SAMPLES -1",
 	// Server commands.
 	"TIME x", "LASTSAVE x", "SAVE x", "BGSAVE x", "BGSAVE foo", "BGSAVE SCHEDULE x", "MONITOR x",
 	"WAIT", "WAIT 0", "WAIT x 0", "WAIT 0 x", "WAIT 0 -1", "WAIT 0 0", "WAIT 1 1",
