@@ -400,9 +400,24 @@ func (db *DB) fail(err error) error {
 }
 
 // SetSynchronousCommit changes the default synchronous_commit for
-// transactions begun afterwards. Safe to call concurrently.
-func (db *DB) SetSynchronousCommit(s SynchronousCommit) {
+// transactions begun afterwards. A value other than SyncCommitOn and
+// SyncCommitOff is refused with a *SettingError (matching
+// ErrInvalidSetting), the setting unchanged. Safe to call concurrently.
+func (db *DB) SetSynchronousCommit(s SynchronousCommit) error {
+	if err := checkSynchronousCommit(s); err != nil {
+		return err
+	}
 	db.syncCommit.Store(int32(s))
+	return nil
+}
+
+// checkSynchronousCommit refuses a SynchronousCommit that is neither on
+// nor off, which would otherwise read as off and lose durability.
+func checkSynchronousCommit(s SynchronousCommit) error {
+	if s != SyncCommitOn && s != SyncCommitOff {
+		return &SettingError{Name: "synchronous_commit", Value: s.String(), Want: "want on or off"}
+	}
+	return nil
 }
 
 // SetCommitDelay changes commit_delay (microseconds, 0 to 100000, or

@@ -305,17 +305,14 @@ var settings = []Setting{
 		show:   func(o *Options) string { return o.SynchronousCommit.String() },
 		ensure: func(*Options) {},
 		check: func(o *Options) error {
-			if o.SynchronousCommit != SyncCommitOn && o.SynchronousCommit != SyncCommitOff {
-				return &SettingError{Name: "synchronous_commit", Value: o.SynchronousCommit.String(), Want: "want on or off"}
-			}
-			return nil
+			return checkSynchronousCommit(o.SynchronousCommit)
 		},
 	}.runtime(
 		func(db *DB) string { return db.SynchronousCommit().String() },
 		func(db *DB, v string) error {
 			sc, err := ParseSynchronousCommit(v)
 			if err == nil {
-				db.SetSynchronousCommit(sc)
+				return db.SetSynchronousCommit(sc)
 			}
 			return err
 		}),

@@ -54,16 +54,27 @@ type Txn struct {
 
 // Begin starts a transaction. The context bounds its row-lock waits (a
 // commit's wait for durability is not interruptible: it lasts one WAL
-// flush). It returns ErrClosed after Close.
+// flush). It returns ErrClosed after Close, the context's error if it is
+// already done (as database/sql's BeginTx), and a *SettingError (matching
+// ErrInvalidSetting) for an isolation level or synchronous_commit that is
+// not one of the constants.
 func (db *DB) Begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed
 	}
 	if o.Isolation != ReadCommitted && o.Isolation != RepeatableRead {
-		return nil, fmt.Errorf("mvkv: unknown isolation level %d", o.Isolation)
+		return nil, &SettingError{Name: "transaction_isolation", Value: o.Isolation.String(), Want: "want read committed or repeatable read"}
+	}
+	if o.SynchronousCommit != nil {
+		if err := checkSynchronousCommit(*o.SynchronousCommit); err != nil {
+			return nil, err
+		}
 	}
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	sc := db.syncCommit.Load() == int32(SyncCommitOn)
 	if o.SynchronousCommit != nil {

@@ -208,3 +208,27 @@ func TestUpdatePanicRollsBack(t *testing.T) {
 		t.Errorf("k = %q, want %q", v, "after")
 	}
 }
+
+// TestBeginRefusesBadOptions: an isolation level or synchronous_commit that
+// is not one of the constants is refused (a bad synchronous_commit would
+// otherwise read as off and lose durability silently), and so is a
+// context already done.
+func TestBeginRefusesBadOptions(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	bad := SynchronousCommit(99)
+	if _, err := db.Begin(context.Background(), TxnOptions{SynchronousCommit: &bad}); !errors.Is(err, ErrInvalidSetting) {
+		t.Errorf("Begin with synchronous_commit 99: %v, want ErrInvalidSetting", err)
+	}
+	if _, err := db.Begin(context.Background(), TxnOptions{Isolation: 42}); !errors.Is(err, ErrInvalidSetting) {
+		t.Errorf("Begin with isolation 42: %v, want ErrInvalidSetting", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := db.Begin(ctx, TxnOptions{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Begin with a cancelled context: %v, want context.Canceled", err)
+	}
+	if err := db.SetSynchronousCommit(bad); !errors.Is(err, ErrInvalidSetting) || db.SynchronousCommit() != SyncCommitOn {
+		t.Errorf("SetSynchronousCommit(99): %v, then %v; want ErrInvalidSetting and on", err, db.SynchronousCommit())
+	}
+}

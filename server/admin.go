@@ -40,8 +40,7 @@ var knobs = withEngineSettings(map[string]knob{
 				return settingError(err)
 			}
 			s.syncCommit.Store(int32(sc))
-			s.db.SetSynchronousCommit(sc)
-			return nil
+			return s.db.SetSynchronousCommit(sc) // parsed: on or off
 		},
 	},
 	"maxclients": {
@@ -93,8 +92,7 @@ var knobs = withEngineSettings(map[string]knob{
 			}
 			s.setParam("appendfsync", v)
 			s.syncCommit.Store(int32(sc))
-			s.db.SetSynchronousCommit(sc)
-			return nil
+			return s.db.SetSynchronousCommit(sc) // parsed: on or off
 		},
 	},
 	// appendonly is always yes: the WAL is where every write goes first.

@@ -44,7 +44,8 @@ type Config struct {
 	// in Redis).
 	RequirePass string
 	// SynchronousCommit is the synchronous_commit of the server's
-	// transactions (default on); CONFIG SET synchronous_commit changes it.
+	// transactions (default on; a value other than engine.SyncCommitOff
+	// is taken as on); CONFIG SET synchronous_commit changes it.
 	// On: a write is replied to, and visible to other clients, only once
 	// its commit record is durable. Off: a reply means the commit record
 	// is in the WAL buffer, not that it is durable; a crash may lose the
@@ -93,6 +94,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxClients <= 0 {
 		c.MaxClients = 10000
+	}
+	if c.SynchronousCommit != engine.SyncCommitOff {
+		c.SynchronousCommit = engine.SyncCommitOn
 	}
 	if c.MaxRetries <= 0 {
 		c.MaxRetries = 10
@@ -193,7 +197,7 @@ func New(db *engine.DB, cfg Config) *Server {
 	s.watch.keys = map[string]*watchEntry{}
 	s.cursor.m = map[uint64][]byte{}
 	s.syncCommit.Store(int32(cfg.SynchronousCommit))
-	db.SetSynchronousCommit(cfg.SynchronousCommit)
+	_ = db.SetSynchronousCommit(cfg.SynchronousCommit) // on or off: withDefaults
 	s.maxClients.Store(int64(cfg.MaxClients))
 	s.protected.Store(!cfg.ProtectedModeOff)
 	s.pass.Store(&cfg.RequirePass)
