@@ -55,6 +55,14 @@ var (
 	// accepts no more writes until it is reopened (reads keep working, as
 	// for ErrWALSyncFailed).
 	ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")
+	// ErrWriteFailed: a write of a heap page failed (no space left on the
+	// device, say) while a checkpoint or an eviction from the buffer pool
+	// wrote it. Nothing is lost: the page stays in the pool, dirty, and
+	// the database goes on taking writes; the operation that needed the
+	// write (a checkpoint, or a statement that needed a free buffer) fails
+	// and a later one tries again, as PostgreSQL's checkpointer does. A
+	// failed fsync is ErrIOFailure instead, and stops writes.
+	ErrWriteFailed = errors.New("mvkv: write of a data file failed")
 
 	// The settings interface (Setting.Set, DB.SetConfig,
 	// DB.CurrentSetting), after PostgreSQL's SET and SHOW:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -592,5 +593,73 @@ func TestHeapCutShortWhileOpen(t *testing.T) {
 	}
 	if lost == 0 {
 		t.Fatal("no read reached a page past the new end of the file")
+	}
+}
+
+// TestHeapWriteFailureIsRetried: a heap page write that fails (no space
+// left) fails the checkpoint and the statements that needed a buffer, with
+// ErrWriteFailed, but stops nothing: writes go on, and once space is back
+// the next checkpoint writes every page and a reopen finds every
+// committed key.
+func TestHeapWriteFailureIsRetried(t *testing.T) {
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	ffs := vfs.NewFaultFS(m)
+	opts := Options{FS: ffs, SharedBuffers: 16 * 8192, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
+	db := openTest(t, "/db", opts)
+	val := strings.Repeat("v", 200)
+	put := func(i int) error {
+		return db.Update(context.Background(), func(tx *Txn) error {
+			return tx.Put([]byte(fmt.Sprintf("k%05d", i)), []byte(val))
+		})
+	}
+	for i := range 100 {
+		if err := put(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fault := ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpWrite), Contains: "/heap/", Err: syscall.ENOSPC})
+	err := db.Checkpoint()
+	if !errors.Is(err, ErrWriteFailed) || errors.Is(err, ErrIOFailure) || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("checkpoint with the heap's writes failing: %v; want ErrWriteFailed", err)
+	}
+	// More pages than buffers: some statements need an eviction, which
+	// fails the same way; the others commit.
+	committed := map[int]bool{}
+	for i := 100; i < 400; i++ {
+		switch err := put(i); {
+		case err == nil:
+			committed[i] = true
+		case !errors.Is(err, ErrWriteFailed):
+			t.Fatalf("put %d with the heap's writes failing: %v; want nil or ErrWriteFailed", i, err)
+		}
+	}
+	if fault.Fired() == 0 {
+		t.Fatal("no heap write was attempted")
+	}
+	ffs.Clear()
+	for i := 400; i < 600; i++ {
+		if err := put(i); err != nil {
+			t.Fatalf("put %d after space came back: %v", i, err)
+		}
+		committed[i] = true
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatalf("checkpoint after space came back: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, "/db", opts)
+	defer db.Close()
+	for i := range 600 {
+		_, ok := get(t, db, fmt.Sprintf("k%05d", i))
+		if want := i < 100 || committed[i]; ok != want {
+			t.Errorf("k%05d present %v after reopening, want %v", i, ok, want)
+		}
+	}
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %v", err, rep.Problems)
 	}
 }

@@ -386,6 +386,11 @@ func (db *DB) fail(err error) error {
 	if errors.Is(err, wal.ErrClosed) {
 		return ErrClosed
 	}
+	if errors.Is(err, ErrWriteFailed) {
+		// A heap page's write, retried later (ErrWriteFailed).
+		db.logger.Warn("a heap page could not be written; it stays in the buffer pool and is written again later", "err", err)
+		return err
+	}
 	wrapped := fmt.Errorf("%w: %v", ErrIOFailure, err)
 	if errors.Is(err, wal.ErrSyncFailed) {
 		wrapped = fmt.Errorf("%w: %v", ErrWALSyncFailed, err)
@@ -531,6 +536,16 @@ func asCorruption(err error) error {
 type poolStorage struct {
 	*heap.Storage
 	db *DB // counts and logs the damaged pages met (damage.go)
+}
+
+// WriteBlock marks a failed write (not a failed fsync) as ErrWriteFailed,
+// which leaves the page dirty in the pool and the database taking writes.
+func (s poolStorage) WriteBlock(block uint32, p []byte) error {
+	err := s.Storage.WriteBlock(block, p)
+	if errors.Is(err, heap.ErrWriteFailed) {
+		return fmt.Errorf("%w: %w", ErrWriteFailed, err)
+	}
+	return err
 }
 
 func (s poolStorage) ReadBlock(block uint32, p []byte) error {

@@ -285,7 +285,7 @@ func (s *Storage) writeBlock(block uint32, p []byte) error {
 	SetChecksum(p, block)
 	off := int64(block%SegmentBlocks) * PageSize
 	if _, err := f.WriteAt(p, off); err != nil {
-		return fmt.Errorf("heap: write %s at offset %d (block %d): %w", f.Name(), off, block, err)
+		return writeError{fmt.Errorf("heap: write %s at offset %d (block %d): %w", f.Name(), off, block, err)}
 	}
 	s.mu.Lock()
 	s.dirty[seg] = struct{}{}
@@ -440,6 +440,22 @@ func (s *Storage) Close() error {
 	return first
 }
 
+// ErrWriteFailed matches the error of WriteBlock, WriteBlocks and the
+// calls built on them when the write itself failed (no space left on the
+// device, say), as opposed to an fsync, which Sync reports and never
+// retries. The caller's copy of the page is intact, so the write can be
+// retried: PostgreSQL's checkpointer and background writer report a failed
+// write and try again later, and stop only on a failed fsync.
+var ErrWriteFailed = errors.New("heap: write failed")
+
+// writeError is a failed write: its text is the wrapped error's, and it
+// matches ErrWriteFailed.
+type writeError struct{ err error }
+
+func (e writeError) Error() string        { return e.err.Error() }
+func (e writeError) Unwrap() error        { return e.err }
+func (e writeError) Is(target error) bool { return target == ErrWriteFailed }
+
 // ErrZeroedPage is ReadBlock's error for a page of zeros below the length
 // a checkpoint wrote (SetWritten). It matches ErrCorrupt too.
 var ErrZeroedPage = fmt.Errorf("%w: page of zeros", ErrCorrupt)
@@ -486,7 +502,7 @@ func (s *Storage) WriteBlocks(first uint32, pages []byte) error {
 		}
 		off := int64(blk%SegmentBlocks) * PageSize
 		if _, err := f.WriteAt(pages[done*PageSize:(done+run)*PageSize], off); err != nil {
-			return fmt.Errorf("heap: write %s at offset %d (blocks %d to %d): %w", f.Name(), off, blk, blk+uint32(run)-1, err)
+			return writeError{fmt.Errorf("heap: write %s at offset %d (blocks %d to %d): %w", f.Name(), off, blk, blk+uint32(run)-1, err)}
 		}
 		s.mu.Lock()
 		s.dirty[seg] = struct{}{}
