@@ -114,6 +114,11 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 	if duration < 0 {
 		bad = append(bad, fmt.Sprintf("invalid --duration %s (want 0 or more)", duration))
 	}
+	if dir != "" && mode == "power" {
+		// Power mode runs on an in-memory file system; a --dir given
+		// would be silently ignored.
+		bad = append(bad, "--dir is for kill and server modes (power mode runs in memory)")
+	}
 	if len(bad) > 0 {
 		for _, b := range bad {
 			fmt.Fprintf(stderr, "mvkv crashtest: %s\n", b)

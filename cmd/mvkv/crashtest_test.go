@@ -69,6 +69,7 @@ func TestCrashtestOptionErrors(t *testing.T) {
 		{[]string{"--clients", "65", "--cycles", "1"}, "mvkv crashtest: invalid --clients 65 (want 1 to 64)\n"},
 		{[]string{"--clients", "0", "--cycles", "-2", "--duration", "-1m"}, "mvkv crashtest: invalid --clients 0 (want 1 to 64)\n" +
 			"mvkv crashtest: invalid --cycles -2 (want 0 or more)\nmvkv crashtest: invalid --duration -1m0s (want 0 or more)\n"},
+		{[]string{"--mode", "power", "--dir", "/tmp/x", "--cycles", "1"}, "mvkv crashtest: --dir is for kill and server modes (power mode runs in memory)\n"},
 	} {
 		var out, errb bytes.Buffer
 		c.want += tryHelp("crashtest")
