@@ -86,8 +86,10 @@ type Config struct {
 // cfg.Dir, load it if empty (and stop there for Initialize), run, check the
 // invariant (after a run that writes: a select-only run has none to check)
 // and write the report to out. Load messages, notices and progress
-// lines go to log. After a complete report it may return ErrAborted or
-// ErrInvariantViolated; other errors mean no report was written.
+// lines go to log. After a complete report it may return ErrAborted,
+// ErrInvariantViolated, or the error of an invariant check that could not
+// read the sums (the report says so); other errors mean no report was
+// written.
 //
 // With Sweep, Repeat or Plot set, Main runs a sweep instead: it loads each
 // target once (in a subdirectory of Dir named after the target when several
@@ -195,14 +197,19 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 	// then. A select-only run writes no balance, so it has nothing to
 	// check, and the check reads every row (as pgbench -S checks nothing).
 	if cfg.Workload != SelectOnly {
-		sums, err := t.Sums(context.WithoutCancel(ctx))
-		if err != nil {
-			return fmt.Errorf("bench: invariant check: %w", err)
+		// A failed check is reported after the run's figures, as
+		// pgbench still prints its summary when clients aborted.
+		if sums, err := t.Sums(context.WithoutCancel(ctx)); err != nil {
+			r.Invariant = &Invariant{Err: err}
+		} else {
+			r.Invariant = CheckInvariant(sums)
 		}
-		r.Invariant = CheckInvariant(sums)
 	}
 	if err := WriteReport(out, r); err != nil {
 		return err
+	}
+	if inv := r.Invariant; inv != nil && inv.Err != nil {
+		return fmt.Errorf("bench: invariant check: %w", inv.Err)
 	}
 	switch {
 	case r.Aborted > 0:

@@ -13,6 +13,9 @@ import (
 type Invariant struct {
 	Sums Sums
 	OK   bool
+	// Err, if not nil, is why the sums could not be read (a target that
+	// failed during the run, say); Sums and OK mean nothing then.
+	Err error
 }
 
 // CheckInvariant compares the sums that must agree after any mix of
@@ -109,7 +112,9 @@ func WriteReport(w io.Writer, r *Results) error {
 	if r.Invariant == nil && r.Workload == SelectOnly {
 		p("invariant: not checked (a select-only run writes no balance)\n")
 	}
-	if inv := r.Invariant; inv != nil {
+	if inv := r.Invariant; inv != nil && inv.Err != nil {
+		p("invariant: not checked (%v)\n", inv.Err)
+	} else if inv != nil {
 		word := "ok"
 		if !inv.OK {
 			word = "VIOLATED"

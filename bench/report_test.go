@@ -93,6 +93,12 @@ func TestReportGolden(t *testing.T) {
 			Target: "pebble", Workload: TPCB, Scale: 1, Clients: 1, Threads: 1,
 			Transactions: 10, Aborted: 1,
 		}},
+		{"invariant_not_checked", Results{
+			Target: "engine", Workload: SimpleUpdate, Scale: 5, Clients: 8, Threads: 1,
+			Duration: 20 * time.Second, Processed: 1200, Aborted: 8,
+			LatencyAvg: 4.4, LatencyStddev: 1.5, ConnTime: 0.005, TPS: 60, Elapsed: 20 * time.Second,
+			Invariant: &Invariant{Err: engine.ErrWALSyncFailed},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
