@@ -278,7 +278,7 @@ func runKill(ctx context.Context, cfg Config) (Result, error) {
 			res.KeptDir = dir
 			fmt.Fprintf(cfg.Out, "cycle %d: SIGKILL after %v: FAIL\n", cycle, delay.Round(time.Millisecond))
 			res.Shortest, res.Reproduced = Shrink(ctx, Ops(hist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
-				return len(Replay(ctx, startFS, state, ops, engineReplayTarget, cfg.Clients)) > 0
+				return len(replay(ctx, startFS, state, ops, engineReplayTarget, cfg.Clients)) > 0
 			})
 			return res, nil
 		}
@@ -380,7 +380,7 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 				res.Problems, res.KeptDir = problems, dir
 				fmt.Fprintf(cfg.Out, "cycle %d: kill -9 after %v: FAIL\n", cycle-1, prevDelay.Round(time.Millisecond))
 				res.Shortest, res.Reproduced = Shrink(ctx, Ops(prevHist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
-					return len(Replay(ctx, prevFS, prevState, ops, serverReplayTarget, cfg.Clients)) > 0
+					return len(replay(ctx, prevFS, prevState, ops, serverReplayTarget, cfg.Clients)) > 0
 				})
 				return res, nil
 			}
@@ -437,7 +437,7 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 			res.Problems, res.KeptDir = problems, dir
 			fmt.Fprintf(cfg.Out, "cycle %d: kill -9 after %v: FAIL\n", cycle, delay.Round(time.Millisecond))
 			res.Shortest, res.Reproduced = Shrink(ctx, Ops(prevHist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
-				return len(Replay(ctx, prevFS, prevState, ops, serverReplayTarget, cfg.Clients)) > 0
+				return len(replay(ctx, prevFS, prevState, ops, serverReplayTarget, cfg.Clients)) > 0
 			})
 			return res, nil
 		}

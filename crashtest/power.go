@@ -363,7 +363,7 @@ func failPower(ctx context.Context, cfg Config, res Result, startFS *vfs.MemFS, 
 	}
 	res.KeptDir = dir
 	res.Shortest, res.Reproduced = Shrink(ctx, Ops(pt.hist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {
-		return len(Replay(ctx, startFS, initial, ops, engineReplayTarget, cfg.Clients)) > 0
+		return len(replay(ctx, startFS, initial, ops, engineReplayTarget, cfg.Clients)) > 0
 	})
 	return res, nil
 }

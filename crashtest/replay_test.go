@@ -16,7 +16,7 @@ func TestReplayOfCorrectEngine(t *testing.T) {
 			ops = append(ops, g.Next())
 		}
 	}
-	if p := Replay(context.Background(), start, State{}, ops, engineReplayTarget, 2); p != nil {
+	if p := replay(context.Background(), start, State{}, ops, engineReplayTarget, 2); p != nil {
 		t.Fatalf("replay of a correct engine: %q", p)
 	}
 }

@@ -28,13 +28,13 @@ func serverReplayTarget(db *engine.DB) (Target, func(), error) {
 	return RESPTarget{c}, func() { c.Close(); s.stop() }, nil
 }
 
-// Replay runs ops one at a time, in order, on a copy of start (whose state
+// replay runs ops one at a time, in order, on a copy of start (whose state
 // is initial) through the target mk gives, and simulates a power loss
 // (dropping what was not synced) after every file sync and after every
 // answer, checking each crash copy as a restart would see it. It returns the
 // problems of the first crash point that fails, or nil; it stops early,
 // finding nothing, once ctx ends.
-func Replay(ctx context.Context, start *vfs.MemFS, initial State, ops []Op, mk replayTarget, clients int) []string {
+func replay(ctx context.Context, start *vfs.MemFS, initial State, ops []Op, mk replayTarget, clients int) []string {
 	fsys := start.Clone()
 	db, err := engine.Open(dbDir, engineOptions(fsys))
 	if err != nil {

@@ -209,13 +209,13 @@ func readAll(r io.Reader, lim Limits) ([]string, error) {
 }
 
 func errKind(err error) string {
-	var pe *ProtocolError
+	var pe *protocolError
 	switch {
 	case err == nil:
 		return "nil"
 	case errors.As(err, &pe):
 		return pe.Msg
-	case errors.Is(err, ErrQueryBufferLimit):
+	case errors.Is(err, errQueryBufferLimit):
 		return "qbuf"
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "eof"

@@ -162,11 +162,11 @@ func (c *conn) serve() {
 	for !c.quit {
 		req, err := c.rd.read()
 		if err != nil {
-			var pe *ProtocolError
+			var pe *protocolError
 			if errors.As(err, &pe) {
 				c.out = redcon.AppendError(c.out, "ERR "+pe.Error())
 				c.flush()
-			} else if errors.Is(err, ErrQueryBufferLimit) {
+			} else if errors.Is(err, errQueryBufferLimit) {
 				c.s.log.Warn("closing client that reached max query buffer length", "id", c.id, "addr", c.nc.RemoteAddr().String())
 			}
 			return

@@ -58,9 +58,13 @@ var DefaultLimits = Limits{
 const maxBulkLen = engine.MaxValueSize
 
 // MaxStoredValue is the longest string value the server stores, in bytes:
-// the engine's value limit less the header of a value stored with an
-// expiry, so that EXPIRE never fails on a value the server took.
-const MaxStoredValue = engine.MaxValueSize - deadlineHdrSize
+// the engine's value limit less the 10-byte header of a value stored with
+// an expiry (0xFF, a format byte and the deadline), so that EXPIRE never
+// fails on a value the server took.
+const MaxStoredValue = engine.MaxValueSize - 10
+
+// The header MaxStoredValue leaves room for.
+var _ = [1]struct{}{}[MaxStoredValue+deadlineHdrSize-engine.MaxValueSize]
 
 // argOverhead is what the reader charges against QueryBufferLimit for each
 // argument besides its bytes: the slice header and allocation rounding.
@@ -83,18 +87,18 @@ const (
 	unauthInlineLen    = 64 << 10
 )
 
-// ProtocolError is a malformed or over-limit request. Its text is Redis's,
+// protocolError is a malformed or over-limit request. Its text is Redis's,
 // after "ERR Protocol error: "; the server replies with it and closes the
 // connection, as Redis does.
-type ProtocolError struct{ Msg string }
+type protocolError struct{ Msg string }
 
 // Error returns Redis's text for the error, "Protocol error: ...".
-func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
+func (e *protocolError) Error() string { return "Protocol error: " + e.Msg }
 
-// ErrQueryBufferLimit is returned by the reader when one request would hold
+// errQueryBufferLimit is returned by the reader when one request would hold
 // more than Limits.QueryBufferLimit bytes. Redis closes such a client
 // without a reply; so does the server.
-var ErrQueryBufferLimit = errors.New("server: client query buffer limit reached")
+var errQueryBufferLimit = errors.New("server: client query buffer limit reached")
 
 // request is one command as read from the wire.
 type request struct {
@@ -123,8 +127,8 @@ func newReader(r io.Reader, size int, lim func() Limits) *reader {
 	return &reader{br: bufio.NewReaderSize(r, size), lim: lim}
 }
 
-// read returns the next non-empty request. Errors: a *ProtocolError for
-// malformed input, ErrQueryBufferLimit, or the underlying reader's error
+// read returns the next non-empty request. Errors: a *protocolError for
+// malformed input, errQueryBufferLimit, or the underlying reader's error
 // (io.EOF between requests, io.ErrUnexpectedEOF inside one).
 func (r *reader) read() (request, error) {
 	for {
@@ -166,7 +170,7 @@ func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
 			b, _ := r.br.Peek(n)
 			if i := bytes.IndexByte(b, '\n'); i >= 0 {
 				if len(acc)+i > max {
-					return nil, &ProtocolError{tooBig}
+					return nil, &protocolError{tooBig}
 				}
 				line := b[:i]
 				if acc != nil {
@@ -179,7 +183,7 @@ func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
 				return line, nil
 			}
 			if len(acc)+n > max {
-				return nil, &ProtocolError{tooBig}
+				return nil, &protocolError{tooBig}
 			}
 			acc = append(acc, b...)
 			r.br.Discard(n)
@@ -200,10 +204,10 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 	}
 	n, ok := parseInt(line[1:])
 	if !ok || n > int64(lim.MaxMultibulkLen) {
-		return request{}, &ProtocolError{"invalid multibulk length"}
+		return request{}, &protocolError{"invalid multibulk length"}
 	}
 	if unauth && n > unauthMultibulkLen {
-		return request{}, &ProtocolError{"unauthenticated multibulk length"}
+		return request{}, &protocolError{"unauthenticated multibulk length"}
 	}
 	if n <= 0 {
 		return request{}, nil
@@ -217,7 +221,7 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 			return request{}, unexpected(err)
 		}
 		if b != '$' {
-			return request{}, &ProtocolError{fmt.Sprintf("expected '$', got '%c'", b)}
+			return request{}, &protocolError{fmt.Sprintf("expected '$', got '%c'", b)}
 		}
 		line, err := r.readLine(lim.MaxInlineLen, "too big bulk count string")
 		if err != nil {
@@ -225,12 +229,12 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 		}
 		blen, ok := parseInt(line)
 		if !ok || blen < 0 || blen > lim.MaxBulkLen {
-			return request{}, &ProtocolError{"invalid bulk length"}
+			return request{}, &protocolError{"invalid bulk length"}
 		}
 		// Asked again at each argument, as Redis does: a password
 		// cleared meanwhile lifts the limit for the rest of the request.
 		if unauth && blen > unauthBulkLen && r.preAuth() {
-			return request{}, &ProtocolError{"unauthenticated bulk length"}
+			return request{}, &protocolError{"unauthenticated bulk length"}
 		}
 		if blen > int64(lim.MaxArgLen) {
 			// Too long to keep but within the protocol: skip it
@@ -246,7 +250,7 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 		}
 		req.size += blen + argOverhead
 		if req.size > lim.QueryBufferLimit {
-			return request{}, ErrQueryBufferLimit
+			return request{}, errQueryBufferLimit
 		}
 		arg, err := r.readBulk(int(blen))
 		if err != nil {
@@ -305,7 +309,7 @@ func (r *reader) readInline(lim Limits) (request, error) {
 	}
 	args, ok := splitArgs(line)
 	if !ok {
-		return request{}, &ProtocolError{"unbalanced quotes in request"}
+		return request{}, &protocolError{"unbalanced quotes in request"}
 	}
 	req := request{args: args}
 	for _, a := range args {
