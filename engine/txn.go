@@ -153,7 +153,12 @@ func checkKey(key []byte) error {
 }
 
 // Get returns the value of key visible to the transaction, or ErrNotFound.
-// The returned slice belongs to the caller.
+// The returned slice belongs to the caller. Other errors: ErrEmptyKey,
+// ErrTooLarge (a key over MaxKeySize), ErrTxnDone, ErrClosed, the error
+// that aborted the transaction, ErrCorruption (naming the page), and,
+// with early lock release, ErrWALSyncFailed when the read may have seen a
+// commit a failed flush lost. Not safe for concurrent use with other
+// calls on the same Txn (none of Txn's methods are).
 func (t *Txn) Get(key []byte) ([]byte, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
@@ -285,12 +290,23 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 	return nil
 }
 
-// Put sets key to value, creating a new version.
+// Put sets key to value, creating a new version (its row lock is held to
+// the end of the transaction). Errors: ErrEmptyKey, ErrTooLarge (a key over
+// MaxKeySize, a value over MaxValueSize), ErrReadOnly, ErrTxnDone,
+// ErrClosed; ErrSerializationFailure under REPEATABLE READ when a
+// transaction outside the snapshot changed the key; ErrDeadlock,
+// ErrLockTimeout or the context's error while waiting for the row lock;
+// ErrWALSyncFailed, ErrIOFailure or ErrWriteFailed on an I/O failure. After
+// any error but ErrEmptyKey, ErrTooLarge, ErrReadOnly and the ones the
+// transaction already had, it is aborted: later calls fail with
+// "current transaction is aborted" and only Rollback is left, as in
+// PostgreSQL.
 func (t *Txn) Put(key, value []byte) error {
 	return t.write(key, func([]byte, bool) ([]byte, error) { return value, nil }, false, len(value))
 }
 
 // Delete removes key. Deleting a key that does not exist is not an error.
+// Errors as Put's.
 func (t *Txn) Delete(key []byte) error {
 	return t.write(key, nil, true, 0)
 }
