@@ -25,13 +25,46 @@ func Describe(rec wal.Record) string {
 // line saying where the log ends and how many torn bytes follow. It only
 // reads. fsys nil means the operating system's file system.
 //
-// A start where no valid record begins (inside a record) returns an error
-// wrapping wal.ErrCorrupt that says so; a start past the end of the valid
+// A start inside a valid record returns an error wrapping ErrNotRecordStart
+// that names that record and the next; a start where the log is damaged,
+// an error wrapping wal.ErrCorrupt that says so; a start past the end of the valid
 // log returns an error saying where the log ends. A dump from the oldest
 // record to the end that does not meet the checkpoint record the control
 // file names returns an error wrapping wal.ErrCorrupt naming the segment
 // file that should hold it. Errors from writing to w are returned as they
 // are.
+// ErrNotRecordStart is Dump's error for a start LSN that lies inside a
+// valid record rather than at its beginning.
+var ErrNotRecordStart = errors.New("not the start of a record")
+
+// recordAround reads the log from its oldest record and returns the record
+// that start lies inside of and the LSN of the one after it (or of the end
+// of the valid log, for the last record); ok is false when no valid record
+// read from the beginning spans start.
+func recordAround(fsys vfs.FS, walPath string, start wal.LSN) (in, next wal.LSN, ok bool) {
+	r, err := wal.NewReader(fsys, walPath, 0)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer r.Close()
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) && in != 0 && start < r.End() {
+			return in, r.End(), true
+		}
+		if err != nil {
+			return 0, 0, false
+		}
+		switch {
+		case rec.LSN == start:
+			return 0, 0, false // a record starts there after all
+		case rec.LSN > start:
+			return in, rec.LSN, in != 0
+		}
+		in = rec.LSN
+	}
+}
+
 func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 	if fsys == nil {
 		fsys = vfs.OS{}
@@ -90,12 +123,19 @@ func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			if notARecord() && r.DroppedBytes() > 0 {
+				if in, next, ok := recordAround(fsys, walPath, start); ok {
+					return fmt.Errorf("%w: %s lies inside the record at %s; the next record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first)", ErrNotRecordStart, start, in, next)
+				}
 				return fmt.Errorf("%w: no valid record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first)", wal.ErrCorrupt, start)
 			}
 			break
 		}
 		if err != nil {
 			if notARecord() && errors.Is(err, wal.ErrCorrupt) {
+				if in, next, ok := recordAround(fsys, walPath, start); ok {
+					// Not damage: a start in the middle of a record.
+					return fmt.Errorf("%w: %s lies inside the record at %s; the next record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first)", ErrNotRecordStart, start, in, next)
+				}
 				return fmt.Errorf("no valid record starts at %s (--start takes a record's LSN, as waldump prints them, or a segment's first): %w", start, err)
 			}
 			return err

@@ -77,8 +77,9 @@ func TestDump(t *testing.T) {
 		t.Errorf("Describe: %s", got)
 	}
 	err = Dump(nil, dir, rec.LSN+8, 0, io.Discard)
-	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "no valid record starts at") {
-		t.Fatalf("Dump from inside a record: %v", err)
+	want := fmt.Sprintf("%s lies inside the record at %s; the next record starts at ", rec.LSN+8, rec.LSN)
+	if !errors.Is(err, ErrNotRecordStart) || errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Dump from inside a record: %v; want ErrNotRecordStart containing %q", err, want)
 	}
 	out.Reset()
 	if err := Dump(nil, dir, rec.LSN, 0, &out); err != nil {

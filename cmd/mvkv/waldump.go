@@ -21,8 +21,8 @@ Options:
   --end=LSN     stop before the record at this LSN (default: end of the valid log)
   -h, --help    show this help, then exit
 
-An LSN is written as PostgreSQL writes it (e.g. 0/01000028) or as a
-decimal or 0x-prefixed hexadecimal byte position.
+An LSN is written as PostgreSQL writes it (e.g. 0/01000060, as waldump
+prints them) or as a decimal or 0x-prefixed hexadecimal byte position.
 `
 
 // parseLSN accepts "HI/LO" in hex (PostgreSQL's form), 0x-hex or decimal.
