@@ -247,7 +247,7 @@ func FuzzDecodeCLOGTruncate(f *testing.F) {
 	})
 }
 
-// TestCLOGBuffersDefault checks the default clog_buffers follows
+// TestCLOGBuffersDefault checks the default transaction_buffers follows
 // shared_buffers as PostgreSQL 17's transaction_buffers.
 func TestCLOGBuffersDefault(t *testing.T) {
 	for _, c := range []struct {

@@ -129,6 +129,10 @@ type Setting struct {
 	// Name is PostgreSQL's name for the knob where PostgreSQL has it
 	// (commit_delay), and in its style where it does not (wal_flusher).
 	Name string
+	// Aliases are other names LookupSetting, the command-line flags and
+	// CONFIG take for the knob: names it had before it took PostgreSQL's
+	// (clog_buffers for transaction_buffers).
+	Aliases []string
 	// Type is pg_settings.vartype: bool, integer, real or enum.
 	Type string
 	// Unit is the unit of a bare number: "8kB", "MB", "B", "us", "ms", "s",
@@ -145,7 +149,7 @@ type Setting struct {
 	// MS, SEC|DURATION, or an enum's values.
 	Syntax string
 	// Default is the value of an Options field left at its zero value,
-	// as Show prints it; clog_buffers' 0 stands for a number derived from
+	// as Show prints it; transaction_buffers' 0 stands for a number derived from
 	// shared_buffers, which Show prints instead.
 	Default string
 	// Description says what the knob does, without its default.
@@ -187,11 +191,12 @@ func (s Setting) Show(o Options) string {
 // help text lists them. The slice is a copy.
 func Settings() []Setting { return slices.Clone(settings) }
 
-// LookupSetting returns the setting called name (case-insensitive).
+// LookupSetting returns the setting called name, or with name among its
+// Aliases (case-insensitive).
 func LookupSetting(name string) (Setting, bool) {
 	name = strings.ToLower(name)
 	for _, s := range settings {
-		if s.Name == name {
+		if s.Name == name || slices.Contains(s.Aliases, name) {
 			return s, true
 		}
 	}
@@ -405,12 +410,12 @@ var settings = []Setting{
 		"lock_timeout: the longest wait for a row lock; 0 waits as long as the caller allows",
 		0, math.MaxInt32*time.Millisecond, 0, false, func(o *Options) *time.Duration { return &o.LockTimeout }),
 	{
-		Name: "clog_buffers", Type: "integer", Min: "0", Max: strconv.Itoa(1 << 17), Syntax: "NUM", Default: "0",
+		Name: "transaction_buffers", Aliases: []string{"clog_buffers"}, Type: "integer", Min: "0", Max: strconv.Itoa(1 << 17), Syntax: "NUM", Default: "0",
 		Description: "CLOG pages cached, in banks of 16 (PostgreSQL 17's transaction_buffers); 0: shared_buffers/512, from 16 to 1024",
 		parse: func(o *Options, v string) error {
-			n, err := parseInt("clog_buffers", v, 0, 1<<17, "")
+			n, err := parseInt("transaction_buffers", v, 0, 1<<17, "")
 			if err == nil && n != 0 && n < clog.MinBuffers {
-				err = invalid("clog_buffers", v, fmt.Errorf("want 0 or %d to %d", clog.MinBuffers, 1<<17))
+				err = invalid("transaction_buffers", v, fmt.Errorf("want 0 or %d to %d", clog.MinBuffers, 1<<17))
 			}
 			o.CLOGBuffers = int(n)
 			return err
@@ -423,7 +428,7 @@ var settings = []Setting{
 		},
 		check: func(o *Options) error {
 			if o.CLOGBuffers < 0 {
-				return &SettingError{Name: "clog_buffers", Value: strconv.Itoa(o.CLOGBuffers), Want: "want a number of buffers, not negative"}
+				return &SettingError{Name: "transaction_buffers", Value: strconv.Itoa(o.CLOGBuffers), Want: "want a number of buffers, not negative"}
 			}
 			return nil
 		},

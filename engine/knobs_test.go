@@ -53,15 +53,15 @@ func TestSettingsTable(t *testing.T) {
 			t.Errorf("%s: duplicate, or no description or syntax", s.Name)
 		}
 		seen[s.Name] = true
-		// clog_buffers' default, 0, is derived from shared_buffers.
-		if got := s.Show(Options{}); got != s.Default && s.Name != "clog_buffers" {
+		// transaction_buffers' default, 0, is derived from shared_buffers.
+		if got := s.Show(Options{}); got != s.Default && s.Name != "transaction_buffers" {
 			t.Errorf("%s: zero Options show %q, Default is %q", s.Name, got, s.Default)
 		}
 		var o Options
 		if err := s.Set(&o, s.Default); err != nil {
 			t.Errorf("%s: Set(Default %q): %v", s.Name, s.Default, err)
 		}
-		if got := s.Show(o); got != s.Default && s.Name != "clog_buffers" {
+		if got := s.Show(o); got != s.Default && s.Name != "transaction_buffers" {
 			t.Errorf("%s: Set(%q) shows %q", s.Name, s.Default, got)
 		}
 		if err := o.Validate(); err != nil {
@@ -85,7 +85,7 @@ func TestSettingsTable(t *testing.T) {
 		{"wal_segment_size", "3MB", ""}, {"wal_segment_size", "4MB", "4MB"},
 		{"wal_segment_size", "16777216", "16MB"}, {"wal_segment_size", "2048", ""}, {"wal_writer_delay", "0", ""},
 		{"synchronous_commit", "OFF", "off"}, {"synchronous_commit", "yes", "on"}, {"wal_flusher", "Serial", "serial"},
-		{"clog_buffers", "8", ""}, {"clog_buffers", "64", "64"}, {"visibility_map", "sometimes", ""},
+		{"transaction_buffers", "8", ""}, {"transaction_buffers", "64", "64"}, {"visibility_map", "sometimes", ""},
 	} {
 		s, _ := LookupSetting(c.name)
 		var o Options
@@ -104,7 +104,7 @@ func TestSettingsTable(t *testing.T) {
 		t.Errorf("a max_wal_size of one segment: %v, want ErrInvalidSetting", o.Validate())
 	}
 	// A refused value leaves Options as they were.
-	for _, c := range [][2]string{{"wal_segment_size", "3MB"}, {"max_wal_size", "1MB"}, {"clog_buffers", "8"}, {"fillfactor", "9"}} {
+	for _, c := range [][2]string{{"wal_segment_size", "3MB"}, {"max_wal_size", "1MB"}, {"transaction_buffers", "8"}, {"fillfactor", "9"}} {
 		s, _ := LookupSetting(c[0])
 		o := Options{FillFactor: 70, MaxWALSize: 64 << 20, CLOGBuffers: 64, WALSegmentSize: 4 << 20}
 		before := s.Show(o)
@@ -120,7 +120,7 @@ func TestSettingsTable(t *testing.T) {
 	}{
 		{Options{FillFactor: 5}, "fillfactor"}, {Options{CommitDelay: 200000}, "commit_delay"},
 		{Options{CommitSiblings: 5000}, "commit_siblings"}, {Options{WALSegmentSize: 3 << 20}, "wal_segment_size"},
-		{Options{CLOGBuffers: -3}, "clog_buffers"}, {Options{VisibilityMap: "sometimes"}, "visibility_map"},
+		{Options{CLOGBuffers: -3}, "transaction_buffers"}, {Options{VisibilityMap: "sometimes"}, "visibility_map"},
 		{Options{WALWriterDelay: -time.Second}, "wal_writer_delay"}, {Options{SynchronousCommit: 7}, "synchronous_commit"},
 	} {
 		err := c.o.Validate()
@@ -175,7 +175,7 @@ func TestSetConfig(t *testing.T) {
 	}
 }
 
-// TestCurrentSettingShowsRoundedSizes: clog_buffers as the CLOG rounded
+// TestCurrentSettingShowsRoundedSizes: transaction_buffers as the CLOG rounded
 // it to whole banks, not as given.
 func TestCurrentSettingShowsRoundedSizes(t *testing.T) {
 	db, err := Open("/db", Options{FS: vfs.NewMemFS(), CLOGBuffers: 17})
@@ -183,8 +183,8 @@ func TestCurrentSettingShowsRoundedSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if got, _ := db.CurrentSetting("clog_buffers"); got != "32" {
-		t.Errorf("clog_buffers 17 shows %q, want 32 (two banks of 16)", got)
+	if got, _ := db.CurrentSetting("transaction_buffers"); got != "32" {
+		t.Errorf("transaction_buffers 17 shows %q, want 32 (two banks of 16)", got)
 	}
 }
 
@@ -245,5 +245,17 @@ func TestParseNaptime(t *testing.T) {
 		case c.want != 0 && (err != nil || got != c.want):
 			t.Errorf("parseNaptime(%q) = %v, %v; want %v", c.in, got, err, c.want)
 		}
+	}
+}
+
+// TestSettingAliases: a knob's older name finds it.
+func TestSettingAliases(t *testing.T) {
+	s, ok := LookupSetting("CLOG_BUFFERS")
+	if !ok || s.Name != "transaction_buffers" {
+		t.Fatalf("LookupSetting(clog_buffers) = %q, %v; want transaction_buffers", s.Name, ok)
+	}
+	var o Options
+	if err := s.Set(&o, "64"); err != nil || o.CLOGBuffers != 64 {
+		t.Fatalf("set through the alias: %v, %d", err, o.CLOGBuffers)
 	}
 }

@@ -220,6 +220,11 @@ func withEngineSettings(m map[string]knob) map[string]knob {
 			k.set = func(s *Server, v string) error { return settingError(s.db.SetConfig(name, v)) }
 		}
 		m[name] = k
+		for _, a := range st.Aliases {
+			if _, ok := m[a]; !ok {
+				m[a] = k // an older name of the same knob
+			}
+		}
 	}
 	return m
 }

@@ -130,7 +130,7 @@ func TestServeUsage(t *testing.T) {
 func TestServe(t *testing.T) {
 	dir := t.TempDir()
 	p := startServe(t, dir, "--commit-delay", "auto", "--commit-siblings", "0", "--wal-writer-delay", "50",
-		"--checkpoint-timeout", "0", "--max-wal-size", "64", "--lock-timeout", "5000", "--clog-buffers", "32",
+		"--checkpoint-timeout", "0", "--max-wal-size", "64", "--lock-timeout", "5000", "--transaction-buffers", "32",
 		"--clog-locking", "global", "--clog-group-update", "off", "--wal-segment-size", "4MB",
 		"--autovacuum-naptime", "90s", "--autovacuum-vacuum-threshold", "10", "--autovacuum-vacuum-scale-factor", "0.5")
 	ctx := context.Background()

@@ -19,6 +19,10 @@ import (
 func engineFlags(fs *flag.FlagSet, o *engine.Options) {
 	for _, s := range engine.Settings() {
 		fs.Func(flagName(s), s.Description, func(v string) error { return setFlag(s, o, v) })
+		for _, a := range s.Aliases {
+			// An older name, still taken; the help lists the new one.
+			fs.Func(strings.ReplaceAll(a, "_", "-"), s.Description, func(v string) error { return setFlag(s, o, v) })
+		}
 	}
 }
 
