@@ -61,7 +61,9 @@ var (
 	// the database goes on taking writes; the operation that needed the
 	// write (a checkpoint, or a statement that needed a free buffer) fails
 	// and a later one tries again, as PostgreSQL's checkpointer does. A
-	// failed fsync is ErrIOFailure instead, and stops writes.
+	// failed fsync is ErrIOFailure instead, and stops writes; so, on the
+	// safe side, is a failed write of a visibility map page, of a page
+	// a bulk load builds, or a heap segment file that cannot be created.
 	ErrWriteFailed = errors.New("mvkv: write of a data file failed")
 
 	// The settings interface (Setting.Set, DB.SetConfig,

@@ -19,20 +19,6 @@ func Describe(rec wal.Record) string {
 	return rmgr.Engine.Describe(rec)
 }
 
-// Dump writes a description of every valid WAL record of the data directory
-// dir in LSN order, from start (0: the oldest record present) up to but not
-// including end (0: the end of the valid log), one per line, then a summary
-// line saying where the log ends and how many torn bytes follow. It only
-// reads. fsys nil means the operating system's file system.
-//
-// A start inside a valid record returns an error wrapping ErrNotRecordStart
-// that names that record and the next; a start where the log is damaged,
-// an error wrapping wal.ErrCorrupt that says so; a start past the end of the valid
-// log returns an error saying where the log ends. A dump from the oldest
-// record to the end that does not meet the checkpoint record the control
-// file names returns an error wrapping wal.ErrCorrupt naming the segment
-// file that should hold it. Errors from writing to w are returned as they
-// are.
 // ErrNotRecordStart is Dump's error for a start LSN that lies inside a
 // valid record rather than at its beginning.
 var ErrNotRecordStart = errors.New("not the start of a record")
@@ -65,6 +51,20 @@ func recordAround(fsys vfs.FS, walPath string, start wal.LSN) (in, next wal.LSN,
 	}
 }
 
+// Dump writes a description of every valid WAL record of the data directory
+// dir in LSN order, from start (0: the oldest record present) up to but not
+// including end (0: the end of the valid log), one per line, then a summary
+// line saying where the log ends and how many torn bytes follow. It only
+// reads. fsys nil means the operating system's file system.
+//
+// A start inside a valid record returns an error wrapping ErrNotRecordStart
+// that names that record and the next; a start where the log is damaged,
+// an error wrapping wal.ErrCorrupt that says so; a start past the end of the valid
+// log returns an error saying where the log ends. A dump from the oldest
+// record to the end that does not meet the checkpoint record the control
+// file names returns an error wrapping wal.ErrCorrupt naming the segment
+// file that should hold it. Errors from writing to w are returned as they
+// are.
 func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 	if fsys == nil {
 		fsys = vfs.OS{}

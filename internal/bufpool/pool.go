@@ -234,6 +234,7 @@ func (f *Buffer) hit(io *ioState) error {
 // load puts block into a frame, reading it from storage if read is set or
 // zero-filling it (and marking it dirty) for Extend otherwise.
 func (p *Pool) load(block uint32, read bool, victim func() (*Buffer, error)) (*Buffer, error) {
+	failed := 0
 	for {
 		f, err := victim()
 		if err != nil {
@@ -241,6 +242,12 @@ func (p *Pool) load(block uint32, read bool, victim func() (*Buffer, error)) (*B
 		}
 		ok, err := p.reclaim(f)
 		if err != nil {
+			// The victim's page could not be written (no space left,
+			// say): it stays dirty, and another frame, perhaps a clean
+			// one, may serve. A few tries, then the error.
+			if failed++; failed < maxWriteFailures {
+				continue
+			}
 			return nil, err
 		}
 		if !ok {
@@ -332,6 +339,10 @@ func (p *Pool) victim() (*Buffer, error) {
 		}
 	}
 }
+
+// maxWriteFailures bounds how many victims whose write failed one load
+// passes over before it returns the failure.
+const maxWriteFailures = 8
 
 // maxConfirms bounds how many turns of the sweep one victim call restarts
 // because a frame was seen unpinned after a turn that found none, so that

@@ -535,6 +535,47 @@ func TestWriteErrorsKeepPageDirty(t *testing.T) {
 	st.check(t)
 }
 
+// TestFailedVictimWriteSweepsOn: while dirty pages cannot be written, a
+// miss still loads into a clean frame when there is one, and fails only
+// when every victim it tries is dirty.
+func TestFailedVictimWriteSweepsOn(t *testing.T) {
+	pool, st, w := setup(4, 20)
+	for blk := uint32(0); blk < 4; blk++ {
+		b, _ := pool.Get(blk)
+		if blk < 2 {
+			modify(b, w) // frames of blocks 0 and 1 dirty, 2 and 3 clean
+		}
+		b.Release()
+	}
+	st.mu.Lock()
+	st.writeErr = errors.New("ENOSPC")
+	st.mu.Unlock()
+	for blk := uint32(10); blk < 12; blk++ {
+		b, err := pool.Get(blk)
+		if err != nil {
+			t.Fatalf("load of block %d with clean frames left: %v", blk, err)
+		}
+		modify(b, w)
+		b.Release()
+	}
+	// Every frame is dirty now.
+	if _, err := pool.Get(15); err == nil || err.Error() != "ENOSPC" {
+		t.Fatalf("load with every victim dirty and unwritable: %v, want ENOSPC", err)
+	}
+	st.mu.Lock()
+	st.writeErr = nil
+	st.mu.Unlock()
+	if err := pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, blk := range []uint32{0, 1, 10, 11} {
+		if counter(st.blocks[blk]) != 1 {
+			t.Errorf("block %d lost its change", blk)
+		}
+	}
+	st.check(t)
+}
+
 func BenchmarkGetReleaseHitParallel(b *testing.B) {
 	pool, _, _ := setup(16384, 0)
 	const hot = 4096

@@ -166,6 +166,9 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		return err
 	}
 	off := int64(block%SegmentBlocks) * PageSize
+	s.mu.RLock()
+	knownBefore := s.known[block/SegmentBlocks]
+	s.mu.RUnlock()
 	if f == nil {
 		clear(p)
 		if block < s.written.Load() {
@@ -195,7 +198,10 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 				ErrZeroedPage, f.Name(), off, block, size, s.written.Load())
 		}
 		s.mu.RLock()
-		known := s.known[block/SegmentBlocks]
+		// The smaller of before and after the read: a write that
+		// raised it meanwhile (an extension's fill) landed after the
+		// read, and Truncate lowers it before cutting the file.
+		known := min(knownBefore, s.known[block/SegmentBlocks])
 		s.mu.RUnlock()
 		if block%SegmentBlocks < known {
 			size, _ := f.Size()
