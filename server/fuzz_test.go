@@ -10,7 +10,7 @@ import (
 var (
 	fuzzKeys   = []string{"a", "b", "c"}
 	fuzzValues = []string{"", "0", "1", "-1", "10", "abc", "x", "9223372036854775807", "1.5", "\xff\x00", "3.0e3", " 1"}
-	fuzzInts   = []string{"0", "1", "-1", "3", "100", "x", "-100", "7"}
+	fuzzInts   = []string{"0", "1", "-1", "3", "100", "x", "-100", "7", "9223372036854775807", "-9223372036854775808", "9223372036854775800", "4294967296"}
 )
 
 // fuzzOps are the commands the fuzz target sends: each takes the next
