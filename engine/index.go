@@ -204,18 +204,47 @@ func (ix *index) getOrCreateLocked(key []byte) *indexEntry {
 	return e
 }
 
-// rangeEntries returns the entries with start <= key < end in key order
-// (end nil: no upper bound; start nil: from the first key).
-func (ix *index) rangeEntries(start, end []byte) []*indexEntry {
-	var out []*indexEntry
+// ascendRange calls fn for the entries with start <= key < end in key
+// order (end nil: no upper bound; start nil: from the first key) until fn
+// returns false. It copies them out in batches, 64 entries first and up to
+// 4096 as the walk goes on, holding mu only while it copies a batch, so a
+// caller that stops after a few keys (SCAN with a COUNT) pays for those,
+// not for the rest of the range, and writers are not held off for a whole
+// walk. An entry added or removed behind the walk's position between
+// batches is not seen; one ahead of it may be.
+func (ix *index) ascendRange(start, end []byte, fn func(e *indexEntry) bool) {
+	from, inclusive := string(start), true
+	n := 64
+	for {
+		batch := ix.rangeBatch(from, inclusive, end, n)
+		for _, e := range batch {
+			if !fn(e) {
+				return
+			}
+		}
+		if len(batch) < n {
+			return
+		}
+		from, inclusive = batch[len(batch)-1].key(), false
+		n = min(2*n, 4096)
+	}
+}
+
+// rangeBatch returns up to n entries with keys from from (after it when
+// inclusive is false) and below end (nil: no bound), in key order.
+func (ix *index) rangeBatch(from string, inclusive bool, end []byte, n int) []*indexEntry {
+	out := make([]*indexEntry, 0, n)
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	ix.tree.ascendFrom(string(start), func(e *indexEntry) bool {
+	ix.tree.ascendFrom(from, func(e *indexEntry) bool {
 		if end != nil && e.key() >= string(end) {
 			return false
 		}
+		if !inclusive && e.key() == from {
+			return true
+		}
 		out = append(out, e)
-		return true
+		return len(out) < n
 	})
 	return out
 }

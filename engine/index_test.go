@@ -71,7 +71,7 @@ func TestIndexEntriesSurviveCollection(t *testing.T) {
 	if ix.get([]byte("key-00042")) != nil {
 		t.Fatal("removed key still found")
 	}
-	got := ix.rangeEntries([]byte("key-00040"), []byte("key-00045"))
+	got := ix.collectRange([]byte("key-00040"), []byte("key-00045"))
 	var keys []string
 	for _, e := range got {
 		keys = append(keys, e.key())
@@ -177,7 +177,7 @@ func TestIndexMatchesModel(t *testing.T) {
 			case r < 9:
 				lo, hi := keyOf(rng.IntN(keySpace)), keyOf(rng.IntN(keySpace))
 				var got []string
-				for _, e := range ix.rangeEntries([]byte(lo), []byte(hi)) {
+				for _, e := range ix.collectRange([]byte(lo), []byte(hi)) {
 					got = append(got, e.key())
 				}
 				var exp []string
@@ -299,5 +299,45 @@ func TestIndexAppendFillsLeaves(t *testing.T) {
 	defer ix.mu.RUnlock()
 	if leaves := ix.tree.t.Len(); leaves != n/leafMax {
 		t.Fatalf("%d keys in increasing order made %d leaves, want %d", n, leaves, n/leafMax)
+	}
+}
+
+// collectRange is every entry ascendRange visits.
+func (ix *index) collectRange(start, end []byte) []*indexEntry {
+	var out []*indexEntry
+	ix.ascendRange(start, end, func(e *indexEntry) bool { out = append(out, e); return true })
+	return out
+}
+
+// TestAscendRangeBatches: a walk across many batches visits every key in
+// the range once, in order, and one that stops early stops there.
+func TestAscendRangeBatches(t *testing.T) {
+	ix := newIndex()
+	const n = 10000
+	for i := range n {
+		ix.getOrCreate(fmt.Appendf(nil, "k%05d", i))
+	}
+	for _, c := range []struct {
+		start, end string
+		first, num int
+	}{{"", "", 0, n}, {"k00063", "k09000", 63, 9000 - 63}, {"k00064", "", 64, n - 64}, {"k099999", "", 0, 0}} {
+		var end []byte
+		if c.end != "" {
+			end = []byte(c.end)
+		}
+		got := ix.collectRange([]byte(c.start), end)
+		if len(got) != c.num {
+			t.Fatalf("[%q, %q): %d entries, want %d", c.start, c.end, len(got), c.num)
+		}
+		for i, e := range got {
+			if want := fmt.Sprintf("k%05d", c.first+i); e.key() != want {
+				t.Fatalf("[%q, %q): entry %d is %s, want %s", c.start, c.end, i, e.key(), want)
+			}
+		}
+	}
+	seen := 0
+	ix.ascendRange(nil, nil, func(*indexEntry) bool { seen++; return seen < 100 })
+	if seen != 100 {
+		t.Fatalf("a walk stopped at 100 visited %d", seen)
 	}
 }

@@ -96,35 +96,52 @@ func (t *Txn) visibleKeys(start, end []byte, batch int, fn func(e *indexEntry) b
 	r := db.vm.NewReader()
 	var c ioCounts
 	defer c.add(db)
-	entries := db.idx.rangeEntries(start, end)
-	visible := make([]*indexEntry, 0, min(batch, len(entries)))
-	for len(entries) > 0 {
-		part := entries[:min(batch, len(entries))]
-		entries = entries[len(part):]
+	visible := make([]*indexEntry, 0, batch)
+	part := make([]*indexEntry, 0, batch)
+	// check runs the checks of part under the close lock, then fn on the
+	// visible ones; false: stop (fn said so, or err is set).
+	var err error
+	check := func() bool {
 		visible = visible[:0]
 		db.closeMu.RLock()
 		if db.closed.Load() {
 			db.closeMu.RUnlock()
-			return ErrClosed
+			err = ErrClosed
+			return false
 		}
 		for _, e := range part {
-			ok, err := db.keyVisible(e, snap, me, r, &c)
-			if err != nil {
+			ok, kerr := db.keyVisible(e, snap, me, r, &c)
+			if kerr != nil {
 				db.closeMu.RUnlock()
-				return err
+				err = kerr
+				return false
 			}
 			if ok {
 				visible = append(visible, e)
 			}
 		}
 		db.closeMu.RUnlock()
+		part = part[:0]
 		for _, e := range visible {
 			if !fn(e) {
-				return nil
+				return false
 			}
 		}
+		return true
 	}
-	return nil
+	stopped := false
+	db.idx.ascendRange(start, end, func(e *indexEntry) bool {
+		part = append(part, e)
+		if len(part) < batch {
+			return true
+		}
+		stopped = !check()
+		return !stopped
+	})
+	if !stopped && len(part) > 0 {
+		check()
+	}
+	return err
 }
 
 // ioCounts are one call's fast and slow lookups, added to DB.stats once at

@@ -241,10 +241,11 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 // false stops the scan. Under READ COMMITTED the whole scan uses one
 // snapshot. The slices passed to fn belong to fn. fn may write in this
 // transaction, but whether the scan then visits keys fn wrote ahead of its
-// position is unspecified: the range's index entries are collected when the
-// scan starts, and mvkv has no command ids (PostgreSQL's way of hiding a
-// statement's own later writes from it), so a key already in the index is
-// seen with fn's new value and a new key is not.
+// position is unspecified: the range's index entries are collected in
+// batches as the scan goes, and mvkv has no command ids (PostgreSQL's way
+// of hiding a statement's own later writes from it), so a key already in
+// the index is seen with fn's new value and a new key may or may not be.
+// A scan that stops early costs the keys it visited, not the whole range.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 	return t.scan(start, end, -1, func(key, value []byte, _ int) bool { return fn(key, value) })
 }
@@ -268,26 +269,25 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 	snap, release := t.snapshot()
 	defer release()
 	me := t.XID()
-	for _, e := range t.db.idx.rangeEntries(start, end) {
+	var err error
+	t.db.idx.ascendRange(start, end, func(e *indexEntry) bool {
 		// The close lock is not held across fn, which may write in this
 		// transaction.
 		t.db.closeMu.RLock()
 		var val []byte
 		var length int
 		var found bool
-		err := ErrClosed
+		err = ErrClosed
 		if !t.db.closed.Load() {
 			val, length, found, err = t.db.fetchVisiblePrefix(e, snap, me, n)
 		}
 		t.db.closeMu.RUnlock()
 		if err != nil {
-			return err
+			return false
 		}
-		if found && !fn([]byte(e.key()), val, length) {
-			return nil
-		}
-	}
-	return nil
+		return !found || fn([]byte(e.key()), val, length)
+	})
+	return err
 }
 
 // Put sets key to value, creating a new version (its row lock is held to

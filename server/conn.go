@@ -766,16 +766,26 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		return nil
 	}
 	c.out = redcon.AppendArray(c.out, len(queue))
+	// Each queued command's run, counted in commandstats and the metrics
+	// as Redis counts the commands EXEC calls, once the block commits (a
+	// rerun after a serialization failure counts once).
+	type ran struct {
+		took   time.Duration
+		failed bool
+	}
+	runs := make([]ran, 0, len(queue))
 	for _, args := range queue {
 		cmd := commandTable[lower(args[0])]
 		x := &c.scratchX
 		*x = execCtx{c: c, tx: tx, out: c.out, inExec: true}
+		start, at := time.Now(), len(c.out)
 		err := cmd.fn(x, args)
 		c.out = x.out
 		if err != nil {
 			c.rollback(tx)
 			return err
 		}
+		runs = append(runs, ran{time.Since(start), len(c.out) > at && c.out[at] == '-'})
 	}
 	if pipelined {
 		err = c.commitPipelined(tx, mark)
@@ -783,8 +793,12 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		err = c.commit(tx)
 	}
 	if err == nil {
-		for _, args := range queue {
-			c.feedMonitors(commandTable[lower(args[0])], args)
+		for i, args := range queue {
+			cmd := commandTable[lower(args[0])]
+			c.feedMonitors(cmd, args)
+			start := time.Now().Add(-runs[i].took) // its run, not the commit
+			c.s.stats.observeCommand(cmd, start, runs[i].failed)
+			c.s.met.observe(cmd, start)
 		}
 	}
 	return err

@@ -306,3 +306,27 @@ func TestClientListFields(t *testing.T) {
 		t.Errorf("flags=%s multi=%s rbs=%s", fields["flags"], fields["multi"], fields["rbs"])
 	}
 }
+
+// TestCommandstatsCountExec: the commands EXEC runs are counted in
+// commandstats, as Redis counts them, beside MULTI and EXEC themselves.
+func TestCommandstatsCountExec(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	for _, c := range [][]string{{"MULTI"}, {"SET", "a", "x"}, {"GET", "a"}, {"INCR", "a"}} {
+		r.cmd(c...)
+		r.reply()
+	}
+	r.cmd("EXEC")
+	r.expect("*3\r\n+OK\r\n$1\r\nx\r\n-ERR value is not an integer or out of range\r\n")
+	r.cmd("INFO", "commandstats")
+	cs := r.reply()
+	for _, want := range []string{"cmdstat_multi:calls=1,", "cmdstat_exec:calls=1,", "cmdstat_set:calls=1,", "cmdstat_get:calls=1,",
+		"cmdstat_incr:calls=1,usec="} {
+		if !strings.Contains(cs, want) {
+			t.Errorf("INFO commandstats lacks %q:\n%s", want, cs)
+		}
+	}
+	if !strings.Contains(cs[strings.Index(cs, "cmdstat_incr:"):], ",failed_calls=1\r\n") {
+		t.Errorf("the INCR that failed inside EXEC is not counted as failed:\n%s", cs)
+	}
+}
