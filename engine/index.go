@@ -538,6 +538,37 @@ func (t *keyTable) hashString(key string) uint64 { return maphash.String(t.seed,
 
 func (t *keyTable) shard(h uint64) *tableShard { return &t.shards[h>>(64-tableShardBits)] }
 
+// random returns an entry chosen with rnd (a source of numbers in [0, n)):
+// a random shard, weighted by its entries, then the first entry at or after
+// a random slot of it, as Redis's dictGetRandomKey picks a random bucket;
+// nil when the table is empty. Entries after a run of empty slots are a
+// little likelier than others (at most three quarters of the slots are
+// used). The caller holds the index's mu.
+func (t *keyTable) random(rnd func(n int) int) *indexEntry {
+	total := 0
+	for i := range t.shards {
+		total += t.shards[i].n
+	}
+	if total == 0 {
+		return nil
+	}
+	pick := rnd(total)
+	for i := range t.shards {
+		s := &t.shards[i]
+		if pick >= s.n {
+			pick -= s.n
+			continue
+		}
+		mask := len(s.slots) - 1
+		for j := rnd(len(s.slots)); ; j = (j + 1) & mask {
+			if e := s.slots[j].e; e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
 // lookup returns the entry for key, whose hash is h, or nil.
 func (t *keyTable) lookup(h uint64, key string) *indexEntry {
 	s := t.shard(h)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"mvkv/clog"
@@ -259,6 +260,66 @@ func (t *Txn) ScanPrefix(start, end []byte, n int, fn func(key, prefix []byte, l
 		return fmt.Errorf("mvkv: ScanPrefix of %d bytes", n)
 	}
 	return t.scan(start, end, n, fn)
+}
+
+// RandomKey returns a key visible to the transaction chosen at random, as
+// Redis's RANDOMKEY chooses one, with at most the first n bytes of its
+// value and the value's whole length (as GetPrefix); ErrNotFound when no
+// key is visible. Each key in the index is about equally likely (a key
+// stored after a run of empty hash slots a little likelier, as Redis's
+// random bucket makes it); keys the transaction cannot see are passed
+// over, and after 64 such picks the first visible key after the last one
+// is taken. n must not be negative.
+func (t *Txn) RandomKey(n int) (key, prefix []byte, length int, err error) {
+	if n < 0 {
+		return nil, nil, 0, fmt.Errorf("mvkv: RandomKey of %d bytes", n)
+	}
+	if err := t.usable(); err != nil {
+		return nil, nil, 0, err
+	}
+	snap, release := t.snapshot()
+	defer release()
+	me := t.XID()
+	db := t.db
+	var last *indexEntry
+	for range 64 {
+		db.idx.mu.RLock()
+		e := db.idx.table.random(rand.IntN)
+		db.idx.mu.RUnlock()
+		if e == nil {
+			return nil, nil, 0, ErrNotFound
+		}
+		last = e
+		db.closeMu.RLock()
+		var val []byte
+		var found bool
+		err = ErrClosed
+		if !db.closed.Load() {
+			val, length, found, err = db.fetchVisiblePrefix(e, snap, me, n)
+		}
+		db.closeMu.RUnlock()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if found {
+			return []byte(e.key()), val, length, nil
+		}
+	}
+	// Mostly keys this snapshot cannot see (deleted ones vacuum has not
+	// removed yet): the first visible one from the last pick on,
+	// wrapping around.
+	from := []byte(last.key())
+	take := func(k, v []byte, l int) bool {
+		key, prefix, length = k, v, l
+		return false
+	}
+	if err := t.scan(from, nil, n, take); err != nil || key != nil {
+		return key, prefix, length, err
+	}
+	if err := t.scan(nil, from, n, take); err != nil || key != nil {
+		return key, prefix, length, err
+	}
+	return nil, nil, 0, ErrNotFound
 }
 
 // scan is Scan (n < 0: whole values) and ScanPrefix.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -230,5 +231,74 @@ func TestBeginRefusesBadOptions(t *testing.T) {
 	}
 	if err := db.SetSynchronousCommit(bad); !errors.Is(err, ErrInvalidSetting) || db.SynchronousCommit() != SyncCommitOn {
 		t.Errorf("SetSynchronousCommit(99): %v, then %v; want ErrInvalidSetting and on", err, db.SynchronousCommit())
+	}
+}
+
+// TestRandomKey: picks spread over every key (a common prefix, which a
+// pick by key order makes nearly constant, changes nothing), deleted keys
+// are never returned, and an empty database has none.
+func TestRandomKey(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	ctx := context.Background()
+	tx, _ := db.Begin(ctx, TxnOptions{ReadOnly: true})
+	if _, _, _, err := tx.RandomKey(0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("RandomKey of an empty database: %v, want ErrNotFound", err)
+	}
+	tx.Rollback()
+	const n = 1000
+	if err := db.Update(ctx, func(tx *Txn) error {
+		for i := range n {
+			if err := tx.Put(fmt.Appendf(nil, "user:%04d", i), []byte("value")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	if err := db.View(ctx, func(tx *Txn) error {
+		for range 5 * n {
+			k, prefix, length, err := tx.RandomKey(2)
+			if err != nil {
+				return err
+			}
+			if string(prefix) != "va" || length != 5 {
+				t.Fatalf("RandomKey(2) of %s: %q, %d", k, prefix, length)
+			}
+			seen[string(k)]++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Uniform picks would leave about n/e^5, 7 keys, unseen.
+	if len(seen) < n*9/10 {
+		t.Fatalf("5000 picks saw %d of %d keys", len(seen), n)
+	}
+	// All but one deleted: only that one comes back.
+	if err := db.Update(ctx, func(tx *Txn) error {
+		for i := range n {
+			if i != 777 {
+				if err := tx.Delete(fmt.Appendf(nil, "user:%04d", i)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.View(ctx, func(tx *Txn) error {
+		for range 20 {
+			k, _, _, err := tx.RandomKey(0)
+			if err != nil || string(k) != "user:0777" {
+				t.Fatalf("RandomKey with one key left: %q, %v", k, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -139,10 +139,26 @@ func cmdCopy(x *execCtx, args [][]byte) error {
 func cmdTouch(x *execCtx, args [][]byte) error { return cmdExists(x, args) }
 
 // cmdRandomKey answers a live key chosen at random, or null when there is
-// none: the first live key at or after a random point of the key space,
-// wrapping around. The choice is not uniform (keys after a gap in the key
-// space are likelier), as Redis's is not either across buckets.
+// none: the engine's random pick (about uniform over the keys, as Redis's
+// random bucket), passing over keys found expired (and deleting them, as
+// Redis's dbRandomKey does) up to 100 times, then the first live key from a
+// random point of the key space.
 func cmdRandomKey(x *execCtx, _ [][]byte) error {
+	for range 100 {
+		k, prefix, total, err := x.tx.RandomKey(deadlineHdrSize)
+		if isNotFound(err) {
+			x.null()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if x.liveMeta(prefix, total) {
+			x.bulkOrNull(k)
+			return nil
+		}
+		x.noteExpired(k)
+	}
 	var start [8]byte
 	for i := range start {
 		start[i] = byte(rand.N(256))

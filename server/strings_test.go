@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os/exec"
@@ -328,5 +329,34 @@ func TestCommandstatsCountExec(t *testing.T) {
 	}
 	if !strings.Contains(cs[strings.Index(cs, "cmdstat_incr:"):], ",failed_calls=1\r\n") {
 		t.Errorf("the INCR that failed inside EXEC is not counted as failed:\n%s", cs)
+	}
+}
+
+// TestRandomKeySpread: RANDOMKEY answers keys from all over a keyspace
+// that shares one prefix (picking the first key after random bytes
+// answered nearly the same one every time), and never an expired key.
+func TestRandomKeySpread(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	for i := range 200 {
+		r.cmd("SET", fmt.Sprintf("user:%03d", i), "v")
+		r.expect("+OK\r\n")
+	}
+	for i := range 50 {
+		r.cmd("SET", fmt.Sprintf("gone:%03d", i), "v", "PX", "1")
+		r.expect("+OK\r\n")
+	}
+	time.Sleep(20 * time.Millisecond)
+	seen := map[string]bool{}
+	for range 600 {
+		r.cmd("RANDOMKEY")
+		k := r.reply()
+		if strings.Contains(k, "gone:") {
+			t.Fatalf("RANDOMKEY answered an expired key: %q", k)
+		}
+		seen[k] = true
+	}
+	if len(seen) < 150 {
+		t.Fatalf("600 RANDOMKEYs answered %d of 200 keys", len(seen))
 	}
 }
