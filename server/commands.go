@@ -239,6 +239,7 @@ func init() {
 		{"memory", -2, flagRead, cmdMemory},
 		{"time", 1, 0, cmdTime},
 		{"lastsave", 1, 0, cmdLastSave},
+		{"role", 1, 0, cmdRole},
 		{"save", 1, flagNoMulti, cmdSave},
 		{"bgsave", -1, 0, cmdBgSave},
 		{"monitor", 1, 0, cmdMonitor},

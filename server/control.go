@@ -24,6 +24,16 @@ func cmdTime(x *execCtx, _ [][]byte) error {
 
 // cmdLastSave answers when the last checkpoint completed: what a save is
 // here (see SAVE).
+// cmdRole is ROLE: a master with no replicas, at the replication offset
+// INFO replication shows (the WAL's length), as Sentinel-aware clients ask.
+func cmdRole(x *execCtx, _ [][]byte) error {
+	x.out = redcon.AppendArray(x.out, 3)
+	x.out = redcon.AppendBulkString(x.out, "master")
+	x.out = redcon.AppendInt(x.out, int64(x.c.s.db.Stats().WAL.Bytes))
+	x.out = redcon.AppendArray(x.out, 0)
+	return nil
+}
+
 func cmdLastSave(x *execCtx, _ [][]byte) error {
 	x.out = redcon.AppendInt(x.out, x.c.s.db.LastCheckpoint().Unix())
 	return nil

@@ -360,3 +360,25 @@ func TestRandomKeySpread(t *testing.T) {
 		t.Fatalf("600 RANDOMKEYs answered %d of 200 keys", len(seen))
 	}
 }
+
+// TestRole: ROLE answers as a Redis master with no replicas, at the offset
+// INFO replication shows.
+func TestRole(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	r.cmd("SET", "a", "1")
+	r.expect("+OK\r\n")
+	r.cmd("ROLE")
+	got := r.reply()
+	r.cmd("INFO", "replication")
+	info := r.reply()
+	var role, info0 int64
+	if _, err := fmt.Sscanf(got, "*3\r\n$6\r\nmaster\r\n:%d\r\n*0\r\n", &role); err != nil || !strings.HasSuffix(got, "\r\n*0\r\n") {
+		t.Fatalf("ROLE = %q, want master, an offset and no replicas", got)
+	}
+	off := info[strings.Index(info, "master_repl_offset:")+len("master_repl_offset:"):]
+	if _, err := fmt.Sscanf(off, "%d", &info0); err != nil || role <= 0 || role > info0 {
+		// Background work (a checkpoint) may log between the two.
+		t.Fatalf("ROLE's offset %d, INFO's %d", role, info0)
+	}
+}
