@@ -473,6 +473,10 @@ func (db *DB) SetCommitSiblings(n int) error {
 // Recovery returns what the last Open found and replayed.
 func (db *DB) Recovery() RecoveryInfo { return db.recovery }
 
+// Dir returns the data directory as Open was given it (PostgreSQL's
+// data_directory). Safe for concurrent use.
+func (db *DB) Dir() string { return db.dir }
+
 // Close takes a checkpoint (unless a failure stopped writes) and closes the
 // database. Transactions still open afterwards get ErrClosed. Close returns
 // ErrClosed when called twice.

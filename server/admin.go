@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"net"
 	"os"
 	"runtime"
@@ -54,6 +55,14 @@ var knobs = withEngineSettings(map[string]knob{
 			return nil
 		},
 	},
+	// dir is Redis's working directory, where its files live: here the
+	// data directory, fixed while the server runs.
+	"dir": {get: func(s *Server) string {
+		if d, err := filepath.Abs(s.db.Dir()); err == nil {
+			return d
+		}
+		return s.db.Dir()
+	}},
 	"timeout": {
 		get: func(s *Server) string { return strconv.FormatInt(s.timeout.Load()/int64(time.Second), 10) },
 		set: func(s *Server, v string) error {

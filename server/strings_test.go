@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"mvkv/engine"
 )
 
 // TestNewCommandsGoRedis drives the string and keyspace commands through
@@ -381,4 +383,16 @@ func TestRole(t *testing.T) {
 		// Background work (a checkpoint) may log between the two.
 		t.Fatalf("ROLE's offset %d, INFO's %d", role, info0)
 	}
+}
+
+// TestConfigGetDir: CONFIG GET dir answers the data directory, as backup
+// scripts read Redis's; it cannot be changed while the server runs.
+func TestConfigGetDir(t *testing.T) {
+	dir := t.TempDir()
+	ts := startServerIn(t, Config{}, engine.Options{}, dir)
+	r := ts.raw(t)
+	r.cmd("CONFIG", "GET", "dir")
+	r.expect(fmt.Sprintf("*2\r\n$3\r\ndir\r\n$%d\r\n%s\r\n", len(dir), dir))
+	r.cmd("CONFIG", "SET", "dir", "/tmp")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'dir') - can't set immutable config\r\n")
 }
