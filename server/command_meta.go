@@ -115,6 +115,7 @@ var redisMeta = map[string]commandMeta{
 	"memory|usage":            {arity: -3, flags: strs("readonly"), acl: strs("@read", "@slow"), keyFlags: [][]string{strs("RO")}},
 	"memory|help":             {arity: 2, flags: strs("loading", "stale"), acl: strs("@slow"), keyFlags: [][]string{}},
 	"time":                    {arity: 1, flags: strs("loading", "stale", "fast"), acl: strs("@fast"), keyFlags: [][]string{}},
+	"reset":                   {arity: 1, flags: strs("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), acl: strs("@fast", "@connection"), keyFlags: [][]string{}},
 	"role":                    {arity: 1, flags: strs("noscript", "loading", "stale", "fast"), acl: strs("@admin", "@fast", "@dangerous"), keyFlags: [][]string{}},
 	"lastsave":                {arity: 1, flags: strs("loading", "stale", "fast"), acl: strs("@admin", "@fast", "@dangerous"), keyFlags: [][]string{}},
 	"save":                    {arity: 1, flags: strs("admin", "noscript", "no_async_loading", "no_multi"), acl: strs("@admin", "@slow", "@dangerous"), keyFlags: [][]string{}},

@@ -201,6 +201,7 @@ func init() {
 		{"multi", 1, flagMultiCtl, ctl((*conn).multi)},
 		{"exec", 1, flagMultiCtl, ctl(func(c *conn, _ [][]byte) { c.exec() })},
 		{"discard", 1, flagMultiCtl, ctl((*conn).discard)},
+		{"reset", 1, flagNoAuth | flagMultiCtl, ctl((*conn).reset)},
 		{"watch", -2, flagMultiCtl, ctl((*conn).watch)},
 		{"unwatch", 1, 0, ctl(func(c *conn, _ [][]byte) { c.unwatchAll(); c.out = append(c.out, "+OK\r\n"...) })},
 		{"shutdown", -1, flagNoMulti, cmdShutdown},
@@ -1383,6 +1384,25 @@ func (c *conn) multi(_ [][]byte) {
 	}
 	c.inMulti = true
 	c.out = append(c.out, "+OK\r\n"...)
+}
+
+// reset is RESET, Redis 6.2's clearClientConnectionState: out of MULTI,
+// every key unwatched, out of MONITOR, replies on, no name, no NO-EVICT or
+// NO-TOUCH, and authenticated again only if no password is asked for. It
+// answers +RESET even after CLIENT REPLY OFF.
+func (c *conn) reset(_ [][]byte) {
+	if c.inMulti {
+		c.resetMulti()
+	}
+	c.unwatchAll()
+	c.s.stopMonitor(c)
+	c.replyOff, c.skipNext, c.replyOn = false, false, true
+	c.authed = false
+	c.mu.Lock()
+	c.name = ""
+	c.noEvict, c.noTouch = false, false
+	c.mu.Unlock()
+	c.out = append(c.out, "+RESET\r\n"...)
 }
 
 func (c *conn) discard(_ [][]byte) {

@@ -396,3 +396,18 @@ func TestConfigGetDir(t *testing.T) {
 	r.cmd("CONFIG", "SET", "dir", "/tmp")
 	r.expect("-ERR CONFIG SET failed (possibly related to argument 'dir') - can't set immutable config\r\n")
 }
+
+// TestResetDeauthenticates: with a password asked for, RESET leaves the
+// connection unauthenticated, as Redis's RESET returns it to the default
+// user; it is answered even with replies off.
+func TestResetDeauthenticates(t *testing.T) {
+	ts := startServer(t, Config{RequirePass: "pw"})
+	r := ts.raw(t)
+	r.cmd("AUTH", "pw")
+	r.expect("+OK\r\n")
+	r.cmd("CLIENT", "REPLY", "OFF")
+	r.cmd("RESET")
+	r.expect("+RESET\r\n")
+	r.cmd("GET", "k")
+	r.expect("-NOAUTH Authentication required.\r\n")
+}
