@@ -197,17 +197,17 @@ var knobs = withEngineSettings(map[string]knob{
 	}},
 	// The encoding knobs of Redis's other data types, accepted so that
 	// tools that set them do not fail; they change nothing here.
-	"hash-max-listpack-entries": encodingKnob("hash-max-listpack-entries", 128, 0, math.MaxInt64),
-	"hash-max-ziplist-entries":  encodingKnob("hash-max-listpack-entries", 128, 0, math.MaxInt64),
-	"hash-max-listpack-value":   encodingKnob("hash-max-listpack-value", 64, -1, -1),
-	"hash-max-ziplist-value":    encodingKnob("hash-max-listpack-value", 64, -1, -1),
-	"zset-max-listpack-entries": encodingKnob("zset-max-listpack-entries", 128, 0, math.MaxInt64),
-	"zset-max-ziplist-entries":  encodingKnob("zset-max-listpack-entries", 128, 0, math.MaxInt64),
-	"zset-max-listpack-value":   encodingKnob("zset-max-listpack-value", 64, -1, -1),
-	"zset-max-ziplist-value":    encodingKnob("zset-max-listpack-value", 64, -1, -1),
-	"set-max-intset-entries":    encodingKnob("set-max-intset-entries", 512, 0, math.MaxInt64),
-	"list-max-listpack-size":    encodingKnob("list-max-listpack-size", -2, math.MinInt32, math.MaxInt32),
-	"list-max-ziplist-size":     encodingKnob("list-max-listpack-size", -2, math.MinInt32, math.MaxInt32),
+	"hash-max-listpack-entries": encodingKnob("hash-max-listpack-entries", 128, intRange(0, math.MaxInt64)),
+	"hash-max-ziplist-entries":  encodingKnob("hash-max-listpack-entries", 128, intRange(0, math.MaxInt64)),
+	"hash-max-listpack-value":   encodingKnob("hash-max-listpack-value", 64, parseMemory),
+	"hash-max-ziplist-value":    encodingKnob("hash-max-listpack-value", 64, parseMemory),
+	"zset-max-listpack-entries": encodingKnob("zset-max-listpack-entries", 128, intRange(0, math.MaxInt64)),
+	"zset-max-ziplist-entries":  encodingKnob("zset-max-listpack-entries", 128, intRange(0, math.MaxInt64)),
+	"zset-max-listpack-value":   encodingKnob("zset-max-listpack-value", 64, parseMemory),
+	"zset-max-ziplist-value":    encodingKnob("zset-max-listpack-value", 64, parseMemory),
+	"set-max-intset-entries":    encodingKnob("set-max-intset-entries", 512, intRange(0, math.MaxInt64)),
+	"list-max-listpack-size":    encodingKnob("list-max-listpack-size", -2, intRange(math.MinInt32, math.MaxInt32)),
+	"list-max-ziplist-size":     encodingKnob("list-max-listpack-size", -2, intRange(math.MinInt32, math.MaxInt32)),
 })
 
 // withEngineSettings adds to m a parameter for every engine setting m does
@@ -256,21 +256,14 @@ func settingError(err error) error {
 //lint:ignore ST1005 Redis's exact text, which clients may match
 var errInvalidSave = errors.New("Invalid save parameters")
 
-// encodingKnob is a no-op integer parameter from lo to hi (Redis's range
-// for it), or a memory value (bytes, or with a unit) when both are -1,
-// kept under key (aliases share it, as Redis's ziplist and listpack names
-// do).
-func encodingKnob(key string, def, lo, hi int64) knob {
+// encodingKnob is a no-op integer parameter read by parse (Redis's range
+// or memory value for it), kept under key (aliases share it, as Redis's
+// ziplist and listpack names do).
+func encodingKnob(key string, def int64, parse func(v string) (int64, error)) knob {
 	return knob{
 		get: func(s *Server) string { return s.param(key, strconv.FormatInt(def, 10)) },
 		set: func(s *Server, v string) error {
-			var n int64
-			var err error
-			if lo == -1 && hi == -1 {
-				n, err = parseMemory(v)
-			} else {
-				n, err = parseKnobInt(v, lo, hi)
-			}
+			n, err := parse(v)
 			if err != nil {
 				return err
 			}
@@ -278,6 +271,11 @@ func encodingKnob(key string, def, lo, hi int64) knob {
 			return nil
 		},
 	}
+}
+
+// intRange is parseKnobInt for the range lo to hi.
+func intRange(lo, hi int64) func(v string) (int64, error) {
+	return func(v string) (int64, error) { return parseKnobInt(v, lo, hi) }
 }
 
 // param returns a parameter that only CONFIG keeps, or def.

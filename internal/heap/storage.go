@@ -166,9 +166,6 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		return err
 	}
 	off := int64(block%SegmentBlocks) * PageSize
-	s.mu.RLock()
-	knownBefore := s.known[block/SegmentBlocks]
-	s.mu.RUnlock()
 	if f == nil {
 		clear(p)
 		if block < s.written.Load() {
@@ -178,6 +175,13 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		return nil
 	}
 	n, err := f.ReadAt(p, off)
+	if n < PageSize && (err == nil || errors.Is(err, io.EOF)) && s.knownHeld(block) {
+		// The file held the block, or a write raised the count after
+		// this read: known is raised only once a write's data is in the
+		// file (an extension fills the blocks it skips), so a second
+		// read finds it unless the file was cut.
+		n, err = f.ReadAt(p, off)
+	}
 	if n < PageSize {
 		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("heap: read %s at offset %d (block %d): %w", f.Name(), off, block, err)
@@ -197,13 +201,12 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 			return fmt.Errorf("%w: %s at offset %d (block %d) lies past the file's end (%d bytes), below the %d blocks a checkpoint wrote: the file was cut short",
 				ErrZeroedPage, f.Name(), off, block, size, s.written.Load())
 		}
-		s.mu.RLock()
-		// The smaller of before and after the read: a write that
-		// raised it meanwhile (an extension's fill) landed after the
-		// read, and Truncate lowers it before cutting the file.
-		known := min(knownBefore, s.known[block/SegmentBlocks])
-		s.mu.RUnlock()
-		if block%SegmentBlocks < known {
+		// Truncate lowers known before it cuts the file, so a read
+		// racing with it is not taken for damage.
+		if s.knownHeld(block) {
+			s.mu.RLock()
+			known := s.known[block/SegmentBlocks]
+			s.mu.RUnlock()
 			size, _ := f.Size()
 			return fmt.Errorf("%w: %s at offset %d (block %d) lies past the file's end (%d bytes), which held %d bytes: the file was cut short while open",
 				ErrZeroedPage, f.Name(), off, block, size, int64(known)*PageSize)
@@ -223,6 +226,14 @@ func (s *Storage) ReadBlock(block uint32, p []byte) error {
 		}
 	}
 	return nil
+}
+
+// knownHeld reports whether block's segment file is known to have held it
+// (at open, or written since).
+func (s *Storage) knownHeld(block uint32) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return block%SegmentBlocks < s.known[block/SegmentBlocks]
 }
 
 // SetNoZeros tells ReadBlock that from now on every page inside the files
