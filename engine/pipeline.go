@@ -242,6 +242,18 @@ func (w *CommitWait) isVisible() bool {
 	}
 }
 
+// Visible reports whether a transaction begun now would see this commit's
+// writes (with early lock release, a synchronous commit is visible as soon
+// as CommitAsync returns, before it is durable), or whether the commit has
+// already ended otherwise, failed, so that there is nothing left to
+// become visible. A caller that pipelines reads behind its own writes (a
+// server reading a key its client has just set) may run the read at once
+// when its last CommitAsync is Visible, and hold the read's reply behind
+// that commit's by committing the read with CommitAsync too; otherwise it
+// must Wait first, or the read would miss its own write. Safe for
+// concurrent use; once true it stays true.
+func (w *CommitWait) Visible() bool { return w.isVisible() }
+
 // Wait returns once the commit has completed: nil means its commit record
 // is durable (with synchronous commit), every early-released commit it
 // depended on is durable, it is visible to new snapshots and its row locks

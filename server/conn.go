@@ -340,6 +340,16 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 		c.s.openTxns.Add(-1)
 		return err
 	}
+	select {
+	case <-w.Done():
+		// Complete already (a read of nothing undurable): nothing to
+		// hold its reply for, unless it failed.
+		if err := w.Wait(c.ctx); err == nil {
+			c.s.openTxns.Add(-1)
+			return nil
+		}
+	default:
+	}
 	c.pending = append(c.pending, pendingCommit{w: w, start: mark, end: len(c.out)})
 	return nil
 }
@@ -352,6 +362,26 @@ const maxPendingCommits = 128
 // pipelining reports whether a write should commit with commitPipelined:
 // more requests are buffered, or earlier commits are still pending.
 func (c *conn) pipelining() bool { return !c.noPipe && (c.more || len(c.pending) > 0) }
+
+// readPipelined reports whether cmd is a read that may run before the
+// connection's pending commits complete: they are all visible to a new
+// snapshot already (early lock release publishes a synchronous commit
+// before its flush, and CommitAsync publishes a connection's commits in
+// order, so the last one being visible means all are), so the read sees
+// the connection's own writes, as Redis's would. Its reply then waits
+// behind theirs: the read commits with commitPipelined, and completes
+// once the WAL is durable past every commit it may have seen, its own
+// connection's included. A pipeline mixing SETs and GETs so shares one
+// flush instead of waiting for one at every GET. With early lock release
+// off, or synchronous_commit off, the pending commits become visible only
+// as they complete, and the read waits for them (settle).
+func (c *conn) readPipelined(cmd *command) bool {
+	if cmd.flags&(flagRead|flagWrite) != flagRead || c.noPipe {
+		return false
+	}
+	n := len(c.pending)
+	return n == 0 || c.pending[n-1].w.Visible()
+}
 
 // rollback rolls tx back. The watch versions it bumped are put back first,
 // while it still holds the keys' row locks: a write that never committed
@@ -455,8 +485,10 @@ func (c *conn) dispatch(req request) {
 	defer c.feedMonitors(cmd, req.args)
 	// Anything but a pipelined write waits for the pending commits: a
 	// read, EXEC or WATCH must see the connection's own earlier writes,
-	// and CONFIG SET or SHUTDOWN must come after them.
-	if (cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined())) || len(c.pending) >= maxPendingCommits {
+	// and CONFIG SET or SHUTDOWN must come after them. A read need not
+	// when they are visible already (early lock release): it runs at
+	// once and its reply waits behind theirs (readPipelined).
+	if (cmd.flags&flagPipeline == 0 && !(cmd.name == "exec" && c.execPipelined()) && !c.readPipelined(cmd)) || len(c.pending) >= maxPendingCommits {
 		c.settle()
 	}
 	runMark := len(c.out)
@@ -547,14 +579,19 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			err = cmd.fn(x, args)
 			c.out = x.out
 			switch {
-			case err == nil && x.failed:
+			case err != nil:
+				c.rollback(tx)
+			case !write && c.pipelining():
+				// A read, its reply an error or not, is held behind
+				// the pending commits until what it read is durable
+				// (readPipelined); it wrote nothing to roll back.
+				err = c.commitPipelined(tx, mark)
+			case x.failed:
 				// An error reply may tell what the command read (a
 				// value that is not an integer): like a result, it
 				// waits until what it read is durable.
 				c.rollback(tx)
 				err = tx.WaitObserved()
-			case err != nil:
-				c.rollback(tx)
 			case cmd.flags&flagPipeline != 0 && c.pipelining():
 				err = c.commitPipelined(tx, mark)
 			default:

@@ -248,6 +248,79 @@ func TestPipelineOneKeySharesFlush(t *testing.T) {
 	}
 }
 
+// TestPipelineReadsShareFlush: with early lock release on, a pipeline
+// alternating writes and reads of one key runs to its end while the WAL
+// sync is held (each read sees the write before it, visible already), no
+// reply is sent until the sync is let through, and a few syncs cover the
+// whole pipeline. A read that waited for the connection's pending commits
+// instead would stop the pipeline at its first GET until the sync.
+func TestPipelineReadsShareFlush(t *testing.T) {
+	g := newGateFS()
+	on := true
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, WALFlusher: "serial", EarlyLockRelease: &on})
+	defer g.open()
+	a := ts.raw(t)
+	a.cmd("PING")
+	a.expect("+PONG\r\n")
+	const n = 32
+	var req strings.Builder
+	for i := range n {
+		fmt.Fprintf(&req, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n%02d\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", i)
+	}
+	g.shut()
+	before := ts.db.Stats()
+	a.send(req.String())
+	deadline := time.Now().Add(20 * time.Second)
+	for ts.db.Stats().Sub(before).Txn.EarlyCommits < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pipelined SETs committed while the WAL sync was held: a GET waited for the one before it", ts.db.Stats().Sub(before).Txn.EarlyCommits, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	noReplyYet(t, a, "pipelined SET and GET")
+	g.open()
+	for i := range n {
+		a.expect("+OK\r\n")
+		a.expect(fmt.Sprintf("$2\r\n%02d\r\n", i))
+	}
+	if d := ts.db.Stats().Sub(before); d.Txn.Commits != n || d.WAL.Syncs > 3 {
+		t.Fatalf("%d commits with %d WAL syncs; want %d commits with at most 3", d.Txn.Commits, d.WAL.Syncs, n)
+	}
+	if n := ts.s.OpenTransactions(); n != 0 {
+		t.Fatalf("%d transactions left open", n)
+	}
+}
+
+// TestPipelinedReadWaitsForWhatItSaw: a pipelined read that sees another
+// client's early-released write is held, like a read that is not
+// pipelined, until that write is durable, and the replies keep their
+// order.
+func TestPipelinedReadWaitsForWhatItSaw(t *testing.T) {
+	g := newGateFS()
+	on := true
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &on})
+	defer g.open()
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("SET", "k", "old")
+	a.expect("+OK\r\n")
+	b.cmd("PING")
+	b.expect("+PONG\r\n")
+
+	g.shut()
+	before := ts.db.Stats()
+	a.cmd("SET", "k", "new")
+	waitCommitInFlight(t, ts, g, before)
+	b.send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$6\r\nSTRLEN\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+	noReplyYet(t, a, "SET")
+	noReplyYet(t, b, "pipelined GET of an undurable write")
+	g.open()
+	a.expect("+OK\r\n")
+	b.expect("$3\r\nnew\r\n")
+	b.expect(":3\r\n")
+	b.expect("+PONG\r\n")
+	b.expect("$3\r\nnew\r\n")
+}
+
 // TestAsyncCommitRepliesBeforeDurable: with synchronous_commit off, a write
 // is replied to and visible without waiting for any WAL sync (so the reply
 // does not mean it is durable).

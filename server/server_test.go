@@ -639,8 +639,18 @@ func TestPipelineSameKey(t *testing.T) {
 // TestPipelineReadYourWrites: in a pipeline whose writes commit without
 // waiting, every read, EXEC and WATCH still sees the connection's own
 // earlier writes, and the replies come in order.
+// With early lock release on, the reads run before the writes ahead of
+// them are durable (readPipelined); with it off, they wait for them.
 func TestPipelineReadYourWrites(t *testing.T) {
-	ts := startServer(t, Config{})
+	for _, elr := range []bool{true, false} {
+		t.Run(fmt.Sprintf("early_lock_release=%v", elr), func(t *testing.T) {
+			testPipelineReadYourWrites(t, elr)
+		})
+	}
+}
+
+func testPipelineReadYourWrites(t *testing.T, elr bool) {
+	ts := startServerOn(t, Config{}, engine.Options{EarlyLockRelease: &elr})
 	r := ts.raw(t)
 	var b strings.Builder
 	for _, c := range [][]string{
