@@ -77,9 +77,9 @@ func (db *DB) publishEarly(st *txnState, end wal.LSN) error {
 		db.closeMu.RUnlock()
 		return db.fail(err)
 	}
+	db.finish(st)
 	db.stats.commits.Add(1)
 	db.earlyCommits.Add(1)
-	db.finish(st)
 	return nil
 }
 

@@ -35,6 +35,11 @@ type Stats struct {
 // TxnStats count transactions (PostgreSQL's pg_stat_database xact_commit,
 // xact_rollback and deadlocks).
 type TxnStats struct {
+	// Commits counts the transactions that wrote and committed, each once
+	// it is visible to new snapshots: a snapshot taken after Commits was
+	// read sees every commit it counts, so a caller that keeps something
+	// computed from a snapshot (a count of the keys, say) may reuse it
+	// while Commits is unchanged. Aborts counts the rollbacks.
 	Commits, Aborts uint64
 	// EarlyCommits counts the synchronous commits that became visible and
 	// released their row locks before their commit record was durable

@@ -771,8 +771,8 @@ func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
 	if err != nil {
 		return db.fail(err)
 	}
-	db.stats.commits.Add(1)
 	db.finish(st)
+	db.stats.commits.Add(1) // after: see TxnStats.Commits
 	return nil
 }
 

@@ -608,7 +608,12 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 			section("keyspace", fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=%d", keys, expires, avgTTL))
 		}
 	}
+	ksAge, ksTook := s.keyspaceAge()
 	section("mvkv",
+		// The keyspace section's count: how old, how long it took (see
+		// keyspace).
+		fmt.Sprintf("keyspace_count_age_seconds:%.3f", ksAge.Seconds()),
+		fmt.Sprintf("keyspace_count_seconds:%.3f", ksTook.Seconds()),
 		fmt.Sprintf("commits:%d", st.Txn.Commits),
 		fmt.Sprintf("early_commits:%d", st.Txn.EarlyCommits),
 		fmt.Sprintf("dependency_waits:%d", st.Txn.DependencyWaits),
@@ -665,31 +670,100 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 // keyspace counts the live keys and, among them, those with an expiry, for
 // INFO's keyspace section. Redis keeps both as counters; mvkv has neither
 // (the index also holds deleted keys, and deadlines live in the values),
-// so this is one read-only scan of every key and its value: O(N) in keys,
-// the cost of DBSIZE. Keys past their deadline but not yet reaped count as
-// gone, as DBSIZE counts them. avgTTL is the mean time to live of the keys
-// with an expiry, in milliseconds, exact where Redis samples it (0 when no
-// key has one, as Redis).
+// so a count is one read-only scan of every key and its value: O(N) in
+// keys, the cost of DBSIZE. Keys past their deadline but not yet reaped
+// count as gone, as DBSIZE counts them. avgTTL is the mean time to live of
+// the keys with an expiry, in milliseconds, exact where Redis samples it
+// (0 when no key has one, as Redis).
+//
+// Monitoring polls INFO every few seconds, so a count is kept and reused
+// while it is exact: no write has committed since its snapshot and no
+// key it counted has reached its deadline. Otherwise a count that took
+// less than keyspaceRecountBelow is taken again; a longer one is reused
+// until keyspaceStaleFactor times its duration has passed, so that
+// counting the keys costs at most about a tenth of a core however often
+// INFO is asked (a count of ten million keys, some ten seconds, is then
+// up to about two minutes old). INFO's mvkv section says how old the
+// count is and how long it took.
 func (s *Server) keyspace(ctx context.Context) (keys, expires, avgTTL int64, err error) {
-	var ttlSum float64
-	err = s.db.View(ctx, func(tx *engine.Txn) error {
-		keys, expires, ttlSum = 0, 0, 0
-		now := time.Now().UnixMilli()
+	c, err := s.keyspaceCount(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if c.expires > 0 {
+		avgTTL = max(0, int64(c.deadlineSum/float64(c.expires))-time.Now().UnixMilli())
+	}
+	return c.keys, c.expires, avgTTL, nil
+}
+
+// Reuse of a keyspace count that is no longer exact (see keyspace).
+const (
+	keyspaceRecountBelow = 100 * time.Millisecond
+	keyspaceStaleFactor  = 10
+)
+
+// keyspaceCount is one count of the keyspace (see keyspace).
+type keyspaceCount struct {
+	keys, expires int64
+	deadlineSum   float64 // the counted keys' deadlines, Unix ms, summed
+	nextDeadline  int64   // the earliest of them; 0 when none has one
+	commits       uint64  // the engine's commits, read before the count's snapshot
+	at            time.Time
+	took          time.Duration
+}
+
+// exact reports whether c still counts what a new count would.
+func (c *keyspaceCount) exact(commits uint64, now time.Time) bool {
+	return commits == c.commits && (c.nextDeadline == 0 || now.UnixMilli() < c.nextDeadline)
+}
+
+// keyspaceCount returns a count of the keyspace, the last one if it may be
+// reused (see keyspace). Callers that ask while a count is being taken wait
+// for it.
+func (s *Server) keyspaceCount(ctx context.Context) (keyspaceCount, error) {
+	s.ksMu.Lock()
+	defer s.ksMu.Unlock()
+	commits := s.db.Stats().Txn.Commits
+	now := time.Now()
+	if c := s.ks; c != nil && (c.exact(commits, now) || (c.took >= keyspaceRecountBelow && now.Sub(c.at) < keyspaceStaleFactor*c.took)) {
+		return *c, nil
+	}
+	c := keyspaceCount{commits: commits}
+	err := s.db.View(ctx, func(tx *engine.Txn) error {
+		c = keyspaceCount{commits: commits}
+		nowMS := time.Now().UnixMilli()
 		return tx.ScanPrefix(nil, nil, deadlineHdrSize, func(_, prefix []byte, total int) bool {
 			if _, deadline := decodeMeta(prefix, total); deadline == 0 {
-				keys++
-			} else if deadline > now {
-				keys++
-				expires++
-				ttlSum += float64(deadline - now)
+				c.keys++
+			} else if deadline > nowMS {
+				c.keys++
+				c.expires++
+				c.deadlineSum += float64(deadline)
+				if c.nextDeadline == 0 || deadline < c.nextDeadline {
+					c.nextDeadline = deadline
+				}
 			}
 			return true
 		})
 	})
-	if expires > 0 {
-		avgTTL = int64(ttlSum / float64(expires))
+	if err != nil {
+		return keyspaceCount{}, err
 	}
-	return keys, expires, avgTTL, err
+	c.at = time.Now()
+	c.took = c.at.Sub(now)
+	s.ks = &c
+	return c, nil
+}
+
+// keyspaceAge returns how old the last count of the keyspace is and how
+// long it took, for INFO's mvkv section; zeros before the first.
+func (s *Server) keyspaceAge() (age, took time.Duration) {
+	s.ksMu.Lock()
+	defer s.ksMu.Unlock()
+	if s.ks == nil {
+		return 0, 0
+	}
+	return time.Since(s.ks.at), s.ks.took
 }
 
 // cursorTable maps SCAN cursors to the key the scan resumes from. Redis

@@ -124,6 +124,9 @@ type Server struct {
 	watch  watchTable
 	cursor cursorTable
 
+	ksMu sync.Mutex     // held while the keyspace is counted
+	ks   *keyspaceCount // guarded by ksMu; the last count, nil before the first
+
 	// Runtime knobs changed by CONFIG SET.
 	syncCommit atomic.Int32           // engine.SynchronousCommit
 	protected  atomic.Bool            // protected-mode

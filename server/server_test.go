@@ -904,3 +904,69 @@ func TestMetaCommandsOnLargeValues(t *testing.T) {
 		t.Errorf("GET marked: %d bytes, want %d", len(v), len(marked))
 	}
 }
+
+// TestInfoKeyspaceCountReuse: INFO's keyspace count is kept while it is
+// exact (no commit since, no counted key expired), taken again at once
+// when a short count is no longer exact, and a long one is reused for ten
+// times its duration even then.
+func TestInfoKeyspaceCountReuse(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	keysLine := func() string {
+		t.Helper()
+		r.cmd("INFO", "keyspace")
+		got := r.reply()
+		_, line, _ := strings.Cut(got, "# Keyspace\r\n")
+		k, _, _ := strings.Cut(line, ",")
+		return k
+	}
+	do := func(args ...string) {
+		t.Helper()
+		r.cmd(args...)
+		r.reply()
+	}
+	countAt := func() time.Time {
+		ts.s.ksMu.Lock()
+		defer ts.s.ksMu.Unlock()
+		return ts.s.ks.at
+	}
+	do("SET", "a", "1")
+	if got := keysLine(); got != "db0:keys=1" {
+		t.Fatalf("after one SET: %q", got)
+	}
+	first := countAt()
+	if got := keysLine(); got != "db0:keys=1" || countAt() != first {
+		t.Fatalf("with nothing committed since: %q, count retaken: %v", got, countAt() != first)
+	}
+	do("GET", "a") // a read commits nothing
+	if keysLine(); countAt() != first {
+		t.Fatal("a GET made the count be retaken")
+	}
+	do("SET", "b", "2", "PX", "300")
+	if got := keysLine(); got != "db0:keys=2" {
+		t.Fatalf("after a second SET: %q", got)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if got := keysLine(); got != "db0:keys=1" {
+		t.Fatalf("after b's deadline: %q", got)
+	}
+	// A count that took long is reused though writes committed since.
+	ts.s.ksMu.Lock()
+	ts.s.ks.took = time.Second
+	ts.s.ks.at = time.Now()
+	ts.s.ksMu.Unlock()
+	do("SET", "c", "3")
+	if got := keysLine(); got != "db0:keys=1" {
+		t.Fatalf("a long count was not reused: %q", got)
+	}
+	r.cmd("INFO", "mvkv")
+	if got := r.reply(); !strings.Contains(got, "keyspace_count_seconds:1.000\r\n") || !strings.Contains(got, "keyspace_count_age_seconds:0.") {
+		t.Fatalf("INFO mvkv: %q", got)
+	}
+	ts.s.ksMu.Lock()
+	ts.s.ks.at = time.Now().Add(-11 * time.Second)
+	ts.s.ksMu.Unlock()
+	if got := keysLine(); got != "db0:keys=2" {
+		t.Fatalf("a long count was reused past ten times its duration: %q", got)
+	}
+}
