@@ -577,6 +577,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
 		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
 		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()),
+		fmt.Sprintf("expire_cycle_cpu_milliseconds:%d", s.expiry.cpu.Load()/1e6),
 		fmt.Sprintf("total_error_replies:%d", s.stats.errorReplies.Load()),
 		fmt.Sprintf("rejected_calls:%d", s.stats.rejectedCalls.Load()))
 	if wanted("replication") {

@@ -921,7 +921,7 @@ func cmdSet(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	if !nx && !xx && !get && !keepTTL && (deadline == 0 || deadline > x.now()) {
-		if err := x.tx.Put(key, encodeValue(val, deadline)); err != nil {
+		if err := x.tx.Put(key, x.encode(val, deadline)); err != nil {
 			return x.writeErr(err)
 		}
 		x.wrote(key)

@@ -45,8 +45,12 @@
 //
 // # Expiry and stored values
 //
-// Expiry works as in Redis 7, except that there is no active expiry cycle:
-// an expired key is removed when a command meets it. A key's deadline is
+// Expiry works as in Redis 7: an expired key is removed when a command
+// meets it, or by the active expiry cycle, which walks the keyspace in
+// slices ten times a second while keys with a deadline may exist (Redis
+// samples a dictionary of expiring keys instead; mvkv has none, and a
+// second key per expiring key, ordered by deadline, would double the
+// writes of every SET EX). A key's deadline is
 // stored with its value, in a header before it (0xFF 0x01, then the Unix
 // time in milliseconds), and a value that itself starts with 0xFF is
 // stored behind 0xFF 0x00. A program that writes through the engine into

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -43,6 +45,16 @@ func encodeValue(val []byte, deadline int64) []byte {
 		return append([]byte{valueMark, kindEscaped}, val...)
 	}
 	return val
+}
+
+// encode is encodeValue for a write of the command: a value with a
+// deadline also tells the active expiry cycle that there are keys to
+// look for.
+func (x *execCtx) encode(val []byte, deadline int64) []byte {
+	if deadline != 0 {
+		x.c.s.expiry.noteDeadline()
+	}
+	return encodeValue(val, deadline)
 }
 
 // decodeMeta is decodeValue for a value of which only the first
@@ -141,7 +153,7 @@ func (x *execCtx) rmw(key []byte, fn func(val []byte, deadline int64, live bool)
 		}
 		switch res {
 		case rmwPut:
-			return encodeValue(nv, nd), nil
+			return x.encode(nv, nd), nil
 		case rmwDelete:
 			return nil, errRMWDelete
 		}
@@ -338,4 +350,173 @@ func cmdTTL(x *execCtx, args [][]byte) error {
 	}
 	x.out = redcon.AppendInt(x.out, n)
 	return nil
+}
+
+// Active expiry, as Redis's activeExpireCycle: without it an expired key
+// that nobody reads again (a session, a cache entry) would stay stored for
+// ever. Redis samples its expires dictionary ten times a second (hz 10);
+// mvkv has none, deadlines living in the values, so the cycle walks the
+// keyspace instead, in key order, a slice of expireSliceKeys keys each
+// tick, reading of each value only its deadline header, and deletes the
+// keys past their deadline as lazy expiry does (a transaction with
+// synchronous_commit off, each key under its row lock, a key some writer
+// holds left for later). As Redis's cycle, it goes on within the tick
+// while more than a tenth of a slice had expired, up to expireCycleBudget:
+// a keyspace where many keys expire at once is cleaned at once, one where
+// few do costs a slice a tick. A whole pass over N keys takes about N /
+// 10,000 seconds at the least (a million keys: about two minutes), so an
+// expired key is removed within about that, or when it is next read.
+//
+// Rejected: a second key per expiring key, ordered by deadline (Redis's
+// expires dictionary as an index), which would find expired keys without
+// walking the others but doubles the writes of every SET EX; and sampling
+// random keys, which on a keyspace where few keys expire finds almost
+// none. The walk costs nothing once it knows there is nothing to find: a
+// pass that met no key with a deadline, with no deadline written since it
+// began, stops the cycle until a write stores one (or the server
+// restarts over a keyspace that is not empty).
+const (
+	expireCycleEvery  = 100 * time.Millisecond // Redis's hz 10
+	expireSliceKeys   = 2000
+	expireCycleBudget = 25 * time.Millisecond // Redis's 25% of a tick
+	expireDeleteWait  = 100 * time.Millisecond
+)
+
+// expiryState is the active expiry cycle's state.
+type expiryState struct {
+	// maybe is set while keys with a deadline may exist; gen counts the
+	// writes that stored a deadline, so that a pass can tell whether one
+	// came while it walked.
+	maybe atomic.Bool
+	gen   atomic.Uint64
+	stop  chan struct{} // closed to end the cycle
+	done  chan struct{} // closed when it has ended
+	once  sync.Once     // starts the cycle
+	// cpu is the time the cycle has spent, in nanoseconds (INFO's
+	// expire_cycle_cpu_milliseconds).
+	cpu atomic.Int64
+}
+
+func (e *expiryState) noteDeadline() {
+	e.gen.Add(1)
+	e.maybe.Store(true)
+}
+
+// startExpiry starts the active expiry cycle once; shutdown ends it.
+func (s *Server) startExpiry() {
+	s.expiry.once.Do(func() {
+		if s.db.Stats().Index.Keys > 0 {
+			s.expiry.maybe.Store(true)
+		}
+		go s.expireCycle()
+	})
+}
+
+// stopExpiry ends the cycle and waits for it, if it was started.
+func (s *Server) stopExpiry() {
+	started := true
+	s.expiry.once.Do(func() { started = false })
+	close(s.expiry.stop)
+	if started {
+		<-s.expiry.done
+	}
+}
+
+func (s *Server) expireCycle() {
+	defer close(s.expiry.done)
+	t := time.NewTicker(expireCycleEvery)
+	defer t.Stop()
+	var from []byte // where the pass resumes; nil at its start
+	var passDeadlines int64
+	passGen := s.expiry.gen.Load()
+	for {
+		select {
+		case <-s.expiry.stop:
+			return
+		case <-t.C:
+		}
+		if !s.expiry.maybe.Load() {
+			continue
+		}
+		start := time.Now()
+		for {
+			if from == nil {
+				passGen, passDeadlines = s.expiry.gen.Load(), 0
+			}
+			next, scanned, deadlines, expired, err := s.expireSlice(from)
+			if errors.Is(err, engine.ErrClosed) {
+				return // closed without a shutdown of the server
+			}
+			if err != nil {
+				// Closed, shutting down, or damage a reader will
+				// report; the next tick tries again from the start.
+				from = nil
+				break
+			}
+			from, passDeadlines = next, passDeadlines+deadlines
+			if from == nil && passDeadlines == 0 {
+				// Nothing to find: sleep until a deadline is
+				// written, unless one was while the pass walked.
+				s.expiry.maybe.Store(false)
+				if s.expiry.gen.Load() != passGen {
+					s.expiry.maybe.Store(true)
+				}
+			}
+			if from == nil || expired*10 <= scanned || time.Since(start) >= expireCycleBudget {
+				break
+			}
+		}
+		s.expiry.cpu.Add(int64(time.Since(start)))
+	}
+}
+
+// expireSlice reads the deadlines of up to expireSliceKeys keys from from
+// (nil: the first key) and deletes those past theirs. It returns the key
+// the next slice starts from, nil when the walk reached the end.
+func (s *Server) expireSlice(from []byte) (next []byte, scanned, deadlines, expired int64, err error) {
+	tx, err := s.db.Begin(s.baseCtx, engine.TxnOptions{Isolation: engine.ReadCommitted, ReadOnly: true})
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	now := time.Now().UnixMilli()
+	var keys [][]byte
+	err = tx.ScanPrefix(from, nil, deadlineHdrSize, func(k, prefix []byte, total int) bool {
+		if scanned == expireSliceKeys {
+			next = append([]byte(nil), k...)
+			return false
+		}
+		scanned++
+		if _, d := decodeMeta(prefix, total); d != 0 {
+			deadlines++
+			if d <= now {
+				keys = append(keys, append([]byte(nil), k...))
+			}
+		}
+		return true
+	})
+	tx.Rollback() // read only, and nothing it read is reported
+	if err != nil || len(keys) == 0 {
+		return next, scanned, deadlines, 0, err
+	}
+	ctx, cancel := context.WithTimeout(s.baseCtx, expireDeleteWait)
+	defer cancel()
+	off := engine.SyncCommitOff
+	wtx, err := s.db.Begin(ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &off})
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	x := &execCtx{c: &conn{s: s, ctx: ctx}, tx: wtx, nowMS: now}
+	for _, k := range keys {
+		if err := x.rmw(k, func([]byte, int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 }); err != nil {
+			// A key whose row lock a writer holds: that write
+			// replaces or deletes it anyway. The others wait for
+			// the next pass.
+			wtx.Rollback()
+			return next, scanned, deadlines, 0, nil
+		}
+	}
+	if err := wtx.Commit(); err != nil {
+		return nil, 0, 0, 0, err
+	}
+	return next, scanned, deadlines, int64(len(keys)), nil
 }

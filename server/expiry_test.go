@@ -293,3 +293,70 @@ func TestExpiryRestart(t *testing.T) {
 		t.Fatalf("GET after restart: %q", v)
 	}
 }
+
+// TestActiveExpiry: keys past their deadline that nobody reads are removed
+// by the active expiry cycle (INFO's expired_keys counts them), keys
+// without one are left alone, and once a pass finds no deadline the cycle
+// rests until a write stores one.
+func TestActiveExpiry(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	var b strings.Builder
+	const n, keep = 2500, 700
+	for i := range n {
+		fmt.Fprintf(&b, "*5\r\n$3\r\nSET\r\n$6\r\nx%05d\r\n$1\r\nv\r\n$2\r\nPX\r\n$3\r\n200\r\n", i)
+	}
+	for i := range keep {
+		fmt.Fprintf(&b, "*3\r\n$3\r\nSET\r\n$6\r\nk%05d\r\n$1\r\nv\r\n", i)
+	}
+	r.send(b.String())
+	for range n + keep {
+		r.expect("+OK\r\n")
+	}
+	expiredKeys := func() int {
+		t.Helper()
+		r.cmd("INFO", "stats")
+		got := r.reply()
+		_, v, _ := strings.Cut(got, "expired_keys:")
+		v, _, _ = strings.Cut(v, "\r\n")
+		e, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("INFO stats: %q", got)
+		}
+		return e
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for expiredKeys() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d expired keys removed without being read", expiredKeys(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e := expiredKeys(); e != n {
+		t.Fatalf("expired_keys %d, want %d", e, n)
+	}
+	// The deletes are real: a scan at the engine finds only the others.
+	left := 0
+	if err := ts.db.View(context.Background(), func(tx *engine.Txn) error {
+		return tx.Scan(nil, nil, func(k, _ []byte) bool { left++; return true })
+	}); err != nil || left != keep {
+		t.Fatalf("%d keys stored (%v), want %d", left, err, keep)
+	}
+	for ts.s.expiry.maybe.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the cycle did not come to rest after a pass with no deadline")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.cmd("SET", "late", "v", "PX", "100")
+	r.expect("+OK\r\n")
+	if !ts.s.expiry.maybe.Load() {
+		t.Fatal("a write with a deadline did not wake the cycle")
+	}
+	for expiredKeys() < n+1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a key written with a deadline after the cycle rested was not removed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -348,7 +348,7 @@ func (x *execCtx) putValue(dst, v []byte, d int64, ifAbsent bool) (bool, error) 
 			return false, nil
 		}
 	}
-	if err := x.tx.Put(dst, encodeValue(v, d)); err != nil {
+	if err := x.tx.Put(dst, x.encode(v, d)); err != nil {
 		return false, x.writeErr(err)
 	}
 	return true, nil

@@ -124,6 +124,8 @@ type Server struct {
 	watch  watchTable
 	cursor cursorTable
 
+	expiry expiryState // the active expiry cycle
+
 	ksMu sync.Mutex     // held while the keyspace is counted
 	ks   *keyspaceCount // guarded by ksMu; the last count, nil before the first
 
@@ -197,6 +199,7 @@ func New(db *engine.DB, cfg Config) *Server {
 		conns:     map[*conn]struct{}{},
 		done:      make(chan struct{}),
 	}
+	s.expiry.stop, s.expiry.done = make(chan struct{}), make(chan struct{})
 	s.watch.keys = map[string]*watchEntry{}
 	s.cursor.m = map[uint64][]byte{}
 	s.syncCommit.Store(int32(cfg.SynchronousCommit))
@@ -256,6 +259,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, isTLS bool) error {
 	}
 	s.listeners[ln] = isTLS
 	s.mu.Unlock()
+	s.startExpiry()
 	stop := context.AfterFunc(ctx, func() { s.shutdownAsync() })
 	defer stop()
 	var tempDelay time.Duration
@@ -366,6 +370,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		<-finished
 	}
+	s.stopExpiry()
 	s.cancel()
 	if cerr := s.db.Checkpoint(); cerr != nil && !errors.Is(cerr, engine.ErrClosed) {
 		err = errors.Join(err, fmt.Errorf("server: shutdown checkpoint: %w", cerr))

@@ -139,7 +139,7 @@ func cmdSetEx(x *execCtx, args [][]byte) error {
 	if !x.checkKey(key) {
 		return nil
 	}
-	if err := x.tx.Put(key, encodeValue(args[3], d)); err != nil {
+	if err := x.tx.Put(key, x.encode(args[3], d)); err != nil {
 		return x.writeErr(err)
 	}
 	x.wrote(key)
