@@ -457,6 +457,11 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 		s.connsRecv.Store(0)
 		s.rejected.Store(0)
 		s.expiredKeys.Store(0)
+		s.expiry.cpu.Store(0)
+		s.keyspaceHits.Store(0)
+		s.keyspaceMisses.Store(0)
+		s.netIn.Store(0)
+		s.netOut.Store(0)
 		s.stats.peakMem.Store(0)
 		x.ok()
 	case "help":
@@ -575,9 +580,17 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	section("stats",
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),
+		fmt.Sprintf("instantaneous_ops_per_sec:%d", int64(s.opsRate.rate())),
+		fmt.Sprintf("total_net_input_bytes:%d", s.netIn.Load()),
+		fmt.Sprintf("total_net_output_bytes:%d", s.netOut.Load()),
+		fmt.Sprintf("instantaneous_input_kbps:%.2f", s.inRate.rate()/1024),
+		fmt.Sprintf("instantaneous_output_kbps:%.2f", s.outRate.rate()/1024),
 		fmt.Sprintf("rejected_connections:%d", s.rejected.Load()),
 		fmt.Sprintf("expired_keys:%d", s.expiredKeys.Load()),
 		fmt.Sprintf("expire_cycle_cpu_milliseconds:%d", s.expiry.cpu.Load()/1e6),
+		"evicted_keys:0",
+		fmt.Sprintf("keyspace_hits:%d", s.keyspaceHits.Load()),
+		fmt.Sprintf("keyspace_misses:%d", s.keyspaceMisses.Load()),
 		fmt.Sprintf("total_error_replies:%d", s.stats.errorReplies.Load()),
 		fmt.Sprintf("rejected_calls:%d", s.stats.rejectedCalls.Load()))
 	if wanted("replication") {

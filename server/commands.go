@@ -55,7 +55,10 @@ type execCtx struct {
 	out    []byte
 	failed bool // the reply is an error: a single command rolls back
 	inExec bool
-	nowMS  int64 // the command's clock (see now); 0 until read
+	// lookups: the command's key reads count in keyspace_hits and
+	// keyspace_misses (see countsLookups).
+	lookups bool
+	nowMS   int64 // the command's clock (see now); 0 until read
 }
 
 func (x *execCtx) errorf(format string, a ...any) {
@@ -113,10 +116,12 @@ func (x *execCtx) get(k []byte) ([]byte, error) {
 // milliseconds, 0 for none) and whether it is live.
 func (x *execCtx) getDeadline(k []byte) ([]byte, int64, bool, error) {
 	if !storable(k) {
+		x.lookedUp(false)
 		return nil, 0, false, nil
 	}
 	raw, err := x.tx.Get(k)
 	if errors.Is(err, engine.ErrNotFound) {
+		x.lookedUp(false)
 		return nil, 0, false, nil
 	}
 	if err != nil {
@@ -126,7 +131,34 @@ func (x *execCtx) getDeadline(k []byte) ([]byte, int64, bool, error) {
 	if !ok {
 		x.noteExpired(k)
 	}
+	x.lookedUp(ok)
 	return v, d, ok, nil
+}
+
+// countsLookups reports whether cmd's key reads count in keyspace_hits
+// and keyspace_misses: as Redis's lookupKeyRead, those of the read
+// commands and of the writes that reply with what they read (GETSET,
+// GETDEL, GETEX), not those of other writes (lookupKeyWrite), nor the
+// keys a scan or DBSIZE meets.
+func countsLookups(cmd *command) bool {
+	switch cmd.name {
+	case "getset", "getdel", "getex":
+		return true
+	case "scan", "keys", "dbsize", "randomkey":
+		return false
+	}
+	return cmd.flags&flagRead != 0
+}
+
+// lookedUp counts a key read as a hit (found live) or a miss.
+func (x *execCtx) lookedUp(hit bool) {
+	switch {
+	case !x.lookups:
+	case hit:
+		x.c.s.keyspaceHits.Add(1)
+	default:
+		x.c.s.keyspaceMisses.Add(1)
+	}
 }
 
 // meta is getDeadline without the value: the value's length, its
@@ -135,10 +167,12 @@ func (x *execCtx) getDeadline(k []byte) ([]byte, int64, bool, error) {
 // (EXISTS, TYPE, STRLEN, TTL, EXPIRETIME).
 func (x *execCtx) meta(k []byte) (length int, deadline int64, live bool, err error) {
 	if !storable(k) {
+		x.lookedUp(false)
 		return 0, 0, false, nil
 	}
 	prefix, total, err := x.tx.GetPrefix(k, deadlineHdrSize)
 	if errors.Is(err, engine.ErrNotFound) {
+		x.lookedUp(false)
 		return 0, 0, false, nil
 	}
 	if err != nil {
@@ -147,8 +181,10 @@ func (x *execCtx) meta(k []byte) (length int, deadline int64, live bool, err err
 	length, deadline = decodeMeta(prefix, total)
 	if deadline != 0 && deadline <= x.now() {
 		x.noteExpired(k)
+		x.lookedUp(false)
 		return 0, 0, false, nil
 	}
+	x.lookedUp(true)
 	return length, deadline, true, nil
 }
 

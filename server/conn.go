@@ -146,7 +146,9 @@ func (h hookReader) Read(p []byte) (int, error) {
 	if c.s.isClosing() {
 		return 0, errShutdown
 	}
-	return c.nc.Read(p)
+	n, err := c.nc.Read(p)
+	c.s.netIn.Add(uint64(n))
+	return n, err
 }
 
 // wake interrupts a read the connection is blocked in; called by shutdown.
@@ -270,8 +272,9 @@ func (c *conn) flush() error {
 		return nil
 	}
 	c.wmu.Lock()
-	_, err := c.nc.Write(c.out)
+	n, err := c.nc.Write(c.out)
 	c.wmu.Unlock()
+	c.s.netOut.Add(uint64(n))
 	if cap(c.out) > 4*flushThreshold {
 		c.out = nil
 	} else {
@@ -575,7 +578,7 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			c.rollback(tx)
 		} else if err == nil {
 			x := &c.scratchX
-			*x = execCtx{c: c, tx: tx, out: c.out}
+			*x = execCtx{c: c, tx: tx, out: c.out, lookups: countsLookups(cmd)}
 			err = cmd.fn(x, args)
 			c.out = x.out
 			switch {
@@ -814,7 +817,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 	for _, args := range queue {
 		cmd := commandTable[lower(args[0])]
 		x := &c.scratchX
-		*x = execCtx{c: c, tx: tx, out: c.out, inExec: true}
+		*x = execCtx{c: c, tx: tx, out: c.out, inExec: true, lookups: countsLookups(cmd)}
 		start, at := time.Now(), len(c.out)
 		err := cmd.fn(x, args)
 		c.out = x.out

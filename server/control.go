@@ -155,8 +155,9 @@ func cmdMonitor(x *execCtx, _ [][]byte) error {
 	go func() {
 		for line := range ch {
 			c.wmu.Lock()
-			_, err := c.nc.Write(line)
+			n, err := c.nc.Write(line)
 			c.wmu.Unlock()
+			c.s.netOut.Add(uint64(n))
 			if err != nil {
 				c.nc.Close()
 			}

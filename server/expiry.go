@@ -140,10 +140,15 @@ var errRMWDelete = errors.New("server: delete")
 // decision; an error means the transaction failed, or comes from
 // engine limits (see writeErr).
 func (x *execCtx) rmw(key []byte, fn func(val []byte, deadline int64, live bool) (rmwResult, []byte, int64)) error {
-	expired := false
+	expired, looked, hit := false, false, false
+	defer func() {
+		if looked {
+			x.lookedUp(hit)
+		}
+	}()
 	err := x.tx.Update(key, func(raw []byte, found bool) ([]byte, error) {
 		val, deadline, ok := x.live(raw, found)
-		expired = found && !ok
+		expired, looked, hit = found && !ok, true, ok
 		res, nv, nd := fn(val, deadline, ok)
 		switch {
 		case res == rmwPut && nd != 0 && nd <= x.now():
@@ -402,13 +407,14 @@ func (e *expiryState) noteDeadline() {
 	e.maybe.Store(true)
 }
 
-// startExpiry starts the active expiry cycle once; shutdown ends it.
+// startExpiry starts the server's cron (and so the active expiry cycle)
+// once; shutdown ends it.
 func (s *Server) startExpiry() {
 	s.expiry.once.Do(func() {
 		if s.db.Stats().Index.Keys > 0 {
 			s.expiry.maybe.Store(true)
 		}
-		go s.expireCycle()
+		go s.cron()
 	})
 }
 
@@ -422,19 +428,26 @@ func (s *Server) stopExpiry() {
 	}
 }
 
-func (s *Server) expireCycle() {
+// cron is the server's periodic work, as Redis's serverCron at hz 10: it
+// samples the rates INFO reports (trackInstantaneousMetric) and runs the
+// active expiry cycle.
+func (s *Server) cron() {
 	defer close(s.expiry.done)
 	t := time.NewTicker(expireCycleEvery)
 	defer t.Stop()
-	var from []byte // where the pass resumes; nil at its start
+	var from []byte // where the expiry pass resumes; nil at its start
 	var passDeadlines int64
 	passGen := s.expiry.gen.Load()
 	for {
+		var now time.Time
 		select {
 		case <-s.expiry.stop:
 			return
-		case <-t.C:
+		case now = <-t.C:
 		}
+		s.opsRate.sample(now, s.commands.Load())
+		s.inRate.sample(now, s.netIn.Load())
+		s.outRate.sample(now, s.netOut.Load())
 		if !s.expiry.maybe.Load() {
 			continue
 		}
@@ -519,4 +532,46 @@ func (s *Server) expireSlice(from []byte) (next []byte, scanned, deadlines, expi
 		return nil, 0, 0, 0, err
 	}
 	return next, scanned, deadlines, int64(len(keys)), nil
+}
+
+// rateSampler turns a growing total into a rate, as Redis's
+// trackInstantaneousMetric: the mean of the rates over the last
+// rateSamples intervals between samples.
+type rateSampler struct {
+	mu      sync.Mutex
+	lastT   time.Time // guarded by mu; zero before the first sample
+	lastN   uint64    // guarded by mu
+	rates   [rateSamples]float64
+	next, n int // guarded by mu
+}
+
+const rateSamples = 16 // Redis's STATS_METRIC_SAMPLES
+
+func (r *rateSampler) sample(now time.Time, total uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// A total below the last one was reset (CONFIG RESETSTAT): no
+	// sample for that interval.
+	if !r.lastT.IsZero() && total >= r.lastN {
+		if d := now.Sub(r.lastT).Seconds(); d > 0 {
+			r.rates[r.next] = float64(total-r.lastN) / d
+			r.next = (r.next + 1) % rateSamples
+			r.n = min(r.n+1, rateSamples)
+		}
+	}
+	r.lastT, r.lastN = now, total
+}
+
+// rate is the mean rate per second over the last samples; 0 before two.
+func (r *rateSampler) rate() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, v := range r.rates[:r.n] {
+		sum += v
+	}
+	return sum / float64(r.n)
 }

@@ -155,6 +155,14 @@ type Server struct {
 	// expiredKeys counts keys removed because they were past their
 	// deadline (Redis's expired_keys).
 	expiredKeys atomic.Uint64
+	// keyspaceHits and keyspaceMisses count the keys read commands looked
+	// up and found live or not (Redis's keyspace_hits and misses);
+	// netIn and netOut the bytes read from and written to clients.
+	keyspaceHits, keyspaceMisses atomic.Uint64
+	netIn, netOut                atomic.Uint64
+	// opsRate, inRate and outRate sample total_commands_processed, netIn
+	// and netOut every cron tick, for INFO's instantaneous rates.
+	opsRate, inRate, outRate rateSampler
 
 	bgsave     atomic.Bool  // a BGSAVE checkpoint is running
 	monitors   monitorSet   // MONITOR connections

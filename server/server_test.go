@@ -970,3 +970,56 @@ func TestInfoKeyspaceCountReuse(t *testing.T) {
 		t.Fatalf("a long count was reused past ten times its duration: %q", got)
 	}
 }
+
+// TestInfoStatsCounters: keyspace_hits and keyspace_misses count the keys
+// read commands look up as Redis's lookupKeyRead does (writes other than
+// GETSET, GETDEL and GETEX, and scans, count nothing), the net byte
+// totals grow with the traffic, and instantaneous_ops_per_sec follows
+// the commands of the last second or so.
+func TestInfoStatsCounters(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	stat := func(name string) float64 {
+		t.Helper()
+		r.cmd("INFO", "stats")
+		got := r.reply()
+		_, v, ok := strings.Cut(got, "\r\n"+name+":")
+		v, _, _ = strings.Cut(v, "\r\n")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			t.Fatalf("INFO stats has no %s: %q", name, got)
+		}
+		return f
+	}
+	for _, c := range [][]string{
+		{"SET", "a", "1"}, {"INCR", "b"}, {"SET", "gone", "x", "PX", "1"}, // writes: nothing
+		{"GET", "a"}, {"GET", "nope"}, // a hit, a miss
+		{"MGET", "a", "b", "c"},               // two hits, a miss
+		{"EXISTS", "a", "zz"},                 // a hit, a miss
+		{"GETSET", "a", "2"}, {"GETDEL", "x"}, // a hit, a miss
+		{"STRLEN", "b"}, {"TTL", "gone"}, // a hit; expired: a miss
+		{"SCAN", "0"}, {"KEYS", "*"}, {"DBSIZE"}, // nothing
+	} {
+		r.cmd(c...)
+		r.reply()
+	}
+	if h, m := stat("keyspace_hits"), stat("keyspace_misses"); h != 6 || m != 5 {
+		t.Fatalf("keyspace_hits %v, keyspace_misses %v; want 6 and 5", h, m)
+	}
+	in, out := stat("total_net_input_bytes"), stat("total_net_output_bytes")
+	r.cmd("SET", "k", strings.Repeat("v", 1000))
+	r.expect("+OK\r\n")
+	if in2, out2 := stat("total_net_input_bytes"), stat("total_net_output_bytes"); in2 < in+1000 || out2 <= out {
+		t.Fatalf("net bytes in %v -> %v, out %v -> %v after a 1,000-byte SET", in, in2, out, out2)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for stat("instantaneous_ops_per_sec") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("instantaneous_ops_per_sec stayed 0 while INFO was asked in a loop")
+		}
+		for range 50 {
+			r.cmd("PING")
+			r.expect("+PONG\r\n")
+		}
+	}
+}
