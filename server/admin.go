@@ -700,7 +700,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 // up to about two minutes old). INFO's mvkv section says how old the
 // count is and how long it took.
 func (s *Server) keyspace(ctx context.Context) (keys, expires, avgTTL int64, err error) {
-	c, err := s.keyspaceCount(ctx)
+	c, err := s.keyspaceCount(ctx, false)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -732,14 +732,14 @@ func (c *keyspaceCount) exact(commits uint64, now time.Time) bool {
 }
 
 // keyspaceCount returns a count of the keyspace, the last one if it may be
-// reused (see keyspace). Callers that ask while a count is being taken wait
-// for it.
-func (s *Server) keyspaceCount(ctx context.Context) (keyspaceCount, error) {
+// reused (see keyspace); with exact, only if it is exact. Callers that ask
+// while a count is being taken wait for it.
+func (s *Server) keyspaceCount(ctx context.Context, exact bool) (keyspaceCount, error) {
 	s.ksMu.Lock()
 	defer s.ksMu.Unlock()
 	commits := s.db.Stats().Txn.Commits
 	now := time.Now()
-	if c := s.ks; c != nil && (c.exact(commits, now) || (c.took >= keyspaceRecountBelow && now.Sub(c.at) < keyspaceStaleFactor*c.took)) {
+	if c := s.ks; c != nil && (c.exact(commits, now) || (!exact && c.took >= keyspaceRecountBelow && now.Sub(c.at) < keyspaceStaleFactor*c.took)) {
 		return *c, nil
 	}
 	c := keyspaceCount{commits: commits}

@@ -1023,3 +1023,45 @@ func TestInfoStatsCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestDBSizeReusesExactCount: DBSIZE answers from the kept keyspace count
+// while it is exact, and counts again after a write, so its answer is
+// always current.
+func TestDBSizeReusesExactCount(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	countAt := func() time.Time {
+		ts.s.ksMu.Lock()
+		defer ts.s.ksMu.Unlock()
+		if ts.s.ks == nil {
+			return time.Time{}
+		}
+		return ts.s.ks.at
+	}
+	r.cmd("SET", "a", "1")
+	r.expect("+OK\r\n")
+	r.cmd("DBSIZE")
+	r.expect(":1\r\n")
+	first := countAt()
+	r.cmd("DBSIZE")
+	r.expect(":1\r\n")
+	if countAt() != first {
+		t.Fatal("DBSIZE counted again with nothing committed since")
+	}
+	// A long count is reused by INFO while stale, never by DBSIZE.
+	ts.s.ksMu.Lock()
+	ts.s.ks.took = time.Second
+	ts.s.ksMu.Unlock()
+	r.cmd("SET", "b", "1")
+	r.expect("+OK\r\n")
+	r.cmd("DBSIZE")
+	r.expect(":2\r\n")
+	r.cmd("MULTI")
+	r.expect("+OK\r\n")
+	r.cmd("SET", "c", "1")
+	r.expect("+QUEUED\r\n")
+	r.cmd("DBSIZE")
+	r.expect("+QUEUED\r\n")
+	r.cmd("EXEC")
+	r.expect("*2\r\n+OK\r\n:3\r\n")
+}
