@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -63,6 +64,8 @@ var knobs = withEngineSettings(map[string]knob{
 		}
 		return s.db.Dir()
 	}},
+	"slowlog-log-slower-than": atomicIntKnob(func(s *Server) *atomic.Int64 { return &s.slowlog.slowerThan }, -1, math.MaxInt64),
+	"slowlog-max-len":         atomicIntKnob(func(s *Server) *atomic.Int64 { return &s.slowlog.maxLen }, 0, math.MaxInt64),
 	"timeout": {
 		get: func(s *Server) string { return strconv.FormatInt(s.timeout.Load()/int64(time.Second), 10) },
 		set: func(s *Server, v string) error {
@@ -268,6 +271,22 @@ func encodingKnob(key string, def int64, parse func(v string) (int64, error)) kn
 				return err
 			}
 			s.setParam(key, strconv.FormatInt(n, 10))
+			return nil
+		},
+	}
+}
+
+// atomicIntKnob is an integer parameter from lo to hi kept in the atomic
+// field returns.
+func atomicIntKnob(field func(s *Server) *atomic.Int64, lo, hi int64) knob {
+	return knob{
+		get: func(s *Server) string { return strconv.FormatInt(field(s).Load(), 10) },
+		set: func(s *Server, v string) error {
+			n, err := parseKnobInt(v, lo, hi)
+			if err != nil {
+				return err
+			}
+			field(s).Store(n)
 			return nil
 		},
 	}

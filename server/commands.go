@@ -281,6 +281,12 @@ func init() {
 		{"bgsave", -1, 0, cmdBgSave},
 		{"monitor", 1, 0, cmdMonitor},
 		{"wait", 3, 0, cmdWait},
+		{"slowlog", -2, 0, cmdSlowlog},
+		{"acl", -2, 0, cmdACL},
+		{"cluster", -2, 0, cmdCluster},
+		{"readonly", 1, 0, cmdCluster},
+		{"readwrite", 1, 0, cmdCluster},
+		{"bgrewriteaof", 1, 0, cmdBgRewriteAOF},
 	}
 	commandTable = make(map[string]*command, len(cmds))
 	for _, c := range cmds {
@@ -456,7 +462,8 @@ func cmdClient(x *execCtx, args [][]byte) error {
 	c := x.c
 	sub := strings.ToLower(string(args[1]))
 	arity := map[string]int{"id": 2, "getname": 2, "setname": 3, "setinfo": 4, "list": -2, "info": 2, "help": 2,
-		"kill": -3, "reply": 3, "pause": -3, "unpause": 2, "no-evict": 3, "no-touch": 3}
+		"kill": -3, "reply": 3, "pause": -3, "unpause": 2, "no-evict": 3, "no-touch": 3,
+		"unblock": -3, "getredir": 2, "trackinginfo": 2}
 	want, known := arity[sub]
 	if !known {
 		x.errorf("ERR unknown subcommand '%s'. Try CLIENT HELP.", trunc(args[1], 128))
@@ -604,6 +611,29 @@ func cmdClient(x *execCtx, args [][]byte) error {
 	case "unpause":
 		c.s.unpause()
 		x.ok()
+	case "unblock":
+		// No command blocks here (no BLPOP, no WAIT for replicas that
+		// can be unblocked), so no client is unblocked: 0, as Redis
+		// answers for a client that is not blocked.
+		if _, ok := parseInt(args[2]); !ok {
+			x.notInteger()
+			return nil
+		}
+		if len(args) > 4 {
+			x.errorf("ERR unknown subcommand or wrong number of arguments for '%s'. Try CLIENT HELP.", trunc(args[1], 128))
+			return nil
+		}
+		if len(args) == 4 {
+			if r := strings.ToLower(string(args[3])); r != "timeout" && r != "error" {
+				x.errorf("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+				return nil
+			}
+		}
+		x.out = redcon.AppendInt(x.out, 0)
+	case "getredir":
+		x.out = redcon.AppendInt(x.out, -1) // tracking is off
+	case "trackinginfo":
+		x.out = append(x.out, "*6\r\n$5\r\nflags\r\n*1\r\n$3\r\noff\r\n$8\r\nredirect\r\n:-1\r\n$8\r\nprefixes\r\n*0\r\n"...)
 	case "no-evict", "no-touch":
 		on, ok := clientOnOff(x, args[2])
 		if !ok {

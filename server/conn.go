@@ -501,6 +501,9 @@ func (c *conn) dispatch(req request) {
 			c.s.stats.noteError(c.out[runMark:])
 		}
 		c.s.stats.observeCommand(cmd, start, failed)
+		if cmd.name != "exec" { // as Redis: its commands are logged instead
+			c.s.slowlog.add(c, req.args, time.Since(start))
+		}
 	}()
 	if cmd.flags&(flagRead|flagWrite) == 0 {
 		x := &c.scratchX
@@ -839,6 +842,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 			start := time.Now().Add(-runs[i].took) // its run, not the commit
 			c.s.stats.observeCommand(cmd, start, runs[i].failed)
 			c.s.met.observe(cmd, start)
+			c.s.slowlog.add(c, args, runs[i].took)
 		}
 	}
 	return err

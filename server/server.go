@@ -124,7 +124,8 @@ type Server struct {
 	watch  watchTable
 	cursor cursorTable
 
-	expiry expiryState // the active expiry cycle
+	expiry  expiryState // the active expiry cycle
+	slowlog slowlog     // SLOWLOG
 
 	ksMu sync.Mutex     // held while the keyspace is counted
 	ks   *keyspaceCount // guarded by ksMu; the last count, nil before the first
@@ -208,6 +209,8 @@ func New(db *engine.DB, cfg Config) *Server {
 		done:      make(chan struct{}),
 	}
 	s.expiry.stop, s.expiry.done = make(chan struct{}), make(chan struct{})
+	s.slowlog.slowerThan.Store(10000) // Redis's defaults
+	s.slowlog.maxLen.Store(128)
 	s.watch.keys = map[string]*watchEntry{}
 	s.cursor.m = map[uint64][]byte{}
 	s.syncCommit.Store(int32(cfg.SynchronousCommit))

@@ -1065,3 +1065,73 @@ func TestDBSizeReusesExactCount(t *testing.T) {
 	r.cmd("EXEC")
 	r.expect("*2\r\n+OK\r\n:3\r\n")
 }
+
+// TestSlowlog: commands slower than slowlog-log-slower-than are logged,
+// newest first, with Redis's fields and its cuts of long arguments; a
+// password set with CONFIG SET is redacted; slowlog-max-len keeps the
+// newest; EXEC's commands are logged, not EXEC.
+func TestSlowlog(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	do := func(args ...string) string {
+		t.Helper()
+		r.cmd(args...)
+		return r.reply()
+	}
+	do("CLIENT", "SETNAME", "slowpoke")
+	if got := do("SLOWLOG", "LEN"); got != ":0\r\n" {
+		t.Fatalf("SLOWLOG LEN at start: %q", got)
+	}
+	do("CONFIG", "SET", "slowlog-log-slower-than", "0")
+	do("SET", "k", strings.Repeat("v", 200))
+	do("CONFIG", "SET", "requirepass", "sekrit")
+	do("AUTH", "sekrit")
+	do("CONFIG", "SET", "requirepass", "")
+	do("MULTI")
+	do("INCR", "n")
+	do("EXEC")
+	args := []string{"MSET"}
+	for i := range 20 {
+		args = append(args, fmt.Sprintf("a%d", i), "1")
+	}
+	do(args...)
+	got := do("SLOWLOG", "GET", "-1")
+	for _, want := range []string{
+		"$4\r\nMSET\r\n", "*32\r\n", "$23\r\n... (10 more arguments)\r\n",
+		"$4\r\nINCR\r\n",
+		"$11\r\nrequirepass\r\n$10\r\n(redacted)\r\n",
+		"$147\r\n" + strings.Repeat("v", 128) + "... (72 more bytes)\r\n",
+		"$8\r\nslowpoke\r\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("SLOWLOG GET lacks %q:\n%q", want, got)
+		}
+	}
+	for _, absent := range []string{"sekrit", "$4\r\nAUTH\r\n", "$4\r\nEXEC\r\n"} {
+		if strings.Contains(got, absent) {
+			t.Errorf("SLOWLOG GET has %q:\n%q", absent, got)
+		}
+	}
+	// Newest first: the MSET, then the INCR.
+	if i, j := strings.Index(got, "MSET"), strings.Index(got, "INCR"); i < 0 || j < i {
+		t.Errorf("SLOWLOG GET not newest first:\n%q", got)
+	}
+	do("CONFIG", "SET", "slowlog-max-len", "2")
+	do("PING")
+	if got := do("SLOWLOG", "LEN"); got != ":2\r\n" {
+		t.Fatalf("SLOWLOG LEN with slowlog-max-len 2: %q", got)
+	}
+	// The log now holds the PING and the SLOWLOG LEN.
+	if got := do("SLOWLOG", "GET", "1"); !strings.HasPrefix(got, "*1\r\n*6\r\n") || !strings.Contains(got, "$3\r\nLEN\r\n") {
+		t.Fatalf("SLOWLOG GET 1: %q", got)
+	}
+	if got := do("SLOWLOG", "GET"); !strings.HasPrefix(got, "*2\r\n*6\r\n") || strings.Contains(got, "CONFIG") {
+		t.Fatalf("SLOWLOG GET with slowlog-max-len 2: %q", got)
+	}
+	do("CONFIG", "SET", "slowlog-log-slower-than", "-1")
+	do("SLOWLOG", "RESET")
+	do("PING")
+	if got := do("SLOWLOG", "LEN"); got != ":0\r\n" {
+		t.Fatalf("SLOWLOG LEN with the log off: %q", got)
+	}
+}

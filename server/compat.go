@@ -1,0 +1,98 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/tidwall/redcon"
+)
+
+// Commands that clients, libraries and monitoring tools send to learn what
+// kind of server they talk to, answered as a Redis 7.0 with its defaults
+// would be: one user (default, whose password is requirepass), cluster
+// support disabled, no tracking, no blocked clients.
+
+// cmdACL is ACL WHOAMI | USERS | LIST | HELP. The only user is default,
+// with every permission; the rest of ACL (SETUSER and the other
+// subcommands that define users) is not supported.
+func cmdACL(x *execCtx, args [][]byte) error {
+	sub := strings.ToLower(string(args[1]))
+	arity := map[string]int{"whoami": 2, "users": 2, "list": 2, "help": 2}
+	want, known := arity[sub]
+	if !known {
+		x.errorf("ERR unknown subcommand '%s'. Try ACL HELP.", trunc(args[1], 128))
+		return nil
+	}
+	if !arityOK(want, len(args)) {
+		x.errorf("ERR wrong number of arguments for 'acl|%s' command", sub)
+		return nil
+	}
+	switch sub {
+	case "help":
+		x.out = appendHelp(x.out, "ACL",
+			"LIST",
+			"    Show users details in config file format.",
+			"USERS",
+			"    List all the registered usernames.",
+			"WHOAMI",
+			"    Return the current connection username.")
+	case "whoami":
+		x.out = redcon.AppendBulkString(x.out, "default")
+	case "users":
+		x.out = redcon.AppendArray(x.out, 1)
+		x.out = redcon.AppendBulkString(x.out, "default")
+	case "list":
+		pass := "nopass"
+		if p := x.c.s.requirePass(); p != "" {
+			sum := sha256.Sum256([]byte(p))
+			pass = "#" + hex.EncodeToString(sum[:])
+		}
+		x.out = redcon.AppendArray(x.out, 1)
+		x.out = redcon.AppendBulkString(x.out, "user default on "+pass+" ~* &* +@all")
+	}
+	return nil
+}
+
+// clusterSubcommands are Redis 7.0's CLUSTER subcommands, each answered
+// with Redis's error for a server without cluster support.
+var clusterSubcommands = map[string]bool{
+	"addslots": true, "addslotsrange": true, "bumpepoch": true, "count-failure-reports": true,
+	"countkeysinslot": true, "delslots": true, "delslotsrange": true, "failover": true,
+	"flushslots": true, "forget": true, "getkeysinslot": true, "help": true, "info": true,
+	"keyslot": true, "links": true, "meet": true, "myid": true, "nodes": true, "replicas": true,
+	"replicate": true, "reset": true, "saveconfig": true, "set-config-epoch": true,
+	"setslot": true, "shards": true, "slaves": true, "slots": true,
+}
+
+// cmdCluster is CLUSTER, READONLY and READWRITE: clients (go-redis's
+// cluster client, redis-cli -c) send them to find out whether the server
+// is a cluster node, and this one is not.
+func cmdCluster(x *execCtx, args [][]byte) error {
+	if lower(args[0]) == "cluster" && !clusterSubcommands[strings.ToLower(string(args[1]))] {
+		x.errorf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", trunc(args[1], 128))
+		return nil
+	}
+	x.errorf("ERR This instance has cluster support disabled")
+	return nil
+}
+
+// cmdBgRewriteAOF is BGREWRITEAOF. Redis rewrites its append-only file
+// so that it stops growing; the WAL's equivalent is a checkpoint, after
+// which the segments before its redo point are recycled, so BGREWRITEAOF
+// starts one in the background, as BGSAVE does.
+func cmdBgRewriteAOF(x *execCtx, args [][]byte) error {
+	s := x.c.s
+	if !s.bgsave.CompareAndSwap(false, true) {
+		x.out = append(x.out, "+Background append only file rewriting scheduled\r\n"...)
+		return nil
+	}
+	go func() {
+		defer s.bgsave.Store(false)
+		if err := s.db.Checkpoint(); err != nil {
+			s.log.Warn("BGREWRITEAOF checkpoint failed", "err", err)
+		}
+	}()
+	x.out = append(x.out, "+Background append only file rewriting started\r\n"...)
+	return nil
+}
