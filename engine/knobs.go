@@ -302,7 +302,7 @@ const minSharedBuffers = 16 * heap.PageSize
 var settings = []Setting{
 	Setting{
 		Name: "synchronous_commit", Type: "enum", Values: []string{"on", "off"}, Syntax: "on|off", Default: "on",
-		Description: "on: a commit returns (a write is replied to, and visible to others) only once its commit record is durable; off: it returns without waiting, and a crash may lose the last ones",
+		Description: "on: a commit returns (a write is replied to, and shown to others in replies) only once its commit record is durable; off: it returns without waiting, and a crash may lose the last ones",
 		parse: func(o *Options, v string) (err error) {
 			o.SynchronousCommit, err = ParseSynchronousCommit(v)
 			return err

@@ -152,7 +152,17 @@ func (h hookReader) Read(p []byte) (int, error) {
 }
 
 // wake interrupts a read the connection is blocked in; called by shutdown.
-func (c *conn) wake() { c.nc.SetReadDeadline(time.Unix(1, 0)) }
+// Its replies get shutdownWriteGrace to be taken: a client that does not
+// read them (stalled, or gone without closing) must not hold the shutdown
+// until its timeout, and Redis does not wait for it either.
+func (c *conn) wake() {
+	c.nc.SetReadDeadline(time.Unix(1, 0))
+	c.nc.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
+}
+
+// shutdownWriteGrace bounds how long a shutdown waits for a connection's
+// replies to be written.
+const shutdownWriteGrace = time.Second
 
 func (c *conn) serve() {
 	defer c.s.removeConn(c)
@@ -483,7 +493,7 @@ func (c *conn) dispatch(req request) {
 		return
 	}
 	if c.s.paused(start) {
-		c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()))
+		c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()), !c.replyOff && !skip)
 	}
 	defer c.feedMonitors(cmd, req.args)
 	// Anything but a pipelined write waits for the pending commits: a

@@ -286,8 +286,10 @@ type pauseState struct {
 }
 
 // waitPause holds a command while a CLIENT PAUSE covers it: every command
-// in ALL mode, writes (and EXEC blocks with writes) in WRITE mode.
-func (c *conn) waitPause(write bool) {
+// in ALL mode, writes (and EXEC blocks with writes) in WRITE mode. With
+// flush, the replies collected so far are written before it waits (not
+// while a CLIENT REPLY OFF or SKIP may still drop part of them).
+func (c *conn) waitPause(write, flush bool) {
 	p := &c.s.pause
 	for {
 		p.mu.Lock()
@@ -296,6 +298,13 @@ func (c *conn) waitPause(write bool) {
 		d := time.Until(until)
 		if d <= 0 || (!all && !write) {
 			return
+		}
+		if flush {
+			// The replies to the commands before this one go out
+			// first, as Redis sends them before it stops reading a
+			// paused client's requests.
+			c.flush()
+			flush = false
 		}
 		t := time.NewTimer(d)
 		select {

@@ -337,7 +337,9 @@ func (s *Server) shutdownAsync() {
 // Shutdown stops the server gracefully, as Redis's SHUTDOWN and
 // PostgreSQL's smart-then-fast shutdown: it stops accepting connections,
 // lets every connection finish the command it is running (including its
-// commit and durability wait) and closes it, then takes a checkpoint. If
+// commit and durability wait) and closes it, then takes a checkpoint. A
+// client that does not read its replies gets a second to take them, then
+// its connection is closed, so that it cannot hold the shutdown. If
 // ctx ends first, in-flight engine waits are canceled, connections are
 // closed, and ctx's error is returned (a commit whose wait was canceled
 // stays in doubt until recovery, never acknowledged). Shutdown does not

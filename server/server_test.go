@@ -1135,3 +1135,65 @@ func TestSlowlog(t *testing.T) {
 		t.Fatalf("SLOWLOG LEN with the log off: %q", got)
 	}
 }
+
+// TestPauseWriteRepliesFirst: during CLIENT PAUSE WRITE, a pipeline whose
+// read comes before a write gets the read's reply at once, as Redis sends
+// it; the write's comes when the pause ends.
+func TestPauseWriteRepliesFirst(t *testing.T) {
+	ts := startServer(t, Config{})
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("SET", "a", "old")
+	a.expect("+OK\r\n")
+	b.cmd("CLIENT", "PAUSE", "60000", "WRITE")
+	b.expect("+OK\r\n")
+	a.send("*2\r\n$3\r\nGET\r\n$1\r\na\r\n*3\r\n$3\r\nSET\r\n$1\r\na\r\n$3\r\nnew\r\n")
+	a.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	a.expect("$3\r\nold\r\n") // not held until the pause ends
+	noReplyYet(t, a, "SET during CLIENT PAUSE WRITE")
+	b.cmd("CLIENT", "UNPAUSE")
+	b.expect("+OK\r\n")
+	a.expect("+OK\r\n")
+}
+
+// TestShutdownNotHeldByStalledClient: a client that pipelines requests
+// and never reads the replies does not hold a shutdown until its timeout.
+func TestShutdownNotHeldByStalledClient(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(db, Config{ShutdownTimeout: time.Minute})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(context.Background(), ln)
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// Replies far larger than the socket buffers: the server's write of
+	// them blocks.
+	big := strings.Repeat("v", 100_000)
+	if _, err := fmt.Fprintf(nc, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n%s\r\n", len(big), big); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		req := strings.Repeat("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", 200)
+		for range 50 {
+			if _, err := io.WriteString(nc, req); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	// Without the bound on writes at shutdown, this ends at its deadline
+	// with the connection still open.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a client not reading its replies: %v", err)
+	}
+}
