@@ -144,8 +144,20 @@ func (db *DB) checkpoint() error {
 // before the end-of-recovery checkpoint it was asked for.
 var testEndOfRecoveryHook func(db *DB)
 
+// wakeCheckpointer has the checkpointer look at the WAL's volume now
+// rather than at its next tick: the WAL moved to a new segment, and writes
+// fast enough could otherwise pass max_wal_size by many segments in the
+// second between two ticks. It never blocks.
+func (db *DB) wakeCheckpointer() {
+	select {
+	case db.ckptWake <- struct{}{}:
+	default:
+	}
+}
+
 // checkpointer starts checkpoints by time (checkpoint_timeout) and by WAL
-// volume (max_wal_size), as PostgreSQL's checkpointer process.
+// volume (max_wal_size), as PostgreSQL's checkpointer process: it looks
+// every second, and at each WAL segment switch (wakeCheckpointer).
 func (db *DB) checkpointer() {
 	defer db.bgWG.Done()
 	tick := time.NewTicker(time.Second)
@@ -157,6 +169,7 @@ func (db *DB) checkpointer() {
 			case <-db.stopBG:
 				return
 			case <-tick.C:
+			case <-db.ckptWake:
 			}
 		}
 		requested := db.ckptRequested.Swap(false)

@@ -132,6 +132,9 @@ type DB struct {
 	// ckptRequested asks the checkpointer for a checkpoint at once: set
 	// by recovery for its end-of-recovery checkpoint.
 	ckptRequested atomic.Bool
+	// ckptWake wakes the checkpointer before its next tick, to look at
+	// the WAL's volume (a segment switch, wakeCheckpointer).
+	ckptWake chan struct{}
 	// damageScanDone is set when Open's background scan of the written
 	// heap pages ended (damage.go).
 	damageScanDone atomic.Bool
@@ -263,14 +266,15 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("mvkv: lock %s: %w", dir, err)
 	}
 	db := &DB{
-		dir:    dir,
-		opts:   opts,
-		fs:     fsys,
-		logger: opts.Logger,
-		lock:   lk,
-		idx:    newIndex(),
-		locks:  newLockManager(),
-		stopBG: make(chan struct{}),
+		dir:      dir,
+		opts:     opts,
+		fs:       fsys,
+		logger:   opts.Logger,
+		lock:     lk,
+		idx:      newIndex(),
+		locks:    newLockManager(),
+		stopBG:   make(chan struct{}),
+		ckptWake: make(chan struct{}, 1),
 	}
 	db.syncCommit.Store(int32(opts.SynchronousCommit))
 	db.elr.Store(opts.EarlyLockRelease == nil || *opts.EarlyLockRelease)

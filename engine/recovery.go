@@ -233,6 +233,7 @@ func (db *DB) recover(ctrl controlData) error {
 		ActiveTransactions:  func() int { return int(db.procs.active.Load()) },
 		WALWriterDelay:      db.opts.WALWriterDelay,
 		Logger:              db.logger,
+		OnSegmentSwitch:     func(wal.LSN) { db.wakeCheckpointer() },
 	}); err != nil {
 		return err
 	}

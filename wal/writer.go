@@ -102,6 +102,13 @@ type Options struct {
 	// Logger receives background errors (segment preparation, WAL writer).
 	// nil discards them.
 	Logger *slog.Logger
+	// OnSegmentSwitch, if not nil, is called each time an insert moves to
+	// a new segment, with the WAL position the new segment starts at; the
+	// Writer's insertion lock is held, so it must return at once and must
+	// not call the Writer (a database wakes its checkpointer with it, as
+	// PostgreSQL's XLogWrite requests a checkpoint when the segments since
+	// the last one reach max_wal_size).
+	OnSegmentSwitch func(seg LSN)
 }
 
 func (o *Options) normalize() error {
@@ -213,6 +220,7 @@ type Writer struct {
 	policy     FlusherPolicy
 	depth      int // pipelined: most syncs in flight
 	logger     *slog.Logger
+	onSwitch   func(seg LSN) // Options.OnSegmentSwitch
 	activeTxns func() int
 	now        func() time.Time    // injected clock, for the commit_delay wait and the pipelined flusher's commit-rate windows
 	sleep      func(time.Duration) // injected sleep, for delays of 1ms and more
@@ -371,6 +379,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		policy:     opts.Flusher,
 		depth:      opts.PipelineDepth,
 		logger:     opts.Logger,
+		onSwitch:   opts.OnSegmentSwitch,
 		activeTxns: opts.ActiveTransactions,
 		now:        time.Now,
 		sleep:      time.Sleep,
@@ -475,6 +484,9 @@ func (w *Writer) InsertFlags(typ RecordType, flags uint8, xid uint64, data []byt
 		seg += LSN(w.segSize)
 		w.pos = seg + segHeaderSize
 		w.c.switches.Add(1)
+		if w.onSwitch != nil {
+			w.onSwitch(seg)
+		}
 	}
 	start = w.pos
 	w.appendLocked(seg, start, typ, flags, xid, data, pcrc)

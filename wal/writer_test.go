@@ -545,3 +545,38 @@ func TestOldSegmentSyncedFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestOnSegmentSwitch: the callback runs once per segment switch, with
+// the start of the new segment, where the next record is placed.
+func TestOnSegmentSwitch(t *testing.T) {
+	var seen []LSN
+	opts := testOpts()
+	opts.OnSegmentSwitch = func(seg LSN) { seen = append(seen, seg) }
+	w, err := OpenWriter(vfs.NewMemFS(), "/wal", 0, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	payload := make([]byte, 100_000)
+	var last LSN
+	for len(seen) < 3 {
+		start, _, err := w.Insert(16, 1, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(seen); n > 0 && seen[n-1] > last {
+			if want := seen[n-1] + segHeaderSize; start != want {
+				t.Fatalf("record after the switch to %d at %d, want %d", seen[n-1], start, want)
+			}
+			last = seen[n-1]
+		}
+	}
+	if got := w.Stats().SegmentSwitches; got != uint64(len(seen)) {
+		t.Fatalf("%d switches, %d calls", got, len(seen))
+	}
+	for i, seg := range seen {
+		if want := LSN(i+2) * testSeg; seg != want {
+			t.Fatalf("switch %d to %d, want %d", i, seg, want)
+		}
+	}
+}
