@@ -270,7 +270,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, isTLS bool) error {
 	}
 	s.listeners[ln] = isTLS
 	s.mu.Unlock()
-	s.startExpiry()
+	s.startCron()
 	stop := context.AfterFunc(ctx, func() { s.shutdownAsync() })
 	defer stop()
 	var tempDelay time.Duration
@@ -383,7 +383,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		<-finished
 	}
-	s.stopExpiry()
+	s.stopCron()
 	s.cancel()
 	if cerr := s.db.Checkpoint(); cerr != nil && !errors.Is(cerr, engine.ErrClosed) {
 		err = errors.Join(err, fmt.Errorf("server: shutdown checkpoint: %w", cerr))
