@@ -463,11 +463,11 @@ func (c *conn) dispatch(req request) {
 	}
 	// Arity before authentication, in the order of Redis's processCommand.
 	if !arityOK(cmd.arity, len(req.args)) {
-		c.reject(cmd, "ERR wrong number of arguments for '"+cmd.name+"' command")
+		c.reject(cmd, req.args, "ERR wrong number of arguments for '"+cmd.name+"' command")
 		return
 	}
 	if c.authRequired() && cmd.flags&flagNoAuth == 0 {
-		c.reject(cmd, "NOAUTH Authentication required.")
+		c.reject(cmd, req.args, "NOAUTH Authentication required.")
 		return
 	}
 	if req.oversize > 0 {
@@ -510,7 +510,7 @@ func (c *conn) dispatch(req request) {
 		if failed {
 			c.s.stats.noteError(c.out[runMark:])
 		}
-		c.s.stats.observeCommand(cmd, start, failed)
+		c.s.stats.observeCommand(cmd, req.args, start, failed)
 		if cmd.name != "exec" { // as Redis: its commands are logged instead
 			c.s.slowlog.add(c, req.args, time.Since(start))
 		}
@@ -540,8 +540,8 @@ func (c *conn) queueWrites() bool {
 // reject refuses a command before it runs. A refused EXEC discards the
 // transaction, MULTI or not, and says why, as Redis's rejectCommand and
 // execCommandAbort: "EXECABORT Transaction discarded because of: ...".
-func (c *conn) reject(cmd *command, msg string) {
-	if cs := c.s.stats.byCmd[cmd]; cs != nil {
+func (c *conn) reject(cmd *command, args [][]byte, msg string) {
+	if cs := c.s.stats.of(cmd, args); cs != nil {
 		cs.rejected.Add(1)
 	}
 	if cmd.name != "exec" {
@@ -850,7 +850,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 			cmd := commandTable[lower(args[0])]
 			c.feedMonitors(cmd, args)
 			start := time.Now().Add(-runs[i].took) // its run, not the commit
-			c.s.stats.observeCommand(cmd, start, runs[i].failed)
+			c.s.stats.observeCommand(cmd, args, start, runs[i].failed)
 			c.s.met.observe(cmd, start)
 			c.s.slowlog.add(c, args, runs[i].took)
 		}

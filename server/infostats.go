@@ -22,7 +22,10 @@ type cmdStats struct {
 
 // serverStats are the counters INFO reports and CONFIG RESETSTAT resets.
 type serverStats struct {
-	byCmd map[*command]*cmdStats // fixed at New; the counters are atomic
+	// byCmd holds a command's counters by its name, a container's
+	// subcommands' by "client|list" and so on, as Redis 7 counts them;
+	// fixed at New, the counters are atomic.
+	byCmd map[string]*cmdStats
 
 	rejectedCalls atomic.Uint64 // commands refused before running
 	errorReplies  atomic.Uint64 // replies that were errors
@@ -34,12 +37,52 @@ type serverStats struct {
 }
 
 func newServerStats() *serverStats {
-	st := &serverStats{byCmd: map[*command]*cmdStats{}, errors: map[string]uint64{}}
+	st := &serverStats{byCmd: map[string]*cmdStats{}, errors: map[string]uint64{}}
 	for _, c := range commandTable {
-		st.byCmd[c] = &cmdStats{}
+		st.byCmd[c.name] = &cmdStats{}
+	}
+	for name := range redisMeta {
+		if parent, _, ok := strings.Cut(name, "|"); ok && commandTable[parent] != nil {
+			st.byCmd[name] = &cmdStats{}
+		}
 	}
 	return st
 }
+
+// of returns the counters of the command args run as c: those of its
+// subcommand when c is a container (CLIENT, CONFIG, ...) and args name
+// a subcommand it has; nil for a container called with an unknown one,
+// which Redis counts nowhere but in rejected_calls and errorstats.
+func (st *serverStats) of(c *command, args [][]byte) *cmdStats {
+	if cs := st.byCmd[c.name+"|"+lower(argAt(args, 1))]; cs != nil && len(args) > 1 {
+		return cs
+	}
+	if len(args) > 1 && isContainer(c.name) {
+		return nil
+	}
+	return st.byCmd[c.name]
+}
+
+// argAt returns args[i], or nil past the end.
+func argAt(args [][]byte, i int) []byte {
+	if i < len(args) {
+		return args[i]
+	}
+	return nil
+}
+
+// containers are the commands whose first argument names a subcommand.
+var containers = func() map[string]bool {
+	m := map[string]bool{}
+	for name := range redisMeta {
+		if parent, _, ok := strings.Cut(name, "|"); ok {
+			m[parent] = true
+		}
+	}
+	return m
+}()
+
+func isContainer(name string) bool { return containers[name] }
 
 // maxErrorPrefixes bounds errorstats, as Redis's 128.
 const maxErrorPrefixes = 128
@@ -79,7 +122,7 @@ func (st *serverStats) reset() {
 
 func (st *serverStats) commandLines() []string {
 	var lines []string
-	for c, cs := range st.byCmd {
+	for name, cs := range st.byCmd {
 		calls, rej, failed := cs.calls.Load(), cs.rejected.Load(), cs.failed.Load()
 		if calls == 0 && rej == 0 && failed == 0 {
 			continue
@@ -90,7 +133,7 @@ func (st *serverStats) commandLines() []string {
 			per = float64(usec) / float64(calls)
 		}
 		lines = append(lines, fmt.Sprintf("cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,failed_calls=%d",
-			c.name, calls, usec, per, rej, failed))
+			name, calls, usec, per, rej, failed))
 	}
 	sort.Strings(lines)
 	return lines
@@ -216,8 +259,8 @@ func (s *Server) replicationLines(walBytes uint64) []string {
 
 // observeCommand counts a command that ran, for commandstats: its time,
 // and whether its reply is an error.
-func (st *serverStats) observeCommand(c *command, start time.Time, failed bool) {
-	cs := st.byCmd[c]
+func (st *serverStats) observeCommand(c *command, args [][]byte, start time.Time, failed bool) {
+	cs := st.of(c, args)
 	if cs == nil {
 		return
 	}

@@ -411,3 +411,31 @@ func TestResetDeauthenticates(t *testing.T) {
 	r.cmd("GET", "k")
 	r.expect("-NOAUTH Authentication required.\r\n")
 }
+
+// TestCommandstatsSubcommands: a container's subcommands are counted
+// under their own names, as Redis 7's cmdstat_client|setname, and the
+// container itself not at all; an unknown subcommand counts nowhere.
+func TestCommandstatsSubcommands(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	for _, c := range [][]string{
+		{"CLIENT", "SETNAME", "x"}, {"CLIENT", "GETNAME"}, {"CONFIG", "GET", "maxclients"},
+		{"CLIENT", "FOO"}, {"COMMAND", "COUNT"}, {"SLOWLOG", "LEN"}, {"GET", "k"},
+	} {
+		r.cmd(c...)
+		r.reply()
+	}
+	r.cmd("INFO", "commandstats")
+	got := r.reply()
+	for _, want := range []string{"cmdstat_client|setname:calls=1,", "cmdstat_client|getname:calls=1,",
+		"cmdstat_config|get:calls=1,", "cmdstat_command|count:calls=1,", "cmdstat_slowlog|len:calls=1,", "cmdstat_get:calls=1,"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("INFO commandstats lacks %q:\n%s", want, got)
+		}
+	}
+	for _, absent := range []string{"cmdstat_client:", "cmdstat_config:", "cmdstat_client|foo"} {
+		if strings.Contains(got, absent) {
+			t.Errorf("INFO commandstats has %q:\n%s", absent, got)
+		}
+	}
+}
