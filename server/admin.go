@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -66,6 +67,25 @@ var knobs = withEngineSettings(map[string]knob{
 	}},
 	"slowlog-log-slower-than": atomicIntKnob(func(s *Server) *atomic.Int64 { return &s.slowlog.slowerThan }, -1, math.MaxInt64),
 	"slowlog-max-len":         atomicIntKnob(func(s *Server) *atomic.Int64 { return &s.slowlog.maxLen }, 0, math.MaxInt64),
+	"loglevel": {
+		get: func(s *Server) string {
+			if s.cfg.LogLevel == nil {
+				return "notice"
+			}
+			return LogLevelName(s.cfg.LogLevel.Level())
+		},
+		set: func(s *Server, v string) error {
+			l, err := ParseLogLevel(v)
+			if err != nil {
+				return err
+			}
+			if s.cfg.LogLevel == nil {
+				return errors.New("the server's logger has no level to change")
+			}
+			s.cfg.LogLevel.Set(l)
+			return nil
+		},
+	},
 	"timeout": {
 		get: func(s *Server) string { return strconv.FormatInt(s.timeout.Load()/int64(time.Second), 10) },
 		set: func(s *Server, v string) error {
@@ -306,6 +326,41 @@ func (s *Server) param(key, def string) string {
 }
 
 func (s *Server) setParam(key, v string) { s.params.Store(key, v) }
+
+// Redis 7.0's log levels as slog levels: debug and verbose below slog's
+// Info (verbose between Debug and Info), notice at Info (Redis's
+// default), warning at Warn.
+var logLevels = []struct {
+	name  string
+	level slog.Level
+}{
+	{"debug", slog.LevelDebug}, {"verbose", slog.LevelDebug + 2}, {"notice", slog.LevelInfo},
+	{"warning", slog.LevelWarn},
+}
+
+// ParseLogLevel parses Redis's loglevel (debug, verbose, notice or
+// warning, any case) into the slog level a handler should filter with.
+// The error's text is Redis's CONFIG SET error for a bad enum value.
+func ParseLogLevel(v string) (slog.Level, error) {
+	for _, l := range logLevels {
+		if strings.EqualFold(v, l.name) {
+			return l.level, nil
+		}
+	}
+	return 0, errors.New("argument(s) must be one of the following: debug, verbose, notice, warning")
+}
+
+// LogLevelName is the Redis loglevel that ParseLogLevel maps to l, or the
+// nearest one below it.
+func LogLevelName(l slog.Level) string {
+	name := logLevels[0].name
+	for _, e := range logLevels {
+		if l >= e.level {
+			name = e.name
+		}
+	}
+	return name
+}
 
 // ParseMaxClients parses a maxclients value as CONFIG SET maxclients does
 // (and as Config.MaxClients may be set): a decimal integer from 1 to

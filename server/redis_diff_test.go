@@ -167,7 +167,7 @@ var redisDiffScript2 = []string{
 	"SLOWLOG", "SLOWLOG FOO", "SLOWLOG GET -2", "SLOWLOG GET x", "SLOWLOG GET 1 2", "SLOWLOG LEN x", "SLOWLOG RESET x",
 	"SLOWLOG HELP", "SLOWLOG HELP x", "CONFIG SET slowlog-log-slower-than -2", "CONFIG SET slowlog-max-len -1",
 	"CONFIG GET slowlog-max-len", "CONFIG SET slowlog-log-slower-than -1", "SLOWLOG RESET", "SLOWLOG LEN", "SLOWLOG GET",
-	"CONFIG SET slowlog-log-slower-than 10000",
+	"CONFIG SET slowlog-log-slower-than 10000", "CONFIG GET loglevel", "CONFIG SET loglevel bogus",
 	// COMMAND.
 	"COMMAND GETKEYSANDFLAGS", "COMMAND GETKEYSANDFLAGS ping", "COMMAND GETKEYSANDFLAGS set a b",
 	"COMMAND GETKEYSANDFLAGS set a b GET", "COMMAND GETKEYSANDFLAGS lcs a b", "COMMAND GETKEYSANDFLAGS bitop and d a b",

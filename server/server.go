@@ -64,6 +64,11 @@ type Config struct {
 	ReadBufferSize int
 	// Logger receives connection and shutdown messages; nil discards them.
 	Logger *slog.Logger
+	// LogLevel, if not nil, is the level Logger's handler filters with
+	// (slog.HandlerOptions.Level): CONFIG GET and SET loglevel read and
+	// change it under Redis's names (see ParseLogLevel). With nil,
+	// loglevel reports notice and CONFIG SET refuses to change it.
+	LogLevel *slog.LevelVar
 	// ProtectedModeOff turns Redis's protected-mode off. With it on (the
 	// default, as Redis 7) and no RequirePass, a client connecting from
 	// an address other than a loopback one is answered Redis's "-DENIED

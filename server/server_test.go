@@ -2,10 +2,12 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -1196,4 +1198,44 @@ func TestShutdownNotHeldByStalledClient(t *testing.T) {
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown with a client not reading its replies: %v", err)
 	}
+}
+
+// TestConfigLogLevel: CONFIG SET loglevel changes the level of the
+// logger's handler the server was given, under Redis's names.
+func TestConfigLogLevel(t *testing.T) {
+	var lv slog.LevelVar
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: &lv}))
+	ts := startServer(t, Config{Logger: log, LogLevel: &lv})
+	r := ts.raw(t)
+	r.cmd("CONFIG", "GET", "loglevel")
+	r.expect("*2\r\n$8\r\nloglevel\r\n$6\r\nnotice\r\n")
+	r.cmd("CONFIG", "SET", "loglevel", "WARNING")
+	r.expect("+OK\r\n")
+	if lv.Level() != slog.LevelWarn {
+		t.Fatalf("level %v after CONFIG SET loglevel WARNING", lv.Level())
+	}
+	r.cmd("CONFIG", "GET", "loglevel")
+	r.expect("*2\r\n$8\r\nloglevel\r\n$7\r\nwarning\r\n")
+	r.cmd("CONFIG", "SET", "loglevel", "debug")
+	r.expect("+OK\r\n")
+	r.cmd("CONFIG", "SET", "loglevel", "loud")
+	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'loglevel') - argument(s) must be one of") {
+		t.Fatalf("CONFIG SET loglevel loud: %q", got)
+	}
+	if lv.Level() != slog.LevelDebug {
+		t.Fatalf("level %v after a refused CONFIG SET", lv.Level())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
 }

@@ -58,6 +58,9 @@ Server options:
                            CONFIG SET takes (default: 10000)
   --timeout=SEC            close clients idle this long; 0 never; 0 to
                            2147483647, as CONFIG SET takes (default: 0)
+  --loglevel=LEVEL         log messages of this level and above: debug,
+                           verbose, notice or warning, as Redis; CONFIG SET
+                           loglevel changes it (default: notice)
   --shutdown-timeout=SEC   longest graceful shutdown; 1 to 2147483647
                            (default: 30)
   --cpuprofile=FILE        write a CPU profile of the server's whole run to
@@ -102,6 +105,14 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&port, "port", "", "")
 	fs.StringVar(&metricsAddr, "metrics", "", "")
 	fs.StringVar(&pass, "requirepass", "", "")
+	logLevel := new(slog.LevelVar)
+	fs.Func("loglevel", "", func(v string) error {
+		l, err := server.ParseLogLevel(v)
+		if err == nil {
+			logLevel.Set(l)
+		}
+		return err
+	})
 	protectedMode := "yes"
 	fs.Func("protected-mode", "", func(v string) error {
 		if v = strings.ToLower(v); v != "yes" && v != "no" {
@@ -263,7 +274,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		defer mln.Close()
 	}
 
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
 	opts.Logger = log
 	// Recovery can take a while (an index rebuilt from a large heap):
 	// meanwhile clients are told so, as Redis answers while it loads.
@@ -291,6 +302,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		SynchronousCommit: opts.SynchronousCommit,
 		ShutdownTimeout:   time.Duration(shutdownTimeout) * time.Second,
 		Logger:            log,
+		LogLevel:          logLevel,
 	})
 	if mln != nil {
 		mux := http.NewServeMux()
