@@ -58,6 +58,9 @@ type execCtx struct {
 	// lookups: the command's key reads count in keyspace_hits and
 	// keyspace_misses (see countsLookups).
 	lookups bool
+	// expiredN counts the expired keys rmw deleted (and counted in
+	// expired_keys) in this transaction.
+	expiredN int
 	nowMS   int64 // the command's clock (see now); 0 until read
 }
 

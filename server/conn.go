@@ -86,6 +86,10 @@ type conn struct {
 	queuedN int  // commands queued in MULTI when the last command began, -1 outside MULTI
 	noEvict bool // CLIENT NO-EVICT, shown as flag e
 	noTouch bool // CLIENT NO-TOUCH, shown as flag T
+
+	// deadlineWritten: a write of this connection stored a deadline whose
+	// commit has not been reported to the expiry cycle yet (encode).
+	deadlineWritten bool
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -271,6 +275,7 @@ func (c *conn) settle() {
 	if fixed != nil {
 		c.out = append(fixed, c.out[done:]...)
 	}
+	c.noteCommitted()
 }
 
 // flush writes the collected replies, after the commits they acknowledge
@@ -317,6 +322,7 @@ func (c *conn) commit(tx *engine.Txn) error {
 	c.bumped = c.bumped[:0]
 	err := tx.Commit()
 	c.s.openTxns.Add(-1)
+	c.noteCommitted()
 	return err
 }
 
@@ -359,6 +365,7 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 		// hold its reply for, unless it failed.
 		if err := w.Wait(c.ctx); err == nil {
 			c.s.openTxns.Add(-1)
+			c.noteCommitted()
 			return nil
 		}
 	default:

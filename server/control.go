@@ -313,6 +313,12 @@ func (c *conn) waitPause(write, flush bool) {
 		case <-c.ctx.Done():
 			t.Stop()
 			return
+		case <-c.s.closingC:
+			// A shutdown ends the wait, as Redis's SHUTDOWN does not
+			// wait for paused clients: the command runs, and the
+			// connection closes after it.
+			t.Stop()
+			return
 		}
 		t.Stop()
 	}

@@ -53,8 +53,23 @@ func encodeValue(val []byte, deadline int64) []byte {
 func (x *execCtx) encode(val []byte, deadline int64) []byte {
 	if deadline != 0 {
 		x.c.s.expiry.noteDeadline()
+		// And again once the write is visible (committed): a pass that
+		// began after this note and ended before the commit found
+		// nothing, and would otherwise put the cycle to rest with this
+		// key stored (noteCommitted).
+		x.c.deadlineWritten = true
 	}
 	return encodeValue(val, deadline)
+}
+
+// noteCommitted tells the expiry cycle, after a commit of the connection
+// completed (or failed, in doubt), that a deadline it wrote may now be
+// visible; while commits are pending it waits for them (settle).
+func (c *conn) noteCommitted() {
+	if c.deadlineWritten && len(c.pending) == 0 {
+		c.deadlineWritten = false
+		c.s.expiry.noteDeadline()
+	}
 }
 
 // decodeMeta is decodeValue for a value of which only the first
@@ -171,6 +186,7 @@ func (x *execCtx) rmw(key []byte, fn func(val []byte, deadline int64, live bool)
 		}
 		if expired {
 			x.c.s.expiredKeys.Add(1)
+			x.expiredN++
 		}
 		return nil
 	case errors.Is(err, errNoop):
@@ -522,13 +538,18 @@ func (s *Server) expireSlice(from []byte) (next []byte, scanned, deadlines, expi
 		return next, scanned, deadlines, int64(len(keys)), nil
 	}
 	// A key whose row lock a writer holds (that write replaces or deletes
-	// it anyway) failed the batch: the others, each on its own.
+	// it anyway) failed the batch: the others, each on its own, each
+	// waiting for its lock no longer than a lazy reap does.
 	for _, k := range keys {
-		tx, err := s.db.Begin(ctx, engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &off})
-		if err != nil {
+		kctx, kcancel := context.WithTimeout(s.baseCtx, reapLockWait)
+		tx, err := s.db.Begin(kctx, engine.TxnOptions{Isolation: engine.ReadCommitted, SynchronousCommit: &off})
+		if err == nil {
+			s.reapKeys(kctx, tx, [][]byte{k}, now)
+		}
+		kcancel()
+		if s.baseCtx.Err() != nil {
 			break
 		}
-		s.reapKeys(ctx, tx, [][]byte{k}, now)
 	}
 	return next, scanned, deadlines, int64(len(keys)), nil
 }
@@ -540,6 +561,8 @@ func (s *Server) reapKeys(ctx context.Context, tx *engine.Txn, keys [][]byte, no
 	for _, k := range keys {
 		if err := x.rmw(k, func([]byte, int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 }); err != nil {
 			tx.Rollback()
+			// Counted as they were deleted; none was.
+			s.expiredKeys.Add(^uint64(x.expiredN - 1))
 			return err
 		}
 	}

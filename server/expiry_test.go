@@ -360,3 +360,46 @@ func TestActiveExpiry(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestActiveExpiryNotRestedByUncommittedWrite: a pass that runs between a
+// write's deadline being noted and its commit becoming visible finds
+// nothing; the commit must wake the cycle again, or the key would stay
+// stored past its deadline until read.
+func TestActiveExpiryNotRestedByUncommittedWrite(t *testing.T) {
+	g := newGateFS()
+	off := false
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &off})
+	defer g.open()
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("PING")
+	a.expect("+PONG\r\n")
+	g.shut()
+	a.cmd("SET", "k", "v", "PX", "300") // invisible until its sync passes the gate
+	deadline := time.Now().Add(20 * time.Second)
+	for !ts.s.expiry.maybe.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the write's deadline did not wake the cycle")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A pass over a keyspace where the write is not visible yet puts
+	// the cycle to rest.
+	for ts.s.expiry.maybe.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the cycle did not come to rest while the write was invisible")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.open()
+	a.expect("+OK\r\n")
+	for {
+		b.cmd("INFO", "stats")
+		if strings.Contains(b.reply(), "\r\nexpired_keys:1\r\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key was not removed by the cycle after its commit")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -189,6 +189,7 @@ type Server struct {
 	conns     map[*conn]struct{}    // guarded by mu
 	closing   bool                  // guarded by mu; set once by Shutdown
 	closingA  atomic.Bool           // closing, readable without mu
+	closingC  chan struct{}         // closed when closing is set
 	connWG    sync.WaitGroup        // one per entry ever added to conns
 	shutOnce  sync.Once
 	done      chan struct{} // closed when a shutdown has completed
@@ -214,6 +215,7 @@ func New(db *engine.DB, cfg Config) *Server {
 		done:      make(chan struct{}),
 	}
 	s.expiry.stop, s.expiry.done = make(chan struct{}), make(chan struct{})
+	s.closingC = make(chan struct{})
 	s.slowlog.slowerThan.Store(10000) // Redis's defaults
 	s.slowlog.maxLen.Store(128)
 	s.watch.keys = map[string]*watchEntry{}
@@ -366,6 +368,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.closingA.Store(true)
+	close(s.closingC)
 	for ln := range s.listeners {
 		ln.Close()
 	}

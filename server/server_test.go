@@ -1239,3 +1239,30 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
+
+// TestShutdownEndsPause: a write held by CLIENT PAUSE WRITE does not hold
+// a shutdown until its timeout.
+func TestShutdownEndsPause(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(db, Config{ShutdownTimeout: time.Minute})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(context.Background(), ln)
+	ts := &testServer{addr: ln.Addr().String()}
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("CLIENT", "PAUSE", "60000", "WRITE")
+	a.expect("+OK\r\n")
+	b.cmd("SET", "x", "1")
+	noReplyYet(t, b, "SET during CLIENT PAUSE WRITE")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a write held by CLIENT PAUSE: %v", err)
+	}
+}
