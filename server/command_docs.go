@@ -48,6 +48,7 @@ var commandDocs = map[string]cmdDoc{
 	"slowlog":      {"A container for slow log commands: GET, LEN, RESET, HELP.", "2.2.12", "server", "Depends on subcommand.", nil},
 	"acl":          {"A container for ACL commands: WHOAMI, USERS, LIST, HELP (one user, default).", "6.0.0", "server", "Depends on subcommand.", nil},
 	"cluster":      {"A container for cluster commands: this server has no cluster support.", "3.0.0", "cluster", "Depends on subcommand.", nil},
+	"asking":       {"Signals that a cluster client is following an -ASK redirect (no cluster support here).", "3.0.0", "cluster", "O(1)", nil},
 	"readonly":     {"Enables read-only queries for a connection to a cluster replica node (no cluster support here).", "3.0.0", "cluster", "O(1)", nil},
 	"readwrite":    {"Enables read-write queries for a connection to a cluster replica node (no cluster support here).", "3.0.0", "cluster", "O(1)", nil},
 	"bgrewriteaof": {"Starts a checkpoint in the background, after which the WAL before it is recycled (the WAL's rewrite).", "1.0.0", "server", "O(1)", nil},

@@ -55,6 +55,7 @@ var redisMeta = map[string]commandMeta{
 	"cluster|myid":            {arity: 2, flags: strs("stale"), acl: strs("@slow"), keyFlags: [][]string{}},
 	"cluster|help":            {arity: 2, flags: strs("loading", "stale"), acl: strs("@slow"), keyFlags: [][]string{}},
 	"readonly":                {arity: 1, flags: strs("loading", "stale", "fast"), acl: strs("@fast", "@connection"), keyFlags: [][]string{}},
+	"asking":                  {arity: 1, flags: strs("fast"), acl: strs("@fast", "@connection"), keyFlags: [][]string{}},
 	"readwrite":               {arity: 1, flags: strs("loading", "stale", "fast"), acl: strs("@fast", "@connection"), keyFlags: [][]string{}},
 	"bgrewriteaof":            {arity: 1, flags: strs("admin", "noscript", "no_async_loading"), acl: strs("@admin", "@slow", "@dangerous"), keyFlags: [][]string{}},
 	"client|no-evict":         {arity: 3, flags: strs("admin", "noscript", "loading", "stale"), acl: strs("@admin", "@slow", "@dangerous", "@connection"), keyFlags: [][]string{}},

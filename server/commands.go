@@ -61,7 +61,7 @@ type execCtx struct {
 	// expiredN counts the expired keys rmw deleted (and counted in
 	// expired_keys) in this transaction.
 	expiredN int
-	nowMS   int64 // the command's clock (see now); 0 until read
+	nowMS    int64 // the command's clock (see now); 0 until read
 }
 
 func (x *execCtx) errorf(format string, a ...any) {
@@ -289,6 +289,7 @@ func init() {
 		{"cluster", -2, 0, cmdCluster},
 		{"readonly", 1, 0, cmdCluster},
 		{"readwrite", 1, 0, cmdCluster},
+		{"asking", 1, 0, cmdCluster},
 		{"bgrewriteaof", 1, 0, cmdBgRewriteAOF},
 	}
 	commandTable = make(map[string]*command, len(cmds))
@@ -989,6 +990,9 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	if !x.checkKey(key) {
 		return nil
 	}
+	// SET ... GET reads the key as GET does (Redis counts its lookup in
+	// keyspace_hits and misses).
+	x.lookups = get
 	if !nx && !xx && !get && !keepTTL && (deadline == 0 || deadline > x.now()) {
 		if err := x.tx.Put(key, x.encode(val, deadline)); err != nil {
 			return x.writeErr(err)

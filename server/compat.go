@@ -54,24 +54,33 @@ func cmdACL(x *execCtx, args [][]byte) error {
 	return nil
 }
 
-// clusterSubcommands are Redis 7.0's CLUSTER subcommands, each answered
-// with Redis's error for a server without cluster support.
-var clusterSubcommands = map[string]bool{
-	"addslots": true, "addslotsrange": true, "bumpepoch": true, "count-failure-reports": true,
-	"countkeysinslot": true, "delslots": true, "delslotsrange": true, "failover": true,
-	"flushslots": true, "forget": true, "getkeysinslot": true, "help": true, "info": true,
-	"keyslot": true, "links": true, "meet": true, "myid": true, "nodes": true, "replicas": true,
-	"replicate": true, "reset": true, "saveconfig": true, "set-config-epoch": true,
-	"setslot": true, "shards": true, "slaves": true, "slots": true,
+// clusterSubcommands are Redis 7.0's CLUSTER subcommands with their
+// arities, each answered with Redis's error for a server without cluster
+// support once its arity is right.
+var clusterSubcommands = map[string]int{
+	"addslots": -3, "addslotsrange": -4, "bumpepoch": 2, "count-failure-reports": 3,
+	"countkeysinslot": 3, "delslots": -3, "delslotsrange": -4, "failover": -2,
+	"flushslots": 2, "forget": 3, "getkeysinslot": 4, "help": 2, "info": 2,
+	"keyslot": 3, "links": 2, "meet": -4, "myid": 2, "nodes": 2, "replicas": 3,
+	"replicate": 3, "reset": -2, "saveconfig": 2, "set-config-epoch": 3,
+	"setslot": -4, "shards": 2, "slaves": 3, "slots": 2,
 }
 
-// cmdCluster is CLUSTER, READONLY and READWRITE: clients (go-redis's
-// cluster client, redis-cli -c) send them to find out whether the server
-// is a cluster node, and this one is not.
+// cmdCluster is CLUSTER, READONLY, READWRITE and ASKING: clients
+// (go-redis's cluster client, redis-cli -c) send them to find out whether
+// the server is a cluster node, and this one is not.
 func cmdCluster(x *execCtx, args [][]byte) error {
-	if lower(args[0]) == "cluster" && !clusterSubcommands[strings.ToLower(string(args[1]))] {
-		x.errorf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", trunc(args[1], 128))
-		return nil
+	if lower(args[0]) == "cluster" {
+		sub := strings.ToLower(string(args[1]))
+		arity, ok := clusterSubcommands[sub]
+		if !ok {
+			x.errorf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", trunc(args[1], 128))
+			return nil
+		}
+		if !arityOK(arity, len(args)) {
+			x.errorf("ERR wrong number of arguments for 'cluster|%s' command", sub)
+			return nil
+		}
 	}
 	x.errorf("ERR This instance has cluster support disabled")
 	return nil

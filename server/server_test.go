@@ -1001,12 +1001,13 @@ func TestInfoStatsCounters(t *testing.T) {
 		{"GETSET", "a", "2"}, {"GETDEL", "x"}, // a hit, a miss
 		{"STRLEN", "b"}, {"TTL", "gone"}, // a hit; expired: a miss
 		{"SCAN", "0"}, {"KEYS", "*"}, {"DBSIZE"}, // nothing
+		{"SET", "b", "3", "GET"}, {"SET", "nn", "1", "GET"}, // a hit, a miss
 	} {
 		r.cmd(c...)
 		r.reply()
 	}
-	if h, m := stat("keyspace_hits"), stat("keyspace_misses"); h != 6 || m != 5 {
-		t.Fatalf("keyspace_hits %v, keyspace_misses %v; want 6 and 5", h, m)
+	if h, m := stat("keyspace_hits"), stat("keyspace_misses"); h != 7 || m != 6 {
+		t.Fatalf("keyspace_hits %v, keyspace_misses %v; want 7 and 6", h, m)
 	}
 	in, out := stat("total_net_input_bytes"), stat("total_net_output_bytes")
 	r.cmd("SET", "k", strings.Repeat("v", 1000))
@@ -1069,8 +1070,8 @@ func TestDBSizeReusesExactCount(t *testing.T) {
 }
 
 // TestSlowlog: commands slower than slowlog-log-slower-than are logged,
-// newest first, with Redis's fields and its cuts of long arguments; a
-// password set with CONFIG SET is redacted; slowlog-max-len keeps the
+// newest first, with Redis's fields and its cuts of long arguments;
+// passwords (AUTH's, CONFIG SET requirepass's) are redacted; slowlog-max-len keeps the
 // newest; EXEC's commands are logged, not EXEC.
 func TestSlowlog(t *testing.T) {
 	ts := startServer(t, Config{})
@@ -1109,7 +1110,10 @@ func TestSlowlog(t *testing.T) {
 			t.Errorf("SLOWLOG GET lacks %q:\n%q", want, got)
 		}
 	}
-	for _, absent := range []string{"sekrit", "$4\r\nAUTH\r\n", "$4\r\nEXEC\r\n"} {
+	if !strings.Contains(got, "*2\r\n$4\r\nAUTH\r\n$10\r\n(redacted)\r\n") {
+		t.Errorf("SLOWLOG GET lacks AUTH with its password redacted:\n%q", got)
+	}
+	for _, absent := range []string{"sekrit", "$4\r\nEXEC\r\n"} {
 		if strings.Contains(got, absent) {
 			t.Errorf("SLOWLOG GET has %q:\n%q", absent, got)
 		}

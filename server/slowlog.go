@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,8 +18,9 @@ import (
 // its reply is ready, so a write's includes its wait for the WAL flush
 // that makes it durable (with synchronous_commit on): a slow fsync shows
 // here as slow SETs. A pipelined write's reply is ready before its flush,
-// and its time does not include it. AUTH and HELLO are not logged, and
-// the value of CONFIG SET requirepass is shown as "(redacted)", as Redis.
+// and its time does not include it. Passwords are shown as "(redacted)",
+// as Redis redacts them: AUTH's arguments, HELLO's AUTH username and
+// password, CONFIG SET requirepass's value.
 
 const (
 	slowlogMaxArgc   = 32  // Redis's SLOWLOG_ENTRY_MAX_ARGC
@@ -48,10 +48,6 @@ func (l *slowlog) add(c *conn, args [][]byte, d time.Duration) {
 	limit := l.slowerThan.Load()
 	micros := d.Microseconds()
 	if limit < 0 || micros < limit {
-		return
-	}
-	switch lower(args[0]) {
-	case "auth", "hello":
 		return
 	}
 	e := slowEntry{at: time.Now().Unix(), micros: micros, args: slowlogArgs(args), addr: c.nc.RemoteAddr().String()}
@@ -86,8 +82,7 @@ func slowlogArgs(args [][]byte) [][]byte {
 			break
 		}
 		a := args[i]
-		if i >= 3 && strings.EqualFold(string(args[0]), "config") && strings.EqualFold(string(args[1]), "set") &&
-			i%2 == 1 && strings.EqualFold(string(args[i-1]), "requirepass") {
+		if redacted(args, i) {
 			out[i] = []byte("(redacted)")
 			continue
 		}
@@ -98,6 +93,26 @@ func slowlogArgs(args [][]byte) [][]byte {
 		out[i] = append([]byte(nil), a...)
 	}
 	return out
+}
+
+// redacted reports whether args[i] is a password, which the slow log does
+// not show, as Redis's redactClientCommandArgument.
+func redacted(args [][]byte, i int) bool {
+	name := lower(args[0])
+	switch {
+	case name == "auth":
+		return i >= 1
+	case name == "hello":
+		// HELLO [protover [AUTH username password] [SETNAME name]]
+		for j := 2; j+2 < len(args); j++ {
+			if strings.EqualFold(string(args[j]), "auth") {
+				return i == j+1 || i == j+2
+			}
+		}
+	case name == "config" && i >= 3 && i%2 == 1:
+		return strings.EqualFold(string(args[1]), "set") && strings.EqualFold(string(args[i-1]), "requirepass")
+	}
+	return false
 }
 
 // cmdSlowlog is SLOWLOG GET [count] | LEN | RESET | HELP.
@@ -129,8 +144,8 @@ func cmdSlowlog(x *execCtx, args [][]byte) error {
 	case sub == "get" && len(args) <= 3:
 		count := int64(10)
 		if len(args) == 3 {
-			n, err := strconv.ParseInt(string(args[2]), 10, 64)
-			if err != nil || n < -1 {
+			n, ok := parseInt(args[2])
+			if !ok || n < -1 {
 				x.errorf("ERR count should be greater than or equal to -1")
 				return nil
 			}
