@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1164,18 +1163,8 @@ func TestPauseWriteRepliesFirst(t *testing.T) {
 // TestShutdownNotHeldByStalledClient: a client that pipelines requests
 // and never reads the replies does not hold a shutdown until its timeout.
 func TestShutdownNotHeldByStalledClient(t *testing.T) {
-	db, err := engine.Open(t.TempDir(), engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := New(db, Config{ShutdownTimeout: time.Minute})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(context.Background(), ln)
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	s, ts := serveBare(t, Config{ShutdownTimeout: time.Minute})
+	nc, err := net.Dial("tcp", ts.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1208,7 +1197,7 @@ func TestShutdownNotHeldByStalledClient(t *testing.T) {
 // logger's handler the server was given, under Redis's names.
 func TestConfigLogLevel(t *testing.T) {
 	var lv slog.LevelVar
-	var buf syncBuffer
+	var buf logBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: &lv}))
 	ts := startServer(t, Config{Logger: log, LogLevel: &lv})
 	r := ts.raw(t)
@@ -1232,33 +1221,10 @@ func TestConfigLogLevel(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 // TestShutdownEndsPause: a write held by CLIENT PAUSE WRITE does not hold
 // a shutdown until its timeout.
 func TestShutdownEndsPause(t *testing.T) {
-	db, err := engine.Open(t.TempDir(), engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := New(db, Config{ShutdownTimeout: time.Minute})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(context.Background(), ln)
-	ts := &testServer{addr: ln.Addr().String()}
+	s, ts := serveBare(t, Config{ShutdownTimeout: time.Minute})
 	a, b := ts.raw(t), ts.raw(t)
 	a.cmd("CLIENT", "PAUSE", "60000", "WRITE")
 	a.expect("+OK\r\n")
@@ -1269,4 +1235,22 @@ func TestShutdownEndsPause(t *testing.T) {
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown with a write held by CLIENT PAUSE: %v", err)
 	}
+}
+
+// serveBare starts a server with cfg over a new database, without the
+// test server's cleanup: the test shuts it down itself.
+func serveBare(t *testing.T, cfg Config) (*Server, *testServer) {
+	t.Helper()
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s := New(db, cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(context.Background(), ln)
+	return s, &testServer{addr: ln.Addr().String()}
 }
