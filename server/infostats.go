@@ -54,21 +54,10 @@ func newServerStats() *serverStats {
 // a subcommand it has; nil for a container called with an unknown one,
 // which Redis counts nowhere but in rejected_calls and errorstats.
 func (st *serverStats) of(c *command, args [][]byte) *cmdStats {
-	if cs := st.byCmd[c.name+"|"+lower(argAt(args, 1))]; cs != nil && len(args) > 1 {
-		return cs
-	}
 	if len(args) > 1 && isContainer(c.name) {
-		return nil
+		return st.byCmd[c.name+"|"+lower(args[1])]
 	}
 	return st.byCmd[c.name]
-}
-
-// argAt returns args[i], or nil past the end.
-func argAt(args [][]byte, i int) []byte {
-	if i < len(args) {
-		return args[i]
-	}
-	return nil
 }
 
 // containers are the commands whose first argument names a subcommand.
