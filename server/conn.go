@@ -88,7 +88,8 @@ type conn struct {
 	noTouch bool // CLIENT NO-TOUCH, shown as flag T
 
 	// deadlineWritten: a write of this connection stored a deadline whose
-	// commit has not been reported to the expiry cycle yet (encode).
+	// commit has not been reported to the expiry cycle yet (encode). Not
+	// guarded by mu: only the connection's goroutine uses it.
 	deadlineWritten bool
 }
 
