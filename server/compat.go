@@ -18,8 +18,9 @@ import (
 // subcommands that define users) is not supported.
 func cmdACL(x *execCtx, args [][]byte) error {
 	sub := strings.ToLower(string(args[1]))
-	arity := map[string]int{"whoami": 2, "users": 2, "list": 2, "help": 2}
-	want, known := arity[sub]
+	// The subcommands and their arities are Redis's, from redisMeta.
+	meta, known := redisMeta["acl|"+sub]
+	want := meta.arity
 	if !known {
 		x.errorf("ERR unknown subcommand '%s'. Try ACL HELP.", trunc(args[1], 128))
 		return nil
