@@ -54,6 +54,12 @@ func (db *DB) checkpoint() error {
 	db.ckptInterlock.Lock()
 	redo := db.wal.InsertLSN()
 	db.redoPtr.Store(uint64(redo))
+	// Read under the interlock, which every commit holds shared from
+	// its commit record's insert to its CLOG update, and counts itself
+	// only after: every commit counted here logged its record before the
+	// redo point. One that logged before it but counts itself later is
+	// taken for one after it, so the figure errs high, never low.
+	commits := db.stats.commits.Load()
 	db.ckptInterlock.Unlock()
 
 	// The heap's length is the buffer pool's, read before FlushAll: every
@@ -135,6 +141,7 @@ func (db *DB) checkpoint() error {
 		db.logger.Warn("removing old WAL segments", "err", err)
 	}
 	db.stats.checkpoints.Add(1)
+	db.ckptCommits.Store(commits)
 	db.lastCkpt.Store(time.Now().UnixNano())
 	db.logger.Debug("checkpoint complete", "redo", uint64(redo), "nextXid", next, "took", time.Since(begin))
 	return nil

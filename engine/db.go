@@ -78,6 +78,9 @@ type DB struct {
 	// ckptMu lets one checkpoint run at a time.
 	ckptMu   sync.Mutex
 	lastCkpt atomic.Int64 // unix nanoseconds of the last checkpoint's end
+	// ckptCommits is stats.commits read at the last checkpoint's redo
+	// point (CheckpointStats.CommitsAtRedo).
+	ckptCommits atomic.Uint64
 	// lastRedo is the redo LSN of the last completed checkpoint, read by
 	// the checkpointer to measure WAL volume (max_wal_size).
 	lastRedo atomic.Uint64

@@ -70,11 +70,18 @@ type CheckpointStats struct {
 	// a heap page after a checkpoint's redo point logs the whole page
 	// (PostgreSQL's full_page_writes; pg_stat_wal's wal_fpi).
 	FullPageImages uint64
+	// CommitsAtRedo is Txn.Commits when the last checkpoint took its redo
+	// point (0 before the first one since Open): Txn.Commits minus it
+	// counts the commits logged after that point, which recovery after a
+	// crash now would replay (Redis's rdb_changes_since_last_save; a
+	// commit under way at the redo point may be counted among them). A
+	// gauge, kept as it is by Sub.
+	CommitsAtRedo uint64
 }
 
 // Sub returns s minus o, counter by counter.
 func (s CheckpointStats) Sub(o CheckpointStats) CheckpointStats {
-	return CheckpointStats{Count: s.Count - o.Count, FullPageImages: s.FullPageImages - o.FullPageImages}
+	return CheckpointStats{Count: s.Count - o.Count, FullPageImages: s.FullPageImages - o.FullPageImages, CommitsAtRedo: s.CommitsAtRedo}
 }
 
 // BufferStats count the heap buffer pool's events (Options.SharedBuffers;
@@ -204,7 +211,7 @@ func (db *DB) Stats() Stats {
 			Deadlocks: db.locks.deadlocks.Load(),
 		},
 		WAL:        db.wal.Stats(),
-		Checkpoint: CheckpointStats{Count: db.stats.checkpoints.Load(), FullPageImages: db.stats.fpis.Load()},
+		Checkpoint: CheckpointStats{Count: db.stats.checkpoints.Load(), FullPageImages: db.stats.fpis.Load(), CommitsAtRedo: db.ckptCommits.Load()},
 		CLOG:       db.clog.Stats(),
 		Buffers:    BufferStats{Hits: p.Hits, Misses: p.Misses, Reads: p.Reads, Writes: p.Writes, Evictions: p.Evictions},
 		Heap: HeapStats{

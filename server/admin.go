@@ -630,9 +630,19 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		section("memory", s.memoryLines()...)
 	}
 	dmg := s.db.Damage()
+	// Redis's fields as monitoring reads them: a save is a checkpoint,
+	// the append-only file the WAL, its writes' status the engine's
+	// (Failure: writes stopped after a failed fsync or write).
+	saving := map[bool]int{false: 0, true: 1}[s.bgsave.Load()]
 	section("persistence",
 		"loading:0",
+		fmt.Sprintf("rdb_changes_since_last_save:%d", st.Txn.Commits-min(st.Checkpoint.CommitsAtRedo, st.Txn.Commits)),
+		fmt.Sprintf("rdb_bgsave_in_progress:%d", saving),
+		fmt.Sprintf("rdb_last_save_time:%d", s.db.LastCheckpoint().Unix()),
+		"rdb_last_bgsave_status:"+map[bool]string{false: "ok", true: "err"}[s.saveFailed.Load()],
 		"aof_enabled:1",
+		fmt.Sprintf("aof_rewrite_in_progress:%d", saving),
+		"aof_last_write_status:"+map[bool]string{false: "ok", true: "err"}[s.db.Failure() != nil],
 		"synchronous_commit:"+knobs["synchronous_commit"].get(s),
 		"early_lock_release:"+knobs["early_lock_release"].get(s),
 		fmt.Sprintf("recovery_redo_lsn:%d", rec.RedoLSN),

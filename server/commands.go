@@ -1548,7 +1548,9 @@ func cmdShutdown(x *execCtx, args [][]byte) error {
 }
 
 func cmdCheckpoint(x *execCtx, _ [][]byte) error {
-	if err := x.c.s.db.Checkpoint(); err != nil {
+	err := x.c.s.db.Checkpoint()
+	x.c.s.saveFailed.Store(err != nil)
+	if err != nil {
 		x.out = appendEngineError(x.out, err)
 		return nil
 	}

@@ -97,12 +97,7 @@ func cmdBgRewriteAOF(x *execCtx, args [][]byte) error {
 		x.out = append(x.out, "+Background append only file rewriting scheduled\r\n"...)
 		return nil
 	}
-	go func() {
-		defer s.bgsave.Store(false)
-		if err := s.db.Checkpoint(); err != nil {
-			s.log.Warn("BGREWRITEAOF checkpoint failed", "err", err)
-		}
-	}()
+	go s.backgroundCheckpoint("BGREWRITEAOF")
 	x.out = append(x.out, "+Background append only file rewriting started\r\n"...)
 	return nil
 }

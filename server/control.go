@@ -70,14 +70,21 @@ func cmdBgSave(x *execCtx, args [][]byte) error {
 		x.errorf("ERR Background save already in progress")
 		return nil
 	}
-	go func() {
-		defer s.bgsave.Store(false)
-		if err := s.db.Checkpoint(); err != nil {
-			s.log.Warn("BGSAVE checkpoint failed", "err", err)
-		}
-	}()
+	go s.backgroundCheckpoint("BGSAVE")
 	x.out = append(x.out, "+Background saving started\r\n"...)
 	return nil
+}
+
+// backgroundCheckpoint runs the checkpoint of BGSAVE or BGREWRITEAOF
+// (what), which set s.bgsave, and clears it at the end; INFO's
+// rdb_last_bgsave_status tells how the last one ended.
+func (s *Server) backgroundCheckpoint(what string) {
+	defer s.bgsave.Store(false)
+	err := s.db.Checkpoint()
+	s.saveFailed.Store(err != nil)
+	if err != nil {
+		s.log.Warn(what+" checkpoint failed", "err", err)
+	}
 }
 
 // cmdWait is WAIT numreplicas timeout. There are no replicas, so it

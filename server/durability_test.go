@@ -422,6 +422,13 @@ func TestPipelineSyncFailure(t *testing.T) {
 	if got := a.reply(); got != "$-1\r\n" && !strings.HasPrefix(got, "-") {
 		t.Fatalf("GET x = %q after its commit failed", got)
 	}
+	if err := db.Failure(); !errors.Is(err, engine.ErrWALSyncFailed) {
+		t.Fatalf("engine Failure() = %v after a failed WAL sync; want ErrWALSyncFailed", err)
+	}
+	a.cmd("INFO", "persistence")
+	if got := a.reply(); !strings.Contains(got, "\r\naof_last_write_status:err\r\n") {
+		t.Fatalf("INFO persistence after a failed WAL sync has no aof_last_write_status:err: %q", got)
+	}
 }
 
 // TestShutdownDeadline: a shutdown whose deadline has passed while a

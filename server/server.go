@@ -171,6 +171,7 @@ type Server struct {
 	opsRate, inRate, outRate rateSampler
 
 	bgsave     atomic.Bool  // a BGSAVE checkpoint is running
+	saveFailed atomic.Bool  // the last SAVE, BGSAVE or BGREWRITEAOF failed
 	monitors   monitorSet   // MONITOR connections
 	monitorsN  atomic.Int64 // len(monitors.m), read without its lock
 	pause      pauseState   // CLIENT PAUSE

@@ -1026,6 +1026,60 @@ func TestInfoStatsCounters(t *testing.T) {
 	}
 }
 
+// TestInfoPersistence: INFO persistence reports Redis's save fields from
+// checkpoints: the commits since the last one's redo point, its time, a
+// background one in progress and how it ended, and the WAL's write status.
+func TestInfoPersistence(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	field := func(name string) string {
+		t.Helper()
+		r.cmd("INFO", "persistence")
+		got := r.reply()
+		_, v, ok := strings.Cut(got, "\r\n"+name+":")
+		v, _, _ = strings.Cut(v, "\r\n")
+		if !ok {
+			t.Fatalf("INFO persistence has no %s: %q", name, got)
+		}
+		return v
+	}
+	r.cmd("SAVE")
+	r.expect("+OK\r\n")
+	if v := field("rdb_changes_since_last_save"); v != "0" {
+		t.Fatalf("rdb_changes_since_last_save %s right after SAVE; want 0", v)
+	}
+	saved, _ := strconv.ParseInt(field("rdb_last_save_time"), 10, 64)
+	if now := time.Now().Unix(); saved < now-60 || saved > now+1 {
+		t.Fatalf("rdb_last_save_time %d, now %d", saved, now)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		r.cmd("SET", k, "1")
+		r.expect("+OK\r\n")
+	}
+	r.cmd("GET", "a")
+	r.reply()
+	if v := field("rdb_changes_since_last_save"); v != "3" {
+		t.Fatalf("rdb_changes_since_last_save %s after three SETs and a GET; want 3", v)
+	}
+	r.cmd("BGSAVE")
+	r.expect("+Background saving started\r\n")
+	deadline := time.Now().Add(20 * time.Second)
+	for field("rdb_bgsave_in_progress") != "0" {
+		if time.Now().After(deadline) {
+			t.Fatal("rdb_bgsave_in_progress still 1 after 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for name, want := range map[string]string{
+		"rdb_changes_since_last_save": "0", "rdb_last_bgsave_status": "ok",
+		"aof_last_write_status": "ok", "aof_rewrite_in_progress": "0",
+	} {
+		if v := field(name); v != want {
+			t.Errorf("%s %s after BGSAVE; want %s", name, v, want)
+		}
+	}
+}
+
 // TestDBSizeReusesExactCount: DBSIZE answers from the kept keyspace count
 // while it is exact, and counts again after a write, so its answer is
 // always current.
