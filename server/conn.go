@@ -487,6 +487,12 @@ func (c *conn) dispatch(req request) {
 		c.queueError("ERR Command not allowed inside a transaction")
 		return
 	}
+	// A write is held by CLIENT PAUSE WRITE even when it is only queued
+	// in MULTI, as Redis's processCommand checks the pause before it
+	// queues.
+	if c.s.paused(start) {
+		c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()), !c.replyOff && !skip)
+	}
 	if c.inMulti && cmd.flags&flagMultiCtl == 0 {
 		c.queued += req.size
 		if c.queued > c.s.limits().QueryBufferLimit {
@@ -499,9 +505,6 @@ func (c *conn) dispatch(req request) {
 		c.mu.Unlock()
 		c.out = append(c.out, "+QUEUED\r\n"...)
 		return
-	}
-	if c.s.paused(start) {
-		c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()), !c.replyOff && !skip)
 	}
 	defer c.feedMonitors(cmd, req.args)
 	// Anything but a pipelined write waits for the pending commits: a

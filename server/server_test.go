@@ -1212,6 +1212,22 @@ func TestPauseWriteRepliesFirst(t *testing.T) {
 	b.cmd("CLIENT", "UNPAUSE")
 	b.expect("+OK\r\n")
 	a.expect("+OK\r\n")
+
+	// A write queued in MULTI is held too, as Redis holds it before it
+	// queues; a read is queued at once.
+	a.cmd("MULTI")
+	a.expect("+OK\r\n")
+	b.cmd("CLIENT", "PAUSE", "60000", "WRITE")
+	b.expect("+OK\r\n")
+	a.cmd("GET", "a")
+	a.expect("+QUEUED\r\n")
+	a.cmd("SET", "a", "newer")
+	noReplyYet(t, a, "SET queued in MULTI during CLIENT PAUSE WRITE")
+	b.cmd("CLIENT", "UNPAUSE")
+	b.expect("+OK\r\n")
+	a.expect("+QUEUED\r\n")
+	a.cmd("EXEC")
+	a.expect("*2\r\n$3\r\nnew\r\n+OK\r\n")
 }
 
 // TestShutdownNotHeldByStalledClient: a client that pipelines requests
