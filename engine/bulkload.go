@@ -152,20 +152,35 @@ type BulkLoadStats struct {
 // and commit waits, and checkpoints too, until the load ends; that wait
 // does not end with the writer's context (a load is meant for a database
 // nobody writes to yet). rows must not write to the database (it would
-// wait forever). Reads go on and see the loaded keys
-// from the commit on. A load that fails leaves the database as it was,
+// wait forever); it may read it. Reads go on and see the loaded keys
+// from the commit on. A Close meanwhile ends the load at its next page with
+// ErrClosed, loading nothing. If rows panics, the load ends as a failed
+// one and the panic continues. A load that fails leaves the database as it was,
 // except an I/O failure, which stops it taking writes (ErrIOFailure) until
 // it is reopened. The context is checked once a page.
 func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (BulkLoadStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if rows == nil {
+		return BulkLoadStats{}, errors.New("mvkv: BulkLoad called with a nil rows sequence")
+	}
 	begin := time.Now()
+	// Not closeMu for the whole load, as other operations hold it: rows
+	// is the caller's code, which may read the database, and a Close
+	// waiting for closeMu's write side would stop those reads from
+	// taking its read side while the load waits for them. The load
+	// counts itself in longOps instead, which Close waits for before it
+	// tears anything down, and ends with ErrClosed at the next page once
+	// Close has begun.
 	db.closeMu.RLock()
-	defer db.closeMu.RUnlock()
 	if db.closed.Load() {
+		db.closeMu.RUnlock()
 		return BulkLoadStats{}, ErrClosed
 	}
+	db.longOps.Add(1)
+	db.closeMu.RUnlock()
+	defer db.longOps.Done()
 	if err := db.writable(); err != nil {
 		return BulkLoadStats{}, err
 	}
@@ -214,7 +229,20 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 
 	w := time.Now()
 	b := newBulkBuilder(db, xid, first)
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// rows panicked: the load ends as a failed one does, its xid out
+		// of the running table (else it would hold back vacuum's horizon
+		// until a restart), and the panic goes on to the caller.
+		b.waitSync()
+		b.finishIndex()
+		db.abortBulkLoad(txn, first, b.pages > 0)
+	}()
 	loadErr := b.run(ctx, rows)
+	finished = true
 	if err := b.waitSync(); loadErr == nil {
 		loadErr = err
 	}
@@ -572,6 +600,10 @@ func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (
 		tup = heap.AppendTuple(tup[:0], hdr, key, val)
 		if b.inChunk == 0 || !heap.Fits(b.page(), len(tup)+b.reserve) {
 			if err = ctx.Err(); err != nil {
+				break
+			}
+			if b.db.closed.Load() {
+				err = ErrClosed
 				break
 			}
 			if err = b.newPage(); err != nil {

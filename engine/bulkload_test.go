@@ -544,3 +544,129 @@ func TestRecoveryReportsBulkLoadCut(t *testing.T) {
 		t.Fatalf("%d keys after the cut, want none", scan)
 	}
 }
+
+// TestBulkLoadRowsPanics: a rows sequence that panics ends the load as a
+// failed one (nothing loaded, its xid out of the running table, so
+// vacuum's horizon moves on), and the panic reaches the caller. A nil
+// sequence is refused.
+func TestBulkLoadRowsPanics(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.BulkLoad(ctx, nil); err == nil {
+		t.Fatal("BulkLoad with nil rows: no error")
+	}
+	boom := func(yield func(k, v []byte) bool) {
+		for i := 0; i < 5000; i++ {
+			if !yield(bulkKey(i), bulkVal(i, 300)) {
+				return
+			}
+		}
+		panic("boom in rows")
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "boom in rows" {
+				t.Fatalf("recovered %v; want the panic of rows", r)
+			}
+		}()
+		db.BulkLoad(ctx, boom)
+	}()
+	checkState(t, db, ladderState{})
+	mustPut(t, db, "a", "1")
+	mustPut(t, db, "a", "2")
+	if st := mustVacuum(t, db); st.TuplesRemoved != 1 {
+		t.Fatalf("vacuum after a load whose rows panicked removed %d versions (horizon %d); want 1", st.TuplesRemoved, st.OldestXmin)
+	}
+	if _, err := db.BulkLoad(ctx, bulkRows(10, 10)); !errors.Is(err, ErrBulkLoadNotEmpty) {
+		t.Fatalf("a second load: %v; want ErrBulkLoadNotEmpty (the key a)", err)
+	}
+}
+
+// TestCloseDuringCallbacks: the caller's code that the engine runs (a
+// bulk load's rows, Txn.Update's function, StatTuple's class) may read
+// or write the database, and a Close meanwhile neither hangs nor leaves
+// them hanging: they end, with ErrClosed where the database went away
+// under them.
+func TestCloseDuringCallbacks(t *testing.T) {
+	ctx := context.Background()
+	closeWhile := func(t *testing.T, db *DB, started <-chan struct{}, run func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- run() }()
+		<-started
+		closed := make(chan error, 1)
+		go func() { closed <- db.Close() }()
+		for _, c := range []chan error{done, closed} {
+			select {
+			case <-c:
+			case <-time.After(30 * time.Second):
+				t.Fatal("hung: Close and a callback that reads the database wait for each other")
+			}
+		}
+	}
+	t.Run("BulkLoad", func(t *testing.T) {
+		db := openTest(t, t.TempDir(), Options{})
+		started := make(chan struct{})
+		rows := func(yield func(k, v []byte) bool) {
+			for i := 0; ; i++ {
+				if i == 100 {
+					close(started)
+				}
+				// Reads go on during a load.
+				if err := db.View(ctx, func(tx *Txn) error { _, err := tx.Get([]byte("cfg")); return err }); errors.Is(err, ErrClosed) {
+					return
+				}
+				if !yield(bulkKey(i), bulkVal(i, 100)) {
+					return
+				}
+			}
+		}
+		closeWhile(t, db, started, func() error { _, err := db.BulkLoad(ctx, rows); return err })
+	})
+	t.Run("TxnUpdate", func(t *testing.T) {
+		db := openTest(t, t.TempDir(), Options{})
+		t1, err := db.Begin(ctx, TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := t1.Put([]byte("b"), []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		closeWhile(t, db, started, func() error {
+			t2, err := db.Begin(ctx, TxnOptions{})
+			if err != nil {
+				return err
+			}
+			defer t2.Rollback()
+			return t2.Update([]byte("a"), func(old []byte, ok bool) ([]byte, error) {
+				close(started)
+				// Waits for t1's row lock, which Close's wake ends.
+				return []byte("x"), t2.Put([]byte("b"), []byte("2"))
+			})
+		})
+		if err := t1.Commit(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("commit after Close: %v; want ErrClosed", err)
+		}
+	})
+	t.Run("StatTuple", func(t *testing.T) {
+		db := openTest(t, t.TempDir(), Options{})
+		for i := range 2000 {
+			mustPut(t, db, fmt.Sprintf("k%05d", i), strings.Repeat("v", 100))
+		}
+		started := make(chan struct{})
+		var once bool
+		closeWhile(t, db, started, func() error {
+			_, _, err := db.StatTuple(ctx, func(key []byte) string {
+				if !once {
+					once = true
+					close(started)
+				}
+				db.View(ctx, func(tx *Txn) error { _, err := tx.Get(key); return err })
+				return "k"
+			})
+			return err
+		})
+	})
+}

@@ -91,9 +91,16 @@ type DB struct {
 
 	// closeMu is held shared by operations that use the WAL, CLOG and
 	// buffer pool, and exclusively by Close, so Close never tears them down
-	// under a running operation. It is never held across a row-lock wait.
+	// under a running operation. It is never held across a row-lock wait
+	// or the caller's code (a callback), which may wait for one or take
+	// it again: with Close waiting for the write side, a second read lock
+	// waits too.
 	closeMu sync.RWMutex
 	closed  atomic.Bool
+	// longOps counts the operations that run the caller's code for long
+	// and so cannot hold closeMu throughout (BulkLoad): Close waits for
+	// them, after it has set closed, which they check as they go.
+	longOps sync.WaitGroup
 	// failure is the first fsync/write failure; once set, writes are refused.
 	failure atomic.Pointer[error]
 
@@ -495,6 +502,7 @@ func (db *DB) Close() error {
 	}
 	close(db.closing)
 	db.closeMu.Unlock()
+	db.longOps.Wait()
 	close(db.stopBG)
 	db.bgWG.Wait()
 	var err error

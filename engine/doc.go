@@ -147,6 +147,11 @@
 //	visibility map page
 //	WAL insertion
 //
+// Beside them, every operation holds the close lock shared while it uses
+// the files, and Close holds it exclusively; it is never held across a
+// row-lock wait or the caller's code (Txn.Update's function, BulkLoad's
+// rows, StatTuple's class), which may take it again.
+//
 // The index's and the running table's mutexes, the CLOG's bank locks and
 // the snapshot registry are leaves: held briefly, never across a wait for
 // any lock above. Pruning outside vacuum tries the page lock and the

@@ -29,29 +29,64 @@ type HeapUsage struct {
 // it runs beside writers and vacuum and sees each page as it was at one
 // instant, not the heap at one instant; pages added meanwhile may be
 // counted. It reads through the buffer pool, so it evicts what was cached
-// there. class is called with a key that is valid only during the call.
+// there. class is called with a key that is valid only during the call,
+// with no lock of the database held, so it may read the database.
 // It returns ErrClosed after Close, ErrCorruption naming the block for an
 // undecodable tuple, and ctx's error when ctx ends.
 func (db *DB) StatTuple(ctx context.Context, class func(key []byte) string) (map[string]HeapUsage, uint64, error) {
 	out := make(map[string]HeapUsage)
 	seen := make(map[string]bool)
+	var pg statPageTuples
 	var pages uint64
 	for blk := uint32(0); ; blk++ {
 		if err := ctx.Err(); err != nil {
 			return out, pages, err
 		}
-		more, err := db.statPage(blk, class, out, seen)
+		more, err := db.statPage(blk, &pg)
 		if err != nil || !more {
 			return out, pages, err
 		}
 		pages++
+		// class is the caller's code: it runs with no lock of the
+		// database held, so that it may read the database itself and
+		// Close never waits behind it.
+		clear(seen)
+		for _, t := range pg.tuples {
+			var key []byte
+			if !t.chunk {
+				key = pg.keys[t.start:t.end]
+			}
+			c := class(key)
+			u := out[c]
+			u.Tuples++
+			u.TupleBytes += t.size
+			if !seen[c] {
+				seen[c] = true
+				u.Pages++
+			}
+			out[c] = u
+		}
 	}
 }
 
-// statPage adds block blk's tuples to out; more is false past the end of
-// the heap. closeMu is taken per page, so that Close waits for one page
-// only.
-func (db *DB) statPage(blk uint32, class func([]byte) string, out map[string]HeapUsage, seen map[string]bool) (more bool, err error) {
+// statPageTuples is one page's tuples as StatTuple classifies them: each
+// one's key (a copy, in keys) and size.
+type statPageTuples struct {
+	keys   []byte
+	tuples []statTupleEntry
+}
+
+type statTupleEntry struct {
+	start, end int    // the key in keys
+	chunk      bool   // an out-of-line chunk of a value, classed as nil
+	size       uint64 // bytes, its line pointer included
+}
+
+// statPage copies block blk's tuples into pg; more is false past the end
+// of the heap. closeMu and the page's lock are held only while it copies,
+// so that Close waits for one page only.
+func (db *DB) statPage(blk uint32, pg *statPageTuples) (more bool, err error) {
+	pg.keys, pg.tuples = pg.keys[:0], pg.tuples[:0]
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.closed.Load() {
@@ -68,7 +103,6 @@ func (db *DB) statPage(blk uint32, class func([]byte) string, out map[string]Hea
 	buf.RLock()
 	defer buf.RUnlock()
 	page := buf.Page()
-	clear(seen)
 	for s := 0; s < heap.NumSlots(page); s++ {
 		if heap.SlotState(page, uint16(s)) != heap.LPNormal {
 			continue
@@ -81,18 +115,13 @@ func (db *DB) statPage(blk uint32, class func([]byte) string, out map[string]Hea
 		if err != nil {
 			return false, fmt.Errorf("%w: heap block %d slot %d: %v", ErrCorruption, blk, s, err)
 		}
-		if h.Infomask&heap.Chunk != 0 {
-			key = nil
+		t := statTupleEntry{chunk: h.Infomask&heap.Chunk != 0, size: uint64(len(raw)) + heap.ItemIDSize}
+		if !t.chunk {
+			t.start = len(pg.keys)
+			pg.keys = append(pg.keys, key...)
+			t.end = len(pg.keys)
 		}
-		c := class(key)
-		u := out[c]
-		u.Tuples++
-		u.TupleBytes += uint64(len(raw)) + heap.ItemIDSize
-		if !seen[c] {
-			seen[c] = true
-			u.Pages++
-		}
-		out[c] = u
+		pg.tuples = append(pg.tuples, t)
 	}
 	return true, nil
 }

@@ -379,7 +379,9 @@ func (t *Txn) Delete(key []byte) error {
 // row version (EvalPlanQual), so concurrent increments are never lost. Under
 // REPEATABLE READ a version newer than the snapshot gives
 // ErrSerializationFailure. An error from fn is returned as it is and leaves
-// the transaction usable.
+// the transaction usable. fn runs holding key's row lock (and no other lock
+// of the database): it may read and write other keys, in t or in other
+// transactions, subject to the usual row-lock waits and deadlock checks.
 func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
 	if fn == nil {
 		return errors.New("mvkv: Update with a nil function")
@@ -516,9 +518,19 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 			return err
 		}
 	}
+	// fn is the caller's code, which may read or write other keys and
+	// wait for their row locks: it runs without closeMu, never held
+	// across a lock wait (a Close waiting for the write side would stop
+	// the commit fn waits for from taking the read side). The row lock,
+	// still held, keeps cur the key's newest version meanwhile.
+	db.closeMu.RUnlock()
 	val, err := fn(old, live)
+	db.closeMu.RLock()
 	if err != nil {
 		return userError{err}
+	}
+	if db.closed.Load() {
+		return ErrClosed
 	}
 	if len(val) > MaxValueSize {
 		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, len(val), MaxValueSize)
