@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"mvkv/wal"
@@ -33,7 +34,9 @@ import (
 // durable, at once when it already is: a server holds a read's reply until
 // then.
 //
-// after, if not nil, is an earlier CommitAsync of the same caller: this
+// after, if not nil, is an earlier CommitAsync of the same caller in the
+// same database (else CommitAsync returns an error before it ends the
+// transaction): this
 // commit becomes visible (CLOG, running table) only after that one has, so
 // a pipeline's transactions become visible in the order they were
 // committed, as their commit records are in the WAL. Both wait for the
@@ -60,13 +63,17 @@ func (t *Txn) CommitAsync(after *CommitWait) (*CommitWait, error) {
 	if t.managed {
 		return nil, ErrTxnManaged
 	}
+	if after != nil && after.db != t.db {
+		// Its chain would complete this commit in the other database.
+		return nil, errors.New("mvkv: CommitAsync after a commit of another database; the transaction is still open")
+	}
 	st, err := t.end()
 	db, dep := t.db, t.dep
 	if st == nil {
 		if err != nil {
 			return nil, err
 		}
-		w := &CommitWait{done: make(chan struct{}), visible: true}
+		w := &CommitWait{db: db, done: make(chan struct{}), visible: true}
 		if dep == 0 || db.wal.FlushedLSN() >= dep {
 			close(w.done)
 			return w, nil
@@ -79,7 +86,7 @@ func (t *Txn) CommitAsync(after *CommitWait) (*CommitWait, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &CommitWait{done: make(chan struct{}), lsn: end}
+	w := &CommitWait{db: db, done: make(chan struct{}), lsn: end}
 	it := chainItem{w: w, st: st, end: end, sync: sync, after: after, dep: dep}
 	if sync && db.elr.Load() && (after == nil || after.isVisible()) {
 		if err := db.publishEarly(st, end); err != nil {
@@ -220,6 +227,7 @@ func (w *CommitWait) complete(db *DB, it chainItem, err error) {
 // CommitWait is a commit in progress, returned by Txn.CommitAsync. Its
 // methods are safe for concurrent use.
 type CommitWait struct {
+	db      *DB // the database it commits in
 	done    chan struct{}
 	lsn     wal.LSN
 	err     error        // set before done is closed
@@ -260,7 +268,11 @@ func (w *CommitWait) Visible() bool { return w.isVisible() }
 // are released, so it may be acknowledged. Otherwise it
 // returns the commit's error (see CommitAsync), or ctx's error if ctx ends
 // first; the commit then goes on completing, and must not be acknowledged.
+// A nil ctx waits without a deadline.
 func (w *CommitWait) Wait(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	select {
 	case <-w.done:
 		return w.err

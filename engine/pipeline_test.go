@@ -267,6 +267,34 @@ func testCommitAsyncErrors(t *testing.T, elr bool) {
 	if _, err := tx.CommitAsync(nil); !errors.Is(err, ErrTxnDone) {
 		t.Fatalf("second CommitAsync: %v; want ErrTxnDone", err)
 	}
+	//lint:ignore SA1012 a nil ctx is documented to wait without a deadline
+	if err := w.Wait(nil); err != nil {
+		t.Fatalf("Wait(nil): %v", err)
+	}
+	// after from another database: refused, the transaction still open.
+	other := openTest(t, t.TempDir(), Options{})
+	defer other.Close()
+	otx, _ := other.Begin(ctx, TxnOptions{})
+	if err := otx.Put([]byte("o"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	wo, err := otx.CommitAsync(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, _ = db.Begin(ctx, TxnOptions{})
+	if err := tx.Put([]byte("p"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.CommitAsync(wo); err == nil {
+		t.Fatal("CommitAsync after another database's commit: no error")
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit after the refused CommitAsync: %v", err)
+	}
+	if err := wo.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	// Both transactions write before either commits, so that the
 	// failure reaches them through their commits.
