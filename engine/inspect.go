@@ -23,6 +23,15 @@ func init() {
 		TypeName:     recordTypeName,
 		Describe:     describeRecord,
 		IsCheckpoint: func(t wal.RecordType) bool { return t == recCheckpoint },
+		Outcome: func(t wal.RecordType) (ends, committed bool) {
+			switch t {
+			case recCommit, recBulkLoad:
+				return true, true
+			case recAbort:
+				return true, false
+			}
+			return false, false
+		},
 		CheckpointRedo: func(rec wal.Record) (wal.LSN, error) {
 			c, err := decodeCheckpoint(rec.Data)
 			return c.redo, err

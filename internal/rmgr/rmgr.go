@@ -48,6 +48,10 @@ type Table struct {
 	// IsCheckpoint reports whether records of type t are checkpoint
 	// records.
 	IsCheckpoint func(t wal.RecordType) bool
+	// Outcome reports whether records of type t end their transaction,
+	// and if so whether they commit it (a commit record) or not (an
+	// abort record): the status the CLOG must hold for the record's xid.
+	Outcome func(t wal.RecordType) (ends, committed bool)
 	// CheckpointRedo decodes a checkpoint record's payload and returns
 	// its redo point.
 	CheckpointRedo func(rec wal.Record) (redo wal.LSN, err error)

@@ -67,7 +67,7 @@ func (f *clogFindings) report(problem Problemf) {
 		for _, kind := range p.kindOrder {
 			kinds = append(kinds, fmt.Sprintf("%d %s", p.kinds[kind], kind))
 		}
-		problem("CLOG page %s at offset %d: %d tuple xids (from %d to %d) affected: %s; the first: %s",
+		problem("CLOG page %s at offset %d: %d findings (xids from %d to %d): %s; the first: %s",
 			filepath.Join(f.dir, k.file), k.off, p.n, p.minXid, p.maxXid, strings.Join(kinds, ", "), p.first)
 	}
 }

@@ -290,14 +290,35 @@ func Run(t Target, problem Problemf) Counts {
 	t.CheckIndexFile(problem)
 
 	// The whole WAL still on disk must read cleanly, also below the redo
-	// point, which recovery does not read.
+	// point, which recovery does not read. Each commit or abort record in
+	// it must agree with the CLOG: a CLOG page restored from an older copy
+	// (a backup, a lost write) holds valid-looking statuses of "in
+	// progress" for transactions that committed since, which then read as
+	// aborted, their writes gone without an error anywhere; below the
+	// redo point no recovery replays them, and only the records that are
+	// still here can tell. One line per CLOG page.
 	walPath := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
+	walBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
 	if r, err := wal.NewReader(t.FS(), walPath, 0); err != nil {
 		problem("WAL: %v", err)
 	} else {
+		var rec wal.Record
 		for {
-			if _, err = r.Next(); err != nil {
+			if rec, err = r.Next(); err != nil {
 				break
+			}
+			ends, committed := rmgr.Engine.Outcome(rec.Type)
+			if !ends || rec.XID < cl.OldestXid() || rec.XID >= next {
+				continue
+			}
+			want := clog.StatusAborted
+			if committed {
+				want = clog.StatusCommitted
+			}
+			if st, err := cl.Status(rec.XID); err == nil && st != want {
+				name, off := clog.XidFile(rec.XID)
+				walBad.add(rec.XID, "statuses contradict the WAL", fmt.Sprintf("xid %d has its %s record at %s in the WAL, but the CLOG says %s (%s at offset %d): the CLOG page is damaged, or older than the WAL (restored from a copy, or a write of it lost)",
+					rec.XID, rmgr.Engine.TypeName(rec.Type), rec.LSN, st, filepath.Join(t.Dir(), rmgr.Engine.CLOGDir, name), off))
 			}
 		}
 		if !errors.Is(err, io.EOF) {
@@ -305,6 +326,7 @@ func Run(t Target, problem Problemf) Counts {
 		}
 		r.Close()
 	}
+	walBad.report(problem)
 
 	ctrl, found, err := rmgr.Engine.ReadControl(t.FS(), t.Dir())
 	switch {
