@@ -269,6 +269,11 @@ func runKill(ctx context.Context, cfg Config) (Result, error) {
 		res.Ops += len(hist)
 		res.Crashes++
 		st, problems := checkDir(ctx, dir, cfg.Clients, true)
+		if ctx.Err() != nil {
+			// Interrupted: what failed may have failed for that reason
+			// (a read cut short), so no verdict.
+			break
+		}
 		if problems == nil {
 			problems = Check(state, hist, st, cfg.Clients)
 		}
@@ -328,7 +333,12 @@ func startServe(ctx context.Context, cfg Config, dir, addr string) (*exec.Cmd, e
 			return nil, fmt.Errorf("crashtest: mvkv serve on %s exited: %s", addr, strings.TrimSpace(errb.String()))
 		default:
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			cmd.Process.Kill()
+			<-exited
+			return nil, ctx.Err()
+		}
+		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			<-exited
 			return nil, fmt.Errorf("crashtest: mvkv serve on %s did not answer within 60 s", addr)
@@ -363,6 +373,9 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 		}
 		cmd, err := startServe(ctx, cfg, dir, addr)
 		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
 			return res, err
 		}
 		c := NewRESPClient(addr)
@@ -371,6 +384,9 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
+			if ctx.Err() != nil {
+				break
+			}
 			return res, err
 		}
 		if cycle > 1 {
@@ -424,7 +440,7 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 			for _, cl := range clients {
 				cl.Close()
 			}
-			return res, nil
+			break
 		}
 		for _, cl := range clients {
 			cl.Close()
@@ -433,7 +449,7 @@ func runServer(ctx context.Context, cfg Config) (Result, error) {
 		res.Ops += len(prevHist)
 		res.Crashes++
 		res.Cycles = cycle
-		if _, problems := checkDir(ctx, dir, cfg.Clients, false); len(problems) > 0 {
+		if _, problems := checkDir(ctx, dir, cfg.Clients, false); len(problems) > 0 && ctx.Err() == nil {
 			res.Problems, res.KeptDir = problems, dir
 			fmt.Fprintf(cfg.Out, "cycle %d: kill -9 after %v: FAIL\n", cycle, delay.Round(time.Millisecond))
 			res.Shortest, res.Reproduced = Shrink(ctx, Ops(prevHist), cfg.ShrinkTime, func(ctx context.Context, ops []Op) bool {

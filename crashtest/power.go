@@ -284,6 +284,14 @@ func runPower(ctx context.Context, cfg Config) (Result, error) {
 		var nextState State
 		for i, pt := range got {
 			cdb, st, problems := checkCopy(ctx, pt.fs, cfg.Clients)
+			if ctx.Err() != nil {
+				// Interrupted: a check cut short is no verdict.
+				if cdb != nil {
+					cdb.Close()
+				}
+				res.Cycles = cycle
+				return res, nil
+			}
 			if problems == nil {
 				problems = Check(state, pt.hist, st, cfg.Clients)
 			}
