@@ -140,6 +140,9 @@ func TestCLOGDamageAfterCrash(t *testing.T) {
 		flipCLOGBit(t, torn, "/db", 100)
 		db := openTest(t, "/db", Options{FS: torn, Autovacuum: noAutovacuum})
 		defer db.Close()
+		if got := db.Recovery().CLOGTornPages; len(got) != 1 || got[0] != "/db/clog/000000000000 at offset 0" {
+			t.Errorf("Recovery().CLOGTornPages = %q; want the page at offset 0 of 000000000000", got)
+		}
 		for i := range 5 {
 			if v, ok := get(t, db, fmt.Sprintf("old%d", i)); !ok || v != "v" {
 				t.Errorf("old%d = %q, %v", i, v, ok)

@@ -224,6 +224,14 @@ type RecoveryInfo struct {
 	// (logged as a warning; Open fails with ErrCorruption if the WAL no
 	// longer reaches back that far).
 	ControlFileMissing bool
+	// CLOGTornPages names the CLOG pages ("file at offset", by the page)
+	// that failed their checksum after a crash and were accepted as torn
+	// by it (a page written again after the checkpoint and cut
+	// mid-write), because every commit and abort record the WAL still
+	// holds for them agrees with their bits and redo set again every
+	// status decided since the redo point; logged as a warning. Empty
+	// when there was none.
+	CLOGTornPages []string
 }
 
 // Open opens (creating if needed) the database in dir and runs crash

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"mvkv/clog"
@@ -319,6 +321,10 @@ func (db *DB) recover(ctrl controlData) error {
 	// record the WAL still holds for it.
 	if err := db.checkTornCLOG(walPath, ctrl.RedoLSN, scan.ended); err != nil {
 		return err
+	}
+	torn := db.clog.TornPages()
+	for _, page := range slices.Sorted(maps.Keys(torn)) {
+		db.recovery.CLOGTornPages = append(db.recovery.CLOGTornPages, torn[page])
 	}
 	db.clog.EndRecovery()
 	redoTime := time.Since(redoBegin)

@@ -76,6 +76,9 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 	if ri.ControlFileMissing {
 		fmt.Fprintf(stdout, "note: the control file was missing though a checkpoint had run; recovery replayed the whole WAL from its beginning\n")
 	}
+	for _, p := range ri.CLOGTornPages {
+		fmt.Fprintf(stdout, "note: the CLOG page in %s failed its checksum after a crash and was taken as torn by it: every commit and abort record the WAL still holds for it agrees with its bits\n", p)
+	}
 	if ri.DroppedBytes > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it were not a complete record)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
