@@ -108,6 +108,7 @@ func (c *CLOG) CheckWritten(below uint64, mayBeTorn func(page uint64) bool) erro
 			return fmt.Errorf("clog: open %s: %w", name, err)
 		}
 		n, err := f.ReadAt(buf, off)
+		size, serr := f.Size()
 		f.Close()
 		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("clog: read %s at offset %d: %w", name, off, err)
@@ -130,8 +131,10 @@ func (c *CLOG) CheckWritten(below uint64, mayBeTorn func(page uint64) bool) erro
 				}
 			}
 			continue
+		case n == 0 && serr == nil:
+			why = fmt.Sprintf("ends at byte %d, before the page at offset %d", size, off)
 		case n == 0:
-			why = fmt.Sprintf("ends at byte %d, before the page at offset %d", off, off)
+			why = fmt.Sprintf("ends before the page at offset %d", off)
 		case n < PageSize:
 			why = fmt.Sprintf("page at offset %d is all zeros up to the end of the file at byte %d", off, off+int64(n))
 		default:
