@@ -53,7 +53,8 @@ var (
 	ErrWALSyncFailed = errors.New("mvkv: WAL sync failed; database is read-only until reopened")
 	// ErrIOFailure: an fsync or write of a data file failed; the database
 	// accepts no more writes until it is reopened (reads keep working, as
-	// for ErrWALSyncFailed).
+	// for ErrWALSyncFailed). Both wrap the failure's cause as well, so
+	// errors.Is(err, syscall.ENOSPC) matches a full disk.
 	ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")
 	// ErrWriteFailed: a write of a heap page failed (no space left on the
 	// device, say) while a checkpoint or an eviction from the buffer pool

@@ -413,9 +413,11 @@ func (db *DB) fail(err error) error {
 		db.logger.Warn("a heap page could not be written; it stays in the buffer pool and is written again later", "err", err)
 		return err
 	}
-	wrapped := fmt.Errorf("%w: %v", ErrIOFailure, err)
+	// The cause stays matchable (errors.Is(err, syscall.ENOSPC), a
+	// *fs.PathError) behind the engine's sentinel.
+	wrapped := fmt.Errorf("%w: %w", ErrIOFailure, err)
 	if errors.Is(err, wal.ErrSyncFailed) {
-		wrapped = fmt.Errorf("%w: %v", ErrWALSyncFailed, err)
+		wrapped = fmt.Errorf("%w: %w", ErrWALSyncFailed, err)
 	}
 	if err = asCorruption(err); errors.Is(err, ErrCorruption) {
 		wrapped = err
@@ -501,7 +503,9 @@ func (db *DB) Dir() string { return db.dir }
 
 // Close takes a checkpoint (unless a failure stopped writes) and closes the
 // database. Transactions still open afterwards get ErrClosed. Close returns
-// ErrClosed when called twice.
+// ErrClosed when called twice. After a failure that stopped writes it
+// returns that failure (see Failure), with the files closed all the same;
+// the next Open recovers from the last checkpoint.
 func (db *DB) Close() error {
 	db.closeMu.Lock()
 	if db.closed.Swap(true) {
@@ -519,6 +523,11 @@ func (db *DB) Close() error {
 	}
 	if cerr := db.closeFiles(); err == nil {
 		err = cerr
+	}
+	if f := db.writable(); f != nil {
+		// What closing the files reported is this failure met again
+		// (the WAL's sticky error), unwrapped.
+		return f
 	}
 	return err
 }
