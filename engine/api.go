@@ -190,9 +190,9 @@ type Options struct {
 	// other active transactions; at most 1000).
 	CommitSiblings int
 	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
-	// often the background WAL writer flushes asynchronous commits. Any
-	// positive duration is taken here; the setting's text takes 1 ms to
-	// 10 s.
+	// often the background WAL writer flushes asynchronous commits, 1 ms
+	// to 10 s (Open refuses others with ErrInvalidSetting: 200 here is
+	// 200 ns).
 	WALWriterDelay time.Duration
 	// WALFlusher is the group-commit flusher policy: WALFlusherPipelined
 	// (the default, the wal package's DefaultFlusher: the next group's
@@ -254,8 +254,9 @@ type Options struct {
 	// updated table alone.
 	AutovacuumVacuumScaleFactor float64
 	// AutovacuumNaptime is autovacuum_naptime (default 1 min): how often
-	// the worker checks the dead-tuple count. Short values are allowed, for
-	// tests and benchmarks.
+	// the worker checks the dead-tuple count. Values below PostgreSQL's 1 s
+	// are allowed here, for tests and benchmarks, down to 1 ms (Open
+	// refuses less with ErrInvalidSetting: 60 here is 60 ns).
 	AutovacuumNaptime time.Duration
 	// VacuumFreezeMinAge is vacuum_freeze_min_age in transactions (default
 	// 50,000,000): vacuum freezes a tuple whose xmin is at least this much

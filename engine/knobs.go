@@ -181,7 +181,9 @@ func (s Setting) Set(o *Options, v string) error {
 }
 
 // Show returns o's value of the setting as text, the default for a field
-// left at its zero value; Set takes it back.
+// left at its zero value; Set takes it back, unless it lies outside the
+// range Set takes (an autovacuum_naptime below PostgreSQL's 1 s, which
+// Options allows for tests).
 func (s Setting) Show(o Options) string {
 	o.EnsureDefaults()
 	return s.show(&o)
@@ -464,7 +466,17 @@ var settings = []Setting{
 		},
 		show:   func(o *Options) string { return showDuration(o.AutovacuumNaptime, time.Second) },
 		ensure: func(o *Options) { o.AutovacuumNaptime = cmp0(o.AutovacuumNaptime, time.Minute) },
-		check:  nonNegative("autovacuum_naptime", func(o *Options) float64 { return float64(o.AutovacuumNaptime) }),
+		check: func(o *Options) error {
+			// Shorter than PostgreSQL's 1 s minimum is taken from
+			// Options (tests run autovacuum every few milliseconds),
+			// but not below 1 ms: a bare number there counts
+			// nanoseconds, and 60 meant as seconds would run autovacuum
+			// continuously.
+			if d := o.AutovacuumNaptime; d < time.Millisecond {
+				return &SettingError{Name: "autovacuum_naptime", Value: d.String(), Want: "want at least 1ms (a time.Duration: 60 is 60ns, 60*time.Second a minute)"}
+			}
+			return nil
+		},
 	},
 	intSetting("autovacuum_vacuum_threshold", "",
 		"autovacuum_vacuum_threshold: autovacuum runs vacuum once the dead tuples exceed this plus the scale factor times the live tuples",
@@ -650,8 +662,14 @@ func durationSetting(name string, unit time.Duration, desc string, lo, hi, def t
 		show:   func(o *Options) string { return showDuration(max(*field(o), 0), unit) },
 		ensure: func(o *Options) { *field(o) = cmp0(*field(o), def) },
 		check: func(o *Options) error {
-			if !zeroOff && *field(o) < 0 {
-				return &SettingError{Name: name, Value: field(o).String(), Want: "want a duration, not negative"}
+			d := *field(o)
+			if !zeroOff && d < 0 {
+				return &SettingError{Name: name, Value: d.String(), Want: "want a duration, not negative"}
+			}
+			if d > 0 && d < lo {
+				// A bare number in Options counts nanoseconds: 200 meant
+				// as milliseconds would flush in a busy loop.
+				return &SettingError{Name: name, Value: d.String(), Want: fmt.Sprintf("want %v to %v (a time.Duration: 200 is 200ns, 200*time.Millisecond a fifth of a second)", lo, hi)}
 			}
 			return nil
 		},
@@ -839,13 +857,14 @@ func parseNaptime(v string) (time.Duration, error) {
 	return parseDuration(v, time.Second, time.Second, 2147483*time.Second)
 }
 
-// showDuration prints d as a number of units, with a fraction only when d
-// is not a whole number of them.
+// showDuration prints d as a number of units, or as a Go duration (1.5s,
+// 5ms) when it is not a whole number of them, which parseDuration reads
+// back.
 func showDuration(d, unit time.Duration) string {
 	if d%unit == 0 {
 		return strconv.FormatInt(int64(d/unit), 10)
 	}
-	return strconv.FormatFloat(float64(d)/float64(unit), 'f', -1, 64)
+	return d.String()
 }
 
 func unitName(unit time.Duration) string {

@@ -259,3 +259,26 @@ func TestSettingAliases(t *testing.T) {
 		t.Fatalf("set through the alias: %v, %d", err, o.CLOGBuffers)
 	}
 }
+
+// TestOptionsTimeInNanoseconds: a bare number meant as seconds or
+// milliseconds in Options counts nanoseconds, and is refused rather than
+// taken (autovacuum or the WAL writer in a busy loop); a time that is not
+// a whole number of the setting's unit shows as a Go duration, which Set
+// reads back.
+func TestOptionsTimeInNanoseconds(t *testing.T) {
+	for _, o := range []Options{{AutovacuumNaptime: 60}, {WALWriterDelay: 200}} {
+		if err := o.Validate(); !errors.Is(err, ErrInvalidSetting) {
+			t.Errorf("Validate(%+v) = %v; want ErrInvalidSetting", o, err)
+		}
+	}
+	s, _ := LookupSetting("wal_writer_delay")
+	o := Options{WALWriterDelay: 2500 * time.Microsecond}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	shown := s.Show(o)
+	var back Options
+	if err := s.Set(&back, shown); err != nil || back.WALWriterDelay != o.WALWriterDelay {
+		t.Fatalf("Show = %q, Set of it: %v, %v; want %v", shown, back.WALWriterDelay, err, o.WALWriterDelay)
+	}
+}
