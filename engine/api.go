@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"mvkv/vfs"
@@ -137,7 +138,7 @@ func (l IsolationLevel) String() string {
 	case RepeatableRead:
 		return "repeatable read"
 	}
-	return "unknown"
+	return "IsolationLevel(" + strconv.Itoa(int(l)) + ")"
 }
 
 // Options configure Open. The zero value gives PostgreSQL's defaults scaled

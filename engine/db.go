@@ -253,6 +253,9 @@ type RecoveryInfo struct {
 // if an option is out of its range or shared_buffers exceeds the
 // machine's memory.
 func Open(dir string, opts Options) (*DB, error) {
+	if dir == "" {
+		return nil, errors.New("mvkv: Open needs a data directory; the empty path names none")
+	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -431,10 +434,14 @@ func (db *DB) fail(err error) error {
 // SetSynchronousCommit changes the default synchronous_commit for
 // transactions begun afterwards. A value other than SyncCommitOn and
 // SyncCommitOff is refused with a *SettingError (matching
-// ErrInvalidSetting), the setting unchanged. Safe to call concurrently.
+// ErrInvalidSetting), the setting unchanged; after Close it returns
+// ErrClosed. Safe to call concurrently.
 func (db *DB) SetSynchronousCommit(s SynchronousCommit) error {
 	if err := checkSynchronousCommit(s); err != nil {
 		return err
+	}
+	if db.closed.Load() {
+		return ErrClosed
 	}
 	db.syncCommit.Store(int32(s))
 	return nil

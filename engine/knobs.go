@@ -429,8 +429,8 @@ var settings = []Setting{
 			}
 		},
 		check: func(o *Options) error {
-			if o.CLOGBuffers < 0 {
-				return &SettingError{Name: "transaction_buffers", Value: strconv.Itoa(o.CLOGBuffers), Want: "want a number of buffers, not negative"}
+			if o.CLOGBuffers < 0 || o.CLOGBuffers > 1<<17 || o.CLOGBuffers > 0 && o.CLOGBuffers < clog.MinBuffers {
+				return &SettingError{Name: "transaction_buffers", Value: strconv.Itoa(o.CLOGBuffers), Want: fmt.Sprintf("want 0 or %d to %d", clog.MinBuffers, 1<<17)}
 			}
 			return nil
 		},

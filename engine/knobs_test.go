@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -280,5 +281,24 @@ func TestOptionsTimeInNanoseconds(t *testing.T) {
 	var back Options
 	if err := s.Set(&back, shown); err != nil || back.WALWriterDelay != o.WALWriterDelay {
 		t.Fatalf("Show = %q, Set of it: %v, %v; want %v", shown, back.WALWriterDelay, err, o.WALWriterDelay)
+	}
+}
+
+// TestAPIEdges: values an embedder can get wrong get errors that say what
+// was wrong, with the value as given.
+func TestAPIEdges(t *testing.T) {
+	if err := (Options{CLOGBuffers: 1 << 30}).Validate(); !errors.Is(err, ErrInvalidSetting) {
+		t.Errorf("CLOGBuffers 1<<30: %v; want ErrInvalidSetting", err)
+	}
+	if _, err := Open("", Options{}); err == nil || !strings.Contains(err.Error(), "data directory") {
+		t.Errorf("Open(\"\"): %v", err)
+	}
+	db := openTest(t, t.TempDir(), Options{})
+	if _, err := db.Begin(context.Background(), TxnOptions{Isolation: 7}); !errors.Is(err, ErrInvalidSetting) || !strings.Contains(err.Error(), "IsolationLevel(7)") {
+		t.Errorf("Begin with isolation 7: %v", err)
+	}
+	db.Close()
+	if err := db.SetSynchronousCommit(SyncCommitOff); !errors.Is(err, ErrClosed) {
+		t.Errorf("SetSynchronousCommit after Close: %v; want ErrClosed", err)
 	}
 }
