@@ -260,3 +260,26 @@ func TestIncompleteLoadIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A directory holding one store is refused by the other target, which
+// would write its own files beside them.
+func TestTargetRefusesTheOtherStore(t *testing.T) {
+	pdir, edir := t.TempDir(), t.TempDir()
+	for _, c := range []struct{ target, dir string }{{"pebble", pdir}, {"engine", edir}} {
+		tg, err := OpenTarget(c.target, c.dir, TargetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tg.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ target, dir, want string }{{"engine", pdir, "pebble store"}, {"pebble", edir, "mvkv data directory"}} {
+		if tg, err := OpenTarget(c.target, c.dir, TargetOptions{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			if tg != nil {
+				tg.Close()
+			}
+			t.Errorf("%s target on a directory of the other: %v; want an error naming the %s", c.target, err, c.want)
+		}
+	}
+}

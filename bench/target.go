@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"mvkv/engine"
@@ -154,9 +156,38 @@ func OpenTarget(name, dir string, o TargetOptions) (Target, error) {
 	}
 	switch name {
 	case "engine":
+		if dir != "" && holdsPebble(dir) {
+			return nil, fmt.Errorf("bench: %s holds a pebble store (its CURRENT or MANIFEST files); give the engine a directory of its own", dir)
+		}
 		return openEngine(dir, o)
 	case "pebble":
+		if dir != "" && holdsEngine(dir) {
+			return nil, fmt.Errorf("bench: %s holds an mvkv data directory (its control file or WAL); give pebble a directory of its own", dir)
+		}
 		return openPebble(dir, o)
 	}
 	return nil, fmt.Errorf("%w %q (want engine, pebble, postgres=URL or resp=ADDR)", ErrUnknownTarget, name)
+}
+
+// holdsPebble and holdsEngine tell whether dir already holds the other
+// store's files: each would otherwise write its own beside them (and
+// both call their lock file LOCK), and a later run of either would read a
+// directory it can no longer check.
+func holdsPebble(dir string) bool {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if n := e.Name(); n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "OPTIONS-") {
+			return true
+		}
+	}
+	return false
+}
+
+func holdsEngine(dir string) bool {
+	for _, name := range []string{"control", "wal", "heap"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
