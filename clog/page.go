@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"strconv"
+	"strings"
 )
 
 // Page and segment geometry. See the package documentation for the
@@ -62,6 +64,29 @@ func pageSegment(pageno uint64) (segno uint64, off int64) {
 func XidFile(xid uint64) (name string, offset int64) {
 	segno, off := pageSegment(xidPage(xid))
 	return segmentName(segno), off + int64(xidByte(xid))
+}
+
+// ParseSegmentName returns the number of the segment whose file name
+// (without directory) is name: 12 upper-case hex digits. ok is false for
+// any other name, the CLOG's own truncation point file included
+// (IsOwnFile).
+func ParseSegmentName(name string) (seg uint64, ok bool) {
+	if len(name) != segmentNameLen || strings.ToUpper(name) != name {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(name, 16, 64)
+	return n, err == nil
+}
+
+// IsOwnFile reports whether name (without directory) is a file the CLOG
+// keeps in its directory beside its segments: its truncation point, or
+// that file being replaced.
+func IsOwnFile(name string) bool { return name == oldestName || name == oldestTmpName }
+
+// SegmentOf returns the number of the segment holding xid's status.
+func SegmentOf(xid uint64) uint64 {
+	seg, _ := pageSegment(xidPage(xid))
+	return seg
 }
 
 // segmentName returns the file name (without directory) of segment segno.

@@ -308,3 +308,41 @@ func TestVerifyStaleCLOGSegment(t *testing.T) {
 		t.Fatalf("verify of a stale CLOG segment: want one problem naming %s and its 200 commits, got %d:\n%s", seg, len(rep.Problems), strings.Join(rep.Problems, "\n"))
 	}
 }
+
+// Files the WAL and the CLOG do not own in their directories are
+// reported by Verify: a stranger in either, and a CLOG segment past the
+// one holding the next xid (a copy put there, whose statuses would be
+// read once xids reach it).
+func TestVerifyStrayFiles(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	mustPut(t, db, "a", "1")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg0, err := os.ReadFile(filepath.Join(dir, clogDir, "000000000000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := []string{filepath.Join(dir, walDir, "garbage"), filepath.Join(dir, clogDir, "notes.txt"), filepath.Join(dir, clogDir, "000000000007")}
+	for _, p := range stray {
+		if err := os.WriteFile(p, seg0, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != len(stray) {
+		t.Fatalf("verify with %d stray files: %d problems:\n%s", len(stray), len(rep.Problems), strings.Join(rep.Problems, "\n"))
+	}
+	all := strings.Join(rep.Problems, "\n")
+	for _, p := range stray {
+		if strings.Count(all, p) != 1 {
+			t.Errorf("the problems do not name %s once:\n%s", p, all)
+		}
+	}
+}

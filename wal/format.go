@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strconv"
+	"strings"
 )
 
 // LSN is a byte position in the logical WAL stream: segment start LSN plus
@@ -121,6 +122,15 @@ func SegmentFile(lsn LSN, segmentSize int64) (name string, offset int64) {
 
 func segmentName(start LSN) string {
 	return fmt.Sprintf("%016X", uint64(start))
+}
+
+// IsSegmentName reports whether name (without directory) is a WAL segment
+// file's, or that of a segment being prepared (its name with ".tmp"): for
+// checks that look for files in the WAL directory that the log does not
+// own.
+func IsSegmentName(name string) bool {
+	_, ok := parseSegmentName(strings.TrimSuffix(name, tempSuffix))
+	return ok
 }
 
 // parseSegmentName returns the start LSN encoded in a segment file name; ok

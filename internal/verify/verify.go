@@ -327,6 +327,7 @@ func Run(t Target, problem Problemf) Counts {
 		r.Close()
 	}
 	walBad.report(problem)
+	checkStrayFiles(t, problem, next)
 
 	ctrl, found, err := rmgr.Engine.ReadControl(t.FS(), t.Dir())
 	switch {
@@ -377,4 +378,34 @@ func checkCheckpointRecord(fsys vfs.FS, walPath string, ctrl rmgr.Control) error
 		return fmt.Errorf("checkpoint record at %s has redo %s, control file says %s", rec.LSN, redo, ctrl.RedoLSN)
 	}
 	return nil
+}
+
+// checkStrayFiles reports the files in the WAL and CLOG directories that
+// neither owns: a name that is not a segment's, or a CLOG segment past the
+// one holding the next xid. Recovery ignores a stranger in the WAL
+// directory, but a CLOG segment past the next xid is read once the xids
+// reach it, and then fails (its pages carry other page numbers) or, worse,
+// gives statuses nobody set; either way someone put it there.
+func checkStrayFiles(t Target, problem Problemf, next uint64) {
+	walDir := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
+	if names, err := t.FS().ReadDir(walDir); err == nil {
+		for _, n := range names {
+			if !wal.IsSegmentName(n) {
+				problem("WAL: %s is not a WAL segment (recovery ignores it; remove it, or find what wrote it)", filepath.Join(walDir, n))
+			}
+		}
+	}
+	clogDir := filepath.Join(t.Dir(), rmgr.Engine.CLOGDir)
+	last := clog.SegmentOf(max(next, 1) - 1)
+	if names, err := t.FS().ReadDir(clogDir); err == nil {
+		for _, n := range names {
+			seg, ok := clog.ParseSegmentName(n)
+			switch {
+			case !ok && !clog.IsOwnFile(n):
+				problem("CLOG: %s is not a CLOG segment (nothing reads it; remove it, or find what wrote it)", filepath.Join(clogDir, n))
+			case ok && seg > last:
+				problem("CLOG: %s lies past the segment of the next xid %d, which no transaction has reached: it was put there (a copy, or another database's), and its statuses would be read once xids reach it; remove it", filepath.Join(clogDir, n), next)
+			}
+		}
+	}
 }
