@@ -167,8 +167,10 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // tuple header (xmin and xmax below the next xid, their CLOG status and any
 // hint bits against it, so that a lost CLOG segment shows, chunk and
 // version-chain links); the index against a fresh scan of the heap, and the
-// index file against the index; the control file against the WAL, and every
-// WAL record on disk.
+// index file against the index; the control file against the WAL, every
+// WAL record on disk, and every commit and abort record among them against
+// the CLOG (a CLOG segment older than the WAL, restored from a copy, shows
+// there); and files the WAL and CLOG directories do not own.
 //
 // It takes a checkpoint first, so it needs a writable database. It holds
 // off vacuum and autovacuum while it runs (a vacuum run waits for it, and
