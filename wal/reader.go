@@ -431,10 +431,32 @@ func (r *Reader) checkDurableAfter() error {
 		off += recordSize(h.n) - 8
 	}
 	if next := r.seg + LSN(r.segSize); r.firstRecordValid(next) {
+		if tag := r.segmentTag(next); tag != 0 && r.tag != 0 && tag != r.tag {
+			// Not damage: the log read so far ends here, and the next
+			// segment is another log's. Which of the two is this
+			// database's the control file's checkpoint tells.
+			return fmt.Errorf("%w: %s and %s belong to different write-ahead logs (log identifiers %#04x and %#04x): one of them was copied from another database's WAL (the log read so far ends at %s)",
+				ErrCorrupt, name, path.Join(r.dir, segmentName(next)), r.tag, tag, bad)
+		}
 		return fmt.Errorf("%w: %s at offset %d%s: the record at %s is damaged, but the log goes on in segment %s",
 			ErrCorrupt, name, int64(bad-r.seg), r.cutShort(), bad, segmentName(next))
 	}
 	return nil
+}
+
+// segmentTag returns the log identifier in the header of the segment at
+// seg, or 0 if it cannot be read.
+func (r *Reader) segmentTag(seg LSN) uint16 {
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(seg)))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	h, err := readSegHeader(f, seg, r.segSize)
+	if err != nil {
+		return 0
+	}
+	return h.tag
 }
 
 // cutShort describes the current segment file when it is shorter than the

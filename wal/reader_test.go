@@ -452,6 +452,28 @@ func TestSegmentOfAnotherLog(t *testing.T) {
 	}
 }
 
+// TestSegmentOfAnotherLogBelow: another log's segment placed below this
+// log's first one is read first, and its log ends inside it; the segment
+// after it is this log's. That is named as two logs mixed, not as a
+// damaged record.
+func TestSegmentOfAnotherLogBelow(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	writeFixed(t, vfs.OS{}, a, 0, 2100, 1000, 0)
+	writeFixed(t, vfs.OS{}, b, 0, 300, 1000, 0) // ends inside its first segment
+	first := FirstLSN(testSeg) - LSN(uint64(FirstLSN(testSeg))%testSeg)
+	seg0, seg1 := segmentName(first), segmentName(first+testSeg)
+	theirs := readFile(t, path.Join(b, seg0))
+	if bytes.Equal(readFile(t, path.Join(a, seg0))[6:8], theirs[6:8]) {
+		t.Skip("the two logs drew the same identifier")
+	}
+	writeFile(t, path.Join(a, seg0), theirs)
+	err := readToError(t, a)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "different write-ahead logs") ||
+		!strings.Contains(err.Error(), path.Join(a, seg0)) || !strings.Contains(err.Error(), path.Join(a, seg1)) {
+		t.Fatalf("reading a log whose first segment is another log's: %v", err)
+	}
+}
+
 // FuzzReader feeds arbitrary bytes to the reader as the records of a
 // segment (after a valid header) or as a whole segment file. It must never
 // panic, and whatever it returns must be consistent.
