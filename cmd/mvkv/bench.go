@@ -260,6 +260,23 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if init && fresh {
 		return fail("-i cannot be combined with --fresh")
 	}
+	// A swept knob's own option would be overridden by the sweep without
+	// a word; two disk models, one replacing the other likewise.
+	for _, a := range sweeps {
+		if f := sweptFlag(a.Name, set); f != "" {
+			dash := "--"
+			if len(f) == 1 {
+				dash = "-"
+			}
+			return fail("%s%s and --sweep %s=... both set %s; give its values to the sweep only", dash, f, a.Name, a.Name)
+		}
+	}
+	if fsyncLatency > 0 && diskRotation > 0 {
+		return fail("--fsync-latency and --disk-rotation are two disk models; give one")
+	}
+	if set["resp-mode"] && !strings.HasPrefix(target, "resp=") {
+		return fail("--resp-mode applies to a resp=ADDR target only")
+	}
 	if init && dir == "" && !strings.HasPrefix(target, "postgres=") && !strings.HasPrefix(target, "resp=") {
 		return fail("-i needs --dir: a temporary directory would be removed right away")
 	}
@@ -425,3 +442,28 @@ const maxFsyncLatency = 10 * time.Second
 // maxSeconds is the longest -T or -P a time.Duration holds (about 292
 // years); a longer one would wrap to a negative duration.
 const maxSeconds = int(math.MaxInt64 / int64(time.Second))
+
+// sweptFlag returns the option among set (the options given, by name)
+// that sets the knob a sweep axis named axis sweeps, or "".
+func sweptFlag(axis string, set map[string]bool) string {
+	names := map[string][]string{
+		"clients": {"c", "client"}, "target": {"target"},
+		"fsync_latency": {"fsync-latency"}, "disk_rotation": {"disk-rotation"},
+		"vm": {"visibility-map"}, "clog": {"clog-locking", "clog-group-update"},
+	}[axis]
+	if names == nil {
+		names = []string{strings.ReplaceAll(axis, "_", "-")}
+		if s, ok := engine.LookupSetting(axis); ok {
+			names = []string{flagName(s)}
+			for _, a := range s.Aliases {
+				names = append(names, strings.ReplaceAll(a, "_", "-"))
+			}
+		}
+	}
+	for _, n := range names {
+		if set[n] {
+			return n
+		}
+	}
+	return ""
+}

@@ -92,6 +92,11 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--vacuum-freeze-table-age", "2000000001"},
 		{"--target", "nope"},
 		{"--resp-mode", "weird"},
+		// Options that contradict each other, where one was ignored.
+		{"-c", "3", "--sweep", "clients=1,2"},
+		{"--commit-delay", "10", "--sweep", "commit_delay=0,10"},
+		{"--fsync-latency", "1ms", "--disk-rotation", "100"},
+		{"--resp-mode", "watch"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
