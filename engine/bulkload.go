@@ -149,11 +149,11 @@ type BulkLoadStats struct {
 //
 // The database must be empty: no key in the index, not even a deleted or
 // uncommitted one (else ErrBulkLoadNotEmpty). Meanwhile every other write
-// and commit waits, and checkpoints too, until the load ends; that wait
-// does not end with the writer's context (a load is meant for a database
-// nobody writes to yet). rows must not write to the database (it would
-// wait forever); it may read it. Reads go on and see the loaded keys
-// from the commit on. A Close meanwhile ends the load at its next page with
+// and commit waits, and checkpoints too, until the load ends: a write's
+// wait ends early with its transaction's context, and every wait with
+// Close (ErrClosed). rows must not write to the database (the write would
+// wait until its context ends, or Close); it may read it. Reads go on and
+// see the loaded keys from the commit on. A Close meanwhile ends the load at its next page with
 // ErrClosed, loading nothing. If rows panics, the load ends as a failed
 // one and the panic continues. A load that fails leaves the database as it was,
 // except an I/O failure, which stops it taking writes (ErrIOFailure) until
@@ -209,6 +209,14 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 	defer db.ckptMu.Unlock()
 	db.ckptInterlock.Lock()
 	defer db.ckptInterlock.Unlock()
+	// Writers, commits and aborts wait on this instead of the interlock
+	// (waitBulkLoad), so that their wait ends with their context or Close.
+	running := make(chan struct{})
+	db.bulkRunning.Store(&running)
+	defer func() {
+		db.bulkRunning.Store(nil)
+		close(running)
+	}()
 	if n := db.idx.len(); n > 0 {
 		return st, fmt.Errorf("%w: its index holds %d keys", ErrBulkLoadNotEmpty, n)
 	}

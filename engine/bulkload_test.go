@@ -670,3 +670,53 @@ func TestCloseDuringCallbacks(t *testing.T) {
 		})
 	})
 }
+
+// TestWriteDuringBulkLoad: a write that waits for a bulk load ends with
+// its context, and a Close during a load whose rows writes (which the
+// documentation forbids: the write waits for the load) ends both.
+func TestWriteDuringBulkLoad(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, t.TempDir(), Options{})
+	started := make(chan struct{})
+	var writeErr error
+	rows := func(yield func(k, v []byte) bool) {
+		for i := 0; ; i++ {
+			if i == 100 {
+				close(started)
+				wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				err := db.Update(wctx, func(tx *Txn) error { return tx.Put([]byte("zz"), []byte("1")) })
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					writeErr = fmt.Errorf("a write with a deadline during a load: %v; want DeadlineExceeded", err)
+				}
+				// Without a deadline: only Close ends it.
+				err = db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("zz"), []byte("1")) })
+				if !errors.Is(err, ErrClosed) && writeErr == nil {
+					writeErr = fmt.Errorf("a write during a load ended by Close: %v; want ErrClosed", err)
+				}
+			}
+			if !yield(bulkKey(i), bulkVal(i, 100)) {
+				return
+			}
+		}
+	}
+	done := make(chan error, 1)
+	go func() { _, err := db.BulkLoad(ctx, rows); done <- err }()
+	<-started
+	time.Sleep(100 * time.Millisecond) // the write without a deadline is waiting
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	for _, c := range []chan error{done, closed} {
+		select {
+		case err := <-c:
+			if err != nil && !errors.Is(err, ErrClosed) {
+				t.Errorf("load or Close: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("hung: Close, a load and a write in its rows wait for each other")
+		}
+	}
+	if writeErr != nil {
+		t.Fatal(writeErr)
+	}
+}

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,6 +103,9 @@ type DB struct {
 	// and so cannot hold closeMu throughout (BulkLoad): Close waits for
 	// them, after it has set closed, which they check as they go.
 	longOps sync.WaitGroup
+	// bulkRunning is a channel closed when the bulk load under way ends,
+	// nil when none is (waitBulkLoad).
+	bulkRunning atomic.Pointer[chan struct{}]
 	// failure is the first fsync/write failure; once set, writes are refused.
 	failure atomic.Pointer[error]
 
@@ -251,7 +256,8 @@ type RecoveryInfo struct {
 // ErrCorruption (naming the file and offset) if a page or the control
 // file fails its checks, and a *SettingError (matching ErrInvalidSetting)
 // if an option is out of its range or shared_buffers exceeds the
-// machine's memory.
+// machine's memory. It makes a new data directory only in a directory that
+// is missing or empty (as initdb): one holding other files is refused.
 func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("mvkv: Open needs a data directory; the empty path names none")
@@ -266,6 +272,9 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, &SettingError{Name: "shared_buffers", Value: formatSize(opts.SharedBuffers), Want: fmt.Sprintf("want at most the machine's %s of memory", formatSize(mem))}
 	}
 	fsys := opts.FS
+	if err := checkForeignDir(fsys, dir); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir), filepath.Join(dir, vmDir)} {
 		if err := fsys.MkdirAll(d); err != nil {
 			return nil, fmt.Errorf("mvkv: create %s: %w", d, err)
@@ -320,6 +329,53 @@ func Open(dir string, opts Options) (*DB, error) {
 		go db.autovacuumWorker()
 	}
 	return db, nil
+}
+
+// waitBulkLoad returns once no bulk load is under way, ErrClosed once Close
+// has begun, or ctx's error (a nil ctx never ends). Writers, commits and
+// aborts call it before they take closeMu: a load holds the checkpoint
+// interlock exclusively, and one of them waiting for the interlock while
+// holding closeMu would keep Close waiting until the load ended, and for
+// ever if the load's rows waited for it.
+func (db *DB) waitBulkLoad(ctx context.Context) error {
+	ch := db.bulkRunning.Load()
+	if ch == nil {
+		return nil
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case <-*ch:
+		return nil
+	case <-done:
+		return ctx.Err()
+	case <-db.closing:
+		return ErrClosed
+	}
+}
+
+// checkForeignDir refuses to make a new data directory in dir when dir
+// already holds files that are not a data directory's (another program's
+// store, a home directory given by mistake), as initdb refuses a
+// directory that is not empty: the engine's files would be written among
+// them, and later nothing could tell whose they are. A directory with the
+// control file or a WAL directory is a data directory (damaged or not,
+// which the rest of Open judges), and a missing or empty one is new.
+func checkForeignDir(fsys vfs.FS, dir string) error {
+	names, err := fsys.ReadDir(dir)
+	if err != nil || slices.Contains(names, controlName) || slices.Contains(names, walDir) {
+		return nil // missing (Open creates it), or an existing data directory
+	}
+	for _, n := range names {
+		switch n {
+		case lockName, heapDir, clogDir, vmDir, controlTmpName, indexFileName, indexFileTmpName:
+			continue // a data directory that Open began and a crash cut short
+		}
+		return fmt.Errorf("mvkv: %s is not empty and is not an mvkv data directory (it holds %q, and no control file or wal/): give a new or empty directory", dir, n)
+	}
+	return nil
 }
 
 func (db *DB) open() error {

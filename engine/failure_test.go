@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,4 +45,29 @@ func TestDiskFullOnWAL(t *testing.T) {
 	if err := db.Failure(); err != nil {
 		t.Fatalf("Failure() = %v after the reopen", err)
 	}
+}
+
+// TestOpenRefusesForeignDirectory: Open does not make a new data directory
+// among another program's files, as initdb refuses a directory that is not
+// empty; a directory holding only what an interrupted first Open made is
+// taken.
+func TestOpenRefusesForeignDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "MANIFEST-000001"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "not an mvkv data directory") || !strings.Contains(err.Error(), "MANIFEST-000001") {
+		t.Fatalf("Open of a directory of another program's files: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the refused Open left %d entries; want the one file", len(ents))
+	}
+	begun := t.TempDir()
+	for _, d := range []string{heapDir, walDir} {
+		if err := os.Mkdir(filepath.Join(begun, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := openTest(t, begun, Options{})
+	db.Close()
 }

@@ -449,7 +449,11 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	t.noteDependency()
 	// From here on no other transaction can add a version of key until
 	// this one ends. The closeMu read lock keeps Close from tearing down
-	// the WAL and buffer pool under us; it is never held across a lock wait.
+	// the WAL and buffer pool under us; it is never held across a lock wait
+	// (a bulk load's included).
+	if err := db.waitBulkLoad(t.ctx); err != nil {
+		return err
+	}
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.closed.Load() {
@@ -744,6 +748,9 @@ func (db *DB) commit(st *txnState, sync bool, dep wal.LSN) error {
 // could write a CLOG page without this commit while redo starts after the
 // commit record.
 func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
+	if err := db.waitBulkLoad(nil); err != nil {
+		return 0, err
+	}
 	db.closeMu.RLock()
 	if db.closed.Load() {
 		db.closeMu.RUnlock()
@@ -789,6 +796,9 @@ func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
 }
 
 func (db *DB) abort(st *txnState) error {
+	if err := db.waitBulkLoad(nil); err != nil {
+		return err
+	}
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.closed.Load() {
