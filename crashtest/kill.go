@@ -227,6 +227,7 @@ func runKill(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x51ed27))
 	state := State{}
+loop:
 	for cycle := 1; ; cycle++ {
 		if cfg.Cycles > 0 && cycle > cfg.Cycles || cfg.Duration > 0 && time.Since(start) >= cfg.Duration || ctx.Err() != nil {
 			break
@@ -254,6 +255,11 @@ func runKill(ctx context.Context, cfg Config) (Result, error) {
 		case <-ready:
 		case <-done:
 			cmd.Wait()
+			if ctx.Err() != nil {
+				// The interrupt (Ctrl-C reaches the whole process
+				// group) ended the child too.
+				break loop
+			}
 			return res, fmt.Errorf("crashtest: the child process ended before it was ready")
 		case <-time.After(60 * time.Second):
 			cmd.Process.Kill()
