@@ -50,13 +50,15 @@ var (
 	// have seen a commit whose record the failed sync did not make durable
 	// (one made visible before the failure and not yet flushed), which a
 	// reopen's recovery would not find: after a failure under load, every
-	// read.
-	ErrWALSyncFailed = errors.New("mvkv: WAL sync failed; database is read-only until reopened")
+	// read. A commit that fails this way is in doubt: its record may have
+	// reached the disk, and then the reopen's recovery finds it committed,
+	// as PostgreSQL's would after a failed commit.
+	ErrWALSyncFailed = errors.New("mvkv: WAL sync failed; the database takes no writes until reopened")
 	// ErrIOFailure: an fsync or write of a data file failed; the database
 	// accepts no more writes until it is reopened (reads keep working, as
 	// for ErrWALSyncFailed). Both wrap the failure's cause as well, so
 	// errors.Is(err, syscall.ENOSPC) matches a full disk.
-	ErrIOFailure = errors.New("mvkv: I/O failure; database is read-only until reopened")
+	ErrIOFailure = errors.New("mvkv: I/O failure; the database takes no writes until reopened")
 	// ErrWriteFailed: a write of a heap page failed (no space left on the
 	// device, say) while a checkpoint or an eviction from the buffer pool
 	// wrote it. Nothing is lost: the page stays in the pool, dirty, and
@@ -191,9 +193,11 @@ type Options struct {
 	// other active transactions; at most 1000).
 	CommitSiblings int
 	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
-	// often the background WAL writer flushes asynchronous commits, 1 ms
-	// to 10 s (Open refuses others with ErrInvalidSetting: 200 here is
-	// 200 ns).
+	// often the background WAL writer flushes asynchronous commits: at
+	// least 1 ms (Open refuses less with ErrInvalidSetting: 200 here is
+	// 200 ns). The setting's text takes up to 10 s; longer is taken here,
+	// to keep the writer out of a test's way, and shown as a number Set
+	// then refuses.
 	WALWriterDelay time.Duration
 	// WALFlusher is the group-commit flusher policy: WALFlusherPipelined
 	// (the default, the wal package's DefaultFlusher: the next group's
