@@ -153,11 +153,12 @@ type BulkLoadStats struct {
 // wait ends early with its transaction's context, and every wait with
 // Close (ErrClosed). rows must not write to the database (the write would
 // wait until its context ends, or Close); it may read it. Reads go on and
-// see the loaded keys from the commit on. A Close meanwhile ends the load at its next page with
-// ErrClosed, loading nothing. If rows panics, the load ends as a failed
-// one and the panic continues. A load that fails leaves the database as it was,
-// except an I/O failure, which stops it taking writes (ErrIOFailure) until
-// it is reopened. The context is checked once a page.
+// see the loaded keys from the commit on. A Close meanwhile ends the load
+// at its next page with ErrClosed, loading nothing. If rows panics, the
+// load ends as a failed one and the panic continues. A load that fails
+// leaves the database as it was, except an I/O failure, which stops it
+// taking writes (ErrIOFailure) until it is reopened. The context is
+// checked once a page.
 func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (BulkLoadStats, error) {
 	if ctx == nil {
 		ctx = context.Background()

@@ -456,6 +456,16 @@ func (db *DB) writable() error {
 	return nil
 }
 
+// Failure returns the error that stopped the database taking writes (an
+// fsync or write of the WAL, a heap, visibility-map or CLOG file that
+// failed, or damage found where a write needed it: errors.Is matches
+// ErrWALSyncFailed, ErrIOFailure or ErrCorruption), or nil while it takes
+// them. The state is sticky until the database is closed and reopened,
+// when recovery redoes the WAL from the last checkpoint; a health check
+// or a server's status report reads it here rather than from a failed
+// write. Safe to call concurrently.
+func (db *DB) Failure() error { return db.writable() }
+
 // fail records the first fsync or write failure: from then on the database
 // refuses writes (and, with early lock release on, reads, which may have
 // seen a commit the WAL then failed to make durable) until it is reopened and recovery redoes from
