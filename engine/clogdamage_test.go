@@ -297,12 +297,7 @@ func TestVerifyStaleCLOGSegment(t *testing.T) {
 	if err := os.WriteFile(seg, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	rep, err := db.Verify()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := reopenVerify(t, dir)
 	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "200 findings") || !strings.Contains(rep.Problems[0], seg) ||
 		!strings.Contains(rep.Problems[0], "older than the WAL") {
 		t.Fatalf("verify of a stale CLOG segment: want one problem naming %s and its 200 commits, got %d:\n%s", seg, len(rep.Problems), strings.Join(rep.Problems, "\n"))
@@ -330,12 +325,7 @@ func TestVerifyStrayFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	rep, err := db.Verify()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := reopenVerify(t, dir)
 	if len(rep.Problems) != len(stray) {
 		t.Fatalf("verify with %d stray files: %d problems:\n%s", len(stray), len(rep.Problems), strings.Join(rep.Problems, "\n"))
 	}
@@ -345,4 +335,17 @@ func TestVerifyStrayFiles(t *testing.T) {
 			t.Errorf("the problems do not name %s once:\n%s", p, all)
 		}
 	}
+}
+
+// reopenVerify opens dir (closed at the test's end) and returns what
+// Verify finds.
+func reopenVerify(t *testing.T, dir string) VerifyReport {
+	t.Helper()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	t.Cleanup(func() { db.Close() })
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

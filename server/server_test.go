@@ -112,6 +112,19 @@ func (r *raw) cmd(args ...string) {
 	r.send(b.String())
 }
 
+// info returns the value of field name in INFO section.
+func (r *raw) info(section, name string) string {
+	r.t.Helper()
+	r.cmd("INFO", section)
+	got := r.reply()
+	_, v, ok := strings.Cut(got, "\r\n"+name+":")
+	v, _, _ = strings.Cut(v, "\r\n")
+	if !ok {
+		r.t.Fatalf("INFO %s has no %s: %q", section, name, got)
+	}
+	return v
+}
+
 // reply reads one whole reply and returns its bytes.
 func (r *raw) reply() string {
 	r.t.Helper()
@@ -982,13 +995,10 @@ func TestInfoStatsCounters(t *testing.T) {
 	r := ts.raw(t)
 	stat := func(name string) float64 {
 		t.Helper()
-		r.cmd("INFO", "stats")
-		got := r.reply()
-		_, v, ok := strings.Cut(got, "\r\n"+name+":")
-		v, _, _ = strings.Cut(v, "\r\n")
+		v := r.info("stats", name)
 		f, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil {
-			t.Fatalf("INFO stats has no %s: %q", name, got)
+		if err != nil {
+			t.Fatalf("INFO stats %s: %q is not a number", name, v)
 		}
 		return f
 	}
@@ -1034,14 +1044,7 @@ func TestInfoPersistence(t *testing.T) {
 	r := ts.raw(t)
 	field := func(name string) string {
 		t.Helper()
-		r.cmd("INFO", "persistence")
-		got := r.reply()
-		_, v, ok := strings.Cut(got, "\r\n"+name+":")
-		v, _, _ = strings.Cut(v, "\r\n")
-		if !ok {
-			t.Fatalf("INFO persistence has no %s: %q", name, got)
-		}
-		return v
+		return r.info("persistence", name)
 	}
 	r.cmd("SAVE")
 	r.expect("+OK\r\n")
