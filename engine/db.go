@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -365,15 +366,32 @@ func (db *DB) waitBulkLoad(ctx context.Context) error {
 // which the rest of Open judges), and a missing or empty one is new.
 func checkForeignDir(fsys vfs.FS, dir string) error {
 	names, err := fsys.ReadDir(dir)
-	if err != nil || slices.Contains(names, controlName) || slices.Contains(names, walDir) {
+	if err != nil || slices.Contains(names, controlName) {
 		return nil // missing (Open creates it), or an existing data directory
+	}
+	foreign := func(n string) error {
+		return fmt.Errorf("mvkv: %s is not empty and is not an mvkv data directory (it holds %s, and no control file): give a new or empty directory", dir, n)
+	}
+	if slices.Contains(names, walDir) {
+		// Other programs keep a wal/ too; ours holds only segments.
+		segs, _ := fsys.ReadDir(filepath.Join(dir, walDir))
+		for _, n := range segs {
+			if !wal.IsSegmentName(n) {
+				return foreign(strconv.Quote(filepath.Join(walDir, n)))
+			}
+		}
+		if len(segs) > 0 {
+			// A data directory without its control file: recovery
+			// judges it (ControlFileMissing, or damage).
+			return nil
+		}
 	}
 	for _, n := range names {
 		switch n {
-		case lockName, heapDir, clogDir, vmDir, controlTmpName, indexFileName, indexFileTmpName:
+		case lockName, walDir, heapDir, clogDir, vmDir, controlTmpName, indexFileName, indexFileTmpName:
 			continue // a data directory that Open began and a crash cut short
 		}
-		return fmt.Errorf("mvkv: %s is not empty and is not an mvkv data directory (it holds %q, and no control file or wal/): give a new or empty directory", dir, n)
+		return foreign(strconv.Quote(n))
 	}
 	return nil
 }

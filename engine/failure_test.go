@@ -62,6 +62,18 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("the refused Open left %d entries; want the one file", len(ents))
 	}
+	// Another program's wal/ (a write-ahead log of its own) does not make
+	// its directory a data directory.
+	prom := t.TempDir()
+	if err := os.Mkdir(filepath.Join(prom, walDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(prom, walDir, "00000000"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(prom, Options{}); err == nil || !strings.Contains(err.Error(), "not an mvkv data directory") {
+		t.Fatalf("Open of a directory with another program's wal/: %v", err)
+	}
 	begun := t.TempDir()
 	for _, d := range []string{heapDir, walDir} {
 		if err := os.Mkdir(filepath.Join(begun, d), 0o700); err != nil {

@@ -361,7 +361,11 @@ func (db *DB) recover(ctrl controlData) error {
 		db.logger.Warn("cut off torn WAL tail", "at", end.String(), "droppedBytes", dropped)
 	}
 	index := "index file"
-	if reason != "" {
+	switch {
+	case reason == "":
+	case ctrl.RedoLSN == 0 && n == 0:
+		index = "new" // a new data directory: nothing to read
+	default:
 		index = "heap scan"
 	}
 	db.logger.Info("recovery complete", "redo", ctrl.RedoLSN.String(), "end", end.String(),
