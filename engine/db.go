@@ -333,7 +333,7 @@ func Open(dir string, opts Options) (*DB, error) {
 }
 
 // waitBulkLoad returns once no bulk load is under way, ErrClosed once Close
-// has begun, or ctx's error (a nil ctx never ends). Writers, commits and
+// has begun, or ctx's error. Writers, commits and
 // aborts call it before they take closeMu: a load holds the checkpoint
 // interlock exclusively, and one of them waiting for the interlock while
 // holding closeMu would keep Close waiting until the load ended, and for
@@ -343,14 +343,10 @@ func (db *DB) waitBulkLoad(ctx context.Context) error {
 	if ch == nil {
 		return nil
 	}
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
 	select {
 	case <-*ch:
 		return nil
-	case <-done:
+	case <-ctx.Done():
 		return ctx.Err()
 	case <-db.closing:
 		return ErrClosed

@@ -748,7 +748,7 @@ func (db *DB) commit(st *txnState, sync bool, dep wal.LSN) error {
 // could write a CLOG page without this commit while redo starts after the
 // commit record.
 func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
-	if err := db.waitBulkLoad(nil); err != nil {
+	if err := db.waitBulkLoad(context.Background()); err != nil {
 		return 0, err
 	}
 	db.closeMu.RLock()
@@ -796,7 +796,7 @@ func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
 }
 
 func (db *DB) abort(st *txnState) error {
-	if err := db.waitBulkLoad(nil); err != nil {
+	if err := db.waitBulkLoad(context.Background()); err != nil {
 		return err
 	}
 	db.closeMu.RLock()
