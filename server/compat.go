@@ -19,14 +19,7 @@ import (
 func cmdACL(x *execCtx, args [][]byte) error {
 	sub := strings.ToLower(string(args[1]))
 	// The subcommands and their arities are Redis's, from redisMeta.
-	meta, known := redisMeta["acl|"+sub]
-	want := meta.arity
-	if !known {
-		x.errorf("ERR unknown subcommand '%s'. Try ACL HELP.", trunc(args[1], 128))
-		return nil
-	}
-	if !arityOK(want, len(args)) {
-		x.errorf("ERR wrong number of arguments for 'acl|%s' command", sub)
+	if meta, known := redisMeta["acl|"+sub]; !x.subcommandOK(args, sub, meta.arity, known) {
 		return nil
 	}
 	switch sub {
@@ -73,13 +66,7 @@ var clusterSubcommands = map[string]int{
 func cmdCluster(x *execCtx, args [][]byte) error {
 	if lower(args[0]) == "cluster" {
 		sub := strings.ToLower(string(args[1]))
-		arity, ok := clusterSubcommands[sub]
-		if !ok {
-			x.errorf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", trunc(args[1], 128))
-			return nil
-		}
-		if !arityOK(arity, len(args)) {
-			x.errorf("ERR wrong number of arguments for 'cluster|%s' command", sub)
+		if arity, known := clusterSubcommands[sub]; !x.subcommandOK(args, sub, arity, known) {
 			return nil
 		}
 	}

@@ -209,16 +209,12 @@ func cmdExpireTime(x *execCtx, args [][]byte) error {
 // shared objects, whose OBJECT REFCOUNT is INT_MAX.
 const sharedIntegers = 10000
 
+// objectSubcommands are OBJECT's subcommands and their arities.
+var objectSubcommands = map[string]int{"encoding": 3, "refcount": 3, "idletime": 3, "freq": 3, "help": 2}
+
 func cmdObject(x *execCtx, args [][]byte) error {
 	sub := strings.ToLower(string(args[1]))
-	arity := map[string]int{"encoding": 3, "refcount": 3, "idletime": 3, "freq": 3, "help": 2}
-	want, known := arity[sub]
-	if !known {
-		x.errorf("ERR unknown subcommand '%s'. Try OBJECT HELP.", trunc(args[1], 128))
-		return nil
-	}
-	if !arityOK(want, len(args)) {
-		x.errorf("ERR wrong number of arguments for 'object|%s' command", sub)
+	if want, known := objectSubcommands[sub]; !x.subcommandOK(args, sub, want, known) {
 		return nil
 	}
 	if sub == "help" {
