@@ -190,7 +190,10 @@ type Options struct {
 	CommitDelay int
 	// CommitSiblings is PostgreSQL's commit_siblings (default 5; 0 means
 	// the default, NoCommitSiblings means 0: delay whatever the number of
-	// other active transactions; at most 1000).
+	// other active transactions; at most 1000). A transaction counts as
+	// active from its first write until its Commit or Rollback returns, so
+	// a commit that released its locks early and waits for its flush
+	// still counts, as a PostgreSQL backend waiting in its commit does.
 	CommitSiblings int
 	// WALWriterDelay is PostgreSQL's wal_writer_delay (default 200 ms): how
 	// often the background WAL writer flushes asynchronous commits: at

@@ -63,6 +63,11 @@ type DB struct {
 	// dependencyWaits the transactions that waited for a flush of
 	// commits they depended on.
 	earlyCommits, dependencyWaits atomic.Uint64
+	// committingEarly counts the early-lock-release commits that have
+	// left the running table and wait for their flush: still open
+	// transactions to their callers, and so to commit_siblings, which
+	// counts open transactions as PostgreSQL's does.
+	committingEarly atomic.Int64
 	// commitDelay and commitSiblings mirror the WAL writer's knobs for
 	// the getters.
 	commitDelay, commitSiblings atomic.Int64

@@ -418,3 +418,53 @@ func TestEarlyLockReleaseCrashLadder(t *testing.T) {
 	t.Logf("seed %d: %d file-system operations, %d crash copies checked, %d results required durable, %d early commits, %d dependency waits",
 		seed, points, checked, len(required), st.Txn.EarlyCommits, st.Txn.DependencyWaits)
 }
+
+// TestCommitSiblingsCountsEarlyCommitters checks that a transaction whose
+// commit released its locks early and waits for its flush still counts as
+// open for commit_siblings, as a PostgreSQL backend waiting in its commit
+// does: with early lock release every committer leaves the running table
+// before it waits, and counting that table alone made commit_delay never
+// wait (the leader saw no siblings however many commits queued behind it).
+func TestCommitSiblingsCountsEarlyCommitters(t *testing.T) {
+	fs := vfs.WithDiskModel(vfs.NewMemFS(), vfs.DiskModel{FsyncLatency: 50 * time.Millisecond})
+	db := openTest(t, "/db", Options{FS: fs, WALFlusher: WALFlusherSerial, CommitDelay: 1000, CommitSiblings: 3,
+		CheckpointTimeout: -1, WALWriterDelay: time.Hour}) // no background flush to lead the round
+	defer db.Close()
+	ctx := context.Background()
+	put := func(i int) error {
+		tx, err := db.Begin(ctx, TxnOptions{})
+		if err != nil {
+			return err
+		}
+		if err := tx.Put(fmt.Appendf(nil, "k%d", i), []byte("v")); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	before := db.Stats().WAL.CommitDelays
+	// The first commit leads a round alone; the seven that come while its
+	// sync takes 50 ms have all left the running table before the next
+	// round's leader, one of them, counts its siblings.
+	first := make(chan error, 1)
+	go func() { first <- put(0) }()
+	time.Sleep(10 * time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make(chan error, 7)
+	for i := 1; i <= 7; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- put(i) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if d := db.Stats().WAL.CommitDelays - before; d == 0 {
+		t.Errorf("no round waited commit_delay with 7 commits waiting for one flush and commit_siblings 3: %+v elr=%v", db.Stats().WAL, db.EarlyLockRelease())
+	}
+}

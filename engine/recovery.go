@@ -232,7 +232,7 @@ func (db *DB) recover(ctrl controlData) error {
 		CommitDelay:         max(db.opts.CommitDelay, 0),
 		AdaptiveCommitDelay: db.opts.CommitDelay == CommitDelayAuto,
 		CommitSiblings:      db.opts.CommitSiblings,
-		ActiveTransactions:  func() int { return int(db.procs.active.Load()) },
+		ActiveTransactions:  func() int { return int(db.procs.active.Load() + db.committingEarly.Load()) },
 		WALWriterDelay:      db.opts.WALWriterDelay,
 		Logger:              db.logger,
 		OnSegmentSwitch:     func(wal.LSN) { db.wakeCheckpointer() },

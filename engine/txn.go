@@ -719,6 +719,8 @@ func (db *DB) commit(st *txnState, sync bool, dep wal.LSN) error {
 		return err
 	}
 	if sync && db.elr.Load() {
+		db.committingEarly.Add(1)
+		defer db.committingEarly.Add(-1)
 		if err := db.publishEarly(st, end); err != nil {
 			return err
 		}
