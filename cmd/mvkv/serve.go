@@ -157,9 +157,6 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if fs.NArg() > 0 {
 		return fail("too many command-line arguments (first is %q)", fs.Arg(0))
 	}
-	if dir == "" {
-		return fail("--dir is required")
-	}
 	if bind != "" || port != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -212,6 +209,11 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	if shutdownTimeout < 1 || shutdownTimeout > math.MaxInt32 {
 		return fail("invalid --shutdown-timeout %d (want 1 to %d)", shutdownTimeout, math.MaxInt32)
+	}
+	// After the values given are checked, so that a mistyped one is
+	// reported whether or not --dir was given too.
+	if dir == "" {
+		return fail("--dir is required")
 	}
 	// The settings were checked one by one as they were parsed; this
 	// checks them together (max_wal_size against the segment size).

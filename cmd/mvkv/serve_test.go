@@ -123,6 +123,11 @@ func TestServeUsage(t *testing.T) {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errb.String())
 		}
 	}
+	// A mistyped value is named even when --dir is missing too.
+	errb.Reset()
+	if code := run([]string{"serve", "--port", "abc"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `invalid --port "abc"`) {
+		t.Errorf("serve --port abc: exit %d, %q; want 2 and the port named", code, errb.String())
+	}
 }
 
 // TestServe runs the server, writes through go-redis, scrapes the metrics,
