@@ -37,20 +37,27 @@ func (t *Txn) Exists(key []byte) (bool, error) {
 	if err := checkKey(key); err != nil {
 		return false, err
 	}
-	e := t.db.idx.get(key)
-	if e == nil {
-		return false, nil
-	}
 	db := t.db
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.closed.Load() {
 		return false, ErrClosed
 	}
-	var c ioCounts
-	defer c.add(db)
+	// The snapshot first, then the index, as Get does and for Get's
+	// reasons: an entry looked up before the snapshot may be one vacuum
+	// drops for a key deleted for everyone, which a writer then inserts
+	// again and commits before the snapshot; the snapshot sees that
+	// insert, and the dropped entry does not lead to it. And a REPEATABLE
+	// READ transaction's first statement takes its snapshot whether or
+	// not the key is there, as every later statement must agree with it.
 	snap, release := t.snapshot()
 	defer release()
+	e := db.idx.get(key)
+	if e == nil {
+		return false, nil
+	}
+	var c ioCounts
+	defer c.add(db)
 	return db.keyVisible(e, snap, t.XID(), db.vm.NewReader(), &c)
 }
 

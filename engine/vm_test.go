@@ -727,3 +727,29 @@ func TestDamagedVMPageReadsAsNoBits(t *testing.T) {
 	mustVacuum(t, db)
 	mustVerify(t, db)
 }
+
+// TestExistsTakesTheSnapshot checks that Exists, as a REPEATABLE READ
+// transaction's first statement, takes the transaction's snapshot even when
+// the key is absent: a key another transaction inserts afterwards stays
+// invisible to the transaction's later reads, as after a Get that found
+// nothing.
+func TestExistsTakesTheSnapshot(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	tx, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if ok, err := tx.Exists([]byte("k")); err != nil || ok {
+		t.Fatalf("Exists(k) = %v, %v; want false", ok, err)
+	}
+	mustPut(t, db, "k", "v")
+	if ok, err := tx.Exists([]byte("k")); err != nil || ok {
+		t.Errorf("Exists(k) after another transaction inserted it = %v, %v; want false (the first statement's snapshot)", ok, err)
+	}
+	if v, err := tx.Get([]byte("k")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(k) = %q, %v; want ErrNotFound (the first statement's snapshot)", v, err)
+	}
+}
