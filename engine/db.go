@@ -45,6 +45,9 @@ type DB struct {
 	pool    *bufpool.Pool
 	vm      *visibility.Map
 	idx     *index
+	// pins are the versions vacuum's second pass is about to make index
+	// heads; pruning keeps them as it keeps heads (vacuum.go, revisit).
+	pins    headPins
 	locks   *lockManager
 	procs   *procArray
 	targets insertTargets

@@ -442,8 +442,8 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 }
 
 // isIndexHead reports whether tid is the newest version the index names
-// for key.
+// for key, or one vacuum is about to make so (headPins).
 func (db *DB) isIndexHead(key []byte, tid heap.TID) bool {
 	e := db.idx.get(key)
-	return e != nil && e.headTID() == tid
+	return e != nil && e.headTID() == tid || db.pins.has(tid)
 }

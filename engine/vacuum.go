@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -500,11 +501,21 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		chunks = w.chunks
 		w.chunks = nil
 	}
+	var pinned []heap.TID
+	defer func() {
+		for _, tid := range pinned {
+			db.pins.remove(tid)
+		}
+	}()
 	for _, h := range todo {
 		tid := heap.TID{Block: blk, Slot: h.slot}
 		e := db.idx.get([]byte(h.key))
 		if e == nil || e.headTID() != tid {
-			continue // a writer moved it on
+			// A writer moved it on. It stays on the page, below the
+			// writer's version, until pruning frees it, and its xids
+			// with it.
+			v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
+			continue
 		}
 		if !db.locks.tryAcquire(h.key, owner) || e.headTID() != tid {
 			// Left for the next run, and so are its xids.
@@ -519,6 +530,21 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 				return err
 			}
 			if found {
+				// The version below is not a head yet, and pruning
+				// may free it (its key deleted below the horizon)
+				// before it becomes one: pinned, it is kept as a head
+				// is, and read again to find it still there.
+				db.pins.add(cur.tid)
+				pinned = append(pinned, cur.tid)
+				again, err := db.readVersion(cur.tid, h.key, false)
+				if errors.Is(err, errVanished) || (err == nil && again.hdr.Xmin != cur.hdr.Xmin) {
+					v.st.HeadsBusy++
+					v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
+					continue
+				}
+				if err != nil {
+					return err
+				}
 				newHead = cur.tid
 			}
 		}
@@ -731,4 +757,46 @@ func (db *DB) logPrunePage(buf *bufpool.Buffer, p *prunePage, flags uint8, what 
 	}
 	heap.SetPageLSN(buf.Page(), uint64(end))
 	return nil
+}
+
+// headPins are the versions vacuum's second pass has chosen as the new
+// index heads of keys whose head aborted, between finding each (reading
+// its page with no lock held after) and installing it. Pruning keeps a
+// pinned version as it keeps an index head: without the pin, a version
+// deleted by a transaction that passes the horizon meanwhile could be
+// freed, and the index would name a free slot. Safe for concurrent use;
+// costs pruning one atomic load while nothing is pinned.
+type headPins struct {
+	n   atomic.Int32
+	mu  sync.Mutex
+	set map[uint64]int
+}
+
+func (p *headPins) add(tid heap.TID) {
+	p.mu.Lock()
+	if p.set == nil {
+		p.set = make(map[uint64]int)
+	}
+	p.set[tid.Pack()]++
+	p.mu.Unlock()
+	p.n.Add(1)
+}
+
+func (p *headPins) remove(tid heap.TID) {
+	p.mu.Lock()
+	k := tid.Pack()
+	if p.set[k]--; p.set[k] <= 0 {
+		delete(p.set, k)
+	}
+	p.mu.Unlock()
+	p.n.Add(-1)
+}
+
+func (p *headPins) has(tid heap.TID) bool {
+	if p.n.Load() == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.set[tid.Pack()] > 0
 }
