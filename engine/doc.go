@@ -176,8 +176,9 @@
 // Those chunks are a little smaller than a page so that the free space
 // map, whose top category promises 7,936 free bytes, hands the pages
 // vacuum freed of one large value to the next; the 8,128-byte chunks of
-// the old format fit only pages never used (their size is part of that
-// format). A directory carries its flag, so whoever
+// the old format (their size is part of that format) fit only empty
+// pages, which the map keeps in a category of their own. A directory
+// carries its flag, so whoever
 // frees it (vacuum, after the version; or as an orphan after a crash)
 // knows to free the chunks it lists too, in a second round of vacuum's
 // chunk pass, and the index rebuild after a crash counts what a directory

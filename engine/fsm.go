@@ -22,9 +22,16 @@ import (
 // An entry missing after a crash only delays reuse until the next vacuum.
 //
 // Space is kept in categories of fsmCategoryBytes, as PostgreSQL keeps one
-// byte per page (BLCKSZ/256 per step). A page handed out by take is removed
-// from the map: it becomes an insert target, and vacuum records it again
-// once it has scanned it.
+// byte per page (BLCKSZ/256 per step), and one more category for pages
+// that are empty. The top step promises 7,936 bytes, less than an empty
+// page holds; a tuple larger than that (a chunk of an out-of-line value of
+// up to 1 MiB fills an empty page exactly) could take no page from the map,
+// and the pages vacuum emptied of one such value's chunks were never used
+// again: every overwrite of a value of 8 KiB to 1 MiB grew the heap by its
+// size. PostgreSQL's map has the same top step, and its TOAST chunks
+// (about 2 KiB) always fit it. A page handed out by take is removed from
+// the map: it becomes an insert target, and vacuum records it again once
+// it has scanned it.
 
 const (
 	// fsmCategoryBytes is the granularity of the map in bytes.
@@ -32,6 +39,9 @@ const (
 	// fsmCategories is the number of categories; category c means at
 	// least c*fsmCategoryBytes free.
 	fsmCategories = heap.PageSize / fsmCategoryBytes
+	// fsmEmpty is the category of an empty page: heap.MaxTupleSize free,
+	// room for any tuple.
+	fsmEmpty = fsmCategories
 	// fsmMinFree is the least free space in bytes worth recording: a page
 	// with less is left out, as it would take only the smallest tuples.
 	fsmMinFree = 2 * fsmCategoryBytes
@@ -44,7 +54,7 @@ type freeSpaceMap struct {
 	// cat is the category of every recorded block. Guarded by mu.
 	cat map[uint32]uint8
 	// byCat holds the recorded blocks of each category. Guarded by mu.
-	byCat [fsmCategories]map[uint32]struct{}
+	byCat [fsmEmpty + 1]map[uint32]struct{}
 }
 
 func (f *freeSpaceMap) init() {
@@ -57,7 +67,10 @@ func (f *freeSpaceMap) init() {
 // record notes that blk has free bytes of room (heap.FreeSpace).
 func (f *freeSpaceMap) record(blk uint32, free int) {
 	c := -1
-	if free >= fsmMinFree {
+	switch {
+	case free >= heap.MaxTupleSize:
+		c = fsmEmpty
+	case free >= fsmMinFree:
 		c = min(free/fsmCategoryBytes, fsmCategories-1)
 	}
 	f.mu.Lock()
@@ -77,11 +90,12 @@ func (f *freeSpaceMap) record(blk uint32, free int) {
 
 // take returns a recorded block with at least need bytes free and forgets
 // it (the caller makes it an insert target), or false if there is none.
+// Empty pages are handed out last, to the tuples only they can hold first.
 func (f *freeSpaceMap) take(need int) (uint32, bool) {
-	c := (need + fsmCategoryBytes - 1) / fsmCategoryBytes
+	c := min((need+fsmCategoryBytes-1)/fsmCategoryBytes, fsmEmpty)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for ; c < fsmCategories; c++ {
+	for ; c <= fsmEmpty; c++ {
 		for blk := range f.byCat[c] {
 			delete(f.byCat[c], blk)
 			delete(f.cat, blk)

@@ -476,7 +476,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			return d, bad("free space entry %d: %v", i, br.short(0))
 		}
 		b := fsmBlock{blk: binary.LittleEndian.Uint32(p), cat: p[4]}
-		if b.blk >= nblocks || int(b.cat) >= fsmCategories {
+		if b.blk >= nblocks || int(b.cat) > fsmEmpty {
 			return d, bad("free space entry %d: block %d category %d (heap of %d blocks)", i, b.blk, b.cat, nblocks)
 		}
 		br.pos += 5

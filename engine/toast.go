@@ -56,7 +56,8 @@ const (
 	// category promises a page holds, so that the pages vacuum frees of
 	// one large value take the chunks of the next. (A direct value's chunk
 	// fills an empty page exactly, more than any category promises: its
-	// chunks always go to new pages. Its size is part of the old format.)
+	// chunks go to the pages the map keeps as empty, or to new ones. Its
+	// size is part of the old format.)
 	largeChunkSize = (fsmCategories-1)*fsmCategoryBytes - heap.TupleHeaderSize
 	// tidsPerDirectory is the most data chunk TIDs one directory holds; a
 	// directory is no larger than a data chunk, for the same reason.
