@@ -51,6 +51,19 @@ func TestVerifyAndWaldumpCommands(t *testing.T) {
 	if code := run([]string{"verify"}, &out, &errb); code != 2 {
 		t.Fatalf("verify without a directory: exit %d", code)
 	}
+	// --dir, as serve, bench and crashtest take it; but only once.
+	out.Reset()
+	if code := run([]string{"verify", "--dir", dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), "ok") {
+		t.Fatalf("verify --dir: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"waldump", "--dir=" + dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), "type: CHECKPOINT") {
+		t.Fatalf("waldump --dir: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"verify", "--dir", dir, dir}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "given twice") {
+		t.Fatalf("verify --dir D D: exit %d, %q", code, errb.String())
+	}
 	if code := run([]string{"verify", t.TempDir() + "/missing/\x00bad"}, &out, &errb); code != 1 {
 		t.Fatalf("verify of an unusable path: exit %d", code)
 	}

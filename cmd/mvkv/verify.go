@@ -17,6 +17,7 @@ const verifyUsage = `mvkv verify checks a data directory's consistency, like bbo
 
 Usage:
   mvkv verify [--lost-keys] DIR
+  mvkv verify [--lost-keys] --dir=DIR
 
 It opens the database (running crash recovery if the directory was not
 closed cleanly, as any Open does: a torn WAL tail is cut off) and takes a
@@ -112,10 +113,14 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 // missing or extra argument prints the problem and usage to stderr (exit 2).
 // ok is false when the caller should return code.
 //
+// The directory may also be given as --dir DIR, as serve, bench and
+// crashtest take it.
+//
 // options, when not nil, checks the options' values once they are parsed;
 // its error is a usage error, reported before the directory is looked at.
 func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer, options func() error) (dir string, code int, ok bool) {
 	fs.SetOutput(io.Discard)
+	dirFlag := fs.String("dir", "", "")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fmt.Fprint(stdout, usage)
@@ -124,7 +129,12 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 		fmt.Fprintf(stderr, "mvkv %s: %s\n%s", fs.Name(), flagError(err), tryHelp(fs.Name()))
 		return "", 2, false
 	}
-	if fs.NArg() != 1 {
+	if *dirFlag != "" {
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "mvkv %s: the data directory given twice (--dir %s, and %q): give it once\n%s", fs.Name(), *dirFlag, fs.Arg(0), tryHelp(fs.Name()))
+			return "", 2, false
+		}
+	} else if fs.NArg() != 1 {
 		// The flag package stops at the first argument that is not a
 		// flag, so options after DIR arrive here as extra arguments.
 		for _, a := range fs.Args()[min(1, fs.NArg()):] {
@@ -142,7 +152,10 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 			return "", 2, false
 		}
 	}
-	dir = fs.Arg(0)
+	dir = *dirFlag
+	if dir == "" {
+		dir = fs.Arg(0)
+	}
 	if err := checkDataDir(dir); err != nil {
 		fmt.Fprintf(stderr, "mvkv %s: %v\n", fs.Name(), err)
 		return "", 1, false

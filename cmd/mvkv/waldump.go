@@ -15,6 +15,7 @@ const waldumpUsage = `mvkv waldump prints a data directory's WAL records in LSN 
 
 Usage:
   mvkv waldump [OPTION]... DIR
+  mvkv waldump [OPTION]... --dir=DIR
 
 Options:
   --start=LSN   first record to print (default: the oldest present)
