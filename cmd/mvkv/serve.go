@@ -157,6 +157,11 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	if fs.NArg() > 0 {
 		return fail("too many command-line arguments (first is %q)", fs.Arg(0))
 	}
+	if listen == "" {
+		// An empty address would listen on every interface at a port
+		// the system picks: what an unset shell variable gives.
+		return fail("--listen needs an address, HOST:PORT (default 127.0.0.1:7379)")
+	}
 	if bind != "" || port != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -116,6 +116,7 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--dir", t.TempDir(), "--port", "0"}, // TLS only, without --tls-port
 		{"serve", "--dir", t.TempDir(), "--port", "70000"},
 		{"serve", "--dir", t.TempDir(), "--port", "x"},
+		{"serve", "--dir", t.TempDir(), "--listen", ""},
 		{"serve", "--dir", t.TempDir(), "--bind", "127.0.0.1 ::1"},
 	} {
 		errb.Reset()
