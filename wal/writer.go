@@ -99,8 +99,9 @@ type Options struct {
 	// background goroutine flushes whatever has been inserted (it makes
 	// asynchronous commits durable). 0 means 200ms.
 	WALWriterDelay time.Duration
-	// Logger receives background errors (segment preparation, WAL writer).
-	// nil discards them.
+	// Logger receives background errors (segment preparation, WAL writer)
+	// and, from OpenWriter, a line for each segment past the end it
+	// removes. nil discards them.
 	Logger *slog.Logger
 	// OnSegmentSwitch, if not nil, is called each time an insert moves to
 	// a new segment, with the WAL position the new segment starts at; the
@@ -346,12 +347,18 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	// missing below one that is present is damage (Reader).
 	removed := false
 	for i := len(segs) - 1; i >= 0 && segs[i] > cur; i-- {
-		if i == len(segs)-1 && segs[i] == cur+LSN(segSize) && preparedEmpty(fsys, dir, segs[i], segSize) {
+		if segs[i] == cur+LSN(segSize) && preparedEmpty(fsys, dir, segs[i], segSize) {
 			continue // the next segment, prepared and still empty: kept as it is
 		}
 		if err := fsys.Remove(path.Join(dir, segmentName(segs[i]))); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("wal: remove stale segment: %w", err)
+		}
+		if opts.Logger != nil {
+			// Whatever it held was never durable log: written after
+			// the end recovery found (a crash cut the log before it),
+			// or not this log's at all. Said, not done silently.
+			opts.Logger.Info("wal: removed a segment past the end of the log", "segment", segmentName(segs[i]), "end", end)
 		}
 		if err := fsys.SyncDir(dir); err != nil {
 			f.Close()

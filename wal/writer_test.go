@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path"
 	"strings"
@@ -578,5 +579,63 @@ func TestOnSegmentSwitch(t *testing.T) {
 		if want := LSN(i+2) * testSeg; seg != want {
 			t.Fatalf("switch %d to %d, want %d", i, seg, want)
 		}
+	}
+}
+
+// TestOpenRemovesStaleSegmentsAndSaysSo checks that a segment past the end
+// of the log is removed at open with a log line naming it, while the next
+// segment, prepared and still empty, is kept even when a stale one lies
+// beyond it.
+func TestOpenRemovesStaleSegmentsAndSaysSo(t *testing.T) {
+	fsys, dir := vfs.OS{}, t.TempDir()
+	w, err := OpenWriter(fsys, dir, 0, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, end, err := w.Insert(16, 1, []byte("x"))
+	if err == nil {
+		err = w.FlushAll()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := path.Join(dir, segmentName(2*testSeg))
+	for i := 0; ; i++ {
+		if n, err := fsys.Stat(next); err == nil && n == testSeg {
+			break
+		}
+		if i > 5000 {
+			t.Fatal("next segment never prepared")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stale := segmentName(9 * testSeg)
+	f, err := fsys.Create(path.Join(dir, stale))
+	if err == nil {
+		_, err = f.WriteAt([]byte("not this log's"), 0)
+		f.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	opts := testOpts()
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	w, err = OpenWriter(fsys, dir, end, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := fsys.Stat(path.Join(dir, stale)); err == nil {
+		t.Errorf("%s past the end still there", stale)
+	}
+	if !strings.Contains(logs.String(), "removed a segment past the end of the log") || !strings.Contains(logs.String(), stale) {
+		t.Errorf("no log line names the removed segment: %q", logs.String())
+	}
+	if strings.Contains(logs.String(), segmentName(2*testSeg)) {
+		t.Errorf("the prepared next segment was removed: %q", logs.String())
 	}
 }
