@@ -76,7 +76,7 @@ func decodeOldest(b []byte) (uint64, error) {
 func (c *CLOG) loadOldest() error {
 	tmp := path.Join(c.dir, oldestTmpName)
 	if err := c.fs.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("clog: remove %s: %w", tmp, err)
+		return fmt.Errorf("clog: %w", err) // the path error names the file
 	}
 	name := path.Join(c.dir, oldestName)
 	f, err := c.fs.OpenReadOnly(name)
@@ -238,7 +238,7 @@ func (c *CLOG) removeSegments(cutoff uint64) error {
 		c.files.forget(segno)
 		name := path.Join(c.dir, n)
 		if err := c.fs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return c.fail(fmt.Errorf("clog: remove %s: %w", name, err))
+			return c.fail(fmt.Errorf("clog: %w", err)) // the path error names the file
 		}
 		removed++
 	}

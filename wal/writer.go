@@ -292,7 +292,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	}
 	segSize := opts.SegmentSize
 	if err := fsys.MkdirAll(dir); err != nil {
-		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+		return nil, fmt.Errorf("wal: %w", err) // the path error names the directory
 	}
 	segs, temps, err := listSegments(fsys, dir)
 	if err != nil {
