@@ -33,13 +33,14 @@ const (
 // unused). Balances are stored as decimal strings, which INCRBY needs,
 // without pgbench's filler; history rows keep their binary form.
 type respTarget struct {
-	addr  string
-	watch bool
-	admin *redis.Client
+	addr     string
+	password string
+	watch    bool
+	admin    *redis.Client
 }
 
 func openRESP(addr string, o TargetOptions) (*respTarget, error) {
-	t := &respTarget{addr: addr}
+	t := &respTarget{addr: addr, password: o.RESPPassword}
 	switch o.RESPMode {
 	case "", RESPModeMulti:
 	case RESPModeWatch:
@@ -56,7 +57,7 @@ func openRESP(addr string, o TargetOptions) (*respTarget, error) {
 }
 
 func (t *respTarget) options(pool int) *redis.Options {
-	return &redis.Options{Addr: t.addr, PoolSize: pool, Protocol: 2, MaxRetries: -1, DisableIdentity: true}
+	return &redis.Options{Addr: t.addr, Password: t.password, PoolSize: pool, Protocol: 2, MaxRetries: -1, DisableIdentity: true}
 }
 
 func (t *respTarget) Name() string { return "resp" }

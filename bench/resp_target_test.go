@@ -158,3 +158,24 @@ func TestRESPInitializeReloads(t *testing.T) {
 		t.Fatalf("other = %q, %v", v, err)
 	}
 }
+
+// TestRESPPassword: a server with requirepass refuses a run without the
+// password, naming why, and takes one with it.
+func TestRESPPassword(t *testing.T) {
+	addr := startRESPWith(t, server.Config{RequirePass: "s3cret"})
+	if tg, err := OpenTarget("resp="+addr, "", TargetOptions{}); err == nil {
+		tg.Close()
+		t.Fatal("a server with requirepass took a run without the password")
+	} else if !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("refused with %v, want the server's NOAUTH", err)
+	}
+	tg, err := OpenTarget("resp="+addr, "", TargetOptions{RESPPassword: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	var log bytes.Buffer
+	if err := Load(context.Background(), tg, 1, testAccounts, &log); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -129,6 +129,9 @@ type TargetOptions struct {
 	SharedBuffers int64
 	// RESPMode is RESPModeMulti (the default) or RESPModeWatch. RESP only.
 	RESPMode string
+	// RESPPassword, if not empty, is sent with AUTH on every connection,
+	// for a server with requirepass (redis-benchmark's -a). RESP only.
+	RESPPassword string
 	// Engine holds the engine target's other knobs, as engine.Open takes
 	// them (the zero value gives the engine's defaults). The fields above
 	// replace its SynchronousCommit, CommitDelay, CommitSiblings,

@@ -63,6 +63,9 @@ Target options:
                            holding no pgbench rows is loaded first
   --resp-mode=multi|watch  RESP: MULTI/EXEC blocks (default), or WATCH, GET,
                            MULTI/SET/EXEC with aborted EXECs counted as failed
+  --resp-password=PASS     RESP: AUTH with PASS on every connection, for a
+                           server with requirepass (default: the
+                           REDISCLI_AUTH environment variable, as redis-cli)
   --dir=DIR                data directory (default: a temporary directory,
                            removed afterwards); loaded first if empty
   --fsync-latency=DURATION simulated disk: every sync takes DURATION, e.g.
@@ -153,8 +156,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	intVar(&seconds, "T", "time", 0)
 	intVar(&progress, "P", "progress", 0)
 	fs.StringVar(&target, "target", "engine", "")
-	var respMode string
+	var respMode, respPassword string
 	fs.StringVar(&respMode, "resp-mode", "multi", "")
+	fs.StringVar(&respPassword, "resp-password", os.Getenv("REDISCLI_AUTH"), "")
 	fs.StringVar(&dir, "dir", "", "")
 	engineFlags(fs, &eopts)
 	fillfactor, _ := engine.LookupSetting("fillfactor")
@@ -274,6 +278,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if fsyncLatency > 0 && diskRotation > 0 {
 		return fail("--fsync-latency and --disk-rotation are two disk models; give one")
 	}
+	if set["resp-password"] && !strings.HasPrefix(target, "resp=") {
+		return fail("--resp-password applies to a resp=ADDR target only")
+	}
 	if set["resp-mode"] && !strings.HasPrefix(target, "resp=") {
 		return fail("--resp-mode applies to a resp=ADDR target only")
 	}
@@ -301,6 +308,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			SharedBuffers:     eff.SharedBuffers,
 			Engine:            eopts,
 			RESPMode:          respMode,
+			RESPPassword:      respPassword,
 			Disk:              bench.DiskModel{FsyncLatency: fsyncLatency, RotationsPerSec: diskRotation},
 		},
 		Initialize:   init,
