@@ -27,6 +27,15 @@ func (c *hookCtx) Err() error {
 	return c.Context.Err()
 }
 
+// mustHaveRun fails the test if c's function never ran: the interleaving
+// the test is about did not happen.
+func mustHaveRun(t *testing.T, c *hookCtx) {
+	t.Helper()
+	if c.calls.Load() < c.n {
+		t.Fatalf("the hook never ran: %d calls of Err, wanted %d", c.calls.Load(), c.n)
+	}
+}
+
 // TestVacuumCountsXidsOfHeadMovedOn: pass 1 finds the deleted key's head P
 // and leaves it to pass 2; before pass 2 a writer inserts the key again, so
 // pass 2 leaves P on the page, below the new version. P's xids must still
@@ -56,7 +65,8 @@ func TestVacuumCountsXidsOfHeadMovedOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("vacuum 1: %+v; hook ran=%v; clog oldest xid now %d", st, hc.calls.Load() >= hc.n, db.clog.OldestXid())
+	mustHaveRun(t, hc)
+	t.Logf("vacuum 1: %+v; clog oldest xid now %d", st, db.clog.OldestXid())
 	if v, ok := get(t, db, "k"); !ok || v != "v2" {
 		t.Fatalf("k = %q, %v", v, ok)
 	}
@@ -87,6 +97,7 @@ func TestVacuumCountsXidsOfHeadMovedOnCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mustHaveRun(t, hc)
 	t.Logf("vacuum: RelFrozenXid %d, clog oldest xid %d", st.RelFrozenXid, db.clog.OldestXid())
 	crashed := m.CrashCopy(vfs.DropUnsynced, nil)
 	db.Close()
@@ -176,6 +187,7 @@ func TestVacuumNewHeadNotPrunedMeanwhile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mustHaveRun(t, hc)
 	t.Logf("prune of C's page removed %d; vacuum: %+v", <-pruned, st)
 	e := db.idx.get([]byte("k"))
 	if e != nil {
