@@ -297,6 +297,22 @@ func TestSyncFailureIsSticky(t *testing.T) {
 	}
 }
 
+// waitPrepared waits for the second segment of a new log in dir to be
+// prepared in the background.
+func waitPrepared(t *testing.T, fsys vfs.FS, dir string) {
+	t.Helper()
+	next := path.Join(dir, segmentName(2*testSeg))
+	for i := 0; ; i++ {
+		if n, err := fsys.Stat(next); err == nil && n == testSeg {
+			return
+		}
+		if i > 5000 {
+			t.Fatal("next segment never prepared")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestSegmentPrepared(t *testing.T) {
 	fsys, dir := vfs.OS{}, t.TempDir()
 	w, err := OpenWriter(fsys, dir, 0, testOpts())
@@ -305,16 +321,7 @@ func TestSegmentPrepared(t *testing.T) {
 	}
 	defer w.Close()
 	// The next segment is prepared in the background.
-	next := path.Join(dir, segmentName(2*testSeg))
-	for i := 0; ; i++ {
-		if n, err := fsys.Stat(next); err == nil && n == testSeg {
-			break
-		}
-		if i > 5000 {
-			t.Fatal("next segment never prepared")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPrepared(t, fsys, dir)
 	payload := make([]byte, 100_000)
 	for w.Stats().SegmentSwitches == 0 {
 		if _, _, err := w.Insert(16, 1, payload); err != nil {
@@ -599,16 +606,7 @@ func TestOpenRemovesStaleSegmentsAndSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := path.Join(dir, segmentName(2*testSeg))
-	for i := 0; ; i++ {
-		if n, err := fsys.Stat(next); err == nil && n == testSeg {
-			break
-		}
-		if i > 5000 {
-			t.Fatal("next segment never prepared")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPrepared(t, fsys, dir)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
