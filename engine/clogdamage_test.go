@@ -319,7 +319,8 @@ func TestVerifyStrayFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stray := []string{filepath.Join(dir, walDir, "garbage"), filepath.Join(dir, clogDir, "notes.txt"), filepath.Join(dir, clogDir, "000000000007")}
+	stray := []string{filepath.Join(dir, walDir, "garbage"), filepath.Join(dir, clogDir, "notes.txt"), filepath.Join(dir, clogDir, "000000000007"),
+		filepath.Join(dir, heapDir, "junk"), filepath.Join(dir, vmDir, "00000000.bak")}
 	for _, p := range stray {
 		if err := os.WriteFile(p, seg0, 0o600); err != nil {
 			t.Fatal(err)

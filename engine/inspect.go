@@ -20,6 +20,8 @@ func init() {
 	rmgr.Engine = rmgr.Table{
 		WALDir:       walDir,
 		CLOGDir:      clogDir,
+		HeapDir:      heapDir,
+		VMDir:        vmDir,
 		TypeName:     recordTypeName,
 		Describe:     describeRecord,
 		IsCheckpoint: func(t wal.RecordType) bool { return t == recCheckpoint },

@@ -28,7 +28,9 @@ must be 1 GiB), every tuple header against the CLOG and the next xid, every
 version chain, the index against the heap, every visibility map page
 checksum and every set map bit against its heap page (PD_ALL_VISIBLE, and
 every tuple visible to all; problems name the heap block), the control
-file against the WAL, and every WAL record on disk.
+file against the WAL, every WAL record on disk, every commit and abort
+still in the WAL against the CLOG, and that the WAL, CLOG, heap and map
+directories hold only their own files.
 
 With --lost-keys it also prints every key whose newest version lies on a
 heap page that cannot be read, or whose value has a chunk on one, one per

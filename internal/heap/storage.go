@@ -73,6 +73,13 @@ func segName(seg uint32) string { return fmt.Sprintf("%08d", seg) }
 
 // parseSegName returns the segment number of a file name made of exactly 8
 // decimal digits; other names (temporary files) are not segments.
+// IsSegmentName reports whether name is a heap segment file's name, eight
+// decimal digits; the visibility map names its files the same way.
+func IsSegmentName(name string) bool {
+	_, ok := parseSegName(name)
+	return ok
+}
+
 func parseSegName(name string) (uint32, bool) {
 	if len(name) != 8 {
 		return 0, false
@@ -95,7 +102,7 @@ func parseSegName(name string) (uint32, bool) {
 // an error wrapping ErrCorrupt if a segment is larger than 1 GiB.
 func OpenStorage(fs vfs.FS, dir string) (*Storage, error) {
 	if err := fs.MkdirAll(dir); err != nil {
-		return nil, fmt.Errorf("heap: create %s: %w", dir, err)
+		return nil, fmt.Errorf("heap: %w", err) // the path error names the directory
 	}
 	names, err := fs.ReadDir(dir)
 	if err != nil {

@@ -35,9 +35,10 @@ type Control struct {
 
 // Table is the engine's part of reading its files.
 type Table struct {
-	// WALDir and CLOGDir are the data directory's subdirectories holding
-	// WAL segments and CLOG segments.
-	WALDir, CLOGDir string
+	// WALDir, CLOGDir, HeapDir and VMDir are the data directory's
+	// subdirectories holding WAL segments, CLOG segments, heap segments
+	// and visibility map files.
+	WALDir, CLOGDir, HeapDir, VMDir string
 	// TypeName is the name of a record type, as pg_waldump prints it
 	// ("HEAP_INSERT").
 	TypeName func(t wal.RecordType) string

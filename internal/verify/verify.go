@@ -380,13 +380,24 @@ func checkCheckpointRecord(fsys vfs.FS, walPath string, ctrl rmgr.Control) error
 	return nil
 }
 
-// checkStrayFiles reports the files in the WAL and CLOG directories that
-// neither owns: a name that is not a segment's, or a CLOG segment past the
-// one holding the next xid. Recovery ignores a stranger in the WAL
-// directory, but a CLOG segment past the next xid is read once the xids
-// reach it, and then fails (its pages carry other page numbers) or, worse,
-// gives statuses nobody set; either way someone put it there.
+// checkStrayFiles reports the files in the WAL, CLOG, heap and visibility
+// map directories that none owns: a name that is not a segment's, or a
+// CLOG segment past the one holding the next xid. Recovery ignores a
+// stranger in the WAL directory, and the heap and the map one in theirs,
+// but a CLOG segment past the next xid is read once the xids reach it, and
+// then fails (its pages carry other page numbers) or, worse, gives
+// statuses nobody set; either way someone put it there.
 func checkStrayFiles(t Target, problem Problemf, next uint64) {
+	for _, d := range []struct{ dir, what string }{{rmgr.Engine.HeapDir, "heap"}, {rmgr.Engine.VMDir, "visibility map"}} {
+		dir := filepath.Join(t.Dir(), d.dir)
+		if names, err := t.FS().ReadDir(dir); err == nil {
+			for _, n := range names {
+				if !heap.IsSegmentName(n) {
+					problem("%s: %s is not a %s file (nothing reads it; remove it, or find what wrote it)", d.what, filepath.Join(dir, n), d.what)
+				}
+			}
+		}
+	}
 	walDir := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
 	if names, err := t.FS().ReadDir(walDir); err == nil {
 		for _, n := range names {
