@@ -141,6 +141,10 @@ func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 			return err
 		}
 		if end != 0 && rec.LSN >= end {
+			if n == 0 {
+				fmt.Fprintf(w, "0 records: the first record, at %s, lies at or past --end %s\n", rec.LSN, end)
+				return nil
+			}
 			fmt.Fprintf(w, "stopped at %s (--end)\n", end)
 			return nil
 		}

@@ -96,6 +96,11 @@ func TestDump(t *testing.T) {
 	if lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); len(lines) != 10 || lines[9] != "stopped at "+rec.LSN.String()+" (--end)" {
 		t.Fatalf("Dump to the tenth record:\n%s", out.String())
 	}
+	// An end at or before the first record prints none, and says why.
+	out.Reset()
+	if err := Dump(nil, dir, 0, 16, &out); err != nil || !strings.HasPrefix(out.String(), "0 records: the first record, at ") {
+		t.Fatalf("Dump to an end before the log: %v\n%s", err, out.String())
+	}
 
 	// A start at the boundary after the last segment, past the end of
 	// the log, is refused with where the log really ends, not reported
