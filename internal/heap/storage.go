@@ -71,8 +71,6 @@ type Storage struct {
 
 func segName(seg uint32) string { return fmt.Sprintf("%08d", seg) }
 
-// parseSegName returns the segment number of a file name made of exactly 8
-// decimal digits; other names (temporary files) are not segments.
 // IsSegmentName reports whether name is a heap segment file's name, eight
 // decimal digits; the visibility map names its files the same way.
 func IsSegmentName(name string) bool {
@@ -80,6 +78,8 @@ func IsSegmentName(name string) bool {
 	return ok
 }
 
+// parseSegName returns the segment number of a file name made of exactly 8
+// decimal digits; other names are not segments (and are left alone).
 func parseSegName(name string) (uint32, bool) {
 	if len(name) != 8 {
 		return 0, false
