@@ -65,7 +65,9 @@ func (db *DB) raiseVisibleLSN(end wal.LSN) {
 // as for an asynchronous commit), ends the checkpoint interlock, takes the
 // transaction out of the running table and releases its row locks. It is
 // called with what insertCommit left held; on success closeMu stays held
-// shared until the caller has waited for the flush. On a CLOG failure it
+// shared until the caller has waited for the flush, and the transaction
+// counts in committingEarly, still open for commit_siblings, until the
+// caller uncounts it when that wait ends. On a CLOG failure it
 // releases both and returns the error, leaving the transaction in the
 // running table, invisible, until recovery decides (as completeCommit
 // does).
@@ -77,6 +79,9 @@ func (db *DB) publishEarly(st *txnState, end wal.LSN) error {
 		db.closeMu.RUnlock()
 		return db.fail(err)
 	}
+	// Counted before it leaves the running table, so that the count of
+	// open transactions never dips in between.
+	db.committingEarly.Add(1)
 	db.finish(st)
 	db.stats.commits.Add(1)
 	db.earlyCommits.Add(1)

@@ -89,11 +89,7 @@ func (t *Txn) CommitAsync(after *CommitWait) (*CommitWait, error) {
 	w := &CommitWait{db: db, done: make(chan struct{}), lsn: end}
 	it := chainItem{w: w, st: st, end: end, sync: sync, after: after, dep: dep}
 	if sync && db.elr.Load() && (after == nil || after.isVisible()) {
-		// Still open to the caller until its flush, for commit_siblings
-		// (Options.CommitSiblings); complete uncounts it.
-		db.committingEarly.Add(1)
 		if err := db.publishEarly(st, end); err != nil {
-			db.committingEarly.Add(-1)
 			w.err = err
 			close(w.done)
 			return w, nil
@@ -203,7 +199,7 @@ func (w *CommitWait) complete(db *DB, it chainItem, err error) {
 	case st == nil:
 		w.err = db.waitDurable(it.dep)
 	case it.early:
-		db.committingEarly.Add(-1)
+		db.committingEarly.Add(-1) // counted by publishEarly
 		db.closeMu.RUnlock()
 		if err == nil {
 			// dep lies below end (read before the insert), so a

@@ -719,14 +719,13 @@ func (db *DB) commit(st *txnState, sync bool, dep wal.LSN) error {
 		return err
 	}
 	if sync && db.elr.Load() {
-		db.committingEarly.Add(1)
-		defer db.committingEarly.Add(-1)
 		if err := db.publishEarly(st, end); err != nil {
 			return err
 		}
 		// dep was read before the record was inserted, so it lies at
 		// or below end: one flush makes both durable.
 		err = db.wal.Flush(max(end, dep))
+		db.committingEarly.Add(-1)
 		db.closeMu.RUnlock()
 		if err != nil {
 			// Visible already, and perhaps seen: every transaction

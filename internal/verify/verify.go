@@ -388,21 +388,20 @@ func checkCheckpointRecord(fsys vfs.FS, walPath string, ctrl rmgr.Control) error
 // then fails (its pages carry other page numbers) or, worse, gives
 // statuses nobody set; either way someone put it there.
 func checkStrayFiles(t Target, problem Problemf, next uint64) {
-	for _, d := range []struct{ dir, what string }{{rmgr.Engine.HeapDir, "heap"}, {rmgr.Engine.VMDir, "visibility map"}} {
+	for _, d := range []struct {
+		dir, what, file, ignoredBy string
+		own                        func(string) bool
+	}{
+		{rmgr.Engine.WALDir, "WAL", "WAL segment", "recovery ignores it", wal.IsSegmentName},
+		{rmgr.Engine.HeapDir, "heap", "heap file", "nothing reads it", heap.IsSegmentName},
+		{rmgr.Engine.VMDir, "visibility map", "visibility map file", "nothing reads it", heap.IsSegmentName},
+	} {
 		dir := filepath.Join(t.Dir(), d.dir)
 		if names, err := t.FS().ReadDir(dir); err == nil {
 			for _, n := range names {
-				if !heap.IsSegmentName(n) {
-					problem("%s: %s is not a %s file (nothing reads it; remove it, or find what wrote it)", d.what, filepath.Join(dir, n), d.what)
+				if !d.own(n) {
+					problem("%s: %s is not a %s (%s; remove it, or find what wrote it)", d.what, filepath.Join(dir, n), d.file, d.ignoredBy)
 				}
-			}
-		}
-	}
-	walDir := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
-	if names, err := t.FS().ReadDir(walDir); err == nil {
-		for _, n := range names {
-			if !wal.IsSegmentName(n) {
-				problem("WAL: %s is not a WAL segment (recovery ignores it; remove it, or find what wrote it)", filepath.Join(walDir, n))
 			}
 		}
 	}
