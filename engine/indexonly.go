@@ -99,7 +99,6 @@ func (t *Txn) visibleKeys(start, end []byte, batch int, fn func(e *indexEntry) b
 	db := t.db
 	snap, release := t.snapshot()
 	defer release()
-	me := t.XID()
 	r := db.vm.NewReader()
 	var c ioCounts
 	defer c.add(db)
@@ -110,6 +109,9 @@ func (t *Txn) visibleKeys(start, end []byte, batch int, fn func(e *indexEntry) b
 	var err error
 	check := func() bool {
 		visible = visible[:0]
+		// fn may have written in this transaction since the last batch,
+		// its first write giving it the xid its own versions carry.
+		me := t.XID()
 		db.closeMu.RLock()
 		if db.closed.Load() {
 			db.closeMu.RUnlock()

@@ -329,11 +329,12 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 	}
 	snap, release := t.snapshot()
 	defer release()
-	me := t.XID()
 	var err error
 	t.db.idx.ascendRange(start, end, func(e *indexEntry) bool {
 		// The close lock is not held across fn, which may write in this
-		// transaction.
+		// transaction; its first write gives the transaction its xid, so
+		// the xid whose versions count as our own is read for each key.
+		me := t.XID()
 		t.db.closeMu.RLock()
 		var val []byte
 		var length int

@@ -302,3 +302,57 @@ func TestRandomKey(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestScanSeesFnWritesBeforeFirstWrite: a scan whose fn writes keys ahead
+// of its position sees those keys as fn left them (Scan's documentation),
+// also when fn's write is the transaction's first, which gives it its xid
+// in the middle of the scan. The scan once read the xid before its first
+// key, took the transaction's own new versions for another's uncommitted
+// ones and showed the old values.
+func TestScanSeesFnWritesBeforeFirstWrite(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	for i := range 100 {
+		mustPut(t, db, fmt.Sprintf("k%03d", i), "old")
+	}
+	for _, iso := range []IsolationLevel{ReadCommitted, RepeatableRead} {
+		for _, keysOnly := range []bool{false, true} {
+			tx, err := db.Begin(ctx, TxnOptions{Isolation: iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			var werr error
+			visit := func(k, v []byte) bool {
+				got[string(k)] = string(v)
+				if string(k) == "k010" {
+					if werr = tx.Put([]byte("k050"), []byte("new")); werr == nil {
+						werr = tx.Delete([]byte("k060"))
+					}
+				}
+				return werr == nil
+			}
+			if keysOnly {
+				err = tx.ScanKeys(nil, nil, func(k []byte) bool { return visit(k, nil) })
+			} else {
+				err = tx.Scan(nil, nil, visit)
+			}
+			if err != nil || werr != nil {
+				t.Fatalf("%v, keys only %v: scan: %v, write in fn: %v", iso, keysOnly, err, werr)
+			}
+			if _, ok := got["k060"]; ok {
+				t.Errorf("%v, keys only %v: the scan saw k060, which its fn had deleted", iso, keysOnly)
+			}
+			if v, ok := got["k050"]; !ok || (!keysOnly && v != "new") {
+				t.Errorf("%v, keys only %v: k050 = %q, %v; want fn's new value", iso, keysOnly, v, ok)
+			}
+			if len(got) != 99 {
+				t.Errorf("%v, keys only %v: %d keys seen; want 99", iso, keysOnly, len(got))
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
