@@ -402,10 +402,13 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 
 func (db *DB) open() error {
 	fsys, dir := db.fs, db.dir
-	// A crash during writeControl can leave the temporary file behind; the
-	// real control file is intact either way.
-	if err := fsys.Remove(filepath.Join(dir, controlTmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	// A crash while the control file or the index file was being replaced
+	// can leave its temporary file behind; the real file is intact either
+	// way, and the next replacement would overwrite it anyway.
+	for _, tmp := range []string{controlTmpName, indexFileTmpName} {
+		if err := fsys.Remove(filepath.Join(dir, tmp)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	ctrl, _, err := readControl(fsys, dir)
 	if err != nil {

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -542,5 +545,32 @@ func TestIndexFileOfACopy(t *testing.T) {
 	}
 	if rep, err := db.Verify(); err != nil || !rep.OK() {
 		t.Fatalf("verify: %v %v", err, rep.Problems)
+	}
+}
+
+// TestOpenRemovesLeftoverTempFiles: a crash while the control file or the
+// index file was being replaced leaves its temporary file; Open removes
+// both, and the database opens with what the real files say.
+func TestOpenRemovesLeftoverTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{})
+	mustPut(t, db, "k", "v")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{controlTmpName, indexFileTmpName} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("half written"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db = openTest(t, dir, Options{})
+	defer db.Close()
+	for _, n := range []string{controlTmpName, indexFileTmpName} {
+		if _, err := os.Stat(filepath.Join(dir, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after Open: %v; want it removed", n, err)
+		}
+	}
+	if v, ok := get(t, db, "k"); !ok || v != "v" {
+		t.Fatalf("k = %q, %v after Open; want v", v, ok)
 	}
 }
