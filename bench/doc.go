@@ -129,8 +129,10 @@
 // their disks (a 7200 rpm drive in 2001, 15k rpm ones since). DiskModel
 // puts a simulated disk under the target: on the engine through the vfs
 // seam (vfs.WithDiskModel), on pebble through an equivalent wrapper of
-// pebble's vfs. Both run the real sync and then wait for the model's
-// completion time, so the same model costs both stores the same per sync.
+// pebble's vfs. Both replace the real sync with a wait for the model's
+// completion time, so the same model costs both stores the same per sync
+// (and a modelled directory survives a process crash, not a power loss:
+// see vfs.WithDiskModel).
 // A PostgreSQL server keeps its own disk.
 //
 // # The PostgreSQL target

@@ -89,13 +89,13 @@
 //     returned for an LSN at or above every lsn passed to SetStatus for the
 //     bits in that image (the slot's page LSN, the largest of its group
 //     LSNs).
-//  4. StatusLSN returns, with a committed status, an LSN at or above the
+//  2. StatusLSN returns, with a committed status, an LSN at or above the
 //     commit record's of that xid, unless the page came from disk (then 0:
 //     the WAL behind it was durable before the page was written). Group
 //     LSNs are kept per 32 xids, as PostgreSQL's CLOG_XACTS_PER_LSN_GROUP,
 //     for the hint-bit interlock of asynchronous commit.
-//  2. A page is in at most one slot.
-//  3. A status set by SetStatus is seen by every Status that starts after
+//  3. A page is in at most one slot.
+//  4. A status set by SetStatus is seen by every Status that starts after
 //     SetStatus returns.
 //
 // # Crash contract

@@ -24,9 +24,9 @@ const (
 	bitsPerXid = 2
 	// xidsPerByte is how many statuses one byte holds.
 	xidsPerByte = 8 / bitsPerXid
-	// XidsPerPage is how many transaction statuses one page holds:
-	// (8192-16)*4 = 32704.
-	XidsPerPage = (PageSize - headerSize) * xidsPerByte
+	// XidsPerPage is how many transaction statuses one page holds: four
+	// to a byte in the 8,176 bytes after the 16-byte header.
+	XidsPerPage = 32704
 	// PagesPerSegment is how many pages one segment file holds, as
 	// PostgreSQL's SLRU_PAGES_PER_SEGMENT. A full segment file is 256 KiB.
 	PagesPerSegment = 32
@@ -34,6 +34,14 @@ const (
 	// segment file name. 12 digits cover segment numbers up to 2^48, and the
 	// largest 64-bit xid lives in segment (2^64-1)/(32704*32) < 2^45.
 	segmentNameLen = 12
+)
+
+// XidsPerPage is written out so that its documentation shows the number; a
+// geometry that disagreed with it would make one of these constants
+// negative and fail to compile.
+const (
+	_ = uint((PageSize-headerSize)*xidsPerByte - XidsPerPage)
+	_ = uint(XidsPerPage - (PageSize-headerSize)*xidsPerByte)
 )
 
 // crcTable is CRC-32C (Castagnoli), the polynomial PostgreSQL uses for WAL

@@ -143,6 +143,7 @@
 //
 //	row lock (a key's, held to transaction end; vacuum only tries)
 //	checkpoint interlock, shared (writers, pruning, vacuum per page)
+//	prune lock, shared (pruning only tries it; Verify holds it exclusively)
 //	heap page content locks, in block order
 //	visibility map page
 //	WAL insertion
@@ -154,8 +155,10 @@
 //
 // The index's and the running table's mutexes, the CLOG's bank locks and
 // the snapshot registry are leaves: held briefly, never across a wait for
-// any lock above. Pruning outside vacuum tries the page lock and the
-// checkpoint interlock and skips the page if either is taken.
+// any lock above (the snapshot registry's mutex is taken before the
+// running table's, never after). Pruning outside vacuum tries the
+// checkpoint interlock, the prune lock and the page lock, and skips the
+// page if any of them is taken.
 //
 // # Out-of-line values
 //
@@ -216,8 +219,8 @@
 // Options keep one convention: a field's zero value means its default
 // (nil for the *bool switches, on). Where the setting's own 0 is a value
 // different from the default, Options hold it as a negative stand-in
-// (NoCommitSiblings; negative CheckpointTimeout, AutovacuumVacuumScaleFactor
-// and freeze ages), which EnsureDefaults keeps, so that it can run twice.
+// (NoCommitSiblings; negative CheckpointTimeout, AutovacuumVacuumThreshold,
+// AutovacuumVacuumScaleFactor and freeze ages), which EnsureDefaults keeps, so that it can run twice.
 //
 // The table lives here rather than in a package of its own because it
 // binds each knob to its Options field, its DB setter and its check, and

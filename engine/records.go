@@ -41,7 +41,8 @@ const (
 	// recAbort ends a transaction that rolled back. Payload: as recCommit.
 	recAbort wal.RecordType = 20
 	// recCheckpoint marks a completed checkpoint. Payload: redo LSN 8,
-	// next xid 8.
+	// next xid 8, checkpoint id 8, system id 8 (records of older versions:
+	// the first two, or the first three).
 	recCheckpoint wal.RecordType = 21
 	// recFPI is a full-page image, as PostgreSQL's XLOG_FPI: the whole
 	// page as it was just before the first change to it after a

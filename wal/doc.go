@@ -71,10 +71,11 @@
 //
 // The Reader stops at the first record whose length is out of bounds (above
 // MaxPayload or past the segment end), whose LSN field is not its position,
-// whose reserved bytes or type are wrong, or whose CRC fails; at a missing
+// whose durable-LSN mark lies above its own LSN, whose type is invalid, or
+// whose CRC fails; at a missing
 // next segment; or at a next segment whose header does not check out or does
 // not name it. That is the end of the log (io.EOF), not an error: with every
-// record naming its own LSN, bytes left in a preallocated or reused segment,
+// record naming its own LSN, bytes left in a preallocated segment,
 // or a half-written tail, cannot pass as records. DroppedBytes says how long
 // the tail cut off after End is, up to its last non-zero byte.
 //
