@@ -271,6 +271,10 @@ func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("mvkv: Open needs a data directory; the empty path names none")
 	}
+	// Lexically, as PostgreSQL's canonicalize_path: "d/new/.." is d, and
+	// is judged (missing, empty, ours or foreign) as d, not as a missing
+	// directory that MkdirAll would then resolve to d.
+	dir = filepath.Clean(dir)
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -292,7 +296,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	// The directory's own entry must be durable too, or a crash could lose
 	// a new data directory with every commit in it (initdb's
 	// fsync_parent_path).
-	for _, d := range []string{dir, filepath.Dir(filepath.Clean(dir))} {
+	for _, d := range []string{dir, filepath.Dir(dir)} {
 		if err := fsys.SyncDir(d); err != nil {
 			return nil, fmt.Errorf("mvkv: fsync %s: %w", d, err)
 		}
@@ -370,8 +374,13 @@ func (db *DB) waitBulkLoad(ctx context.Context) error {
 // which the rest of Open judges), and a missing or empty one is new.
 func checkForeignDir(fsys vfs.FS, dir string) error {
 	names, err := fsys.ReadDir(dir)
-	if err != nil || slices.Contains(names, controlName) {
+	if errors.Is(err, fs.ErrNotExist) || slices.Contains(names, controlName) {
 		return nil // missing (Open creates it), or an existing data directory
+	}
+	if err != nil {
+		// Unreadable (permissions, not a directory): nothing can tell
+		// whether it is empty, so nothing is created in it.
+		return fmt.Errorf("mvkv: read %s: %w", dir, err)
 	}
 	foreign := func(n string) error {
 		return fmt.Errorf("mvkv: %s is not empty and is not an mvkv data directory (it holds %s, and no control file): give a new or empty directory", dir, n)

@@ -62,6 +62,19 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("the refused Open left %d entries; want the one file", len(ents))
 	}
+	// The same directory named through a missing one and "..": it is
+	// still the directory of another program's files.
+	if _, err := Open(dir+"/new/..", Options{}); err == nil || !strings.Contains(err.Error(), "not an mvkv data directory") {
+		t.Fatalf("Open of the directory as new/..: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the refused Open of new/.. left %d entries; want the one file", len(ents))
+	}
+	// A path that is a file, not a directory, is refused before anything
+	// is created (an unreadable directory is too).
+	if _, err := Open(filepath.Join(dir, "MANIFEST-000001"), Options{}); err == nil {
+		t.Fatal("Open of a regular file as the data directory succeeded")
+	}
 	// Another program's wal/ (a write-ahead log of its own) does not make
 	// its directory a data directory.
 	prom := t.TempDir()
