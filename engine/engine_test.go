@@ -124,9 +124,41 @@ func TestTxnDoneAndClosed(t *testing.T) {
 		t.Fatalf("read-only put: %v", err)
 	}
 	ro.Rollback()
+	// Transactions that wrote nothing, still open at Close: a reader, a
+	// REPEATABLE READ one with its snapshot, an empty one, one whose only
+	// effect was a row lock (a delete of a missing key). Their Commit and
+	// CommitAsync after Close return ErrClosed, as Close says, not nil.
+	var open []*Txn
+	for _, o := range []TxnOptions{{}, {Isolation: RepeatableRead}, {}, {}, {}} {
+		tx, err := db.Begin(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, tx)
+	}
+	if _, err := open[0].Get([]byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open[1].Get([]byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if err := open[3].Delete([]byte("missing")); err != nil {
+		t.Fatal(err)
+	}
+	if err := open[4].Delete([]byte("missing too")); err != nil {
+		t.Fatal(err)
+	}
 	db.Close()
 	if _, err := db.Begin(ctx, TxnOptions{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("begin after close: %v", err)
+	}
+	for i, tx := range open[:4] {
+		if err := tx.Commit(); !errors.Is(err, ErrClosed) {
+			t.Errorf("Commit after Close of open transaction %d, which wrote nothing: %v; want ErrClosed", i, err)
+		}
+	}
+	if _, err := open[4].CommitAsync(nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("CommitAsync after Close of a transaction that wrote nothing: %v; want ErrClosed", err)
 	}
 }
 

@@ -601,7 +601,9 @@ func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 // If that flush fails, Commit returns ErrWALSyncFailed.
 //
 // Commit returns ErrTxnManaged inside DB.Update or DB.View, whose
-// transaction they end themselves, ErrTxnDone if the transaction already ended, the error that
+// transaction they end themselves, ErrTxnDone if the transaction already
+// ended, ErrClosed if the database was closed while it was open (whatever
+// it wrote or read; what it wrote never commits), the error that
 // aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
 // made durable, ErrIOFailure or ErrCorruption if the CLOG could not record
 // the commit (in these cases the commit record may already be durable: the
@@ -639,12 +641,22 @@ func (t *Txn) end() (*txnState, error) {
 	}
 	t.done = true
 	t.releaseSnapshot()
-	if t.st != nil && !t.hasXid() {
-		// Row locks only: nothing to make durable or visible, so
-		// nothing to write, whether the context ended or not.
-		t.db.releaseLocks(t.st)
-		t.st = nil
-		if t.sync {
+	if t.st == nil || !t.hasXid() {
+		// Row locks only, or not even those: nothing to make durable or
+		// visible, so nothing to write, whether the context ended or
+		// not.
+		locked := t.st != nil
+		if locked {
+			t.db.releaseLocks(t.st)
+			t.st = nil
+		}
+		if t.db.closed.Load() {
+			// As Close promises every transaction still open: what it
+			// read is durable (Close flushed the WAL), but the
+			// database it read from is gone.
+			return nil, ErrClosed
+		}
+		if locked && t.sync {
 			return nil, t.db.flushBeforeNoXidAck()
 		}
 		return nil, nil
