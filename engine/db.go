@@ -279,11 +279,6 @@ func Open(dir string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mem := physicalMemory(); mem > 0 && opts.SharedBuffers > mem {
-		// The pool is allocated at once; asking for more than the machine
-		// has would only end in the runtime's fatal out-of-memory error.
-		return nil, &SettingError{Name: "shared_buffers", Value: formatSize(opts.SharedBuffers), Want: fmt.Sprintf("want at most the machine's %s of memory", formatSize(mem))}
-	}
 	fsys := opts.FS
 	if err := checkForeignDir(fsys, dir); err != nil {
 		return nil, err

@@ -264,7 +264,8 @@ func (o *Options) EnsureDefaults() *Options {
 
 // Validate reports the first field of o outside its range, with a
 // *SettingError naming the setting (matching ErrInvalidSetting), as Open
-// does; fields left at their zero value pass
+// does (a SharedBuffers beyond the machine's memory included); fields left
+// at their zero value pass
 // (they mean the defaults). Options set programmatically may take values
 // the text interfaces refuse where a Setting says so (intervals shorter
 // than PostgreSQL allows, for tests).
@@ -277,6 +278,11 @@ func (o Options) Validate() error {
 	}
 	if o.MaxWALSize < 2*o.WALSegmentSize {
 		return &SettingError{Name: "max_wal_size", Value: formatSize(o.MaxWALSize), Want: "want at least two WAL segments of " + formatSize(o.WALSegmentSize)}
+	}
+	if mem := physicalMemory(); mem > 0 && o.SharedBuffers > mem {
+		// The pool is allocated at once; asking for more than the machine
+		// has would only end in the runtime's fatal out-of-memory error.
+		return &SettingError{Name: "shared_buffers", Value: formatSize(o.SharedBuffers), Want: fmt.Sprintf("want at most the machine's %s of memory", formatSize(mem))}
 	}
 	return nil
 }
@@ -500,8 +506,9 @@ var settings = []Setting{
 		},
 		ensure: func(o *Options) { o.AutovacuumVacuumScaleFactor = cmp0(o.AutovacuumVacuumScaleFactor, 0.2) },
 		check: func(o *Options) error {
-			if math.IsNaN(o.AutovacuumVacuumScaleFactor) || math.IsInf(o.AutovacuumVacuumScaleFactor, 0) {
-				return &SettingError{Name: "autovacuum_vacuum_scale_factor", Value: fmt.Sprint(o.AutovacuumVacuumScaleFactor), Want: "want a number"}
+			// Negative: the stand-in for 0.
+			if f := o.AutovacuumVacuumScaleFactor; math.IsNaN(f) || math.IsInf(f, 0) || f > 100 {
+				return &SettingError{Name: "autovacuum_vacuum_scale_factor", Value: fmt.Sprint(f), Want: "want a number from 0 to 100"}
 			}
 			return nil
 		},
@@ -605,7 +612,11 @@ func intSetting[T ~int | ~int64](name, unit, desc string, lo, hi, def T, negZero
 		show:   func(o *Options) string { return strconv.FormatInt(int64(max(*field(o), 0)), 10) },
 		ensure: func(o *Options) { *field(o) = cmp0(*field(o), def) },
 		check: func(o *Options) error {
-			if v := *field(o); !negZero && (v < lo || v > hi) {
+			v := *field(o)
+			if negZero && v < 0 {
+				return nil // the stand-in for the setting's 0
+			}
+			if v < lo || v > hi {
 				return &SettingError{Name: name, Value: strconv.FormatInt(int64(v), 10), Want: fmt.Sprintf("want %d to %d", lo, hi)}
 			}
 			return nil

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,10 @@ func TestSettingsTable(t *testing.T) {
 			t.Errorf("%s=%s shows %q (%v), want %q", c.name, c.in, got, err, c.show)
 		}
 	}
+	// The negative stand-ins for a setting's 0 pass.
+	if o := (Options{AutovacuumVacuumScaleFactor: -1, VacuumFreezeMinAge: -1, VacuumFreezeTableAge: -1, AutovacuumVacuumThreshold: -1}); o.Validate() != nil {
+		t.Errorf("the stand-ins for 0: %v", o.Validate())
+	}
 	if o := (Options{MaxWALSize: 16 << 20}); !errors.Is(o.Validate(), ErrInvalidSetting) {
 		t.Errorf("a max_wal_size of one segment: %v, want ErrInvalidSetting", o.Validate())
 	}
@@ -123,7 +128,19 @@ func TestSettingsTable(t *testing.T) {
 		{Options{CommitSiblings: 5000}, "commit_siblings"}, {Options{WALSegmentSize: 3 << 20}, "wal_segment_size"},
 		{Options{CLOGBuffers: -3}, "transaction_buffers"}, {Options{VisibilityMap: "sometimes"}, "visibility_map"},
 		{Options{WALWriterDelay: -time.Second}, "wal_writer_delay"}, {Options{SynchronousCommit: 7}, "synchronous_commit"},
+		// Settings whose 0 has a negative stand-in are range-checked
+		// above 0 all the same (Show printed what Set then refused).
+		{Options{AutovacuumVacuumScaleFactor: 1e9}, "autovacuum_vacuum_scale_factor"},
+		{Options{VacuumFreezeMinAge: 1 << 62}, "vacuum_freeze_min_age"},
+		{Options{VacuumFreezeTableAge: 1 << 40}, "vacuum_freeze_table_age"},
+		{Options{AutovacuumVacuumThreshold: math.MaxInt32 + 1}, "autovacuum_vacuum_threshold"},
+		// Open's memory check is Validate's too, where the machine's
+		// memory is known.
+		{Options{SharedBuffers: 1 << 60}, "shared_buffers"},
 	} {
+		if c.name == "shared_buffers" && physicalMemory() == 0 {
+			continue
+		}
 		err := c.o.Validate()
 		if !errors.Is(err, ErrInvalidSetting) || !strings.Contains(err.Error(), `"`+c.name+`"`) {
 			t.Errorf("Validate of a bad %s: %v, want ErrInvalidSetting naming it", c.name, err)
