@@ -91,9 +91,11 @@ func WriteReport(w io.Writer, r *Results) error {
 		if w.Txn.Commits > 0 {
 			wait = float64(w.WAL.CommitWaitNanos) / float64(w.Txn.Commits) / 1e6
 		}
-		p("WAL flushes during run: %d, commit wait average = %.3f ms\n", w.WAL.Flushes, wait)
+		// Syncs above counts fdatasync calls; a flush is a round of
+		// write and sync, one sync unless it crosses into a new segment.
+		p("WAL flushes during run: %d rounds of write and sync, commit wait average = %.3f ms\n", w.WAL.Flushes, wait)
 		p("WAL sync latency: %s\n", w.WAL.SyncLatency)
-		p("WAL commits per sync: %s\n", w.WAL.CommitsPerSync)
+		p("WAL commits per sync: %s (per flush round, the WAL writer's and checkpoints' rounds counting 0)\n", w.WAL.CommitsPerSync)
 		p("full-page images during run: %d (%d checkpoints)\n", w.Checkpoint.FullPageImages, w.Checkpoint.Count)
 	}
 	if w := r.Engine; w != nil && w.CLOG.Lookups > 0 {
@@ -167,7 +169,7 @@ func writeCLOGReport(p func(string, ...any), w *engine.Stats) {
 	if w.CLOG.LockWaits > 0 {
 		avg = float64(w.CLOG.LockWaitNanos) / float64(w.CLOG.LockWaits) / 1e3
 	}
-	p("CLOG lock waits: %d, %.3f ms in total, %.1f us average\n",
+	p("CLOG lock waits: %d, %.3f ms in total, %.1f µs average\n",
 		w.CLOG.LockWaits, float64(w.CLOG.LockWaitNanos)/1e6, avg)
 	if w.CLOG.GroupUpdates > 0 {
 		p("CLOG group updates: %d, average group size %.2f\n",
