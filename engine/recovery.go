@@ -63,7 +63,16 @@ func (db *DB) recover(ctrl controlData) error {
 	// Said first, so that a long recovery (an index rebuilt from a large
 	// heap) is not silence, as PostgreSQL's "database system was
 	// interrupted" line.
-	db.logger.Info("recovery starting", "dir", db.dir, "redo", ctrl.RedoLSN.String(), "checkpoint", ctrl.CheckpointLSN.String())
+	// A new data directory (no checkpoint, no WAL segment, no heap page)
+	// goes through the same steps, with nothing to read; its log says so
+	// rather than report a recovery, as initdb does not.
+	walNames, _ := db.fs.ReadDir(walPath)
+	fresh := ctrl.CheckpointLSN == 0 && len(walNames) == 0 && db.storage.NBlocks() == 0
+	if fresh {
+		db.logger.Info("creating a new data directory", "dir", db.dir)
+	} else {
+		db.logger.Info("recovery starting", "dir", db.dir, "redo", ctrl.RedoLSN.String(), "checkpoint", ctrl.CheckpointLSN.String())
+	}
 
 	r, err := wal.NewReader(db.fs, walPath, ctrl.RedoLSN)
 	if err != nil {
@@ -368,10 +377,14 @@ func (db *DB) recover(ctrl controlData) error {
 	default:
 		index = "heap scan"
 	}
-	db.logger.Info("recovery complete", "redo", ctrl.RedoLSN.String(), "end", end.String(),
-		"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "scanTook", scanTime, "redoTook", redoTime,
-		"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
-		"took", db.recovery.Duration)
+	if fresh && n == 0 {
+		db.logger.Info("new data directory ready", "took", db.recovery.Duration)
+	} else {
+		db.logger.Info("recovery complete", "redo", ctrl.RedoLSN.String(), "end", end.String(),
+			"records", n, "redoBytes", uint64(end-ctrl.RedoLSN), "scanTook", scanTime, "redoTook", redoTime,
+			"index", index, "keys", db.recovery.IndexKeys, "indexTook", db.recovery.IndexTime,
+			"took", db.recovery.Duration)
+	}
 	if reason != "" || cutBulk {
 		// After a rebuild, so that the next Open finds an index file of
 		// this checkpoint instead of scanning the heap again; after
