@@ -458,6 +458,41 @@ func (x *execCtx) subcommandOK(args [][]byte, sub string, arity int, known bool)
 	return true
 }
 
+// subcommandError returns Redis's error for a container command (CLIENT,
+// CONFIG, OBJECT, ...) whose subcommand args[1] is not one the server
+// knows or has the wrong number of arguments, and "" otherwise (or for
+// any other command). The tables are the ones the commands themselves
+// check against.
+func subcommandError(name string, args [][]byte) string {
+	if len(args) < 2 {
+		return ""
+	}
+	sub := lower(args[1])
+	var arity int
+	var known bool
+	switch name {
+	case "client":
+		arity, known = clientSubcommands[sub]
+	case "object":
+		arity, known = objectSubcommands[sub]
+	case "cluster":
+		arity, known = clusterSubcommands[sub]
+	case "acl", "command", "config", "memory", "slowlog":
+		var m commandMeta
+		m, known = redisMeta[name+"|"+sub]
+		arity = m.arity
+	default:
+		return ""
+	}
+	if !known {
+		return fmt.Sprintf("ERR unknown subcommand '%s'. Try %s HELP.", trunc(args[1], 128), strings.ToUpper(name))
+	}
+	if !arityOK(arity, len(args)) {
+		return fmt.Sprintf("ERR wrong number of arguments for '%s|%s' command", name, sub)
+	}
+	return ""
+}
+
 // appendHelp appends a HELP reply in Redis's form (addReplyHelp): a
 // heading, the given lines, and HELP's own entry, each a status string.
 func appendHelp(out []byte, cmd string, lines ...string) []byte {
@@ -962,7 +997,11 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	key, val := args[1], args[2]
 	var nx, xx, get, keepTTL bool
 	expiry := ""
-	var deadline int64
+	var expiryArg []byte
+	// The options first, as Redis's parseExtendedStringArgumentsOrReply:
+	// a syntax error anywhere wins over a bad number, and an expiry may
+	// be repeated (the last one counts, and only it is parsed) but not
+	// mixed with another kind or with KEEPTTL.
 	for i := 3; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		switch {
@@ -974,32 +1013,36 @@ func cmdSet(x *execCtx, args [][]byte) error {
 			get = true
 		case opt == "KEEPTTL" && expiry == "":
 			keepTTL = true
-		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && expiry == "" && !keepTTL && i+1 < len(args):
-			n, ok := parseInt(args[i+1])
-			if !ok {
-				x.notInteger()
-				return nil
-			}
-			if n <= 0 || (opt == "EX" || opt == "EXAT") && n > math.MaxInt64/1000 {
-				x.errorf("ERR invalid expire time in 'set' command")
-				return nil
-			}
-			if opt == "EX" || opt == "EXAT" {
-				n *= 1000
-			}
-			if opt == "EX" || opt == "PX" {
-				if n > math.MaxInt64-x.now() {
-					x.errorf("ERR invalid expire time in 'set' command")
-					return nil
-				}
-				n += x.now()
-			}
-			expiry, deadline = opt, n
+		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && (expiry == "" || expiry == opt) && !keepTTL && i+1 < len(args):
+			expiry, expiryArg = opt, args[i+1]
 			i++
 		default:
 			x.syntaxError()
 			return nil
 		}
+	}
+	var deadline int64
+	if expiry != "" {
+		n, ok := parseInt(expiryArg)
+		if !ok {
+			x.notInteger()
+			return nil
+		}
+		if n <= 0 || (expiry == "EX" || expiry == "EXAT") && n > math.MaxInt64/1000 {
+			x.errorf("ERR invalid expire time in 'set' command")
+			return nil
+		}
+		if expiry == "EX" || expiry == "EXAT" {
+			n *= 1000
+		}
+		if expiry == "EX" || expiry == "PX" {
+			if n > math.MaxInt64-x.now() {
+				x.errorf("ERR invalid expire time in 'set' command")
+				return nil
+			}
+			n += x.now()
+		}
+		deadline = n
 	}
 	if !x.checkKey(key) {
 		return nil

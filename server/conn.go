@@ -474,6 +474,13 @@ func (c *conn) dispatch(req request) {
 		c.reject(cmd, req.args, "ERR wrong number of arguments for '"+cmd.name+"' command")
 		return
 	}
+	// A container command's subcommand is looked up here too, as Redis's
+	// processCommand does: an unknown one or a wrong count is refused
+	// before it is queued in MULTI (so EXEC aborts), not when it runs.
+	if msg := subcommandError(cmd.name, req.args); msg != "" {
+		c.reject(cmd, req.args, msg)
+		return
+	}
 	if c.authRequired() && cmd.flags&flagNoAuth == 0 {
 		c.reject(cmd, req.args, "NOAUTH Authentication required.")
 		return

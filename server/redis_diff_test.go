@@ -203,6 +203,28 @@ var redisDiffScript2 = []string{
 	"WATCH wx", "SETRANGE wx 0 ''", "MULTI", "PING", "EXEC", "WATCH wx", "RENAMENX zz wx", "MULTI", "PING", "EXEC",
 	"WATCH wx", "COPY wx wy", "MULTI", "PING", "EXEC", "WATCH wy", "COPY wx wy", "MULTI", "PING", "EXEC",
 	"WATCH wy", "COPY wx wy REPLACE", "MULTI", "PING", "EXEC",
+	// Writes that change nothing leave a WATCH alone (Redis's setbit and
+	// getex signal the key only on a change).
+	"SET wb 0", "WATCH wb", "SETBIT wb 0 0", "MULTI", "PING", "EXEC", "WATCH wb", "SETBIT wb 7 0", "MULTI", "PING", "EXEC",
+	"WATCH wb", "SETBIT wb 2 1", "MULTI", "PING", "EXEC", "WATCH wb", "SETBIT wb 20 0", "MULTI", "PING", "EXEC",
+	"WATCH wb", "GETEX wb PERSIST", "MULTI", "PING", "EXEC", "WATCH wb", "GETEX wb", "MULTI", "PING", "EXEC",
+	"WATCH wb", "GETEX wb EX 100", "MULTI", "PING", "EXEC", "WATCH wb", "GETEX wb PERSIST", "MULTI", "PING", "EXEC",
+	// Repeated expiry options: the last one counts, only it is parsed,
+	// and the syntax is checked before any number.
+	"SET ro 5 EX 10 EX 20", "TTL ro", "SET ro 5 PX 5000 PX 20000", "TTL ro", "SET ro 9 EX x EX 30", "TTL ro",
+	"SET ro 9 EX 0 EX 40", "TTL ro", "SET ro 9 EX 10 PX 10", "SET ro 9 EXAT 9223372036854775807 GET EXAT 99999999999",
+	"SET ro v PX GET ex", "SET ro v EX x NX XX", "SET ro v PX -1 FOO", "SET ro v EX 0 KEEPTTL", "SET ro v EX 10 KEEPTTL KEEPTTL",
+	"GETEX ro PERSIST PERSIST", "GETEX ro EX 10 EX 50", "TTL ro", "GETEX ro EX 10 PX 10", "GETEX ro PERSIST EX 5",
+	// strtold's syntax, not Go's; underflow to zero is refused.
+	"INCRBYFLOAT fu 1_0", "INCRBYFLOAT fu 1e1_0", "INCRBYFLOAT fu 0b101", "INCRBYFLOAT fu 0O17", "INCRBYFLOAT fu 0x1_0p0",
+	"INCRBYFLOAT fu 1e-5000", "INCRBYFLOAT fu 1e-4951", "INCRBYFLOAT fu 0x1p-16446", "INCRBYFLOAT fu 1.9e-4951",
+	"INCRBYFLOAT fu 0x1.8p-16446", "INCRBYFLOAT fu 0e-5000", "INCRBYFLOAT fu -1e-5000", "SET fv 1_5", "INCRBYFLOAT fv 1",
+	// A container's unknown subcommand or wrong count is refused when
+	// queued, so EXEC aborts.
+	"MULTI", "SET mq 1", "OBJECT FOO mq", "EXEC", "GET mq", "MULTI", "OBJECT ENCODING", "EXEC", "MULTI", "CONFIG FOO", "EXEC",
+	"MULTI", "CONFIG GET", "EXEC", "MULTI", "CLIENT FOO", "EXEC", "MULTI", "CLIENT SETNAME", "EXEC",
+	"MULTI", "MEMORY USAGE", "EXEC", "MULTI", "COMMAND FOO", "EXEC", "MULTI", "SLOWLOG FOO", "EXEC",
+	"MULTI", "OBJECT HELP x", "EXEC", "MULTI", "OBJECT ENCODING mq", "SLOWLOG LEN", "EXEC", "OBJECT FOO", "CLIENT SETNAME",
 }
 
 // TestRepliesMatchRedis runs redisDiffScript against a real redis-server

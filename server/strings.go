@@ -201,10 +201,13 @@ func cmdGetEx(x *execCtx, args [][]byte) error {
 	for i := 2; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		switch {
-		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && unit == "" && !persist && i+1 < len(args):
+		// As Redis's parseExtendedStringArgumentsOrReply: an option may
+		// be repeated (the last time wins), but not mixed with another
+		// kind of expiry.
+		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && (unit == "" || unit == opt) && !persist && i+1 < len(args):
 			unit, when = opt, args[i+1]
 			i++
-		case opt == "PERSIST" && unit == "" && !persist:
+		case opt == "PERSIST" && unit == "":
 			persist = true
 		default:
 			x.syntaxError()
@@ -216,26 +219,28 @@ func cmdGetEx(x *execCtx, args [][]byte) error {
 		x.null()
 		return nil
 	}
-	if unit == "" && !persist {
-		v, err := x.get(key)
-		if err != nil {
-			return err
-		}
-		x.bulkOrNull(v)
-		return nil
-	}
+	// Also without options GETEX reads under the key's row lock: it is a
+	// write command, so in a pipeline it does not wait for the
+	// connection's earlier writes to complete as a read does, and the
+	// lock is what orders it after them.
 	var val []byte
-	var bad bool
+	var bad, changed bool
 	var d int64
 	err := x.rmw(key, func(o []byte, cur int64, live bool) (rmwResult, []byte, int64) {
 		if !live {
 			return rmwKeep, nil, 0
 		}
 		val = o
+		if unit == "" && !persist {
+			return rmwKeep, nil, 0
+		}
 		if persist {
 			if cur == 0 {
+				// Nothing to remove: as Redis, no change, and a WATCH
+				// of the key is not touched.
 				return rmwKeep, nil, 0
 			}
+			changed = true
 			return rmwPut, o, 0
 		}
 		var ok bool
@@ -243,6 +248,7 @@ func cmdGetEx(x *execCtx, args [][]byte) error {
 			bad = true
 			return rmwKeep, nil, 0
 		}
+		changed = true
 		return rmwPut, o, d
 	})
 	if err != nil {
@@ -251,7 +257,7 @@ func cmdGetEx(x *execCtx, args [][]byte) error {
 	if bad {
 		return nil
 	}
-	if val != nil && (unit != "" || persist) {
+	if changed {
 		x.wrote(key)
 	}
 	x.bulkOrNull(val)
@@ -393,20 +399,42 @@ func parseLongDouble(b []byte) (*big.Float, bool) {
 		return nil, false
 	}
 	s := string(b)
-	switch strings.ToLower(strings.TrimLeft(s, "+-")) {
+	unsigned := strings.ToLower(s)
+	if len(unsigned) > 0 && (unsigned[0] == '+' || unsigned[0] == '-') {
+		unsigned = unsigned[1:]
+	}
+	switch unsigned {
 	case "inf", "infinity":
 		return new(big.Float).SetInf(s[0] == '-'), true
+	}
+	// Go's syntax beyond strtold's: digit separators and binary or octal
+	// prefixes ("1_0", "0b101", "0o17"), which Redis refuses.
+	if strings.IndexByte(s, '_') >= 0 || strings.HasPrefix(unsigned, "0b") || strings.HasPrefix(unsigned, "0o") {
+		return nil, false
 	}
 	f, _, err := new(big.Float).SetPrec(longDoublePrec).SetMode(big.ToNearestEven).Parse(s, 0)
 	if err != nil || f.IsInf() {
 		return nil, false
 	}
-	if f.MantExp(nil) > maxLongDoubleExp {
+	m := new(big.Float)
+	exp := f.MantExp(m)
+	if exp > maxLongDoubleExp {
 		// strtold's overflow: HUGE_VALL with ERANGE, refused.
+		return nil, false
+	}
+	if f.Sign() != 0 && (exp < underflowExp || exp == underflowExp && m.Abs(m).Cmp(big.NewFloat(0.5)) == 0) {
+		// strtold's underflow to zero (ERANGE with 0, refused by
+		// string2ld): at or below half the smallest subnormal, which
+		// rounds to 0. Anything above it rounds to a subnormal, kept.
 		return nil, false
 	}
 	return f, true
 }
+
+// underflowExp is the binary exponent, in big.Float's form (a mantissa
+// in [0.5, 1)), of half the smallest subnormal long double: 2^-16446 is
+// 0.5 * 2^-16445.
+const underflowExp = -16445
 
 // formatLongDouble formats f as Redis's ld2string in LD_STR_HUMAN mode:
 // "%.17Lf" with the trailing zeros (and a bare point) removed, "-0" as "0".
@@ -630,6 +658,7 @@ func cmdSetBit(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	var old int64
+	changed := false
 	err := x.rmw(key, func(v []byte, d int64, live bool) (rmwResult, []byte, int64) {
 		if !live {
 			v, d = nil, 0
@@ -640,12 +669,19 @@ func cmdSetBit(x *execCtx, args [][]byte) error {
 			// proto-max-bulk-len raised past what can be stored.
 			return rmwKeep, nil, 0
 		}
-		nv := make([]byte, size)
-		copy(nv, v)
 		mask := byte(1) << (7 - uint(off&7))
-		if nv[byteAt]&mask != 0 {
+		if byteAt < int64(len(v)) && v[byteAt]&mask != 0 {
 			old = 1
 		}
+		if live && size == int64(len(v)) && old == on {
+			// As Redis's setbitCommand: a bit set to what it was, in
+			// a string that does not grow, changes nothing (no new
+			// version, and a WATCH of the key is not touched).
+			return rmwKeep, nil, 0
+		}
+		changed = true
+		nv := make([]byte, size)
+		copy(nv, v)
 		if on == 1 {
 			nv[byteAt] |= mask
 		} else {
@@ -659,7 +695,9 @@ func cmdSetBit(x *execCtx, args [][]byte) error {
 	if x.failed {
 		return nil
 	}
-	x.wrote(key)
+	if changed {
+		x.wrote(key)
+	}
 	x.out = redcon.AppendInt(x.out, old)
 	return nil
 }
