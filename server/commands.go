@@ -929,7 +929,7 @@ func cmdCommand(x *execCtx, args [][]byte) error {
 			if cmd := commandTable[n]; cmd != nil {
 				x.out = appendCommandInfo(x.out, cmd)
 			} else {
-				x.out = append(x.out, "*-1\r\n"...)
+				x.out = append(x.out, "$-1\r\n"...) // Redis's addReplyNull
 			}
 		}
 	}

@@ -224,7 +224,8 @@ var redisDiffScript2 = []string{
 	"MULTI", "SET mq 1", "OBJECT FOO mq", "EXEC", "GET mq", "MULTI", "OBJECT ENCODING", "EXEC", "MULTI", "CONFIG FOO", "EXEC",
 	"MULTI", "CONFIG GET", "EXEC", "MULTI", "CLIENT FOO", "EXEC", "MULTI", "CLIENT SETNAME", "EXEC",
 	"MULTI", "MEMORY USAGE", "EXEC", "MULTI", "COMMAND FOO", "EXEC", "MULTI", "SLOWLOG FOO", "EXEC",
-	"MULTI", "OBJECT HELP x", "EXEC", "MULTI", "OBJECT ENCODING mq", "SLOWLOG LEN", "EXEC", "OBJECT FOO", "CLIENT SETNAME",
+	"COMMAND INFO nosuch", "COMMAND INFO nosuch x",
+	"MULTI", "OBJECT HELP x", "EXEC", "MULTI", "OBJECT ENCODING mq", "PING", "EXEC", "OBJECT FOO", "CLIENT SETNAME",
 }
 
 // TestRepliesMatchRedis runs redisDiffScript against a real redis-server
