@@ -670,18 +670,30 @@ func appendEngineError(out []byte, err error) []byte {
 
 // unknownCommand is Redis 7's text for an unknown command.
 func unknownCommand(args [][]byte) string {
-	var b bytes.Buffer
-	b.WriteString("ERR unknown command '")
-	b.Write(trunc(args[0], 128))
-	b.WriteString("', with args beginning with: ")
+	// As Redis's processCommand formats it with "%.*s": each argument up
+	// to its first NUL, the name up to 128 bytes, and the arguments
+	// while their quoted list is under 128 bytes, each cut to what is
+	// left of those 128.
+	cstr := func(a []byte) []byte {
+		if i := bytes.IndexByte(a, 0); i >= 0 {
+			return a[:i]
+		}
+		return a
+	}
+	var list []byte
 	for _, a := range args[1:] {
-		if b.Len() > 1024 {
+		if len(list) >= 128 {
 			break
 		}
-		b.WriteByte('\'')
-		b.Write(trunc(a, 128))
-		b.WriteString("' ")
+		list = append(list, '\'')
+		list = append(list, trunc(cstr(a), 128-len(list)+1)...)
+		list = append(list, "' "...)
 	}
+	var b bytes.Buffer
+	b.WriteString("ERR unknown command '")
+	b.Write(trunc(cstr(args[0]), 128))
+	b.WriteString("', with args beginning with: ")
+	b.Write(list)
 	return b.String()
 }
 

@@ -98,6 +98,12 @@ func cmdCopy(x *execCtx, args [][]byte) error {
 				x.notInteger()
 				return nil
 			}
+			if n < 0 || n >= 16 {
+				// Outside Redis's 16 databases: refused at once, before
+				// the options after it, as Redis's selectDb check.
+				x.errorf("ERR DB index is out of range")
+				return nil
+			}
 			db = n
 			i++
 		default:

@@ -224,7 +224,9 @@ var redisDiffScript2 = []string{
 	"MULTI", "SET mq 1", "OBJECT FOO mq", "EXEC", "GET mq", "MULTI", "OBJECT ENCODING", "EXEC", "MULTI", "CONFIG FOO", "EXEC",
 	"MULTI", "CONFIG GET", "EXEC", "MULTI", "CLIENT FOO", "EXEC", "MULTI", "CLIENT SETNAME", "EXEC",
 	"MULTI", "MEMORY USAGE", "EXEC", "MULTI", "COMMAND FOO", "EXEC", "MULTI", "SLOWLOG FOO", "EXEC",
-	"COMMAND INFO nosuch", "COMMAND INFO nosuch x",
+	"COMMAND INFO nosuch", "COMMAND INFO nosuch x", "COPY mq mr DB -1 1", "COPY mq mr DB 16 FOO", "COPY mq mr DB 99",
+	`FOO "a\x00b" c`, "FOO aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb cccccccccc", "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc x", "FOO cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
+	"SET bq foobar", "BITCOUNT bq -1 -5 FOO", "BITCOUNT bq -1 -5 BIT", "BITCOUNT bq -5 -1 FOO", "BITCOUNT bq 1 -5 FOO",
 	"MULTI", "OBJECT HELP x", "EXEC", "MULTI", "OBJECT ENCODING mq", "PING", "EXEC", "OBJECT FOO", "CLIENT SETNAME",
 }
 
