@@ -624,7 +624,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	section("clients",
 		fmt.Sprintf("connected_clients:%d", s.clients.Load()),
 		fmt.Sprintf("maxclients:%d", s.maxClients.Load()),
-		"blocked_clients:0",
+		fmt.Sprintf("blocked_clients:%d", s.blocked.Load()),
 		fmt.Sprintf("open_transactions:%d", s.openTxns.Load()))
 	if wanted("memory") {
 		section("memory", s.memoryLines()...)

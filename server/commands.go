@@ -665,10 +665,11 @@ func cmdClient(x *execCtx, args [][]byte) error {
 		c.s.unpause()
 		x.ok()
 	case "unblock":
-		// No command blocks here (no BLPOP, no WAIT for replicas that
-		// can be unblocked), so no client is unblocked: 0, as Redis
-		// answers for a client that is not blocked.
-		if _, ok := parseInt(args[2]); !ok {
+		// The one command that blocks here is WAIT for replicas (there
+		// are none, so it waits out its timeout): 1 if the client was
+		// in it, 0 otherwise, as Redis.
+		id, ok := parseInt(args[2])
+		if !ok {
 			x.notInteger()
 			return nil
 		}
@@ -676,13 +677,14 @@ func cmdClient(x *execCtx, args [][]byte) error {
 			x.errorf("ERR unknown subcommand or wrong number of arguments for '%s'. Try CLIENT HELP.", trunc(args[1], 128))
 			return nil
 		}
+		reason := "timeout"
 		if len(args) == 4 {
-			if r := strings.ToLower(string(args[3])); r != "timeout" && r != "error" {
+			if reason = strings.ToLower(string(args[3])); reason != "timeout" && reason != "error" {
 				x.errorf("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
 				return nil
 			}
 		}
-		x.out = redcon.AppendInt(x.out, 0)
+		x.out = redcon.AppendInt(x.out, c.s.unblockClient(id, reason))
 	case "getredir":
 		x.out = redcon.AppendInt(x.out, -1) // tracking is off
 	case "trackinginfo":
@@ -767,6 +769,9 @@ func (s *Server) clientList(ids map[uint64]bool) string {
 		flags := "N"
 		if c.queuedN >= 0 {
 			flags = "x"
+		}
+		if c.unblock != nil {
+			flags = "b"
 		}
 		if c.noEvict {
 			flags += "e"

@@ -86,6 +86,9 @@ type conn struct {
 	queuedN int  // commands queued in MULTI when the last command began, -1 outside MULTI
 	noEvict bool // CLIENT NO-EVICT, shown as flag e
 	noTouch bool // CLIENT NO-TOUCH, shown as flag T
+	// unblock is set while the connection is blocked in WAIT (flag b,
+	// INFO's blocked_clients); CLIENT UNBLOCK sends its reason on it.
+	unblock chan string
 
 	// deadlineWritten: a write of this connection stored a deadline whose
 	// commit has not been reported to the expiry cycle yet (encode). Not

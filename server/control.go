@@ -116,10 +116,28 @@ func cmdWait(x *execCtx, args [][]byte) error {
 			defer tm.Stop()
 			wait = tm.C
 		}
+		// Blocked as Redis's BLOCKED_WAIT: CLIENT LIST and INFO show it,
+		// CLIENT UNBLOCK ends it, and so does a shutdown (which waits
+		// for this connection, so the wait must not wait for it).
+		unblock := make(chan string, 1)
+		c.mu.Lock()
+		c.unblock = unblock
+		c.mu.Unlock()
+		c.s.blocked.Add(1)
+		var reason string
 		select {
 		case <-wait:
 		case <-c.ctx.Done():
-		case <-c.s.done:
+		case <-c.s.closingC:
+		case reason = <-unblock:
+		}
+		c.mu.Lock()
+		c.unblock = nil
+		c.mu.Unlock()
+		c.s.blocked.Add(-1)
+		if reason == "error" {
+			x.errorf("UNBLOCKED client unblocked via CLIENT UNBLOCK")
+			return nil
 		}
 	}
 	x.out = redcon.AppendInt(x.out, 0)
@@ -474,4 +492,31 @@ func clientOnOff(x *execCtx, v []byte) (bool, bool) {
 	}
 	x.syntaxError()
 	return false, false
+}
+
+// unblockClient ends the WAIT that connection id is blocked in, giving
+// it reason ("timeout": WAIT answers as if timed out; "error": an
+// UNBLOCKED error), as Redis's CLIENT UNBLOCK. It returns 1 if the
+// connection was blocked, 0 if not (or if there is no such connection).
+func (s *Server) unblockClient(id int64, reason string) int64 {
+	s.mu.Lock()
+	var target *conn
+	for c := range s.conns {
+		if int64(c.id) == id {
+			target = c
+			break
+		}
+	}
+	s.mu.Unlock()
+	if target == nil {
+		return 0
+	}
+	target.mu.Lock()
+	defer target.mu.Unlock()
+	if target.unblock == nil {
+		return 0
+	}
+	target.unblock <- reason // buffered, and cleared below: never blocks
+	target.unblock = nil
+	return 1
 }

@@ -191,6 +191,7 @@ type Server struct {
 	closing   bool                  // guarded by mu; set once by Shutdown
 	closingA  atomic.Bool           // closing, readable without mu
 	closingC  chan struct{}         // closed when closing is set
+	blocked   atomic.Int64          // connections blocked in WAIT
 	connWG    sync.WaitGroup        // one per entry ever added to conns
 	shutOnce  sync.Once
 	done      chan struct{} // closed when a shutdown has completed

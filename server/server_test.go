@@ -1336,3 +1336,54 @@ func serveBare(t *testing.T, cfg Config) (*Server, *testServer) {
 	go s.Serve(context.Background(), ln)
 	return s, &testServer{addr: ln.Addr().String()}
 }
+
+// TestWaitBlocks: WAIT for replicas (there are none) blocks as Redis's
+// BLOCKED_WAIT: CLIENT LIST shows flag b and INFO blocked_clients counts
+// it; CLIENT UNBLOCK ends it (TIMEOUT: WAIT answers 0; ERROR: an
+// UNBLOCKED error) and answers 1, or 0 for a client not blocked; and a
+// shutdown ends it rather than wait for it.
+func TestWaitBlocks(t *testing.T) {
+	s, ts := serveBare(t, Config{ShutdownTimeout: time.Minute})
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("CLIENT", "ID")
+	id := strings.TrimSuffix(strings.TrimPrefix(a.reply(), ":"), "\r\n")
+	blocked := func() {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if b.info("clients", "blocked_clients") == "1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("blocked_clients never reached 1 during WAIT")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.cmd("CLIENT", "LIST", "ID", id)
+		if l := b.reply(); !strings.Contains(l, " flags=b ") {
+			t.Fatalf("CLIENT LIST of a client in WAIT: %q; want flags=b", l)
+		}
+	}
+	b.cmd("CLIENT", "UNBLOCK", id)
+	b.expect(":0\r\n")
+	for _, c := range []struct{ reason, reply string }{
+		{"TIMEOUT", ":0\r\n"},
+		{"ERROR", "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"},
+	} {
+		a.cmd("WAIT", "1", "0")
+		blocked()
+		b.cmd("CLIENT", "UNBLOCK", id, c.reason)
+		b.expect(":1\r\n")
+		a.expect(c.reply)
+		if n := b.info("clients", "blocked_clients"); n != "0" {
+			t.Fatalf("blocked_clients %s after CLIENT UNBLOCK", n)
+		}
+	}
+	a.cmd("WAIT", "1", "0")
+	blocked()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a client in WAIT 1 0: %v (after %v)", err, time.Since(start))
+	}
+}
