@@ -227,6 +227,7 @@ func cmdGetEx(x *execCtx, args [][]byte) error {
 	var bad, changed bool
 	var d int64
 	err := x.rmw(key, func(o []byte, cur int64, live bool) (rmwResult, []byte, int64) {
+		val, bad, changed = nil, false, false
 		if !live {
 			return rmwKeep, nil, 0
 		}
@@ -660,6 +661,7 @@ func cmdSetBit(x *execCtx, args [][]byte) error {
 	var old int64
 	changed := false
 	err := x.rmw(key, func(v []byte, d int64, live bool) (rmwResult, []byte, int64) {
+		old, changed = 0, false
 		if !live {
 			v, d = nil, 0
 		}
