@@ -327,6 +327,9 @@ func (s *Server) param(key, def string) string {
 
 func (s *Server) setParam(key, v string) { s.params.Store(key, v) }
 
+// levelVerbose is Redis's verbose log level as a slog level.
+const levelVerbose = slog.LevelDebug + 2
+
 // Redis 7.0's log levels as slog levels: debug and verbose below slog's
 // Info (verbose between Debug and Info), notice at Info (Redis's
 // default), warning at Warn.
@@ -334,7 +337,7 @@ var logLevels = []struct {
 	name  string
 	level slog.Level
 }{
-	{"debug", slog.LevelDebug}, {"verbose", slog.LevelDebug + 2}, {"notice", slog.LevelInfo},
+	{"debug", slog.LevelDebug}, {"verbose", levelVerbose}, {"notice", slog.LevelInfo},
 	{"warning", slog.LevelWarn},
 }
 

@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -188,6 +190,11 @@ func (c *conn) serve() {
 				c.flush()
 			} else if errors.Is(err, errQueryBufferLimit) {
 				c.s.log.Warn("closing client that reached max query buffer length", "id", c.id, "addr", c.nc.RemoteAddr().String())
+			} else if tc, ok := c.nc.(*tls.Conn); ok && !tc.ConnectionState().HandshakeComplete && !errors.Is(err, io.EOF) {
+				// A TLS handshake that failed (a plain-text client, a
+				// bad certificate), which Redis logs at verbose level.
+				c.s.log.Log(context.Background(), levelVerbose, "Error accepting a client connection",
+					"err", err, "addr", c.nc.RemoteAddr().String(), "laddr", c.nc.LocalAddr().String())
 			}
 			return
 		}

@@ -281,7 +281,16 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		defer mln.Close()
 	}
 
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	// Redis's verbose level, between slog's Debug and Info, is named as
+	// Redis names it rather than DEBUG+2.
+	verbose, _ := server.ParseLogLevel("verbose")
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if l, ok := a.Value.Any().(slog.Level); ok && len(groups) == 0 && a.Key == slog.LevelKey && l == verbose {
+				a.Value = slog.StringValue("VERBOSE")
+			}
+			return a
+		}}))
 	opts.Logger = log
 	// Recovery can take a while (an index rebuilt from a large heap):
 	// meanwhile clients are told so, as Redis answers while it loads.

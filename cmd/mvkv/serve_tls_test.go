@@ -157,7 +157,7 @@ func TestServeTLSOnly(t *testing.T) {
 	var errb bytes.Buffer
 	go func() {
 		exit <- serveRun(context.Background(), []string{"--dir", t.TempDir(), "--bind", "127.0.0.1", "--port", "0", "--tls-port", port,
-			"--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "no"}, pw, &errb)
+			"--tls-cert-file", p.certFile, "--tls-key-file", p.keyFile, "--tls-auth-clients", "no", "--loglevel", "verbose"}, pw, &errb)
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
@@ -190,9 +190,22 @@ func TestServeTLSOnly(t *testing.T) {
 	if got := c.ConfigGet(ctx, "bind").Val(); got["bind"] != "127.0.0.1" {
 		t.Fatalf("CONFIG GET bind with TLS only: %v", got)
 	}
+	// A plain-text client on the TLS port fails the handshake, which
+	// the log says at verbose level, as Redis's.
+	nc, err := net.Dial("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(nc, "PING\r\n")
+	io.Copy(io.Discard, nc)
+	nc.Close()
 	c.Shutdown(ctx)
 	if code := <-exit; code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), `level=VERBOSE msg="Error accepting a client connection"`) {
+		t.Fatalf("no log line for the failed TLS handshake:\n%s", errb.String())
 	}
 }
 
