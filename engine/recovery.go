@@ -395,7 +395,11 @@ func (db *DB) recover(ctrl controlData) error {
 		if err := db.checkpoint(); err != nil {
 			return err
 		}
-		db.logger.Info("end-of-recovery checkpoint complete", "took", time.Since(ckptBegin))
+		if fresh && n == 0 {
+			db.logger.Info("first checkpoint of the new data directory complete", "took", time.Since(ckptBegin))
+		} else {
+			db.logger.Info("end-of-recovery checkpoint complete", "took", time.Since(ckptBegin))
+		}
 		return nil
 	}
 	db.ckptID.Store(ckpts[ctrl.CheckpointLSN].id)
