@@ -441,18 +441,13 @@ func storable[K string | []byte](k K) bool { return len(k) > 0 && len(k) <= engi
 // negative.
 func arityOK(arity, n int) bool { return (arity > 0 && n == arity) || (arity < 0 && n >= -arity) }
 
-// subcommandOK checks a container command's subcommand sub (args[1],
-// lowered), whose arity the caller looked up (known false when there is
-// none): an unknown subcommand or a wrong argument count gets Redis's
-// error reply, and false.
-func (x *execCtx) subcommandOK(args [][]byte, sub string, arity int, known bool) bool {
-	name := lower(args[0])
-	if !known {
-		x.errorf("ERR unknown subcommand '%s'. Try %s HELP.", trunc(args[1], 128), strings.ToUpper(name))
-		return false
-	}
-	if !arityOK(arity, len(args)) {
-		x.errorf("ERR wrong number of arguments for '%s|%s' command", name, sub)
+// subcommandOK is subcommandError's check where a container command
+// runs: an unknown subcommand or a wrong argument count gets Redis's error
+// reply, and false. Requests that came through dispatch have passed it
+// already; it keeps each command safe on its own.
+func (x *execCtx) subcommandOK(args [][]byte) bool {
+	if msg := subcommandError(lower(args[0]), args); msg != "" {
+		x.errorf("%s", msg)
 		return false
 	}
 	return true
@@ -523,7 +518,7 @@ var clientSubcommands = map[string]int{"id": 2, "getname": 2, "setname": 3, "set
 func cmdClient(x *execCtx, args [][]byte) error {
 	c := x.c
 	sub := strings.ToLower(string(args[1]))
-	if want, known := clientSubcommands[sub]; !x.subcommandOK(args, sub, want, known) {
+	if !x.subcommandOK(args) {
 		return nil
 	}
 	switch sub {
