@@ -112,6 +112,12 @@ func (db *DB) walkChainOnce(e *indexEntry, wantVal bool, visit func(v *version) 
 			return err
 		}
 		prev = v
+		if v.hdr.Prev == tid {
+			// A version naming its own slot: its predecessor was freed
+			// before it was placed there (older builds could write
+			// that), so nothing lies below it.
+			break
+		}
 		tid = v.hdr.Prev
 	}
 	return nil

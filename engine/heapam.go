@@ -306,6 +306,19 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry)
 			return heap.InvalidTID, err
 		}
 		newTID := heap.TID{Block: tgt.Block(), Slot: s}
+		if heap.TuplePrev(tup) == newTID {
+			// The predecessor the writer chose was pruned after it chose
+			// it (by the prune above or a concurrent one), and its slot
+			// is the one just taken: the version would name itself, and
+			// a later update of it by the same transaction would make
+			// that an update link no walk could leave. The predecessor
+			// went because no snapshot could see it, so the chain ends
+			// here. The page and the logged tuple say the same.
+			heap.SetTuplePrev(tup, heap.InvalidTID)
+			if raw, err := heap.Tuple(page, s); err == nil {
+				heap.SetTuplePrev(raw, heap.InvalidTID)
+			}
+		}
 		tgt.MarkDirty()
 		scratch := getScratch()
 		typ, rec := recHeapInsert, []byte(nil)

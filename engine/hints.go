@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+
 	"mvkv/clog"
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
@@ -62,6 +64,9 @@ func (db *DB) hintedCommitted(v *version, xid uint64, committed, invalid uint16)
 		return false, nil
 	}
 	st, lsn, err := db.clog.StatusLSN(xid)
+	if errors.Is(err, clog.ErrTruncated) {
+		return db.statusAfterTruncation(v, xid, committed, invalid, err)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -75,6 +80,51 @@ func (db *DB) hintedCommitted(v *version, xid uint64, committed, invalid uint16)
 		v.hint |= invalid
 	}
 	return false, nil
+}
+
+// statusAfterTruncation answers for an xid of v's that the CLOG no longer
+// holds. The walk copied v's header before a vacuum froze the tuple (or
+// cleared its aborted xmax, or removed it) and truncated the CLOG below
+// the xid: PostgreSQL checks visibility under the buffer lock and cannot
+// meet this, mvkv's walk reads the header and lets the lock go first. The
+// tuple is read again: vacuum truncates only once every xid below the
+// point is frozen, cleared or gone from the heap, so the page now answers.
+// If the slot no longer holds the version, the walk starts again from the
+// key's head (errVanished); if it holds it still without an answer, the
+// CLOG's error (truncErr) stands.
+func (db *DB) statusAfterTruncation(v *version, xid uint64, committed, invalid uint16, truncErr error) (bool, error) {
+	buf, err := db.pool.Get(v.tid.Block)
+	if err != nil {
+		return false, err
+	}
+	defer buf.Release()
+	buf.RLock()
+	defer buf.RUnlock()
+	raw, err := heap.Tuple(buf.Page(), v.tid.Slot)
+	if err != nil || heap.TupleXmin(raw) != v.hdr.Xmin || heap.TupleInfomask(raw)&heap.Chunk != 0 {
+		return false, errVanished
+	}
+	mask := heap.TupleInfomask(raw)
+	if committed == heap.XminCommitted {
+		switch {
+		case mask&(heap.Frozen|committed) != 0:
+			return true, nil
+		case mask&invalid != 0:
+			return false, nil
+		}
+		return false, truncErr
+	}
+	switch xmax := heap.TupleXmax(raw); {
+	case xmax == 0:
+		return false, nil // an aborted xmax that freezing cleared
+	case xmax != xid:
+		return false, errVanished
+	case mask&committed != 0:
+		return true, nil
+	case mask&invalid != 0:
+		return false, nil
+	}
+	return false, truncErr
 }
 
 // setHintBits sets the hints a walk learned on v's tuple, if it still holds

@@ -356,7 +356,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 				ox = min(ox, hdr.Xmax)
 			}
 			w := vac.pageWork(blk)
-			w.heads = append(w.heads, headWork{slot: uint16(s), key: string(key), aborted: xa, oldestXid: ox})
+			w.heads = append(w.heads, headWork{slot: uint16(s), key: string(key), xmin: hdr.Xmin, aborted: xa, oldestXid: ox})
 			res.allVisible, res.allFrozen = false, false
 			continue
 		}

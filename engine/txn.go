@@ -489,6 +489,12 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		snap, release := t.snapshot()
 		ok, err := snap.XidVisible(last, me, committed)
 		release()
+		if errors.Is(err, errVanished) {
+			// Its status left the CLOG and the version the page (a
+			// vacuum ran meanwhile): too rare to chase; the client
+			// retries.
+			err, ok = nil, false
+		}
 		if err != nil {
 			return err
 		}

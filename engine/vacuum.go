@@ -334,6 +334,7 @@ type pageWork struct {
 type headWork struct {
 	slot      uint16
 	key       string
+	xmin      uint64 // the version's xmin: pass 2 frees the slot only if it still holds this version
 	aborted   bool   // its inserter aborted; else its key was deleted below the horizon
 	oldestXid uint64 // the oldest xid it names, for RelFrozenXid if it stays
 }
@@ -488,6 +489,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	type move struct {
 		e       *indexEntry
 		slot    uint16
+		xmin    uint64
 		newHead heap.TID
 	}
 	var moves []move
@@ -523,11 +525,31 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 			v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
 			continue
 		}
+		// The head is at the same slot, but is it the same version?
+		// Between the passes a writer may have moved the head on,
+		// pruning freed the old one (no longer a head), and a newer
+		// version of the key taken its slot and become the head: that
+		// one is live and must stay. xids are never reused, so the
+		// xmin tells the two apart.
+		if again, err := db.readVersion(tid, h.key, false); errors.Is(err, errVanished) || (err == nil && again.hdr.Xmin != h.xmin) {
+			v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
+			continue
+		} else if err != nil {
+			return err
+		}
 		newHead := heap.InvalidTID
 		if h.aborted {
 			cur, found, _, err := db.latest(e, 0, false)
 			if err != nil {
 				return err
+			}
+			if found && cur.tid == tid {
+				// Cannot be: the head's inserter aborted, and latest
+				// returns a committed version. Left alone rather than
+				// freed under itself.
+				v.st.HeadsBusy++
+				v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
+				continue
 			}
 			if found {
 				// The version below is not a head yet, and pruning
@@ -548,7 +570,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 				newHead = cur.tid
 			}
 		}
-		moves = append(moves, move{e: e, slot: h.slot, newHead: newHead})
+		moves = append(moves, move{e: e, slot: h.slot, xmin: h.xmin, newHead: newHead})
 	}
 	if len(moves) == 0 && len(chunks) == 0 {
 		return nil
@@ -565,9 +587,9 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	page := buf.Page()
 	pp := &prunePage{block: blk}
 	// Each slot is checked again under the page lock: a head must still
-	// be the version pass 1 saw (the row lock keeps writers off, and
-	// pruning never frees an index head), a chunk still a chunk (only
-	// vacuum frees chunks, and runs are serialized).
+	// be the version pass 1 saw, by key and xmin (the row lock keeps
+	// writers off, and pruning never frees an index head), a chunk still
+	// a chunk (only vacuum frees chunks, and runs are serialized).
 	var done []move
 	for _, m := range moves {
 		raw, err := heap.Tuple(page, m.slot)
@@ -575,7 +597,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 			continue
 		}
 		hdr, key, val, err := heap.DecodeTuple(raw)
-		if err != nil || string(key) != m.e.key() {
+		if err != nil || string(key) != m.e.key() || hdr.Xmin != m.xmin {
 			continue
 		}
 		if hdr.Infomask&heap.External != 0 {
