@@ -93,6 +93,14 @@
 //	sum(teller balances)  == sum(branch balances)
 //
 // and if only TPC-B runs ever touched the directory all four sums are equal.
+// Those sums still agree when a commit reported to the client never
+// happened, or when one lost its account and history writes together, so
+// Main also reads the sums before the run and compares the run's changes
+// with what its clients committed: one new history row per commit, the sum
+// of the committed deltas on accounts, and the same on tellers for TPC-B
+// (nothing for -N). A transaction that ended with an error leaving its
+// outcome open (a client aborted, an interrupt cut a commit short) turns
+// that comparison off for the run, and the report says so.
 // The sums are read after the run in one REPEATABLE READ transaction (one
 // pebble iterator snapshot on pebble). A mismatch means a lost or torn update,
 // i.e. a bug in the target; Main then returns ErrInvariantViolated. A

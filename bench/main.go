@@ -171,6 +171,16 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 	case cfg.ScaleSet && cfg.Scale != scale:
 		fmt.Fprintf(log, "scale option ignored, using count from branches (%d)\n", scale)
 	}
+	// The sums before the run, to compare its changes with its commits
+	// afterwards (a select-only run changes nothing).
+	var before *Sums
+	if cfg.Workload != SelectOnly {
+		s, err := t.Sums(ctx)
+		if err != nil {
+			return fmt.Errorf("bench: read the balances before the run: %w", err)
+		}
+		before = &s
+	}
 	r, err := Run(ctx, t, RunConfig{
 		Workload:     cfg.Workload,
 		Scale:        scale,
@@ -203,6 +213,9 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 			r.Invariant = &Invariant{Err: err}
 		} else {
 			r.Invariant = CheckInvariant(sums)
+			if before != nil && r.Applied != nil {
+				r.Invariant.CheckRun(*before, *r.Applied)
+			}
 		}
 	}
 	if err := WriteReport(out, r); err != nil {

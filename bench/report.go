@@ -9,13 +9,34 @@ import (
 )
 
 // Invariant is the outcome of the post-run balance check (see the package
-// doc): accounts == history and tellers == branches.
+// doc): accounts == history and tellers == branches, and, when the sums
+// before the run are known, the run's changes against what its clients
+// committed.
 type Invariant struct {
 	Sums Sums
 	OK   bool
+	// Run compares the run's changes with its commits; nil when they
+	// were not compared (no sums from before the run).
+	Run *RunCheck
 	// Err, if not nil, is why the sums could not be read (a target that
 	// failed during the run, say); Sums and OK mean nothing then.
 	Err error
+}
+
+// RunCheck compares what the tables gained over a run with what its
+// clients committed: one history row per commit, the sum of the committed
+// deltas on accounts, and on tellers too for TPC-B (nothing for simple
+// update). It catches what the absolute sums cannot: a commit reported
+// that did not happen (every sum still agrees without it), or one whose
+// account and history writes were lost together.
+type RunCheck struct {
+	Applied Applied
+	// The tables' changes over the run: history rows, and the balance
+	// sums of accounts and tellers.
+	HistoryRows, Accounts, Tellers int64
+	// OK is false when a change differs from the commits; always true
+	// when Applied is not Exact (nothing was compared).
+	OK bool
 }
 
 // CheckInvariant compares the sums that must agree after any mix of
@@ -23,6 +44,27 @@ type Invariant struct {
 // branches are always updated together.
 func CheckInvariant(s Sums) *Invariant {
 	return &Invariant{Sums: s, OK: s.Accounts == s.History && s.Tellers == s.Branches}
+}
+
+// CheckRun adds to inv the comparison of the run's changes (after minus
+// before) with what its clients committed (a).
+func (inv *Invariant) CheckRun(before Sums, a Applied) {
+	after := inv.Sums
+	rc := &RunCheck{Applied: a, HistoryRows: after.HistoryRows - before.HistoryRows,
+		Accounts: after.Accounts - before.Accounts, Tellers: after.Tellers - before.Tellers, OK: true}
+	if a.Exact {
+		rc.OK = rc.HistoryRows == a.Commits && rc.Accounts == a.Delta && rc.Tellers == a.wantTellers()
+	}
+	inv.Run = rc
+	inv.OK = inv.OK && rc.OK
+}
+
+// wantTellers is what a run's commits add to the tellers' balances.
+func (a Applied) wantTellers() int64 {
+	if a.Simple {
+		return 0
+	}
+	return a.Delta
 }
 
 // WriteReport writes r in pgbench 15's words, followed by the target's
@@ -103,9 +145,9 @@ func WriteReport(w io.Writer, r *Results) error {
 	}
 	if w := r.Engine; w != nil && w.Heap.Blocks > 0 {
 		writeVacuumReport(p, r.HeapBlocksBefore, w)
-		if u := r.Tables; u != nil && r.HeapBlocksBefore > 0 {
-			p("heap pages holding accounts, tellers or branches rows at end: %.1f MiB (%.2fx the heap at start); history rows: %.1f MiB (a page holding both counts in both)\n",
-				float64(u.UpdatedPages)*8192/(1<<20), float64(u.UpdatedPages)/float64(r.HeapBlocksBefore), float64(u.HistoryPages)*8192/(1<<20))
+		if u := r.Tables; u != nil && u.UpdatedPagesBefore > 0 {
+			p("heap pages holding accounts, tellers or branches rows at end: %.1f MiB (%.2fx at start); history rows: %.1f MiB (a page holding both counts in both)\n",
+				float64(u.UpdatedPages)*8192/(1<<20), float64(u.UpdatedPages)/float64(u.UpdatedPagesBefore), float64(u.HistoryPages)*8192/(1<<20))
 		}
 	}
 	if r.Aborted > 0 {
@@ -122,8 +164,20 @@ func WriteReport(w io.Writer, r *Results) error {
 			word = "VIOLATED"
 		}
 		s := inv.Sums
-		p("invariant: %s (accounts=%d, tellers=%d, branches=%d, history=%d)\n",
-			word, s.Accounts, s.Tellers, s.Branches, s.History)
+		run := ""
+		switch rc := inv.Run; {
+		case rc == nil:
+		case !rc.Applied.Exact:
+			run = "; the run's changes not compared: a transaction ended with an error that leaves open whether it committed"
+		default:
+			a := rc.Applied
+			run = fmt.Sprintf("; the run's %d commits: %d new history rows, accounts %+d, tellers %+d", a.Commits, rc.HistoryRows, rc.Accounts, rc.Tellers)
+			if !rc.OK {
+				run += fmt.Sprintf(" (want %d, %+d, %+d)", a.Commits, a.Delta, a.wantTellers())
+			}
+		}
+		p("invariant: %s (accounts=%d, tellers=%d, branches=%d, history=%d%s)\n",
+			word, s.Accounts, s.Tellers, s.Branches, s.History, run)
 	}
 	return ew.err
 }

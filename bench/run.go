@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"mvkv/engine"
@@ -118,11 +119,28 @@ type Results struct {
 	// the run ended, when RunConfig.TableUsage asked for it; nil on other
 	// targets.
 	Tables *TableUsage
+	// Applied is what the run's committed transactions changed, as its
+	// clients counted them; nil for a select-only run.
+	Applied *Applied
 	// Invariant is the post-run check, when it was made.
 	Invariant *Invariant
 	// Open is how the engine's directory was opened before the run; nil
 	// on other targets and in sweeps.
 	Open *OpenStats
+}
+
+// Applied is what a run's committed transactions changed, as its clients
+// counted them: each TPC-B or simple-update commit adds one history row and
+// its delta to an account (and, TPC-B only, to a teller and a branch).
+type Applied struct {
+	Commits int64 // committed transactions
+	Delta   int64 // sum of their deltas
+	Simple  bool  // simple-update (-N): tellers and branches unchanged
+	// Exact is false when some transaction ended with an error that
+	// leaves open whether it committed (a client aborted, or an
+	// interrupt cut a commit short): the run's changes are then not
+	// compared.
+	Exact bool
 }
 
 // OpenStats is what opening the engine's directory cost: after a crash the
@@ -145,6 +163,8 @@ type openStatser interface {
 type TableUsage struct {
 	// UpdatedPages holds rows of accounts, tellers or branches.
 	UpdatedPages uint64
+	// UpdatedPagesBefore is UpdatedPages when the run began.
+	UpdatedPagesBefore uint64
 	// HistoryPages holds history rows.
 	HistoryPages uint64
 }
@@ -154,22 +174,24 @@ type stats struct {
 	mu     sync.Mutex
 	cnt    int64   // guarded by mu: committed
 	failed int64   // guarded by mu
+	delta  int64   // guarded by mu: sum of the committed transactions' deltas
 	sum    float64 // guarded by mu: latency sum, µs
 	sum2   float64 // guarded by mu: latency sum of squares, µs²
 }
 
 type snapshot struct {
-	cnt, failed int64
-	sum, sum2   float64
+	cnt, failed, delta int64
+	sum, sum2          float64
 }
 
-func (s *stats) add(lat time.Duration, failed bool) {
+func (s *stats) add(lat time.Duration, failed bool, delta int64) {
 	us := float64(lat) / float64(time.Microsecond)
 	s.mu.Lock()
 	if failed {
 		s.failed++
 	} else {
 		s.cnt++
+		s.delta += delta
 		s.sum += us
 		s.sum2 += us * us
 	}
@@ -179,7 +201,7 @@ func (s *stats) add(lat time.Duration, failed bool) {
 func (s *stats) read() snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return snapshot{s.cnt, s.failed, s.sum, s.sum2}
+	return snapshot{cnt: s.cnt, failed: s.failed, delta: s.delta, sum: s.sum, sum2: s.sum2}
 }
 
 func total(ws []*stats) snapshot {
@@ -188,6 +210,7 @@ func total(ws []*stats) snapshot {
 		s := w.read()
 		t.cnt += s.cnt
 		t.failed += s.failed
+		t.delta += s.delta
 		t.sum += s.sum
 		t.sum2 += s.sum2
 	}
@@ -271,7 +294,17 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		before = cs.CommitStats()
 	}
 	var engineBefore engine.Stats
+	var tablesBefore TableUsage
 	es, hasEngineStats := t.(engineStatser)
+	if hasEngineStats && cfg.TableUsage {
+		// The updated tables' pages at the start, for the ratio: the
+		// heap's size would count history left by earlier runs in the
+		// same directory.
+		var err error
+		if tablesBefore, err = es.TableUsage(ctx); err != nil {
+			return nil, fmt.Errorf("bench: reading the heap before the run to measure each table's pages: %w", err)
+		}
+	}
 	if hasEngineStats {
 		engineBefore = es.EngineStats()
 	}
@@ -299,6 +332,7 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		wg    sync.WaitGroup
 	)
 	aborted := make([]bool, cfg.Clients)
+	var unknown atomic.Bool // a transaction ended with an error that leaves its outcome open
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	runStart := start.UnixNano()
@@ -335,6 +369,8 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 				}
 				lat := time.Since(t0)
 				if err != nil && !IsFailure(err) {
+					// Whether it committed is unknown from here on.
+					unknown.Store(true)
 					if ctx.Err() != nil {
 						return // the transaction was cut short by the interrupt
 					}
@@ -344,7 +380,11 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 					logMu.Unlock()
 					return
 				}
-				w.add(lat, err != nil)
+				delta := int64(0)
+				if cfg.Workload != SelectOnly {
+					delta = p.Delta
+				}
+				w.add(lat, err != nil, delta)
 			}
 		})
 	}
@@ -413,6 +453,9 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 	if elapsed > 0 {
 		r.TPS = float64(tot.cnt) / elapsed.Seconds()
 	}
+	if cfg.Workload != SelectOnly {
+		r.Applied = &Applied{Commits: tot.cnt, Delta: tot.delta, Simple: cfg.Workload == SimpleUpdate, Exact: !unknown.Load()}
+	}
 	for _, a := range aborted {
 		if a {
 			r.Aborted++
@@ -428,6 +471,7 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 			if err != nil {
 				return r, fmt.Errorf("bench: reading the heap after the run to measure each table's pages (the report's table-usage line): %w", err)
 			}
+			u.UpdatedPagesBefore = tablesBefore.UpdatedPages
 			r.Tables = &u
 		}
 	}
