@@ -113,7 +113,8 @@ Common options:
 `
 
 // benchMain is `mvkv bench`. Exit status: 0 on success, 1 on an error or a
-// violated invariant, 2 on a usage error or an aborted run (as pgbench),
+// violated invariant, 2 on an aborted run (as pgbench) or a usage error
+// (as every mvkv command and Go's flag package; pgbench says 1 there),
 // 128 plus the signal's number when SIGINT (130) or SIGTERM (143)
 // interrupted the load, run or sweep, as a shell reports a command killed
 // by the signal.
