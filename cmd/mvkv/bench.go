@@ -40,6 +40,10 @@ Options to select what to run:
                            (builtin "simple update")
   -S, --select-only        perform SELECT-only transactions
                            (builtin "select only")
+  -M, --protocol=simple    query mode: simple, the only one (accepted so
+                           that pgbench command lines run unchanged)
+  -n, --no-vacuum          accepted and changes nothing: no run vacuums or
+                           truncates history first (pgbench without -n does)
 
 Benchmarking options:
   -c, --client=NUM         number of concurrent database clients (default: 1)
@@ -150,6 +154,14 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	boolVar(&init, "i", "initialize")
 	boolVar(&simple, "N", "skip-some-updates")
 	boolVar(&selectOnly, "S", "select-only")
+	// pgbench's -n and -M, so that a pgbench command line runs unchanged:
+	// no run vacuums or truncates anything first, and every target is
+	// driven as pgbench's simple query mode is.
+	var noVacuum bool
+	boolVar(&noVacuum, "n", "no-vacuum")
+	var protocol string
+	fs.StringVar(&protocol, "M", "simple", "")
+	fs.StringVar(&protocol, "protocol", "simple", "")
 	intVar(&scale, "s", "scale", 1)
 	intVar(&clients, "c", "client", 1)
 	intVar(&jobs, "j", "jobs", 1)
@@ -210,6 +222,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if simple && selectOnly {
 		return fail("-N and -S are mutually exclusive")
+	}
+	if protocol != "simple" {
+		return fail("invalid query mode (-M) %q: only simple (the postgres= target sends pgbench's SQL text in the simple protocol; the others run no SQL)", protocol)
 	}
 	switch {
 	case scale < 1 || scale > bench.MaxScale:
