@@ -71,6 +71,9 @@ func TestVacuumPassTwoKeepsNewVersionInDeletedHeadSlot(t *testing.T) {
 	t.Logf("Get(k) = %q, found %v (want \"v3\", true)", got, found)
 	rep, err := db.Verify()
 	t.Logf("Verify: OK=%v %v %v", rep.OK(), err, rep.Problems)
+	if err != nil || !rep.OK() {
+		t.Errorf("Verify: %v %v", err, rep.Problems)
+	}
 	db.Close()
 	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
@@ -157,19 +160,18 @@ func TestVacuumPassTwoKeepsNewVersionInAbortedHeadSlot(t *testing.T) {
 	t.Logf("after pass 2: head %s, slot state %v; Get(k) = %q, found %v, err %v",
 		db.idx.get([]byte("k")).headTID(), slotState(t, db, heap.TID{Block: a.Block, Slot: a.Slot}), got, ok, err)
 	if rep, err := db.Verify(); err != nil || !rep.OK() {
-		t.Logf("Verify: %v %v", err, rep.Problems)
+		t.Errorf("Verify: %v %v", err, rep.Problems)
 	}
 	db.Close()
 	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
-	var err2 error
-	err2 = db.View(ctx, func(tx *Txn) error {
+	err2 := db.View(ctx, func(tx *Txn) error {
 		b, err := tx.Get([]byte("k"))
 		got, ok = string(b), err == nil
 		return err
 	})
 	t.Logf("after reopen: Get(k) = %q, %v", got, err2)
-	if err != nil || !ok || got != "v4" {
+	if err != nil || err2 != nil || !ok || got != "v4" {
 		t.Fatalf("committed value v4 of k lost")
 	}
 }
@@ -318,7 +320,7 @@ func selfLinkCase(t *testing.T, abort bool) {
 		t.Logf("new reader: found %v after %v", ok, time.Since(begin))
 	}
 	if rep, err := db.Verify(); err != nil || !rep.OK() {
-		t.Logf("Verify: %v %v", err, rep.Problems)
+		t.Errorf("Verify: %v %v", err, rep.Problems)
 	} else {
 		t.Logf("Verify: OK")
 	}
