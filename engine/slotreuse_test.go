@@ -18,6 +18,41 @@ import (
 // by step with the engine's own functions; each failed before the fix it
 // names.
 
+// vacuumPassOne runs the first pass of a vacuum over the whole heap, as a
+// run does, and returns the run for its second pass. The caller holds
+// db.vac.mu.
+func vacuumPassOne(t *testing.T, db *DB) *vacuumRun {
+	t.Helper()
+	v := &vacuumRun{db: db, ctx: context.Background(), ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}, freed: map[uint64]bool{}}
+	v.st.OldestXmin = db.oldestXmin()
+	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
+	for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {
+		if err := db.whileOpen(func() error { _, err := v.scanPage(blk); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
+// pruneBlockForTest prunes block blk as a reader that finds it full would.
+func pruneBlockForTest(t *testing.T, db *DB, blk uint32) {
+	t.Helper()
+	buf, err := db.pool.Get(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.ckptInterlock.RLock()
+	buf.Lock()
+	res, err := db.prunePageLocked(buf, pruneByRead, nil)
+	buf.Unlock()
+	db.ckptInterlock.RUnlock()
+	buf.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("prune of block %d: removed %d", blk, res.removed)
+}
+
 // TestVacuumPassTwoKeepsNewVersionInDeletedHeadSlot: pass 1 lists a head
 // whose key was deleted below the horizon; before pass 2 the key is
 // inserted again (the old head is no longer the head, and pruning frees
@@ -28,33 +63,18 @@ import (
 func TestVacuumPassTwoKeepsNewVersionInDeletedHeadSlot(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
-	ctx := context.Background()
 	mustPut(t, db, "k", "v1")
 	mustDelete(t, db, "k")
 	d := db.idx.get([]byte("k")).headTID()
 	t.Logf("deleted head at %s", d)
 
 	db.vac.mu.Lock()
-	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}, freed: map[uint64]bool{}}
-	v.st.OldestXmin = db.oldestXmin()
-	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
-	for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {
-		if err := db.whileOpen(func() error { _, err := v.scanPage(blk); return err }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	v := vacuumPassOne(t, db)
 	t.Logf("pass 1 listed heads %+v", v.work[d.Block].heads)
 
 	mustPut(t, db, "k", "v2") // inserted again
 	t.Logf("v2 at %s", db.idx.get([]byte("k")).headTID())
-	buf, _ := db.pool.Get(d.Block)
-	db.ckptInterlock.RLock()
-	buf.Lock()
-	res, err := db.prunePageLocked(buf, pruneByRead, nil)
-	buf.Unlock()
-	db.ckptInterlock.RUnlock()
-	buf.Release()
-	t.Logf("prune of block %d: removed %d, %v", d.Block, res.removed, err)
+	pruneBlockForTest(t, db, d.Block)
 	mustPut(t, db, "k", "v3")
 	h := db.idx.get([]byte("k")).headTID()
 	t.Logf("v3 (the head) at %s", h)
@@ -106,14 +126,7 @@ func TestVacuumPassTwoKeepsNewVersionInAbortedHeadSlot(t *testing.T) {
 
 	// Vacuum, pass 1 only (vacuum.go run's first loop).
 	db.vac.mu.Lock()
-	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}, freed: map[uint64]bool{}}
-	v.st.OldestXmin = db.oldestXmin()
-	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
-	for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {
-		if err := db.whileOpen(func() error { _, err := v.scanPage(blk); return err }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	v := vacuumPassOne(t, db)
 	t.Logf("pass 1 listed heads %+v", v.work[a.Block].heads)
 
 	// Meanwhile: T3 updates k (A is no longer the head and is pruned, as a
@@ -126,14 +139,7 @@ func TestVacuumPassTwoKeepsNewVersionInAbortedHeadSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustPut(t, db, "k", "v3")
-	buf, _ := db.pool.Get(a.Block)
-	db.ckptInterlock.RLock()
-	buf.Lock()
-	res, err := db.prunePageLocked(buf, pruneByRead, nil)
-	buf.Unlock()
-	db.ckptInterlock.RUnlock()
-	buf.Release()
-	t.Logf("prune of block %d: removed %d, %v", a.Block, res.removed, err)
+	pruneBlockForTest(t, db, a.Block)
 	mustPut(t, db, "k", "v4")
 	h4 := db.idx.get([]byte("k")).headTID()
 	t.Logf("T4's version (the head) at %s", h4)
@@ -149,7 +155,7 @@ func TestVacuumPassTwoKeepsNewVersionInAbortedHeadSlot(t *testing.T) {
 	db.vac.mu.Unlock()
 
 	got, ok := "", false
-	err = db.View(ctx, func(tx *Txn) error {
+	err := db.View(ctx, func(tx *Txn) error {
 		b, err := tx.Get([]byte("k"))
 		got, ok = string(b), err == nil
 		if errors.Is(err, ErrNotFound) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"mvkv/clog"
 	"mvkv/internal/heap"
 )
 
@@ -31,6 +32,26 @@ var (
 // serialized by a test mutex so that the model is exact; everything else
 // (the writes, row-lock waits, pruning, vacuum, checkpoints) runs freely.
 func TestSnapshotModelStress(t *testing.T) {
+	snapshotModelStress(t, modelStress{vacuumEvery: 20 * time.Millisecond})
+}
+
+// TestSnapshotModelStressXidJumps is TestSnapshotModelStress across CLOG
+// truncations: one commit in three is asynchronous, and the vacuum loop
+// pushes the xid counter half a CLOG segment ahead every third round, so
+// that vacuum (freezing at once) truncates the CLOG again and again under
+// readers holding old snapshots. -stress.time and -stress.seed as there.
+func TestSnapshotModelStressXidJumps(t *testing.T) {
+	snapshotModelStress(t, modelStress{vacuumEvery: 5 * time.Millisecond, xidJumps: true, asyncCommits: true})
+}
+
+// modelStress varies snapshotModelStress.
+type modelStress struct {
+	vacuumEvery  time.Duration // pause between vacuum rounds
+	xidJumps     bool          // every third round, advance the xid counter half a CLOG segment
+	asyncCommits bool          // one commit in three with synchronous_commit off
+}
+
+func snapshotModelStress(t *testing.T, cfg modelStress) {
 	dur := *stressTime
 	seed := *stressSeed
 	if seed == 0 {
@@ -38,7 +59,8 @@ func TestSnapshotModelStress(t *testing.T) {
 	}
 	t.Logf("seed %d (rerun with -stress.seed=%d)", seed, seed)
 	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 24 * heap.PageSize,
-		VacuumFreezeMinAge: -1, CheckpointTimeout: -1})
+		VacuumFreezeMinAge: -1, CheckpointTimeout: -1, WALWriterDelay: time.Millisecond})
+	perSeg := uint64(clog.XidsPerPage * clog.PagesPerSegment)
 	defer db.Close()
 	const nkeys = 40
 	key := func(i int) string { return fmt.Sprintf("key%02d-%s", i, strings.Repeat("x", 40)) }
@@ -72,7 +94,11 @@ func TestSnapshotModelStress(t *testing.T) {
 				if r.IntN(2) == 0 {
 					iso = RepeatableRead
 				}
-				tx, err := db.Begin(context.Background(), TxnOptions{Isolation: iso})
+				sc := SyncCommitOn
+				if cfg.asyncCommits && r.IntN(3) == 0 {
+					sc = SyncCommitOff
+				}
+				tx, err := db.Begin(context.Background(), TxnOptions{Isolation: iso, SynchronousCommit: &sc})
 				if err != nil {
 					report(err)
 					return
@@ -254,6 +280,11 @@ func TestSnapshotModelStress(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
+			if cfg.xidJumps && i%3 == 0 {
+				db.procs.mu.Lock()
+				db.procs.nextXid += perSeg / 2
+				db.procs.mu.Unlock()
+			}
 			if _, err := db.Vacuum(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				report(fmt.Errorf("vacuum: %w", err))
 				return
@@ -264,7 +295,7 @@ func TestSnapshotModelStress(t *testing.T) {
 					return
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(cfg.vacuumEvery)
 		}
 	}()
 	wg.Wait()
@@ -274,6 +305,7 @@ func TestSnapshotModelStress(t *testing.T) {
 	default:
 	}
 	s := db.Stats()
+	t.Logf("CLOG truncations %d, oldest xid %d", s.CLOG.Truncations, db.clog.OldestXid())
 	t.Logf("seq %d; prunes by update %d, by read %d; vacuum runs %d, removed %d; keys %d", seq,
 		s.Heap.PrunesByUpdate, s.Heap.PrunesByRead, s.Vacuum.Runs, s.Vacuum.TuplesRemoved, len(model))
 	mustVerify(t, db)
