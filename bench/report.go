@@ -83,7 +83,7 @@ func WriteReport(w io.Writer, r *Results) error {
 	if r.Duration > 0 {
 		if r.Elapsed > 0 && r.Elapsed < r.Duration-time.Second {
 			// Stopped early (interrupted): say how long it ran.
-			p("duration: %d s (of %d s)\n", int64(r.Elapsed.Seconds()+0.5), int64(r.Duration.Seconds()))
+			p("duration: %.1f s (of %d s)\n", r.Elapsed.Seconds(), int64(r.Duration.Seconds()))
 		} else {
 			p("duration: %d s\n", int64(r.Duration.Seconds()))
 		}
