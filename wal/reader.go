@@ -543,8 +543,15 @@ func (r *Reader) checkEndAtCut() error {
 	if !atCut {
 		return nil
 	}
+	cut := r.seg + LSN(size)
+	if r.pos > cut {
+		// The read began past the cut (at a checkpoint's redo point):
+		// everything from the cut on is gone, the start included.
+		return fmt.Errorf("%w: %s is %d bytes, cut short of the %d-byte segment size, and the log ends at the cut (LSN %s): the records from %s on that were there are lost, and with them %s, where this read begins%s",
+			ErrCorrupt, r.f.Name(), size, r.segSize, cut, cut, r.pos, r.markNote())
+	}
 	return fmt.Errorf("%w: %s is %d bytes, cut short of the %d-byte segment size, and the log ends at the cut (LSN %s): the records from %s on that were there are lost%s",
-		ErrCorrupt, r.f.Name(), size, r.segSize, r.seg+LSN(size), r.pos, r.markNote())
+		ErrCorrupt, r.f.Name(), size, r.segSize, cut, r.pos, r.markNote())
 }
 
 // markNote says how far later segments' durable-LSN marks show the log was
