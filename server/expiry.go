@@ -566,7 +566,14 @@ func (s *Server) reapKeys(ctx context.Context, tx *engine.Txn, keys [][]byte, no
 			return err
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		// Not deleted after all: a context that ended first aborts the
+		// transaction (the caller then reaps the keys one by one, which
+		// counts them again), and any other failure stops writes.
+		s.expiredKeys.Add(^uint64(x.expiredN - 1))
+		return err
+	}
+	return nil
 }
 
 // rateSampler turns a growing total into a rate, as Redis's
