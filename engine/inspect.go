@@ -231,6 +231,12 @@ func (t verifyTarget) CheckIndexFile(problem verify.Problemf) {
 	t.db.verifyIndexFile(problem)
 }
 
+func (t verifyTarget) HoldWAL(fn func(durable wal.LSN)) {
+	t.db.ckptMu.Lock()
+	defer t.db.ckptMu.Unlock()
+	fn(t.db.wal.FlushedLSN())
+}
+
 func (t verifyTarget) StrictLink(next, pred *heap.TupleHeader) bool {
 	return strictLink(next, pred)
 }

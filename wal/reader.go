@@ -43,6 +43,9 @@ type Reader struct {
 	// tag is the log's identifier, from the first segment read that has
 	// one; a later segment with another is from another log.
 	tag uint16
+	// stop, when stopSet, is where the read ends (SetStop).
+	stop    LSN
+	stopSet bool
 }
 
 // SetBorrowData makes Next return records whose Data aliases the reader's
@@ -51,6 +54,20 @@ type Reader struct {
 // first pass that finds the end of the log: copying every payload of
 // hundreds of megabytes of WAL cost recovery more than checking it.
 func (r *Reader) SetBorrowData(on bool) { r.borrow = on }
+
+// SetStop makes the read end at stop, for reading a log that a live writer
+// is still appending to: stop must be a point the writer had made durable
+// before the read began (its FlushedLSN then). Next returns io.EOF once the
+// read reaches stop, and the log from the start up to stop must be whole
+// and valid: a log that ends before it is ErrCorrupt, naming the file and
+// offset. Nothing past stop is looked at, because the checks of where an
+// unbounded read ends (a later record or segment whose durable-LSN mark
+// lies past the end found) would take the writer's records and prepared
+// segments, which appear while the read goes on, for records lost after
+// they were durable. The caller keeps segments from being removed during
+// the read. DroppedBytes is 0 after such a read. Call before the first
+// Next.
+func (r *Reader) SetStop(stop LSN) { r.stop, r.stopSet = stop, true }
 
 // NewReader opens the log in dir for reading from start, which must be the
 // LSN of a record or the End of a previous read; 0 means the first record of
@@ -185,6 +202,11 @@ func (r *Reader) Next() (Record, error) {
 		if r.eof {
 			return Record{}, io.EOF
 		}
+		if r.stopSet && r.pos >= r.stop {
+			r.eof = true
+			r.closeFile()
+			return Record{}, io.EOF
+		}
 		off := int64(r.pos - r.seg)
 		room := r.segSize - off
 		if room < recHeaderSize {
@@ -212,8 +234,9 @@ func (r *Reader) Next() (Record, error) {
 		}
 		size := recordSize(h.n)
 		if h.typ == typeSwitch {
+			// The loop's top checks the stop, then moves on to the next
+			// segment (no room left).
 			r.pos = r.seg + LSN(r.segSize)
-			r.advance()
 			continue
 		}
 		rec := Record{
@@ -474,6 +497,21 @@ func (r *Reader) cutShort() string {
 // checkDurableAfter, checkEndAtCut, checkDurableMarks), and measures the
 // torn or stale tail after it in its segment, which recovery cuts off.
 func (r *Reader) finish() {
+	if r.stopSet {
+		// The log was durable up to r.stop before the read began.
+		name, off := "the WAL directory", int64(-1)
+		if r.f != nil {
+			name, off = r.f.Name(), int64(r.pos-r.seg)
+		}
+		at := ""
+		if off >= 0 {
+			at = fmt.Sprintf(" at offset %d", off)
+		}
+		r.err = fmt.Errorf("%w: %s%s: the valid log ends at %s, but it was durable up to %s when this read began: LSN %s to %s is lost",
+			ErrCorrupt, name, at, r.pos, r.stop, r.pos, r.stop)
+		r.closeFile()
+		return
+	}
 	if r.f == nil {
 		r.eof = true
 		return

@@ -70,6 +70,9 @@ type Target interface {
 	// CheckIndexFile checks the index file the last checkpoint wrote
 	// against the index in memory.
 	CheckIndexFile(problem Problemf)
+	// HoldWAL calls fn, with the LSN up to which the WAL was durable when
+	// it was called, while no checkpoint runs.
+	HoldWAL(fn func(durable wal.LSN))
 	// ValueCheck returns a new check of out-of-line values, whose
 	// pointer and directory formats are the engine's.
 	ValueCheck() ValueCheck
@@ -297,52 +300,61 @@ func Run(t Target, problem Problemf) Counts {
 	// aborted, their writes gone without an error anywhere; below the
 	// redo point no recovery replays them, and only the records that are
 	// still here can tell. One line per CLOG page.
-	walPath := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
-	walBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
-	if r, err := wal.NewReader(t.FS(), walPath, 0); err != nil {
-		problem("WAL: %v", err)
-	} else {
-		var rec wal.Record
-		for {
-			if rec, err = r.Next(); err != nil {
-				break
-			}
-			ends, committed := rmgr.Engine.Outcome(rec.Type)
-			if !ends || rec.XID < cl.OldestXid() || rec.XID >= next {
-				continue
-			}
-			want := clog.StatusAborted
-			if committed {
-				want = clog.StatusCommitted
-			}
-			if st, err := cl.Status(rec.XID); err == nil && st != want {
-				name, off := clog.XidFile(rec.XID)
-				walBad.add(rec.XID, "statuses contradict the WAL", fmt.Sprintf("xid %d has its %s record at %s in the WAL, but the CLOG says %s (%s at offset %d): the CLOG page is damaged, or older than the WAL (restored from a copy, or a write of it lost)",
-					rec.XID, rmgr.Engine.TypeName(rec.Type), rec.LSN, st, filepath.Join(t.Dir(), rmgr.Engine.CLOGDir, name), off))
-			}
-		}
-		if !errors.Is(err, io.EOF) {
+	//
+	// The WAL, the files beside it and the control file are read while no
+	// checkpoint runs (none removes a segment or moves the control file's
+	// checkpoint), and the WAL up to where it was durable when the read
+	// began: a writer goes on appending while it is read.
+	t.HoldWAL(func(durable wal.LSN) {
+		walPath := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
+		walBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
+		r, err := wal.NewReader(t.FS(), walPath, 0)
+		if err != nil {
 			problem("WAL: %v", err)
+		} else {
+			r.SetStop(durable)
+			var rec wal.Record
+			for {
+				if rec, err = r.Next(); err != nil {
+					break
+				}
+				ends, committed := rmgr.Engine.Outcome(rec.Type)
+				if !ends || rec.XID < cl.OldestXid() || rec.XID >= next {
+					continue
+				}
+				want := clog.StatusAborted
+				if committed {
+					want = clog.StatusCommitted
+				}
+				if st, err := cl.Status(rec.XID); err == nil && st != want {
+					name, off := clog.XidFile(rec.XID)
+					walBad.add(rec.XID, "statuses contradict the WAL", fmt.Sprintf("xid %d has its %s record at %s in the WAL, but the CLOG says %s (%s at offset %d): the CLOG page is damaged, or older than the WAL (restored from a copy, or a write of it lost)",
+						rec.XID, rmgr.Engine.TypeName(rec.Type), rec.LSN, st, filepath.Join(t.Dir(), rmgr.Engine.CLOGDir, name), off))
+				}
+			}
+			if !errors.Is(err, io.EOF) {
+				problem("WAL: %v", err)
+			}
+			r.Close()
 		}
-		r.Close()
-	}
-	walBad.report(problem)
-	checkStrayFiles(t, problem, next)
+		walBad.report(problem)
+		checkStrayFiles(t, problem, next)
 
-	ctrl, found, err := rmgr.Engine.ReadControl(t.FS(), t.Dir())
-	switch {
-	case err != nil:
-		problem("%v", err)
-	case !found:
-		problem("control file missing after a checkpoint")
-	default:
-		if ctrl.NextXid > next {
-			problem("control file: next xid %d is above the running next xid %d", ctrl.NextXid, next)
+		ctrl, found, err := rmgr.Engine.ReadControl(t.FS(), t.Dir())
+		switch {
+		case err != nil:
+			problem("%v", err)
+		case !found:
+			problem("control file missing after a checkpoint")
+		default:
+			if ctrl.NextXid > next {
+				problem("control file: next xid %d is above the running next xid %d", ctrl.NextXid, next)
+			}
+			if err := checkCheckpointRecord(t.FS(), walPath, ctrl); err != nil {
+				problem("control file against WAL: %v", err)
+			}
 		}
-		if err := checkCheckpointRecord(t.FS(), walPath, ctrl); err != nil {
-			problem("control file against WAL: %v", err)
-		}
-	}
+	})
 	return c
 }
 
