@@ -81,27 +81,7 @@ func TestVacuumPassTwoKeepsNewVersionInDeletedHeadSlot(t *testing.T) {
 	if h != d {
 		t.Fatalf("v3 did not land in the deleted head's slot: placement changed, rebuild the test")
 	}
-	if err := db.whileOpen(func() error { return v.revisit(d.Block, v.work[d.Block], true) }); err != nil {
-		t.Fatal(err)
-	}
-	db.vac.mu.Unlock()
-	t.Logf("pass 2: keys removed %d", v.st.KeysRemoved)
-
-	got, found := get(t, db, "k")
-	t.Logf("Get(k) = %q, found %v (want \"v3\", true)", got, found)
-	rep, err := db.Verify()
-	t.Logf("Verify: OK=%v %v %v", rep.OK(), err, rep.Problems)
-	if err != nil || !rep.OK() {
-		t.Errorf("Verify: %v %v", err, rep.Problems)
-	}
-	db.Close()
-	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
-	defer db.Close()
-	got2, found2 := get(t, db, "k")
-	t.Logf("after reopen: Get(k) = %q, found %v", got2, found2)
-	if !found || got != "v3" {
-		t.Fatal(errors.New("committed value v3 of k lost"))
-	}
+	passTwoThenRead(t, db, dir, v, d.Block, "v3")
 }
 
 // TestVacuumPassTwoKeepsNewVersionInAbortedHeadSlot: as the test above,
@@ -148,38 +128,39 @@ func TestVacuumPassTwoKeepsNewVersionInAbortedHeadSlot(t *testing.T) {
 	}
 
 	snap.Rollback()
-	// Pass 2 reaches the page.
-	if err := db.whileOpen(func() error { return v.revisit(a.Block, v.work[a.Block], true) }); err != nil {
+	passTwoThenRead(t, db, dir, v, a.Block, "v4")
+}
+
+// passTwoThenRead runs vacuum's second pass over blk with the work pass
+// one listed (the caller holds vacuum off; released here), then wants key
+// k to read want (its committed newest value, which pass 2 once freed),
+// Verify to pass, and k to read want again after a reopen. It closes db.
+func passTwoThenRead(t *testing.T, db *DB, dir string, v *vacuumRun, blk uint32, want string) {
+	t.Helper()
+	if err := db.whileOpen(func() error { return v.revisit(blk, v.work[blk], true) }); err != nil {
 		t.Fatal(err)
 	}
 	db.vac.mu.Unlock()
-
-	got, ok := "", false
-	err := db.View(ctx, func(tx *Txn) error {
-		b, err := tx.Get([]byte("k"))
-		got, ok = string(b), err == nil
-		if errors.Is(err, ErrNotFound) {
-			return nil
+	read := func(db *DB, when string) {
+		t.Helper()
+		var got []byte
+		err := db.View(context.Background(), func(tx *Txn) error {
+			var err error
+			got, err = tx.Get([]byte("k"))
+			return err
+		})
+		if err != nil || string(got) != want {
+			t.Errorf("%s: Get(k) = %q, %v; want %q, the committed newest value", when, got, err, want)
 		}
-		return err
-	})
-	t.Logf("after pass 2: head %s, slot state %v; Get(k) = %q, found %v, err %v",
-		db.idx.get([]byte("k")).headTID(), slotState(t, db, heap.TID{Block: a.Block, Slot: a.Slot}), got, ok, err)
+	}
+	read(db, "after pass 2")
 	if rep, err := db.Verify(); err != nil || !rep.OK() {
-		t.Errorf("Verify: %v %v", err, rep.Problems)
+		t.Errorf("Verify after pass 2: %v %v", err, rep.Problems)
 	}
 	db.Close()
 	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
-	err2 := db.View(ctx, func(tx *Txn) error {
-		b, err := tx.Get([]byte("k"))
-		got, ok = string(b), err == nil
-		return err
-	})
-	t.Logf("after reopen: Get(k) = %q, %v", got, err2)
-	if err != nil || err2 != nil || !ok || got != "v4" {
-		t.Fatalf("committed value v4 of k lost")
-	}
+	read(db, "after a reopen")
 }
 
 // alignXid makes the next transaction's xid a multiple of 8, so that every
