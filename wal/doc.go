@@ -109,6 +109,15 @@
 // zeros before the cut lost nothing durable (writes go in order) and reads
 // as the end of the log.
 //
+// These end checks hold for a log at rest. A log that a live writer goes on
+// appending to moves under its reader: a chunk read before the writer got
+// there holds zeros, then a later record or a newly prepared segment
+// carries a mark past them, which would read as records lost after they
+// were durable. A reader of a live log (the engine's consistency check) is
+// given the writer's flushed LSN taken before it began (Reader.SetStop):
+// it reads to there, requires the log up to there whole, and looks at
+// nothing past it.
+//
 // # Crash contract
 //
 // When Flush(upTo) returns nil, every record ending at or below upTo is on
