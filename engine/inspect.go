@@ -170,8 +170,9 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // hint bits against it, so that a lost CLOG segment shows, chunk and
 // version-chain links); the index against a fresh scan of the heap, and the
 // index file against the index; the control file against the WAL, every
-// WAL record on disk, and every commit and abort record among them against
-// the CLOG (a CLOG segment older than the WAL, restored from a copy, shows
+// WAL record on disk up to where the log was durable when this check
+// reached it (read while no checkpoint runs), and every commit and abort
+// record among them against the CLOG (a CLOG segment older than the WAL, restored from a copy, shows
 // there); and files the WAL, CLOG, heap and visibility map directories do
 // not own.
 //
