@@ -720,3 +720,79 @@ func TestSetStopFindsLossBelowStop(t *testing.T) {
 		t.Fatalf("bounded read: %d records, %v; want ErrCorrupt naming %q", n, err, want)
 	}
 }
+
+// TestFailedDirSyncOfPreparedSegment: the preparer's fsync of the WAL
+// directory, after it renamed a new segment into place, fails. The name may
+// then vanish in a power loss, and every record written into the segment
+// with it: no flush may succeed past that failure, and every flush that did
+// succeed survives the power loss. (Records went into such a segment and
+// were acknowledged, then lost.)
+func TestFailedDirSyncOfPreparedSegment(t *testing.T) {
+	for _, nth := range []int64{1, 0} { // once, and every time from then on
+		t.Run(fmt.Sprintf("nth=%d", nth), func(t *testing.T) {
+			m := vfs.NewMemFS()
+			if err := m.MkdirAll("/wal"); err != nil {
+				t.Fatal(err)
+			}
+			m.SyncDir("/")
+			ffs := vfs.NewFaultFS(m)
+			w, err := OpenWriter(ffs, "/wal", 0, Options{SegmentSize: MinSegmentSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			second := LSN(testSeg + MinSegmentSize)
+			for deadline := time.Now().Add(10 * time.Second); !segmentReady(m, "/wal", second, MinSegmentSize); {
+				if time.Now().After(deadline) {
+					t.Fatal("the second segment was not prepared")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			// The next directory fsync is the preparation of the third
+			// segment, asked for at the switch into the second.
+			flt := ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSyncDir), Contains: "/wal", Nth: nth})
+			var acked []LSN
+			var flushErr error
+			for i := range 200 { // 12 MiB, well past the third segment
+				start, end, err := w.Insert(MinUserRecordType, uint64(i), make([]byte, 60<<10))
+				if err == nil {
+					err = w.Flush(end)
+				}
+				if err != nil {
+					flushErr = err
+					break
+				}
+				acked = append(acked, start)
+			}
+			if flt.Fired() == 0 {
+				t.Fatal("no directory fsync failed")
+			}
+			if !errors.Is(flushErr, ErrSyncFailed) {
+				t.Errorf("writing on after the failed directory fsync: %v; want ErrSyncFailed", flushErr)
+			}
+			got := map[LSN]bool{}
+			r, err := NewReader(m.CrashCopy(vfs.DropUnsynced, nil), "/wal", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for {
+				rec, err := r.Next()
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						t.Fatalf("reading the log after a power loss: %v", err)
+					}
+					break
+				}
+				got[rec.LSN] = true
+			}
+			for _, lsn := range acked {
+				if !got[lsn] {
+					t.Errorf("the record at %s was flushed, and is lost in a power loss (%d of %d flushed records read back)", lsn, len(got), len(acked))
+					break
+				}
+			}
+			t.Logf("%d records flushed, then: %v", len(acked), flushErr)
+		})
+	}
+}

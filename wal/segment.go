@@ -71,12 +71,17 @@ func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, 
 		return fmt.Errorf("wal: rename %s: %w", tmp, err)
 	}
 	if err := fsys.SyncDir(dir); err != nil {
-		return fmt.Errorf("wal: fsync directory %s: %w", dir, err)
+		return fmt.Errorf("%w: %s: fsync directory %s: %w", errNameNotDurable, segmentName(start), dir, err)
 	}
 	return nil
 }
 
 var errStopped = errors.New("wal: segment preparation stopped")
+
+// errNameNotDurable: a segment is in place under its final name, but the
+// directory fsync that makes the name durable failed, so a crash may take
+// the file, and every record written into it, away.
+var errNameNotDurable = errors.New("wal: a new segment's name is not durable")
 
 // segmentReady reports whether a complete segment file exists for start.
 // Only the Writer's own preparation creates files under final names while it

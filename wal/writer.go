@@ -366,7 +366,11 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		}
 		removed = true
 	}
-	if !removed && len(temps) > 0 {
+	if !removed {
+		// Also when nothing was removed: the segments kept, the one the
+		// log ends in and a prepared next one, may have names an earlier
+		// process never made durable (its directory fsync failed), and
+		// records will be acknowledged in them.
 		if err := fsys.SyncDir(dir); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("wal: fsync directory %s: %w", dir, err)
@@ -1010,6 +1014,12 @@ func (w *Writer) fileFor(seg LSN) (vfs.File, error) {
 		return nil, fmt.Errorf("segment %s precedes the open segment %s", segmentName(seg), segmentName(w.curSeg))
 	}
 	w.prepMu.Lock()
+	if f := w.failed.Load(); f != nil {
+		// Perhaps the preparation of this very segment, whose name may
+		// not survive a crash: nothing goes into it.
+		w.prepMu.Unlock()
+		return nil, f.err
+	}
 	if segmentReady(w.fs, w.dir, seg, w.segSize) {
 		w.c.prepped.Add(1)
 	} else {
@@ -1062,7 +1072,17 @@ func (w *Writer) preparer() {
 			w.prepMu.Lock()
 			if !segmentReady(w.fs, w.dir, seg, w.segSize) {
 				err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), w.tag, w.stop)
-				if err != nil && !errors.Is(err, errStopped) {
+				switch {
+				case errors.Is(err, errNameNotDurable):
+					// The segment stands under its final name, which a
+					// crash may take away with every record written into
+					// it. A failed fsync is not retried (PostgreSQL
+					// PANICs on one here): the log takes no more
+					// records, set before prepMu is let go so that no
+					// switch into the segment can come first.
+					w.fail(err)
+					w.logger.Error("wal: preparing the next segment failed; the log accepts no more records", "segment", segmentName(seg), "err", err)
+				case err != nil && !errors.Is(err, errStopped):
 					w.logger.Warn("wal: preparing the next segment failed; it will be created on switch", "segment", segmentName(seg), "err", err)
 				}
 			}
