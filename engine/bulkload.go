@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -716,31 +715,6 @@ func (db *DB) redoBulkLoad(rec wal.Record) error {
 		return db.setBulkVMBits(r.first, r.pages, r.bits, uint64(rec.End))
 	}
 	return nil
-}
-
-// bulkLoadAfterIndexFile says why the index file cannot be used when redo
-// replayed the commit of a bulk load at lsn (0: none): the file of a
-// checkpoint whose redo point lies before that record may lack the loaded
-// keys, which no replayed record names one by one. "" means the file is
-// newer than the load (or unreadable, which openIndex reports).
-func (db *DB) bulkLoadAfterIndexFile(lsn wal.LSN) string {
-	if lsn == 0 {
-		return ""
-	}
-	f, err := db.fs.OpenReadOnly(filepath.Join(db.dir, indexFileName))
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	head := make([]byte, indexHeaderSize)
-	if _, err := f.ReadAt(head, 0); err != nil {
-		return ""
-	}
-	redo := wal.LSN(binary.LittleEndian.Uint64(head[16:]))
-	if lsn < redo {
-		return ""
-	}
-	return fmt.Sprintf("a bulk load committed at %s, after the index file's checkpoint (redo %s)", lsn, redo)
 }
 
 // describeBulkLoad renders the payload of a bulk load record.

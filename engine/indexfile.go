@@ -91,6 +91,10 @@ const (
 	indexEntryMin = 1 + 1 + 6
 )
 
+// olderIndexHeaderSize is the header size of each older format version
+// (indexFileVersion), to check such a file's checksum before it is refused.
+var olderIndexHeaderSize = map[uint32]int{1: 64, 2: 72}
+
 // errIndexFile marks an index file that cannot be used; Open rebuilds the
 // index from the heap instead.
 var errIndexFile = errors.New("index file not usable")
@@ -357,8 +361,25 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	}
 	if v := binary.LittleEndian.Uint32(head[8:]); v != indexFileVersion {
 		says := fmt.Sprintf("format version %d, this build reads %d", v, indexFileVersion)
-		if v > 0 && v < indexFileVersion {
-			// An older format, whose checksum covers a shorter header.
+		if old, ok := olderIndexHeaderSize[v]; ok {
+			// An older format, whose checksum covers a shorter header
+			// (the body follows it): checked as that format computes
+			// it, so that a damaged version field (3 is two bits from
+			// 1 and 2) is reported as damage, not as an old file.
+			crc := crc32.New(castagnoli)
+			crc.Write(head[old:])
+			var sum [4]byte
+			if _, err := io.CopyN(crc, r, body); err != nil {
+				return d, bad("%s", says)
+			}
+			if _, err := io.ReadFull(r, sum[:]); err != nil {
+				return d, bad("%s", says)
+			}
+			got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head[:old])
+			if got != want {
+				off = size - 4
+				return d, bad("the file is damaged: checksum %#x, computed %#x as format version %d computes it (the damage may be in the header, which reads: %s)", got, want, v, says)
+			}
 			return d, bad("%s", says)
 		}
 		return d, refuse(bad("%s", says), says)
@@ -589,15 +610,23 @@ func (db *DB) noteRedoTouched(blk uint32, page []byte) {
 
 // openIndex loads the index file after redo and applies the key changes
 // redo met, then restores the free space map, the orphan chunks and the
-// vacuum counters the file carries. It returns why the file was not used
+// vacuum counters the file carries. bulkLSN is the LSN of the last bulk
+// load commit redo replayed (0: none); the file of a checkpoint whose redo
+// point is not past it is not used. It returns why the file was not used
 // ("" when it was), in which case the caller rebuilds from the heap; the
 // error is for failures that must stop Open.
-func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, changes map[string]heap.TID, replayedDead int64) (string, error) {
+func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, changes map[string]heap.TID, replayedDead int64, bulkLSN wal.LSN) (string, error) {
 	// Room in the hash table for the keys redo added, so that applying
 	// them does not grow it (a growth moves a shard to a new array).
 	d, err := db.loadIndexFile(len(changes), func(h indexFileHeader) error {
 		if h.systemID != db.systemID {
 			return fmt.Errorf("it belongs to the database with system identifier %d, not to this one (%d)", h.systemID, db.systemID)
+		}
+		if bulkLSN != 0 && bulkLSN >= h.redo {
+			// The file of a checkpoint before the commit of a bulk
+			// load that redo replayed lacks the loaded keys, which no
+			// replayed record names one by one.
+			return fmt.Errorf("a bulk load committed at %s, after the index file's checkpoint (redo %s)", bulkLSN, h.redo)
 		}
 		return checkpointMatches(h, ctrl, ckpts)
 	})

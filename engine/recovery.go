@@ -338,11 +338,9 @@ func (db *DB) recover(ctrl controlData) error {
 	db.clog.EndRecovery()
 	redoTime := time.Since(redoBegin)
 	indexBegin := time.Now()
-	reason := db.bulkLoadAfterIndexFile(bulkLSN)
-	if reason == "" {
-		if reason, err = db.openIndex(ctrl, ckpts, changes, replayedDead); err != nil {
-			return err
-		}
+	reason, err := db.openIndex(ctrl, ckpts, changes, replayedDead, bulkLSN)
+	if err != nil {
+		return err
 	}
 	if reason != "" {
 		heapMaxXid, err := db.rebuildIndex(end)
