@@ -9,7 +9,9 @@ package engine
 // then is in the snapshot, no other transaction can commit one until this
 // one ends, and its writes of them cannot fail with
 // ErrSerializationFailure. Locking a key the transaction already holds
-// does nothing.
+// does nothing. With early lock release on, the lock may come from a
+// commit not yet durable: like a read, Lock then makes Commit (or
+// WaitObserved) wait until it is.
 //
 // Errors: ErrReadOnly, ErrEmptyKey and ErrTooLarge leave the transaction
 // usable; ErrDeadlock, ErrLockTimeout, ErrClosed and the context's error
@@ -34,5 +36,9 @@ func (t *Txn) Lock(key []byte) error {
 		t.err = err
 		return err
 	}
+	// The lock may have been let go by an early-released commit not yet
+	// durable: what the caller learns under the lock (that a key changed,
+	// say) depends on it, as a read does.
+	t.noteDependency()
 	return nil
 }

@@ -749,12 +749,6 @@ func (c *conn) exec() {
 		c.out = redcon.AppendError(c.out, "EXECABORT Transaction discarded because of previous errors.")
 		return
 	}
-	// A cheap early answer; the check that counts is made below with
-	// the watched keys' row locks held.
-	if !c.watchValid() {
-		c.out = append(c.out, "*-1\r\n"...)
-		return
-	}
 	keys, all := lockOrder(c.watched, queue)
 	mark := len(c.out)
 	for attempt := 1; ; attempt++ {
@@ -854,7 +848,16 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		return err
 	}
 	if !c.watchValid() {
+		// The abort tells the client that a watched key changed: like a
+		// read's result, it waits until the commit that changed it is
+		// durable (taking the row locks noted it), since a crash could
+		// still take that commit away with early lock release on. (So
+		// there is no answer before the locks: it would not know what
+		// to wait for.)
 		c.rollback(tx)
+		if err := tx.WaitObserved(); err != nil {
+			return err
+		}
 		c.out = append(c.out, "*-1\r\n"...)
 		return nil
 	}

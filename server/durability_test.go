@@ -210,6 +210,39 @@ func TestEarlyLockReleaseReplies(t *testing.T) {
 	}
 }
 
+// TestWatchAbortWaitsForWhatItSaw: with early lock release on, an EXEC
+// aborted because another client's write changed a watched key tells
+// that the write happened, so its *-1 waits, as a read's reply does,
+// until that write is durable: a crash before could still take it away.
+func TestWatchAbortWaitsForWhatItSaw(t *testing.T) {
+	g := newGateFS()
+	on := true
+	ts := startServerOn(t, Config{}, engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &on})
+	defer g.open()
+	a, b := ts.raw(t), ts.raw(t)
+	a.cmd("SET", "k", "old")
+	a.expect("+OK\r\n")
+	b.cmd("WATCH", "k")
+	b.expect("+OK\r\n")
+	b.cmd("MULTI")
+	b.expect("+OK\r\n")
+	b.cmd("SET", "k", "mine")
+	b.expect("+QUEUED\r\n")
+
+	g.shut()
+	before := ts.db.Stats()
+	a.cmd("SET", "k", "new")
+	waitCommitInFlight(t, ts, g, before)
+	b.cmd("EXEC")
+	noReplyYet(t, a, "SET")
+	noReplyYet(t, b, "EXEC aborted by an undurable write")
+	g.open()
+	a.expect("+OK\r\n")
+	b.expect("*-1\r\n")
+	b.cmd("GET", "k")
+	b.expect("$3\r\nnew\r\n")
+}
+
 // TestPipelineOneKeySharesFlush: with early lock release on, a client's
 // pipeline of increments of one key commits without waiting for any
 // flush (each finds the row lock free), no reply is sent while the WAL
