@@ -663,3 +663,47 @@ func TestHeapWriteFailureIsRetried(t *testing.T) {
 		t.Fatalf("verify: %v %v", err, rep.Problems)
 	}
 }
+
+// TestCommitAfterDataFileFailure: a transaction that wrote before a data
+// file's fsync failed (the database then takes no writes) cannot commit
+// afterwards: its commit fails with the failure, its writes are rolled
+// back, and a reopen finds only what committed before.
+func TestCommitAfterDataFileFailure(t *testing.T) {
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	ffs := vfs.NewFaultFS(m)
+	opts := Options{FS: ffs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
+	db := openTest(t, "/db", opts)
+	mustPut(t, db, "before", "v")
+	var txs []*Txn
+	for _, k := range []string{"during-sync", "during-async"} {
+		tx, err := db.Begin(context.Background(), TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Put([]byte(k), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		txs = append(txs, tx)
+	}
+	ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSync, vfs.OpDatasync), Contains: "/heap/"})
+	if err := db.Checkpoint(); !errors.Is(err, ErrIOFailure) {
+		t.Fatalf("checkpoint with the heap's fsync failing: %v; want ErrIOFailure", err)
+	}
+	if err := txs[0].Commit(); !errors.Is(err, ErrIOFailure) {
+		t.Errorf("Commit after the failure: %v; want ErrIOFailure", err)
+	}
+	if _, err := txs[1].CommitAsync(nil); !errors.Is(err, ErrIOFailure) {
+		t.Errorf("CommitAsync after the failure: %v; want ErrIOFailure", err)
+	}
+	db.Close()
+	ffs.Clear()
+	db = openTest(t, "/db", opts)
+	defer db.Close()
+	for k, want := range map[string]bool{"before": true, "during-sync": false, "during-async": false} {
+		if _, ok := get(t, db, k); ok != want {
+			t.Errorf("%s present %v after reopening, want %v", k, ok, want)
+		}
+	}
+}

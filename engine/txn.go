@@ -667,8 +667,16 @@ func (t *Txn) end() (*txnState, error) {
 		}
 		return nil, nil
 	}
-	// A context that ended before Commit abandons the transaction.
-	if err := t.ctx.Err(); err != nil && t.st != nil {
+	// A database that stopped taking writes (a failed write or fsync of
+	// a data file, or damage found) commits nothing more: PostgreSQL
+	// stops at such a failure (a PANIC), and the transactions running
+	// then with it. Their writes are rolled back, as a context that
+	// ended before Commit abandons the transaction.
+	err := t.db.writable()
+	if err == nil {
+		err = t.ctx.Err()
+	}
+	if err != nil && t.st != nil {
 		st := t.st
 		t.st = nil
 		t.db.abort(st)
