@@ -530,13 +530,9 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		// pruning freed the old one (no longer a head), and a newer
 		// version of the key taken its slot and become the head: that
 		// one is live and must stay. xids are never reused, so the
-		// xmin tells the two apart.
-		if again, err := db.readVersion(tid, h.key, false); errors.Is(err, errVanished) || (err == nil && again.hdr.Xmin != h.xmin) {
-			v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
-			continue
-		} else if err != nil {
-			return err
-		}
+		// xmin tells the two apart; it is compared under the page lock
+		// below (and latest, for an aborted head, finds such a version
+		// as the key's newest committed one).
 		newHead := heap.InvalidTID
 		if h.aborted {
 			cur, found, _, err := db.latest(e, 0, false)
@@ -544,10 +540,9 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 				return err
 			}
 			if found && cur.tid == tid {
-				// Cannot be: the head's inserter aborted, and latest
-				// returns a committed version. Left alone rather than
-				// freed under itself.
-				v.st.HeadsBusy++
+				// The aborted version is gone, and its slot holds the
+				// key's newest committed version now (pruned, then
+				// reused, between the passes): that one stays.
 				v.st.RelFrozenXid = min(v.st.RelFrozenXid, h.oldestXid)
 				continue
 			}
