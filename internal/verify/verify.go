@@ -234,7 +234,12 @@ func Run(t Target, problem Problemf) Counts {
 		if tu.chunk {
 			continue
 		}
-		if tu.h.Prev.Valid() {
+		if tu.h.Prev.Valid() && tu.h.Prev.Pack() == tid {
+			// Readers stop at such a link (a heap written by a build
+			// that let a version take its predecessor's freed slot can
+			// hold one), but no write makes one.
+			problem("heap tuple %s names its own slot as its predecessor", heap.UnpackTID(tid))
+		} else if tu.h.Prev.Valid() {
 			if p, ok := tuples[tu.h.Prev.Pack()]; ok && !p.chunk && p.key == tu.key && t.StrictLink(&tu.h, &p.h) {
 				// A transaction that writes a key twice links both its
 				// versions past its own to the same predecessor: only
