@@ -641,7 +641,7 @@ func TestIndexFileDamagedAfterBulkLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.BulkLoad(nil, bulkRows(500, 100)); err != nil {
+	if _, err := db.BulkLoad(context.Background(), bulkRows(500, 100)); err != nil {
 		t.Fatal(err)
 	}
 	c := m.CrashCopy(vfs.DropUnsynced, nil)
