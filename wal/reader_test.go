@@ -238,23 +238,7 @@ func TestDurableMarkMakesDamageCorruption(t *testing.T) {
 	}
 	seg := path.Join(dir, segmentName(testSeg))
 	orig := readFile(t, seg)
-	read := func() (int, error) {
-		r, err := NewReader(fsys, dir, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		n := 0
-		for {
-			if _, err := r.Next(); err != nil {
-				if errors.Is(err, io.EOF) {
-					return n, nil
-				}
-				return n, err
-			}
-			n++
-		}
-	}
+	read := func() (int, error) { return countRecords(t, fsys, dir, nil) }
 	for _, c := range []struct {
 		rec     int
 		corrupt bool
@@ -691,30 +675,10 @@ func TestSetStopFindsLossBelowStop(t *testing.T) {
 	b[last-testSeg+40] ^= 0x01
 	writeFile(t, seg, b)
 
-	read := func(bound bool) (int, error) {
-		r, err := NewReader(fsys, dir, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		if bound {
-			r.SetStop(stop)
-		}
-		n := 0
-		for {
-			if _, err := r.Next(); err != nil {
-				if errors.Is(err, io.EOF) {
-					return n, nil
-				}
-				return n, err
-			}
-			n++
-		}
-	}
-	if n, err := read(false); err != nil || n != 9 {
+	if n, err := countRecords(t, fsys, dir, nil); err != nil || n != 9 {
 		t.Fatalf("unbounded read: %d records, %v; want the end of the log after 9", n, err)
 	}
-	n, err := read(true)
+	n, err := countRecords(t, fsys, dir, func(r *Reader) { r.SetStop(stop) })
 	want := fmt.Sprintf("%s at offset %d", seg, last-testSeg)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("bounded read: %d records, %v; want ErrCorrupt naming %q", n, err, want)
@@ -794,5 +758,30 @@ func TestFailedDirSyncOfPreparedSegment(t *testing.T) {
 			}
 			t.Logf("%d records flushed, then: %v", len(acked), flushErr)
 		})
+	}
+}
+
+// countRecords reads the log in dir from its start, after setup (if not
+// nil) has set the Reader up, and returns how many records it read before
+// io.EOF (nil) or another error.
+func countRecords(t *testing.T, fsys vfs.FS, dir string, setup func(*Reader)) (int, error) {
+	t.Helper()
+	r, err := NewReader(fsys, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if setup != nil {
+		setup(r)
+	}
+	n := 0
+	for {
+		if _, err := r.Next(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			return n, err
+		}
+		n++
 	}
 }
