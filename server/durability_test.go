@@ -103,6 +103,16 @@ func waitCommitInFlight(t *testing.T, ts *testServer, g *gateFS, before engine.S
 	}
 }
 
+// setInFlight shuts the gate and has r send SET key val, and returns once
+// its commit is held at the WAL sync.
+func setInFlight(t *testing.T, ts *testServer, g *gateFS, r *raw, key, val string) {
+	t.Helper()
+	g.shut()
+	before := ts.db.Stats()
+	r.cmd("SET", key, val)
+	waitCommitInFlight(t, ts, g, before)
+}
+
 // noReplyYet checks that r has received nothing. The gate holds the only
 // event that could produce a reply, so a short wait cannot give a false
 // failure; it only bounds how long a wrong early reply is looked for.
@@ -133,10 +143,7 @@ func TestCommitVisibleOnlyWhenDurable(t *testing.T) {
 	a.expect("+OK\r\n")
 
 	// A single command.
-	g.shut()
-	before := ts.db.Stats()
-	a.cmd("SET", "k", "new")
-	waitCommitInFlight(t, ts, g, before)
+	setInFlight(t, ts, g, a, "k", "new")
 	b.cmd("GET", "k")
 	b.expect("$3\r\nold\r\n")
 	noReplyYet(t, a, "SET")
@@ -154,7 +161,7 @@ func TestCommitVisibleOnlyWhenDurable(t *testing.T) {
 	a.cmd("INCR", "ctr")
 	a.expect("+QUEUED\r\n")
 	g.shut()
-	before = ts.db.Stats()
+	before := ts.db.Stats()
 	a.cmd("EXEC")
 	waitCommitInFlight(t, ts, g, before)
 	b.cmd("GET", "k")
@@ -229,10 +236,7 @@ func TestWatchAbortWaitsForWhatItSaw(t *testing.T) {
 	b.cmd("SET", "k", "mine")
 	b.expect("+QUEUED\r\n")
 
-	g.shut()
-	before := ts.db.Stats()
-	a.cmd("SET", "k", "new")
-	waitCommitInFlight(t, ts, g, before)
+	setInFlight(t, ts, g, a, "k", "new")
 	b.cmd("EXEC")
 	noReplyYet(t, a, "SET")
 	noReplyYet(t, b, "EXEC aborted by an undurable write")
@@ -339,10 +343,7 @@ func TestPipelinedReadWaitsForWhatItSaw(t *testing.T) {
 	b.cmd("PING")
 	b.expect("+PONG\r\n")
 
-	g.shut()
-	before := ts.db.Stats()
-	a.cmd("SET", "k", "new")
-	waitCommitInFlight(t, ts, g, before)
+	setInFlight(t, ts, g, a, "k", "new")
 	b.send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$6\r\nSTRLEN\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
 	noReplyYet(t, a, "SET")
 	noReplyYet(t, b, "pipelined GET of an undurable write")
@@ -483,10 +484,7 @@ func TestShutdownDeadline(t *testing.T) {
 	a := ts.raw(t)
 	a.cmd("SET", "k", "old")
 	a.expect("+OK\r\n")
-	g.shut()
-	before := db.Stats()
-	a.cmd("SET", "k", "new")
-	waitCommitInFlight(t, ts, g, before)
+	setInFlight(t, ts, g, a, "k", "new")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	done := make(chan error, 1)
