@@ -467,6 +467,22 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 			}
 			v.st.PagesAllVisible++
 		}
+	} else if av, _ := db.pageAllVisible(blk); av || heap.PageFlags(buf.Page())&heap.PDAllVisible != 0 {
+		// The map or the page says all-visible, and the page holds a
+		// version some snapshot may not see: a wrong bit (every change
+		// clears the bits under this page lock, and the horizon only
+		// moves forward), which would have index-only reads answer
+		// from it and lazy runs skip the page. Cleared with a warning,
+		// as PostgreSQL's lazy_scan_prune does, and as there without a
+		// record of its own: a crash before the page is written back
+		// leaves it for the next aggressive run.
+		if _, err := db.vm.Clear(blk, visibility.ValidBits); err != nil {
+			return v.st.OldestXmin, err
+		}
+		clearPDAllVisible(buf.Page())
+		buf.MarkDirty()
+		db.logger.Warn("vacuum: a page marked all-visible holds versions not visible to all; its bits were cleared",
+			"block", blk, "visibility map", av)
 	}
 	return res.oldestXid, nil
 }
