@@ -46,7 +46,9 @@ import (
 //     only with no page lock held;
 //   - the page's free space goes into the free space map, and a page whose
 //     every tuple every snapshot sees is marked all-visible (all-frozen if
-//     nothing on it needs the CLOG) in the visibility map.
+//     nothing on it needs the CLOG) in the visibility map; a page marked
+//     all-visible that is not has its bits cleared, with a warning (a
+//     wrong bit, which only an aggressive run reads past).
 //
 // There is no walk along version chains: a chain's versions are freed page
 // by page, each where it lies, which the chain rules (chain.go) allow.
