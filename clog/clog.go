@@ -112,7 +112,10 @@ type Options struct {
 	// that fails its checksum is taken to be torn by the crash: its bits
 	// are kept (each 512-byte sector holds its old or its new contents,
 	// and redo sets every status decided since the redo point again), it
-	// is logged and rewritten whole the same way. Without Recovery such a
+	// is logged and, once EndRecovery was called, rewritten whole the same
+	// way: until then neither an eviction nor a Checkpoint writes it, so
+	// that a caller whose check of it fails (TornPages) leaves it on disk
+	// as it found it. Without Recovery such a
 	// page is an ErrCorrupt error; see "Crash contract" in the package
 	// documentation, and CheckWritten, which the engine uses to refuse
 	// damage that cannot be a tear before recovery begins.
@@ -448,7 +451,8 @@ func (c *CLOG) Status(xid uint64) (Status, error) {
 }
 
 // Checkpoint makes every status set before it was called durable: it writes
-// every dirty page (calling FlushWAL with the page's group LSN first), waits
+// every dirty page (calling FlushWAL with the page's group LSN first; during
+// recovery, not the pages accepted as torn, see Options.Recovery), waits
 // for page writes already under way, then fsyncs every segment file written
 // since the last Checkpoint. New segment files had their directory entry
 // synced when they were created. After a write or fsync error the CLOG writes
@@ -485,7 +489,7 @@ func (c *CLOG) flushBank(b *bank) error {
 			c.stats.ioWaits.Add(1)
 			b.ioDone.Wait()
 		}
-		if sl.state == slotValid && sl.dirty {
+		if sl.state == slotValid && sl.dirty && !c.heldTorn(sl.pageno) {
 			if err := c.writeSlotLocked(b, i); err != nil {
 				return err
 			}
@@ -504,6 +508,22 @@ func (c *CLOG) TornPages() map[uint64]string {
 	c.tornMu.Lock()
 	defer c.tornMu.Unlock()
 	return maps.Clone(c.torn)
+}
+
+// heldTorn reports whether pageno is a page recovery accepted as torn, not
+// to be written until recovery ends: the caller checks the statuses on it
+// against the WAL first (TornPages), and a page rewritten before that, with
+// a valid checksum, would pass every later Open unchecked. A page held is
+// written once EndRecovery is called, by the next eviction or Checkpoint;
+// an Open that fails its check leaves it on disk as it found it.
+func (c *CLOG) heldTorn(pageno uint64) bool {
+	if !c.recovering.Load() {
+		return false
+	}
+	c.tornMu.Lock()
+	defer c.tornMu.Unlock()
+	_, ok := c.torn[pageno]
+	return ok
 }
 
 // EndRecovery ends the leniency of Options.Recovery: from now on every page

@@ -149,8 +149,8 @@ func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
 // then, and when every candidate is busy with I/O (after waiting for one to
 // finish), it returns -1 and the caller must look again.
 func (c *CLOG) victimLocked(b *bank) (int, error) {
-	best := -1
-	var bestUse uint64
+	best, held := -1, -1
+	var bestUse, heldUse uint64
 	for i := range b.slots {
 		sl := &b.slots[i]
 		if sl.state == slotEmpty {
@@ -159,9 +159,22 @@ func (c *CLOG) victimLocked(b *bank) (int, error) {
 		if sl.state != slotValid || sl.writing || c.isLatest(sl.pageno) {
 			continue
 		}
-		if u := sl.lastUse.Load(); best < 0 || u < bestUse {
+		u := sl.lastUse.Load()
+		if sl.dirty && c.heldTorn(sl.pageno) {
+			if held < 0 || u < heldUse {
+				held, heldUse = i, u
+			}
+			continue
+		}
+		if best < 0 || u < bestUse {
 			best, bestUse = i, u
 		}
+	}
+	if best < 0 && held >= 0 && !b.anyWriting() {
+		// Every other slot is a page accepted as torn and not yet
+		// checked, and nothing will free one: written after all, as
+		// before the hold (only a bank full of such pages gets here).
+		best = held
 	}
 	if best < 0 {
 		c.stats.ioWaits.Add(1)
@@ -221,4 +234,15 @@ func (c *CLOG) flushAndWrite(pageno, lsn uint64, img []byte) error {
 		return c.fail(err)
 	}
 	return nil
+}
+
+// anyWriting reports whether a slot of b is being written. Called with
+// b.mu held.
+func (b *bank) anyWriting() bool {
+	for i := range b.slots {
+		if b.slots[i].writing {
+			return true
+		}
+	}
+	return false
 }
