@@ -88,7 +88,9 @@
 // first record is valid (the writer moves to a segment only after syncing
 // the one before), the bad record lay in the durable log. A bad segment
 // header followed by a segment whose first record is valid is corruption for
-// the same reason. Damage in the unsynced tail (a torn write whose later
+// the same reason, and so is a bad header over a segment that holds a valid
+// record of its own anywhere (segments are created whole and renamed into
+// place, so no crash leaves a bad header over records). Damage in the unsynced tail (a torn write whose later
 // sectors reached the disk before earlier ones) carries no such mark and
 // remains the end of the log.
 //

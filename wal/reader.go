@@ -346,15 +346,60 @@ func (r *Reader) advance() {
 }
 
 // checkLaterSegment is called when the segment at bad has an invalid
-// header. If the segment after it holds a valid first record, the log
-// demonstrably went on past bad, so bad is corruption rather than the end.
+// header. If the segment itself holds a valid first record (its CRC holds
+// and it names its own position, right after the header), or the segment
+// after it does, the log demonstrably went on past the header, so bad is
+// corruption rather than the end: segments are created whole under a
+// temporary name and renamed, so no crash leaves a bad header over
+// records.
 func (r *Reader) checkLaterSegment(bad LSN) error {
+	if lsn := r.validRecordIn(bad); lsn != 0 {
+		return fmt.Errorf("%w: %s at offset 0: the segment header is damaged, but the segment holds valid records of this log (the first at %s), which would be lost with it",
+			ErrCorrupt, path.Join(r.dir, segmentName(bad)), lsn)
+	}
 	later := bad + LSN(r.segSize)
 	if !r.firstRecordValid(later) {
 		return nil
 	}
 	return fmt.Errorf("%w: %s at offset 0: bad segment header followed by valid segment %s",
 		ErrCorrupt, path.Join(r.dir, segmentName(bad)), segmentName(later))
+}
+
+// validRecordIn returns the LSN of the first valid record in the segment
+// file of seg, whatever its header says, or 0 if it holds none: a record
+// whose header names its own position and whose CRC holds (stale bytes
+// from elsewhere in the log name another position). It reads the file in
+// chunks, each record's body apart.
+func (r *Reader) validRecordIn(seg LSN) LSN {
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(seg)))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	buf := make([]byte, readChunk+recHeaderSize)
+	for base := int64(segHeaderSize); base < r.segSize; base += readChunk {
+		n, err := f.ReadAt(buf, base)
+		for i := 0; i+recHeaderSize <= n && i < readChunk; i += alignment {
+			off := base + int64(i)
+			lsn := seg + LSN(off)
+			hb := buf[i : i+recHeaderSize]
+			if LSN(binary.LittleEndian.Uint64(hb[8:])) != lsn {
+				continue
+			}
+			h, ok := decodeRecHeader(hb, lsn, r.segSize-off, r.maxPayload)
+			if !ok {
+				continue
+			}
+			body := make([]byte, h.n)
+			if m, _ := f.ReadAt(body, off+recHeaderSize); m == h.n && checkRecord(hb, body, h) {
+				return lsn
+			}
+		}
+		if err != nil {
+			return 0
+		}
+	}
+	return 0
 }
 
 // checkAfterMissing is called when the segment at missing does not exist.

@@ -280,14 +280,37 @@ func TestSegmentHeaders(t *testing.T) {
 		}
 		return want[:i], end
 	}
-	t.Run("bad header ends the log", func(t *testing.T) {
+	t.Run("bad header over valid records is corruption", func(t *testing.T) {
 		dir, want := build(t)
 		if want[len(want)-1].lsn < 3*testSeg {
 			t.Fatal("test wants records in segment 3")
 		}
 		name := path.Join(dir, segmentName(3*testSeg))
 		b := readFile(t, name)
-		b[0] ^= 1
+		b[10] ^= 1
+		writeFile(t, name, b)
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" at offset 0: the segment header is damaged") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming the segment's header", err)
+		}
+		// The header and the first 4 KiB zeroed: the records after them
+		// still show it.
+		clear(b[:4096])
+		writeFile(t, name, b)
+		if err := readToError(t, dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "the segment header is damaged") {
+			t.Fatalf("Next, with the first 4 KiB zeroed: %v, want ErrCorrupt naming the segment's header", err)
+		}
+	})
+	t.Run("bad header over no valid record ends the log", func(t *testing.T) {
+		dir, want := build(t)
+		if want[len(want)-1].lsn < 3*testSeg {
+			t.Fatal("test wants records in segment 3")
+		}
+		// The whole segment zeroed: nothing shows that the log went on
+		// into it.
+		name := path.Join(dir, segmentName(3*testSeg))
+		b := readFile(t, name)
+		clear(b)
 		writeFile(t, name, b)
 		got, end, _ := readAll(t, vfs.OS{}, dir, 0)
 		w, wantEnd := endOfSeg(want, 2*testSeg)
