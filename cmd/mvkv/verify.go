@@ -83,7 +83,7 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: the CLOG page in %s failed its checksum after a crash and was taken as torn by it: every commit and abort record the WAL still holds for it agrees with its bits\n", p)
 	}
 	if ri.DroppedBytes > 0 {
-		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it were not a complete record)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
+		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
 	rep, err := db.Verify()
 	cerr := db.Close()
