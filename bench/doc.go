@@ -79,7 +79,9 @@
 // still holding them, so its read-modify-writes are atomic the same way.
 //
 // Serialization failures and deadlocks are rolled back and counted as failed
-// transactions, not retried (pgbench 15 with --max-tries=1). Any other error
+// transactions, or, with --max-tries above 1 (pgbench 15's), run again with
+// the same random values up to that many tries, and counted as retried;
+// the latency of a retried transaction covers all its tries. Any other error
 // aborts its client, as pgbench does; the run then ends with ErrAborted after
 // the report is printed.
 //
@@ -152,7 +154,7 @@
 // same rows Load generates for the key-value targets, so a database set up
 // here can be run by the real pgbench and vice versa. -i drops and reloads
 // them, as pgbench -i does. Serialization failures and deadlocks (SQLSTATE
-// 40001, 40P01) count as failed transactions.
+// 40001, 40P01) count as failed transactions (or are retried, as above).
 //
 // # Loading the engine
 //

@@ -58,6 +58,8 @@ type Config struct {
 	Duration     time.Duration
 	Progress     time.Duration
 	Seed         uint64
+	// MaxTries is --max-tries (RunConfig.MaxTries).
+	MaxTries int
 
 	// Sweep lists the knobs to vary (--sweep): every cell of their cross
 	// product is run and one table is printed instead of the report.
@@ -191,6 +193,7 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 		Duration:     cfg.Duration,
 		Progress:     cfg.Progress,
 		Seed:         cfg.Seed,
+		MaxTries:     cfg.MaxTries,
 		// A select-only run changes no table, and measuring them reads
 		// the whole heap: at scale 100 that read took nine times as
 		// long as a thousand selects and most of the process's memory.

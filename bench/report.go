@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"mvkv/engine"
@@ -79,7 +80,10 @@ func WriteReport(w io.Writer, r *Results) error {
 	p("query mode: simple\n")
 	p("number of clients: %d\n", r.Clients)
 	p("number of threads: %d\n", r.Threads)
-	p("maximum number of tries: 1\n")
+	if r.MaxTries != math.MaxInt {
+		// pgbench 15 leaves the line out for --max-tries=0 (unlimited).
+		p("maximum number of tries: %d\n", max(r.MaxTries, 1))
+	}
 	if r.Duration > 0 {
 		if r.Elapsed > 0 && r.Elapsed < r.Duration-time.Second {
 			// Stopped early (interrupted): say how long it ran.
@@ -97,6 +101,16 @@ func WriteReport(w io.Writer, r *Results) error {
 		pct = 100 * float64(r.Failed) / float64(n)
 	}
 	p("number of failed transactions: %d (%.3f%%)\n", r.Failed, pct)
+	if r.MaxTries > 1 {
+		// As pgbench 15 prints them when --max-tries is not 1: retried
+		// among every transaction, committed or failed.
+		pct := 0.0
+		if n := r.Processed + r.Failed; n > 0 {
+			pct = 100 * float64(r.Retried) / float64(n)
+		}
+		p("number of transactions retried: %d (%.3f%%)\n", r.Retried, pct)
+		p("total number of retries: %d\n", r.Retries)
+	}
 	// As pgbench: the remaining figures mean nothing without a transaction.
 	if r.Processed > 0 {
 		p("latency average = %.3f ms\n", r.LatencyAvg)

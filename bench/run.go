@@ -75,6 +75,14 @@ type RunConfig struct {
 	// Progress is pgbench -P: when positive, a progress line is written to
 	// Log at this interval.
 	Progress time.Duration
+	// MaxTries is pgbench 15's --max-tries: a transaction that fails with a
+	// serialization failure or deadlock (IsFailure) is run again, with the
+	// same random values, until it commits or has been tried MaxTries
+	// times, and only then counted as failed. 1 (and the zero value) tries
+	// once; math.MaxInt is pgbench's 0, unlimited, for a run with a
+	// Duration. A retry does not start after Duration ended. The latency of a retried transaction runs from
+	// its first try to its last.
+	MaxTries int
 	// Seed seeds the clients' random generators; 0 takes the clock.
 	Seed uint64
 	// TableUsage asks for Results.Tables: after the run the engine's
@@ -98,7 +106,10 @@ type Results struct {
 	Transactions  int           // per client, when Duration == 0
 	Duration      time.Duration // when positive, a -T run
 	Processed     int64         // committed transactions
-	Failed        int64         // serialization failures and deadlocks
+	Failed        int64         // serialization failures and deadlocks, after the last try
+	MaxTries      int           // RunConfig.MaxTries, at least 1
+	Retried       int64         // transactions tried more than once, committed or failed
+	Retries       int64         // tries after the first, over all transactions
 	Aborted       int           // clients aborted by other errors
 	LatencyAvg    float64       // ms
 	LatencyStddev float64       // ms
@@ -171,22 +182,29 @@ type TableUsage struct {
 
 // stats accumulate one worker's transactions (pgbench's StatsData).
 type stats struct {
-	mu     sync.Mutex
-	cnt    int64   // guarded by mu: committed
-	failed int64   // guarded by mu
-	delta  int64   // guarded by mu: sum of the committed transactions' deltas
-	sum    float64 // guarded by mu: latency sum, µs
-	sum2   float64 // guarded by mu: latency sum of squares, µs²
+	mu      sync.Mutex
+	cnt     int64   // guarded by mu: committed
+	failed  int64   // guarded by mu
+	retried int64   // guarded by mu: transactions tried more than once
+	retries int64   // guarded by mu: tries after the first
+	delta   int64   // guarded by mu: sum of the committed transactions' deltas
+	sum     float64 // guarded by mu: latency sum, µs
+	sum2    float64 // guarded by mu: latency sum of squares, µs²
 }
 
 type snapshot struct {
-	cnt, failed, delta int64
-	sum, sum2          float64
+	cnt, failed, delta, retried, retries int64
+	sum, sum2                            float64
 }
 
-func (s *stats) add(lat time.Duration, failed bool, delta int64) {
+// add counts one transaction that ended after tries tries.
+func (s *stats) add(lat time.Duration, failed bool, delta int64, tries int) {
 	us := float64(lat) / float64(time.Microsecond)
 	s.mu.Lock()
+	if tries > 1 {
+		s.retried++
+		s.retries += int64(tries - 1)
+	}
 	if failed {
 		s.failed++
 	} else {
@@ -201,7 +219,7 @@ func (s *stats) add(lat time.Duration, failed bool, delta int64) {
 func (s *stats) read() snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return snapshot{cnt: s.cnt, failed: s.failed, delta: s.delta, sum: s.sum, sum2: s.sum2}
+	return snapshot{cnt: s.cnt, failed: s.failed, delta: s.delta, retried: s.retried, retries: s.retries, sum: s.sum, sum2: s.sum2}
 }
 
 func total(ws []*stats) snapshot {
@@ -211,6 +229,8 @@ func total(ws []*stats) snapshot {
 		t.cnt += s.cnt
 		t.failed += s.failed
 		t.delta += s.delta
+		t.retried += s.retried
+		t.retries += s.retries
 		t.sum += s.sum
 		t.sum2 += s.sum2
 	}
@@ -331,6 +351,7 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		logMu sync.Mutex // serializes writes to log
 		wg    sync.WaitGroup
 	)
+	maxTries := max(cfg.MaxTries, 1)
 	aborted := make([]bool, cfg.Clients)
 	var unknown atomic.Bool // a transaction ended with an error that leaves its outcome open
 	start := time.Now()
@@ -359,13 +380,23 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 				p.Delta = rng.Int64N(10001) - 5000
 				t0 := time.Now()
 				var err error
-				switch cfg.Workload {
-				case SelectOnly:
-					err = c.SelectOnly(ctx, p.AID)
-				default:
-					p.MTime = t0.UnixMicro()
-					p.HistoryKey = historyKey(runStart, i, n)
-					err = c.TPCB(ctx, &p, cfg.Workload == SimpleUpdate)
+				tries := 0
+				for {
+					tries++
+					switch cfg.Workload {
+					case SelectOnly:
+						err = c.SelectOnly(ctx, p.AID)
+					default:
+						p.MTime = t0.UnixMicro()
+						p.HistoryKey = historyKey(runStart, i, n)
+						err = c.TPCB(ctx, &p, cfg.Workload == SimpleUpdate)
+					}
+					// A failed try was rolled back: the next one, with
+					// the same values, starts from where this one did.
+					if err == nil || !IsFailure(err) || tries >= maxTries || ctx.Err() != nil ||
+						(cfg.Duration > 0 && !time.Now().Before(deadline)) {
+						break
+					}
 				}
 				lat := time.Since(t0)
 				if err != nil && !IsFailure(err) {
@@ -384,7 +415,7 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 				if cfg.Workload != SelectOnly {
 					delta = p.Delta
 				}
-				w.add(lat, err != nil, delta)
+				w.add(lat, err != nil, delta, tries)
 			}
 		})
 	}
@@ -445,6 +476,9 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		Duration:      cfg.Duration,
 		Processed:     tot.cnt,
 		Failed:        tot.failed,
+		MaxTries:      maxTries,
+		Retried:       tot.retried,
+		Retries:       tot.retries,
 		LatencyAvg:    avg,
 		LatencyStddev: sd,
 		ConnTime:      float64(connTime) / float64(time.Millisecond),

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mvkv/engine"
 )
 
 // testAccounts keeps loads small: 2,000 accounts per scale unit instead of
@@ -280,6 +282,77 @@ func TestTargetRefusesTheOtherStore(t *testing.T) {
 				tg.Close()
 			}
 			t.Errorf("%s target on a directory of the other: %v; want an error naming the %s", c.target, err, c.want)
+		}
+	}
+}
+
+// flakyTarget's clients fail every other TPC-B try with a serialization
+// failure before touching the store, as a transaction that lost a race
+// would.
+type flakyTarget struct{ Target }
+
+func (f flakyTarget) NewClient(ctx context.Context) (Client, error) {
+	c, err := f.Target.NewClient(ctx)
+	return &flakyClient{Client: c}, err
+}
+
+type flakyClient struct {
+	Client
+	tries int
+}
+
+func (c *flakyClient) TPCB(ctx context.Context, p *TxnParams, simple bool) error {
+	if c.tries++; c.tries%2 == 1 {
+		return fmt.Errorf("%w: lost a race (test)", engine.ErrSerializationFailure)
+	}
+	return c.Client.TPCB(ctx, p, simple)
+}
+
+// TestMaxTries: with --max-tries 1 every other transaction fails; with 2
+// each failed try is run again with the same values and commits, counted
+// as retried, and the run's commits still match what the tables gained.
+func TestMaxTries(t *testing.T) {
+	ctx := context.Background()
+	tg := openTestTarget(t, "pebble", t.TempDir())
+	defer tg.Close()
+	if err := Load(ctx, tg, 1, testAccounts, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tries                            int
+		processed, failed, retried, rtry int64
+	}{
+		{1, 100, 100, 0, 0},
+		{2, 200, 0, 200, 200},
+	} {
+		before, err := tg.Sums(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Run(ctx, flakyTarget{tg}, RunConfig{Workload: TPCB, Scale: 1, Accounts: testAccounts, Clients: 2, Transactions: 100, MaxTries: c.tries, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Processed != c.processed || r.Failed != c.failed || r.Retried != c.retried || r.Retries != c.rtry {
+			t.Errorf("--max-tries %d: %d processed, %d failed, %d retried, %d retries; want %d, %d, %d, %d",
+				c.tries, r.Processed, r.Failed, r.Retried, r.Retries, c.processed, c.failed, c.retried, c.rtry)
+		}
+		after, err := tg.Sums(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv := CheckInvariant(after)
+		inv.CheckRun(before, *r.Applied)
+		if !inv.OK {
+			t.Errorf("--max-tries %d: invariant %+v, run %+v", c.tries, inv, inv.Run)
+		}
+		var out bytes.Buffer
+		if err := WriteReport(&out, r); err != nil {
+			t.Fatal(err)
+		}
+		retried := strings.Contains(out.String(), "number of transactions retried: 200 (100.000%)\ntotal number of retries: 200\n")
+		if !strings.Contains(out.String(), fmt.Sprintf("maximum number of tries: %d\n", c.tries)) || retried != (c.tries > 1) {
+			t.Errorf("--max-tries %d: report\n%s", c.tries, out.String())
 		}
 	}
 }

@@ -786,7 +786,7 @@ func runOne(ctx context.Context, t Target, cfg Config, scale, i, repeat int, lab
 	r, err := Run(ctx, t, RunConfig{
 		Workload: cfg.Workload, Scale: scale, Accounts: cfg.Accounts,
 		Clients: cfg.Clients, Threads: cfg.Threads, Transactions: cfg.Transactions,
-		Duration: cfg.Duration, Progress: cfg.Progress, Seed: seed, Log: log,
+		Duration: cfg.Duration, Progress: cfg.Progress, Seed: seed, MaxTries: cfg.MaxTries, Log: log,
 	})
 	if err != nil {
 		return nil, err

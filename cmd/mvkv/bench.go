@@ -54,6 +54,10 @@ Benchmarking options:
   -t, --transactions=NUM   number of transactions each client runs (default: 10)
   -T, --time=NUM           duration of benchmark test in seconds
   --random-seed=NUM        seed the random generators (default: the clock)
+  --max-tries=NUM          max number of tries to run a transaction that
+                           fails with a serialization failure or deadlock
+                           (or, over RESP, an aborted EXEC) (default: 1);
+                           0, unlimited, only with -T
 
 Target options:
   --target=engine|pebble|postgres=URL
@@ -198,6 +202,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&fresh, "fresh", false, "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
 	fs.Uint64Var(&seed, "random-seed", 0, "")
+	maxTries := 1
+	fs.IntVar(&maxTries, "max-tries", 1, "")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -245,6 +251,14 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("invalid --disk-rotation: %v (0, or 1..1000000 rotations a second)", diskRotation)
 	case repeat < 1:
 		return fail("invalid --repeat: %d", repeat)
+	case maxTries < 0:
+		return fail("invalid number of maximum tries: %d", maxTries)
+	case maxTries == 0 && seconds == 0:
+		// pgbench 15 says the same of its own, with --latency-limit.
+		return fail("an unlimited number of transaction tries (--max-tries 0) can only be used with a duration (-T)")
+	}
+	if maxTries == 0 {
+		maxTries = math.MaxInt // unlimited: the duration ends the retries
 	}
 	// The settings were checked one by one as they were parsed; this
 	// checks them together (max_wal_size against the segment size).
@@ -337,6 +351,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		Duration:     time.Duration(seconds) * time.Second,
 		Progress:     time.Duration(progress) * time.Second,
 		Seed:         seed,
+		MaxTries:     maxTries,
 		Sweep:        sweeps,
 		Repeat:       repeat,
 		Plot:         plotFile,
