@@ -532,6 +532,17 @@ func (c *CLOG) heldTorn(pageno uint64) bool {
 // concurrently with other methods.
 func (c *CLOG) EndRecovery() { c.recovering.Store(false) }
 
+// Abandon closes every segment file without writing any page: for an
+// Open of the database that failed, which must leave the directory as it
+// found it (what recovery changed is redone by the next Open). Later calls,
+// Close's included, return ErrClosed.
+func (c *CLOG) Abandon() error {
+	if c.closed.Swap(true) {
+		return ErrClosed
+	}
+	return c.files.closeAll()
+}
+
 // Close checkpoints and then closes every segment file. The CLOG must not be
 // used concurrently with or after Close; later calls return ErrClosed. The
 // files are closed even when the checkpoint fails, whose error is returned.

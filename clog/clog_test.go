@@ -761,3 +761,35 @@ func TestOpenSegmentsBounded(t *testing.T) {
 		t.Errorf("%d segment files (%v), want %d", len(names), err, segs)
 	}
 }
+
+// TestAbandonWritesNothing: statuses set in the buffers are not written by
+// Abandon (a failed database Open leaves the files as it found them), and
+// the CLOG is closed after it.
+func TestAbandonWritesNothing(t *testing.T) {
+	dir := testDir(t)
+	c := mustOpen(t, vfs.OS{}, dir, Options{Buffers: 16})
+	if err := c.SetStatus(5, StatusCommitted, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ExtendTo(3 * XidsPerPage); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Abandon(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Close after Abandon: %v, want ErrClosed", err)
+	}
+	if names, _ := (vfs.OS{}).ReadDir(dir); len(names) != 0 {
+		for _, n := range names {
+			if size, err := (vfs.OS{}).Stat(filepath.Join(dir, n)); err == nil && size > 0 {
+				t.Errorf("Abandon wrote %s (%d bytes)", n, size)
+			}
+		}
+	}
+	c = mustOpen(t, vfs.OS{}, dir, Options{Buffers: 16})
+	defer c.Close()
+	if s, err := c.Status(5); err != nil || s != StatusInProgress {
+		t.Errorf("after Abandon and a reopen: Status(5) = %v, %v; want in progress (never written)", s, err)
+	}
+}

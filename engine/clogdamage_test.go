@@ -193,8 +193,9 @@ func TestCLOGDamageAfterCrash(t *testing.T) {
 			if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "disagrees with the WAL") || !strings.Contains(err.Error(), want) {
 				t.Fatalf("Open, try %d: %v; want ErrCorruption saying %q", try, err, want)
 			}
-			if got := readCLOGFile(t, contradicted); !bytes.Equal(got[:clog.PageSize], damaged[:clog.PageSize]) {
-				t.Fatalf("Open, try %d: the refused Open rewrote the damaged CLOG page", try)
+			if got := readCLOGFile(t, contradicted); !bytes.Equal(got, damaged) {
+				t.Fatalf("Open, try %d: the refused Open wrote to the CLOG (%d bytes, were %d; first page the same: %v)",
+					try, len(got), len(damaged), bytes.Equal(got[:clog.PageSize], damaged[:clog.PageSize]))
 			}
 		}
 		t.Log(err)

@@ -323,6 +323,13 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.fsm.init()
 	db.closing = make(chan struct{})
 	if err := db.open(); err != nil {
+		// Nothing of the CLOG is written back: a page recovery accepted
+		// as torn and then found damaged would otherwise be rewritten
+		// with a valid checksum, and the next Open would trust it.
+		if db.clog != nil {
+			db.clog.Abandon()
+			db.clog = nil
+		}
 		db.closeFiles()
 		return nil, asCorruption(err)
 	}
