@@ -80,8 +80,8 @@ type RunConfig struct {
 	// same random values, until it commits or has been tried MaxTries
 	// times, and only then counted as failed. 1 (and the zero value) tries
 	// once; math.MaxInt is pgbench's 0, unlimited, for a run with a
-	// Duration. A retry does not start after Duration ended. The latency of a retried transaction runs from
-	// its first try to its last.
+	// Duration. A retry does not start after Duration ended. The latency
+	// of a retried transaction runs from its first try to its last.
 	MaxTries int
 	// Seed seeds the clients' random generators; 0 takes the clock.
 	Seed uint64

@@ -172,9 +172,9 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // index file against the index; the control file against the WAL, every
 // WAL record on disk up to where the log was durable when this check
 // reached it (read while no checkpoint runs), and every commit and abort
-// record among them against the CLOG (a CLOG segment older than the WAL, restored from a copy, shows
-// there); and files the WAL, CLOG, heap and visibility map directories do
-// not own.
+// record among them against the CLOG (a CLOG segment older than the WAL,
+// restored from a copy, shows there); and files the WAL, CLOG, heap and
+// visibility map directories do not own.
 //
 // It takes a checkpoint first, so it needs a writable database. It holds
 // off vacuum and autovacuum while it runs (a vacuum run waits for it, and

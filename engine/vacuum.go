@@ -476,8 +476,14 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 		// moves forward), which would have index-only reads answer
 		// from it and lazy runs skip the page. Cleared with a warning,
 		// as PostgreSQL's lazy_scan_prune does, and as there without a
-		// record of its own: a crash before the page is written back
-		// leaves it for the next aggressive run.
+		// record of its own (a crash before the page is written back
+		// leaves it for the next aggressive run); the page's flag as a
+		// hint is, after a full-page image if it is the first change
+		// since the redo point, so that a torn write cannot fail the
+		// page's checksum.
+		if err := db.logFPIForHint(buf); err != nil {
+			return v.st.OldestXmin, err
+		}
 		if _, err := db.vm.Clear(blk, visibility.ValidBits); err != nil {
 			return v.st.OldestXmin, err
 		}
