@@ -366,4 +366,3 @@ func reopenVerify(t *testing.T, dir string) VerifyReport {
 	}
 	return rep
 }
-
