@@ -210,7 +210,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, benchUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mvkv bench: %s\n%s", flagError(err), tryHelp("bench"))
+		fmt.Fprintf(stderr, "mvkv bench: %s\n%s", flagError(fs, err), tryHelp("bench"))
 		return 2
 	}
 	set := map[string]bool{}

@@ -83,7 +83,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, crashtestUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mvkv crashtest: %s\n%s", flagError(err), tryHelp("crashtest"))
+		fmt.Fprintf(stderr, "mvkv crashtest: %s\n%s", flagError(fs, err), tryHelp("crashtest"))
 		return 2
 	}
 	if fs.NArg() > 0 {

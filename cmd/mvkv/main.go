@@ -11,12 +11,14 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 const usage = `mvkv is a miniature transactional key-value storage engine.
@@ -150,8 +152,40 @@ func versionLine() string {
 // document them with two, and one-letter ones (bench's -c, -s) with one,
 // as pgbench does. An undefined flag is named with two, whatever its
 // length.
-func flagError(err error) string {
-	return flagNameRE.ReplaceAllString(err.Error(), "${1}${3}--${2}${4}")
+//
+// A value the flag package could not parse ("parse error") is said in the
+// words of what the flag wants: true or false, an integer, a number, a
+// duration.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if m := parseErrorRE.FindStringSubmatch(msg); m != nil {
+		if f := fs.Lookup(m[1]); f != nil {
+			msg = strings.TrimSuffix(msg, "parse error") + wantOf(f)
+		}
+	}
+	return flagNameRE.ReplaceAllString(msg, "${1}${3}--${2}${4}")
 }
+
+// wantOf names the kind of value flag f takes, by the type of its value
+// (the flag package's own types, whose names it does not export, print
+// with %T).
+func wantOf(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "want true or false"
+	}
+	switch fmt.Sprintf("%T", f.Value) {
+	case "*flag.intValue", "*flag.int64Value":
+		return "want an integer"
+	case "*flag.uintValue", "*flag.uint64Value":
+		return "want a non-negative integer"
+	case "*flag.float64Value":
+		return "want a number"
+	case "*flag.durationValue":
+		return "want a duration such as 30s or 4ms"
+	}
+	return "parse error"
+}
+
+var parseErrorRE = regexp.MustCompile(`for (?:flag )?-([A-Za-z][-A-Za-z0-9_]*): parse error$`)
 
 var flagNameRE = regexp.MustCompile(`(not defined: )-([A-Za-z])|(needs an argument: |for flag |value "[^"]*" for )-([A-Za-z][-A-Za-z0-9_]+)`)

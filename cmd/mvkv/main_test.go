@@ -45,7 +45,8 @@ func TestHelpCommand(t *testing.T) {
 }
 
 // Flag errors name flags as the usage does, with two dashes, after the
-// command's name, for every command.
+// command's name, for every command, and say what a value that did not
+// parse should have been.
 func TestFlagErrorsUseTwoDashes(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -54,9 +55,12 @@ func TestFlagErrorsUseTwoDashes(t *testing.T) {
 		{[]string{"serve", "--bogus"}, "mvkv serve: flag provided but not defined: --bogus\n"},
 		{[]string{"serve", "--timeout", "x"}, "mvkv serve: invalid value \"x\" for flag --timeout: "},
 		{[]string{"bench", "--clients"}, "mvkv bench: flag provided but not defined: --clients\n"},
-		{[]string{"bench", "--fresh=maybe"}, "mvkv bench: invalid boolean value \"maybe\" for --fresh: "},
+		{[]string{"bench", "--fresh=maybe"}, "mvkv bench: invalid boolean value \"maybe\" for --fresh: want true or false\n"},
 		{[]string{"bench", "-c"}, "mvkv bench: flag needs an argument: -c\n"},
-		{[]string{"bench", "-c", "x"}, "mvkv bench: invalid value \"x\" for flag -c: "},
+		{[]string{"bench", "-c", "x"}, "mvkv bench: invalid value \"x\" for flag -c: want an integer\n"},
+		{[]string{"bench", "--random-seed", "-1"}, "mvkv bench: invalid value \"-1\" for flag --random-seed: want a non-negative integer\n"},
+		{[]string{"bench", "--disk-rotation", "q"}, "mvkv bench: invalid value \"q\" for flag --disk-rotation: want a number\n"},
+		{[]string{"bench", "--fsync-latency", "4"}, "mvkv bench: invalid value \"4\" for flag --fsync-latency: want a duration such as 30s or 4ms\n"},
 		{[]string{"verify", "--x"}, "mvkv verify: flag provided but not defined: --x\n"},
 		{[]string{"waldump", "--nope"}, "mvkv waldump: flag provided but not defined: --nope\n"},
 		{[]string{"crashtest", "--cycles=abc"}, "mvkv crashtest: invalid value \"abc\" for flag --cycles: "},

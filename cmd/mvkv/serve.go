@@ -146,7 +146,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 			fmt.Fprint(stdout, serveUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mvkv serve: %s\n%s", flagError(err), tryHelp("serve"))
+		fmt.Fprintf(stderr, "mvkv serve: %s\n%s", flagError(fs, err), tryHelp("serve"))
 		return 2
 	}
 	fail := func(format string, a ...any) int {

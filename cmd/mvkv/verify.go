@@ -128,7 +128,7 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 			fmt.Fprint(stdout, usage)
 			return "", 0, false
 		}
-		fmt.Fprintf(stderr, "mvkv %s: %s\n%s", fs.Name(), flagError(err), tryHelp(fs.Name()))
+		fmt.Fprintf(stderr, "mvkv %s: %s\n%s", fs.Name(), flagError(fs, err), tryHelp(fs.Name()))
 		return "", 2, false
 	}
 	if *dirFlag != "" {
