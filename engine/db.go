@@ -423,6 +423,11 @@ func (db *DB) open() error {
 	}
 	ctrl, _, err := readControl(fsys, dir)
 	if err != nil {
+		if errors.Is(err, ErrCorruption) {
+			// What a user can do: the control file names the checkpoint
+			// recovery starts from, and nothing else holds that.
+			return fmt.Errorf("%w (the control file names the checkpoint recovery starts from; nothing rebuilds a damaged one: restore the data directory from a copy)", err)
+		}
 		return err
 	}
 	// A new directory, or one whose control file predates identifiers,
