@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
 	"testing"
@@ -806,5 +807,86 @@ func countRecords(t *testing.T, fsys vfs.FS, dir string, setup func(*Reader)) (i
 			return n, err
 		}
 		n++
+	}
+}
+
+// TestUntaggedLogKeepsOneIdentifier: a log written by a build that left
+// the log identifier 0 is continued by this one, reopened once while still
+// in an untagged segment, and written on across two more segment
+// boundaries. Each open over an untagged segment used to draw a new
+// identifier while keeping the prepared next segment, which carried the
+// previous open's: the log ended up with two identifiers and was refused
+// as "another write-ahead log" after a clean restart.
+func TestUntaggedLogKeepsOneIdentifier(t *testing.T) {
+	fsys, dir := vfs.OS{}, t.TempDir()
+	writeFixed(t, fsys, dir, 0, 10, 100, 0)
+	// As an older build left it: identifier 0, no prepared next segment.
+	seg1 := path.Join(dir, segmentName(testSeg))
+	b := readFile(t, seg1)
+	h, err := decodeSegHeader(b[:segHeaderSize])
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.tag = 0
+	encodeSegHeader(b, h)
+	writeFile(t, seg1, b)
+	if err := fsys.Remove(path.Join(dir, segmentName(2*testSeg))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	// An open that writes a record, still in segment 1, and has the next
+	// segment prepared.
+	_, end, _ := readAll(t, fsys, dir, 0)
+	w, err := OpenWriter(fsys, dir, end, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e, err := w.Insert(MinUserRecordType, 1, []byte("second open")); err != nil {
+		t.Fatal(err)
+	} else if err := w.Flush(e); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, fsys, dir)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Another open writes on past two segment boundaries.
+	_, end, _ = readAll(t, fsys, dir, 0)
+	writeFixed(t, fsys, dir, end, 2500, 1000, 1)
+	if err := readToError(t, dir); err != io.EOF {
+		t.Fatalf("reading the log after a clean restart and 2.5 MB of records: %v", err)
+	}
+}
+
+// TestForeignPreparedSegmentNotKept: an empty prepared segment past the end
+// of the log whose header carries another log's identifier (copied in, or
+// left by another database) is removed at open, not kept and written into.
+func TestForeignPreparedSegmentNotKept(t *testing.T) {
+	fsys, dir := vfs.OS{}, t.TempDir()
+	w, err := OpenWriter(fsys, dir, 0, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e, err := w.Insert(MinUserRecordType, 1, []byte("first")); err != nil {
+		t.Fatal(err)
+	} else if err := w.Flush(e); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, fsys, dir)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg2 := path.Join(dir, segmentName(2*testSeg))
+	b := readFile(t, seg2)
+	h, err := decodeSegHeader(b[:segHeaderSize])
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.tag ^= 0x5a5a
+	encodeSegHeader(b, h)
+	writeFile(t, seg2, b)
+	_, end, _ := readAll(t, fsys, dir, 0)
+	writeFixed(t, fsys, dir, end, 2500, 1000, 1)
+	if err := readToError(t, dir); err != io.EOF {
+		t.Fatalf("reading the log written on past the foreign segment's place: %v", err)
 	}
 }

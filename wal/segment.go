@@ -97,29 +97,31 @@ func segmentReady(fsys vfs.FS, dir string, start LSN, size int64) bool {
 // start, and zeros after it. OpenWriter keeps such a segment past the end
 // of the log rather than removing it and preparing it again, so that
 // opening a directory shut down cleanly rewrites nothing; it holds nothing
-// stale that could resurface behind new records.
-func preparedEmpty(fsys vfs.FS, dir string, start LSN, size int64) bool {
+// stale that could resurface behind new records. It also returns the log
+// identifier in the segment's header.
+func preparedEmpty(fsys vfs.FS, dir string, start LSN, size int64) (tag uint16, ok bool) {
 	f, err := fsys.OpenReadOnly(path.Join(dir, segmentName(start)))
 	if err != nil {
-		return false
+		return 0, false
 	}
 	defer f.Close()
 	if n, err := f.Size(); err != nil || n != size {
-		return false
+		return 0, false
 	}
-	if _, err := readSegHeader(f, start, size); err != nil {
-		return false
+	h, err := readSegHeader(f, start, size)
+	if err != nil {
+		return 0, false
 	}
 	buf := make([]byte, min(zeroChunk, size))
 	zeros := make([]byte, len(buf))
 	for off := int64(segHeaderSize); off < size; {
 		n := min(int64(len(buf)), size-off)
 		if _, err := f.ReadAt(buf[:n], off); err != nil || !bytes.Equal(buf[:n], zeros[:n]) {
-			return false
+			return 0, false
 		}
 		off += n
 	}
-	return true
+	return h.tag, true
 }
 
 // listSegments returns the start LSNs of the segment files in dir, ascending,

@@ -335,19 +335,29 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		f.Close()
 		return nil, err
 	}
+	next := cur + LSN(segSize)
+	nextTag, keepNext := preparedEmpty(fsys, dir, next, segSize)
 	if tag == 0 {
 		// The segments the log continues in carry its identifier, or, if
-		// an older build made them, none; then the log gets one now.
+		// an older build made them, none; then the log gets one now:
+		// the one an earlier open drew and gave the prepared next
+		// segment, if there is one, so that the log keeps one
+		// identifier across restarts.
 		if tag = h.tag; tag == 0 {
-			tag = newLogTag()
+			if tag = nextTag; tag == 0 {
+				tag = newLogTag()
+			}
 		}
 	}
+	// A prepared next segment of another identifier is not this log's
+	// continuation: it goes with the others past the end.
+	keepNext = keepNext && (nextTag == 0 || nextTag == tag)
 	// Later segments go newest first, each removal made durable before the
 	// next, so that a crash in the middle never leaves a gap: a segment
 	// missing below one that is present is damage (Reader).
 	removed := false
 	for i := len(segs) - 1; i >= 0 && segs[i] > cur; i-- {
-		if segs[i] == cur+LSN(segSize) && preparedEmpty(fsys, dir, segs[i], segSize) {
+		if segs[i] == next && keepNext {
 			continue // the next segment, prepared and still empty: kept as it is
 		}
 		if err := fsys.Remove(path.Join(dir, segmentName(segs[i]))); err != nil {
