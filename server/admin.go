@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -870,7 +871,10 @@ func (s *Server) keyspaceAge() (age, took time.Duration) {
 // cursorTable maps SCAN cursors to the key the scan resumes from. Redis
 // encodes its position in the cursor itself; keys ordered by bytes cannot
 // be, and clients (go-redis among them) want a number. The table keeps the
-// newest maxCursors; an older cursor gets "ERR invalid cursor".
+// newest maxCursors; an older cursor gets "ERR invalid cursor". Its numbers
+// start at a random point in each server (cursorBase), so that a cursor
+// handed out before a restart is invalid too, rather than the number of
+// another scan's position, which would skip keys without an error.
 type cursorTable struct {
 	mu    sync.Mutex
 	next  uint64            // guarded by mu
@@ -879,6 +883,14 @@ type cursorTable struct {
 }
 
 const maxCursors = 4096
+
+// cursorBase is where a server's cursor numbers start: random, between
+// 2^32 and 2^62, so that two servers' (a restart's) ranges do not meet in
+// practice, and every cursor stays a positive number that clients parsing
+// it as a signed 64-bit integer accept.
+func cursorBase() uint64 {
+	return 1<<32 + rand.Uint64N(1<<62-1<<33)
+}
 
 func (t *cursorTable) put(k []byte) uint64 {
 	t.mu.Lock()

@@ -222,6 +222,7 @@ func New(db *engine.DB, cfg Config) *Server {
 	s.slowlog.maxLen.Store(128)
 	s.watch.keys = map[string]*watchEntry{}
 	s.cursor.m = map[uint64][]byte{}
+	s.cursor.next = cursorBase()
 	s.syncCommit.Store(int32(cfg.SynchronousCommit))
 	_ = db.SetSynchronousCommit(cfg.SynchronousCommit) // on or off: withDefaults
 	s.maxClients.Store(int64(cfg.MaxClients))

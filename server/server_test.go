@@ -1387,3 +1387,46 @@ func TestWaitBlocks(t *testing.T) {
 		t.Fatalf("shutdown with a client in WAIT 1 0: %v (after %v)", err, time.Since(start))
 	}
 }
+
+// TestScanCursorOfAnotherServer: a SCAN cursor handed out by one server is
+// invalid at another over the same database, as after a restart: the
+// numbers used to start at 1 in every server, so an old cursor named a
+// position of another scan, and the resumed scan skipped keys without an
+// error.
+func TestScanCursorOfAnotherServer(t *testing.T) {
+	ctx := context.Background()
+	a := startServer(t, Config{})
+	ra := a.client(t)
+	for i := range 30 {
+		if err := ra.Set(ctx, fmt.Sprintf("k%02d", i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, cur, err := ra.Scan(ctx, 0, "", 10).Result()
+	if err != nil || cur == 0 {
+		t.Fatalf("SCAN 0: cursor %d, %v", cur, err)
+	}
+	// A second server over the same database, as a restart starts one,
+	// with a scan of its own under way.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := New(a.db, Config{})
+	done := make(chan error, 1)
+	go func() { done <- b.Serve(ctx, ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		b.Shutdown(sctx)
+		<-done
+	}()
+	rb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer rb.Close()
+	if _, _, err := rb.Scan(ctx, 0, "", 10).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.Do(ctx, "SCAN", cur).Err(); err == nil || err.Error() != "ERR invalid cursor" {
+		t.Fatalf("SCAN %d, a cursor of another server: %v; want ERR invalid cursor", cur, err)
+	}
+}
