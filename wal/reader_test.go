@@ -836,19 +836,7 @@ func TestUntaggedLogKeepsOneIdentifier(t *testing.T) {
 	// An open that writes a record, still in segment 1, and has the next
 	// segment prepared.
 	_, end, _ := readAll(t, fsys, dir, 0)
-	w, err := OpenWriter(fsys, dir, end, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, e, err := w.Insert(MinUserRecordType, 1, []byte("second open")); err != nil {
-		t.Fatal(err)
-	} else if err := w.Flush(e); err != nil {
-		t.Fatal(err)
-	}
-	waitPrepared(t, fsys, dir)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeOneAndPrepare(t, fsys, dir, end)
 	// Another open writes on past two segment boundaries.
 	_, end, _ = readAll(t, fsys, dir, 0)
 	writeFixed(t, fsys, dir, end, 2500, 1000, 1)
@@ -862,19 +850,7 @@ func TestUntaggedLogKeepsOneIdentifier(t *testing.T) {
 // left by another database) is removed at open, not kept and written into.
 func TestForeignPreparedSegmentNotKept(t *testing.T) {
 	fsys, dir := vfs.OS{}, t.TempDir()
-	w, err := OpenWriter(fsys, dir, 0, testOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, e, err := w.Insert(MinUserRecordType, 1, []byte("first")); err != nil {
-		t.Fatal(err)
-	} else if err := w.Flush(e); err != nil {
-		t.Fatal(err)
-	}
-	waitPrepared(t, fsys, dir)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeOneAndPrepare(t, fsys, dir, 0)
 	seg2 := path.Join(dir, segmentName(2*testSeg))
 	b := readFile(t, seg2)
 	h, err := decodeSegHeader(b[:segHeaderSize])
@@ -888,5 +864,24 @@ func TestForeignPreparedSegmentNotKept(t *testing.T) {
 	writeFixed(t, fsys, dir, end, 2500, 1000, 1)
 	if err := readToError(t, dir); err != io.EOF {
 		t.Fatalf("reading the log written on past the foreign segment's place: %v", err)
+	}
+}
+
+// writeOneAndPrepare opens the log in dir at end, writes and flushes one
+// record (in segment 1), waits until segment 2 is prepared, and closes.
+func writeOneAndPrepare(t *testing.T, fsys vfs.FS, dir string, end LSN) {
+	t.Helper()
+	w, err := OpenWriter(fsys, dir, end, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e, err := w.Insert(MinUserRecordType, 1, []byte("one")); err != nil {
+		t.Fatal(err)
+	} else if err := w.Flush(e); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, fsys, dir)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
