@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"path"
 	"runtime"
@@ -291,8 +292,24 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		return nil, err
 	}
 	segSize := opts.SegmentSize
+	// The directories created for the log are made durable like any
+	// other directory change (each in the one it was created in): a
+	// crash could otherwise take the directory away, and every segment
+	// in it with it.
+	var created []string
+	for d := path.Clean(dir); ; d = path.Dir(d) {
+		if _, err := fsys.ReadDir(d); !errors.Is(err, fs.ErrNotExist) || d == path.Dir(d) {
+			break
+		}
+		created = append(created, d)
+	}
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("wal: %w", err) // the path error names the directory
+	}
+	for _, d := range created {
+		if err := fsys.SyncDir(path.Dir(d)); err != nil {
+			return nil, fmt.Errorf("wal: fsync directory %s: %w", path.Dir(d), err)
+		}
 	}
 	segs, temps, err := listSegments(fsys, dir)
 	if err != nil {

@@ -637,3 +637,35 @@ func TestOpenRemovesStaleSegmentsAndSaysSo(t *testing.T) {
 		t.Errorf("the prepared next segment was removed: %q", logs.String())
 	}
 }
+
+// TestCreatedDirectoryIsDurable: OpenWriter on a directory that does not
+// exist yet creates it, and its parents, durably: a record flushed there
+// survives a power loss that drops every directory change not synced.
+func TestCreatedDirectoryIsDurable(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWriter(m, "/data/db/wal", 0, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, end, err := w.Insert(MinUserRecordType, 1, []byte("durable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(end); err != nil {
+		t.Fatal(err)
+	}
+	c := m.CrashCopy(vfs.DropUnsynced, nil)
+	w.Close()
+	r, err := NewReader(c, "/data/db/wal", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, err := r.Next()
+	if err != nil || rec.LSN != start || string(rec.Data) != "durable" {
+		t.Fatalf("after a power loss: %+v, %v; want the flushed record at %s", rec, err, start)
+	}
+}
