@@ -101,7 +101,7 @@ func (db *DB) statusAfterTruncation(v *version, xid uint64, committed, invalid u
 	buf.RLock()
 	defer buf.RUnlock()
 	raw, err := heap.Tuple(buf.Page(), v.tid.Slot)
-	if err != nil || heap.TupleXmin(raw) != v.hdr.Xmin || heap.TupleInfomask(raw)&heap.Chunk != 0 {
+	if err != nil || !holdsVersion(raw, v) {
 		return false, errVanished
 	}
 	mask := heap.TupleInfomask(raw)
@@ -127,6 +127,12 @@ func (db *DB) statusAfterTruncation(v *version, xid uint64, committed, invalid u
 	return false, truncErr
 }
 
+// holdsVersion reports whether raw, a tuple read from v's slot, is still
+// v: the same xmin (xids are never reused) and not a chunk.
+func holdsVersion(raw []byte, v *version) bool {
+	return heap.TupleXmin(raw) == v.hdr.Xmin && heap.TupleInfomask(raw)&heap.Chunk == 0
+}
+
 // setHintBits sets the hints a walk learned on v's tuple, if it still holds
 // the same xmin (and, for xmax hints, the same xmax). The caller holds
 // closeMu shared and no page lock. Failures are ignored: a hint is only a
@@ -147,7 +153,7 @@ func (db *DB) setHintBits(v *version) {
 	buf.Lock()
 	defer buf.Unlock()
 	raw, err := heap.Tuple(buf.Page(), v.tid.Slot)
-	if err != nil || heap.TupleXmin(raw) != v.hdr.Xmin || heap.TupleInfomask(raw)&heap.Chunk != 0 {
+	if err != nil || !holdsVersion(raw, v) {
 		return
 	}
 	if heap.TupleXmax(raw) != v.hdr.Xmax {

@@ -333,14 +333,20 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		return d, bad("reading the header: %v", err)
 	}
 	body := size - indexHeaderSize - 4
-	// refuse returns err, a refusal of the file for what its header says,
+	// refuseAs returns err, a refusal of the file for what its header says,
 	// if the file's checksum holds; if it fails, the header may be what
 	// is damaged (the checksum covers it too, but is read last), and
 	// what it says is not a reason: the file is reported as damaged. Only
 	// a refused file is read to its end for this; it is rebuilt from the
 	// heap anyway.
-	refuse := func(err error, says string) error {
+	//
+	// hdrSize is the header size of the format the header names (an older
+	// format's is shorter, and its body starts earlier): the checksum
+	// covers the body, then the header, as each format computes it;
+	// refuse is refuseAs for this build's format.
+	refuseAs := func(hdrSize int, err error, says string) error {
 		crc := crc32.New(castagnoli)
+		crc.Write(head[hdrSize:])
 		var sum [4]byte
 		if _, rerr := io.CopyN(crc, r, body); rerr != nil {
 			return err
@@ -348,13 +354,14 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		if _, rerr := io.ReadFull(r, sum[:]); rerr != nil {
 			return err
 		}
-		got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head)
+		got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head[:hdrSize])
 		if got == want {
 			return err
 		}
 		off = size - 4
 		return bad("the file is damaged: checksum %#x, computed %#x (the damage may be in the header, which reads: %s)", got, want, says)
 	}
+	refuse := func(err error, says string) error { return refuseAs(indexHeaderSize, err, says) }
 	if m := binary.LittleEndian.Uint64(head); m != indexFileMagic {
 		says := fmt.Sprintf("bad magic %#x", m)
 		return d, refuse(bad("%s", says), says)
@@ -366,21 +373,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			// (the body follows it): checked as that format computes
 			// it, so that a damaged version field (3 is two bits from
 			// 1 and 2) is reported as damage, not as an old file.
-			crc := crc32.New(castagnoli)
-			crc.Write(head[old:])
-			var sum [4]byte
-			if _, err := io.CopyN(crc, r, body); err != nil {
-				return d, bad("%s", says)
-			}
-			if _, err := io.ReadFull(r, sum[:]); err != nil {
-				return d, bad("%s", says)
-			}
-			got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head[:old])
-			if got != want {
-				off = size - 4
-				return d, bad("the file is damaged: checksum %#x, computed %#x as format version %d computes it (the damage may be in the header, which reads: %s)", got, want, v, says)
-			}
-			return d, bad("%s", says)
+			return d, refuseAs(old, bad("%s", says), says)
 		}
 		return d, refuse(bad("%s", says), says)
 	}

@@ -372,12 +372,13 @@ func (v *vacuumRun) run() error {
 		if err := v.ctx.Err(); err != nil {
 			return err
 		}
-		if av, af := db.pageAllVisible(blk); av && (af || !v.st.Aggressive) {
+		av, af := db.pageAllVisible(blk)
+		if av && (af || !v.st.Aggressive) {
 			v.st.PagesSkipped++
 			continue
 		}
 		err := db.whileOpen(func() error {
-			x, err := v.scanPage(blk)
+			x, err := v.scanPage(blk, av)
 			oldest = min(oldest, x)
 			return err
 		})
@@ -441,7 +442,10 @@ func (v *vacuumRun) keepChunks() {
 // scanPage is pass 1 on one page: it prunes and freezes the page, lists
 // work for pass 2, records its free space and sets its visibility map bits.
 // It returns the oldest xid a tuple on it still names (OldestXmin if none).
-func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
+// mapSaid is whether the visibility map had the page all-visible when the
+// run looked before locking it (only vacuum sets bits, and runs are
+// serialized, so a page the map did not have then it does not have now).
+func (v *vacuumRun) scanPage(blk uint32, mapSaid bool) (uint64, error) {
 	db := v.db
 	buf, err := v.ring.Get(blk)
 	if err != nil {
@@ -469,28 +473,36 @@ func (v *vacuumRun) scanPage(blk uint32) (uint64, error) {
 			}
 			v.st.PagesAllVisible++
 		}
-	} else if av, _ := db.pageAllVisible(blk); av || heap.PageFlags(buf.Page())&heap.PDAllVisible != 0 {
-		// The map or the page says all-visible, and the page holds a
-		// version some snapshot may not see: a wrong bit (every change
-		// clears the bits under this page lock, and the horizon only
-		// moves forward), which would have index-only reads answer
-		// from it and lazy runs skip the page. Cleared with a warning,
-		// as PostgreSQL's lazy_scan_prune does, and as there without a
-		// record of its own (a crash before the page is written back
-		// leaves it for the next aggressive run); the page's flag as a
-		// hint is, after a full-page image if it is the first change
-		// since the redo point, so that a torn write cannot fail the
-		// page's checksum.
-		if err := db.logFPIForHint(buf); err != nil {
-			return v.st.OldestXmin, err
+	} else {
+		av := false
+		if mapSaid {
+			// Read again under the page lock: a writer may have
+			// cleared it since.
+			av, _ = db.pageAllVisible(blk)
 		}
-		if _, err := db.vm.Clear(blk, visibility.ValidBits); err != nil {
-			return v.st.OldestXmin, err
+		if av || heap.PageFlags(buf.Page())&heap.PDAllVisible != 0 {
+			// The map or the page says all-visible, and the page holds a
+			// version some snapshot may not see: a wrong bit (every change
+			// clears the bits under this page lock, and the horizon only
+			// moves forward), which would have index-only reads answer
+			// from it and lazy runs skip the page. Cleared with a warning,
+			// as PostgreSQL's lazy_scan_prune does, and as there without a
+			// record of its own (a crash before the page is written back
+			// leaves it for the next aggressive run); the page's flag as a
+			// hint is, after a full-page image if it is the first change
+			// since the redo point, so that a torn write cannot fail the
+			// page's checksum.
+			if err := db.logFPIForHint(buf); err != nil {
+				return v.st.OldestXmin, err
+			}
+			if _, err := db.vm.Clear(blk, visibility.ValidBits); err != nil {
+				return v.st.OldestXmin, err
+			}
+			clearPDAllVisible(buf.Page())
+			buf.MarkDirty()
+			db.logger.Warn("vacuum: a page marked all-visible holds versions not visible to all; its bits were cleared",
+				"block", blk, "visibility map", av)
 		}
-		clearPDAllVisible(buf.Page())
-		buf.MarkDirty()
-		db.logger.Warn("vacuum: a page marked all-visible holds versions not visible to all; its bits were cleared",
-			"block", blk, "visibility map", av)
 	}
 	return res.oldestXid, nil
 }
