@@ -380,7 +380,10 @@ func (t *Txn) Delete(key []byte) error {
 // row version (EvalPlanQual), so concurrent increments are never lost. Under
 // REPEATABLE READ a version newer than the snapshot gives
 // ErrSerializationFailure. An error from fn is returned as it is and leaves
-// the transaction usable. fn runs holding key's row lock (and no other lock
+// the transaction usable. If fn panics, nothing is written and the panic
+// goes on up through Update; the transaction keeps key's row lock until it
+// ends (DB.Update and DB.View roll back a transaction whose function
+// panics). fn runs holding key's row lock (and no other lock
 // of the database): it may read and write other keys, in t or in other
 // transactions, subject to the usual row-lock waits and deadlock checks.
 func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
@@ -388,6 +391,17 @@ func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)
 		return errors.New("mvkv: Update with a nil function")
 	}
 	return t.write(key, fn, false, 0)
+}
+
+// callUnlocked runs a caller's Update function with closeMu's read side,
+// which the caller holds, let go for the call. The read side is taken
+// again in a defer, so that a panic in fn leaves closeMu as the caller's
+// own deferred unlock expects it: the panic goes on up with the row lock
+// still held, for the transaction's Rollback to release.
+func (db *DB) callUnlocked(fn func([]byte, bool) ([]byte, error), old []byte, live bool) ([]byte, error) {
+	db.closeMu.RUnlock()
+	defer db.closeMu.RLock()
+	return fn(old, live)
 }
 
 type userError struct{ err error }
@@ -534,9 +548,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	// across a lock wait (a Close waiting for the write side would stop
 	// the commit fn waits for from taking the read side). The row lock,
 	// still held, keeps cur the key's newest version meanwhile.
-	db.closeMu.RUnlock()
-	val, err := fn(old, live)
-	db.closeMu.RLock()
+	val, err := db.callUnlocked(fn, old, live)
 	if err != nil {
 		return userError{err}
 	}

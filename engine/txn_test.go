@@ -210,6 +210,54 @@ func TestUpdatePanicRollsBack(t *testing.T) {
 	}
 }
 
+// A panic in the function given to Txn.Update, which runs with the
+// database's close interlock let go, takes the interlock back on its way
+// up: the panic reaches the caller as itself (not as a fatal unlock of an
+// unlocked mutex), nothing is written, and the database stays usable and
+// closes.
+func TestTxnUpdatePanicInFunction(t *testing.T) {
+	off := false
+	db := openTest(t, t.TempDir(), Options{Autovacuum: &off})
+	ctx := context.Background()
+	mustPut(t, db, "k", "before")
+	boom := func([]byte, bool) ([]byte, error) { panic("boom") }
+	recovered := func(f func()) (r any) {
+		defer func() { r = recover() }()
+		f()
+		return nil
+	}
+	if r := recovered(func() {
+		db.Update(ctx, func(tx *Txn) error { return tx.Update([]byte("k"), boom) })
+	}); r != "boom" {
+		t.Fatalf("DB.Update: recovered %v, want the function's panic", r)
+	}
+	tx, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := recovered(func() { tx.Update([]byte("k"), boom) }); r != "boom" {
+		t.Fatalf("Txn.Update: recovered %v, want the function's panic", r)
+	}
+	// The transaction is still usable and still holds k's row lock.
+	if err := tx.Put([]byte("k"), []byte("mine")); err != nil {
+		t.Fatalf("write in the transaction after the panic: %v", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.Update(wctx, func(tx *Txn) error { return tx.Put([]byte("k"), []byte("after")) }); err != nil {
+		t.Fatalf("write after the panics: %v", err)
+	}
+	if v, _ := get(t, db, "k"); v != "after" {
+		t.Errorf("k = %q, want %q", v, "after")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatalf("close after the panics: %v", err)
+	}
+}
+
 // TestBeginRefusesBadOptions: an isolation level or synchronous_commit that
 // is not one of the constants is refused (a bad synchronous_commit would
 // otherwise read as off and lose durability silently), and so is a
