@@ -44,6 +44,10 @@ var (
 	// ErrLocked: the data directory is open elsewhere (another process, or
 	// another DB in this process).
 	ErrLocked = errors.New("mvkv: data directory is in use")
+	// ErrNotDataDirectory: Open was given a directory that holds other
+	// files and is not a data directory (no control file), in which it
+	// will not make one, as initdb refuses a directory that is not empty.
+	ErrNotDataDirectory = errors.New("mvkv: not an mvkv data directory")
 	// ErrWALSyncFailed: an fsync of the WAL failed; the database accepts no
 	// more writes until it is reopened. Reads keep working with early lock
 	// release off; with it on (the default) a read fails too when it may
@@ -92,6 +96,11 @@ var (
 	// ErrBulkLoadOrder: the keys given to DB.BulkLoad were not in strictly
 	// increasing byte order.
 	ErrBulkLoadOrder = errors.New("mvkv: bulk load keys are not in strictly increasing order")
+
+	// ErrNilFunction: a method that calls back into the caller's code
+	// (DB.Update, DB.View, Txn.Update, Txn.Scan and the other scans,
+	// DB.StatTuple, DB.BulkLoad) was given a nil function.
+	ErrNilFunction = errors.New("mvkv: nil function")
 )
 
 // IsRetryable reports whether err says that the transaction lost a race

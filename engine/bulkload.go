@@ -156,14 +156,16 @@ type BulkLoadStats struct {
 // at its next page with ErrClosed, loading nothing. If rows panics, the
 // load ends as a failed one and the panic continues. A load that fails
 // leaves the database as it was, except an I/O failure, which stops it
-// taking writes (ErrIOFailure) until it is reopened. The context is
-// checked once a page.
+// taking writes (ErrIOFailure) until it is reopened; its stats are zero.
+// If the checkpoint after the commit fails, the load stands and the stats
+// describe it, with the checkpoint's error. A nil rows gives
+// ErrNilFunction. The context is checked once a page.
 func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (BulkLoadStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	if rows == nil {
-		return BulkLoadStats{}, errors.New("mvkv: BulkLoad called with a nil rows sequence")
+		return BulkLoadStats{}, fmt.Errorf("%w given to DB.BulkLoad", ErrNilFunction)
 	}
 	begin := time.Now()
 	// Not closeMu for the whole load, as other operations hold it: rows
@@ -186,7 +188,8 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 	}
 	st, err := db.bulkLoadLocked(ctx, rows)
 	if err != nil {
-		return st, err
+		// Nothing was loaded: no stats that would say otherwise.
+		return BulkLoadStats{}, err
 	}
 	// The index file now, rather than at the next checkpoint: a crash
 	// before it would make Open rebuild the index from the heap.

@@ -150,8 +150,10 @@ func TestBulkLoadRefuses(t *testing.T) {
 		}
 		yield(bulkKey(10), []byte("late"))
 	}
-	if _, err := db.BulkLoad(ctx, outOfOrder); !errors.Is(err, ErrBulkLoadOrder) {
+	if st, err := db.BulkLoad(ctx, outOfOrder); !errors.Is(err, ErrBulkLoadOrder) {
 		t.Fatalf("out of order: %v", err)
+	} else if st != (BulkLoadStats{}) {
+		t.Fatalf("a failed load reports %+v; nothing was loaded", st)
 	}
 	dup := func(yield func(k, v []byte) bool) {
 		if yield([]byte("a"), nil) {
@@ -164,6 +166,9 @@ func TestBulkLoadRefuses(t *testing.T) {
 	big := func(yield func(k, v []byte) bool) { yield([]byte("a"), make([]byte, 4000)) }
 	if _, err := db.BulkLoad(ctx, big); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("large value: %v", err)
+	}
+	if _, err := db.BulkLoad(ctx, nil); !errors.Is(err, ErrNilFunction) {
+		t.Fatalf("nil rows: %v", err)
 	}
 	empty := func(yield func(k, v []byte) bool) { yield(nil, []byte("x")) }
 	if _, err := db.BulkLoad(ctx, empty); !errors.Is(err, ErrEmptyKey) {

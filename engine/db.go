@@ -266,7 +266,8 @@ type RecoveryInfo struct {
 // file fails its checks, and a *SettingError (matching ErrInvalidSetting)
 // if an option is out of its range or shared_buffers exceeds the
 // machine's memory. It makes a new data directory only in a directory that
-// is missing or empty (as initdb): one holding other files is refused.
+// is missing or empty (as initdb): one holding other files, with no
+// control file, is refused with ErrNotDataDirectory.
 func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("mvkv: Open needs a data directory; the empty path names none")
@@ -385,7 +386,7 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 		return fmt.Errorf("mvkv: read %s: %w", dir, err)
 	}
 	foreign := func(n string) error {
-		return fmt.Errorf("mvkv: %s is not empty and is not an mvkv data directory (it holds %s, and no control file): give a new or empty directory", dir, n)
+		return fmt.Errorf("%w: %s is not empty (it holds %s, and no control file): give a new or empty directory", ErrNotDataDirectory, dir, n)
 	}
 	if slices.Contains(names, walDir) {
 		// Other programs keep a wal/ too; ours holds only segments.

@@ -56,7 +56,7 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "MANIFEST-000001"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "not an mvkv data directory") || !strings.Contains(err.Error(), "MANIFEST-000001") {
+	if _, err := Open(dir, Options{}); err == nil || !errors.Is(err, ErrNotDataDirectory) || !strings.Contains(err.Error(), "MANIFEST-000001") {
 		t.Fatalf("Open of a directory of another program's files: %v", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
@@ -64,7 +64,7 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	}
 	// The same directory named through a missing one and "..": it is
 	// still the directory of another program's files.
-	if _, err := Open(dir+"/new/..", Options{}); err == nil || !strings.Contains(err.Error(), "not an mvkv data directory") {
+	if _, err := Open(dir+"/new/..", Options{}); err == nil || !errors.Is(err, ErrNotDataDirectory) {
 		t.Fatalf("Open of the directory as new/..: %v", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
@@ -84,7 +84,7 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(prom, walDir, "00000000"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(prom, Options{}); err == nil || !strings.Contains(err.Error(), "not an mvkv data directory") {
+	if _, err := Open(prom, Options{}); err == nil || !errors.Is(err, ErrNotDataDirectory) {
 		t.Fatalf("Open of a directory with another program's wal/: %v", err)
 	}
 	begun := t.TempDir()

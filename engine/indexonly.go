@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"mvkv/visibility"
 )
 
@@ -69,6 +71,9 @@ func (t *Txn) Exists(key []byte) (bool, error) {
 // (Index.HeapFetches). Under READ COMMITTED the scan uses one snapshot.
 // The slice passed to fn belongs to fn; fn may write in this transaction.
 func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
+	if fn == nil {
+		return fmt.Errorf("%w given to Txn.ScanKeys", ErrNilFunction)
+	}
 	// One key per hold of the close lock: fn, called outside it, may write
 	// in this transaction.
 	return t.visibleKeys(start, end, 1, func(e *indexEntry) bool { return fn([]byte(e.key())) })
@@ -78,7 +83,8 @@ func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
 const countBatch = 1024
 
 // Count returns the number of keys in [start, end) visible to the
-// transaction (nil end: no upper bound), as a ScanKeys that counts.
+// transaction (an empty or nil end: no upper bound), as a ScanKeys that
+// counts.
 func (t *Txn) Count(start, end []byte) (int, error) {
 	n := 0
 	if err := t.visibleKeys(start, end, countBatch, func(*indexEntry) bool { n++; return true }); err != nil {

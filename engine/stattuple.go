@@ -34,6 +34,9 @@ type HeapUsage struct {
 // It returns ErrClosed after Close, ErrCorruption naming the block for an
 // undecodable tuple, and ctx's error when ctx ends.
 func (db *DB) StatTuple(ctx context.Context, class func(key []byte) string) (map[string]HeapUsage, uint64, error) {
+	if class == nil {
+		return nil, 0, fmt.Errorf("%w given to DB.StatTuple", ErrNilFunction)
+	}
 	out := make(map[string]HeapUsage)
 	seen := make(map[string]bool)
 	var pg statPageTuples

@@ -238,7 +238,8 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 }
 
 // Scan calls fn for every key in [start, end) visible to the transaction, in
-// key order, with its value; a nil end means no upper bound. fn returning
+// key order, with its value; an empty or nil end means no upper
+// bound (no key is empty, so an empty end could bound nothing). fn returning
 // false stops the scan. Under READ COMMITTED the whole scan uses one
 // snapshot. The slices passed to fn belong to fn. fn may write in this
 // transaction, but whether the scan then visits keys fn wrote ahead of its
@@ -248,6 +249,9 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 // the index is seen with fn's new value and a new key may or may not be.
 // A scan that stops early costs the keys it visited, not the whole range.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
+	if fn == nil {
+		return fmt.Errorf("%w given to Txn.Scan", ErrNilFunction)
+	}
 	return t.scan(start, end, -1, func(key, value []byte, _ int) bool { return fn(key, value) })
 }
 
@@ -258,6 +262,9 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 func (t *Txn) ScanPrefix(start, end []byte, n int, fn func(key, prefix []byte, length int) bool) error {
 	if n < 0 {
 		return fmt.Errorf("mvkv: ScanPrefix of %d bytes", n)
+	}
+	if fn == nil {
+		return fmt.Errorf("%w given to Txn.ScanPrefix", ErrNilFunction)
 	}
 	return t.scan(start, end, n, fn)
 }
@@ -388,7 +395,7 @@ func (t *Txn) Delete(key []byte) error {
 // transactions, subject to the usual row-lock waits and deadlock checks.
 func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
 	if fn == nil {
-		return errors.New("mvkv: Update with a nil function")
+		return fmt.Errorf("%w given to Txn.Update", ErrNilFunction)
 	}
 	return t.write(key, fn, false, 0)
 }
@@ -922,7 +929,7 @@ func callFn(t *Txn, fn func(*Txn) error) error {
 
 func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error {
 	if fn == nil {
-		return errors.New("mvkv: DB.Update or DB.View called with a nil function")
+		return fmt.Errorf("%w given to DB.Update or DB.View", ErrNilFunction)
 	}
 	var err error
 	for attempt := 0; attempt < db.opts.MaxRetries; attempt++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -255,6 +256,71 @@ func TestTxnUpdatePanicInFunction(t *testing.T) {
 	}
 	if err := db.Close(); err != nil {
 		t.Fatalf("close after the panics: %v", err)
+	}
+}
+
+// Every method that calls the caller's function refuses a nil one with
+// ErrNilFunction rather than panicking on the call.
+func TestNilFunctionRefused(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "k", "v")
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrNilFunction) {
+			t.Errorf("%s with a nil function: %v, want ErrNilFunction", what, err)
+		}
+	}
+	check("DB.Update", db.Update(ctx, nil))
+	check("DB.View", db.View(ctx, nil))
+	_, _, err := db.StatTuple(ctx, nil)
+	check("DB.StatTuple", err)
+	tx, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	check("Txn.Update", tx.Update([]byte("k"), nil))
+	check("Txn.Scan", tx.Scan(nil, nil, nil))
+	check("Txn.ScanPrefix", tx.ScanPrefix(nil, nil, 4, nil))
+	check("Txn.ScanKeys", tx.ScanKeys(nil, nil, nil))
+	// None of them aborted the transaction.
+	if err := tx.Put([]byte("k"), []byte("w")); err != nil {
+		t.Fatalf("write after the refusals: %v", err)
+	}
+}
+
+// An empty end bounds nothing, as a nil one: no key is empty, so the range
+// [start, "") would always be empty, and a Go caller often cannot tell an
+// empty slice from nil (a []byte of an empty string is not nil).
+func TestScanEmptyEndIsUnbounded(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	for _, k := range []string{"a", "b", "c"} {
+		mustPut(t, db, k, "v")
+	}
+	err := db.View(context.Background(), func(tx *Txn) error {
+		for _, end := range [][]byte{nil, {}, []byte("")} {
+			var scanned, keys []string
+			if err := tx.Scan([]byte("b"), end, func(k, _ []byte) bool { scanned = append(scanned, string(k)); return true }); err != nil {
+				return err
+			}
+			if err := tx.ScanKeys([]byte("b"), end, func(k []byte) bool { keys = append(keys, string(k)); return true }); err != nil {
+				return err
+			}
+			n, err := tx.Count(nil, end)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(scanned, []string{"b", "c"}) || !slices.Equal(keys, scanned) || n != 3 {
+				t.Errorf("end %#v: Scan %q, ScanKeys %q, Count %d; want [b c], [b c], 3", end, scanned, keys, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
