@@ -205,7 +205,8 @@ func (ix *index) getOrCreateLocked(key []byte) *indexEntry {
 }
 
 // ascendRange calls fn for the entries with start <= key < end in key
-// order (end nil: no upper bound; start nil: from the first key) until fn
+// order (end empty or nil: no upper bound, since no key is empty; start
+// nil: from the first key) until fn
 // returns false. It copies them out in batches, 64 entries first and up to
 // 4096 as the walk goes on, holding mu only while it copies a batch, so a
 // caller that stops after a few keys (SCAN with a COUNT) pays for those,
@@ -231,13 +232,14 @@ func (ix *index) ascendRange(start, end []byte, fn func(e *indexEntry) bool) {
 }
 
 // rangeBatch returns up to n entries with keys from from (after it when
-// inclusive is false) and below end (nil: no bound), in key order.
+// inclusive is false) and below end (empty or nil: no bound), in key
+// order.
 func (ix *index) rangeBatch(from string, inclusive bool, end []byte, n int) []*indexEntry {
 	out := make([]*indexEntry, 0, n)
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	ix.tree.ascendFrom(from, func(e *indexEntry) bool {
-		if end != nil && e.key() >= string(end) {
+		if len(end) > 0 && e.key() >= string(end) {
 			return false
 		}
 		if !inclusive && e.key() == from {
