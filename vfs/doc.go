@@ -17,7 +17,8 @@
 //     renamed but not yet made durable with SyncDir are lost like data.
 //   - FaultFS wraps any FS and fails chosen operations (the Nth write, sync,
 //     rename, create or remove, or those on matching paths) with EIO, ENOSPC
-//     or another errno, once or permanently (a disk gone read-only or dead).
+//     or another errno, once or permanently (a disk gone read-only or dead),
+//     or only the writes that make a file longer (a full disk).
 //   - WithDiskModel wraps an FS so that syncs take the time a modelled disk
 //     would (a fixed latency, or the wait for a rotating platter), for
 //     benchmarks that should not depend on the machine's own disk.

@@ -65,6 +65,12 @@ type Rule struct {
 	// fails with the same error, whatever its path. MutatingOps models a disk
 	// gone read-only, AllOps a dead disk.
 	Permanent OpSet
+	// Growing, if set, restricts the rule to the writes and truncations
+	// that make a file longer; other operations never match it. With
+	// Err syscall.ENOSPC it models a full disk more closely than failing
+	// every write: a write over bytes a file already has needs no new
+	// blocks on the usual file systems (ext4, XFS) and succeeds there.
+	Growing bool
 }
 
 // Fault is a Rule injected into a FaultFS.
@@ -116,6 +122,9 @@ type FaultFS struct {
 	counts  [numOpKinds]int64 // operations seen per kind; guarded by mu
 	perm    OpSet             // kinds failed by a fired Permanent rule; guarded by mu
 	permErr error             // the error they fail with; guarded by mu
+	// growing counts the rules with Growing set, so that a write asks
+	// its file's size only when one of them may match.
+	growing atomic.Int32
 }
 
 var _ FS = (*FaultFS)(nil)
@@ -135,6 +144,9 @@ func (f *FaultFS) Inject(r Rule) *Fault {
 	flt := &Fault{fs: f, rule: r}
 	f.mu.Lock()
 	f.rules = append(f.rules, flt)
+	if r.Growing {
+		f.growing.Add(1)
+	}
 	f.mu.Unlock()
 	return flt
 }
@@ -143,6 +155,7 @@ func (f *FaultFS) Inject(r Rule) *Fault {
 func (f *FaultFS) Clear() {
 	f.mu.Lock()
 	f.rules, f.perm, f.permErr = nil, 0, nil
+	f.growing.Store(0)
 	f.mu.Unlock()
 }
 
@@ -167,6 +180,12 @@ func (f *FaultFS) Failing() bool {
 // check counts an operation and returns the error to inject, or nil. names
 // holds the operation's path (two for a rename; the first is reported).
 func (f *FaultFS) check(k OpKind, names ...string) error {
+	return f.checkOp(k, false, names...)
+}
+
+// checkOp is check for an operation that makes its file longer (grows)
+// or not.
+func (f *FaultFS) checkOp(k OpKind, grows bool, names ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.counts[k]++
@@ -175,7 +194,7 @@ func (f *FaultFS) check(k OpKind, names ...string) error {
 	}
 	var fail *Fault
 	for _, r := range f.rules {
-		if !r.matches(k, names) {
+		if !r.matches(k, names) || r.rule.Growing && !grows {
 			continue
 		}
 		r.seen++
@@ -312,8 +331,19 @@ func (f *faultFile) ReadAt(p []byte, off int64) (int, error) {
 	return f.f.ReadAt(p, off)
 }
 
+// grows reports whether the file is shorter than end bytes, asking only
+// when a Growing rule is in force. An error reading the size counts as
+// growing.
+func (f *faultFile) grows(end int64) bool {
+	if f.fs.growing.Load() == 0 {
+		return false
+	}
+	size, err := f.f.Size()
+	return err != nil || end > size
+}
+
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.fs.check(OpWrite, f.f.Name()); err != nil {
+	if err := f.fs.checkOp(OpWrite, f.grows(off+int64(len(p))), f.f.Name()); err != nil {
 		return 0, err
 	}
 	return f.f.WriteAt(p, off)
@@ -334,7 +364,7 @@ func (f *faultFile) Datasync() error {
 }
 
 func (f *faultFile) Truncate(size int64) error {
-	if err := f.fs.check(OpTruncate, f.f.Name()); err != nil {
+	if err := f.fs.checkOp(OpTruncate, f.grows(size), f.f.Name()); err != nil {
 		return err
 	}
 	return f.f.Truncate(size)

@@ -230,3 +230,46 @@ func TestFaultFSConcurrent(t *testing.T) {
 		t.Fatalf("failed %d, fired %d, counted %d; want 1, 1, 200", failed, flt.Fired(), ffs.Count(OpWrite))
 	}
 }
+
+// TestFaultFSGrowing: a Growing rule (a full disk) fails only the writes and
+// truncations that make a file longer; writes over bytes the file has, and
+// truncations that shorten it, go through, and Clear lifts it.
+func TestFaultFSGrowing(t *testing.T) {
+	ffs := NewFaultFS(NewMemFS())
+	if err := ffs.MkdirAll("/d"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ffs.Create("/d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	flt := ffs.Inject(Rule{Kinds: Ops(OpWrite, OpTruncate), Growing: true, Err: syscall.ENOSPC})
+	if _, err := f.WriteAt([]byte("over"), 96); err != nil {
+		t.Errorf("overwrite of the last 4 bytes on a full disk: %v", err)
+	}
+	if _, err := f.WriteAt([]byte("past"), 97); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("write ending a byte past the end on a full disk: %v; want ENOSPC", err)
+	}
+	if err := f.Truncate(200); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("truncate to a larger size on a full disk: %v; want ENOSPC", err)
+	}
+	if err := f.Truncate(50); err != nil {
+		t.Errorf("truncate to a smaller size on a full disk: %v", err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Errorf("sync on a full disk: %v", err)
+	}
+	if size, _ := f.Size(); size != 50 {
+		t.Errorf("size %d after the failed growths, want 50", size)
+	}
+	if flt.Fired() != 2 {
+		t.Errorf("the rule fired %d times, want 2", flt.Fired())
+	}
+	ffs.Clear()
+	if _, err := f.WriteAt([]byte("past"), 50); err != nil {
+		t.Errorf("write past the end once space is back: %v", err)
+	}
+}
