@@ -664,6 +664,94 @@ func TestHeapWriteFailureIsRetried(t *testing.T) {
 	}
 }
 
+// TestHeapExtensionOnFullDisk: on a full disk (writes that would make a
+// file longer fail with ENOSPC, overwrites succeed, as on ext4), a
+// statement that needs a new heap page fails with ErrWriteFailed naming
+// ENOSPC, because the page's space is taken when the heap is extended, as
+// PostgreSQL's smgrextend does; everything else goes on: reads, deletes,
+// checkpoints (every page already has its place in the file), and the
+// database takes writes again once space is back.
+func TestHeapExtensionOnFullDisk(t *testing.T) {
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	ffs := vfs.NewFaultFS(m)
+	opts := Options{FS: ffs, SharedBuffers: 16 * 8192, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
+	db := openTest(t, "/db", opts)
+	val := strings.Repeat("v", 200)
+	key := func(i int) string { return fmt.Sprintf("k%05d", i) }
+	put := func(i int) error {
+		return db.Update(context.Background(), func(tx *Txn) error {
+			return tx.Put([]byte(key(i)), []byte(val))
+		})
+	}
+	for i := range 100 {
+		if err := put(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fault := ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpWrite, vfs.OpTruncate), Contains: "/heap/", Growing: true, Err: syscall.ENOSPC})
+	committed := map[int]bool{}
+	for i := 100; i < 400; i++ {
+		switch err := put(i); {
+		case err == nil:
+			committed[i] = true
+		case !errors.Is(err, ErrWriteFailed) || !errors.Is(err, syscall.ENOSPC):
+			t.Fatalf("put %d on a full disk: %v; want nil or ErrWriteFailed wrapping ENOSPC", i, err)
+		}
+	}
+	if fault.Fired() == 0 || len(committed) == 300 {
+		t.Fatalf("no insert needed a new page on the full disk (%d fired, %d committed)", fault.Fired(), len(committed))
+	}
+	if err := db.Failure(); err != nil {
+		t.Fatalf("Failure() on a full disk: %v; want nil", err)
+	}
+	// Deletes change pages in place; reads evict pages that hold
+	// committed versions, whose places in the file are already taken.
+	for i := 0; i < 100; i += 10 {
+		if err := db.Update(context.Background(), func(tx *Txn) error { return tx.Delete([]byte(key(i))) }); err != nil {
+			t.Fatalf("delete %d on a full disk: %v", i, err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		for i := range 500 {
+			want := (i < 100 && i%10 != 0) || committed[i]
+			err := db.View(context.Background(), func(tx *Txn) error {
+				_, err := tx.Get([]byte(key(i)))
+				if want && err != nil || !want && !errors.Is(err, ErrNotFound) {
+					return fmt.Errorf("Get %s: %w (want present %v)", key(i), err, want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+		}
+	}
+	check("reads on a full disk")
+	if err := db.Checkpoint(); err != nil {
+		t.Fatalf("checkpoint on a full disk: %v", err)
+	}
+	ffs.Clear()
+	for i := 400; i < 500; i++ {
+		if err := put(i); err != nil {
+			t.Fatalf("put %d after space came back: %v", i, err)
+		}
+		committed[i] = true
+	}
+	check("after space came back")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, "/db", opts)
+	defer db.Close()
+	check("after reopening")
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %v", err, rep.Problems)
+	}
+}
+
 // TestCommitAfterDataFileFailure: a transaction that wrote before a data
 // file's fsync failed (the database then takes no writes) cannot commit
 // afterwards: its commit fails with the failure, its writes are rolled

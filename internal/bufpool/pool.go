@@ -146,6 +146,8 @@ type Pool struct {
 	nblocks atomic.Uint32
 	// extendMu serializes Extend and EnsureBlocks.
 	extendMu sync.Mutex
+	// extendPage is the empty page Extend writes; guarded by extendMu.
+	extendPage []byte
 
 	copies sync.Pool // of *[PageSize]byte, page copies being written
 
@@ -452,15 +454,30 @@ func (p *Pool) GetZeroed(block uint32) (*Buffer, error) {
 }
 
 // Extend adds a new all-zero page at block NBlocks() and returns it pinned
-// and dirty. It counts in NBlocks at once; it reaches the disk on eviction
-// or FlushAll. Concurrent Extends get distinct blocks. Errors:
-// ErrNoFreeBuffer, ErrRelationFull, or an error writing out a dirty victim.
+// and dirty. It first writes an empty page at that block in the Storage,
+// so that the file's space for the block is taken before anything is
+// placed on it, as PostgreSQL's smgrextend does: on a full disk the caller
+// that needs a new page gets the error (nothing changed, NBlocks as it
+// was), instead of a later eviction or checkpoint failing to write a page
+// that already holds data; an overwrite of a block the file has needs no
+// new space on the usual file systems (ext4, XFS). The page's contents
+// reach the disk on eviction or FlushAll. Concurrent Extends get distinct
+// blocks. Errors: ErrNoFreeBuffer, ErrRelationFull, the Storage's error
+// writing the empty page, or an error writing out a dirty victim.
 func (p *Pool) Extend() (*Buffer, error) {
 	p.extendMu.Lock()
 	defer p.extendMu.Unlock()
 	n := p.nblocks.Load()
 	if n == math.MaxUint32 {
 		return nil, ErrRelationFull
+	}
+	if p.extendPage == nil {
+		p.extendPage = make([]byte, PageSize)
+	}
+	// Storage.WriteBlock may change the bytes it is given (a checksum).
+	clear(p.extendPage)
+	if err := p.st.WriteBlock(n, p.extendPage); err != nil {
+		return nil, err
 	}
 	b, err := p.load(n, false, p.victim)
 	if err != nil {
