@@ -752,6 +752,47 @@ func TestHeapExtensionOnFullDisk(t *testing.T) {
 	}
 }
 
+// TestHeapSegmentSyncDirFailure: the first write into a new heap segment
+// comes from the statement that extends the heap into it; when the
+// directory fsync that makes the segment's name durable fails, the
+// database stops taking writes (DESIGN rule 6), as for any failed fsync,
+// instead of creating the file again on the next statement and carrying
+// on with a name a power loss may take away.
+func TestHeapSegmentSyncDirFailure(t *testing.T) {
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	ffs := vfs.NewFaultFS(m)
+	opts := Options{FS: ffs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
+	db := openTest(t, "/db", opts)
+	// The empty heap has no segment yet: the first insert creates one.
+	fault := ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSyncDir), Contains: "/heap", Err: syscall.EIO})
+	err := db.Update(context.Background(), func(tx *Txn) error { return tx.Put([]byte("k"), []byte("v")) })
+	if fault.Fired() == 0 {
+		t.Fatalf("no heap directory fsync by the first insert (err %v)", err)
+	}
+	if !errors.Is(err, ErrIOFailure) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("insert whose new segment's directory fsync failed: %v; want ErrIOFailure wrapping EIO", err)
+	}
+	ffs.Clear()
+	if err := db.Failure(); !errors.Is(err, ErrIOFailure) {
+		t.Fatalf("Failure() after the failed directory fsync: %v; want ErrIOFailure", err)
+	}
+	err = db.Update(context.Background(), func(tx *Txn) error { return tx.Put([]byte("k2"), []byte("v")) })
+	if !errors.Is(err, ErrIOFailure) {
+		t.Fatalf("a later insert: %v; want ErrIOFailure (the failed fsync is not retried)", err)
+	}
+	db.Close()
+	db = openTest(t, "/db", opts)
+	defer db.Close()
+	if err := db.Update(context.Background(), func(tx *Txn) error { return tx.Put([]byte("k3"), []byte("v")) }); err != nil {
+		t.Fatalf("insert after reopening: %v", err)
+	}
+	if v, _ := get(t, db, "k3"); v != "v" {
+		t.Fatalf("k3 = %q after reopening", v)
+	}
+}
+
 // TestCommitAfterDataFileFailure: a transaction that wrote before a data
 // file's fsync failed (the database then takes no writes) cannot commit
 // afterwards: its commit fails with the failure, its writes are rolled

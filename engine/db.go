@@ -691,12 +691,22 @@ type poolStorage struct {
 
 // WriteBlock marks a failed write (not a failed fsync) as ErrWriteFailed,
 // which leaves the page dirty in the pool and the database taking writes.
+// Any other failure stops writes (DESIGN rule 6): a segment file that
+// could not be created, or whose name a failed directory fsync may not
+// have made durable, which a retry would only seem to mend. Writes of a
+// new segment's first page come from the statement that extends the heap
+// into it, not only from evictions and checkpoints, so the rule is kept
+// here, where every write passes.
 func (s poolStorage) WriteBlock(block uint32, p []byte) error {
 	err := s.Storage.WriteBlock(block, p)
-	if errors.Is(err, heap.ErrWriteFailed) {
+	switch {
+	case err == nil, errors.Is(err, heap.ErrClosed):
+		return err
+	case errors.Is(err, heap.ErrWriteFailed):
 		return fmt.Errorf("%w: %w", ErrWriteFailed, err)
+	default:
+		return s.db.fail(err)
 	}
-	return err
 }
 
 func (s poolStorage) ReadBlock(block uint32, p []byte) error {

@@ -457,8 +457,8 @@ func (p *Pool) GetZeroed(block uint32) (*Buffer, error) {
 // and dirty. It first writes an empty page at that block in the Storage,
 // so that the file's space for the block is taken before anything is
 // placed on it, as PostgreSQL's smgrextend does: on a full disk the caller
-// that needs a new page gets the error (nothing changed, NBlocks as it
-// was), instead of a later eviction or checkpoint failing to write a page
+// that needs a new page gets the error (NBlocks as it was; the file may
+// keep the empty page, which the next Extend writes again), instead of a later eviction or checkpoint failing to write a page
 // that already holds data; an overwrite of a block the file has needs no
 // new space on the usual file systems (ext4, XFS). The page's contents
 // reach the disk on eviction or FlushAll. Concurrent Extends get distinct
