@@ -602,10 +602,7 @@ func TestHeapCutShortWhileOpen(t *testing.T) {
 // the next checkpoint writes every page and a reopen finds every
 // committed key.
 func TestHeapWriteFailureIsRetried(t *testing.T) {
-	m := vfs.NewMemFS()
-	m.MkdirAll("/db")
-	m.SyncDir("/")
-	ffs := vfs.NewFaultFS(m)
+	_, ffs := faultMemDir(t)
 	opts := Options{FS: ffs, SharedBuffers: 16 * 8192, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
 	db := openTest(t, "/db", opts)
 	val := strings.Repeat("v", 200)
@@ -664,6 +661,14 @@ func TestHeapWriteFailureIsRetried(t *testing.T) {
 	}
 }
 
+// faultMemDir returns a MemFS holding an empty /db whose name is durable,
+// and a FaultFS over it to open the database with.
+func faultMemDir(t *testing.T) (*vfs.MemFS, *vfs.FaultFS) {
+	t.Helper()
+	m := memDB(t)
+	return m, vfs.NewFaultFS(m)
+}
+
 // TestHeapExtensionOnFullDisk: on a full disk (writes that would make a
 // file longer fail with ENOSPC, overwrites succeed, as on ext4), a
 // statement that needs a new heap page fails with ErrWriteFailed naming
@@ -672,10 +677,7 @@ func TestHeapWriteFailureIsRetried(t *testing.T) {
 // checkpoints (every page already has its place in the file), and the
 // database takes writes again once space is back.
 func TestHeapExtensionOnFullDisk(t *testing.T) {
-	m := vfs.NewMemFS()
-	m.MkdirAll("/db")
-	m.SyncDir("/")
-	ffs := vfs.NewFaultFS(m)
+	_, ffs := faultMemDir(t)
 	opts := Options{FS: ffs, SharedBuffers: 16 * 8192, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
 	db := openTest(t, "/db", opts)
 	val := strings.Repeat("v", 200)
@@ -759,10 +761,7 @@ func TestHeapExtensionOnFullDisk(t *testing.T) {
 // instead of creating the file again on the next statement and carrying
 // on with a name a power loss may take away.
 func TestHeapSegmentSyncDirFailure(t *testing.T) {
-	m := vfs.NewMemFS()
-	m.MkdirAll("/db")
-	m.SyncDir("/")
-	ffs := vfs.NewFaultFS(m)
+	_, ffs := faultMemDir(t)
 	opts := Options{FS: ffs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
 	db := openTest(t, "/db", opts)
 	// The empty heap has no segment yet: the first insert creates one.
@@ -798,10 +797,7 @@ func TestHeapSegmentSyncDirFailure(t *testing.T) {
 // afterwards: its commit fails with the failure, its writes are rolled
 // back, and a reopen finds only what committed before.
 func TestCommitAfterDataFileFailure(t *testing.T) {
-	m := vfs.NewMemFS()
-	m.MkdirAll("/db")
-	m.SyncDir("/")
-	ffs := vfs.NewFaultFS(m)
+	_, ffs := faultMemDir(t)
 	opts := Options{FS: ffs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
 	db := openTest(t, "/db", opts)
 	mustPut(t, db, "before", "v")

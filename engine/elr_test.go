@@ -140,10 +140,7 @@ func TestEarlyLockReleaseReaderWaits(t *testing.T) {
 // ErrWALSyncFailed, none reports success, and the recovered state lacks
 // the commit.
 func TestEarlyLockReleaseSyncFailure(t *testing.T) {
-	m := vfs.NewMemFS()
-	m.MkdirAll("/db")
-	m.SyncDir("/")
-	ffs := vfs.NewFaultFS(m)
+	m, ffs := faultMemDir(t)
 	g := newWALGate(ffs)
 	on := true
 	db := openTest(t, "/db", Options{FS: g, CheckpointTimeout: -1, WALWriterDelay: time.Hour, EarlyLockRelease: &on})

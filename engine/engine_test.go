@@ -378,16 +378,7 @@ func BenchmarkUpdate(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		txn, err := db.Begin(context.Background(), TxnOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := txn.Put([]byte(fmt.Sprint("key", (i*7919)%keys)), val); err != nil {
-			b.Fatal(err)
-		}
-		if err := txn.Commit(); err != nil {
-			b.Fatal(err)
-		}
+		putOne(b, db, []byte(fmt.Sprint("key", (i*7919)%keys)), val)
 	}
 }
 

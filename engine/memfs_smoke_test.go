@@ -186,16 +186,7 @@ func TestFaultFSEverySync(t *testing.T) {
 		}
 		return acked, errs, lateOK
 	}
-	newFS := func() (*vfs.MemFS, *vfs.FaultFS) {
-		m := vfs.NewMemFS()
-		if err := m.MkdirAll("/db"); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.SyncDir("/"); err != nil {
-			t.Fatal(err)
-		}
-		return m, vfs.NewFaultFS(m)
-	}
+	newFS := func() (*vfs.MemFS, *vfs.FaultFS) { return faultMemDir(t) }
 	_, clean := newFS()
 	if _, errs, _ := run(clean); errs != 0 {
 		t.Fatalf("clean run: %d errors", errs)
