@@ -792,6 +792,48 @@ func TestHeapSegmentSyncDirFailure(t *testing.T) {
 	}
 }
 
+// TestLockWaitersWakeOnFailure: a transaction whose commit fails keeps its
+// row locks for good (it stays running, invisible, until recovery decides
+// whether its commit record is durable), so the failure that stops the
+// database's writes must also end the waits for those locks: a writer
+// queued behind it gets the failure instead of hanging until its context
+// ends.
+func TestLockWaitersWakeOnFailure(t *testing.T) {
+	_, ffs := faultMemDir(t)
+	off := false
+	db := openTest(t, "/db", Options{FS: ffs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, EarlyLockRelease: &off})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "hot", "0")
+	holder, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Put([]byte("hot"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		waited <- db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("hot"), []byte("2")) })
+	}()
+	for db.locks.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSync, vfs.OpDatasync), Contains: "/wal/", Err: syscall.EIO})
+	if err := holder.Commit(); !errors.Is(err, ErrWALSyncFailed) {
+		t.Fatalf("commit on a failing WAL fsync: %v; want ErrWALSyncFailed", err)
+	}
+	// Only a hang fails here: the deadline is far past any real wait.
+	select {
+	case err := <-waited:
+		if !errors.Is(err, ErrWALSyncFailed) {
+			t.Fatalf("the waiting writer: %v; want ErrWALSyncFailed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the writer waiting for the failed commit's row lock never woke")
+	}
+}
+
 // TestCommitAfterDataFileFailure: a transaction that wrote before a data
 // file's fsync failed (the database then takes no writes) cannot commit
 // afterwards: its commit fails with the failure, its writes are rolled

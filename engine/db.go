@@ -117,6 +117,10 @@ type DB struct {
 	bulkRunning atomic.Pointer[chan struct{}]
 	// failure is the first fsync/write failure; once set, writes are refused.
 	failure atomic.Pointer[error]
+	// failed is closed when failure is set: it wakes the transactions
+	// waiting for a row lock that a transaction whose commit failed keeps
+	// for good (it stays in the running table until recovery decides).
+	failed chan struct{}
 
 	stopBG chan struct{}
 	bgWG   sync.WaitGroup
@@ -314,6 +318,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		locks:    newLockManager(),
 		stopBG:   make(chan struct{}),
 		ckptWake: make(chan struct{}, 1),
+		failed:   make(chan struct{}),
 	}
 	db.syncCommit.Store(int32(opts.SynchronousCommit))
 	db.elr.Store(opts.EarlyLockRelease == nil || *opts.EarlyLockRelease)
@@ -535,6 +540,7 @@ func (db *DB) fail(err error) error {
 	}
 	if db.failure.CompareAndSwap(nil, &wrapped) {
 		db.logger.Error("database stopped taking writes", "err", wrapped)
+		close(db.failed)
 	}
 	return *db.failure.Load()
 }

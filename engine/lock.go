@@ -57,8 +57,10 @@ func (lm *lockManager) shard(key []byte) *lockShard {
 
 // acquire takes the row lock on key for me, waiting for holders to end.
 // It returns ErrDeadlock, ErrLockTimeout (timeout > 0), ErrClosed when
-// closing is closed, or the context's error.
-func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, timeout time.Duration, closing <-chan struct{}) error {
+// closing is closed, failure() when failed is closed, or the context's
+// error. A holder whose commit failed never ends (it stays running until
+// recovery decides), so the database's failure must end the wait.
+func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, timeout time.Duration, closing, failed <-chan struct{}, failure func() error) error {
 	sh := lm.shard(key)
 	var deadline <-chan time.Time
 	for {
@@ -109,6 +111,8 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 			err = fmt.Errorf("%w: waiting for %s", ErrLockTimeout, holder.name())
 		case <-closing:
 			err = ErrClosed
+		case <-failed:
+			err = failure()
 		}
 		lm.waiting.Add(-1)
 		lm.deadlockMu.Lock()
