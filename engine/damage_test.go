@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"mvkv/internal/heap"
 	"mvkv/vfs"
 	"mvkv/wal"
 )
@@ -441,6 +442,45 @@ func TestWALSegmentOfAnotherDatabase(t *testing.T) {
 		t.Fatalf("the other database's segments after the checkpoint's: %v, want ErrCorruption naming the segment", err)
 	}
 	t.Log(err)
+}
+
+// TestHeapPageNewerThanWAL: a heap page whose LSN lies past the end of the
+// WAL was not written by this database (WAL before data): a file put back
+// from a later copy, say. With the index file loaded, Open reads no heap
+// page; the page is refused when it is first read, with ErrCorruption
+// naming the file and offset, instead of being read as this database's.
+func TestHeapPageNewerThanWAL(t *testing.T) {
+	dir := filledAndClosed(t, 100)
+	name := filepath.Join(dir, heapDir, "00000000")
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := make([]byte, heap.PageSize)
+	if _, err := f.ReadAt(page, 0); err != nil {
+		t.Fatal(err)
+	}
+	heap.SetPageLSN(page, 1<<40)
+	heap.SetChecksum(page, 0)
+	if _, err := f.WriteAt(page, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	if !db.Recovery().IndexFromFile {
+		t.Fatal("the index was rebuilt; the test needs the index file loaded")
+	}
+	err = db.View(context.Background(), func(tx *Txn) error {
+		_, err := tx.Get([]byte("key-00000"))
+		return err
+	})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "beyond the end of the WAL") || !strings.Contains(err.Error(), "offset 0 (block 0)") {
+		t.Fatalf("read of a key on a page newer than the WAL: %v; want ErrCorruption naming the page", err)
+	}
+	if v, ok := get(t, db, "key-00099"); !ok || v != strings.Repeat("v", 200) {
+		t.Fatalf("key-00099, on another page, = %q, %v", v, ok)
+	}
 }
 
 // TestDamagedInsertTarget: the heap's last page, with free space, fails

@@ -717,6 +717,18 @@ func (s poolStorage) WriteBlock(block uint32, p []byte) error {
 
 func (s poolStorage) ReadBlock(block uint32, p []byte) error {
 	err := asCorruption(s.Storage.ReadBlock(block, p))
+	if w := s.db.wal; err == nil && w != nil {
+		// WAL before data: no page on disk can be newer than the log. One
+		// that is was written by another copy of the database (a file put
+		// back from a later backup, say), and its versions would be read
+		// as this database's. Recovery makes the same check for the whole
+		// heap when it rebuilds the index; with the index file loaded, a
+		// page is checked here when it is first read.
+		if lsn := wal.LSN(heap.PageLSN(p)); lsn > w.InsertLSN() {
+			err = fmt.Errorf("%w: %s: page LSN %s is beyond the end of the WAL %s: this database did not write it (a file from another copy?)",
+				ErrCorruption, s.db.heapBlockName(block), lsn, w.InsertLSN())
+		}
+	}
 	if err != nil && errors.Is(err, ErrCorruption) {
 		s.db.noteDamagedRead(block, err)
 	}
