@@ -80,6 +80,9 @@ Common options:
 func serveMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// As redis-server: a closed terminal or SSH session does not take the
+	// server down (without a checkpoint); SIGTERM and SIGINT stop it.
+	signal.Ignore(syscall.SIGHUP)
 	return serveRun(ctx, args, stdout, stderr)
 }
 

@@ -69,7 +69,8 @@ func startServeChild(t *testing.T, dir string) *serveChild {
 
 // TestServeKill SIGKILLs `mvkv serve` while clients write, pipelined and
 // not, and checks after a restart that every acknowledged write is there;
-// then stops the restarted server with SIGTERM, which must exit cleanly.
+// then sends the restarted server SIGHUP, which it ignores, and stops it
+// with SIGTERM, which must exit cleanly.
 func TestServeKill(t *testing.T) {
 	dir := t.TempDir()
 	srv := startServeChild(t, dir)
@@ -149,6 +150,14 @@ func TestServeKill(t *testing.T) {
 		if err != nil || n < ackIncr[g] {
 			t.Errorf("ctr:%d = %d (%v) after SIGKILL; %d increments were acknowledged", g, n, err, ackIncr[g])
 		}
+	}
+	// SIGHUP (a closed terminal) is ignored, as by redis-server: the
+	// server still answers afterwards.
+	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "after-hup", "1", 0).Err(); err != nil {
+		t.Fatalf("SET after SIGHUP: %v\n%s", err, srv.stderr)
 	}
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
