@@ -311,8 +311,12 @@ func (r *Reader) advance() {
 		// Segments get their final name only once written whole, so no
 		// crash leaves one of another size.
 		f.Close()
-		r.err = fmt.Errorf("%w: %s is %d bytes, cut short of the %d-byte segment size (no crash makes a segment of another size), so the log from %s on is lost%s",
-			ErrCorrupt, path.Join(r.dir, segmentName(next)), n, r.segSize, r.pos, r.markNote())
+		what := "cut short of"
+		if n > r.segSize {
+			what = "longer than" // bytes appended: the records may be whole
+		}
+		r.err = fmt.Errorf("%w: %s is %d bytes, %s the %d-byte segment size (no crash makes a segment of another size), so the log from %s on cannot be trusted%s",
+			ErrCorrupt, path.Join(r.dir, segmentName(next)), n, what, r.segSize, r.pos, r.markNote())
 		r.closeFile()
 		return
 	}
