@@ -1,12 +1,16 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"mvkv/vfs"
 	"mvkv/wal"
 	"mvkv/waldump"
 )
@@ -68,9 +72,33 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	live := inUse(dir)
+	if live {
+		fmt.Fprintf(stderr, "mvkv waldump: warning: %s is in use by a running database; the log's end moves during the dump\n", dir)
+	}
 	if err := waldump.Dump(nil, dir, wal.LSN(s), wal.LSN(e), stdout); err != nil {
 		fmt.Fprintf(stderr, "mvkv waldump: %s\n", errText(err))
+		if live {
+			// pg_waldump has the same limit on a live server.
+			fmt.Fprintf(stderr, "mvkv waldump: the database was running: a record being written or a segment being recycled meanwhile reads as damage; stop it (or give --end) and run again before taking this for damage\n")
+		}
 		return 1
 	}
 	return 0
+}
+
+// inUse reports whether a running database holds dir's lock file (the
+// engine's LOCK, taken with flock), without creating one: the lock is
+// tried only on a file that exists, and let go at once.
+func inUse(dir string) bool {
+	name := filepath.Join(dir, "LOCK")
+	if _, err := os.Stat(name); err != nil {
+		return false
+	}
+	l, err := vfs.OS{}.Lock(name)
+	if err != nil {
+		return errors.Is(err, vfs.ErrLocked)
+	}
+	l.Close()
+	return false
 }
