@@ -311,12 +311,14 @@ func (r *Reader) advance() {
 		// Segments get their final name only once written whole, so no
 		// crash leaves one of another size.
 		f.Close()
-		what := "cut short of"
+		what, so := "cut short of", "is lost"
 		if n > r.segSize {
-			what = "longer than" // bytes appended: the records may be whole
+			// Bytes appended: the records may be whole, but the file is
+			// not one this log wrote.
+			what, so = "longer than", "cannot be trusted"
 		}
-		r.err = fmt.Errorf("%w: %s is %d bytes, %s the %d-byte segment size (no crash makes a segment of another size), so the log from %s on cannot be trusted%s",
-			ErrCorrupt, path.Join(r.dir, segmentName(next)), n, what, r.segSize, r.pos, r.markNote())
+		r.err = fmt.Errorf("%w: %s is %d bytes, %s the %d-byte segment size (no crash makes a segment of another size), so the log from %s on %s%s",
+			ErrCorrupt, path.Join(r.dir, segmentName(next)), n, what, r.segSize, r.pos, so, r.markNote())
 		r.closeFile()
 		return
 	}
