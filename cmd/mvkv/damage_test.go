@@ -182,6 +182,15 @@ func TestVerifyNamesDamage(t *testing.T) {
 			[]string{filepath.Join("clog", "000000000000") + " is missing"}, 0},
 		{"newest WAL segment cut short after a crash", killed, func(d string) error { return os.Truncate(filepath.Join(d, "wal", newest), 300000) },
 			[]string{filepath.Join("wal", newest) + " is 300000 bytes, cut short", "is lost"}, 0},
+		{"newest WAL segment with bytes appended after a crash", killed, func(d string) error {
+			f, err := os.OpenFile(filepath.Join(d, "wal", newest), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.Write(make([]byte, 5000))
+			return err
+		}, []string{filepath.Join("wal", newest) + " is 1053576 bytes, longer than", "cannot be trusted"}, 0},
 		{"newest WAL segment removed after a crash", killed, func(d string) error { return os.Remove(filepath.Join(d, "wal", newest)) },
 			[]string{filepath.Join("wal", newest) + " is missing", "is lost"}, 0},
 		{"CLOG byte flipped after a clean shutdown", clean, func(d string) error { return flip(filepath.Join(d, "clog", "000000000000"), 16+100) },
