@@ -467,7 +467,6 @@ func TestHeapPageNewerThanWAL(t *testing.T) {
 	}
 	f.Close()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
-	defer db.Close()
 	if !db.Recovery().IndexFromFile {
 		t.Fatal("the index was rebuilt; the test needs the index file loaded")
 	}
@@ -480,6 +479,15 @@ func TestHeapPageNewerThanWAL(t *testing.T) {
 	}
 	if v, ok := get(t, db, "key-00099"); !ok || v != strings.Repeat("v", 200) {
 		t.Fatalf("key-00099, on another page, = %q, %v", v, ok)
+	}
+	// Without the index file, Open reads every page to rebuild the
+	// index, and fails on this one.
+	db.Close()
+	if err := os.Remove(filepath.Join(dir, indexFileName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{Autovacuum: noAutovacuum}); !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "beyond the end of the WAL") {
+		t.Fatalf("Open rebuilding the index over a page newer than the WAL: %v; want ErrCorruption", err)
 	}
 }
 

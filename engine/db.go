@@ -721,9 +721,9 @@ func (s poolStorage) ReadBlock(block uint32, p []byte) error {
 		// WAL before data: no page on disk can be newer than the log. One
 		// that is was written by another copy of the database (a file put
 		// back from a later backup, say), and its versions would be read
-		// as this database's. Recovery makes the same check for the whole
-		// heap when it rebuilds the index; with the index file loaded, a
-		// page is checked here when it is first read.
+		// as this database's. Every read passes here: redo's, the index
+		// rebuild's (which so fails Open), and with the index file loaded,
+		// the first read of each page after Open.
 		if lsn := wal.LSN(heap.PageLSN(p)); lsn > w.InsertLSN() {
 			err = fmt.Errorf("%w: %s: page LSN %s is beyond the end of the WAL %s: this database did not write it (a file from another copy?)",
 				ErrCorruption, s.db.heapBlockName(block), lsn, w.InsertLSN())

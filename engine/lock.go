@@ -55,6 +55,12 @@ func (lm *lockManager) shard(key []byte) *lockShard {
 	return &lm.shards[maphash.Bytes(lm.seed, key)%uint64(len(lm.shards))]
 }
 
+// rowLock takes the row lock on key for st, waiting at most lock_timeout,
+// until ctx ends, Close, or a failure that stops writes (acquire).
+func (db *DB) rowLock(ctx context.Context, key []byte, st *txnState) error {
+	return db.locks.acquire(ctx, key, st, db.opts.LockTimeout, db.closing, db.failed, db.writable)
+}
+
 // acquire takes the row lock on key for me, waiting for holders to end.
 // It returns ErrDeadlock, ErrLockTimeout (timeout > 0), ErrClosed when
 // closing is closed, failure() when failed is closed, or the context's

@@ -343,7 +343,7 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	if reason != "" {
-		heapMaxXid, err := db.rebuildIndex(end)
+		heapMaxXid, err := db.rebuildIndex()
 		if err != nil {
 			return err
 		}
@@ -584,11 +584,11 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 }
 
 // rebuildIndex scans the whole heap and points every key at the head of its
-// version chain. It returns the largest xid found in a tuple header, and
-// fails if a page's LSN lies beyond walEnd: the page was written after WAL
-// that is now missing (rule 1 was kept, so the WAL was lost), and its
-// tuples' xids could be handed out again.
-func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
+// version chain. It returns the largest xid found in a tuple header. A page
+// whose LSN lies beyond the end of the WAL (written after WAL that is now
+// missing, whose tuples' xids could be handed out again) fails it: the
+// buffer pool refuses such a page when it reads it (poolStorage).
+func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	// Chunks, and the chunks some version's external pointer names: the
 	// difference are orphans for the next vacuum (vacuum.go).
 	var chunks []heap.TID
@@ -608,9 +608,7 @@ func (db *DB) rebuildIndex(walEnd wal.LSN) (maxXid uint64, err error) {
 		buf.RLock()
 		page := buf.Page()
 		var perr error
-		if lsn := heap.PageLSN(page); lsn > uint64(walEnd) {
-			perr = fmt.Errorf("%w: %s block %d: page LSN %s is beyond the end of the WAL %s", ErrCorruption, filepath.Join(db.dir, heapDir), blk, wal.LSN(lsn), walEnd)
-		} else if !heap.IsNew(page) {
+		if !heap.IsNew(page) {
 			for s := 0; s < heap.NumSlots(page); s++ {
 				raw, err := heap.Tuple(page, uint16(s))
 				if errors.Is(err, heap.ErrBadSlot) {

@@ -32,7 +32,7 @@ func (t *Txn) Lock(key []byte) error {
 	if t.st == nil {
 		t.st = newTxnState()
 	}
-	if err := t.db.locks.acquire(t.ctx, key, t.st, t.db.opts.LockTimeout, t.db.closing, t.db.failed, t.db.writable); err != nil {
+	if err := t.db.rowLock(t.ctx, key, t.st); err != nil {
 		t.err = err
 		return err
 	}

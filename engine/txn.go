@@ -462,7 +462,7 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		t.st = newTxnState()
 	}
 	me := t.st.xid.Load()
-	if err := db.locks.acquire(t.ctx, key, t.st, db.opts.LockTimeout, db.closing, db.failed, db.writable); err != nil {
+	if err := db.rowLock(t.ctx, key, t.st); err != nil {
 		return err
 	}
 	// The key's newest version, read below under the lock, may be an

@@ -146,8 +146,6 @@ type Pool struct {
 	nblocks atomic.Uint32
 	// extendMu serializes Extend and EnsureBlocks.
 	extendMu sync.Mutex
-	// extendPage is the empty page Extend writes; guarded by extendMu.
-	extendPage []byte
 
 	copies sync.Pool // of *[PageSize]byte, page copies being written
 
@@ -471,12 +469,9 @@ func (p *Pool) Extend() (*Buffer, error) {
 	if n == math.MaxUint32 {
 		return nil, ErrRelationFull
 	}
-	if p.extendPage == nil {
-		p.extendPage = make([]byte, PageSize)
-	}
-	// Storage.WriteBlock may change the bytes it is given (a checksum).
-	clear(p.extendPage)
-	if err := p.st.WriteBlock(n, p.extendPage); err != nil {
+	// A new page each time: Storage.WriteBlock may change the bytes it
+	// is given (a checksum), and one extension in many inserts pays it.
+	if err := p.st.WriteBlock(n, make([]byte, PageSize)); err != nil {
 		return nil, err
 	}
 	b, err := p.load(n, false, p.victim)
