@@ -137,8 +137,11 @@ type Stats struct {
 	Misses     uint64 // lookups that had to load their page
 	PageReads  uint64 // pages read from segment files (missing files included)
 	PageWrites uint64 // pages written to segment files
-	FileSyncs  uint64 // fsyncs of segment files and of the directory
-	IOWaits    uint64 // waits for another goroutine's page read or write
+	// PagesZeroed counts pages Extend started as all zeros in the buffers
+	// instead of reading them (one per XidsPerPage xids assigned).
+	PagesZeroed uint64
+	FileSyncs   uint64 // fsyncs of segment files and of the directory
+	IOWaits     uint64 // waits for another goroutine's page read or write
 	// LockWaits counts bank lock acquisitions that found the lock taken,
 	// and SetStatus calls that found it taken and waited for a group
 	// leader instead; LockWaitNanos is their total wait in nanoseconds.
@@ -159,13 +162,14 @@ type Stats struct {
 // Sub returns s minus prev, field by field.
 func (s Stats) Sub(prev Stats) Stats {
 	return Stats{
-		Lookups:    s.Lookups - prev.Lookups,
-		Hits:       s.Hits - prev.Hits,
-		Misses:     s.Misses - prev.Misses,
-		PageReads:  s.PageReads - prev.PageReads,
-		PageWrites: s.PageWrites - prev.PageWrites,
-		FileSyncs:  s.FileSyncs - prev.FileSyncs,
-		IOWaits:    s.IOWaits - prev.IOWaits,
+		Lookups:     s.Lookups - prev.Lookups,
+		Hits:        s.Hits - prev.Hits,
+		Misses:      s.Misses - prev.Misses,
+		PageReads:   s.PageReads - prev.PageReads,
+		PageWrites:  s.PageWrites - prev.PageWrites,
+		PagesZeroed: s.PagesZeroed - prev.PagesZeroed,
+		FileSyncs:   s.FileSyncs - prev.FileSyncs,
+		IOWaits:     s.IOWaits - prev.IOWaits,
 
 		LockWaits:     s.LockWaits - prev.LockWaits,
 		LockWaitNanos: s.LockWaitNanos - prev.LockWaitNanos,
@@ -183,7 +187,7 @@ type stats struct {
 
 	lockWaitNanos, groupUpdates, groupMembers atomic.Uint64
 
-	truncations, segmentsRemoved atomic.Uint64
+	truncations, segmentsRemoved, pagesZeroed atomic.Uint64
 }
 
 // CLOG is the commit log: two status bits per 64-bit transaction id, kept in
@@ -360,6 +364,42 @@ func (c *CLOG) SetStatus(xid uint64, s Status, lsn uint64) error {
 	c.lock(b)
 	defer b.mu.Unlock()
 	return c.setStatusLocked(b, pageno, xid, s, lsn)
+}
+
+// Extend makes room in the CLOG for xid, a newly assigned xid, as
+// PostgreSQL's ExtendCLOG: when xid is the first of its page, the page
+// starts in the buffers as all zeros (every xid on it in progress) without
+// being read, and replaces whatever the file holds there at its next write;
+// for any other xid it does nothing. So bytes left where no xid has been
+// assigned yet (a file cut short and grown again, a stray write, a page
+// appended by mistake) never stop commits when xids reach them, and the
+// first commits on a new page do not read the file. The caller assigns
+// xids in order and calls Extend for each before any status of it is set
+// or read, holding whatever serializes the assignment (as ExtendCLOG runs
+// under XidGenLock); nothing here is logged: after a crash, a page whose
+// xids all lie at or above Options.RedoXid is rebuilt by redo if damaged.
+// Errors: ErrClosed, ErrTruncated, or an I/O or FlushWAL error writing out
+// a dirty page to make room (the CLOG then writes nothing more).
+func (c *CLOG) Extend(xid uint64) error {
+	if xid%XidsPerPage != 0 {
+		return nil
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := c.truncatedErr(xid); err != nil {
+		return err
+	}
+	pageno := xidPage(xid)
+	c.noteLatest(pageno)
+	b := c.bankFor(pageno)
+	c.lock(b)
+	defer b.mu.Unlock()
+	_, _, err := c.slotLocked(b, pageno, true)
+	if err == nil {
+		c.stats.pagesZeroed.Add(1)
+	}
+	return err
 }
 
 // setStatusLocked is SetStatus with b, the bank of pageno, locked
@@ -566,13 +606,14 @@ func (c *CLOG) Buffers() int { return c.opts.Buffers }
 // the fields are not read at one instant.
 func (c *CLOG) Stats() Stats {
 	return Stats{
-		Lookups:    c.stats.lookups.Load(),
-		Hits:       c.stats.hits.Load(),
-		Misses:     c.stats.misses.Load(),
-		PageReads:  c.stats.pageReads.Load(),
-		PageWrites: c.stats.pageWrites.Load(),
-		FileSyncs:  c.stats.fileSyncs.Load(),
-		IOWaits:    c.stats.ioWaits.Load(),
+		Lookups:     c.stats.lookups.Load(),
+		Hits:        c.stats.hits.Load(),
+		Misses:      c.stats.misses.Load(),
+		PageReads:   c.stats.pageReads.Load(),
+		PageWrites:  c.stats.pageWrites.Load(),
+		PagesZeroed: c.stats.pagesZeroed.Load(),
+		FileSyncs:   c.stats.fileSyncs.Load(),
+		IOWaits:     c.stats.ioWaits.Load(),
 
 		LockWaits:     c.stats.lockWaits.Load(),
 		LockWaitNanos: c.stats.lockWaitNanos.Load(),

@@ -1,6 +1,7 @@
 package clog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -791,5 +792,86 @@ func TestAbandonWritesNothing(t *testing.T) {
 	defer c.Close()
 	if s, err := c.Status(5); err != nil || s != StatusInProgress {
 		t.Errorf("after Abandon and a reopen: Status(5) = %v, %v; want in progress (never written)", s, err)
+	}
+}
+
+// TestExtendReplacesUnreadBytes: bytes where no xid has been assigned yet
+// (here a page of garbage appended to the segment) fail a Status read of
+// that page, but Extend at the page's first xid starts it as zeros without
+// reading it, and its next write replaces the garbage. Extend of any other
+// xid does nothing, and a cached page is zeroed in place.
+func TestExtendReplacesUnreadBytes(t *testing.T) {
+	dir := testDir(t)
+	c := mustOpen(t, vfs.OS{}, dir, Options{})
+	for i := range uint64(100) {
+		if err := c.SetStatus(i, StatusCommitted, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(dir, segmentName(0))
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := bytes.Repeat([]byte{0x5a}, PageSize)
+	if _, err := f.WriteAt(garbage, PageSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c = mustOpen(t, vfs.OS{}, dir, Options{})
+	if _, err := c.Status(XidsPerPage + 1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Status on the garbage page before Extend: %v, want ErrCorrupt", err)
+	}
+	// Not the first xid of a page: nothing happens (page 0 keeps its bits).
+	if err := c.Extend(100); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Status(5); err != nil || s != StatusCommitted {
+		t.Fatalf("Extend(100) touched page 0: %v, %v", s, err)
+	}
+	reads := c.Stats().PageReads
+	if err := c.Extend(XidsPerPage); err != nil {
+		t.Fatalf("Extend over a garbage page: %v", err)
+	}
+	if got := c.Stats(); got.PageReads != reads || got.PagesZeroed != 1 {
+		t.Errorf("Extend: %d page reads, %d pages zeroed; want no read and one zeroed", got.PageReads-reads, got.PagesZeroed)
+	}
+	for _, x := range []uint64{XidsPerPage, XidsPerPage + 1, 2*XidsPerPage - 1} {
+		if s, err := c.Status(x); err != nil || s != StatusInProgress {
+			t.Errorf("Status(%d) after Extend = %v, %v; want in progress", x, s, err)
+		}
+	}
+	if err := c.SetStatus(XidsPerPage+1, StatusCommitted, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c = mustOpen(t, vfs.OS{}, dir, Options{})
+	if s, err := c.Status(XidsPerPage + 1); err != nil || s != StatusCommitted {
+		t.Errorf("after reopen: Status = %v, %v; want committed from the rewritten page", s, err)
+	}
+	if s, err := c.Status(XidsPerPage + 2); err != nil || s != StatusInProgress {
+		t.Errorf("after reopen: Status = %v, %v; want in progress", s, err)
+	}
+	// A cached page is zeroed in place (the caller assigns the page's
+	// first xid only once, so this happens only to a page a lookup of a
+	// future xid brought in).
+	if err := c.Extend(XidsPerPage); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Status(XidsPerPage + 1); err != nil || s != StatusInProgress {
+		t.Errorf("Extend of a cached page: Status = %v, %v; want in progress", s, err)
+	}
+	checkPool(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,9 +6,15 @@
 //
 // A status is in progress (0), committed (1), aborted (2) or sub-committed
 // (3). Zero is in progress so that a page never written, a hole in a file, or
-// a missing segment all mean "nobody has decided yet": the CLOG needs no
-// extension step and no zeroing WAL record (PostgreSQL logs CLOG_ZEROPAGE;
-// with checksummed all-zero pages defined as valid, there is nothing to log).
+// a missing segment all mean "nobody has decided yet". When the first xid of
+// a page is assigned, Extend starts the page as zeros in the buffers without
+// reading the file, as PostgreSQL's ExtendCLOG, so that bytes left where no
+// xid has been yet (a page appended by mistake, a stray write) are replaced
+// rather than read as damage thousands of commits later. Nothing is logged
+// for it (PostgreSQL logs CLOG_ZEROPAGE): with checksummed all-zero pages
+// defined as valid, a page that is absent, short or zero needs no redo, and
+// after a crash a damaged page whose xids all lie at or above the redo
+// point's next xid is rebuilt by redo anyway (Crash contract).
 // xids are 64-bit (FullTransactionId) and never wrap, so the page of an xid
 // is simply xid / XidsPerPage.
 //

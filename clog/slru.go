@@ -89,6 +89,13 @@ func (b *bank) init(n int, mu *sync.RWMutex) {
 // load it twice: the first claims a slot in state slotReading under mu and
 // the second finds that slot in the index and waits for it.
 func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
+	return c.slotLocked(b, pageno, false)
+}
+
+// slotLocked is slotForLocked; with zero set, a page not cached is not read
+// from disk but starts all zeros (every xid in progress), dirty, and a
+// cached one is zeroed in place (Extend).
+func (c *CLOG) slotLocked(b *bank, pageno uint64, zero bool) (int, bool, error) {
 	hit := true
 	for {
 		if i, ok := b.index[pageno]; ok {
@@ -97,6 +104,12 @@ func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
 				c.stats.ioWaits.Add(1)
 				b.ioDone.Wait()
 				continue
+			}
+			if zero {
+				sl := &b.slots[i]
+				clear(sl.buf[:])
+				sl.dirty, sl.lsn = true, 0
+				c.resetGroupLSNsLocked(pageno, i)
 			}
 			return i, hit, nil
 		}
@@ -123,9 +136,18 @@ func (c *CLOG) slotForLocked(b *bank, pageno uint64) (int, bool, error) {
 		c.resetGroupLSNsLocked(pageno, v)
 		b.index[pageno] = v
 
-		b.mu.Unlock()
-		rebuilt, err := c.readPage(pageno, sl.buf[:])
-		b.mu.Lock()
+		var rebuilt bool
+		if zero {
+			// Nothing of the file's old contents is read: whatever lies
+			// there (nothing, zeros, or bytes that are no page at all)
+			// is replaced at the page's next write.
+			clear(sl.buf[:])
+			rebuilt = true
+		} else {
+			b.mu.Unlock()
+			rebuilt, err = c.readPage(pageno, sl.buf[:])
+			b.mu.Lock()
+		}
 
 		if err != nil {
 			sl.state = slotEmpty

@@ -224,7 +224,10 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 		return st, fmt.Errorf("%w: its index holds %d keys", ErrBulkLoadNotEmpty, n)
 	}
 	txn := newTxnState()
-	xid := db.procs.assign(txn)
+	xid, err := db.procs.assign(txn)
+	if err != nil {
+		return st, db.fail(err)
+	}
 	first := db.pool.NBlocks()
 	st.XID, st.FirstBlock = xid, first
 	_, end, err := db.wal.Insert(recBulkLoadBegin, xid, encodeBulkLoadBegin(first))

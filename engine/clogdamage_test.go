@@ -320,10 +320,9 @@ func TestVerifyStaleCLOGSegment(t *testing.T) {
 	}
 }
 
-// Files the WAL and the CLOG do not own in their directories are
-// reported by Verify: a stranger in either, and a CLOG segment past the
-// one holding the next xid (a copy put there, whose statuses would be
-// read once xids reach it).
+// Files the engine does not own are reported by Verify: a stranger in the
+// data directory or in any of its subdirectories, and a CLOG segment past
+// the one holding the next xid (a copy put there).
 func TestVerifyStrayFiles(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
@@ -336,7 +335,7 @@ func TestVerifyStrayFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	stray := []string{filepath.Join(dir, walDir, "garbage"), filepath.Join(dir, clogDir, "notes.txt"), filepath.Join(dir, clogDir, "000000000007"),
-		filepath.Join(dir, heapDir, "junk"), filepath.Join(dir, vmDir, "00000000.bak")}
+		filepath.Join(dir, heapDir, "junk"), filepath.Join(dir, vmDir, "00000000.bak"), filepath.Join(dir, "control.bak")}
 	for _, p := range stray {
 		if err := os.WriteFile(p, seg0, 0o600); err != nil {
 			t.Fatal(err)
@@ -365,4 +364,99 @@ func reopenVerify(t *testing.T, dir string) VerifyReport {
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// Bytes in the CLOG where no xid has been assigned yet (here a page of
+// garbage appended to the segment, right after the page holding the next
+// xid) are never read: the first xid of that page starts it as zeros, as
+// PostgreSQL's ExtendCLOG, and commits go on across the boundary; the
+// page's next write replaces the garbage, so a restart and Verify find
+// nothing wrong. Before, the first commit on that page failed with
+// ErrCorruption and the database stopped taking writes.
+func TestCLOGGarbagePastNextXid(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	mustPut(t, db, "a", "1")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(dir, clogDir, "000000000000")
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, clog.PageSize), clog.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	db.procs.setNext(clog.XidsPerPage - 3)
+	for i := range 10 {
+		mustPut(t, db, fmt.Sprintf("k%d", i), "v")
+	}
+	if next := db.procs.next(); next < clog.XidsPerPage+5 {
+		t.Fatalf("next xid %d: the puts did not cross onto page 1", next)
+	}
+	if err := db.Failure(); err != nil {
+		t.Fatalf("database failed: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep := reopenVerify(t, dir)
+	if len(rep.Problems) != 0 {
+		t.Errorf("verify after the garbage page was reached:\n%s", strings.Join(rep.Problems, "\n"))
+	}
+}
+
+// The same after a crash: the page was started as zeros in memory only,
+// never written, and the garbage is still in the file when recovery reads
+// it. Every xid on it lies past the redo point, so recovery rebuilds it
+// from the WAL; every commit is there.
+func TestCLOGGarbagePastNextXidCrash(t *testing.T) {
+	m := memDB(t)
+	db := openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	mustPut(t, db, "a", "1")
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Open("/db/" + clogDir + "/000000000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, clog.PageSize), clog.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db.procs.setNext(clog.XidsPerPage - 3)
+	for i := range 10 {
+		mustPut(t, db, fmt.Sprintf("k%d", i), "v")
+	}
+	crashed := m.CrashCopy(vfs.DropUnsynced, nil)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, "/db", Options{FS: crashed, Autovacuum: noAutovacuum})
+	defer db.Close()
+	for i := range 10 {
+		if v, ok := get(t, db, fmt.Sprintf("k%d", i)); !ok || v != "v" {
+			t.Errorf("k%d after the crash: %q, %v", i, v, ok)
+		}
+	}
+	mustPut(t, db, "after", "x")
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 0 {
+		t.Errorf("verify:\n%s", strings.Join(rep.Problems, "\n"))
+	}
 }

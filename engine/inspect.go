@@ -22,6 +22,7 @@ func init() {
 		CLOGDir:      clogDir,
 		HeapDir:      heapDir,
 		VMDir:        vmDir,
+		RootFiles:    []string{controlName, controlTmpName, lockName, indexFileName, indexFileTmpName},
 		TypeName:     recordTypeName,
 		Describe:     describeRecord,
 		IsCheckpoint: func(t wal.RecordType) bool { return t == recCheckpoint },

@@ -48,10 +48,16 @@ type procArray struct {
 	// active counts running transactions, read without mu for
 	// commit_siblings.
 	active atomic.Int64
+
+	// extend is called under mu with each xid before it is handed out,
+	// as GetNewTransactionId calls ExtendCLOG under XidGenLock: the CLOG
+	// starts a page as zeros when its first xid is assigned. An error
+	// assigns nothing.
+	extend func(xid uint64) error
 }
 
-func newProcArray(nextXid uint64) *procArray {
-	return &procArray{nextXid: nextXid, running: make(map[uint64]*txnState)}
+func newProcArray(nextXid uint64, extend func(xid uint64) error) *procArray {
+	return &procArray{nextXid: nextXid, running: make(map[uint64]*txnState), extend: extend}
 }
 
 // newTxnState returns the state of a transaction that has no xid yet.
@@ -71,16 +77,24 @@ func (st *txnState) name() string {
 }
 
 // assign gives st the next xid and enters it into the table, and returns
-// the xid. st must not have one yet.
-func (p *procArray) assign(st *txnState) uint64 {
+// the xid. st must not have one yet. It fails, assigning nothing, only if
+// the CLOG cannot make room for a new page (an I/O error writing out
+// another).
+func (p *procArray) assign(st *txnState) (uint64, error) {
 	p.mu.Lock()
 	xid := p.nextXid
+	if p.extend != nil {
+		if err := p.extend(xid); err != nil {
+			p.mu.Unlock()
+			return 0, err
+		}
+	}
 	st.xid.Store(xid)
 	p.nextXid++
 	p.running[xid] = st
 	p.mu.Unlock()
 	p.active.Add(1)
-	return xid
+	return xid, nil
 }
 
 // remove takes a finished transaction out of the table. The caller must have

@@ -528,17 +528,25 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 	// a version is placed. The row lock, held, keeps every other writer
 	// of key out meanwhile; a snapshot taken before the assignment sees
 	// the xid as in the future, so as in progress.
-	xid := func() uint64 {
+	xid := func() (uint64, error) {
 		if me == 0 {
-			me = db.procs.assign(t.st)
+			x, err := db.procs.assign(t.st)
+			if err != nil {
+				return 0, db.fail(err)
+			}
+			me = x
 		}
-		return me
+		return me, nil
 	}
 	if del {
 		if !live {
 			return nil
 		}
-		_, err := db.placeTuple(xid(), cur.tid, nil, nil)
+		x, err := xid()
+		if err != nil {
+			return err
+		}
+		_, err = db.placeTuple(x, cur.tid, nil, nil)
 		if err == nil {
 			t.obsoleted++
 		}
@@ -576,8 +584,12 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 			prev = cur.hdr.Prev
 		}
 	}
+	x, err := xid()
+	if err != nil {
+		return err
+	}
 	scratch := getScratch()
-	tup, err := db.buildTuple((*scratch)[:0], xid(), prev, key, val)
+	tup, err := db.buildTuple((*scratch)[:0], x, prev, key, val)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,11 @@ type Table struct {
 	// subdirectories holding WAL segments, CLOG segments, heap segments
 	// and visibility map files.
 	WALDir, CLOGDir, HeapDir, VMDir string
+	// RootFiles are the names of the files the engine keeps in the data
+	// directory itself, beside those subdirectories (the control file,
+	// the lock file, the index file, and the temporary names they are
+	// written under).
+	RootFiles []string
 	// TypeName is the name of a record type, as pg_waldump prints it
 	// ("HEAP_INSERT").
 	TypeName func(t wal.RecordType) string

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"mvkv/clog"
@@ -397,14 +398,25 @@ func checkCheckpointRecord(fsys vfs.FS, walPath string, ctrl rmgr.Control) error
 	return nil
 }
 
-// checkStrayFiles reports the files in the WAL, CLOG, heap and visibility
-// map directories that none owns: a name that is not a segment's, or a
-// CLOG segment past the one holding the next xid. Recovery ignores a
-// stranger in the WAL directory, and the heap and the map one in theirs,
-// but a CLOG segment past the next xid is read once the xids reach it, and
-// then fails (its pages carry other page numbers) or, worse, gives
-// statuses nobody set; either way someone put it there.
+// checkStrayFiles reports the files in the data directory and in its WAL,
+// CLOG, heap and visibility map directories that none owns: a name that is
+// not the engine's or a segment's, or a CLOG segment past the one holding
+// the next xid. Nothing reads any of them (recovery ignores a stranger in
+// the WAL directory; each CLOG page is started anew when the first xid on
+// it is assigned, whatever its file held), but someone put them there.
 func checkStrayFiles(t Target, problem Problemf, next uint64) {
+	if names, err := t.FS().ReadDir(t.Dir()); err == nil {
+		for _, n := range names {
+			if slices.Contains(rmgr.Engine.RootFiles, n) {
+				continue
+			}
+			switch n {
+			case rmgr.Engine.WALDir, rmgr.Engine.CLOGDir, rmgr.Engine.HeapDir, rmgr.Engine.VMDir:
+				continue
+			}
+			problem("data directory: %s is not a file of the database (nothing reads it; remove it, or find what wrote it)", filepath.Join(t.Dir(), n))
+		}
+	}
 	for _, d := range []struct {
 		dir, what, file, ignoredBy string
 		own                        func(string) bool
@@ -431,7 +443,7 @@ func checkStrayFiles(t Target, problem Problemf, next uint64) {
 			case !ok && !clog.IsOwnFile(n):
 				problem("CLOG: %s is not a CLOG segment (nothing reads it; remove it, or find what wrote it)", filepath.Join(clogDir, n))
 			case ok && seg > last:
-				problem("CLOG: %s lies past the segment of the next xid %d, which no transaction has reached: it was put there (a copy, or another database's), and its statuses would be read once xids reach it; remove it", filepath.Join(clogDir, n), next)
+				problem("CLOG: %s lies past the segment of the next xid %d, which no transaction has reached: it was put there (a copy, or another database's); nothing reads it (each page is started anew when xids reach it), but remove it", filepath.Join(clogDir, n), next)
 			}
 		}
 	}
