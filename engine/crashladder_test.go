@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"mvkv/clog"
 	"mvkv/vfs"
 )
 
@@ -108,7 +110,7 @@ func TestCrashLadder(t *testing.T) {
 					sample = 16
 				}
 			}
-			points, checked, err := crashLadder(seed, work, sample, 16)
+			points, checked, err := crashLadder(seed, work, sample, 16, 0)
 			if err == nil {
 				t.Logf("seed %d: %d transactions, %d file-system operations, %d crash copies checked; %d pages pruned by updates and reads, %d by vacuum, in all workloads so far",
 					seed, len(work), points, checked, ladderPrunes.Load(), ladderVacuumPages.Load())
@@ -120,7 +122,7 @@ func TestCrashLadder(t *testing.T) {
 			for i, w := range small {
 				fmt.Fprintf(&b, "\n  txn %d: %s", i, w)
 			}
-			_, _, err = crashLadder(seed, small, 1, 16)
+			_, _, err = crashLadder(seed, small, 1, 16, 0)
 			t.Fatalf("shrunk to %d transactions (-crash.seed=%d reproduces the full case):%s\nfailure: %v", len(small), seed, b.String(), err)
 		})
 	}
@@ -133,7 +135,7 @@ func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
 	for chunk := len(work) / 2; chunk >= 1; chunk /= 2 {
 		for i := 0; i+chunk <= len(work); {
 			try := append(append([]ladderTxn(nil), work[:i]...), work[i+chunk:]...)
-			if _, _, err := crashLadder(seed, try, 1, 16); err != nil {
+			if _, _, err := crashLadder(seed, try, 1, 16, 0); err != nil {
 				work = try
 			} else {
 				i += chunk
@@ -146,7 +148,7 @@ func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
 // crashLadder runs work and checks a crash copy at one file-system
 // operation in every sample, vacuuming once every vacuumEvery transactions.
 // It returns the operations seen, the copies checked and the first failure.
-func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int) (points, checked int, failure error) {
+func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXid uint64) (points, checked int, failure error) {
 	nTxn := len(work)
 	// states[k] is the state after the first k commits of the workload.
 	states := []ladderState{{}}
@@ -182,6 +184,26 @@ func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int) (points
 	// opened with it in place of their own, as a stale file.
 	if ladderStaleIndex, err = readMemFile(m, "/db/index"); err != nil {
 		return 0, 0, err
+	}
+	if startXid != 0 {
+		// Xids start at startXid, and the CLOG page after its own holds
+		// garbage, durably: the workload's xids cross onto that page,
+		// which must start as zeros however the crash falls.
+		next := (startXid/clog.XidsPerPage + 1) * clog.XidsPerPage
+		name, off := clog.XidFile(next)
+		f, err := m.Open("/db/" + clogDir + "/" + name)
+		if err != nil {
+			return 0, 0, err
+		}
+		_, err = f.WriteAt(bytes.Repeat([]byte{0xa5}, clog.PageSize), off-off%clog.PageSize)
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			return 0, 0, err
+		}
+		db.procs.setNext(startXid)
 	}
 	var prog ladderProgress
 	m.SetOpHook(ladderCrashHook(seed, sample, states, rand.New(rand.NewPCG(seed, 7)), &prog, &points, &checked, &failure))
@@ -225,6 +247,9 @@ func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int) (points
 		if failure != nil {
 			break
 		}
+	}
+	if startXid != 0 && failure == nil && db.procs.next() <= (startXid/clog.XidsPerPage+1)*clog.XidsPerPage {
+		failure = fmt.Errorf("the workload's xids, from %d to %d, did not cross onto the next CLOG page", startXid, db.procs.next())
 	}
 	st := db.Stats()
 	ladderPrunes.Add(st.Heap.PrunesByUpdate + st.Heap.PrunesByRead)
@@ -508,7 +533,7 @@ func TestCrashLadderPruning(t *testing.T) {
 		}
 	}
 	before := ladderPrunes.Load()
-	points, checked, err := crashLadder(seed, work, sample, 48)
+	points, checked, err := crashLadder(seed, work, sample, 48, 0)
 	if err != nil {
 		t.Fatalf("seed %d (-crash.seed reproduces it): %v", seed, err)
 	}
@@ -517,4 +542,29 @@ func TestCrashLadderPruning(t *testing.T) {
 		t.Fatalf("seed %d: no page pruned by updates or reads; the workload no longer tests pruning", seed)
 	}
 	t.Logf("seed %d: %d file-system operations, %d crash copies checked, %d pages pruned by updates and reads", seed, points, checked, pruned)
+}
+
+// TestCrashLadderCLOGPage is the crash ladder over a workload whose xids
+// cross onto a new CLOG page, with garbage lying in the file where that
+// page goes: crashes before, at and after the first xid of the page,
+// before and after the checkpoint that writes it, must all recover every
+// acknowledged commit, and the page must never be read as damage.
+func TestCrashLadderCLOGPage(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if *ladderSeed != 0 {
+		seed = *ladderSeed
+	}
+	work := ladderWorkload(seed, 60)
+	sample := *ladderSample
+	if sample <= 0 {
+		sample = 2
+		if raceEnabled {
+			sample = 12
+		}
+	}
+	points, checked, err := crashLadder(seed, work, sample, 16, clog.XidsPerPage-25)
+	if err != nil {
+		t.Fatalf("seed %d (-crash.seed reproduces it): %v", seed, err)
+	}
+	t.Logf("seed %d: %d file-system operations, %d crash copies checked", seed, points, checked)
 }

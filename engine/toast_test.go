@@ -314,7 +314,7 @@ func TestCrashLadderLargeValues(t *testing.T) {
 	} else if raceEnabled || testing.Short() {
 		t.Skip("slow under -race and -short; -toast.sample=N runs it")
 	}
-	points, checked, err := crashLadder(42, work, sample, 16)
+	points, checked, err := crashLadder(42, work, sample, 16, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
