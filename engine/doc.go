@@ -156,7 +156,12 @@
 // The index's and the running table's mutexes, the CLOG's bank locks and
 // the snapshot registry are leaves: held briefly, never across a wait for
 // any lock above (the snapshot registry's mutex is taken before the
-// running table's, never after). Pruning outside vacuum tries the
+// running table's, never after). One exception, as PostgreSQL's
+// XidGenLock across ExtendCLOG: handing out the first xid of a CLOG page
+// takes that page's bank lock under the running table's mutex, and may
+// write out another page (after a WAL flush) to make room, once in 32,704
+// xids; so the running table's mutex comes before the bank locks, and
+// nothing holding a bank lock takes it. Pruning outside vacuum tries the
 // checkpoint interlock, the prune lock and the page lock, and skips the
 // page if any of them is taken.
 //
