@@ -37,12 +37,14 @@ const (
 
 // Record is one WAL record as returned by Reader.Next.
 type Record struct {
-	LSN   LSN // start of this record
-	End   LSN // start of the next record: what a caller flushes up to
-	Type  RecordType
-	Flags uint8
-	XID   uint64
-	Data  []byte // payload, owned by the caller after Next returns
+	LSN   LSN        // start of this record
+	End   LSN        // start of the next record: what a caller flushes up to
+	Type  RecordType // the caller's type, 16..255 (switch records are not returned)
+	Flags uint8      // as given to InsertFlags; the package gives them no meaning
+	XID   uint64     // the transaction id given to Insert
+	// Data is the payload, owned by the caller after Next returns, or
+	// valid only until the next call to Next with Reader.SetBorrowData.
+	Data []byte
 }
 
 // Sentinel errors. Test with errors.Is; the returned errors wrap these with

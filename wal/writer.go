@@ -487,9 +487,12 @@ func (w *Writer) Insert(typ RecordType, xid uint64, data []byte) (start, end LSN
 	return w.InsertFlags(typ, 0, xid, data)
 }
 
-// InsertFlags appends a record of type typ (16..255) for transaction xid and
-// returns its LSN range: start is the record's LSN, end the LSN to Flush up
+// InsertFlags appends a record of type typ (16..255) for transaction xid,
+// with flags, a byte the package stores and returns in Record.Flags without
+// giving it a meaning (as PostgreSQL's xl_info is the resource manager's),
+// and returns its LSN range: start is the record's LSN, end the LSN to Flush up
 // to for it to be durable. data is copied. It does no I/O. It returns
+// an error for a type below MinUserRecordType (reserved to the package),
 // ErrRecordTooLarge for a payload above MaxPayload(SegmentSize), the
 // sticky ErrSyncFailed after a failed flush, and ErrClosed after Close.
 func (w *Writer) InsertFlags(typ RecordType, flags uint8, xid uint64, data []byte) (start, end LSN, err error) {
