@@ -191,7 +191,9 @@ type RecoveryInfo struct {
 	// two apart either): the commits it held are lost and DroppedBytes
 	// counts only the non-zero bytes after the cut.
 	DroppedBytes int64
-	Duration     time.Duration
+	// Duration is the wall time of recovery, from reading the WAL to the
+	// key index being ready; the end-of-recovery checkpoint is not in it.
+	Duration time.Duration
 	// IndexFromFile says the key index was loaded from the index file
 	// written by the last checkpoint and brought up to date from the WAL;
 	// false means it was rebuilt by reading every heap page, and
