@@ -46,7 +46,8 @@ import (
 // completes after after's.
 //
 // CommitAsync returns the same errors as Commit does before the commit
-// record exists (ErrTxnDone; the error that aborted the transaction, after
+// record exists (ErrTxnManaged, doing nothing, inside DB.Update or DB.View;
+// ErrTxnDone; the error that aborted the transaction, after
 // rolling back; the context's error, after rolling back; ErrClosed; an
 // error wrapping ErrIOFailure if the record could not be appended).
 // Errors after the record exists (ErrWALSyncFailed, ErrIOFailure,
