@@ -38,9 +38,14 @@ var (
 // (*heap.Storage). Its methods must be safe for concurrent use; WriteBlock
 // may modify the page it is given (it gets a private copy).
 type Storage interface {
+	// ReadBlock reads block into p (one page).
 	ReadBlock(block uint32, p []byte) error
+	// WriteBlock writes p (one page) at block, extending the relation
+	// as needed; the data is durable only after Sync.
 	WriteBlock(block uint32, p []byte) error
+	// NBlocks returns one past the highest block on disk.
 	NBlocks() uint32
+	// Sync makes every WriteBlock that returned before it durable.
 	Sync() error
 }
 
