@@ -745,6 +745,8 @@ type ShortSegmentError struct {
 	Next    Segment // the next segment holding data
 }
 
+// Error names both segments, their sizes, and the size a segment before
+// another must have.
 func (e ShortSegmentError) Error() string {
 	if e.Segment.Missing {
 		return fmt.Sprintf("segment %s is missing but is not the last segment (%s follows it, %d bytes); a segment before another must be %d bytes",
@@ -754,6 +756,7 @@ func (e ShortSegmentError) Error() string {
 		e.Segment.Path, e.Segment.Size, e.Next.Path, e.Next.Size, int64(SegmentBlocks*PageSize))
 }
 
+// Is reports whether target is ErrCorrupt, which the error matches.
 func (e ShortSegmentError) Is(target error) bool { return target == ErrCorrupt }
 
 // FillSegment writes an initialized empty page at every block of segment
