@@ -9,11 +9,11 @@ import (
 	"mvkv/vfs"
 )
 
-// DiskModel is a simulated disk for the seed experiments, whose figures
-// depend on what a sync costs: each sync takes FsyncLatency (a fixed
-// latency device), or completes at the first rotation boundary after it is
-// issued on a disk turning RotationsPerSec times a second (the 2009 thread's
-// 15k rpm drive is 250). Syncs may be outstanding concurrently, as on a
+// DiskModel is a simulated disk for the pgsql-hackers experiments mvkv
+// re-runs, whose figures depend on what a sync costs: each sync takes
+// FsyncLatency (a fixed latency device), or completes at the first
+// rotation boundary after it is issued on a disk turning RotationsPerSec
+// times a second (the 2009 thread's 15k rpm drive is 250). Syncs may be outstanding concurrently, as on a
 // drive with a command queue. The zero value is the real disk.
 //
 // On the engine the model is the vfs seam's (vfs.WithDiskModel); on pebble

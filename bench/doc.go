@@ -120,14 +120,14 @@
 //
 // # Sweeps
 //
-// The seed threads argue with tables of tps against clients or against a
+// The pgsql-hackers threads argue with tables of tps against clients or against a
 // knob. A sweep (Config.Sweep, `--sweep NAME=V1,V2`, repeatable for a cross
 // product) runs every cell and prints one such table: the knob columns,
 // tps (mean and sample standard deviation over --repeat runs), calc, the
 // optimum under the disk model (one commit per sync per client: clients x
 // rotations per second, or clients / fsync latency), ratio = tps / calc,
 // and the WAL syncs per second and commits per sync that explain the ratio.
-// Clients vary fastest, so each group of rows reads like one seed table.
+// Clients vary fastest, so each group of rows reads like one of their tables.
 // Data is loaded once per target and every cell reopens the target on it
 // with its own knobs, as pgbench runs reuse one initialized database; the
 // invariant is checked once per target at the end. A run changes balances
@@ -135,7 +135,7 @@
 //
 // # Disk models
 //
-// Group commit is about what a sync costs, so the seed results depend on
+// Group commit is about what a sync costs, so the threads' results depend on
 // their disks (a 7200 rpm drive in 2001, 15k rpm ones since). DiskModel
 // puts a simulated disk under the target: on the engine through the vfs
 // seam (vfs.WithDiskModel), on pebble through an equivalent wrapper of

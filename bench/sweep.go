@@ -161,7 +161,7 @@ type SweepTable struct {
 	Title string
 	// Axes are the swept knob names in column order: the others in the
 	// order given, then clients, which varies fastest so that each group of
-	// rows reads like one of the seed tables.
+	// rows reads like one of the pgsql-hackers threads' tables.
 	Axes []string
 	Rows []SweepRow
 	// Notes are printed under the table (invariant checks, aborts).
@@ -243,7 +243,7 @@ func (r *SweepRow) walBytesPerTxn() (float64, bool) {
 	return float64(bytes) / float64(commits), true
 }
 
-// WriteSweepTable prints t as a markdown table in the seed threads' form:
+// WriteSweepTable prints t as a markdown table in the pgsql-hackers threads' form:
 // the knob columns, tps (with ± the standard deviation and every run's tps
 // when cells ran more than once), calc and ratio = tps / calc, WAL syncs per
 // second, commits per sync and WAL bytes per transaction. Empty cells mean "does not apply". Only write errors are
