@@ -163,5 +163,5 @@
 // branches, tellers), frozen heap pages written outside the buffer pool
 // and fsynced, one commit record, then the checkpoint that writes the
 // index file. A directory that is not empty is loaded in transactions of
-// 10,000 rows, as pebble is (and as the engine was before).
+// 10,000 rows, as pebble is.
 package bench
