@@ -58,7 +58,7 @@
 // it touches, so a test can take a crash copy after every operation of a
 // workload over megabytes of files. A write of zeros (a preallocated WAL
 // segment) is kept as a length. Rejected: copying every file at every crash
-// copy (what an earlier version did; it dominated a crash test's time) and
-// an undo log per crash copy (cheap to take, but each copy would have to
-// replay it before it could be read).
+// copy (it dominated a crash test's time) and an undo log per crash copy
+// (cheap to take, but each copy would have to replay it before it could be
+// read).
 package vfs
