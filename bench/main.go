@@ -35,8 +35,12 @@ var (
 // Config is everything `mvkv bench` takes; see the command's usage for the
 // pgbench flag each field mirrors.
 type Config struct {
-	Target  string // "engine" or "pebble"
-	Dir     string // data directory; must be set
+	// Target is a name OpenTarget takes: "engine", "pebble",
+	// "postgres=URL" or "resp=ADDR".
+	Target string
+	// Dir is the data directory of the engine and pebble targets; must
+	// be set.
+	Dir     string
 	Options TargetOptions
 
 	// Initialize loads Scale into an empty Dir and returns (pgbench -i).
