@@ -20,9 +20,11 @@ const loadBatchRows = 10000
 
 // Load fills an empty target with scale branches, 10*scale tellers and
 // accounts*scale accounts (accounts <= 0 means pgbench's 100,000), all
-// balances zero, in transactions of 10,000 rows, then runs the target's
-// FinishLoad. Progress goes to log in pgbench -i's words. The last batch is
-// durable; FinishLoad makes the rest durable on both targets.
+// balances zero. The engine target, when its directory is empty, takes
+// them in one bulk load (DB.BulkLoad), durable when it returns; otherwise
+// they go in transactions of 10,000 rows, then the target's FinishLoad
+// runs. Progress goes to log in pgbench -i's words. The last batch is
+// durable; on the engine and pebble FinishLoad makes the rest durable.
 func Load(ctx context.Context, t Target, scale, accounts int, log io.Writer) error {
 	if scale < 1 || scale > MaxScale {
 		return fmt.Errorf("bench: scale %d: must be 1 to %d", scale, MaxScale)

@@ -45,12 +45,11 @@ type CommitStats struct {
 	Commits, WALSyncs, WALBytes uint64
 }
 
-// Target is a store the benchmark runs against. Implementations exist for
-// the embedded engine and for pebble; a RESP server and PostgreSQL are meant
-// to follow. A Target is safe for concurrent use by its Clients; LoadBatch,
+// Target is a store the benchmark runs against: the embedded engine,
+// pebble, a PostgreSQL server or a RESP server (OpenTarget). A Target is safe for concurrent use by its Clients; LoadBatch,
 // FinishLoad, DetectScale and Sums are called with no clients running.
 type Target interface {
-	// Name is the target's name as given to OpenTarget ("engine", "pebble").
+	// Name is the target's kind: "engine", "pebble", "postgres" or "resp".
 	Name() string
 	// DetectScale counts branches, as pgbench counts pgbench_branches; 0
 	// means the directory was never loaded.
@@ -60,7 +59,9 @@ type Target interface {
 	// other batches may be written without a sync.
 	LoadBatch(ctx context.Context, rows []KV, durable bool) error
 	// FinishLoad runs after the last batch, like pgbench's vacuum step: a
-	// checkpoint on the engine, a memtable flush on pebble.
+	// checkpoint on the engine and on a RESP server that takes CHECKPOINT,
+	// a memtable flush on pebble, vacuum analyze and the primary keys on
+	// PostgreSQL.
 	FinishLoad(ctx context.Context) error
 	// NewClient opens one client connection.
 	NewClient(ctx context.Context) (Client, error)
