@@ -14,8 +14,11 @@ package engine
 // WaitObserved) wait until it is.
 //
 // Errors: ErrReadOnly, ErrEmptyKey and ErrTooLarge leave the transaction
-// usable; ErrDeadlock, ErrLockTimeout, ErrClosed and the context's error
-// abort it, as a failed write does.
+// usable, and so does the failure that stopped the database taking writes
+// (see DB.Failure), returned before any lock is taken; ErrDeadlock,
+// ErrLockTimeout, ErrClosed and the context's error abort it, as a failed
+// write does. After the transaction ended Lock returns ErrTxnDone, and
+// after it was aborted an error wrapping the one that aborted it.
 func (t *Txn) Lock(key []byte) error {
 	if err := t.usable(); err != nil {
 		return err
