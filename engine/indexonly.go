@@ -70,6 +70,7 @@ func (t *Txn) Exists(key []byte) (bool, error) {
 // the visibility map; Stats counts those (Index.AllVisible) and the others
 // (Index.HeapFetches). Under READ COMMITTED the scan uses one snapshot.
 // The slice passed to fn belongs to fn; fn may write in this transaction.
+// Errors as Scan's.
 func (t *Txn) ScanKeys(start, end []byte, fn func(key []byte) bool) error {
 	if fn == nil {
 		return fmt.Errorf("%w given to Txn.ScanKeys", ErrNilFunction)
@@ -84,7 +85,7 @@ const countBatch = 1024
 
 // Count returns the number of keys in [start, end) visible to the
 // transaction (an empty or nil end: no upper bound), as a ScanKeys that
-// counts.
+// counts. Errors as ScanKeys', with 0.
 func (t *Txn) Count(start, end []byte) (int, error) {
 	n := 0
 	if err := t.visibleKeys(start, end, countBatch, func(*indexEntry) bool { n++; return true }); err != nil {

@@ -248,6 +248,8 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 // of hiding a statement's own later writes from it), so a key already in
 // the index is seen with fn's new value and a new key may or may not be.
 // A scan that stops early costs the keys it visited, not the whole range.
+// Errors: ErrNilFunction for a nil fn, and Get's other than ErrNotFound
+// and those about the key.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 	if fn == nil {
 		return fmt.Errorf("%w given to Txn.Scan", ErrNilFunction)
