@@ -55,7 +55,7 @@ type Txn struct {
 
 // Begin starts a transaction. The context bounds its row-lock waits (a
 // commit's wait for durability is not interruptible: it lasts one WAL
-// flush). It returns ErrClosed after Close, the context's error if it is
+// flush); a nil ctx is context.Background(). It returns ErrClosed after Close, the context's error if it is
 // already done (as database/sql's BeginTx), and a *SettingError (matching
 // ErrInvalidSetting) for an isolation level or synchronous_commit that is
 // not one of the constants.
