@@ -574,7 +574,8 @@ func checkSynchronousCommit(s SynchronousCommit) error {
 
 // SetCommitDelay changes commit_delay (microseconds, 0 to 100000, or
 // CommitDelayAuto). A value outside that range is refused with a
-// *SettingError (matching ErrInvalidSetting). Safe to call concurrently.
+// *SettingError (matching ErrInvalidSetting); after Close it returns
+// ErrClosed. Safe to call concurrently.
 func (db *DB) SetCommitDelay(us int) error {
 	if db.closed.Load() {
 		return ErrClosed
@@ -604,7 +605,8 @@ func (db *DB) SynchronousCommit() SynchronousCommit { return SynchronousCommit(d
 // SetCommitSiblings changes commit_siblings (0 to 1000: the other
 // transactions that must be running for commit_delay to apply). A value
 // outside that range is refused with a *SettingError (matching
-// ErrInvalidSetting). Safe to call concurrently.
+// ErrInvalidSetting); after Close it returns ErrClosed. Safe to call
+// concurrently.
 func (db *DB) SetCommitSiblings(n int) error {
 	if db.closed.Load() {
 		return ErrClosed
