@@ -136,17 +136,18 @@ type Setting struct {
 	// Type is pg_settings.vartype: bool, integer, real or enum.
 	Type string
 	// Unit is the unit of a bare number: "8kB", "MB", "B", "us", "ms", "s",
-	// or "" (pg_settings.unit). A size also takes a unit suffix B, kB, MB,
+	// "%" (fillfactor), or "" (pg_settings.unit). A size also takes a unit suffix B, kB, MB,
 	// GB or TB (1024-based), a time a Go duration such as 90s.
 	Unit string
 	// Min and Max bound a number, as text (a size with its unit, others
-	// in Unit); both are empty for bool and enum, Max for a size.
+	// in Unit); both are empty for bool and enum, Max for a size with no
+	// upper bound (shared_buffers, max_wal_size).
 	Min, Max string
 	// Values lists what an enum or a bool takes (on, off), and the words a
 	// number takes besides numbers (commit_delay's auto).
 	Values []string
-	// Syntax names the value on a command line: NUM|auto, on|off, SIZE,
-	// MS, SEC|DURATION, or an enum's values.
+	// Syntax names the value on a command line: NUM, NUM|auto, on|off,
+	// SIZE, MS, SEC, SEC|DURATION, or an enum's values.
 	Syntax string
 	// Default is the value of an Options field left at its zero value,
 	// as Show prints it; transaction_buffers' 0 stands for a number derived from
