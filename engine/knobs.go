@@ -300,7 +300,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.VacuumFreezeMinAge = max(o.VacuumFreezeMinAge, 0)
 	o.VacuumFreezeTableAge = max(o.VacuumFreezeTableAge, 0)
-	o.SharedBuffers = max(o.SharedBuffers, minSharedBuffers)
+	// Whole pages, as the pool allocates them, so that CurrentSetting
+	// shows the size in use.
+	o.SharedBuffers = max(o.SharedBuffers, minSharedBuffers) / heap.PageSize * heap.PageSize
 	return o, nil
 }
 
