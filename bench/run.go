@@ -98,11 +98,11 @@ type RunConfig struct {
 // Results are what the report prints. Latencies are in milliseconds over
 // successful transactions only.
 type Results struct {
-	Target        string
-	Workload      Workload
-	Scale         int
-	Clients       int
-	Threads       int
+	Target        string        // the target's Name ("engine", "pebble", ...)
+	Workload      Workload      // the built-in workload, or Custom for -f
+	Scale         int           // the scale factor (-s): 100,000 accounts each
+	Clients       int           // concurrent clients (-c)
+	Threads       int           // worker threads (-j) the clients are spread over
 	Transactions  int           // per client, when Duration == 0
 	Duration      time.Duration // when positive, a -T run
 	Processed     int64         // committed transactions

@@ -79,10 +79,10 @@ type CommitStatser interface {
 
 // TxnParams are the random values of one transaction, drawn by the driver.
 type TxnParams struct {
-	AID, TID, BID int64
-	Delta         int64
-	HistoryKey    []byte
-	MTime         int64 // Unix microseconds
+	AID, TID, BID int64  // the account, teller and branch, 1-based as pgbench's
+	Delta         int64  // the balance change, -5000..5000
+	HistoryKey    []byte // the key of the transaction's pgbench_history row
+	MTime         int64  // Unix microseconds
 }
 
 func (p *TxnParams) historyValue() []byte {

@@ -31,9 +31,9 @@ const (
 // Entry is one operation in a history, with logical invocation and return
 // times (Return is 0 while pending).
 type Entry struct {
-	Op           Op
-	Call, Return int64
-	Status       Status
+	Op           Op     // what was invoked
+	Call, Return int64  // logical times of invocation and return
+	Status       Status // how it ended: Acked, Failed or Pending
 	Out          int64  // Incr: the new value
 	Val          string // Get: the value read
 	Found        bool   // Get: whether the key existed

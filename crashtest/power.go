@@ -45,11 +45,11 @@ type Config struct {
 
 // Result is the outcome of a run.
 type Result struct {
-	Pass     bool
-	Cycles   int
-	Crashes  int // crash points checked
-	Ops      int // operations invoked
-	Problems []string
+	Pass     bool     // no check failed
+	Cycles   int      // crash-and-recover cycles run
+	Crashes  int      // crash points checked
+	Ops      int      // operations invoked
+	Problems []string // what each failed check found, one line each
 	// Shortest is the shortest operation list found that still fails, in
 	// invocation order, when the run failed.
 	Shortest []Op

@@ -204,12 +204,15 @@
 // PostgreSQL's toast index (a second access method with its own WAL,
 // for a lookup the directory answers in one page read); a new WAL record
 // for large values (the chunk inserts are ordinary heap inserts that redo
-// already replays and that full-page images cover); compressing values
-// (pglz/lz4), left for later.
+// already replays and that full-page images cover). Values are stored as
+// given: nothing compresses them (PostgreSQL compresses a large value with
+// pglz or lz4 before it moves out of line).
 //
 // # Settings
 //
-// Every knob of Options is defined once, in the table Settings returns,
+// Every knob of Options but MaxRetries (a bound of DB.Update's and
+// DB.View's retry loop, not a setting of the database) is defined once,
+// in the table Settings returns,
 // after PostgreSQL's guc_tables.c and its pg_settings view: its name
 // (PostgreSQL's where PostgreSQL has the knob), type, unit, range, default,
 // parser, formatter and help text. Options.EnsureDefaults takes the

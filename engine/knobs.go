@@ -460,6 +460,9 @@ var settings = []Setting{
 			if err != nil {
 				return invalid("early_lock_release", v, err)
 			}
+			if db.closed.Load() {
+				return ErrClosed
+			}
 			db.SetEarlyLockRelease(on)
 			return nil
 		}),

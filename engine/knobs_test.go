@@ -318,4 +318,13 @@ func TestAPIEdges(t *testing.T) {
 	if err := db.SetSynchronousCommit(SyncCommitOff); !errors.Is(err, ErrClosed) {
 		t.Errorf("SetSynchronousCommit after Close: %v; want ErrClosed", err)
 	}
+	// Every runtime setting, as SetConfig's doc promises.
+	for _, s := range Settings() {
+		if !s.Runtime {
+			continue
+		}
+		if err := db.SetConfig(s.Name, s.Default); !errors.Is(err, ErrClosed) {
+			t.Errorf("SetConfig(%q, %q) after Close: %v; want ErrClosed", s.Name, s.Default, err)
+		}
+	}
 }

@@ -13,23 +13,34 @@ import (
 // be off by the operations in flight. Gauges (Heap.Blocks, Index.Keys) give
 // the level when Stats was called, and Sub keeps the later one.
 type Stats struct {
+	// Txn counts commits, aborts, early-released commits, dependency
+	// waits and deadlocks.
 	Txn TxnStats
 	// WAL is the write-ahead log's activity: records and bytes inserted,
 	// writes, fsyncs and their latency, group-commit rounds and commits
 	// per round, commit wait (see wal.Stats).
-	WAL        wal.Stats
+	WAL wal.Stats
+	// Checkpoint counts checkpoints and the full-page images they
+	// caused.
 	Checkpoint CheckpointStats
 	// CLOG is the commit log's activity: status lookups and sets, SLRU
 	// buffer hits and misses, pages read and written, bank lock waits,
 	// group updates and truncations (see clog.Stats).
-	CLOG    clog.Stats
+	CLOG clog.Stats
+	// Buffers is the shared buffer pool's activity: hits, misses, reads,
+	// writes and evictions.
 	Buffers BufferStats
-	Heap    HeapStats
-	Index   IndexStats
+	// Heap is the heap's size in blocks, pruning by updates and reads,
+	// and hint bits.
+	Heap HeapStats
+	// Index is the number of keys in the index and how index-only
+	// reads fared (all-visible pages against heap fetches).
+	Index IndexStats
 	// VisibilityMap counts the visibility map's bits set and cleared and
 	// its pages read and written (see visibility.MapStats).
 	VisibilityMap visibility.MapStats
-	Vacuum        VacuumTotals
+	// Vacuum sums what every vacuum run (manual and autovacuum) did.
+	Vacuum VacuumTotals
 }
 
 // TxnStats count transactions (PostgreSQL's pg_stat_database xact_commit,

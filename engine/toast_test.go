@@ -562,13 +562,17 @@ func TestKillDuringLargeWrites(t *testing.T) {
 		run int64
 		seq int
 	}
-	last := map[int]ack{} // per client, the last acknowledged write
+	last := map[int]ack{}   // per client, the last acknowledged write
+	var runs []int64        // every child's run, oldest first
+	var acked []thisRunAcks // for each run, per client, one more than its last acknowledged seq
 	for i := 0; i < *largeKills; i++ {
 		cmd, l, lines, stderr := startChild(t, "MVKV_LARGE_CHILD="+dir)
 		var run int64
 		if _, err := fmt.Sscanf(l, "ready %d", &run); err != nil {
 			t.Fatalf("child said %q; stderr: %s", l, stderr.String())
 		}
+		runs = append(runs, run)
+		acked = append(acked, thisRunAcks{})
 		wait := time.Duration(50+r.IntN(700)) * time.Millisecond
 		if raceEnabled {
 			wait *= 6 // the child commits its first values only after a second or more
@@ -581,6 +585,7 @@ func TestKillDuringLargeWrites(t *testing.T) {
 			if _, err := fmt.Sscanf(l, "ack %d %d", &c, &seq); err == nil {
 				last[c] = ack{run, seq}
 				thisRun[c] = seq + 1
+				acked[len(acked)-1][c] = seq + 1
 			}
 		}
 		cmd.Wait()
@@ -600,7 +605,8 @@ func TestKillDuringLargeWrites(t *testing.T) {
 				ok = ok || !found
 			}
 			if !ok {
-				t.Fatalf("kill %d: client %d: key holds %d bytes (found=%v), neither its last acknowledged value %+v nor the next", i, c, len(got), found, last[c])
+				t.Fatalf("kill %d: client %d: key holds %d bytes (found=%v), neither its last acknowledged value %+v nor the next (%d in this run): %s",
+					i, c, len(got), found, last[c], next, whichLargeValue([]byte(got), runs, acked, c, run, next))
 			}
 		}
 		if rep, err := db.Verify(); err != nil || !rep.OK() {
@@ -720,4 +726,53 @@ func TestOverwrittenLargeValuesReuseSpace(t *testing.T) {
 			mustVerify(t, db)
 		})
 	}
+}
+
+// thisRunAcks is, per client, one more than the last seq it acknowledged
+// in one run of TestKillDuringLargeWrites.
+type thisRunAcks [2]int
+
+// whichLargeValue says, for a failure message, which value of
+// TestKillDuringLargeWrites got is: a whole value some child wrote or may
+// have written, or else where it first differs from run's seq-th value of
+// client c, and whose value each differing 4 KiB piece holds.
+func whichLargeValue(got []byte, runs []int64, acked []thisRunAcks, c int, run int64, seq int) string {
+	type cand struct {
+		k, c, s int
+		seed    uint32
+	}
+	var cands []cand
+	for k, r := range runs {
+		for cc := range 2 {
+			for s := range acked[k][cc] + 2 {
+				cands = append(cands, cand{k, cc, s, largeSeqSeed(r, cc, s)})
+			}
+		}
+	}
+	for _, x := range cands {
+		if largeSeqSize(x.s) == len(got) && bytes.Equal(got, patterned(len(got), x.seed)) {
+			return fmt.Sprintf("it is child %d's client %d's value %d, whole", x.k, x.c, x.s)
+		}
+	}
+	want := patterned(largeSeqSize(seq), largeSeqSeed(run, c, seq))
+	var b strings.Builder
+	fmt.Fprintf(&b, "no whole value written; against value %d of this run (%d bytes):", seq, len(want))
+	const piece = 4096
+	shown := 0
+	for off := 0; off+piece <= len(got) && shown < 6; off += piece {
+		end := off + piece
+		if end <= len(want) && bytes.Equal(got[off:end], want[off:end]) {
+			continue
+		}
+		shown++
+		who := "nobody's"
+		for _, x := range cands {
+			if largeSeqSize(x.s) >= end && bytes.Equal(got[off:end], patterned(end, x.seed)[off:end]) {
+				who = fmt.Sprintf("child %d client %d value %d's", x.k, x.c, x.s)
+				break
+			}
+		}
+		fmt.Fprintf(&b, " bytes %d..%d are %s;", off, end, who)
+	}
+	return b.String()
 }

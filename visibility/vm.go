@@ -34,8 +34,8 @@ const (
 	// BitsPerHeapBlock is the number of map bits kept per heap block.
 	BitsPerHeapBlock = 2
 	// MapBytesPerPage is the number of bitmap bytes on a map page: the
-	// page minus its header (PostgreSQL's MAPSIZE).
-	MapBytesPerPage = heap.PageSize - heap.PageHeaderSize
+	// 8 KiB page minus its 24-byte header (PostgreSQL's MAPSIZE).
+	MapBytesPerPage = 8168
 	// HeapBlocksPerPage is the number of heap blocks one map page covers
 	// (HEAPBLOCKS_PER_PAGE): 32672, about 255 MiB of heap.
 	HeapBlocksPerPage = MapBytesPerPage * 8 / BitsPerHeapBlock

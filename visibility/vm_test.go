@@ -365,3 +365,12 @@ func FuzzVerifyPage(f *testing.F) {
 		}
 	})
 }
+
+// The map's page geometry is written out as a number, so that its
+// documentation names no internal package; it must stay the heap page
+// minus its header.
+func TestMapBytesPerPage(t *testing.T) {
+	if MapBytesPerPage != heap.PageSize-heap.PageHeaderSize {
+		t.Fatalf("MapBytesPerPage %d, want %d", MapBytesPerPage, heap.PageSize-heap.PageHeaderSize)
+	}
+}

@@ -17,7 +17,7 @@
 // # Page table and hits
 //
 // A block is found through a page table (block -> frame) split into 64
-// mutex-guarded shards by block number, like PostgreSQL's buffer mapping
+// mutex-guarded shards by a hash of the block number, like PostgreSQL's buffer mapping
 // partitions. A hit is one short critical section on one shard (map lookup
 // and an atomic pin increment) and an atomic bump of the frame's usage
 // count; hits on different blocks rarely touch the same lock, which is
