@@ -279,9 +279,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return fail("invalid --plot: %s", errText(err))
 		}
 	}
-	if jobs > clients {
-		return fail("number of threads (%d) must not exceed number of clients (%d)", jobs, clients)
-	}
+	// As pgbench, more threads than clients is not an error: bench.Run
+	// takes one thread per client at most (-j 8 -c 2 runs 2 threads), and
+	// a sweep over clients as many as each cell's clients allow.
 	if init && (len(sweeps) > 0 || repeat > 1 || plotFile != "" || pivot) {
 		return fail("-i cannot be combined with --sweep, --repeat, --plot or --pivot")
 	}

@@ -51,7 +51,6 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--shared-buffers", "0"},
 		{"--shared-buffers", "1B"},
 		{"--sweep", "clients=1,20000"},
-		{"-c", "2", "-j", "3"},
 		{"-i"},
 		{"--synchronous-commit", "maybe"},
 		{"--shared-buffers", "12XB"},
@@ -102,6 +101,20 @@ func TestBenchUsageErrors(t *testing.T) {
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %s)", args, code, errb.String())
 		}
+	}
+}
+
+// More threads than clients is not an error, as in pgbench: the run takes
+// one thread per client.
+func TestBenchMoreThreadsThanClients(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	var out, errb bytes.Buffer
+	args := []string{"bench", "--dir", dir, "--shared-buffers=16MB", "--synchronous-commit=off", "-c", "2", "-j", "4", "-t", "5"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "number of threads: 2\n") {
+		t.Errorf("report lacks %q:\n%s", "number of threads: 2", out.String())
 	}
 }
 
