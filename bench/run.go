@@ -432,9 +432,14 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 				cur := total(workers)
 				n := cur.cnt - last.cnt
 				lat, sd := avgStddev(n, cur.sum-last.sum, cur.sum2-last.sum2)
-				logMu.Lock()
-				fmt.Fprintf(log, "progress: %.1f s, %.1f tps, lat %.3f ms stddev %.3f, %d failed\n",
+				line := fmt.Sprintf("progress: %.1f s, %.1f tps, lat %.3f ms stddev %.3f, %d failed",
 					now.Sub(start).Seconds(), float64(n)/now.Sub(lastAt).Seconds(), lat, sd, cur.failed-last.failed)
+				if maxTries != 1 {
+					// As pgbench 15 when --max-tries is not 1.
+					line += fmt.Sprintf(", %d retried, %d retries", cur.retried-last.retried, cur.retries-last.retries)
+				}
+				logMu.Lock()
+				fmt.Fprintln(log, line)
 				logMu.Unlock()
 				last, lastAt = cur, now
 			}

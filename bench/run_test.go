@@ -356,3 +356,36 @@ func TestMaxTries(t *testing.T) {
 		}
 	}
 }
+
+// With --max-tries other than 1 a progress line counts the interval's
+// retried transactions and retries, as pgbench 15's does; with 1 it does
+// not.
+func TestProgressCountsRetries(t *testing.T) {
+	ctx := context.Background()
+	tg := openTestTarget(t, "pebble", t.TempDir())
+	defer tg.Close()
+	if err := Load(ctx, tg, 1, testAccounts, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tries := range []int{1, 2} {
+		var log bytes.Buffer
+		_, err := Run(ctx, flakyTarget{tg}, RunConfig{Workload: TPCB, Scale: 1, Accounts: testAccounts, Clients: 1,
+			Duration: 300 * time.Millisecond, Progress: 100 * time.Millisecond, MaxTries: tries, Seed: 5, Log: &log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := 0
+		for _, line := range strings.Split(log.String(), "\n") {
+			if !strings.HasPrefix(line, "progress: ") {
+				continue
+			}
+			lines++
+			if has := strings.Contains(line, " retried, ") && strings.HasSuffix(line, " retries"); has != (tries > 1) {
+				t.Errorf("--max-tries %d: progress line %q", tries, line)
+			}
+		}
+		if lines == 0 {
+			t.Errorf("--max-tries %d: no progress line:\n%s", tries, log.String())
+		}
+	}
+}
