@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +38,10 @@ Initialization options:
                            as well as to -i.
 
 Options to select what to run:
+  -b, --builtin=NAME[@W]   add builtin script NAME: tpcb-like (the default),
+                           simple-update or select-only, or a prefix of one
+                           ("-b list" lists them); one script per run, so
+                           the weight W is accepted and changes nothing
   -N, --skip-some-updates  skip updates of tellers and branches
                            (builtin "simple update")
   -S, --select-only        perform SELECT-only transactions
@@ -118,6 +124,10 @@ Sweep options:
 
 Common options:
   -h, --help               show this help, then exit
+
+pgbench's other options (custom scripts with -f, several scripts, -r, -l,
+-R, -L, -C, -D, the connection options) are refused with a message saying
+so.
 `
 
 // benchMain is `mvkv bench`. Exit status: 0 on success, 1 on an error or a
@@ -156,6 +166,24 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		fs.IntVar(p, long, def, "")
 	}
 	boolVar(&init, "i", "initialize")
+	// pgbench's -b, for one of its builtin scripts: the runs do not mix
+	// scripts.
+	var builtins []bench.Workload
+	var listBuiltins bool
+	builtin := func(v string) error {
+		if v == "list" {
+			listBuiltins = true
+			return nil
+		}
+		w, err := parseBuiltin(v)
+		if err != nil {
+			return err
+		}
+		builtins = append(builtins, w)
+		return nil
+	}
+	fs.Func("b", "", builtin)
+	fs.Func("builtin", "", builtin)
 	boolVar(&simple, "N", "skip-some-updates")
 	boolVar(&selectOnly, "S", "select-only")
 	// pgbench's -n and -M, so that a pgbench command line runs unchanged:
@@ -210,8 +238,17 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, benchUsage)
 			return 0
 		}
+		if msg := unsupportedPgbenchOption(err); msg != "" {
+			fmt.Fprintf(stderr, "mvkv bench: %s\n%s", msg, tryHelp("bench"))
+			return 2
+		}
 		fmt.Fprintf(stderr, "mvkv bench: %s\n%s", flagError(fs, err), tryHelp("bench"))
 		return 2
+	}
+	if listBuiltins {
+		// As pgbench -b list: to stderr, exit 0.
+		fmt.Fprint(stderr, builtinList())
+		return 0
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -228,6 +265,13 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if simple && selectOnly {
 		return fail("-N and -S are mutually exclusive")
+	}
+	if len(builtins) > 1 || (len(builtins) > 0 && (simple || selectOnly)) {
+		return fail("one script per run: -b, -N and -S each choose one, and mvkv bench does not mix scripts")
+	}
+	if len(builtins) == 1 {
+		simple = builtins[0] == bench.SimpleUpdate
+		selectOnly = builtins[0] == bench.SelectOnly
 	}
 	if protocol != "simple" {
 		return fail("invalid query mode (-M) %q: only simple (the postgres= target sends pgbench's SQL text in the simple protocol; the others run no SQL)", protocol)
@@ -502,6 +546,95 @@ func sweptFlag(axis string, set map[string]bool) string {
 	for _, n := range names {
 		if set[n] {
 			return n
+		}
+	}
+	return ""
+}
+
+// builtinScripts are pgbench's builtin scripts, in pgbench's order.
+var builtinScripts = []bench.Workload{bench.TPCB, bench.SimpleUpdate, bench.SelectOnly}
+
+// parseBuiltin parses -b's NAME[@WEIGHT] as pgbench does: NAME is a
+// script's name or a prefix of only one, and WEIGHT an integer from 0 to
+// 2147483647 (a single script's weight changes nothing, but 0 leaves no
+// script to run).
+func parseBuiltin(v string) (bench.Workload, error) {
+	name, weight, hasWeight := strings.Cut(v, "@")
+	if hasWeight {
+		w, err := strconv.ParseInt(weight, 10, 64)
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange):
+			return 0, fmt.Errorf("invalid weight specification: %s", v)
+		case err != nil || w < 0 || w > math.MaxInt32:
+			return 0, fmt.Errorf("weight specification out of range (0 .. %d): %s", math.MaxInt32, weight)
+		case w == 0:
+			return 0, errors.New("total script weight must not be zero")
+		}
+	}
+	var found []bench.Workload
+	for _, w := range builtinScripts {
+		if strings.HasPrefix(w.Builtin(), name) {
+			found = append(found, w)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return 0, fmt.Errorf("no builtin script found for name %q (-b list lists them)", name)
+	}
+	return 0, fmt.Errorf("ambiguous builtin name: %d builtin scripts found for prefix %q (-b list lists them)", len(found), name)
+}
+
+// builtinList is pgbench -b list's output.
+func builtinList() string {
+	var b strings.Builder
+	b.WriteString("Available builtin scripts:\n")
+	for _, w := range builtinScripts {
+		fmt.Fprintf(&b, "  %13s: %s\n", w.Builtin(), w)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// pgbenchOptions are pgbench options mvkv bench does not take, each with
+// its names as the flag package reports them (without dashes) and why.
+var pgbenchOptions = []struct {
+	names []string
+	why   string
+}{
+	{[]string{"f", "file"}, "custom scripts are not supported: mvkv bench runs pgbench's builtin scripts (-b, -N, -S)"},
+	{[]string{"r", "report-per-command", "report-latencies"}, "per-statement latencies are not reported: the builtin transaction is timed as a whole"},
+	{[]string{"l", "log", "log-prefix", "aggregate-interval", "sampling-rate"}, "transaction logs are not written; -P prints progress lines"},
+	{[]string{"C", "connect"}, "every client keeps one connection for the whole run"},
+	{[]string{"R", "rate"}, "rate limiting is not supported: every client runs as fast as it can"},
+	{[]string{"L", "latency-limit"}, "latency limits are not supported"},
+	{[]string{"D", "define"}, "variables are for custom scripts, which are not supported"},
+	{[]string{"I", "init-steps"}, "the load has no steps to choose"},
+	{[]string{"q", "quiet"}, "the load prints a progress line per 100,000 rows"},
+	{[]string{"foreign-keys", "unlogged-tables", "partitions", "partition-method", "tablespace", "index-tablespace"}, "the load has no table options"},
+	{[]string{"d", "debug"}, "there is no debug output"},
+	{[]string{"U", "username", "p", "port", "host"}, "connection options are not supported; give --target=postgres=URL or --target=resp=ADDR"},
+	{[]string{"V", "version"}, "mvkv version prints the version"},
+	{[]string{"show-script"}, "the builtin scripts run no SQL except on the postgres= target"},
+	{[]string{"progress-timestamp"}, "progress lines count seconds from the start of the run"},
+	{[]string{"failures-detailed", "verbose-errors"}, "failures are counted together"},
+}
+
+// unsupportedPgbenchOption returns the message for a flag parsing error
+// on an option pgbench has and mvkv bench does not, or "".
+func unsupportedPgbenchOption(err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return ""
+	}
+	for _, o := range pgbenchOptions {
+		if slices.Contains(o.names, name) {
+			dash := "--"
+			if len(name) == 1 {
+				dash = "-"
+			}
+			return fmt.Sprintf("%s%s is a pgbench option mvkv bench does not take: %s", dash, name, o.why)
 		}
 	}
 	return ""

@@ -118,6 +118,46 @@ func TestBenchMoreThreadsThanClients(t *testing.T) {
 	}
 }
 
+// -b picks one of pgbench's builtin scripts by name or prefix, and
+// "-b list" lists them as pgbench does; pgbench's options mvkv bench does
+// not take are named as such.
+func TestBenchBuiltinAndPgbenchOptions(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "-b", "list"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "  simple-update: <builtin: simple update>\n") {
+		t.Errorf("-b list: exit %d, stderr %q", code, errb.String())
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-b", "s"}, "ambiguous builtin name: 2 builtin scripts found for prefix \"s\""},
+		{[]string{"-b", "nope"}, "no builtin script found for name \"nope\""},
+		{[]string{"-b", "tpcb-like@0"}, "total script weight must not be zero"},
+		{[]string{"-b", "tpcb-like@x"}, "invalid weight specification"},
+		{[]string{"-b", "simple", "-b", "select"}, "one script per run"},
+		{[]string{"-b", "select", "-N"}, "one script per run"},
+		{[]string{"-f", "x.sql"}, "mvkv bench: -f is a pgbench option mvkv bench does not take: custom scripts"},
+		{[]string{"--file=x.sql"}, "mvkv bench: --file is a pgbench option"},
+		{[]string{"-r"}, "mvkv bench: -r is a pgbench option"},
+		{[]string{"-l"}, "mvkv bench: -l is a pgbench option"},
+		{[]string{"-R", "100"}, "mvkv bench: -R is a pgbench option"},
+		{[]string{"-U", "postgres"}, "mvkv bench: -U is a pgbench option"},
+	} {
+		out.Reset()
+		errb.Reset()
+		if code := run(append([]string{"bench"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"bench", "--dir", dir, "--shared-buffers=16MB", "--synchronous-commit=off", "-b", "select-o@5", "-t", "5"}
+	if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "transaction type: <builtin: select only>\n") {
+		t.Errorf("-b select-o@5: exit %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+}
+
 // TestBenchRun loads scale 1 (100,000 accounts) into each target once and
 // runs each workload on it through the command line.
 func TestBenchRun(t *testing.T) {
