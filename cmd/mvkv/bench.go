@@ -326,6 +326,20 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	// As pgbench, more threads than clients is not an error: bench.Run
 	// takes one thread per client at most (-j 8 -c 2 runs 2 threads), and
 	// a sweep over clients as many as each cell's clients allow.
+	if init {
+		// As pgbench: -i loads and exits, so an option of the run would
+		// be ignored without a word.
+		for _, f := range []string{"c", "client", "j", "jobs", "t", "transactions", "T", "time", "P", "progress",
+			"N", "skip-some-updates", "S", "select-only", "b", "builtin", "M", "protocol", "max-tries"} {
+			if set[f] {
+				dash := "--"
+				if len(f) == 1 {
+					dash = "-"
+				}
+				return fail("%s%s cannot be used in initialization (-i) mode: -i loads and exits; run again without -i", dash, f)
+			}
+		}
+	}
 	if init && (len(sweeps) > 0 || repeat > 1 || plotFile != "" || pivot) {
 		return fail("-i cannot be combined with --sweep, --repeat, --plot or --pivot")
 	}
