@@ -495,7 +495,11 @@ func (s signalCause) Error() string { return "received " + s.sig.String() }
 // signalContext is signal.NotifyContext that also records which signal
 // ended the context, as its cause (context.Cause gives a signalCause), so
 // that the exit status can name it: NotifyContext's cause is only a
-// message. stop unregisters the signals and releases the context.
+// message. The first signal only ends the context: the signals are then
+// unregistered, so that a second one kills the process, as a second
+// Ctrl-C should while the report and the checks after an interrupted
+// run read the whole store. stop unregisters the signals and releases the
+// context.
 func signalContext(parent context.Context, sigs ...os.Signal) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	ch := make(chan os.Signal, 1)
@@ -504,6 +508,7 @@ func signalContext(parent context.Context, sigs ...os.Signal) (context.Context, 
 	go func() {
 		select {
 		case s := <-ch:
+			signal.Stop(ch)
 			cancel(signalCause{s})
 		case <-done:
 		}

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"mvkv/bench"
 	"mvkv/engine"
@@ -262,6 +265,54 @@ func TestSignalContext(t *testing.T) {
 	var sig signalCause
 	if !errors.As(context.Cause(ctx), &sig) || sig.sig != syscall.SIGUSR1 {
 		t.Fatalf("cause %v, want SIGUSR1", context.Cause(ctx))
+	}
+}
+
+// signalChildEnv, when set, makes the test binary run signalChild instead
+// of the tests.
+const signalChildEnv = "MVKV_SIGNAL_CHILD"
+
+// signalChild waits for SIGINT through signalContext, says so, and then
+// takes its time, as bench does reporting an interrupted run.
+func signalChild() {
+	ctx, stop := signalContext(context.Background(), os.Interrupt)
+	defer stop()
+	fmt.Println("ready")
+	<-ctx.Done()
+	fmt.Println("interrupted")
+	time.Sleep(20 * time.Second)
+	os.Exit(0)
+}
+
+// A second SIGINT kills a process whose first one signalContext caught,
+// instead of being ignored until the report and the checks are done.
+func TestSignalContextSecondSignalKills(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), signalChildEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for _, want := range []string{"ready", "interrupted"} {
+		if want == "interrupted" {
+			cmd.Process.Signal(os.Interrupt)
+		}
+		if !sc.Scan() || sc.Text() != want {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child said %q, want %q", sc.Text(), want)
+		}
+	}
+	start := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT || time.Since(start) > 10*time.Second {
+		t.Fatalf("after a second SIGINT the child ended with %v after %v; want it killed by the signal at once", err, time.Since(start))
 	}
 }
 

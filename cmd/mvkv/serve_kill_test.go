@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if a, ok := os.LookupEnv(serveChildEnv); ok {
 		os.Exit(serveMain(strings.Split(a, "\x1f"), os.Stdout, os.Stderr))
 	}
+	if _, ok := os.LookupEnv(signalChildEnv); ok {
+		signalChild()
+	}
 	os.Exit(m.Run())
 }
 
