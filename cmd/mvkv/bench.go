@@ -454,14 +454,21 @@ func benchStatus(ctx context.Context, err error, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mvkv bench: fatal: Run was aborted; the above results are incomplete.\n")
 		return 2
 	case errors.Is(err, bench.ErrInterrupted):
+		// Main returns ErrInterrupted itself after the report (or a
+		// sweep's table of the runs made), and wraps the error the load
+		// or the reads before the run ended on when there is none.
+		what := "the above results are incomplete"
+		if err != bench.ErrInterrupted {
+			what = "no results: the load or the reads before the run did not finish"
+		}
 		var sig signalCause
 		if errors.As(context.Cause(ctx), &sig) {
 			n, ok := sig.sig.(syscall.Signal)
 			if !ok {
-				fmt.Fprintf(stderr, "mvkv bench: interrupted (%v); the above results are incomplete\n", sig.sig)
+				fmt.Fprintf(stderr, "mvkv bench: interrupted (%v); %s\n", sig.sig, what)
 				return 1
 			}
-			fmt.Fprintf(stderr, "mvkv bench: interrupted (signal %d, %v); the above results are incomplete\n", int(n), n)
+			fmt.Fprintf(stderr, "mvkv bench: interrupted (signal %d, %v); %s\n", int(n), n, what)
 			return 128 + int(n)
 		}
 		fmt.Fprintf(stderr, "mvkv bench: %s\n", errText(err))

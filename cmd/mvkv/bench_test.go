@@ -254,6 +254,26 @@ func TestBenchStatusInterrupted(t *testing.T) {
 	}
 }
 
+// An interrupt after the report says the report is incomplete; one before
+// any (during the load or the reads before the run) says there is none,
+// instead of pointing at results above that were never written.
+func TestBenchStatusInterruptedBeforeResults(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(signalCause{os.Interrupt})
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{bench.ErrInterrupted, "the above results are incomplete"},
+		{fmt.Errorf("%w: %w", bench.ErrInterrupted, fmt.Errorf("bench: read the balances before the run: %w", context.Canceled)), "no results"},
+	} {
+		var errb bytes.Buffer
+		if got := benchStatus(ctx, tc.err, &errb); got != 130 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 130 and %q", tc.err, got, errb.String(), tc.want)
+		}
+	}
+}
+
 // signalContext ends its context on the signal and names it as the cause.
 func TestSignalContext(t *testing.T) {
 	ctx, stop := signalContext(context.Background(), syscall.SIGUSR1)
