@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -321,6 +322,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if plotFile != "" {
 		if err := bench.CheckPlotFile(plotFile); err != nil {
 			return fail("invalid --plot: %s", errText(err))
+		}
+	}
+	// A file written over one of the data directory's would damage it.
+	for _, f := range []struct{ name, path string }{{"--plot", plotFile}, {"--cpuprofile", cpuprofile}} {
+		if f.path != "" && dir != "" && inDir(f.path, dir) {
+			return fail("%s %s is in the data directory %s: give a file outside it", f.name, f.path, dir)
 		}
 	}
 	// As pgbench, more threads than clients is not an error: bench.Run
@@ -664,4 +671,25 @@ func unsupportedPgbenchOption(err error) string {
 		}
 	}
 	return ""
+}
+
+// inDir reports whether path names dir or a file under it, after making
+// both absolute and resolving the symbolic links of what exists of them.
+func inDir(path, dir string) bool {
+	resolve := func(p string) string {
+		p, err := filepath.Abs(p)
+		if err != nil {
+			return p
+		}
+		// The file may not exist yet: resolve its directory.
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		if r, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+			return filepath.Join(r, filepath.Base(p))
+		}
+		return p
+	}
+	rel, err := filepath.Rel(resolve(dir), resolve(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

@@ -165,6 +165,37 @@ func TestBenchBuiltinAndPgbenchOptions(t *testing.T) {
 	}
 }
 
+// A --cpuprofile or --plot file in the data directory is refused before
+// anything is written: it could overwrite one of the directory's files.
+func TestBenchOutputFileInDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "-i", "--dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("-i: exit %d: %s", code, errb.String())
+	}
+	before, err := os.ReadFile(filepath.Join(dir, "control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--cpuprofile", filepath.Join(dir, "control"), "-t", "1"},
+		{"--cpuprofile", filepath.Join(dir, "heap", "..", "new.prof"), "-t", "1"},
+		{"--plot", filepath.Join(dir, "control.png"), "--sweep", "clients=1", "-t", "1"},
+	} {
+		out.Reset()
+		errb.Reset()
+		if code := run(append([]string{"bench", "--dir", dir}, args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), "is in the data directory") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2, refused", args, code, errb.String())
+		}
+	}
+	if after, err := os.ReadFile(filepath.Join(dir, "control")); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("control file changed: %v", err)
+	}
+	if !inDir(filepath.Join(dir, "x"), dir+"/") || inDir(dir+"-other/x", dir) || inDir(filepath.Join(dir, "..", "x"), dir) {
+		t.Errorf("inDir is wrong")
+	}
+}
+
 // TestBenchRun loads scale 1 (100,000 accounts) into each target once and
 // runs each workload on it through the command line.
 func TestBenchRun(t *testing.T) {
