@@ -124,7 +124,7 @@ Sweep options:
                            of the runs before it
 
 Common options:
-  -h, --help               show this help, then exit
+  -h, -?, --help           show this help, then exit
 
 pgbench's other options (custom scripts with -f, several scripts, -r, -l,
 -R, -L, -C, -D, the connection options) are refused with a message saying
@@ -235,7 +235,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&maxTries, "max-tries", 1, "")
 
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		// -? is pgbench's help option, as -h and --help are here.
+		if errors.Is(err, flag.ErrHelp) || err.Error() == "flag provided but not defined: -?" {
 			fmt.Fprint(stdout, benchUsage)
 			return 0
 		}

@@ -20,6 +20,12 @@ import (
 
 func TestBenchHelp(t *testing.T) {
 	var out, errb bytes.Buffer
+	// -? is pgbench's.
+	if code := run([]string{"bench", "-?"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "mvkv bench is ") {
+		t.Errorf("-?: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
 	if code := run([]string{"bench", "-h"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, errb.String())
 	}
