@@ -285,8 +285,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return fail("invalid number of clients: %d (1 to %d)", clients, bench.MaxClients)
 	case jobs < 1:
 		return fail("invalid number of threads: %d", jobs)
-	case txns < 1:
-		return fail("invalid number of transactions: %d", txns)
+	case txns < 1 || txns > math.MaxInt32:
+		// pgbench's bound; it also keeps the report's total, -t times
+		// -c, from overflowing.
+		return fail("invalid number of transactions: %d (1 to %d per client)", txns, math.MaxInt32)
 	case seconds < 0 || (seconds == 0 && (set["T"] || set["time"])) || seconds > maxSeconds:
 		return fail("invalid duration: %d", seconds)
 	case progress < 0 || (progress == 0 && (set["P"] || set["progress"])) || progress > maxSeconds:
