@@ -471,6 +471,17 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 				dirs[t] = filepath.Join(cfg.Dir, t)
 			}
 		}
+		// The subdirectories go in cfg.Dir: one holding anything else,
+		// a data directory of its own say, would get strangers.
+		entries, err := os.ReadDir(cfg.Dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("bench: %w", err)
+		}
+		for _, e := range entries {
+			if d, ok := dirs[e.Name()]; !ok || d != filepath.Join(cfg.Dir, e.Name()) {
+				return fmt.Errorf("%w: a sweep over targets loads each into a subdirectory of %s named after it, and %s holds %q: give a new or empty directory, or one such a sweep used before", ErrBadSweep, cfg.Dir, cfg.Dir, e.Name())
+			}
+		}
 	}
 	scales := map[string]int{}
 	for _, name := range targets {

@@ -330,6 +330,35 @@ func TestSweepTargets(t *testing.T) {
 	}
 }
 
+// A sweep over targets refuses a directory holding anything but its
+// targets' subdirectories: it would put them inside, say, a loaded data
+// directory, which then holds strangers.
+func TestSweepTargetsRefuseUsedDirectory(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tg := openTestTarget(t, "engine", dir)
+	if err := Load(ctx, tg, 1, testAccounts, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Target: "engine", Dir: dir, Scale: 1, Accounts: testAccounts, Workload: TPCB,
+		Clients: 1, Threads: 1, Transactions: 5,
+		Sweep: []Axis{{Name: "target", Values: []string{"engine", "pebble"}}},
+	}
+	var out, log bytes.Buffer
+	if err := Main(ctx, cfg, &out, &log); !errors.Is(err, ErrBadSweep) {
+		t.Fatalf("sweep over targets in a data directory: %v, want ErrBadSweep", err)
+	}
+	for _, sub := range []string{"engine", "pebble"} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); err == nil {
+			t.Errorf("the refused sweep made %s in the data directory", sub)
+		}
+	}
+}
+
 // TestPebbleDiskModel: pebble's WAL syncs go through the model's clock
 // rather than to the disk.
 func TestPebbleDiskModel(t *testing.T) {
