@@ -159,7 +159,7 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 			if err := checkLoaded(ctx, t, cfg.Dir, scale, cfg.Accounts); err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: %s holds %d branches; remove it or choose another directory", ErrAlreadyLoaded, cfg.Dir, scale)
+			return fmt.Errorf("%w: %s is already loaded at scale %d; remove it or choose another directory", ErrAlreadyLoaded, cfg.Dir, scale)
 		}
 		return Load(ctx, t, cfg.Scale, cfg.Accounts, log)
 	}
@@ -181,10 +181,15 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 	// afterwards (a select-only run changes nothing).
 	var before *Sums
 	if cfg.Workload != SelectOnly {
+		// It reads every row, as pgbench's "starting vacuum...end."
+		// says what it does before the run.
+		fmt.Fprint(log, "summing the balances before the run...")
 		s, err := t.Sums(ctx)
 		if err != nil {
+			fmt.Fprintln(log)
 			return fmt.Errorf("bench: read the balances before the run: %w", err)
 		}
+		fmt.Fprintln(log, "end.")
 		before = &s
 	}
 	r, err := Run(ctx, t, RunConfig{
@@ -256,7 +261,7 @@ func checkLoaded(ctx context.Context, t Target, dir string, scale, accounts int)
 	last := int64(scale) * int64(accounts)
 	if err := c.SelectOnly(ctx, last); err != nil {
 		if errors.Is(err, errMissingRow) {
-			return fmt.Errorf("%w: %s holds %d branches but not account %d; remove it and load again", ErrIncompleteLoad, dir, scale, last)
+			return fmt.Errorf("%w: %s is loaded at scale %d but lacks account %d; remove it and load again", ErrIncompleteLoad, dir, scale, last)
 		}
 		return fmt.Errorf("bench: check the load: %w", err)
 	}

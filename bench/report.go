@@ -151,7 +151,7 @@ func WriteReport(w io.Writer, r *Results) error {
 		// write and sync, one sync unless it crosses into a new segment.
 		p("WAL flushes during run: %d rounds of write and sync, commit wait average = %.3f ms\n", w.WAL.Flushes, wait)
 		p("WAL sync latency: %s\n", w.WAL.SyncLatency)
-		p("WAL commits per sync: %s (per flush round, the WAL writer's and checkpoints' rounds counting 0)\n", w.WAL.CommitsPerSync)
+		p("WAL commits per sync: %s (per flush round, the WAL writer's and checkpoints' rounds counting 0; the last 32 rounds are counted when the database closes)\n", w.WAL.CommitsPerSync)
 		p("full-page images during run: %d (%d checkpoints)\n", w.Checkpoint.FullPageImages, w.Checkpoint.Count)
 	}
 	if w := r.Engine; w != nil && w.CLOG.Lookups > 0 {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -268,6 +269,14 @@ func IsFailure(err error) bool {
 	return engine.IsRetryable(err)
 }
 
+// rolledBack reports whether err is known to have ended its transaction
+// without a commit: a lock timeout (the engine's ErrLockTimeout,
+// PostgreSQL's SQLSTATE 55P03) ends it while it waits for a row lock,
+// before it can reach its commit.
+func rolledBack(err error) bool {
+	return errors.Is(err, engine.ErrLockTimeout) || pgCode(err) == "55P03"
+}
+
 // MaxClients is the most clients a run may have. Each client is a
 // goroutine with its own connection or transaction state and its own
 // latency record, so a mistyped -c would otherwise exhaust memory before
@@ -321,9 +330,12 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 		// heap's size would count history left by earlier runs in the
 		// same directory.
 		var err error
+		fmt.Fprint(log, "measuring the tables' pages before the run...")
 		if tablesBefore, err = es.TableUsage(ctx); err != nil {
+			fmt.Fprintln(log)
 			return nil, fmt.Errorf("bench: reading the heap before the run to measure each table's pages: %w", err)
 		}
+		fmt.Fprintln(log, "end.")
 	}
 	if hasEngineStats {
 		engineBefore = es.EngineStats()
@@ -400,8 +412,10 @@ func Run(ctx context.Context, t Target, cfg RunConfig) (*Results, error) {
 				}
 				lat := time.Since(t0)
 				if err != nil && !IsFailure(err) {
-					// Whether it committed is unknown from here on.
-					unknown.Store(true)
+					if !rolledBack(err) {
+						// Whether it committed is unknown.
+						unknown.Store(true)
+					}
 					if ctx.Err() != nil {
 						return // the transaction was cut short by the interrupt
 					}

@@ -389,3 +389,17 @@ func TestProgressCountsRetries(t *testing.T) {
 		}
 	}
 }
+
+// A lock timeout is known to have rolled its transaction back, so the
+// run's changes can still be compared; any other error leaves the commit
+// open.
+func TestRolledBack(t *testing.T) {
+	if !rolledBack(fmt.Errorf("update: %w", engine.ErrLockTimeout)) {
+		t.Error("a wrapped engine.ErrLockTimeout is not taken as rolled back")
+	}
+	for _, err := range []error{engine.ErrWALSyncFailed, errors.New("connection reset"), context.Canceled} {
+		if rolledBack(err) {
+			t.Errorf("%v taken as rolled back", err)
+		}
+	}
+}

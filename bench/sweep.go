@@ -45,6 +45,11 @@ func ParseAxis(s string) (Axis, error) {
 		if v = strings.TrimSpace(v); v == "" {
 			return Axis{}, fmt.Errorf("%w: %q: empty value", ErrBadSweep, s)
 		}
+		if slices.Contains(a.Values, v) {
+			// A repeated cell would be run once and shown once; use
+			// --repeat for repeats.
+			return Axis{}, fmt.Errorf("%w: %q: %s given twice (use --repeat N to run each cell N times)", ErrBadSweep, s, v)
+		}
 		a.Values = append(a.Values, v)
 	}
 	return a, nil

@@ -29,6 +29,7 @@ func TestParseAxis(t *testing.T) {
 		{"clients", Axis{}, false},
 		{"clients=", Axis{}, false},
 		{"clients=1,,2", Axis{}, false},
+		{"clients=1,2,1", Axis{}, false},
 		{"shared_buffers=1,2", Axis{}, false},
 	} {
 		got, err := ParseAxis(tc.in)
