@@ -164,4 +164,15 @@
 // and fsynced, one commit record, then the checkpoint that writes the
 // index file. A directory that is not empty is loaded in transactions of
 // 10,000 rows, as pebble is.
+//
+// # Rejected
+//
+// Running the real pgbench against a PostgreSQL wire front end: the engine
+// has no SQL, and a front end that parsed only pgbench's five statements
+// would measure that parser as much as the store. Go benchmarks (go test
+// -bench) for the experiments: they give ns/op of one loop, not tps
+// against clients with a report, an invariant check and sweeps over
+// knobs and targets. YCSB's workloads: the threads' figures are pgbench's,
+// and TPC-B's balances give an invariant that checks every commit, which
+// YCSB's reads and blind writes do not.
 package bench

@@ -70,4 +70,19 @@
 // the storage; once it returns, every change whose WAL lies below the
 // checkpoint's redo LSN is durable in the heap files. Write and sync errors are returned, not
 // retried; a frame whose write failed stays dirty.
+//
+// # Rejected
+//
+// An LRU list or ARC (PostgreSQL 8.0 used ARC): every hit moves its frame
+// in a shared list under that list's lock, so hits on different blocks
+// serialize; PostgreSQL 8.1 replaced it with the clock sweep for that
+// reason, and a hit here is an atomic increment. One lock for the whole
+// page table (PostgreSQL's single BufMappingLock before 8.2): the same
+// serialization of hits. Leaving caching to the kernel through mmap or
+// the page cache alone: the kernel writes a dirty page back whenever it
+// likes, so nothing could keep a page from reaching its file before the
+// WAL describing it (rule 1), and eviction could not favour the pages
+// used most. Waiting for a frame when every one is pinned: a caller
+// holding pins that waits for other pin holders can wait for ever, so
+// Get fails instead, as PostgreSQL's "no unpinned buffers available".
 package bufpool
