@@ -73,7 +73,7 @@
 //
 // # Rejected
 //
-// An LRU list or ARC (PostgreSQL 8.0 used ARC): every hit moves its frame
+// An LRU list, ARC or 2Q (PostgreSQL 8.0's): every hit moves its frame
 // in a shared list under that list's lock, so hits on different blocks
 // serialize; PostgreSQL 8.1 replaced it with the clock sweep for that
 // reason, and a hit here is an atomic increment. One lock for the whole
