@@ -163,8 +163,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		fs.BoolVar(p, long, false, "")
 	}
 	intVar := func(p *int, short, long string, def int) {
-		fs.IntVar(p, short, def, "")
-		fs.IntVar(p, long, def, "")
+		intFlag(fs, p, short, def)
+		intFlag(fs, p, long, def)
 	}
 	boolVar(&init, "i", "initialize")
 	// pgbench's -b, for one of its builtin scripts: the runs do not mix
@@ -225,14 +225,14 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		sweeps = append(sweeps, a)
 		return nil
 	})
-	fs.IntVar(&repeat, "repeat", 1, "")
+	intFlag(fs, &repeat, "repeat", 1)
 	fs.StringVar(&plotFile, "plot", "", "")
 	fs.BoolVar(&pivot, "pivot", false, "")
 	fs.BoolVar(&fresh, "fresh", false, "")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
-	fs.Uint64Var(&seed, "random-seed", 0, "")
+	uint64Flag(fs, &seed, "random-seed", 0)
 	maxTries := 1
-	fs.IntVar(&maxTries, "max-tries", 1, "")
+	intFlag(fs, &maxTries, "max-tries", 1)
 
 	if err := fs.Parse(args); err != nil {
 		// -? is pgbench's help option, as -h and --help are here.

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 )
 
@@ -189,3 +191,62 @@ func wantOf(f *flag.Flag) string {
 var parseErrorRE = regexp.MustCompile(`for (?:flag )?-([A-Za-z][-A-Za-z0-9_]*): parse error$`)
 
 var flagNameRE = regexp.MustCompile(`(not defined: )-([A-Za-z])|(needs an argument: |for flag |value "[^"]*" for )-([A-Za-z][-A-Za-z0-9_]+)`)
+
+// decimalInt is an int flag read in base 10 only, as pgbench's and
+// redis-server's numbers are: the flag package's own int flags read "010"
+// as octal 8 and accept "0x10", which would quietly run 8 or 16 clients
+// where a user of those tools typed 10 or made a mistake.
+type decimalInt struct{ p *int }
+
+func (d decimalInt) String() string {
+	if d.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*d.p)
+}
+
+func (d decimalInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return errors.New("out of range")
+		}
+		return errors.New("want an integer")
+	}
+	*d.p = n
+	return nil
+}
+
+// decimalUint64 is decimalInt for uint64 flags (random seeds).
+type decimalUint64 struct{ p *uint64 }
+
+func (d decimalUint64) String() string {
+	if d.p == nil {
+		return "0"
+	}
+	return strconv.FormatUint(*d.p, 10)
+}
+
+func (d decimalUint64) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return errors.New("out of range")
+		}
+		return errors.New("want a non-negative integer")
+	}
+	*d.p = n
+	return nil
+}
+
+// intFlag defines a decimal int flag with a default.
+func intFlag(fs *flag.FlagSet, p *int, name string, def int) {
+	*p = def
+	fs.Var(decimalInt{p}, name, "")
+}
+
+// uint64Flag defines a decimal uint64 flag with a default.
+func uint64Flag(fs *flag.FlagSet, p *uint64, name string, def uint64) {
+	*p = def
+	fs.Var(decimalUint64{p}, name, "")
+}

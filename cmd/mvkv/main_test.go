@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"runtime"
 	"strings"
 	"testing"
@@ -58,6 +59,8 @@ func TestFlagErrorsUseTwoDashes(t *testing.T) {
 		{[]string{"bench", "--fresh=maybe"}, "mvkv bench: invalid boolean value \"maybe\" for --fresh: want true or false\n"},
 		{[]string{"bench", "-c"}, "mvkv bench: flag needs an argument: -c\n"},
 		{[]string{"bench", "-c", "x"}, "mvkv bench: invalid value \"x\" for flag -c: want an integer\n"},
+		{[]string{"bench", "-c", "0x10"}, "mvkv bench: invalid value \"0x10\" for flag -c: want an integer\n"},
+		{[]string{"bench", "-t", "99999999999999999999"}, "mvkv bench: invalid value \"99999999999999999999\" for flag -t: out of range\n"},
 		{[]string{"bench", "--random-seed", "-1"}, "mvkv bench: invalid value \"-1\" for flag --random-seed: want a non-negative integer\n"},
 		{[]string{"bench", "--disk-rotation", "q"}, "mvkv bench: invalid value \"q\" for flag --disk-rotation: want a number\n"},
 		{[]string{"bench", "--fsync-latency", "4"}, "mvkv bench: invalid value \"4\" for flag --fsync-latency: want a duration such as 30s or 4ms\n"},
@@ -109,5 +112,21 @@ func TestUsageErrors(t *testing.T) {
 		if !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: stderr %q, want %q in it", c.args, stderr.String(), c.want)
 		}
+	}
+}
+
+// Numbers on the command line are decimal, as pgbench's and
+// redis-server's: "010" is ten, not the flag package's octal eight.
+func TestDecimalFlags(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var n int
+	var u uint64
+	intFlag(fs, &n, "c", 1)
+	uint64Flag(fs, &u, "seed", 0)
+	if err := fs.Parse([]string{"-c", "010", "-seed", "0012"}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 10 || u != 12 {
+		t.Errorf("-c 010 -seed 0012: %d, %d; want 10, 12", n, u)
 	}
 }

@@ -126,7 +126,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	})
 	var tlsPort int
 	var tlsCert, tlsKey, tlsCA, tlsAuth string
-	fs.IntVar(&tlsPort, "tls-port", 0, "")
+	intFlag(fs, &tlsPort, "tls-port", 0)
 	fs.StringVar(&tlsCert, "tls-cert-file", "", "")
 	fs.StringVar(&tlsKey, "tls-key-file", "", "")
 	fs.StringVar(&tlsCA, "tls-ca-cert-file", "", "")
@@ -141,7 +141,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		timeout, err = server.ParseTimeout(v)
 		return err
 	})
-	fs.IntVar(&shutdownTimeout, "shutdown-timeout", 30, "")
+	intFlag(fs, &shutdownTimeout, "shutdown-timeout", 30)
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "")
 	engineFlags(fs, &opts)
 	if err := fs.Parse(args); err != nil {
