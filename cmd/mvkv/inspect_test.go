@@ -70,12 +70,12 @@ func TestVerifyAndWaldumpCommands(t *testing.T) {
 }
 
 func TestParseLSN(t *testing.T) {
-	for in, want := range map[string]uint64{"0/01000028": 0x1000028, "1/0": 1 << 32, "0x10": 16, "42": 42} {
+	for in, want := range map[string]uint64{"0/01000028": 0x1000028, "1/0": 1 << 32, "0x10": 16, "42": 42, "010": 10, "0X1f": 31} {
 		if got, err := parseLSN(in); err != nil || got != want {
 			t.Errorf("parseLSN(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "x/1", "1/zz", "-1"} {
+	for _, bad := range []string{"", "x/1", "1/zz", "-1", "0x", "0b1"} {
 		if _, err := parseLSN(bad); err == nil {
 			t.Errorf("parseLSN(%q) accepted", bad)
 		}

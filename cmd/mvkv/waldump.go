@@ -40,7 +40,13 @@ func parseLSN(s string) (uint64, error) {
 		}
 		return h<<32 | l, nil
 	}
-	v, err := strconv.ParseUint(s, 0, 64)
+	// Decimal unless 0x-prefixed: base 0 would read a leading zero as
+	// octal.
+	base, digits := 10, s
+	if rest, ok := strings.CutPrefix(strings.ToLower(s), "0x"); ok {
+		base, digits = 16, rest
+	}
+	v, err := strconv.ParseUint(digits, base, 64)
 	if err != nil {
 		return 0, fmt.Errorf("invalid LSN %q", s)
 	}
