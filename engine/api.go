@@ -45,8 +45,10 @@ var (
 	// another DB in this process).
 	ErrLocked = errors.New("mvkv: data directory is in use")
 	// ErrNotDataDirectory: Open was given a directory that holds other
-	// files and is not a data directory (no control file), in which it
-	// will not make one, as initdb refuses a directory that is not empty.
+	// files and is not a data directory (no WAL segments, and no control
+	// file beginning with this engine's magic number), in which it will
+	// not make one, as initdb refuses a directory that is not empty;
+	// nothing in it is created or changed.
 	ErrNotDataDirectory = errors.New("mvkv: not an mvkv data directory")
 	// ErrWALSyncFailed: an fsync of the WAL failed; the database accepts no
 	// more writes until it is reopened. Reads keep working with early lock

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -379,13 +380,19 @@ func (db *DB) waitBulkLoad(ctx context.Context) error {
 // already holds files that are not a data directory's (another program's
 // store, a home directory given by mistake), as initdb refuses a
 // directory that is not empty: the engine's files would be written among
-// them, and later nothing could tell whose they are. A directory with the
-// control file or a WAL directory is a data directory (damaged or not,
-// which the rest of Open judges), and a missing or empty one is new.
+// them, and later nothing could tell whose they are. A directory whose
+// WAL directory holds segments is a data directory (damaged or not, which
+// the rest of Open judges), and so is one whose control file begins with
+// the control file's magic number; a missing or empty one is new, and so
+// is one holding only what a first Open cut short makes before the first
+// WAL segment (the lock file, empty subdirectories, the CLOG's own file).
+// Anything else (a file named control that is not ours, an index or heap
+// file without any WAL) is another program's, and nothing is created or
+// overwritten.
 func checkForeignDir(fsys vfs.FS, dir string) error {
 	names, err := fsys.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) || slices.Contains(names, controlName) {
-		return nil // missing (Open creates it), or an existing data directory
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // missing: Open creates it
 	}
 	if err != nil {
 		// Unreadable (permissions, not a directory): nothing can tell
@@ -393,7 +400,7 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 		return fmt.Errorf("mvkv: read %s: %w", dir, err)
 	}
 	foreign := func(n string) error {
-		return fmt.Errorf("%w: %s is not empty (it holds %s, and no control file): give a new or empty directory", ErrNotDataDirectory, dir, n)
+		return fmt.Errorf("%w: %s is not empty (it holds %s, and no control file of this engine or WAL beside it): give a new or empty directory", ErrNotDataDirectory, dir, n)
 	}
 	if slices.Contains(names, walDir) {
 		// Other programs keep a wal/ too; ours holds only segments.
@@ -404,19 +411,56 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 			}
 		}
 		if len(segs) > 0 {
-			// A data directory without its control file: recovery
-			// judges it (ControlFileMissing, or damage).
+			// A data directory, its control file present or not:
+			// recovery judges it (ControlFileMissing, or damage).
 			return nil
 		}
 	}
+	if slices.Contains(names, controlName) {
+		if hasControlMagic(fsys, filepath.Join(dir, controlName)) {
+			return nil // ours; readControl judges the rest of it
+		}
+		return foreign(strconv.Quote(controlName))
+	}
 	for _, n := range names {
 		switch n {
-		case lockName, walDir, heapDir, clogDir, vmDir, controlTmpName, indexFileName, indexFileTmpName:
+		case lockName, controlTmpName:
 			continue // a data directory that Open began and a crash cut short
+		case walDir, heapDir, clogDir, vmDir:
+			// Before the first WAL segment exists, nothing but the
+			// CLOG's own file is written in them.
+			sub, err := fsys.ReadDir(filepath.Join(dir, n))
+			if err != nil {
+				return foreign(strconv.Quote(n))
+			}
+			for _, f := range sub {
+				if n == clogDir && clog.IsOwnFile(f) {
+					continue
+				}
+				return foreign(strconv.Quote(filepath.Join(n, f)))
+			}
+			continue
 		}
 		return foreign(strconv.Quote(n))
 	}
 	return nil
+}
+
+// hasControlMagic reports whether the file at name begins with the control
+// file's magic number: a file of ours, however damaged its other bytes.
+func hasControlMagic(fsys vfs.FS, name string) bool {
+	f, err := fsys.OpenReadOnly(name)
+	if err != nil {
+		return true // unreadable: readControl says why
+	}
+	defer f.Close()
+	var b [8]byte
+	if _, err := f.ReadAt(b[:], 0); err != nil {
+		// Shorter than the magic number: not ours. Unreadable (a
+		// directory in its place): readControl says why.
+		return !errors.Is(err, io.EOF)
+	}
+	return binary.LittleEndian.Uint64(b[:]) == controlMagic
 }
 
 func (db *DB) open() error {

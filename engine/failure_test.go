@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -86,6 +87,33 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	}
 	if _, err := Open(prom, Options{}); err == nil || !errors.Is(err, ErrNotDataDirectory) {
 		t.Fatalf("Open of a directory with another program's wal/: %v", err)
+	}
+	// Files with the engine's names but none of its WAL: a control file
+	// that is not ours, an index file alone, a heap file alone. Each is
+	// refused with nothing created or overwritten.
+	for _, c := range []struct{ name, file string }{
+		{"a control file that is not ours", controlName},
+		{"an index file alone", indexFileName},
+		{"a heap file alone", filepath.Join(heapDir, "00000000")},
+	} {
+		d := t.TempDir()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(d, c.file)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		precious := bytes.Repeat([]byte("precious"), 7)
+		if err := os.WriteFile(filepath.Join(d, c.file), precious, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := os.ReadDir(d)
+		if _, err := Open(d, Options{}); err == nil || !errors.Is(err, ErrNotDataDirectory) {
+			t.Errorf("Open of a directory holding %s: %v; want ErrNotDataDirectory", c.name, err)
+		}
+		if after, _ := os.ReadDir(d); len(after) != len(before) {
+			t.Errorf("the refused Open of a directory holding %s left %d entries; want %d", c.name, len(after), len(before))
+		}
+		if b, err := os.ReadFile(filepath.Join(d, c.file)); err != nil || !bytes.Equal(b, precious) {
+			t.Errorf("the refused Open of a directory holding %s changed it: %q, %v", c.name, b, err)
+		}
 	}
 	begun := t.TempDir()
 	for _, d := range []string{heapDir, walDir} {
