@@ -23,7 +23,7 @@ Usage:
 
 Options:
   --start=LSN   first record to print (default: the oldest present)
-  --end=LSN     stop before the record at this LSN (default: end of the valid log)
+  --end=LSN     stop before the record at this LSN (default, or 0: the end of the valid log)
   -h, --help    show this help, then exit
 
 An LSN is written as PostgreSQL writes it (e.g. 0/01000060, as waldump
