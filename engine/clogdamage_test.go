@@ -380,15 +380,7 @@ func TestCLOGGarbagePastNextXid(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	seg := filepath.Join(dir, clogDir, "000000000000")
-	f, err := os.OpenFile(seg, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, clog.PageSize), clog.PageSize); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := writeGarbageCLOGPage(vfs.OS{}, dir, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -423,17 +415,7 @@ func TestCLOGGarbagePastNextXidCrash(t *testing.T) {
 	if err := db.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := m.Open("/db/" + clogDir + "/000000000000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, clog.PageSize), clog.PageSize); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := writeGarbageCLOGPage(m, "/db", 1); err != nil {
 		t.Fatal(err)
 	}
 	db.procs.setNext(clog.XidsPerPage - 3)
@@ -459,4 +441,22 @@ func TestCLOGGarbagePastNextXidCrash(t *testing.T) {
 	if len(rep.Problems) != 0 {
 		t.Errorf("verify:\n%s", strings.Join(rep.Problems, "\n"))
 	}
+}
+
+// writeGarbageCLOGPage writes a page of bytes that are no CLOG page where
+// CLOG page pageno of the data directory dir goes, and syncs it.
+func writeGarbageCLOGPage(fsys vfs.FS, dir string, pageno uint64) error {
+	name, off := clog.XidFile(pageno * clog.XidsPerPage)
+	f, err := fsys.Open(filepath.Join(dir, clogDir, name))
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(bytes.Repeat([]byte{0xa5}, clog.PageSize), off-off%clog.PageSize)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

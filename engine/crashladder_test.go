@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -189,18 +188,7 @@ func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXi
 		// Xids start at startXid, and the CLOG page after its own holds
 		// garbage, durably: the workload's xids cross onto that page,
 		// which must start as zeros however the crash falls.
-		next := (startXid/clog.XidsPerPage + 1) * clog.XidsPerPage
-		name, off := clog.XidFile(next)
-		f, err := m.Open("/db/" + clogDir + "/" + name)
-		if err != nil {
-			return 0, 0, err
-		}
-		_, err = f.WriteAt(bytes.Repeat([]byte{0xa5}, clog.PageSize), off-off%clog.PageSize)
-		if err == nil {
-			err = f.Sync()
-		}
-		f.Close()
-		if err != nil {
+		if err := writeGarbageCLOGPage(m, "/db", startXid/clog.XidsPerPage+1); err != nil {
 			return 0, 0, err
 		}
 		db.procs.setNext(startXid)

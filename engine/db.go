@@ -383,7 +383,8 @@ func (db *DB) waitBulkLoad(ctx context.Context) error {
 // them, and later nothing could tell whose they are. A directory whose
 // WAL directory holds segments is a data directory (damaged or not, which
 // the rest of Open judges), and so is one whose control file begins with
-// the control file's magic number; a missing or empty one is new, and so
+// the control file's magic number, or whose first heap page passes this
+// engine's checks; a missing or empty one is new, and so
 // is one holding only what a first Open cut short makes before the first
 // WAL segment (the lock file, empty subdirectories, the CLOG's own file).
 // Anything else (a file named control that is not ours, an index or heap
@@ -402,25 +403,23 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 	foreign := func(n string) error {
 		return fmt.Errorf("%w: %s is not empty (it holds %s, and no control file of this engine or WAL beside it): give a new or empty directory", ErrNotDataDirectory, dir, n)
 	}
+	if slices.Contains(names, controlName) && hasControlMagic(fsys, filepath.Join(dir, controlName)) {
+		return nil // ours; readControl judges the rest of it
+	}
 	if slices.Contains(names, walDir) {
-		// Other programs keep a wal/ too; ours holds only segments.
+		// Other programs keep a wal/ too; a segment of ours makes it
+		// a data directory, its control file present or not: recovery
+		// judges it (ControlFileMissing, or damage), and Verify names
+		// any stranger beside the segments.
 		segs, _ := fsys.ReadDir(filepath.Join(dir, walDir))
-		for _, n := range segs {
-			if !wal.IsSegmentName(n) {
-				return foreign(strconv.Quote(filepath.Join(walDir, n)))
-			}
-		}
-		if len(segs) > 0 {
-			// A data directory, its control file present or not:
-			// recovery judges it (ControlFileMissing, or damage).
+		if slices.ContainsFunc(segs, wal.IsSegmentName) {
 			return nil
 		}
 	}
-	if slices.Contains(names, controlName) {
-		if hasControlMagic(fsys, filepath.Join(dir, controlName)) {
-			return nil // ours; readControl judges the rest of it
-		}
-		return foreign(strconv.Quote(controlName))
+	if slices.Contains(names, heapDir) && heapLooksOurs(fsys, filepath.Join(dir, heapDir, "00000000")) {
+		// A heap of ours whose control file and WAL are gone: Open
+		// names that damage.
+		return nil
 	}
 	for _, n := range names {
 		switch n {
@@ -444,6 +443,21 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 		return foreign(strconv.Quote(n))
 	}
 	return nil
+}
+
+// heapLooksOurs reports whether the heap file at name begins with a
+// written page that passes this engine's checksum and header checks.
+func heapLooksOurs(fsys vfs.FS, name string) bool {
+	f, err := fsys.OpenReadOnly(name)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	p := make([]byte, heap.PageSize)
+	if _, err := f.ReadAt(p, 0); err != nil {
+		return false
+	}
+	return !heap.IsNew(p) && heap.VerifyPage(p, 0) == nil
 }
 
 // hasControlMagic reports whether the file at name begins with the control
