@@ -253,6 +253,11 @@ type RecoveryInfo struct {
 	// status decided since the redo point; logged as a warning. Empty
 	// when there was none.
 	CLOGTornPages []string
+	// RemovedWALSegments names the WAL segment files past the end of the
+	// valid log that Open removed (oldest first): written after the end
+	// a crash left, or put in the directory by hand; nothing in them was
+	// durable log. Logged at info level. Empty when there was none.
+	RemovedWALSegments []string
 }
 
 // Open opens (creating if needed) the database in dir and runs crash

@@ -251,6 +251,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// The Writer's Options read commit_siblings 0 as its default; the
 	// setter takes it as 0.
 	db.wal.SetCommitSiblings(db.opts.CommitSiblings)
+	db.recovery.RemovedWALSegments = slices.Clone(db.wal.RemovedAtOpen())
 
 	r, err = wal.NewReader(db.fs, walPath, ctrl.RedoLSN)
 	if err != nil {

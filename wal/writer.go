@@ -230,6 +230,8 @@ type Writer struct {
 	commitDelay    atomic.Int64 // microseconds
 	commitSiblings atomic.Int64
 
+	removed []string // segment files past the end OpenWriter removed, oldest first; fixed at open
+
 	mu      sync.Mutex // the insertion lock
 	pos     LSN        // guarded by mu: end of the last inserted record
 	pending []extent   // guarded by mu: inserted, not yet handed to a flusher
@@ -373,6 +375,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	// next, so that a crash in the middle never leaves a gap: a segment
 	// missing below one that is present is damage (Reader).
 	removed := false
+	var removedNames []string // newest first
 	for i := len(segs) - 1; i >= 0 && segs[i] > cur; i-- {
 		if segs[i] == next && keepNext {
 			continue // the next segment, prepared and still empty: kept as it is
@@ -387,6 +390,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 			// or not this log's at all. Said, not done silently.
 			opts.Logger.Info("wal: removed a segment past the end of the log", "segment", segmentName(segs[i]), "end", end)
 		}
+		removedNames = append(removedNames, segmentName(segs[i]))
 		if err := fsys.SyncDir(dir); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("wal: fsync directory %s: %w", dir, err)
@@ -408,6 +412,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		return nil, err
 	}
 
+	slices.Reverse(removedNames)
 	w := &Writer{
 		fs:         fsys,
 		dir:        dir,
@@ -423,6 +428,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		sleep:      time.Sleep,
 		pos:        end,
 		openEnd:    end,
+		removed:    removedNames,
 		cur:        f,
 		curSeg:     cur,
 		prepReq:    make(chan LSN, 1),
@@ -1249,3 +1255,10 @@ func (w *Writer) Close() error {
 	}
 	return err
 }
+
+// RemovedAtOpen names the segment files past the end of the log that
+// OpenWriter removed (file names, oldest first; nil if none): segments
+// written after the end a crash left, or put in the directory by hand.
+// Nothing in them was ever durable log. Each removal is also logged at
+// info level. The slice must not be modified.
+func (w *Writer) RemovedAtOpen() []string { return w.removed }

@@ -636,6 +636,9 @@ func TestOpenRemovesStaleSegmentsAndSaysSo(t *testing.T) {
 	if strings.Contains(logs.String(), segmentName(2*testSeg)) {
 		t.Errorf("the prepared next segment was removed: %q", logs.String())
 	}
+	if got := w.RemovedAtOpen(); len(got) != 1 || got[0] != stale {
+		t.Errorf("RemovedAtOpen = %v, want [%s]", got, stale)
+	}
 }
 
 // TestCreatedDirectoryIsDurable: OpenWriter on a directory that does not

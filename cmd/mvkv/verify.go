@@ -82,6 +82,12 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 	for _, p := range ri.CLOGTornPages {
 		fmt.Fprintf(stdout, "note: the CLOG page in %s failed its checksum after a crash and was taken as torn by it: every commit and abort record the WAL still holds for it agrees with its bits\n", p)
 	}
+	if len(ri.RemovedWALSegments) > 0 {
+		// Not damage (a crash leaves such segments), but a file put in
+		// wal/ by hand reads the same way: the user should know it is
+		// gone.
+		fmt.Fprintf(stdout, "note: recovery removed WAL segment file(s) %s past the end of the log at %s: written after the end a crash left, or put there; nothing in them was durable log\n", strings.Join(ri.RemovedWALSegments, ", "), wal.LSN(ri.EndLSN))
+	}
 	if ri.DroppedBytes > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
