@@ -646,40 +646,47 @@ func (r *Reader) checkEndAtCut() error {
 // markNote says how far later segments' durable-LSN marks show the log was
 // durable, when that is past r.pos.
 func (r *Reader) markNote() string {
-	if m, name := r.laterMark(); m > r.pos {
+	if m, name, tag := r.laterMark(); m > r.pos && (tag == 0 || r.tag == 0 || tag == r.tag) {
 		return fmt.Sprintf(" (at least up to %s, the durable-LSN mark of %s)", m, name)
 	}
 	return ""
 }
 
 // laterMark returns the highest durable-LSN mark in the headers of the
-// segments after the current one, and the file holding it.
-func (r *Reader) laterMark() (LSN, string) {
+// segments after the current one, the file holding it, and that
+// segment's log identifier.
+func (r *Reader) laterMark() (LSN, string, uint16) {
 	names, err := r.fs.ReadDir(r.dir)
 	if err != nil {
-		return 0, ""
+		return 0, "", 0
 	}
 	var best LSN
 	var bestName string
+	var bestTag uint16
 	for _, n := range names {
 		start, ok := parseSegmentName(n)
 		if !ok || start <= r.seg {
 			continue
 		}
 		if h, err := r.peekHeader(start); err == nil && h.size == r.segSize && h.durable > best {
-			best, bestName = h.durable, n
+			best, bestName, bestTag = h.durable, n, h.tag
 		}
 	}
-	return best, bestName
+	return best, bestName, bestTag
 }
 
 // checkDurableMarks fails when a later segment's durable-LSN mark says the
 // log was durable past where the valid log ends: the records between were
 // lost after they were made durable.
 func (r *Reader) checkDurableMarks() error {
-	m, name := r.laterMark()
+	m, name, tag := r.laterMark()
 	if m <= r.pos {
 		return nil
+	}
+	if tag != 0 && r.tag != 0 && tag != r.tag {
+		// Not a loss of this log: the mark is another log's.
+		return fmt.Errorf("%w: %s belongs to a different write-ahead log than %s (log identifiers %#04x and %#04x): it was copied from another database's WAL; remove it (the log read so far ends at %s)",
+			ErrCorrupt, path.Join(r.dir, name), r.f.Name(), tag, r.tag, r.pos)
 	}
 	return fmt.Errorf("%w: the valid log ends at %s in %s, but segment %s was prepared when the log was durable up to %s: LSN %s to %s is lost",
 		ErrCorrupt, r.pos, r.f.Name(), name, m, r.pos, m)

@@ -885,3 +885,43 @@ func writeOneAndPrepare(t *testing.T, fsys vfs.FS, dir string, end LSN) {
 		t.Fatal(err)
 	}
 }
+
+// TestSegmentOfAnotherLogAfterGap: another log's segment placed past this
+// log's end, after a gap, carries a durable-LSN mark beyond this log's
+// end; that is named as another log's segment, not as records of this log
+// lost.
+func TestSegmentOfAnotherLogAfterGap(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	writeFixed(t, vfs.OS{}, a, 0, 300, 1000, 0) // ends inside its first segment
+	// b flushes as it goes, so its later segments carry durable-LSN
+	// marks, as a database's do.
+	w, err := OpenWriter(vfs.OS{}, b, 0, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4500 {
+		if _, _, err := w.Insert(16, uint64(i)+1, bytes.Repeat([]byte{7}, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			if err := w.FlushAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	first := FirstLSN(testSeg) - LSN(uint64(FirstLSN(testSeg))%testSeg)
+	seg3 := segmentName(first + 3*testSeg)
+	theirs := readFile(t, path.Join(b, seg3))
+	if bytes.Equal(readFile(t, path.Join(a, segmentName(first)))[6:8], theirs[6:8]) {
+		t.Skip("the two logs drew the same identifier")
+	}
+	writeFile(t, path.Join(a, seg3), theirs)
+	err = readToError(t, a)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "different write-ahead log") ||
+		!strings.Contains(err.Error(), path.Join(a, seg3)) || strings.Contains(err.Error(), "is lost") {
+		t.Fatalf("reading a log with another log's segment after a gap: %v", err)
+	}
+}
