@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -920,5 +921,57 @@ func TestCommitAfterDataFileFailure(t *testing.T) {
 		if _, ok := get(t, db, k); ok != want {
 			t.Errorf("%s present %v after reopening, want %v", k, ok, want)
 		}
+	}
+}
+
+// Damage in a WAL record below the last checkpoint's redo point, which
+// recovery does not read, is named by Verify as such: old log records
+// lost, not committed data.
+func TestVerifyOldWALDamageBelowRedo(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	for i := range 300 {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 1000))
+	}
+	if err := db.Close(); err != nil { // its checkpoint's redo point lies past them
+		t.Fatal(err)
+	}
+	ctrl, found, err := readControl(vfs.OS{}, dir)
+	if err != nil || !found {
+		t.Fatalf("control file: %v, %v", found, err)
+	}
+	segs := walSegments(t, dir)
+	var seg string
+	var segStart uint64
+	for _, p := range segs {
+		n, err := strconv.ParseUint(filepath.Base(p), 16, 64)
+		if err == nil && n <= uint64(ctrl.RedoLSN) && uint64(ctrl.RedoLSN) < n+(1<<20) {
+			seg, segStart = p, n
+		}
+	}
+	off := (uint64(ctrl.RedoLSN) - segStart) / 2
+	if seg == "" || off < 4096 {
+		t.Fatalf("redo point %s: no room below it in its segment (%v)", ctrl.RedoLSN, segs)
+	}
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x20
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	if v, ok := get(t, db, "key-00007"); !ok || v != strings.Repeat("v", 1000) {
+		t.Fatalf("a key whose record was damaged: %d bytes, %v", len(v), ok)
+	}
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(rep.Problems, "\n")
+	if len(rep.Problems) != 1 || !strings.Contains(all, filepath.Base(seg)) || !strings.Contains(all, "below the last checkpoint's redo point") {
+		t.Fatalf("verify: %d problems:\n%s\nwant one naming %s as below the redo point", len(rep.Problems), all, filepath.Base(seg))
 	}
 }

@@ -339,7 +339,15 @@ func Run(t Target, problem Problemf) Counts {
 				}
 			}
 			if !errors.Is(err, io.EOF) {
-				problem("WAL: %v", err)
+				// Damage below the last checkpoint's redo point loses
+				// old log records, which recovery never reads again,
+				// not committed data: said, so that the "lost" in the
+				// reader's words is not taken for lost writes.
+				below := ""
+				if ctrl, found, cerr := rmgr.Engine.ReadControl(t.FS(), t.Dir()); cerr == nil && found && r.End() < ctrl.RedoLSN {
+					below = fmt.Sprintf(" (this lies below the last checkpoint's redo point %s, which recovery starts from: no committed data is lost, only log records older than it, which can no longer be read or checked against the CLOG)", ctrl.RedoLSN)
+				}
+				problem("WAL: %v%s", err, below)
 			}
 			r.Close()
 		}
