@@ -408,9 +408,6 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 	foreign := func(n string) error {
 		return fmt.Errorf("%w: %s is not empty (it holds %s, and no control file of this engine or WAL beside it): give a new or empty directory", ErrNotDataDirectory, dir, n)
 	}
-	if slices.Contains(names, controlName) && hasControlMagic(fsys, filepath.Join(dir, controlName)) {
-		return nil // ours; readControl judges the rest of it
-	}
 	if slices.Contains(names, walDir) {
 		// Other programs keep a wal/ too; a segment of ours makes it
 		// a data directory, its control file present or not: recovery
@@ -420,6 +417,9 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 		if slices.ContainsFunc(segs, wal.IsSegmentName) {
 			return nil
 		}
+	}
+	if slices.Contains(names, controlName) && hasControlMagic(fsys, filepath.Join(dir, controlName)) {
+		return nil // ours; readControl judges the rest of it
 	}
 	if slices.Contains(names, heapDir) && heapLooksOurs(fsys, filepath.Join(dir, heapDir, "00000000")) {
 		// A heap of ours whose control file and WAL are gone: Open

@@ -83,11 +83,9 @@ func (st *txnState) name() string {
 func (p *procArray) assign(st *txnState) (uint64, error) {
 	p.mu.Lock()
 	xid := p.nextXid
-	if p.extend != nil {
-		if err := p.extend(xid); err != nil {
-			p.mu.Unlock()
-			return 0, err
-		}
+	if err := p.extend(xid); err != nil {
+		p.mu.Unlock()
+		return 0, err
 	}
 	st.xid.Store(xid)
 	p.nextXid++

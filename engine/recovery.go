@@ -234,7 +234,7 @@ func (db *DB) recover(ctrl controlData) error {
 	db.storage.SetNoZeros()
 	db.storage.SetWritten(uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks()))))
 
-	db.procs = newProcArray(max(ctrl.NextXid, visibility.FirstNormalXid), func(xid uint64) error { return db.clog.Extend(xid) })
+	db.procs = newProcArray(max(ctrl.NextXid, visibility.FirstNormalXid), db.clog.Extend)
 	if db.wal, err = wal.OpenWriter(db.fs, walPath, end, wal.Options{
 		SegmentSize:         db.opts.WALSegmentSize,
 		Flusher:             db.opts.WALFlusher,

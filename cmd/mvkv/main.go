@@ -176,10 +176,6 @@ func wantOf(f *flag.Flag) string {
 		return "want true or false"
 	}
 	switch fmt.Sprintf("%T", f.Value) {
-	case "*flag.intValue", "*flag.int64Value":
-		return "want an integer"
-	case "*flag.uintValue", "*flag.uint64Value":
-		return "want a non-negative integer"
 	case "*flag.float64Value":
 		return "want a number"
 	case "*flag.durationValue":

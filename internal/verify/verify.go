@@ -312,6 +312,7 @@ func Run(t Target, problem Problemf) Counts {
 	// checkpoint), and the WAL up to where it was durable when the read
 	// began: a writer goes on appending while it is read.
 	t.HoldWAL(func(durable wal.LSN) {
+		ctrl, ctrlFound, ctrlErr := rmgr.Engine.ReadControl(t.FS(), t.Dir())
 		walPath := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
 		walBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
 		r, err := wal.NewReader(t.FS(), walPath, 0)
@@ -344,7 +345,7 @@ func Run(t Target, problem Problemf) Counts {
 				// not committed data: said, so that the "lost" in the
 				// reader's words is not taken for lost writes.
 				below := ""
-				if ctrl, found, cerr := rmgr.Engine.ReadControl(t.FS(), t.Dir()); cerr == nil && found && r.End() < ctrl.RedoLSN {
+				if ctrlErr == nil && ctrlFound && r.End() < ctrl.RedoLSN {
 					below = fmt.Sprintf(" (this lies below the last checkpoint's redo point %s, which recovery starts from: no committed data is lost, only log records older than it, which can no longer be read or checked against the CLOG)", ctrl.RedoLSN)
 				}
 				problem("WAL: %v%s", err, below)
@@ -354,11 +355,10 @@ func Run(t Target, problem Problemf) Counts {
 		walBad.report(problem)
 		checkStrayFiles(t, problem, next)
 
-		ctrl, found, err := rmgr.Engine.ReadControl(t.FS(), t.Dir())
 		switch {
-		case err != nil:
-			problem("%v", err)
-		case !found:
+		case ctrlErr != nil:
+			problem("%v", ctrlErr)
+		case !ctrlFound:
 			problem("control file missing after a checkpoint")
 		default:
 			if ctrl.NextXid > next {
