@@ -292,6 +292,13 @@ type Options struct {
 	// makes every vacuum aggressive. A vacuum with VacuumFreezeMinAge
 	// negative (VACUUM FREEZE) is always aggressive.
 	VacuumFreezeTableAge int64
+	// VacuumTruncate is PostgreSQL's vacuum_truncate: a vacuum cuts the
+	// empty pages at the end of the heap off its files when at least
+	// 1,000 of them, or a sixteenth of the heap, end it, holding off
+	// writers and checkpoints meanwhile (as PostgreSQL's
+	// lazy_truncate_heap under an exclusive lock; usually a few
+	// milliseconds). nil means on.
+	VacuumTruncate *bool
 	// VisibilityMap is how visibility map bits are kept:
 	// VisibilityMapCrashSafe (the default; setting a bit is WAL-logged and
 	// the map page waits for its record, as PostgreSQL since 9.2) or

@@ -711,7 +711,7 @@ func (db *DB) redoBulkLoad(rec wal.Record) error {
 	}
 	switch rec.Type {
 	case recBulkLoad:
-		if n := db.storage.NBlocks(); n < r.first+r.pages {
+		if n := db.storage.NBlocks(); n < r.first+r.pages && !db.doomedByTruncate(n, rec.End) {
 			return fmt.Errorf("%w: %s has %d blocks; the bulk load committed at %s wrote blocks %d to %d",
 				ErrCorruption, filepath.Join(db.dir, heapDir), n, rec.LSN, r.first, r.first+r.pages-1)
 		}

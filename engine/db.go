@@ -172,6 +172,13 @@ type DB struct {
 	// redoTouched maps each block redo changed to its free space after
 	// the last change (-1 for a page left new), during Open only.
 	redoTouched map[uint32]int
+	// redoTruncations are the HEAP_TRUNCATE records from the redo point
+	// on, in WAL order, found before redo (truncate.go).
+	redoTruncations []heapTruncation
+	// redoPeakBlocks is the longest the heap was before a truncation
+	// redo replayed (0: none): the index file, written before it, may
+	// name blocks up to there.
+	redoPeakBlocks uint32
 }
 
 // RecoveryInfo describes what Open found and replayed. It is also logged

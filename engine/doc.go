@@ -118,8 +118,10 @@
 // default) reads the heap in block order through a small ring of buffers,
 // prunes and freezes each page, drops the index entries of deleted keys,
 // frees out-of-line values, records free space for inserts and marks
-// all-visible pages in the visibility map. Options.FillFactor keeps room on
-// each page for the updates of its keys. Readers set hint bits on tuples
+// all-visible pages in the visibility map, and at its end cuts the empty
+// pages that end the heap off its files (lazy_truncate_heap; see
+// Options.VacuumTruncate). Options.FillFactor keeps room on each page for
+// the updates of its keys. Readers set hint bits on tuples
 // whose transaction status is final, so later readers skip the CLOG.
 //
 // # Bulk load
@@ -142,7 +144,11 @@
 // it:
 //
 //	row lock (a key's, held to transaction end; vacuum only tries)
-//	checkpoint interlock, shared (writers, pruning, vacuum per page)
+//	checkpoint lock (one checkpoint at a time; a bulk load and a heap
+//	    truncation hold it too)
+//	checkpoint interlock, shared (writers, pruning, vacuum per page);
+//	    exclusively by a checkpoint choosing its redo point, a bulk load
+//	    and a heap truncation
 //	prune lock, shared (pruning only tries it; Verify holds it exclusively)
 //	heap page content locks, in block order
 //	visibility map page

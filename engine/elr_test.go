@@ -58,12 +58,20 @@ func TestEarlyLockReleaseReaderWaits(t *testing.T) {
 	mustPut(t, db, "a", "old")
 	before := db.Stats()
 
+	early := db.earlyCommits.Load()
 	g.shut()
 	writer := make(chan error, 1)
 	go func() {
 		writer <- db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("a"), []byte("new")) })
 	}()
 	<-g.blocked // the writer's flush waits for the disk
+	// The flush can start on the commit record before the writer has made
+	// its commit visible: wait for that step, which needs no flush.
+	for deadline := time.Now().Add(10 * time.Second); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the commit did not become visible while its flush waited")
+		}
+	}
 
 	// A READ COMMITTED reader sees the early-released commit...
 	rtx, err := db.Begin(ctx, TxnOptions{ReadOnly: true})

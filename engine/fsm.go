@@ -105,6 +105,19 @@ func (f *freeSpaceMap) take(need int) (uint32, bool) {
 	return 0, false
 }
 
+// forgetFrom forgets every recorded block at or past n (a heap cut back
+// to n blocks).
+func (f *freeSpaceMap) forgetFrom(n uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for blk, c := range f.cat {
+		if blk >= n {
+			delete(f.byCat[c], blk)
+			delete(f.cat, blk)
+		}
+	}
+}
+
 // fsmBlock is one recorded block and its category, as the index file keeps
 // the map.
 type fsmBlock struct {

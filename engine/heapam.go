@@ -470,6 +470,9 @@ var errVanished = errors.New("tuple version vanished")
 func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, error) {
 	v := version{tid: tid}
 	buf, err := db.pool.Get(tid.Block)
+	if errors.Is(err, bufpool.ErrPastEnd) {
+		return v, errVanished // vacuum cut its page off the heap
+	}
 	if err != nil {
 		return v, err
 	}

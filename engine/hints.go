@@ -94,6 +94,9 @@ func (db *DB) hintedCommitted(v *version, xid uint64, committed, invalid uint16)
 // CLOG's error (truncErr) stands.
 func (db *DB) statusAfterTruncation(v *version, xid uint64, committed, invalid uint16, truncErr error) (bool, error) {
 	buf, err := db.pool.Get(v.tid.Block)
+	if errors.Is(err, bufpool.ErrPastEnd) {
+		return false, errVanished // vacuum cut its page off the heap
+	}
 	if err != nil {
 		return false, err
 	}
@@ -143,13 +146,15 @@ func (db *DB) setHintBits(v *version) {
 	if bits == 0 || db.writable() != nil {
 		return
 	}
+	// The interlock before the pin: a heap truncation holds the interlock
+	// while it waits for the pins on the pages it cuts off.
+	db.ckptInterlock.RLock()
+	defer db.ckptInterlock.RUnlock()
 	buf, err := db.pool.Get(v.tid.Block)
 	if err != nil {
 		return
 	}
 	defer buf.Release()
-	db.ckptInterlock.RLock()
-	defer db.ckptInterlock.RUnlock()
 	buf.Lock()
 	defer buf.Unlock()
 	raw, err := heap.Tuple(buf.Page(), v.tid.Slot)

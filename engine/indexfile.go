@@ -306,7 +306,9 @@ func (db *DB) loadIndexFile(spare int, accept func(indexFileHeader) error) (inde
 		return indexFileData{}, fmt.Errorf("%w: %v", errIndexFile, err)
 	}
 	defer f.Close()
-	d, err := decodeIndexFile(&fileReader{f: f}, size, name, db.idx, db.pool.NBlocks(), spare, accept)
+	// Blocks a truncation replayed since the file's checkpoint cut off
+	// may still be named by keys that redo's changes drop.
+	d, err := decodeIndexFile(&fileReader{f: f}, size, name, db.idx, max(db.pool.NBlocks(), db.redoPeakBlocks), spare, accept)
 	if err != nil {
 		db.idx.reset()
 		return indexFileData{}, fmt.Errorf("%w: %w", errIndexFile, err)
@@ -638,8 +640,25 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, ch
 			ix.removeEntryLocked(e)
 		}
 	}
+	if n := db.pool.NBlocks(); db.redoPeakBlocks > n {
+		// Every key a truncation's blocks held was dropped before it.
+		var past *indexEntry
+		ix.tree.Ascend(func(e *indexEntry) bool {
+			if t := e.headTID(); t.Valid() && t.Block >= n {
+				past = e
+				return false
+			}
+			return true
+		})
+		if past != nil {
+			ix.mu.Unlock()
+			db.idx.reset()
+			return fmt.Sprintf("key %q has its head at %s, past the %d blocks the heap was cut back to", truncKey([]byte(past.key())), past.headTID(), n), nil
+		}
+	}
 	ix.mu.Unlock()
 	db.fsm.restore(d.fsm)
+	db.fsm.forgetFrom(db.pool.NBlocks())
 	for blk, free := range db.redoTouched {
 		if free >= 0 {
 			db.fsm.record(blk, free)

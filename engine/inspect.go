@@ -127,6 +127,8 @@ func describeRecord(rec wal.Record) string {
 		}
 	case recBulkLoadBegin, recBulkLoad, recBulkVisible:
 		desc = describeBulkLoad(rec)
+	case recHeapTruncate:
+		desc = describeHeapTruncate(rec.Data)
 	default:
 		desc = "unknown record type"
 	}

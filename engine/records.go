@@ -178,6 +178,8 @@ func recordTypeName(t wal.RecordType) string {
 		return "BULK_LOAD"
 	case recBulkVisible:
 		return "BULK_VISIBLE"
+	case recHeapTruncate:
+		return "HEAP_TRUNCATE"
 	}
 	return fmt.Sprintf("TYPE_%d", t)
 }

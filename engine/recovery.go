@@ -125,6 +125,11 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		scan.note(rec)
 		bulk.note(rec)
+		if rec.Type == recHeapTruncate {
+			if n, _, err := decodeHeapTruncate(rec.Data); err == nil {
+				db.redoTruncations = append(db.redoTruncations, heapTruncation{rec.LSN, n})
+			}
+		}
 		if rec.XID != 0 && rec.LSN >= ctrl.RedoLSN {
 			// A transaction wrote after the redo point: a CLOG page may
 			// have been written since the checkpoint, and torn.
@@ -144,6 +149,13 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	end, dropped := r.End(), r.DroppedBytes()
 	scanTime := time.Since(begin)
+	// A heap truncation since the checkpoint may have cut the files below
+	// the length it recorded: they must hold the shortest length the WAL
+	// names, and what lies past it is cut again by redo, so it is not
+	// judged (truncate.go).
+	for _, t := range db.redoTruncations {
+		ctrl.HeapBlocks = min(ctrl.HeapBlocks, uint64(t.blocks))
+	}
 	if sz := r.SegmentSize(); sz != 0 && sz != db.opts.WALSegmentSize {
 		// The segment size is a property of the log on disk, as
 		// PostgreSQL's wal_segment_size is fixed at initdb.
@@ -462,6 +474,8 @@ func (db *DB) redo(rec wal.Record) error {
 		return err
 	case recBulkLoadBegin, recBulkLoad, recBulkVisible:
 		return db.redoBulkLoad(rec)
+	case recHeapTruncate:
+		return db.redoHeapTruncate(rec)
 	case recFPI, recFPIForHint:
 		blk, img, err := decodeFPI(rec.Data, rec.Flags)
 		if err != nil {
@@ -540,6 +554,9 @@ func (db *DB) redoBlock(blk uint32, end wal.LSN, fn func(page []byte) error) err
 	if blk == noBlock {
 		return fmt.Errorf("%w: block number %d", ErrCorruption, blk)
 	}
+	if db.doomedByTruncate(blk, end) {
+		return nil
+	}
 	db.pool.EnsureBlocks(blk + 1)
 	buf, err := db.pool.Get(blk)
 	if err != nil {
@@ -566,6 +583,9 @@ func (db *DB) redoBlock(blk uint32, end wal.LSN, fn func(page []byte) error) err
 func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error) error {
 	if blk == noBlock {
 		return fmt.Errorf("%w: block number %d", ErrCorruption, blk)
+	}
+	if db.doomedByTruncate(blk, end) {
+		return nil
 	}
 	db.pool.EnsureBlocks(blk + 1)
 	buf, err := db.pool.GetZeroed(blk)

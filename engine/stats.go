@@ -178,6 +178,8 @@ type VacuumTotals struct {
 	// RingSwept the buffer frames taken from the pool for its ring (see
 	// VacuumStats).
 	PagesScanned, PagesSkipped, PagesPruned, PagesRead, RingSwept uint64
+	// PagesTruncated counts the empty pages cut off the end of the heap.
+	PagesTruncated uint64
 	// TuplesRemoved counts versions removed, TuplesFrozen tuples frozen.
 	// PagesCompacted counts page compactions outside pruning: vacuum's
 	// second pass, and a writer's when a tuple fits a page only with the
@@ -192,7 +194,7 @@ func (s VacuumTotals) Sub(o VacuumTotals) VacuumTotals {
 		PagesScanned: s.PagesScanned - o.PagesScanned, PagesSkipped: s.PagesSkipped - o.PagesSkipped,
 		PagesPruned: s.PagesPruned - o.PagesPruned, PagesRead: s.PagesRead - o.PagesRead, RingSwept: s.RingSwept - o.RingSwept,
 		TuplesRemoved: s.TuplesRemoved - o.TuplesRemoved, PagesCompacted: s.PagesCompacted - o.PagesCompacted,
-		TuplesFrozen: s.TuplesFrozen - o.TuplesFrozen,
+		TuplesFrozen: s.TuplesFrozen - o.TuplesFrozen, PagesTruncated: s.PagesTruncated - o.PagesTruncated,
 	}
 }
 
@@ -241,7 +243,7 @@ func (db *DB) Stats() Stats {
 			PagesScanned: db.vac.pagesScanned.Load(), PagesSkipped: db.vac.pagesSkipped.Load(),
 			PagesPruned: db.vac.pagesPruned.Load(), PagesRead: db.vac.pagesRead.Load(), RingSwept: db.vac.ringSwept.Load(),
 			TuplesRemoved: db.vac.tuplesRemoved.Load(), PagesCompacted: db.vac.pagesCompacted.Load(),
-			TuplesFrozen: db.vac.tuplesFrozen.Load(),
+			TuplesFrozen: db.vac.tuplesFrozen.Load(), PagesTruncated: db.vac.pagesTruncated.Load(),
 		},
 	}
 }

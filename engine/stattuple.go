@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 )
 
@@ -99,6 +101,9 @@ func (db *DB) statPage(blk uint32, pg *statPageTuples) (more bool, err error) {
 		return false, nil
 	}
 	buf, err := db.pool.Get(blk)
+	if errors.Is(err, bufpool.ErrPastEnd) {
+		return false, nil // a vacuum cut the heap back meanwhile
+	}
 	if err != nil {
 		return false, err
 	}

@@ -144,6 +144,10 @@ type VacuumStats struct {
 	// transaction that some snapshot may still see; a later run removes
 	// them.
 	RecentlyDead uint64
+	// PagesTruncated counts the empty pages at the end of the heap the
+	// run cut off, giving their space back to the file system
+	// (PostgreSQL's lazy_truncate_heap; see Options.VacuumTruncate).
+	PagesTruncated uint64
 	// Duration is the wall time of the run.
 	Duration time.Duration
 }
@@ -155,7 +159,7 @@ type vacuumState struct {
 	mu sync.Mutex
 
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
-	pagesPruned, pagesRead, ringSwept                                             atomic.Uint64
+	pagesPruned, pagesRead, ringSwept, pagesTruncated                             atomic.Uint64
 
 	// relFrozenXid is RelFrozenXid of the last run, as the index file kept it,
 	// or what an index rebuild found at open.
@@ -261,6 +265,9 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	v.st.Aggressive = db.opts.VacuumFreezeMinAge == 0 ||
 		v.st.OldestXmin-min(v.st.OldestXmin, prevFrozen) >= uint64(db.opts.VacuumFreezeTableAge)
 	err := v.run()
+	if err == nil {
+		err = v.truncateTail()
+	}
 	v.st.Duration = time.Since(begin)
 	v.st.PagesRead, v.st.RingSwept = v.ring.Reads, v.ring.Swept
 	db.vac.runs.Add(1)
@@ -272,6 +279,7 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	db.vac.pagesPruned.Add(v.st.PagesPruned)
 	db.vac.pagesRead.Add(v.st.PagesRead)
 	db.vac.ringSwept.Add(v.st.RingSwept)
+	db.vac.pagesTruncated.Add(v.st.PagesTruncated)
 	if err != nil {
 		return v.st, err
 	}

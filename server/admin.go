@@ -758,6 +758,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("vacuum_pages_pruned:%d", st.Vacuum.PagesPruned),
 		fmt.Sprintf("vacuum_pages_read:%d", st.Vacuum.PagesRead),
 		fmt.Sprintf("vacuum_ring_buffers_swept:%d", st.Vacuum.RingSwept),
+		fmt.Sprintf("vacuum_pages_truncated:%d", st.Vacuum.PagesTruncated),
 		fmt.Sprintf("vacuum_tuples_removed:%d", st.Vacuum.TuplesRemoved),
 		fmt.Sprintf("vacuum_tuples_frozen:%d", st.Vacuum.TuplesFrozen),
 		fmt.Sprintf("buffer_hits:%d", st.Buffers.Hits),

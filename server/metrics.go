@@ -110,6 +110,7 @@ var engineMetrics = func() []metricDesc {
 		d("mvkv_vacuum_pages_pruned_total", "Heap pages vacuum's first pass changed (freed, froze or compacted).", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.PagesPruned) }),
 		d("mvkv_vacuum_pages_read_total", "Heap pages vacuum read from disk through its buffer ring.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.PagesRead) }),
 		d("mvkv_vacuum_ring_buffers_swept_total", "Buffer frames vacuum's ring took from the pool's clock sweep (each may evict a page).", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.RingSwept) }),
+		d("mvkv_vacuum_pages_truncated_total", "Empty heap pages vacuum cut off the end of the heap files.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.PagesTruncated) }),
 		d("mvkv_vacuum_tuples_removed_total", "Tuple versions removed by vacuum.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.TuplesRemoved) }),
 		d("mvkv_checkpoints_total", "Checkpoints completed.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Checkpoint.Count) }),
 		d("mvkv_server_open_transactions", "Engine transactions begun by the server and not yet ended.", g, func(e engineCollector) float64 { return float64(e.s.openTxns.Load()) }),

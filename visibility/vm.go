@@ -267,6 +267,43 @@ func (m *Map) Clear(heapBlk uint32, bits Bits) (bool, error) {
 	return true, nil
 }
 
+// ClearRange clears both bits of heap blocks from to to-1, for a heap whose
+// tail is cut off at from blocks (PostgreSQL's
+// visibilitymap_prepare_truncate), so that a block added again at the
+// same number starts with no bit set. It reports whether any bit was set.
+// Like Clear, it sets no LSN: a cleared bit is always safe on disk.
+func (m *Map) ClearRange(from, to uint32) (bool, error) {
+	cleared := false
+	for blk := uint64(from); blk < uint64(to); {
+		end := min(uint64(to), (blk/HeapBlocksPerPage+1)*HeapBlocksPerPage)
+		buf, err := m.get(uint32(blk))
+		if err != nil {
+			return cleared, err
+		}
+		buf.Lock()
+		page := buf.Page()
+		changed := false
+		if !heap.IsNew(page) {
+			for b := blk; b < end; b++ {
+				off, shift := bitPos(uint32(b))
+				if page[off]&(byte(ValidBits)<<shift) != 0 {
+					page[off] &^= byte(ValidBits) << shift
+					changed = true
+				}
+			}
+		}
+		if changed {
+			buf.MarkDirty()
+			m.clears.Add(1)
+			cleared = true
+		}
+		buf.Unlock()
+		buf.Release()
+		blk = end
+	}
+	return cleared, nil
+}
+
 // Test returns heapBlk's bits, as visibilitymap_get_status. The answer can
 // be stale as soon as it is returned; a caller that relies on a set bit
 // must read what it protects (the heap TID it is about to trust) before

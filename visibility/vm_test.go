@@ -374,3 +374,30 @@ func TestMapBytesPerPage(t *testing.T) {
 		t.Fatalf("MapBytesPerPage %d, want %d", MapBytesPerPage, heap.PageSize-heap.PageHeaderSize)
 	}
 }
+
+// ClearRange clears every bit from the first block of the range on, across
+// map pages, and nothing before it.
+func TestClearRange(t *testing.T) {
+	m := openMap(t, vfs.NewMemFS(), Options{})
+	blocks := []uint32{0, 9, 10, 11, HeapBlocksPerPage - 1, HeapBlocksPerPage, 2*HeapBlocksPerPage + 3}
+	for i, b := range blocks {
+		if _, err := m.Set(b, AllVisible|AllFrozen, uint64(100+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if any, err := m.ClearRange(10, 2*HeapBlocksPerPage+4); err != nil || !any {
+		t.Fatalf("ClearRange: %v, %v", any, err)
+	}
+	for _, b := range blocks {
+		want := Bits(0)
+		if b < 10 {
+			want = AllVisible | AllFrozen
+		}
+		if got := mustTest(t, m, b); got != want {
+			t.Fatalf("Test(%d) = %b after ClearRange(10, ...), want %b", b, got, want)
+		}
+	}
+	if any, err := m.ClearRange(10, 3*HeapBlocksPerPage); err != nil || any {
+		t.Fatalf("ClearRange again: %v, %v; want nothing to clear", any, err)
+	}
+}

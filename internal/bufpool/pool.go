@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"mvkv/internal/hugepage"
 )
@@ -32,6 +33,14 @@ var (
 	// ErrRelationFull is returned by Extend when the block number would
 	// overflow uint32.
 	ErrRelationFull = errors.New("bufpool: relation has the maximum number of blocks")
+	// ErrPastEnd is returned by Get for a block at or past NBlocks once
+	// the relation has been cut back by DropFrom: the block no longer
+	// exists, and a caller holding its number from before the cut (a
+	// link to a version that vacuum removed) must treat it as gone.
+	ErrPastEnd = errors.New("bufpool: block past the end of the relation")
+	// ErrBlockPinned is returned by DropFrom when a block it would drop
+	// stayed pinned for the whole wait.
+	ErrBlockPinned = errors.New("bufpool: a block to drop stayed pinned")
 )
 
 // Storage is what the pool reads pages from and writes them to
@@ -149,8 +158,13 @@ type Pool struct {
 
 	// nblocks is the logical relation size in blocks.
 	nblocks atomic.Uint32
-	// extendMu serializes Extend and EnsureBlocks.
+	// extendMu serializes Extend, EnsureBlocks and DropFrom.
 	extendMu sync.Mutex
+	// cut is set by the first DropFrom: from then on a read of a block at
+	// or past nblocks fails with ErrPastEnd instead of loading a page of
+	// zeros, so that no frame holds a block past the end. Checked under
+	// the block's shard lock.
+	cut atomic.Bool
 
 	copies sync.Pool // of *[PageSize]byte, page copies being written
 
@@ -188,7 +202,8 @@ func (p *Pool) shard(block uint32) *shard {
 }
 
 // Get returns block pinned, reading it from storage on a miss (a block past
-// the end of storage reads as a zero page). If another goroutine is reading
+// the end of storage reads as a zero page, until the first DropFrom; after
+// it, a block at or past NBlocks fails with ErrPastEnd). If another goroutine is reading
 // the same block, Get waits for that read instead of issuing its own. The
 // caller must call Release exactly once, and take the content lock to look
 // at the page. Errors: ErrNoFreeBuffer, or the error of the read (for
@@ -213,6 +228,10 @@ func (p *Pool) pinCached(block uint32) (f *Buffer, ok bool, err error) {
 	if !found {
 		sh.mu.Unlock()
 		return nil, false, nil
+	}
+	if p.pastEnd(block) {
+		sh.mu.Unlock()
+		return nil, true, ErrPastEnd
 	}
 	f = &p.frames[id]
 	f.pins.Add(1)
@@ -265,6 +284,12 @@ func (p *Pool) load(block uint32, read bool, victim func() (*Buffer, error)) (*B
 		}
 		sh := p.shard(block)
 		sh.mu.Lock()
+		if read && p.pastEnd(block) {
+			sh.mu.Unlock()
+			f.state.Store(0)
+			f.unpin()
+			return nil, ErrPastEnd
+		}
 		if id, ok := sh.table[block]; ok {
 			// Another goroutine loaded the block while we looked for a
 			// frame: use its frame and give ours back.
@@ -523,6 +548,80 @@ func (p *Pool) Truncate(n uint32) error {
 		p.nblocks.Store(n)
 	}
 	return nil
+}
+
+// pastEnd reports whether a read of block must fail with ErrPastEnd. The
+// caller holds block's shard lock, which DropFrom takes after lowering
+// nblocks: a frame for the block is either in the table when DropFrom
+// looks (and dropped), or refused here.
+func (p *Pool) pastEnd(block uint32) bool {
+	return p.cut.Load() && block >= p.nblocks.Load()
+}
+
+// DropFrom lowers NBlocks to n and removes every block at or past n from
+// the pool, discarding its contents whether dirty or not, for a relation
+// whose tail is about to be cut off (PostgreSQL's DropRelationBuffers
+// before smgrtruncate). From then on Get of a block at or past NBlocks
+// fails with ErrPastEnd (before any DropFrom it reads a page of zeros),
+// and no frame holds one. Pins taken before the call are waited for, up
+// to wait in all: if one is still held then, NBlocks is restored, nothing
+// is dropped, and ErrBlockPinned is returned. The caller makes sure no
+// block at or past n holds anything it needs: the dirty pages dropped
+// are never written. Extend and EnsureBlocks wait for it.
+func (p *Pool) DropFrom(n uint32, wait time.Duration) error {
+	p.extendMu.Lock()
+	defer p.extendMu.Unlock()
+	old := p.nblocks.Load()
+	p.cut.Store(true)
+	if n < old {
+		p.nblocks.Store(n)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		// Claim every frame past n by pinning it 0 -> 1, as the clock
+		// sweep does, so that no sweep takes it while the others are
+		// claimed; Get cannot pin them any more (pastEnd).
+		var claimed []*Buffer
+		busy := false
+		for i := range p.shards {
+			sh := &p.shards[i]
+			sh.mu.Lock()
+			for block, id := range sh.table {
+				if block < n {
+					continue
+				}
+				f := &p.frames[id]
+				if f.io != nil || !f.pins.CompareAndSwap(0, 1) {
+					busy = true
+					continue
+				}
+				claimed = append(claimed, f)
+			}
+			sh.mu.Unlock()
+		}
+		if !busy {
+			for _, f := range claimed {
+				sh := p.shard(f.block)
+				sh.mu.Lock()
+				if id, ok := sh.table[f.block]; ok && id == f.id {
+					delete(sh.table, f.block)
+				}
+				f.tagged = false
+				f.state.Store(0)
+				sh.mu.Unlock()
+				f.unpin()
+			}
+			return nil
+		}
+		for _, f := range claimed {
+			f.unpin()
+		}
+		if time.Now().After(deadline) {
+			p.nblocks.Store(old)
+			return ErrBlockPinned
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // FlushAll writes every page that is dirty when it is reached (flushing the

@@ -661,3 +661,71 @@ func TestGetZeroedDoesNotRead(t *testing.T) {
 	}
 	b.Release()
 }
+
+// DropFrom forgets the blocks past the cut, dirty ones unwritten; a later
+// Get of one fails with ErrPastEnd; a pin held past the wait leaves
+// everything as it was; Extend takes the block numbers again.
+func TestDropFrom(t *testing.T) {
+	p, st, w := setup(16, 8)
+	for b := uint32(0); b < 8; b++ {
+		buf, err := p.Get(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		modify(buf, w)
+		buf.Release()
+	}
+	held, err := p.Get(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DropFrom(5, 20*time.Millisecond); !errors.Is(err, ErrBlockPinned) {
+		t.Fatalf("DropFrom with block 6 pinned: %v, want ErrBlockPinned", err)
+	}
+	if p.NBlocks() != 8 {
+		t.Fatalf("NBlocks %d after a DropFrom that gave up, want 8", p.NBlocks())
+	}
+	held.Release()
+	// A reader that pins during the wait and lets go is waited for.
+	again, err := p.Get(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(10 * time.Millisecond); again.Release() }()
+	st.mu.Lock()
+	writes := st.writes
+	st.mu.Unlock()
+	if err := p.DropFrom(5, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p.NBlocks() != 5 {
+		t.Fatalf("NBlocks %d, want 5", p.NBlocks())
+	}
+	for b := uint32(5); b < 8; b++ {
+		if _, err := p.Get(b); !errors.Is(err, ErrPastEnd) {
+			t.Fatalf("Get(%d) after the cut: %v, want ErrPastEnd", b, err)
+		}
+	}
+	if err := p.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	wrote := st.writes - writes
+	st.mu.Unlock()
+	if wrote != 5 {
+		t.Fatalf("FlushAll wrote %d pages, want the 5 below the cut", wrote)
+	}
+	buf, err := p.Extend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if buf.Block() != 5 || counter(buf.Page()) != 0 {
+		t.Fatalf("Extend gave block %d with counter %d, want a new block 5", buf.Block(), counter(buf.Page()))
+	}
+	buf.Release()
+	if buf, err := p.Get(5); err != nil {
+		t.Fatal(err)
+	} else {
+		buf.Release()
+	}
+}

@@ -595,6 +595,13 @@ func (s *Storage) Truncate(n uint32) error {
 		}
 	}
 	for {
+		// A block cut off and added again is new, not damage.
+		cur := s.written.Load()
+		if cur <= n || s.written.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	for {
 		cur := s.nblocks.Load()
 		if cur <= n || s.nblocks.CompareAndSwap(cur, n) {
 			break

@@ -1,0 +1,261 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"mvkv/internal/bufpool"
+	"mvkv/internal/heap"
+	"mvkv/wal"
+)
+
+// Heap tail truncation: vacuum gives the empty pages at the end of the heap
+// back to the file system, as PostgreSQL's lazy_truncate_heap.
+//
+// After its passes, a vacuum looks backwards from the last block for pages
+// that hold nothing (never initialized, or every line pointer unused). If
+// at least truncateMinimum of them, or a truncateFraction of the heap, end
+// it (REL_TRUNCATE_MINIMUM and REL_TRUNCATE_FRACTION), it takes the
+// checkpoint lock and the checkpoint interlock exclusively, so that no
+// checkpoint runs and no writer places a version or extends the heap (as
+// PostgreSQL's AccessExclusiveLock on the relation), checks those pages
+// again from the end, and then, for the empty run it found:
+//
+//  1. drops their buffers, dirty or not (DropRelationBuffers); a reader
+//     still holding one of their numbers (a link to a version vacuum
+//     removed) finds the block gone and takes the version as vanished;
+//  2. logs HEAP_TRUNCATE (new length, old length) and flushes it, so that
+//     the file is never shorter than the WAL says (XLOG_SMGR_TRUNCATE,
+//     flushed before smgrtruncate);
+//  3. forgets the blocks in the free space map and the insert targets,
+//     clears their visibility map bits (a block added again at the same
+//     number must not start all-visible), and cuts the heap files back,
+//     durably.
+//
+// A failure after the buffers are dropped stops writes: the pool has
+// forgotten pages that the files may still hold. Readers go on throughout;
+// a Verify in progress holds the prune lock, and the truncation is then
+// skipped.
+//
+// Redo repeats the cut. Records before a HEAP_TRUNCATE that touch a block
+// it cuts off change nothing on the page (the block may already be gone
+// from the file): recovery notes the truncation records before redo, also
+// takes the smallest length they name as the heap length the files must
+// hold (a checkpoint's length may be longer), and does not judge pages
+// past it as strays.
+//
+// Rejected: truncating without excluding writers, rechecking only the last
+// page (a writer may place a version on any empty page the free space map
+// hands out, so every page of the run must be seen empty with writers
+// held off); and moving live versions down to empty the tail (VACUUM FULL's
+// job, which rewrites every link into them).
+
+const (
+	// truncateMinimum and truncateFraction decide whether an empty tail
+	// is worth cutting: at least this many pages, or at least this
+	// fraction (1/n) of the heap (PostgreSQL's REL_TRUNCATE_MINIMUM and
+	// REL_TRUNCATE_FRACTION).
+	truncateMinimum  = 1000
+	truncateFraction = 16
+	// truncateDropWait bounds how long the cut waits for pins on the
+	// pages it drops (a reader reading one); it is skipped after that.
+	truncateDropWait = time.Second
+)
+
+// recHeapTruncate cuts the heap back to newBlocks blocks, as PostgreSQL's
+// XLOG_SMGR_TRUNCATE. Payload: new length 4, old length 4 (the blocks
+// whose visibility map bits redo clears). Part of the format.
+const recHeapTruncate wal.RecordType = 32
+
+func encodeHeapTruncate(newBlocks, oldBlocks uint32) []byte {
+	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 8), newBlocks)
+	return binary.LittleEndian.AppendUint32(b, oldBlocks)
+}
+
+func decodeHeapTruncate(data []byte) (newBlocks, oldBlocks uint32, err error) {
+	if len(data) != 8 {
+		return 0, 0, fmt.Errorf("%w: HEAP_TRUNCATE payload of %d bytes, want 8", errBadRecord, len(data))
+	}
+	newBlocks, oldBlocks = binary.LittleEndian.Uint32(data), binary.LittleEndian.Uint32(data[4:])
+	if newBlocks > oldBlocks || oldBlocks == noBlock {
+		return 0, 0, fmt.Errorf("%w: HEAP_TRUNCATE from %d to %d blocks", errBadRecord, oldBlocks, newBlocks)
+	}
+	return newBlocks, oldBlocks, nil
+}
+
+func describeHeapTruncate(data []byte) string {
+	n, old, err := decodeHeapTruncate(data)
+	if err != nil {
+		return "malformed: " + err.Error()
+	}
+	return fmt.Sprintf("heap cut from %d to %d blocks", old, n)
+}
+
+// pageEmpty reports whether a heap page holds nothing: never initialized,
+// or every line pointer unused.
+func pageEmpty(page []byte) bool {
+	if heap.IsNew(page) {
+		return true
+	}
+	for s := range heap.NumSlots(page) {
+		if heap.SlotState(page, uint16(s)) != heap.LPUnused {
+			return false
+		}
+	}
+	return true
+}
+
+// emptyTail returns the first block of the run of empty pages that ends
+// the heap's first nblocks blocks, reading backwards through the
+// vacuum's ring down to no lower than floor.
+func (v *vacuumRun) emptyTail(nblocks, floor uint32) (uint32, error) {
+	blk := nblocks
+	for blk > floor {
+		if err := v.ctx.Err(); err != nil {
+			return blk, err
+		}
+		buf, err := v.ring.Get(blk - 1)
+		if err != nil {
+			return blk, err
+		}
+		buf.RLock()
+		empty := pageEmpty(buf.Page())
+		buf.RUnlock()
+		buf.Release()
+		if !empty {
+			break
+		}
+		blk--
+	}
+	return blk, nil
+}
+
+// truncateTail cuts off the empty pages at the end of the heap if there
+// are enough of them (see above), and counts them in the run's stats.
+func (v *vacuumRun) truncateTail() error {
+	db := v.db
+	if db.opts.VacuumTruncate != nil && !*db.opts.VacuumTruncate {
+		return nil
+	}
+	nblocks := db.pool.NBlocks()
+	first, err := v.emptyTail(nblocks, 0)
+	if err != nil {
+		return err
+	}
+	possible := nblocks - first
+	if possible == 0 || (possible < truncateMinimum && possible < nblocks/truncateFraction) {
+		return nil
+	}
+	return db.whileOpen(func() error {
+		db.ckptMu.Lock()
+		defer db.ckptMu.Unlock()
+		db.ckptInterlock.Lock()
+		defer db.ckptInterlock.Unlock()
+		if !db.pruneMu.TryRLock() {
+			return nil // Verify is reading every page
+		}
+		defer db.pruneMu.RUnlock()
+		if err := db.writable(); err != nil {
+			return err
+		}
+		// Writers may have extended the heap or placed versions on the
+		// run since it was read: read it again, from the new end.
+		old := db.pool.NBlocks()
+		cut, err := v.emptyTail(old, first)
+		if err != nil {
+			return err
+		}
+		if cut == old {
+			return nil
+		}
+		if err := db.pool.DropFrom(cut, truncateDropWait); err != nil {
+			if errors.Is(err, bufpool.ErrBlockPinned) {
+				db.logger.Debug("vacuum: heap truncation skipped: a page to cut stayed pinned", "from", cut, "blocks", old)
+				return nil
+			}
+			return db.fail(err)
+		}
+		// The pool has forgotten the pages: from here a failure stops
+		// writes, and a restart's redo finishes the cut or finds the
+		// pages as the WAL left them.
+		_, end, err := db.wal.Insert(recHeapTruncate, 0, encodeHeapTruncate(cut, old))
+		if err == nil {
+			err = db.flushWAL(uint64(end))
+		}
+		if err != nil {
+			return db.fail(err)
+		}
+		if err := db.cutHeapTail(cut, old); err != nil {
+			return db.fail(err)
+		}
+		v.st.PagesTruncated += uint64(old - cut)
+		db.logger.Debug("vacuum: truncated the heap", "from", old, "to", cut)
+		return nil
+	})
+}
+
+// cutHeapTail is what a truncation and its redo do once the buffers past
+// cut are gone and the record is durable: the free space map, the insert
+// targets and the visibility map forget blocks cut to old-1, and the heap
+// files are cut back, durably.
+func (db *DB) cutHeapTail(cut, old uint32) error {
+	db.fsm.forgetFrom(cut)
+	for i := range db.targets.blk {
+		if b := db.targets.blk[i].Load(); b != noBlock && b >= cut {
+			db.targets.blk[i].CompareAndSwap(b, noBlock)
+		}
+	}
+	if _, err := db.vm.ClearRange(cut, old); err != nil {
+		return err
+	}
+	if err := db.storage.Truncate(cut); err != nil {
+		return fmt.Errorf("%w: %v", ErrIOFailure, err)
+	}
+	return nil
+}
+
+// redoHeapTruncate replays HEAP_TRUNCATE: the pages redo may have loaded
+// past the new length are dropped (records before this one changed none of
+// them; see doomedByTruncate) and the cut is repeated.
+func (db *DB) redoHeapTruncate(rec wal.Record) error {
+	n, old, err := decodeHeapTruncate(rec.Data)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruption, err)
+	}
+	have := db.pool.NBlocks()
+	db.redoPeakBlocks = max(db.redoPeakBlocks, have, old)
+	if err := db.pool.DropFrom(n, 0); err != nil {
+		return err
+	}
+	for blk := range db.redoTouched {
+		if blk >= n {
+			delete(db.redoTouched, blk)
+		}
+	}
+	return db.cutHeapTail(n, max(old, have))
+}
+
+// heapTruncation is a HEAP_TRUNCATE record found before redo.
+type heapTruncation struct {
+	lsn    wal.LSN
+	blocks uint32
+}
+
+// doomedByTruncate reports whether a record ending at end that changes
+// heap block blk is followed in the WAL by a HEAP_TRUNCATE that cuts blk
+// off: redo leaves the page alone, since the block may already be gone
+// from the file (PostgreSQL forgets the invalid pages such records touch
+// when it replays the truncation). Every page's first change after a redo
+// point logs a full-page image, so without this redo would rebuild such a
+// page only to drop it; a committed bulk load's pages, which no record
+// rebuilds, are the case where the missing block would be an error.
+func (db *DB) doomedByTruncate(blk uint32, end wal.LSN) bool {
+	for _, t := range db.redoTruncations {
+		if t.lsn >= end && blk >= t.blocks {
+			return true
+		}
+	}
+	return false
+}
