@@ -20,8 +20,8 @@ import (
 // it (REL_TRUNCATE_MINIMUM and REL_TRUNCATE_FRACTION), it takes the
 // checkpoint lock and the checkpoint interlock exclusively, so that no
 // checkpoint runs and no writer places a version or extends the heap (as
-// PostgreSQL's AccessExclusiveLock on the relation), checks those pages
-// again from the end, and then, for the empty run it found:
+// PostgreSQL's AccessExclusiveLock on the relation), checks up to 8,192 of
+// those pages again from the end, and then, for the empty run it found:
 //
 //  1. drops their buffers, dirty or not (DropRelationBuffers); a reader
 //     still holding one of their numbers (a link to a version vacuum
@@ -33,6 +33,10 @@ import (
 //     clears their visibility map bits (a block added again at the same
 //     number must not start all-visible), and cuts the heap files back,
 //     durably.
+//
+// It then lets writers in and takes the next 8,192 pages the same way, so
+// that writers wait for one step at most (PostgreSQL checks instead whether
+// anyone waits for its lock every 20 ms, and stops there).
 //
 // A failure after the buffers are dropped stops writes: the pool has
 // forgotten pages that the files may still hold. Readers go on throughout;
@@ -62,7 +66,13 @@ const (
 	// truncateDropWait bounds how long the cut waits for pins on the
 	// pages it drops (a reader reading one); it is skipped after that.
 	truncateDropWait = time.Second
+
 )
+
+// truncateStep bounds the pages one step of the cut reads again with
+// writers held off (64 MiB); a longer tail is cut in several steps, each
+// logged, flushed and fsynced on its own. A variable for tests.
+var truncateStep uint32 = 8192
 
 // recHeapTruncate cuts the heap back to newBlocks blocks, as PostgreSQL's
 // XLOG_SMGR_TRUNCATE. Payload: new length 4, old length 4 (the blocks
@@ -109,7 +119,9 @@ func pageEmpty(page []byte) bool {
 
 // emptyTail returns the first block of the run of empty pages that ends
 // the heap's first nblocks blocks, reading backwards through the
-// vacuum's ring down to no lower than floor.
+// vacuum's ring down to no lower than floor. A page that cannot be read
+// (damaged, say) ends the run: it is not known to be empty, and the
+// truncation is not worth failing the vacuum for.
 func (v *vacuumRun) emptyTail(nblocks, floor uint32) (uint32, error) {
 	blk := nblocks
 	for blk > floor {
@@ -118,7 +130,7 @@ func (v *vacuumRun) emptyTail(nblocks, floor uint32) (uint32, error) {
 		}
 		buf, err := v.ring.Get(blk - 1)
 		if err != nil {
-			return blk, err
+			break
 		}
 		buf.RLock()
 		empty := pageEmpty(buf.Page())
@@ -148,7 +160,35 @@ func (v *vacuumRun) truncateTail() error {
 	if possible == 0 || (possible < truncateMinimum && possible < nblocks/truncateFraction) {
 		return nil
 	}
-	return db.whileOpen(func() error {
+	// Cut in steps from the end, letting writers in between, so that a
+	// long empty tail does not hold them off for as long as it takes to
+	// read it all again.
+	var held time.Duration
+	for {
+		begin := time.Now()
+		more, err := v.cutStep(first)
+		held = max(held, time.Since(begin))
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+	}
+	if v.st.PagesTruncated > 0 {
+		db.logger.Info("vacuum truncated the heap", "pages", v.st.PagesTruncated, "blocks", db.pool.NBlocks(),
+			"longestHold", held)
+	}
+	return nil
+}
+
+// cutStep is one step of truncateTail, with writers and checkpoints held
+// off: it reads again at most truncateStep pages back from the heap's
+// current end, no lower than first, and cuts off the empty ones at the
+// end. more says the whole step was empty and pages below it may be too.
+func (v *vacuumRun) cutStep(first uint32) (more bool, err error) {
+	db := v.db
+	err = db.whileOpen(func() error {
 		db.ckptMu.Lock()
 		defer db.ckptMu.Unlock()
 		db.ckptInterlock.Lock()
@@ -157,22 +197,20 @@ func (v *vacuumRun) truncateTail() error {
 			return nil // Verify is reading every page
 		}
 		defer db.pruneMu.RUnlock()
-		if err := db.writable(); err != nil {
-			return err
-		}
 		// Writers may have extended the heap or placed versions on the
 		// run since it was read: read it again, from the new end.
 		old := db.pool.NBlocks()
-		cut, err := v.emptyTail(old, first)
-		if err != nil {
-			return err
-		}
-		if cut == old {
+		if old <= first {
 			return nil
 		}
-		if err := db.pool.DropFrom(cut, truncateDropWait); err != nil {
+		floor := max(first, old-min(old, truncateStep))
+		c, err := v.emptyTail(old, floor)
+		if err != nil || c == old {
+			return err
+		}
+		if err := db.pool.DropFrom(c, truncateDropWait); err != nil {
 			if errors.Is(err, bufpool.ErrBlockPinned) {
-				db.logger.Debug("vacuum: heap truncation skipped: a page to cut stayed pinned", "from", cut, "blocks", old)
+				db.logger.Debug("vacuum: heap truncation skipped: a page to cut stayed pinned", "from", c, "blocks", old)
 				return nil
 			}
 			return db.fail(err)
@@ -180,20 +218,21 @@ func (v *vacuumRun) truncateTail() error {
 		// The pool has forgotten the pages: from here a failure stops
 		// writes, and a restart's redo finishes the cut or finds the
 		// pages as the WAL left them.
-		_, end, err := db.wal.Insert(recHeapTruncate, 0, encodeHeapTruncate(cut, old))
+		_, end, err := db.wal.Insert(recHeapTruncate, 0, encodeHeapTruncate(c, old))
 		if err == nil {
 			err = db.flushWAL(uint64(end))
 		}
 		if err != nil {
 			return db.fail(err)
 		}
-		if err := db.cutHeapTail(cut, old); err != nil {
+		if err := db.cutHeapTail(c, old); err != nil {
 			return db.fail(err)
 		}
-		v.st.PagesTruncated += uint64(old - cut)
-		db.logger.Debug("vacuum: truncated the heap", "from", old, "to", cut)
+		v.st.PagesTruncated += uint64(old - c)
+		more = c == floor && floor > first
 		return nil
 	})
+	return more, err
 }
 
 // cutHeapTail is what a truncation and its redo do once the buffers past

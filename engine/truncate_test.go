@@ -200,8 +200,9 @@ func TestVacuumTruncateOff(t *testing.T) {
 }
 
 // TestTruncateCrashLadder: the crash ladder over a workload whose vacuums
-// cut the heap's empty tail and whose later inserts take the same blocks
-// again: a crash at any file operation, before, during and after a cut,
+// cut the heap's empty tail, three pages a step, and whose later inserts
+// take the same blocks again: a crash at any file operation, before,
+// during and after a cut,
 // recovers to a commit prefix that verifies, also with an index file from
 // before the cut and after a crash during recovery.
 func TestTruncateCrashLadder(t *testing.T) {
@@ -216,6 +217,9 @@ func TestTruncateCrashLadder(t *testing.T) {
 			sample = 10
 		}
 	}
+	// Steps of three pages, so that a cut takes several records.
+	defer func(n uint32) { truncateStep = n }(truncateStep)
+	truncateStep = 3
 	work, vacuumAt := truncWorkload(60, 40)
 	states := []ladderState{{}}
 	commitOf := make([]int, len(work))
@@ -359,7 +363,7 @@ func TestTruncateUnderReaders(t *testing.T) {
 		}()
 	}
 	var truncated uint64
-	for round := range 15 {
+	for round := range 8 {
 		for i := range 200 {
 			k := fmt.Sprintf("t%03d", i)
 			mustPut(t, db, k, k+strings.Repeat(".", 1900))
