@@ -66,7 +66,6 @@ const (
 	// truncateDropWait bounds how long the cut waits for pins on the
 	// pages it drops (a reader reading one); it is skipped after that.
 	truncateDropWait = time.Second
-
 )
 
 // truncateStep bounds the pages one step of the cut reads again with
