@@ -20,7 +20,7 @@ import (
 // it (REL_TRUNCATE_MINIMUM and REL_TRUNCATE_FRACTION), it takes the
 // checkpoint lock and the checkpoint interlock exclusively, so that no
 // checkpoint runs and no writer places a version or extends the heap (as
-// PostgreSQL's AccessExclusiveLock on the relation), checks up to 8,192 of
+// PostgreSQL's AccessExclusiveLock on the relation), checks up to 2,048 of
 // those pages again from the end, and then, for the empty run it found:
 //
 //  1. drops their buffers, dirty or not (DropRelationBuffers); a reader
@@ -34,7 +34,7 @@ import (
 //     number must not start all-visible), and cuts the heap files back,
 //     durably.
 //
-// It then lets writers in and takes the next 8,192 pages the same way, so
+// It then lets writers in and takes the next 2,048 pages the same way, so
 // that writers wait for one step at most (PostgreSQL checks instead whether
 // anyone waits for its lock every 20 ms, and stops there).
 //
@@ -69,9 +69,9 @@ const (
 )
 
 // truncateStep bounds the pages one step of the cut reads again with
-// writers held off (64 MiB); a longer tail is cut in several steps, each
+// writers held off (16 MiB); a longer tail is cut in several steps, each
 // logged, flushed and fsynced on its own. A variable for tests.
-var truncateStep uint32 = 8192
+var truncateStep uint32 = 2048
 
 // recHeapTruncate cuts the heap back to newBlocks blocks, as PostgreSQL's
 // XLOG_SMGR_TRUNCATE. Payload: new length 4, old length 4 (the blocks
