@@ -40,6 +40,11 @@ func (db *DB) checkpoint() error {
 	}
 	db.ckptMu.Lock()
 	defer db.ckptMu.Unlock()
+	return db.checkpointLocked()
+}
+
+// checkpointLocked is checkpoint with the checkpoint lock held.
+func (db *DB) checkpointLocked() error {
 	if e := db.ckptEnd.Load(); e != 0 && db.wal.InsertLSN() == wal.LSN(e) {
 		// Nothing was logged since the last checkpoint, so nothing
 		// changed that recovery would need (hint bits aside), and a

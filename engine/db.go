@@ -179,6 +179,10 @@ type DB struct {
 	// redo replayed (0: none): the index file, written before it, may
 	// name blocks up to there.
 	redoPeakBlocks uint32
+	// lastTruncate is the start LSN of the newest HEAP_TRUNCATE logged or
+	// replayed (0: none): a bulk load checkpoints first while it is at or
+	// past the redo pointer (bulkLoadLocked).
+	lastTruncate atomic.Uint64
 }
 
 // RecoveryInfo describes what Open found and replayed. It is also logged

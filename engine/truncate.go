@@ -217,8 +217,9 @@ func (v *vacuumRun) cutStep(first uint32) (more bool, err error) {
 		// The pool has forgotten the pages: from here a failure stops
 		// writes, and a restart's redo finishes the cut or finds the
 		// pages as the WAL left them.
-		_, end, err := db.wal.Insert(recHeapTruncate, 0, encodeHeapTruncate(c, old))
+		lsn, end, err := db.wal.Insert(recHeapTruncate, 0, encodeHeapTruncate(c, old))
 		if err == nil {
+			db.lastTruncate.Store(uint64(lsn))
 			err = db.flushWAL(uint64(end))
 		}
 		if err != nil {
@@ -262,6 +263,7 @@ func (db *DB) redoHeapTruncate(rec wal.Record) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruption, err)
 	}
+	db.lastTruncate.Store(uint64(rec.LSN))
 	have := db.pool.NBlocks()
 	db.redoPeakBlocks = max(db.redoPeakBlocks, have, old)
 	if err := db.pool.DropFrom(n, 0); err != nil {
