@@ -153,8 +153,16 @@ func (db *DB) recover(ctrl controlData) error {
 	// the length it recorded: they must hold the shortest length the WAL
 	// names, and what lies past it is cut again by redo, so it is not
 	// judged (truncate.go).
+	ckptBlocks := ctrl.HeapBlocks
 	for _, t := range db.redoTruncations {
 		ctrl.HeapBlocks = min(ctrl.HeapBlocks, uint64(t.blocks))
+	}
+	// The checks below name that length as the checkpoint's.
+	truncNote := func(err error) error {
+		if err == nil || ctrl.HeapBlocks == ckptBlocks {
+			return err
+		}
+		return fmt.Errorf("%w (%d blocks is the length a heap truncation logged after that checkpoint left; the checkpoint itself wrote %d)", err, ctrl.HeapBlocks, ckptBlocks)
 	}
 	if sz := r.SegmentSize(); sz != 0 && sz != db.opts.WALSegmentSize {
 		// The segment size is a property of the log on disk, as
@@ -179,7 +187,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// (segments.go).
 	layout, err := db.checkCheckpointedSegments(ctrl)
 	if err != nil {
-		return err
+		return truncNote(err)
 	}
 	if ctrl.CheckpointLSN == 0 && db.storage.NBlocks() > 0 && (first == 0 || first != wal.FirstLSN(r.SegmentSize())) {
 		return fmt.Errorf("%w: %s is missing, the heap holds data, and the WAL does not go back to its beginning", ErrCorruption, filepath.Join(db.dir, controlName))
@@ -216,7 +224,7 @@ func (db *DB) recover(ctrl controlData) error {
 		db.recovery.WrittenBlocks = uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks())))
 		if !db.indexFileLooksUsable(ctrl, ckpts) {
 			if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
-				return err
+				return truncNote(err)
 			}
 			db.recovery.CheckedBlocks = db.recovery.WrittenBlocks
 		}

@@ -141,6 +141,23 @@ func TestVacuumTruncatesEmptyTail(t *testing.T) {
 				}
 				c = m
 			}
+			if crash {
+				// The heap file cut below the truncation's length: the
+				// error says where the length it expects comes from.
+				bad := c.Clone()
+				f, err := bad.Open("/db/heap/00000000")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Truncate(int64(after-1) * heap.PageSize); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				_, err = Open("/db", Options{FS: bad, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+				if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "a heap truncation logged after that checkpoint left") {
+					t.Fatalf("open with the heap cut below the truncation's length: %v", err)
+				}
+			}
 			db2, err := Open("/db", Options{FS: c, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
 			if err != nil {
 				t.Fatal(err)
