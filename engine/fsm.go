@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/google/btree"
-
 	"mvkv/internal/heap"
 )
 
@@ -34,13 +32,6 @@ import (
 // (about 2 KiB) always fit it. A page handed out by take is removed from
 // the map: it becomes an insert target, and vacuum records it again once
 // it has scanned it.
-//
-// Within a category the lowest block is handed out first, as PostgreSQL's
-// search of its map tends to the start of the relation: the heap fills
-// from its beginning, so the pages at its end are the ones left empty
-// after deletes, and vacuum can cut them off (truncate.go). Rejected: any
-// block of the category (a hash map's order), which scattered new versions
-// over the whole heap, the empty tail included.
 
 const (
 	// fsmCategoryBytes is the granularity of the map in bytes.
@@ -62,15 +53,14 @@ type freeSpaceMap struct {
 	mu sync.Mutex
 	// cat is the category of every recorded block. Guarded by mu.
 	cat map[uint32]uint8
-	// byCat holds the recorded blocks of each category in block order.
-	// Guarded by mu.
-	byCat [fsmEmpty + 1]*btree.BTreeG[uint32]
+	// byCat holds the recorded blocks of each category. Guarded by mu.
+	byCat [fsmEmpty + 1]map[uint32]struct{}
 }
 
 func (f *freeSpaceMap) init() {
 	f.cat = make(map[uint32]uint8)
 	for i := range f.byCat {
-		f.byCat[i] = btree.NewOrderedG[uint32](16)
+		f.byCat[i] = make(map[uint32]struct{})
 	}
 }
 
@@ -89,25 +79,25 @@ func (f *freeSpaceMap) record(blk uint32, free int) {
 		if int(old) == c {
 			return
 		}
-		f.byCat[old].Delete(blk)
+		delete(f.byCat[old], blk)
 		delete(f.cat, blk)
 	}
 	if c >= 0 {
 		f.cat[blk] = uint8(c)
-		f.byCat[c].ReplaceOrInsert(blk)
+		f.byCat[c][blk] = struct{}{}
 	}
 }
 
 // take returns a recorded block with at least need bytes free and forgets
-// it (the caller makes it an insert target), or false if there is none:
-// the lowest block of the smallest category that has one. Empty pages are
-// handed out last, to the tuples only they can hold first.
+// it (the caller makes it an insert target), or false if there is none.
+// Empty pages are handed out last, to the tuples only they can hold first.
 func (f *freeSpaceMap) take(need int) (uint32, bool) {
 	c := min((need+fsmCategoryBytes-1)/fsmCategoryBytes, fsmEmpty)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for ; c <= fsmEmpty; c++ {
-		if blk, ok := f.byCat[c].DeleteMin(); ok {
+		for blk := range f.byCat[c] {
+			delete(f.byCat[c], blk)
 			delete(f.cat, blk)
 			return blk, true
 		}
@@ -122,7 +112,7 @@ func (f *freeSpaceMap) forgetFrom(n uint32) {
 	defer f.mu.Unlock()
 	for blk, c := range f.cat {
 		if blk >= n {
-			f.byCat[c].Delete(blk)
+			delete(f.byCat[c], blk)
 			delete(f.cat, blk)
 		}
 	}
@@ -153,9 +143,9 @@ func (f *freeSpaceMap) restore(blocks []fsmBlock) {
 	defer f.mu.Unlock()
 	for _, b := range blocks {
 		if old, ok := f.cat[b.blk]; ok {
-			f.byCat[old].Delete(b.blk)
+			delete(f.byCat[old], b.blk)
 		}
 		f.cat[b.blk] = b.cat
-		f.byCat[b.cat].ReplaceOrInsert(b.blk)
+		f.byCat[b.cat][b.blk] = struct{}{}
 	}
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -60,27 +59,5 @@ func TestInsertsReuseVacuumedSpace(t *testing.T) {
 	put(2000, 2300)
 	if n := db.pool.NBlocks(); n > blocks {
 		t.Errorf("the heap grew from %d to %d blocks although vacuum had emptied it", blocks, n)
-	}
-}
-
-// Within a category the lowest block goes first, so that the heap fills
-// from its start and its end is what deletes leave empty.
-func TestFSMHandsOutLowestBlockFirst(t *testing.T) {
-	var f freeSpaceMap
-	f.init()
-	for _, b := range []uint32{90, 3, 57, 12, 7000} {
-		f.record(b, 3000)
-	}
-	f.record(1, 8000) // an empty page: handed out last
-	var got []uint32
-	for {
-		blk, ok := f.take(1000)
-		if !ok {
-			break
-		}
-		got = append(got, blk)
-	}
-	if want := []uint32{3, 12, 57, 90, 7000, 1}; !slices.Equal(got, want) {
-		t.Fatalf("take order %v, want %v", got, want)
 	}
 }
