@@ -294,10 +294,11 @@ type Options struct {
 	VacuumFreezeTableAge int64
 	// VacuumTruncate is PostgreSQL's vacuum_truncate: a vacuum cuts the
 	// empty pages at the end of the heap off its files when at least
-	// 1,000 of them, or a sixteenth of the heap, end it, holding off
-	// writers and checkpoints meanwhile (as PostgreSQL's
-	// lazy_truncate_heap under an exclusive lock; usually a few
-	// milliseconds). nil means on.
+	// 1,000 of them, or a sixteenth of the heap, end it (see
+	// VacuumStats.PagesTruncated). It cuts 2,048 pages (16 MiB) at a
+	// time, holding off writers and checkpoints during each step (as
+	// PostgreSQL's lazy_truncate_heap under an exclusive lock; about
+	// 20 ms a step on a disk whose fsync takes 0.2 ms). nil means on.
 	VacuumTruncate *bool
 	// VisibilityMap is how visibility map bits are kept:
 	// VisibilityMapCrashSafe (the default; setting a bit is WAL-logged and

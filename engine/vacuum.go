@@ -237,7 +237,9 @@ func (db *DB) oldestXmin() uint64 {
 
 // Vacuum removes the tuple versions no snapshot can see any more, freezes
 // old ones, records the pages' free space and marks all-visible pages in the
-// visibility map, reading the heap in block order. Runs are serialized;
+// visibility map, reading the heap in block order; at the end it cuts the
+// empty pages that end the heap off its files (Options.VacuumTruncate),
+// holding writers off for each step of that cut. Runs are serialized;
 // transactions go on meanwhile, pruning as they go (a key's index head is
 // moved only if its row lock is free). Everything it changes is WAL-logged,
 // so a crash at any point leaves a consistent database.
