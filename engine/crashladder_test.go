@@ -149,25 +149,7 @@ func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
 // It returns the operations seen, the copies checked and the first failure.
 func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXid uint64) (points, checked int, failure error) {
 	nTxn := len(work)
-	// states[k] is the state after the first k commits of the workload.
-	states := []ladderState{{}}
-	commitOf := make([]int, len(work)) // index into states after txn i commits (or -1)
-	for i, w := range work {
-		commitOf[i] = -1
-		if w.rollback {
-			continue
-		}
-		next := maps.Clone(states[len(states)-1])
-		for k, v := range w.writes {
-			if v == nil {
-				delete(next, k)
-			} else {
-				next[k] = string(v)
-			}
-		}
-		states = append(states, next)
-		commitOf[i] = len(states) - 1
-	}
+	states, commitOf := ladderStates(work)
 
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
@@ -245,6 +227,31 @@ func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXi
 	db.Close()
 	m.SetOpHook(nil)
 	return points, checked, failure
+}
+
+// ladderStates returns the committed state after each prefix of work's
+// commits (states[k]: after the first k) and, for each transaction, the
+// index into states once it has committed (-1 for a rollback).
+func ladderStates(work []ladderTxn) (states []ladderState, commitOf []int) {
+	states = []ladderState{{}}
+	commitOf = make([]int, len(work))
+	for i, w := range work {
+		commitOf[i] = -1
+		if w.rollback {
+			continue
+		}
+		next := maps.Clone(states[len(states)-1])
+		for k, v := range w.writes {
+			if v == nil {
+				delete(next, k)
+			} else {
+				next[k] = string(v)
+			}
+		}
+		states = append(states, next)
+		commitOf[i] = len(states) - 1
+	}
+	return states, commitOf
 }
 
 // ladderStaleIndex is the index file of the running ladder's first

@@ -158,21 +158,7 @@ func TestVacuumTruncatesEmptyTail(t *testing.T) {
 					t.Fatalf("open with the heap cut below the truncation's length: %v", err)
 				}
 			}
-			db2, err := Open("/db", Options{FS: c, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db2.Close()
-			got, err := scanState(db2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(got, want) {
-				t.Fatalf("reopened: %s", diffState(got, want))
-			}
-			if rep, err := db2.Verify(); err != nil || !rep.OK() {
-				t.Fatalf("verify: %v %v", err, rep.Problems)
-			}
+			db2 := reopenMatches(t, c, want, "")
 			if crash && db2.Recovery().IndexRebuildReason != "" {
 				t.Fatalf("the index was rebuilt from the heap: %s", db2.Recovery().IndexRebuildReason)
 			}
@@ -238,24 +224,7 @@ func TestTruncateCrashLadder(t *testing.T) {
 	defer func(n uint32) { truncateStep = n }(truncateStep)
 	truncateStep = 3
 	work, vacuumAt := truncWorkload(60, 40)
-	states := []ladderState{{}}
-	commitOf := make([]int, len(work))
-	for i, w := range work {
-		commitOf[i] = -1
-		if w.rollback {
-			continue
-		}
-		next := maps.Clone(states[len(states)-1])
-		for k, v := range w.writes {
-			if v == nil {
-				delete(next, k)
-			} else {
-				next[k] = string(v)
-			}
-		}
-		states = append(states, next)
-		commitOf[i] = len(states) - 1
-	}
+	states, commitOf := ladderStates(work)
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")
@@ -460,21 +429,7 @@ func TestTruncateAfterCheckpointCrash(t *testing.T) {
 	}
 	c := m.CrashCopy(vfs.DropUnsynced, nil)
 	db.Close()
-	db2, err := Open("/db", Options{FS: c, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
-	if err != nil {
-		t.Fatalf("reopen after a crash (%d HEAP2_VISIBLE records since the checkpoint): %v", visibleRecords, err)
-	}
-	defer db2.Close()
-	got, err := scanState(db2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !maps.Equal(got, want) {
-		t.Fatalf("reopened: %s", diffState(got, want))
-	}
-	if rep, err := db2.Verify(); err != nil || !rep.OK() {
-		t.Fatalf("verify: %v %v", err, rep.Problems)
-	}
+	reopenMatches(t, c, want, fmt.Sprintf(" after a crash (%d HEAP2_VISIBLE records since the checkpoint)", visibleRecords))
 	if visibleRecords == 0 {
 		t.Fatal("the second vacuum logged no HEAP2_VISIBLE: the test tests nothing")
 	}
@@ -501,4 +456,27 @@ func walRecordLines(t *testing.T, db *DB) []string {
 		out = append(out, describeRecord(rec))
 	}
 	return out
+}
+
+// reopenMatches opens the database in /db on fs, checks that it holds
+// want and verifies, and returns it (closed at the test's end). what
+// qualifies the open in a failure.
+func reopenMatches(t *testing.T, fs vfs.FS, want ladderState, what string) *DB {
+	t.Helper()
+	db, err := Open("/db", Options{FS: fs, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+	if err != nil {
+		t.Fatalf("reopen%s: %v", what, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	got, err := scanState(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("reopened%s: %s", what, diffState(got, want))
+	}
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify%s: %v %v", what, err, rep.Problems)
+	}
+	return db
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -45,24 +44,7 @@ func TestVacuumCrashLadder(t *testing.T) {
 }
 
 func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int, removed uint64, failure error) {
-	states := []ladderState{{}}
-	commitOf := make([]int, len(work))
-	for i, w := range work {
-		commitOf[i] = -1
-		if w.rollback {
-			continue
-		}
-		next := maps.Clone(states[len(states)-1])
-		for k, v := range w.writes {
-			if v == nil {
-				delete(next, k)
-			} else {
-				next[k] = string(v)
-			}
-		}
-		states = append(states, next)
-		commitOf[i] = len(states) - 1
-	}
+	states, commitOf := ladderStates(work)
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")
