@@ -210,8 +210,10 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (st BulkLoadStats, err error) {
 	db.ckptMu.Lock()
 	defer db.ckptMu.Unlock()
-	if t := db.lastTruncate.Load(); t != 0 && t >= db.redoPtr.Load() {
-		// A HEAP_TRUNCATE lies past the redo point: redo would replay
+	if t := db.lastTruncate.Load(); t != 0 && t >= db.lastRedo.Load() {
+		// A HEAP_TRUNCATE lies past the redo point of the last
+		// checkpoint that completed (lastRedo, not redoPtr, which a
+		// checkpoint moves before it may fail): redo would replay
 		// it before this load's record and cut the load's pages, which
 		// go to the same block numbers and no record rebuilds, off the
 		// files. A checkpoint first puts it behind the redo point.

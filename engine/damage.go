@@ -128,9 +128,13 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 // heap costs its own size, not the gap before it.
 func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan, l heap.Layout) (zero []uint32, err error) {
 	n := db.storage.NBlocks()
-	if uint64(n) <= ctrl.HeapBlocks || len(db.redoTruncations) > 0 {
-		// With a truncation since the checkpoint, the pages past the
-		// length it left are cut again by redo (truncate.go).
+	for _, t := range db.redoTruncations {
+		// Redo cuts the pages past the shortest length a truncation
+		// since the checkpoint left (truncate.go): whatever they hold
+		// is not read.
+		n = min(n, t.blocks)
+	}
+	if uint64(n) <= ctrl.HeapBlocks {
 		return nil, nil
 	}
 	page := make([]byte, heap.PageSize)

@@ -14,12 +14,21 @@ import (
 // load then writes its pages at the same block numbers and commits, and
 // the process dies before the load's checkpoint finishes. Redo replays the
 // HEAP_TRUNCATE, which comes before the BULK_LOAD in the WAL: it must not
-// cut off the loaded pages, which no record rebuilds.
+// cut off the loaded pages, which no record rebuilds. Also when a
+// checkpoint between the cut and the load failed (its index file could not
+// be created), which moved the redo pointer but not the control file's.
 func TestBulkLoadAfterTruncateCrash(t *testing.T) {
+	for _, failed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failedCheckpoint=%v", failed), func(t *testing.T) { bulkLoadAfterTruncateCrash(t, failed) })
+	}
+}
+
+func bulkLoadAfterTruncateCrash(t *testing.T, failedCheckpoint bool) {
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")
-	opts := Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum, SharedBuffers: 64 * heap.PageSize}
+	ffs := vfs.NewFaultFS(m)
+	opts := Options{FS: ffs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, SharedBuffers: 64 * heap.PageSize}
 	db, err := Open("/db", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +50,13 @@ func TestBulkLoadAfterTruncateCrash(t *testing.T) {
 	}
 	if st.PagesTruncated == 0 || db.pool.NBlocks() != 0 {
 		t.Fatalf("vacuum truncated %d pages, %d blocks left", st.PagesTruncated, db.pool.NBlocks())
+	}
+	if failedCheckpoint {
+		ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpCreate), Base: "index.tmp", Nth: 1})
+		if err := db.Checkpoint(); err == nil {
+			t.Fatal("the checkpoint succeeded although its index file could not be created")
+		}
+		ffs.Clear()
 	}
 	// Kill -9 at the load's checkpoint, after its commit is durable:
 	// the last write of the index file, before the control file names

@@ -82,3 +82,74 @@ func TestWriteBlocksAndTruncate(t *testing.T) {
 		t.Fatalf("reopened with %d blocks, want %d", got, cut)
 	}
 }
+
+// syncHookFS calls onSync before every file fsync.
+type syncHookFS struct {
+	vfs.FS
+	onSync func()
+}
+
+type syncHookFile struct {
+	vfs.File
+	h *syncHookFS
+}
+
+func (f syncHookFile) Sync() error {
+	if f.h.onSync != nil {
+		f.h.onSync()
+	}
+	return f.File.Sync()
+}
+
+func (h *syncHookFS) Open(name string) (vfs.File, error) {
+	f, err := h.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return syncHookFile{f, h}, nil
+}
+
+func (h *syncHookFS) Create(name string) (vfs.File, error) {
+	f, err := h.FS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return syncHookFile{f, h}, nil
+}
+
+// A block being cut off by Truncate reads as new, not as a page lost below
+// the written length, while the cut is in progress (a damage scan reading
+// the files beside a vacuum's truncation).
+func TestTruncateReadDuringCut(t *testing.T) {
+	m := vfs.NewMemFS()
+	h := &syncHookFS{FS: m}
+	s, err := OpenStorage(h, "/heap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := uint32(0); b < 8; b++ {
+		if err := s.WriteBlock(b, pageWith(t, b, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	s.SetWritten(8)
+	var readErr error
+	synced := 0
+	h.onSync = func() {
+		synced++
+		page := make([]byte, PageSize)
+		readErr = s.ReadBlock(6, page)
+	}
+	if err := s.Truncate(4); err != nil {
+		t.Fatal(err)
+	}
+	if synced == 0 {
+		t.Fatal("Truncate synced no file")
+	}
+	if readErr != nil {
+		t.Fatalf("reading block 6 while the heap was cut to 4 blocks: %v", readErr)
+	}
+}

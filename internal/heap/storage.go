@@ -1,6 +1,7 @@
 package heap
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -568,6 +569,18 @@ func (s *Storage) Truncate(n uint32) error {
 		files = append(files, segFile{seg, f})
 	}
 	s.mu.RUnlock()
+	// Below the written length a block past a file's end is damage:
+	// lowered first, so that a concurrent read of a block being cut off
+	// (the background damage scan) finds it new, not lost.
+	for {
+		cur := s.written.Load()
+		if cur <= n || s.written.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	// The last segment first, so that a crash in the middle leaves the
+	// files a prefix of the heap, not a short segment before a longer one.
+	slices.SortFunc(files, func(a, b segFile) int { return cmp.Compare(b.seg, a.seg) })
 	for _, sf := range files {
 		start := uint64(sf.seg) * SegmentBlocks
 		if start+SegmentBlocks <= uint64(n) {
@@ -592,13 +605,6 @@ func (s *Storage) Truncate(n uint32) error {
 		}
 		if err := sf.f.Sync(); err != nil {
 			return fmt.Errorf("heap: fsync %s: %w", sf.f.Name(), err)
-		}
-	}
-	for {
-		// A block cut off and added again is new, not damage.
-		cur := s.written.Load()
-		if cur <= n || s.written.CompareAndSwap(cur, n) {
-			break
 		}
 	}
 	for {
