@@ -283,7 +283,6 @@ func TestBulkLoadCrashLadder(t *testing.T) {
 	}
 	const n, size = 1000, 400 // about 30 pages (TestBulkLoad writes several runs)
 	r := rand.New(rand.NewPCG(seed, 3))
-	states := []ladderState{{}, bulkState(n, size)}
 	var work []ladderTxn
 	for i := 0; i < 12; i++ {
 		w := ladderTxn{writes: map[string][]byte{}, sync: r.IntN(4) != 0, rollback: r.IntN(8) == 0}
@@ -296,18 +295,10 @@ func TestBulkLoadCrashLadder(t *testing.T) {
 			}
 		}
 		work = append(work, w)
-		if !w.rollback {
-			next := maps.Clone(states[len(states)-1])
-			for k, v := range w.writes {
-				if v == nil {
-					delete(next, k)
-				} else {
-					next[k] = string(v)
-				}
-			}
-			states = append(states, next)
-		}
 	}
+	// The empty database, the load, then each commit.
+	afterLoad, _ := ladderStates(bulkState(n, size), work)
+	states := append([]ladderState{{}}, afterLoad...)
 
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")

@@ -149,7 +149,7 @@ func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
 // It returns the operations seen, the copies checked and the first failure.
 func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXid uint64) (points, checked int, failure error) {
 	nTxn := len(work)
-	states, commitOf := ladderStates(work)
+	states, commitOf := ladderStates(ladderState{}, work)
 
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
@@ -230,10 +230,11 @@ func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXi
 }
 
 // ladderStates returns the committed state after each prefix of work's
-// commits (states[k]: after the first k) and, for each transaction, the
-// index into states once it has committed (-1 for a rollback).
-func ladderStates(work []ladderTxn) (states []ladderState, commitOf []int) {
-	states = []ladderState{{}}
+// commits, applied to start (states[k]: after the first k) and, for each
+// transaction, the index into states once it has committed (-1 for a
+// rollback).
+func ladderStates(start ladderState, work []ladderTxn) (states []ladderState, commitOf []int) {
+	states = []ladderState{start}
 	commitOf = make([]int, len(work))
 	for i, w := range work {
 		commitOf[i] = -1

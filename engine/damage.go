@@ -127,13 +127,9 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 // a missing segment holds nothing to check, and a stray file far past the
 // heap costs its own size, not the gap before it.
 func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan, l heap.Layout) (zero []uint32, err error) {
-	n := db.storage.NBlocks()
-	for _, t := range db.redoTruncations {
-		// Redo cuts the pages past the shortest length a truncation
-		// since the checkpoint left (truncate.go): whatever they hold
-		// is not read.
-		n = min(n, t.blocks)
-	}
+	// Redo cuts the pages past the shortest length a truncation since
+	// the checkpoint left (truncate.go): whatever they hold is not read.
+	n := min(db.storage.NBlocks(), db.shortestTruncation())
 	if uint64(n) <= ctrl.HeapBlocks {
 		return nil, nil
 	}

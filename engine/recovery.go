@@ -154,9 +154,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// names, and what lies past it is cut again by redo, so it is not
 	// judged (truncate.go).
 	ckptBlocks := ctrl.HeapBlocks
-	for _, t := range db.redoTruncations {
-		ctrl.HeapBlocks = min(ctrl.HeapBlocks, uint64(t.blocks))
-	}
+	ctrl.HeapBlocks = min(ctrl.HeapBlocks, uint64(db.shortestTruncation()))
 	// The checks below name that length as the checkpoint's.
 	truncNote := func(err error) error {
 		if err == nil || ctrl.HeapBlocks == ckptBlocks {

@@ -102,20 +102,6 @@ func describeHeapTruncate(data []byte) string {
 	return fmt.Sprintf("heap cut from %d to %d blocks", old, n)
 }
 
-// pageEmpty reports whether a heap page holds nothing: never initialized,
-// or every line pointer unused.
-func pageEmpty(page []byte) bool {
-	if heap.IsNew(page) {
-		return true
-	}
-	for s := range heap.NumSlots(page) {
-		if heap.SlotState(page, uint16(s)) != heap.LPUnused {
-			return false
-		}
-	}
-	return true
-}
-
 // emptyTail returns the first block of the run of empty pages that ends
 // the heap's first nblocks blocks, reading backwards through the
 // vacuum's ring down to no lower than floor. A page that cannot be read
@@ -132,7 +118,7 @@ func (v *vacuumRun) emptyTail(nblocks, floor uint32) (uint32, error) {
 			break
 		}
 		buf.RLock()
-		empty := pageEmpty(buf.Page())
+		empty := heap.HoldsNothing(buf.Page())
 		buf.RUnlock()
 		buf.Release()
 		if !empty {
@@ -297,6 +283,17 @@ func (db *DB) redoHeapTruncate(rec wal.Record) error {
 type heapTruncation struct {
 	lsn    wal.LSN
 	blocks uint32
+}
+
+// shortestTruncation returns the shortest length a HEAP_TRUNCATE found
+// before redo leaves the heap at (noBlock: none): what lies past it is cut
+// again by redo, whatever the checkpoint recorded.
+func (db *DB) shortestTruncation() uint32 {
+	n := uint32(noBlock)
+	for _, t := range db.redoTruncations {
+		n = min(n, t.blocks)
+	}
+	return n
 }
 
 // doomedByTruncate reports whether a record ending at end that changes

@@ -224,7 +224,7 @@ func TestTruncateCrashLadder(t *testing.T) {
 	defer func(n uint32) { truncateStep = n }(truncateStep)
 	truncateStep = 3
 	work, vacuumAt := truncWorkload(60, 40)
-	states, commitOf := ladderStates(work)
+	states, commitOf := ladderStates(ladderState{}, work)
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")

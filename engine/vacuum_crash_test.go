@@ -44,7 +44,7 @@ func TestVacuumCrashLadder(t *testing.T) {
 }
 
 func vacuumCrashLadder(seed uint64, work []ladderTxn, sample int) (points, checked int, removed uint64, failure error) {
-	states, commitOf := ladderStates(work)
+	states, commitOf := ladderStates(ladderState{}, work)
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")

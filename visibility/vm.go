@@ -267,11 +267,14 @@ func (m *Map) Clear(heapBlk uint32, bits Bits) (bool, error) {
 	return true, nil
 }
 
-// ClearRange clears both bits of heap blocks from to to-1, for a heap whose
+// ClearRange clears both bits of heap blocks [from, to), for a heap whose
 // tail is cut off at from blocks (PostgreSQL's
 // visibilitymap_prepare_truncate), so that a block added again at the
 // same number starts with no bit set. It reports whether any bit was set.
-// Like Clear, it sets no LSN: a cleared bit is always safe on disk.
+// Like Clear, it sets no LSN: a cleared bit is always safe on disk. It
+// locks one map page at a time (each covers HeapBlocksPerPage heap blocks),
+// so it is safe beside other callers. Errors: ErrClosed, or the failure to
+// read a map page (the pages before it stay cleared).
 func (m *Map) ClearRange(from, to uint32) (bool, error) {
 	cleared := false
 	for blk := uint64(from); blk < uint64(to); {

@@ -263,6 +263,23 @@ func SlotState(p []byte, slot uint16) LineState {
 	return st
 }
 
+// HoldsNothing reports whether p holds no tuple and no slot anything may
+// point at: never initialized, or every line pointer LPUnused (an LPDead
+// slot counts as held). Vacuum cuts such pages off the end of the heap, as
+// PostgreSQL's count_nondeletable_pages looks for pages without a used
+// line pointer.
+func HoldsNothing(p []byte) bool {
+	if IsNew(p) {
+		return true
+	}
+	for s := range NumSlots(p) {
+		if _, _, st := getLP(p, s); st != LPUnused {
+			return false
+		}
+	}
+	return true
+}
+
 // FreeSpace returns the length in bytes of the largest tuple AddTuple would
 // accept on p right now, with the line pointer it needs already accounted
 // for (PostgreSQL's PageGetHeapFreeSpace); 0 if no tuple fits or the page is

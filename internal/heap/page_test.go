@@ -698,3 +698,27 @@ func TestFitsAgreesWithFreeSpace(t *testing.T) {
 		}
 	}
 }
+
+func TestHoldsNothing(t *testing.T) {
+	p := make([]byte, PageSize)
+	if !HoldsNothing(p) {
+		t.Fatal("a new page holds something")
+	}
+	InitPage(p)
+	if !HoldsNothing(p) {
+		t.Fatal("an empty page holds something")
+	}
+	s, err := AddTuple(p, make([]byte, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if HoldsNothing(p) {
+		t.Fatal("a page with a tuple holds nothing")
+	}
+	if err := SetUnused(p, []uint16{s}); err != nil {
+		t.Fatal(err)
+	}
+	if !HoldsNothing(p) {
+		t.Fatal("a page whose only slot is unused holds something")
+	}
+}
