@@ -99,6 +99,9 @@ func checkIndex(t *testing.T, ix *index, want map[string]bool) {
 		if len(l.es) == 0 || len(l.es) > leafMax {
 			t.Fatalf("leaf of %d entries", len(l.es))
 		}
+		if l.lo > l.es[0].key() || (n > 0 && l.lo <= prev) {
+			t.Fatalf("leaf bound %q for keys from %q after %q", l.lo, l.es[0].key(), prev)
+		}
 		for _, e := range l.es {
 			if n > 0 && e.key() <= prev {
 				t.Fatalf("key %q after %q", e.key(), prev)

@@ -481,8 +481,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 				pending = make([]*leaf, 0, leavesPerBatch)
 			}
 		}
-		cur = &leaf{es: make([]*indexEntry, 1, leafMax)}
-		cur.es[0] = e
+		cur = newLeaf(e, leafMax)
 		ix.tree.t.ReplaceOrInsert(cur)
 	}
 	for i := uint32(0); i < h.fsmBlocks; i++ {

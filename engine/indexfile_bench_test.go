@@ -140,3 +140,45 @@ func BenchmarkIndexGet(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkIndexRemove removes the keys of an index of 1.26 million keys
+// loaded from a file in random order, as a vacuum after a mass delete does
+// one key at a time; b.N counts removals.
+func BenchmarkIndexRemove(b *testing.B) {
+	const n = 1_260_000
+	file := syntheticIndexFile(n)
+	var ix *index
+	var order []int
+	for i := 0; i < b.N; i++ {
+		if i%n == 0 {
+			b.StopTimer()
+			ix = newIndex()
+			if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
+				b.Fatal(err)
+			}
+			order = rand.Perm(n)
+			b.StartTimer()
+		}
+		e := ix.get(fmt.Appendf(nil, "a:%010d", order[i%n]))
+		ix.removeEntry(e)
+	}
+}
+
+// BenchmarkIndexInsert adds keys in random order to an index of a million
+// keys loaded from a file: the index's part of writing a new key.
+func BenchmarkIndexInsert(b *testing.B) {
+	const n = 1_000_000
+	file := syntheticIndexFile(n)
+	ix := newIndex()
+	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
+		b.Fatal(err)
+	}
+	keys := make([][]byte, b.N)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "a:%010d.%d", rand.IntN(n), i)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ix.getOrCreate(keys[i])
+	}
+}
