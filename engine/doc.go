@@ -17,7 +17,7 @@
 // checkpoint, the WAL segments, the heap, visibility map and CLOG files, and
 // the key index as of the last checkpoint.
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
-// Delete, Scan and Update work inside it; Exists, ScanKeys and Count are
+// Delete, Scan, Update and DeleteRange work inside it; Exists, ScanKeys and Count are
 // key-only reads that answer from the visibility map where a page is
 // all-visible; Commit makes it durable and visible.
 // DB.Update and DB.View wrap a function in a REPEATABLE READ transaction

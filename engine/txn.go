@@ -373,13 +373,13 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 // "current transaction is aborted" and only Rollback is left, as in
 // PostgreSQL.
 func (t *Txn) Put(key, value []byte) error {
-	return t.write(key, func([]byte, bool) ([]byte, error) { return value, nil }, false, len(value))
+	return t.write(key, func([]byte, bool) ([]byte, error) { return value, nil }, false, len(value), nil)
 }
 
 // Delete removes key. Deleting a key that does not exist is not an error.
 // Errors as Put's.
 func (t *Txn) Delete(key []byte) error {
-	return t.write(key, nil, true, 0)
+	return t.write(key, nil, true, 0, nil)
 }
 
 // Update is a read-modify-write of one key: fn receives the current value
@@ -399,7 +399,7 @@ func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)
 	if fn == nil {
 		return fmt.Errorf("%w given to Txn.Update", ErrNilFunction)
 	}
-	return t.write(key, fn, false, 0)
+	return t.write(key, fn, false, 0, nil)
 }
 
 // callUnlocked runs a caller's Update function with closeMu's read side,
@@ -418,7 +418,9 @@ type userError struct{ err error }
 func (u userError) Error() string { return u.err.Error() }
 func (u userError) Unwrap() error { return u.err }
 
-func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool, vlen int) error {
+// write is the path of Put, Delete and Update. di, if not nil, learns
+// what a delete did (DeleteRange's).
+func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool, vlen int, di *deleteInfo) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
@@ -431,7 +433,7 @@ func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool,
 	if vlen > MaxValueSize {
 		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, vlen, MaxValueSize)
 	}
-	err := t.writeLocked(key, fn, del)
+	err := t.writeLocked(key, fn, del, di)
 	var ue userError
 	switch {
 	case err == nil:
@@ -444,7 +446,16 @@ func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool,
 	return err
 }
 
-func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del bool) error {
+// deleteInfo is what a delete tells DeleteRange: whether it deleted a
+// version, and, if wantOld, the value of that version, read under the row
+// lock before the delete.
+type deleteInfo struct {
+	wantOld bool
+	done    bool
+	old     []byte
+}
+
+func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del bool, di *deleteInfo) error {
 	db := t.db
 	if err := db.writable(); err != nil {
 		return err
@@ -544,6 +555,11 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		if !live {
 			return nil
 		}
+		if di != nil && di.wantOld {
+			if di.old, err = db.value(cur, e.key()); err != nil {
+				return err
+			}
+		}
 		x, err := xid()
 		if err != nil {
 			return err
@@ -551,6 +567,9 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		_, err = db.placeTuple(x, cur.tid, nil, nil)
 		if err == nil {
 			t.obsoleted++
+			if di != nil {
+				di.done = true
+			}
 		}
 		return err
 	}

@@ -1403,38 +1403,21 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 			return nil
 		}
 	}
-	// Delete in batches so that the key list held stays small. Each key
-	// is locked and judged live or expired under its lock, as DEL does:
-	// as Redis's touchAllWatchedKeysInDb, only a watched key that
-	// existed aborts its watcher's EXEC, and removing one that had
-	// already expired does not.
-	var start []byte
-	for {
-		var keys [][]byte
-		err := x.tx.Scan(start, nil, func(k, _ []byte) bool {
-			keys = append(keys, k)
-			return len(keys) < 1024
-		})
-		if err != nil {
-			return err
+	// The engine deletes every key the command's snapshot sees, in the
+	// order of the heap pages holding them (DeleteRange), each under its
+	// row lock as DEL does. As Redis's touchAllWatchedKeysInDb, only a
+	// watched key that existed aborts its watcher's EXEC, and removing one
+	// that had already expired does not.
+	_, err := x.tx.DeleteRange(nil, nil, func(k, raw []byte) {
+		if _, _, live := x.live(raw, true); live {
+			x.wrote(k)
+			return
 		}
-		for _, k := range keys {
-			var live bool
-			err := x.rmw(k, func(_ []byte, _ int64, ok bool) (rmwResult, []byte, int64) {
-				live = ok
-				return rmwDelete, nil, 0
-			})
-			if err != nil {
-				return err
-			}
-			if live {
-				x.wrote(k)
-			}
-		}
-		if len(keys) < 1024 {
-			break
-		}
-		start = append(keys[len(keys)-1], 0)
+		x.c.s.expiredKeys.Add(1)
+		x.expiredN++
+	})
+	if err != nil {
+		return err
 	}
 	x.ok()
 	return nil
