@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"slices"
 	"strings"
@@ -308,29 +309,58 @@ func (ix *index) reset() {
 // the tree larger.
 const leafMax = 64
 
-// leaf is a run of 1 to leafMax entries in key order: an item of the
-// google/btree in leafTree, ordered by its lower bound lo. Every key of a
-// leaf is at least its lo and below the next leaf's lo, so an insert or
-// removal in a leaf leaves the tree's order as it was.
+// leaf is a run of 1 to leafMax entries in key order, ordered in
+// leafTree by its lower bound lo. Every key of a leaf is at least its lo
+// and below the next leaf's lo, so an insert or removal in a leaf leaves
+// the tree's order as it was.
 //
 // lo is the leaf's first key when the leaf is made, and stays when that
 // key is removed (it is still at most the new first key and above every
-// key of the leaf before), so that the tree's comparisons read the leaf
-// and the bytes of one key, not the leaf, its slice's array and an entry:
-// a removal's descent made about 20 comparisons, each a cache miss or
-// three, and took 2.5 µs a key in a vacuum after a mass delete
-// (BenchmarkIndexRemove). lo points into the memory of the entry it was
-// taken from, which it keeps alive: one entry a leaf at most.
+// key of the leaf before); only the first leaf's is lowered, by an insert
+// below every key. lo points into the memory of the entry it was taken
+// from, which it keeps alive: one entry a leaf at most.
 type leaf struct {
 	lo string
 	es []*indexEntry
 }
 
-// newLeaf returns a leaf holding e alone, with room for leafMax entries.
+// newLeaf returns a leaf holding e alone, with room for capacity entries.
 func newLeaf(e *indexEntry, capacity int) *leaf {
 	l := &leaf{lo: e.key(), es: make([]*indexEntry, 1, capacity)}
 	l.es[0] = e
 	return l
+}
+
+// leafItem is a leaf as the tree holds it: beside the pointer, the first
+// 16 bytes of its lower bound (big-endian, zero-padded), so that the
+// binary search in a tree node compares within the node's own array and
+// reads a leaf and its key only when two bounds share those 16 bytes. A
+// removal's descent makes about 20 comparisons; reading a leaf, its
+// slice's array and an entry for each, a removal took 2.5 µs a key in a
+// vacuum after a mass delete (BenchmarkIndexRemove).
+type leafItem struct {
+	p0, p1 uint64
+	l      *leaf
+}
+
+// itemFor returns the tree's item for l, whose lo is set.
+func itemFor(l *leaf) leafItem {
+	var b [16]byte
+	copy(b[:], l.lo)
+	return leafItem{p0: binary.BigEndian.Uint64(b[:8]), p1: binary.BigEndian.Uint64(b[8:]), l: l}
+}
+
+// leafItemLess orders items by their leaves' lower bounds: by the 16-byte
+// prefixes, then, when those are equal, by the whole bounds (a bound that
+// is the other followed by zero bytes has the same padded prefix).
+func leafItemLess(a, b leafItem) bool {
+	if a.p0 != b.p0 {
+		return a.p0 < b.p0
+	}
+	if a.p1 != b.p1 {
+		return a.p1 < b.p1
+	}
+	return a.l.lo < b.l.lo
 }
 
 // compareEntryKey orders an entry against a key, for binary searches.
@@ -340,19 +370,19 @@ func compareEntryKey(e *indexEntry, key string) int { return strings.Compare(e.k
 // concurrent use; index.mu guards it. Ascend and Len have the signatures of
 // google/btree's methods on a tree of entries.
 type leafTree struct {
-	t *btree.BTreeG[*leaf]
+	t *btree.BTreeG[leafItem]
 	n int
 	// probe, found and setFound serve the searches of insert and remove,
 	// which run under the write lock, without an allocation each.
 	probe    leaf
 	found    *leaf
-	setFound func(*leaf) bool
+	setFound func(leafItem) bool
 }
 
 func newLeafTree() *leafTree {
-	lt := &leafTree{t: btree.NewG(32, func(a, b *leaf) bool { return a.lo < b.lo })}
-	lt.setFound = func(l *leaf) bool {
-		lt.found = l
+	lt := &leafTree{t: btree.NewG(32, leafItemLess)}
+	lt.setFound = func(it leafItem) bool {
+		lt.found = it.l
 		return false
 	}
 	return lt
@@ -361,9 +391,18 @@ func newLeafTree() *leafTree {
 // Len returns the number of entries.
 func (lt *leafTree) Len() int { return lt.n }
 
+// leaves returns the number of leaves.
+func (lt *leafTree) leaves() int { return lt.t.Len() }
+
+// add puts l, whose lo is set and whose range no leaf holds, in the tree.
+func (lt *leafTree) add(l *leaf) { lt.t.ReplaceOrInsert(itemFor(l)) }
+
+// drop takes l out of the tree.
+func (lt *leafTree) drop(l *leaf) { lt.t.Delete(itemFor(l)) }
+
 // Ascend calls fn for every entry in key order until fn returns false.
 func (lt *leafTree) Ascend(fn func(*indexEntry) bool) {
-	lt.t.Ascend(func(l *leaf) bool {
+	lt.ascendLeaves(func(l *leaf) bool {
 		for _, e := range l.es {
 			if !fn(e) {
 				return false
@@ -373,17 +412,28 @@ func (lt *leafTree) Ascend(fn func(*indexEntry) bool) {
 	})
 }
 
+// ascendLeaves calls fn for every leaf in order until fn returns false.
+func (lt *leafTree) ascendLeaves(fn func(*leaf) bool) {
+	lt.t.Ascend(func(it leafItem) bool { return fn(it.l) })
+}
+
+// first returns the first leaf, or nil.
+func (lt *leafTree) first() *leaf {
+	it, _ := lt.t.Min()
+	return it.l
+}
+
 // leafFor returns the leaf whose range holds key: the last leaf whose
 // first key is at most key, or the first leaf if key is below every key.
 // nil if the tree is empty. Readers may call it concurrently.
 func (lt *leafTree) leafFor(key string) *leaf {
 	var found *leaf
-	lt.t.DescendLessOrEqual(&leaf{lo: key}, func(l *leaf) bool {
-		found = l
+	lt.t.DescendLessOrEqual(itemFor(&leaf{lo: key}), func(it leafItem) bool {
+		found = it.l
 		return false
 	})
 	if found == nil {
-		found, _ = lt.t.Min()
+		found = lt.first()
 	}
 	return found
 }
@@ -391,11 +441,11 @@ func (lt *leafTree) leafFor(key string) *leaf {
 // leafForWriter is leafFor for insert and remove, under the write lock.
 func (lt *leafTree) leafForWriter(key string) *leaf {
 	lt.probe.lo, lt.found = key, nil
-	lt.t.DescendLessOrEqual(&lt.probe, lt.setFound)
+	lt.t.DescendLessOrEqual(itemFor(&lt.probe), lt.setFound)
 	found := lt.found
 	lt.probe.lo, lt.found = "", nil
 	if found == nil {
-		found, _ = lt.t.Min()
+		found = lt.first()
 	}
 	return found
 }
@@ -408,7 +458,8 @@ func (lt *leafTree) ascendFrom(from string, fn func(*indexEntry) bool) {
 		return
 	}
 	i, _ := slices.BinarySearchFunc(l.es, from, compareEntryKey)
-	lt.t.AscendGreaterOrEqual(l, func(x *leaf) bool {
+	lt.t.AscendGreaterOrEqual(itemFor(l), func(it leafItem) bool {
+		x := it.l
 		es := x.es
 		if x == l {
 			es = es[i:]
@@ -428,13 +479,15 @@ func (lt *leafTree) insert(e *indexEntry) {
 	lt.n++
 	l := lt.leafForWriter(k)
 	if l == nil {
-		lt.t.ReplaceOrInsert(newLeaf(e, 8))
+		lt.add(newLeaf(e, 8))
 		return
 	}
 	if k < l.lo {
-		// Below every key: l is the first leaf, and lowering its bound
-		// keeps the order.
+		// Below every key: l is the first leaf, and its bound is
+		// lowered, with its item's prefix.
+		lt.drop(l)
 		l.lo = k
+		lt.add(l)
 	}
 	// A key above the leaf's last key, the common case of new keys in
 	// increasing order, goes at its end without a search.
@@ -446,7 +499,7 @@ func (lt *leafTree) insert(e *indexEntry) {
 		// Past the end of a full leaf: a new leaf, and the full one stays
 		// full, so that keys added in increasing order fill their leaves
 		// (PostgreSQL's B-tree splits its rightmost page likewise).
-		lt.t.ReplaceOrInsert(newLeaf(e, leafMax))
+		lt.add(newLeaf(e, leafMax))
 		return
 	}
 	if len(l.es) == leafMax {
@@ -458,7 +511,7 @@ func (lt *leafTree) insert(e *indexEntry) {
 		r.lo = r.es[0].key()
 		clear(l.es[half:])
 		l.es = l.es[:half]
-		lt.t.ReplaceOrInsert(r)
+		lt.add(r)
 		if i > half {
 			l, i = r, i-half
 		}
@@ -484,7 +537,7 @@ func (lt *leafTree) remove(e *indexEntry) {
 	}
 	lt.n--
 	if len(l.es) == 1 {
-		lt.t.Delete(l)
+		lt.drop(l)
 		return
 	}
 	l.es = slices.Delete(l.es, i, i+1)
@@ -492,27 +545,27 @@ func (lt *leafTree) remove(e *indexEntry) {
 		return
 	}
 	var next, prev *leaf
-	lt.t.AscendGreaterOrEqual(l, func(x *leaf) bool {
-		if x == l {
+	lt.t.AscendGreaterOrEqual(itemFor(l), func(it leafItem) bool {
+		if it.l == l {
 			return true
 		}
-		next = x
+		next = it.l
 		return false
 	})
 	if next != nil && len(l.es)+len(next.es) <= leafMax*3/4 {
-		lt.t.Delete(next)
+		lt.drop(next)
 		l.es = append(l.es, next.es...)
 		return
 	}
-	lt.t.DescendLessOrEqual(l, func(x *leaf) bool {
-		if x == l {
+	lt.t.DescendLessOrEqual(itemFor(l), func(it leafItem) bool {
+		if it.l == l {
 			return true
 		}
-		prev = x
+		prev = it.l
 		return false
 	})
 	if prev != nil && len(prev.es)+len(l.es) <= leafMax*3/4 {
-		lt.t.Delete(l)
+		lt.drop(l)
 		prev.es = append(prev.es, l.es...)
 	}
 }

@@ -95,7 +95,7 @@ func checkIndex(t *testing.T, ix *index, want map[string]bool) {
 	var keys []string
 	prev := ""
 	n := 0
-	ix.tree.t.Ascend(func(l *leaf) bool {
+	ix.tree.ascendLeaves(func(l *leaf) bool {
 		if len(l.es) == 0 || len(l.es) > leafMax {
 			t.Fatalf("leaf of %d entries", len(l.es))
 		}
@@ -227,8 +227,8 @@ func TestIndexMatchesModel(t *testing.T) {
 		clear(want)
 		ix.mu.RLock()
 		checkIndex(t, ix, want)
-		if ix.tree.t.Len() != 0 {
-			t.Fatalf("%d leaves left in an empty index", ix.tree.t.Len())
+		if ix.tree.leaves() != 0 {
+			t.Fatalf("%d leaves left in an empty index", ix.tree.leaves())
 		}
 		ix.mu.RUnlock()
 	}
@@ -250,7 +250,7 @@ func TestLoadedIndexTakesChanges(t *testing.T) {
 	ix.mu.RLock()
 	checkIndex(t, ix, want)
 	full := 0
-	ix.tree.t.Ascend(func(l *leaf) bool {
+	ix.tree.ascendLeaves(func(l *leaf) bool {
 		if len(l.es) == leafMax {
 			full++
 		}
@@ -300,7 +300,7 @@ func TestIndexAppendFillsLeaves(t *testing.T) {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	if leaves := ix.tree.t.Len(); leaves != n/leafMax {
+	if leaves := ix.tree.leaves(); leaves != n/leafMax {
 		t.Fatalf("%d keys in increasing order made %d leaves, want %d", n, leaves, n/leafMax)
 	}
 }

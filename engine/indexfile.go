@@ -482,7 +482,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			}
 		}
 		cur = newLeaf(e, leafMax)
-		ix.tree.t.ReplaceOrInsert(cur)
+		ix.tree.add(cur)
 	}
 	for i := uint32(0); i < h.fsmBlocks; i++ {
 		off = at()
