@@ -303,23 +303,20 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		}
 		ext := hdr.Infomask&heap.External != 0
 		dead, pendingHead := false, false
+		var headEntry *indexEntry
 		switch {
 		case xa:
-			if db.isIndexHead(key, tid) {
-				pendingHead = true
-			} else {
-				dead = true
-			}
+			headEntry, pendingHead = db.isIndexHead(key, tid)
+			dead = !pendingHead
 		case !xc:
 			// Inserter still running: nothing to do yet.
 		case hdr.Xmax != 0:
 			switch {
 			case mc && below(hdr.Xmax):
-				if hdr.Infomask&heap.Updated == 0 && db.isIndexHead(key, tid) {
-					pendingHead = true
-				} else {
-					dead = true
+				if hdr.Infomask&heap.Updated == 0 {
+					headEntry, pendingHead = db.isIndexHead(key, tid)
 				}
+				dead = !pendingHead
 			case mc, !ma:
 				wait(hdr.Xmax)
 				if mc && vac != nil {
@@ -356,7 +353,13 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 				ox = min(ox, hdr.Xmax)
 			}
 			w := vac.pageWork(blk)
-			w.heads = append(w.heads, headWork{slot: uint16(s), key: string(key), xmin: hdr.Xmin, aborted: xa, oldestXid: ox})
+			hw := headWork{slot: uint16(s), e: headEntry, xmin: hdr.Xmin, aborted: xa, oldestXid: ox}
+			if headEntry != nil {
+				hw.key = headEntry.key() // the entry's bytes, not a copy
+			} else {
+				hw.key = string(key)
+			}
+			w.heads = append(w.heads, hw)
 			res.allVisible, res.allFrozen = false, false
 			continue
 		}
@@ -442,8 +445,11 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 }
 
 // isIndexHead reports whether tid is the newest version the index names
-// for key, or one vacuum is about to make so (headPins).
-func (db *DB) isIndexHead(key []byte, tid heap.TID) bool {
-	e := db.idx.get(key)
-	return e != nil && e.headTID() == tid || db.pins.has(tid)
+// for key, or one vacuum is about to make so (headPins). e is key's entry
+// when tid is its head, else nil.
+func (db *DB) isIndexHead(key []byte, tid heap.TID) (e *indexEntry, head bool) {
+	if e = db.idx.get(key); e != nil && e.headTID() == tid {
+		return e, true
+	}
+	return nil, db.pins.has(tid)
 }

@@ -344,7 +344,10 @@ type pageWork struct {
 
 // headWork is an index head pass 1 found that no snapshot needs.
 type headWork struct {
-	slot      uint16
+	slot uint16
+	// e is the key's index entry pass 1 found naming this version, nil
+	// for a version pinned to become a head; key is its key.
+	e         *indexEntry
 	key       string
 	xmin      uint64 // the version's xmin: pass 2 frees the slot only if it still holds this version
 	aborted   bool   // its inserter aborted; else its key was deleted below the horizon
@@ -557,7 +560,14 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	}()
 	for _, h := range todo {
 		tid := heap.TID{Block: blk, Slot: h.slot}
-		e := db.idx.get([]byte(h.key))
+		// The entry pass 1 found is still the key's if it still names
+		// this version: an entry leaves the index only here or, with no
+		// head, when a write placed nothing, and a removed one's head
+		// never changes again.
+		e := h.e
+		if e == nil {
+			e = db.idx.get([]byte(h.key))
+		}
 		if e == nil || e.headTID() != tid {
 			// A writer moved it on. It stays on the page, below the
 			// writer's version, until pruning frees it, and its xids
