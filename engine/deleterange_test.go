@@ -198,3 +198,62 @@ func TestDeleteRangeConcurrentWriters(t *testing.T) {
 		t.Fatalf("a = %q %v after a rollback", v, ok)
 	}
 }
+
+// BenchmarkDeleteRange deletes every key of a heap four times the size of
+// shared_buffers, whose keys were written in random order, in one
+// transaction: by DeleteRange (heap order), and by ScanKeys and a Delete a
+// key (key order), as FLUSHALL did. An op is the whole delete and its
+// commit; the loads are not timed.
+func BenchmarkDeleteRange(b *testing.B) {
+	const n = 200_000
+	val := make([]byte, 100)
+	for _, order := range []string{"heap", "key"} {
+		b.Run("order="+order, func(b *testing.B) {
+			ctx := context.Background()
+			for range b.N {
+				b.StopTimer()
+				db := openTest(b, b.TempDir(), Options{SharedBuffers: 8 << 20, SynchronousCommit: SyncCommitOff})
+				perm := rand.Perm(n)
+				for i := 0; i < n; i += 10_000 {
+					if err := db.Update(ctx, func(tx *Txn) error {
+						for _, k := range perm[i : i+10_000] {
+							if err := tx.Put(fmt.Appendf(nil, "key:%012d", k), val); err != nil {
+								return err
+							}
+						}
+						return nil
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				tx, err := db.Begin(ctx, TxnOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				deleted := 0
+				if order == "heap" {
+					deleted, err = tx.DeleteRange(nil, nil, nil)
+				} else {
+					var keys [][]byte
+					err = tx.ScanKeys(nil, nil, func(k []byte) bool { keys = append(keys, k); return true })
+					for _, k := range keys {
+						if err == nil {
+							err = tx.Delete(k)
+							deleted++
+						}
+					}
+				}
+				if err == nil {
+					err = tx.Commit()
+				}
+				if err != nil || deleted != n {
+					b.Fatalf("deleted %d: %v", deleted, err)
+				}
+				b.StopTimer()
+				db.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}
