@@ -290,7 +290,12 @@ type RecoveryInfo struct {
 // if an option is out of its range or shared_buffers exceeds the
 // machine's memory. It makes a new data directory only in a directory that
 // is missing or empty (as initdb): one holding other files, with no
-// control file, is refused with ErrNotDataDirectory.
+// control file, is refused with ErrNotDataDirectory. An Open that fails
+// after it began making a new data directory removes what it made (the
+// directory itself, and missing parents, if it made them), so that the
+// directory is not taken for a database the next time; nothing that was
+// there before is removed, and nothing at all from an existing data
+// directory.
 func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("mvkv: Open needs a data directory; the empty path names none")
@@ -304,28 +309,41 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	fsys := opts.FS
-	if err := checkForeignDir(fsys, dir); err != nil {
+	fresh, err := checkForeignDir(fsys, dir)
+	if err != nil {
 		return nil, err
+	}
+	// What a new data directory's Open makes, it removes if it fails
+	// (newdir.go); an existing data directory is left to recovery.
+	var made *newDirUndo
+	if fresh {
+		if made, err = noteNewDir(fsys, dir); err != nil {
+			return nil, err
+		}
 	}
 	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir), filepath.Join(dir, vmDir)} {
 		if err := fsys.MkdirAll(d); err != nil {
-			return nil, fmt.Errorf("mvkv: create %s: %w", d, err)
-		}
-	}
-	// The directory's own entry must be durable too, or a crash could lose
-	// a new data directory with every commit in it (initdb's
-	// fsync_parent_path).
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := fsys.SyncDir(d); err != nil {
-			return nil, fmt.Errorf("mvkv: fsync %s: %w", d, err)
+			return nil, made.undo(nil, fmt.Errorf("mvkv: create %s: %w", d, err))
 		}
 	}
 	lk, err := fsys.Lock(filepath.Join(dir, lockName))
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
+			// Another process has the directory: what it holds is that
+			// process's, whoever made it.
 			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
 		}
-		return nil, fmt.Errorf("mvkv: lock %s: %w", dir, err)
+		return nil, made.undo(nil, fmt.Errorf("mvkv: lock %s: %w", dir, err))
+	}
+	// The directory's own entry must be durable too, or a crash could lose
+	// a new data directory with every commit in it (initdb's
+	// fsync_parent_path). After the lock, so that its file's entry is
+	// covered, and so that an Open that fails here removes what it made
+	// while no other Open can have begun using it.
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := fsys.SyncDir(d); err != nil {
+			return nil, made.undo(lk, fmt.Errorf("mvkv: fsync %s: %w", d, err))
+		}
 	}
 	db := &DB{
 		dir:      dir,
@@ -355,8 +373,9 @@ func Open(dir string, opts Options) (*DB, error) {
 			db.clog.Abandon()
 			db.clog = nil
 		}
+		db.lock = nil // released by made.undo, after what it made is gone
 		db.closeFiles()
-		return nil, asCorruption(err)
+		return nil, made.undo(lk, asCorruption(err))
 	}
 	db.bgWG.Add(1)
 	go db.checkpointer()
@@ -405,16 +424,17 @@ func (db *DB) waitBulkLoad(ctx context.Context) error {
 // WAL segment (the lock file, empty subdirectories, the CLOG's own file).
 // Anything else (a file named control that is not ours, an index or heap
 // file without any WAL) is another program's, and nothing is created or
-// overwritten.
-func checkForeignDir(fsys vfs.FS, dir string) error {
+// overwritten. fresh reports a directory that is missing or new (no data
+// directory yet), in which Open makes one.
+func checkForeignDir(fsys vfs.FS, dir string) (fresh bool, err error) {
 	names, err := fsys.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil // missing: Open creates it
+		return true, nil // missing: Open creates it
 	}
 	if err != nil {
 		// Unreadable (permissions, not a directory): nothing can tell
 		// whether it is empty, so nothing is created in it.
-		return fmt.Errorf("mvkv: read %s: %w", dir, err)
+		return false, fmt.Errorf("mvkv: read %s: %w", dir, err)
 	}
 	foreign := func(n string) error {
 		return fmt.Errorf("%w: %s is not empty (it holds %s, and no control file of this engine or WAL beside it): give a new or empty directory", ErrNotDataDirectory, dir, n)
@@ -426,16 +446,16 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 		// any stranger beside the segments.
 		segs, _ := fsys.ReadDir(filepath.Join(dir, walDir))
 		if slices.ContainsFunc(segs, wal.IsSegmentName) {
-			return nil
+			return false, nil
 		}
 	}
 	if slices.Contains(names, controlName) && hasControlMagic(fsys, filepath.Join(dir, controlName)) {
-		return nil // ours; readControl judges the rest of it
+		return false, nil // ours; readControl judges the rest of it
 	}
 	if slices.Contains(names, heapDir) && heapLooksOurs(fsys, filepath.Join(dir, heapDir, "00000000")) {
 		// A heap of ours whose control file and WAL are gone: Open
 		// names that damage.
-		return nil
+		return false, nil
 	}
 	for _, n := range names {
 		switch n {
@@ -446,19 +466,19 @@ func checkForeignDir(fsys vfs.FS, dir string) error {
 			// CLOG's own file is written in them.
 			sub, err := fsys.ReadDir(filepath.Join(dir, n))
 			if err != nil {
-				return foreign(strconv.Quote(n))
+				return false, foreign(strconv.Quote(n))
 			}
 			for _, f := range sub {
 				if n == clogDir && clog.IsOwnFile(f) {
 					continue
 				}
-				return foreign(strconv.Quote(filepath.Join(n, f)))
+				return false, foreign(strconv.Quote(filepath.Join(n, f)))
 			}
 			continue
 		}
-		return foreign(strconv.Quote(n))
+		return false, foreign(strconv.Quote(n))
 	}
-	return nil
+	return true, nil
 }
 
 // heapLooksOurs reports whether the heap file at name begins with a

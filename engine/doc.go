@@ -15,7 +15,9 @@
 //
 // Open creates or recovers a data directory: a control file naming the last
 // checkpoint, the WAL segments, the heap, visibility map and CLOG files, and
-// the key index as of the last checkpoint.
+// the key index as of the last checkpoint. A first Open that fails removes
+// what it created, leaving a missing directory missing and an empty one
+// empty.
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
 // Delete, Scan, Update and DeleteRange work inside it; Exists, ScanKeys and Count are
 // key-only reads that answer from the visibility map where a page is

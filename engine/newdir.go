@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+
+	"mvkv/vfs"
+)
+
+// A first Open that fails removes what it made. Open makes a data
+// directory in a directory that is missing or new (checkForeignDir): the
+// directory itself and any missing parents, the four subdirectories, the
+// lock file, and, if it gets that far, the first WAL segments, the CLOG's
+// first segment and the control and index files. Left behind after a
+// failure (a setting recovery refuses, a full disk, a failed fsync), they
+// would make the directory look like a database that was begun, and the
+// next Open would take it for one. initdb removes the data directory it
+// made when it fails, for the same reason; here exactly what this Open
+// made goes, and nothing that was there before it: a directory the caller
+// made and gave empty stays, empty again, and so does anything a first
+// Open cut short by a crash left there.
+//
+// What was there is listed before anything is made; the undo lists the
+// directories again and removes every name not on the first list, files
+// before their directories, while it still holds the lock (so that no
+// other Open can have begun to use them), then the lock file, then, once
+// the lock is released, the data directory and the parents Open made.
+// Directories are removed only when empty, so that a file put there
+// meanwhile by anyone else stops the removal instead of going with it.
+// Nothing is removed from a directory that was a data directory: what
+// recovery wrote there is redone by the next Open, and the rest is the
+// database's. What could not be removed is named in Open's error, after
+// the reason Open failed, which stays matchable with errors.Is.
+
+// newDirUndo is what a new data directory held before Open made anything
+// in it (see above).
+type newDirUndo struct {
+	fsys vfs.FS
+	dir  string
+	// missing are dir and those of its parents that did not exist,
+	// deepest first.
+	missing []string
+	// had holds the paths that existed in dir and its subdirectories.
+	had map[string]bool
+	// failed are the paths that could not be removed.
+	failed []string
+}
+
+// newDirSubdirs are the subdirectories Open makes in a data directory.
+var newDirSubdirs = []string{walDir, heapDir, clogDir, vmDir}
+
+// noteNewDir lists what dir (fresh, as checkForeignDir found it) and its
+// missing parents hold before Open makes anything there.
+func noteNewDir(fsys vfs.FS, dir string) (*newDirUndo, error) {
+	u := &newDirUndo{fsys: fsys, dir: dir, had: map[string]bool{}}
+	for p := dir; ; p = filepath.Dir(p) {
+		_, err := fsys.ReadDir(p)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("mvkv: read %s: %w", p, err)
+		}
+		u.missing = append(u.missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	if len(u.missing) > 0 {
+		return u, nil
+	}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("mvkv: read %s: %w", dir, err)
+	}
+	for _, n := range names {
+		u.had[filepath.Join(dir, n)] = true
+	}
+	for _, sub := range newDirSubdirs {
+		d := filepath.Join(dir, sub)
+		if !u.had[d] {
+			continue
+		}
+		names, err := fsys.ReadDir(d)
+		if err != nil {
+			return nil, fmt.Errorf("mvkv: read %s: %w", d, err)
+		}
+		for _, n := range names {
+			u.had[filepath.Join(d, n)] = true
+		}
+	}
+	return u, nil
+}
+
+// undo removes what Open made since noteNewDir and returns err, the
+// reason Open failed. lock, if not nil, is the data directory's lock,
+// which undo releases (after removing the files, before the directories
+// Open made). A nil u (a data directory that existed) only releases the
+// lock.
+func (u *newDirUndo) undo(lock io.Closer, err error) error {
+	if u == nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return err
+	}
+	for _, sub := range newDirSubdirs {
+		d := filepath.Join(u.dir, sub)
+		names, _ := u.fsys.ReadDir(d)
+		for _, n := range names {
+			u.remove(filepath.Join(d, n))
+		}
+		u.remove(d)
+	}
+	names, _ := u.fsys.ReadDir(u.dir)
+	for _, n := range names {
+		if n != lockName {
+			u.remove(filepath.Join(u.dir, n))
+		}
+	}
+	if lock != nil {
+		// Removed while still held, so that no other Open takes the
+		// lock on it between the release and the removal.
+		u.remove(filepath.Join(u.dir, lockName))
+		lock.Close()
+	}
+	for _, d := range u.missing {
+		if len(u.failed) > 0 {
+			break // not empty: its parents are not either
+		}
+		u.remove(d)
+	}
+	if len(u.failed) > 0 {
+		err = fmt.Errorf("%w (and what it made in %s could not all be removed: %v)", err, u.dir, u.failed)
+	}
+	return err
+}
+
+// remove removes path if Open made it, noting a failure.
+func (u *newDirUndo) remove(path string) {
+	if u.had[path] {
+		return
+	}
+	if err := u.fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		u.failed = append(u.failed, path)
+	}
+}

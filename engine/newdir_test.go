@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"mvkv/vfs"
+)
+
+// memTree lists every directory and file under root on fsys, with each
+// file's size (-1 for a directory).
+func memTree(t *testing.T, fsys vfs.FS, root string) map[string]int64 {
+	t.Helper()
+	tree := map[string]int64{}
+	var walk func(d string)
+	walk = func(d string) {
+		names, err := fsys.ReadDir(d)
+		if err != nil {
+			t.Fatalf("list %s: %v", d, err)
+		}
+		for _, n := range names {
+			p := filepath.Join(d, n)
+			if _, err := fsys.ReadDir(p); err == nil {
+				tree[p] = -1
+				walk(p)
+				continue
+			}
+			size, err := fsys.Stat(p)
+			if err != nil {
+				t.Fatalf("stat %s: %v", p, err)
+			}
+			tree[p] = size
+		}
+	}
+	walk(root)
+	return tree
+}
+
+// treeDiff describes how after differs from before, or "" if not at all.
+func treeDiff(before, after map[string]int64) string {
+	var d []string
+	for _, p := range slices.Sorted(maps.Keys(after)) {
+		if s, ok := before[p]; !ok {
+			d = append(d, "made "+p)
+		} else if s != after[p] {
+			d = append(d, fmt.Sprintf("%s is %d bytes, was %d", p, after[p], s))
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(before)) {
+		if _, ok := after[p]; !ok {
+			d = append(d, "removed "+p)
+		}
+	}
+	return strings.Join(d, "; ")
+}
+
+// TestFailedOpenRemovesWhatItMade: an Open that makes a new data directory
+// and then fails (here at every file operation in turn, EIO injected)
+// leaves the file system as it found it: a missing directory (and a
+// missing parent) missing, an empty one empty, and what a first Open cut
+// short left behind there (the lock file, empty subdirectories) as it
+// was; and the directory then opens.
+func TestFailedOpenRemovesWhatItMade(t *testing.T) {
+	opts := Options{WALSegmentSize: 1 << 20, SharedBuffers: 16 * 8192, Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+	// Every kind of operation for the empty directory; for the others,
+	// the kinds that make or change something (each Open takes about
+	// 50 ms under the race detector).
+	made := vfs.Ops(vfs.OpCreate, vfs.OpWrite, vfs.OpSync, vfs.OpDatasync, vfs.OpRename, vfs.OpMkdir, vfs.OpSyncDir, vfs.OpLock)
+	cases := []struct {
+		name, dir string
+		kinds     vfs.OpSet
+		setup     func(t *testing.T, m *vfs.MemFS)
+	}{
+		{"missing directory and parent", "/x/db", made, func(*testing.T, *vfs.MemFS) {}},
+		{"empty directory", "/db", vfs.AllOps, func(t *testing.T, m *vfs.MemFS) {
+			if err := m.MkdirAll("/db"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"what a first Open cut short left", "/db", made, func(t *testing.T, m *vfs.MemFS) {
+			for _, d := range []string{"/db/wal", "/db/vm"} {
+				if err := m.MkdirAll(d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fh, err := m.Create("/db/LOCK")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fh.Close()
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			newFS := func() (*vfs.MemFS, *vfs.FaultFS) {
+				m := vfs.NewMemFS()
+				c.setup(t, m)
+				return m, vfs.NewFaultFS(m)
+			}
+			// A clean Open counts the operations to fail (a few made in
+			// the background as it returns fail nothing it waits for).
+			_, ffs := newFS()
+			o := opts
+			o.FS = ffs
+			db, err := Open(c.dir, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var counts [vfs.OpLock + 1]int64
+			for k := vfs.OpCreate; k <= vfs.OpLock; k++ {
+				counts[k] = ffs.Count(k)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			failed := 0
+			for k := vfs.OpCreate; k <= vfs.OpLock; k++ {
+				if !c.kinds.Has(k) {
+					continue
+				}
+				for n := int64(1); n <= counts[k]; n++ {
+					m, ffs := newFS()
+					before := memTree(t, m, "/")
+					ffs.Inject(vfs.Rule{Kinds: vfs.Ops(k), Nth: n})
+					o.FS = ffs
+					db, err := Open(c.dir, o)
+					if err == nil {
+						db.Close()
+						continue
+					}
+					failed++
+					if !errors.Is(err, syscall.EIO) && !errors.Is(err, ErrIOFailure) && !errors.Is(err, ErrNotDataDirectory) {
+						t.Errorf("%s #%d failed: Open: %v; want the injected EIO", k, n, err)
+					}
+					// As before, and so it opens, as the clean run showed.
+					if d := treeDiff(before, memTree(t, m, "/")); d != "" {
+						t.Errorf("%s #%d failed (Open: %v): %s", k, n, err, d)
+					}
+				}
+			}
+			if failed < 15 {
+				t.Fatalf("only %d injected faults failed Open; the test shows little", failed)
+			}
+		})
+	}
+}
+
+// TestFailedOpenKeepsDataDirectory: an Open of an existing data directory
+// that fails removes none of its files.
+func TestFailedOpenKeepsDataDirectory(t *testing.T) {
+	m, ffs := faultMemDir(t)
+	opts := Options{FS: ffs, WALSegmentSize: 1 << 20, Autovacuum: noAutovacuum}
+	db := openTest(t, "/db", opts)
+	mustPut(t, db, "k", "v")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := memTree(t, m, "/")
+	ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpOpen), Contains: "/heap/"})
+	if db, err := Open("/db", opts); err == nil {
+		db.Close()
+		t.Fatal("Open succeeded with the heap unreadable")
+	}
+	after := memTree(t, m, "/")
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			t.Errorf("a failed Open of a data directory removed %s", p)
+		}
+	}
+}
