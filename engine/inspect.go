@@ -167,8 +167,11 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // (read from disk after a checkpoint, not from the buffer pool); the heap
 // segment files' sizes (one shorter than 1 GiB before another); the
 // visibility map files' sizes (a page cut short loses its bits without
-// failing a checksum), every map page's checksum, and every set bit against
-// its heap page (PD_ALL_VISIBLE and every tuple visible to all); every
+// failing a checksum), every map page's checksum, every set bit against
+// its heap page (PD_ALL_VISIBLE and every tuple visible to all), and map
+// pages missing from the files (a file removed, or cut to whole pages)
+// where heap pages that vacuum marked all-visible show bits were set
+// (bits lost, which vacuum sets again; Open does not notice); every
 // tuple header (xmin and xmax below the next xid, their CLOG status and any
 // hint bits against it, so that a lost CLOG segment shows, chunk and
 // version-chain links); the index against a fresh scan of the heap, and the

@@ -677,6 +677,59 @@ func TestVerifyFindsTruncatedVM(t *testing.T) {
 	}
 }
 
+// A visibility map file removed, or cut to a whole number of pages (here
+// none), beside heap pages that vacuum marked all-visible: no page fails
+// a check and every read works, so only the heap's PD_ALL_VISIBLE flags
+// show the loss. Open succeeds (the bits are a hint: a clear one only
+// sends reads and vacuum to the heap); Verify reports the file, its
+// length and the offset of the map page that is gone, with the heap pages
+// whose bits it held, until vacuum sets them again.
+func TestVerifyFindsLostVMFile(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cut  func(name string) error
+		want string
+	}{
+		{"removed", os.Remove, "%s is missing, and with it the map page at offset 0"},
+		{"cut to no page", func(name string) error { return os.Truncate(name, 0) }, "%s is 0 bytes, ending before the map page at offset 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, db := vacuumedWithVMBits(t)
+			off := false
+			nblocks := db.storage.NBlocks()
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			name := filepath.Join(dir, vmDir, "00000000")
+			if err := c.cut(name); err != nil {
+				t.Fatal(err)
+			}
+			db = openTest(t, dir, Options{Autovacuum: &off})
+			defer db.Close()
+			if v, ok := get(t, db, "a000001"); !ok || len(v) != 100 {
+				t.Fatalf("a000001 = %q, %v", v, ok)
+			}
+			rep, err := db.Verify()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf(c.want, name)
+			got := strings.Join(rep.Problems, "\n")
+			if !strings.Contains(got, want) || !strings.Contains(got, fmt.Sprintf("%d heap pages have PD_ALL_VISIBLE", nblocks)) {
+				t.Fatalf("Verify: %v; want a problem containing %q and naming the %d heap pages", rep.Problems, want, nblocks)
+			}
+			if len(rep.Problems) != 1 {
+				t.Fatalf("Verify: %d problems, want 1: %v", len(rep.Problems), rep.Problems)
+			}
+			mustVacuum(t, db)
+			mustVerify(t, db)
+			if db.Stats().VisibilityMap.BitsSet == 0 {
+				t.Fatal("vacuum set no bit again")
+			}
+		})
+	}
+}
+
 // A flipped bit in a map page of a cleanly closed database: Open succeeds,
 // the page is read as one with no bit set (with a warning naming the file
 // and offset), reads and writes of the keys it covers work, Verify reports

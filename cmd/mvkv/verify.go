@@ -27,7 +27,9 @@ pointer, the heap segment files' sizes (every segment before the last
 must be 1 GiB), every tuple header against the CLOG and the next xid, every
 version chain, the index against the heap, every visibility map page
 checksum and every set map bit against its heap page (PD_ALL_VISIBLE, and
-every tuple visible to all; problems name the heap block), the control
+every tuple visible to all; problems name the heap block), map files
+missing or cut short where heap pages vacuum marked all-visible show bits
+were set (the bits are lost; vacuum sets them again), the control
 file against the WAL, every WAL record on disk, every commit and abort
 still in the WAL against the CLOG, and that the WAL, CLOG, heap and map
 directories hold only their own files.

@@ -3,8 +3,8 @@
 // every heap page's checksum and line pointers, the heap segment files'
 // sizes, every tuple header against the CLOG and the next xid, the version
 // chains, the key index against a scan of the heap, the visibility map
-// against the heap, the control file against the WAL, and every WAL record
-// on disk.
+// against the heap (and the heap against map files missing or cut), the
+// control file against the WAL, and every WAL record on disk.
 //
 // The checks read the database through Target, which the engine implements
 // over its own state; the engine takes the locks and the checkpoint that
@@ -127,6 +127,7 @@ func Run(t Target, problem Problemf) Counts {
 		problem("heap: %v", err)
 	}
 	vmBits, vmSnap := readVisibilityMap(t, problem, nblocks), t.Snapshot()
+	vmLost := newLostMapPages(t.VisibilityMap(), nblocks)
 	page := make([]byte, heap.PageSize)
 	badBlocks := make(map[uint32]bool) // pages that could not be read
 	values := t.ValueCheck()
@@ -138,6 +139,7 @@ func Run(t Target, problem Problemf) Counts {
 			continue
 		}
 		checkVisibilityMap(t, problem, blk, page, vmBits[blk], vmSnap)
+		vmLost.note(blk, page, vmBits[blk])
 		if heap.IsNew(page) {
 			continue
 		}
@@ -214,6 +216,7 @@ func Run(t Target, problem Problemf) Counts {
 				xmaxCommitted: xmaxCommitted, xminCommitted: xminCommitted, xminAborted: xminAborted}
 		}
 	}
+	vmLost.report(t, problem)
 	clogBad.report(problem)
 	lostValues := values.Report(problem, func(t heap.TID) (bool, bool) {
 		ti, ok := tuples[t.Pack()]

@@ -1,9 +1,16 @@
 package verify
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"mvkv/internal/heap"
+	"mvkv/internal/rmgr"
 	"mvkv/visibility"
 )
 
@@ -115,4 +122,69 @@ func readVisibilityMap(t Target, problem Problemf, nblocks uint32) map[uint32]vi
 		}
 	}
 	return out
+}
+
+// lostMapPages finds map pages missing from the map files (a file removed,
+// or cut to a whole number of pages) whose bits a heap page still shows
+// were set: a page with PD_ALL_VISIBLE and a page LSN, which only vacuum's
+// logged record gives it, had its bits set by that same record, and the
+// checkpoint Verify takes first writes every map page a bit was set on
+// since. No map page fails a check then, and the bits read as clear:
+// harmless (a clear bit only sends reads and vacuum to the heap page, and
+// vacuum sets it again), but damage all the same, and the heap flags are
+// its only trace. A page a bulk load wrote (LSN 0) is not counted: its
+// bits are set only when no older snapshot was open, so a clear one is no
+// sign of loss. A map page cut in the middle is left to Map.CheckFiles,
+// which names it.
+type lostMapPages struct {
+	nmap    uint32              // map pages in the files
+	nblocks uint32              // heap blocks
+	heaps   map[uint32][]uint32 // heap blocks with PD_ALL_VISIBLE, by map page past nmap
+}
+
+func newLostMapPages(vm *visibility.Map, nblocks uint32) *lostMapPages {
+	return &lostMapPages{nmap: vm.NBlocks(), nblocks: nblocks, heaps: map[uint32][]uint32{}}
+}
+
+// note looks at heap block blk, read from disk, whose map bits are bits.
+func (l *lostMapPages) note(blk uint32, page []byte, bits visibility.Bits) {
+	mb := visibility.MapBlock(blk)
+	if mb < l.nmap || bits != 0 || heap.IsNew(page) || heap.PageFlags(page)&heap.PDAllVisible == 0 || heap.PageLSN(page) == 0 {
+		return
+	}
+	l.heaps[mb] = append(l.heaps[mb], blk)
+}
+
+// report names, for every map page found missing, its file, the file's
+// length (or that it is missing) and the page's offset, and the heap
+// pages whose bits it held.
+func (l *lostMapPages) report(t Target, problem Problemf) {
+	for _, mb := range slices.Sorted(maps.Keys(l.heaps)) {
+		blks := l.heaps[mb]
+		name := filepath.Join(t.Dir(), rmgr.Engine.VMDir, fmt.Sprintf("%08d", mb/heap.SegmentBlocks))
+		off := int64(mb%heap.SegmentBlocks) * heap.PageSize
+		var file string
+		switch size, err := t.FS().Stat(name); {
+		case errors.Is(err, fs.ErrNotExist):
+			file = name + " is missing, and with it"
+		case err != nil:
+			problem("visibility map: %v", err)
+			continue
+		case size > off:
+			continue // cut inside the page (CheckFiles), or there after all
+		default:
+			file = fmt.Sprintf("%s is %d bytes, ending before", name, size)
+		}
+		shown := make([]string, 0, 6)
+		for _, b := range blks[:min(len(blks), 5)] {
+			shown = append(shown, fmt.Sprint(b))
+		}
+		if len(blks) > 5 {
+			shown = append(shown, "...")
+		}
+		first := uint64(mb) * visibility.HeapBlocksPerPage
+		last := min(first+visibility.HeapBlocksPerPage, uint64(l.nblocks)) - 1
+		problem("visibility map: %s the map page at offset %d for heap blocks %d to %d, where %d heap pages have PD_ALL_VISIBLE, set by vacuum with their map bits (blocks %s): those bits are lost (no data is: reads and vacuum look at those pages' tuples until vacuum sets the bits again)",
+			file, off, first, last, len(blks), strings.Join(shown, ", "))
+	}
 }
