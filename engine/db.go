@@ -109,6 +109,9 @@ type DB struct {
 	// waits too.
 	closeMu sync.RWMutex
 	closed  atomic.Bool
+	// noCloseCheckpoint makes Close skip its checkpoint
+	// (SetCheckpointOnClose).
+	noCloseCheckpoint atomic.Bool
 	// longOps counts the operations that run the caller's code for long
 	// and so cannot hold closeMu throughout (BulkLoad): Close waits for
 	// them, after it has set closed, which they check as they go.
@@ -374,7 +377,7 @@ func Open(dir string, opts Options) (*DB, error) {
 			db.clog = nil
 		}
 		db.lock = nil // released by made.undo, after what it made is gone
-		db.closeFiles()
+		db.closeFiles(false)
 		return nil, made.undo(lk, asCorruption(err))
 	}
 	db.bgWG.Add(1)
@@ -720,8 +723,9 @@ func (db *DB) Recovery() RecoveryInfo { return db.recovery }
 // data_directory). Safe for concurrent use.
 func (db *DB) Dir() string { return db.dir }
 
-// Close takes a checkpoint (unless a failure stopped writes) and closes the
-// database. Transactions still open afterwards get ErrClosed. Close returns
+// Close takes a checkpoint (unless a failure stopped writes, or
+// SetCheckpointOnClose turned it off) and closes the database.
+// Transactions still open afterwards get ErrClosed. Close returns
 // ErrClosed when called twice. After a failure that stopped writes it
 // returns that failure (see Failure), with the files closed all the same;
 // the next Open recovers from the last checkpoint.
@@ -737,10 +741,18 @@ func (db *DB) Close() error {
 	close(db.stopBG)
 	db.bgWG.Wait()
 	var err error
-	if db.writable() == nil {
-		err = db.checkpoint()
+	writeCLOG := db.writable() == nil
+	if writeCLOG {
+		if db.noCloseCheckpoint.Load() {
+			// Nothing but the WAL, which closing flushes to its end,
+			// as a crash after that flush would leave it: the CLOG
+			// pages as well are left to redo.
+			writeCLOG = false
+		} else {
+			err = db.checkpoint()
+		}
 	}
-	if cerr := db.closeFiles(); err == nil {
+	if cerr := db.closeFiles(writeCLOG); err == nil {
 		err = cerr
 	}
 	if f := db.writable(); f != nil {
@@ -751,14 +763,40 @@ func (db *DB) Close() error {
 	return err
 }
 
-func (db *DB) closeFiles() error {
+// SetCheckpointOnClose says whether Close takes its checkpoint: on (the
+// default), Close writes every dirty page and moves the control file's
+// redo point to its end, so that the next Open has nothing to replay.
+// Off, Close makes the WAL durable up to its end (asynchronous commits'
+// records included) and closes the files without writing a heap, CLOG or
+// visibility map page or a checkpoint record: the control file keeps
+// naming the last checkpoint, and the next Open replays the WAL written
+// since, as after a crash. Nothing committed is lost either way, since
+// every change is in the WAL; off trades the checkpoint's writes on the
+// way out for that replay on the way in (Redis's SHUTDOWN NOSAVE, which
+// the server maps to it, or PostgreSQL's immediate shutdown with the WAL
+// flushed first). After Close it returns ErrClosed. Safe to call
+// concurrently.
+func (db *DB) SetCheckpointOnClose(on bool) error {
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	db.noCloseCheckpoint.Store(!on)
+	return nil
+}
+
+// closeFiles closes the WAL (flushing it to its end), the CLOG (writing
+// its dirty pages first if writeCLOG; abandoning them otherwise), the heap
+// and map files and the lock.
+func (db *DB) closeFiles(writeCLOG bool) error {
 	var errs []error
 	if db.wal != nil {
 		errs = append(errs, db.wal.Close())
 	}
 	if db.clog != nil {
-		if db.writable() == nil {
+		if writeCLOG {
 			errs = append(errs, db.clog.Close())
+		} else {
+			db.clog.Abandon()
 		}
 	}
 	if db.storage != nil {
