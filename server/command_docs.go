@@ -87,7 +87,7 @@ var commandDocs = map[string]cmdDoc{
 	"discard":    {"Discards a transaction.", "2.0.0", "transactions", "O(N), when N is the number of queued commands", nil},
 	"watch":      {"Monitors changes to keys to determine the execution of a transaction.", "2.2.0", "transactions", "O(1) for every key.", []argDoc{many(key())}},
 	"unwatch":    {"Forgets about watched keys of a transaction.", "2.2.0", "transactions", "O(1)", nil},
-	"shutdown":   {"Stops the server: finishes running commands, takes a checkpoint.", "1.0.0", "server", "O(1)", []argDoc{opt(oneof("save-selector", tok("NOSAVE"), tok("SAVE"))), opt(tok("NOW")), opt(tok("FORCE")), opt(tok("ABORT"))}},
+	"shutdown":   {"Stops the server: finishes running commands, takes a checkpoint (none with NOSAVE).", "1.0.0", "server", "O(1)", []argDoc{opt(oneof("save-selector", tok("NOSAVE"), tok("SAVE"))), opt(tok("NOW")), opt(tok("FORCE")), opt(tok("ABORT"))}},
 	"checkpoint": {"Takes a checkpoint, as PostgreSQL's CHECKPOINT.", "0.1.0", "server", "O(N) where N is the number of dirty pages", nil},
 	"vacuum":     {"Runs vacuum, as PostgreSQL's VACUUM.", "0.1.0", "server", "O(N) where N is the number of heap pages", nil},
 }

@@ -1553,8 +1553,11 @@ func (c *conn) watch(args [][]byte) {
 // cmdShutdown parses the options as Redis 7's shutdownCommand: any of
 // NOSAVE, SAVE, NOW, FORCE and ABORT, but not NOSAVE with SAVE, nor ABORT
 // with any other (a syntax error). The shutdown itself is always the
-// graceful one, with a checkpoint: NOSAVE cannot skip what makes the data
-// durable, and there is no save to force past.
+// graceful one (there is no save to force past, nor to skip waiting for).
+// Plain SHUTDOWN and SAVE end it with a checkpoint; NOSAVE, Redis's "do
+// not persist on the way out", without one: every write is durable in the
+// WAL already, so what it skips is the checkpoint's writes, and the next
+// start replays the WAL since the last checkpoint (Server.Shutdown).
 func cmdShutdown(x *execCtx, args [][]byte) error {
 	var nosave, save, abort, other bool
 	for _, a := range args[1:] {
@@ -1582,7 +1585,10 @@ func cmdShutdown(x *execCtx, args [][]byte) error {
 	}
 	// As Redis: no reply on success, the connection just closes.
 	x.c.quit = true
-	x.c.s.log.Info("SHUTDOWN requested", "client", x.c.id)
+	x.c.s.log.Info("SHUTDOWN requested", "client", x.c.id, "nosave", nosave)
+	if nosave {
+		x.c.s.nosave.Store(true)
+	}
 	x.c.s.shutdownAsync()
 	return nil
 }

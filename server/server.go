@@ -196,6 +196,9 @@ type Server struct {
 	shutOnce  sync.Once
 	done      chan struct{} // closed when a shutdown has completed
 	shutErr   error         // set before done is closed
+	// nosave is set by SHUTDOWN NOSAVE: the shutdown skips its
+	// checkpoint, and has the DB's Close skip its own.
+	nosave atomic.Bool
 }
 
 // New returns a server for db. The server does not own db: the caller
@@ -354,6 +357,11 @@ func (s *Server) shutdownAsync() {
 // closed, and ctx's error is returned (a commit whose wait was canceled
 // stays in doubt until recovery, never acknowledged). Shutdown does not
 // close the DB. Calls after the first wait for the first to finish.
+//
+// After a SHUTDOWN NOSAVE command, no checkpoint is taken, and the DB is
+// told to close without one (engine.DB.SetCheckpointOnClose), so that the
+// caller's Close skips it too: every acknowledged write is durable in the
+// WAL, and the next Open replays the WAL since the last checkpoint.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		s.shutErr = s.shutdown(ctx)
@@ -396,6 +404,13 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	s.stopCron()
 	s.cancel()
+	if s.nosave.Load() {
+		if cerr := s.db.SetCheckpointOnClose(false); cerr != nil && !errors.Is(cerr, engine.ErrClosed) {
+			err = errors.Join(err, cerr)
+		}
+		s.log.Info("server shut down without a checkpoint (SHUTDOWN NOSAVE): the next start replays the WAL since the last one", "err", err)
+		return err
+	}
 	if cerr := s.db.Checkpoint(); cerr != nil && !errors.Is(cerr, engine.ErrClosed) {
 		err = errors.Join(err, fmt.Errorf("server: shutdown checkpoint: %w", cerr))
 	}

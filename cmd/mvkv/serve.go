@@ -70,6 +70,8 @@ Engine options:
 ` + engineUsage() + `
 SIGTERM, SIGINT and the SHUTDOWN command stop the server gracefully: running
 commands finish, a checkpoint is taken, the data directory is closed.
+After SHUTDOWN NOSAVE no checkpoint is taken: the next start replays the
+WAL written since the last one.
 
 Common options:
   -h, --help               show this help, then exit
