@@ -1555,9 +1555,10 @@ func (c *conn) watch(args [][]byte) {
 // with any other (a syntax error). The shutdown itself is always the
 // graceful one (there is no save to force past, nor to skip waiting for).
 // Plain SHUTDOWN and SAVE end it with a checkpoint; NOSAVE, Redis's "do
-// not persist on the way out", without one: every write is durable in the
-// WAL already, so what it skips is the checkpoint's writes, and the next
-// start replays the WAL since the last checkpoint (Server.Shutdown).
+// not persist on the way out", without one: every write is in the WAL,
+// which the DB's Close makes durable to its end, so what it skips is the
+// checkpoint's writes, and the next start replays the WAL since the last
+// checkpoint (Server.Shutdown).
 func cmdShutdown(x *execCtx, args [][]byte) error {
 	var nosave, save, abort, other bool
 	for _, a := range args[1:] {

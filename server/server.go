@@ -360,8 +360,9 @@ func (s *Server) shutdownAsync() {
 //
 // After a SHUTDOWN NOSAVE command, no checkpoint is taken, and the DB is
 // told to close without one (engine.DB.SetCheckpointOnClose), so that the
-// caller's Close skips it too: every acknowledged write is durable in the
-// WAL, and the next Open replays the WAL since the last checkpoint.
+// caller's Close skips it too: every acknowledged write is in the WAL,
+// which Close makes durable to its end (asynchronous commits' included),
+// and the next Open replays the WAL since the last checkpoint.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		s.shutErr = s.shutdown(ctx)

@@ -127,9 +127,9 @@ func readVisibilityMap(t Target, problem Problemf, nblocks uint32) map[uint32]vi
 // lostMapPages finds map pages missing from the map files (a file removed,
 // or cut to a whole number of pages) whose bits a heap page still shows
 // were set: a page with PD_ALL_VISIBLE and a page LSN, which only vacuum's
-// logged record gives it, had its bits set by that same record, and the
-// checkpoint Verify takes first writes every map page a bit was set on
-// since. No map page fails a check then, and the bits read as clear:
+// logged record gives it (or, in the unlogged mode, an earlier change),
+// had its bits set with it, and the checkpoint Verify takes first writes
+// every map page a bit was set on since. No map page fails a check then, and the bits read as clear:
 // harmless (a clear bit only sends reads and vacuum to the heap page, and
 // vacuum sets it again), but damage all the same, and the heap flags are
 // its only trace. A page a bulk load wrote (LSN 0) is not counted: its
