@@ -123,7 +123,11 @@ var knobs = withEngineSettings(map[string]knob{
 			default:
 				return errors.New("argument(s) must be one of the following: everysec, always, no")
 			}
-			s.setParam("appendfsync", v)
+			if sc == engine.SyncCommitOff {
+				// Kept for the getter while commits are asynchronous,
+				// whichever parameter turned them off.
+				s.setParam("appendfsync", v)
+			}
 			s.syncCommit.Store(int32(sc))
 			return s.db.SetSynchronousCommit(sc) // parsed: on or off
 		},

@@ -1430,3 +1430,27 @@ func TestScanCursorOfAnotherServer(t *testing.T) {
 		t.Fatalf("SCAN %d, a cursor of another server: %v; want ERR invalid cursor", cur, err)
 	}
 }
+
+// TestAppendfsyncFollowsSynchronousCommit: appendfsync reports the
+// commit mode in force, whichever of the two parameters set it last.
+func TestAppendfsyncFollowsSynchronousCommit(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	get := func(want string) {
+		t.Helper()
+		r.cmd("CONFIG", "GET", "appendfsync")
+		r.expect(fmt.Sprintf("*2\r\n$11\r\nappendfsync\r\n$%d\r\n%s\r\n", len(want), want))
+	}
+	for _, c := range [][]string{
+		{"appendfsync", "always", "always"},
+		{"synchronous_commit", "off", "everysec"},
+		{"synchronous_commit", "on", "always"},
+		{"appendfsync", "no", "no"},
+		{"synchronous_commit", "on", "always"},
+		{"synchronous_commit", "off", "no"},
+	} {
+		r.cmd("CONFIG", "SET", c[0], c[1])
+		r.expect("+OK\r\n")
+		get(c[2])
+	}
+}
