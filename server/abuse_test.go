@@ -20,7 +20,7 @@ func TestProtocolErrors(t *testing.T) {
 	ts := startServer(t, Config{})
 	for _, c := range []struct{ send, want string }{
 		{"*99999999999\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
-		{"*2000000\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+		{"*2147483648\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
 		{"*x\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
 		{"*1\r\n$999999999999\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
 		{"*1\r\n$600000000\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
@@ -45,6 +45,26 @@ func TestProtocolErrors(t *testing.T) {
 	if err := rdb.Set(context.Background(), "still", "fine", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestManyArguments: as in Redis 7, a request may have more than 2^20
+// arguments (a DEL of over a million keys, say); the count's limit is
+// 2^31-1. ECHO's arity error answers it without touching the engine.
+func TestManyArguments(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	const n = 1<<20 + 1
+	go func() {
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "*%d\r\n$4\r\nECHO\r\n", n)
+		for range n - 1 {
+			b.WriteString("$1\r\nk\r\n")
+		}
+		r.nc.Write(b.Bytes())
+	}()
+	r.expect("-ERR wrong number of arguments for 'echo' command\r\n")
+	r.cmd("PING")
+	r.expect("+PONG\r\n")
 }
 
 // TestOversizeArgument: an argument over the longest kept (MaxArgLen, here

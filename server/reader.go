@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"mvkv/engine"
 )
@@ -32,7 +33,9 @@ type Limits struct {
 	// command is answered with an error; the connection stays usable.
 	MaxArgLen int
 	// MaxMultibulkLen is the most arguments one request may declare
-	// (default 1,048,576); more is a protocol error.
+	// (default 2^31-1, Redis 7's INT_MAX); more is a protocol error. The
+	// count only bounds the reading loop: what a request holds is bounded
+	// by QueryBufferLimit.
 	MaxMultibulkLen int
 	// MaxInlineLen is Redis's PROTO_INLINE_MAX_SIZE (64 KiB): the longest
 	// inline request line and the longest "*N" or "$N" line.
@@ -49,7 +52,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxBulkLen:       512 << 20,
 	MaxArgLen:        MaxStoredValue,
-	MaxMultibulkLen:  1 << 20,
+	MaxMultibulkLen:  math.MaxInt32,
 	MaxInlineLen:     64 << 10,
 	QueryBufferLimit: 1 << 30,
 }

@@ -21,7 +21,8 @@ func TestUnauthenticatedLimits(t *testing.T) {
 	for _, c := range []struct{ send, want string }{
 		{"*11\r\n", mbulk},
 		{"*1048576\r\n", mbulk},
-		{"*2000000\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+		{"*2000000\r\n", mbulk},
+		{"*2147483648\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
 		{"*2\r\n$4\r\nAUTH\r\n$16385\r\n", bulk},
 		// The request that grew the server by half a gigabyte a
 		// connection is refused at its length.
