@@ -229,9 +229,11 @@ func cmdObject(x *execCtx, args [][]byte) error {
 			"    Return the kind of internal representation used in order to store the value",
 			"    associated with a <key>.",
 			"FREQ <key>",
-			"    Return the access logarithmic access frequency counter associated with a <key>.",
+			"    Return the access frequency index of the <key>. The returned integer is",
+			"    proportional to the logarithm of the recent access frequency of the key.",
 			"IDLETIME <key>",
-			"    Return the idle time associated with a <key>.",
+			"    Return the idle time of the <key>, that is the approximated number of",
+			"    seconds elapsed since the last access to the key.",
 			"REFCOUNT <key>",
 			"    Return the number of references of the value associated with the specified",
 			"    <key>.")

@@ -228,6 +228,7 @@ var redisDiffScript2 = []string{
 	`FOO "a\x00b" c`, "FOO aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb cccccccccc", "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc x", "FOO cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
 	"SET bq foobar", "BITCOUNT bq -1 -5 FOO", "BITCOUNT bq -1 -5 BIT", "BITCOUNT bq -5 -1 FOO", "BITCOUNT bq 1 -5 FOO",
 	"MULTI", "OBJECT HELP x", "EXEC", "MULTI", "OBJECT ENCODING mq", "PING", "EXEC", "OBJECT FOO", "CLIENT SETNAME",
+	"OBJECT HELP",
 }
 
 // TestRepliesMatchRedis runs redisDiffScript against a real redis-server
