@@ -36,7 +36,7 @@ func (t *Txn) Lock(key []byte) error {
 		t.st = newTxnState()
 	}
 	if err := t.db.rowLock(t.ctx, key, t.st); err != nil {
-		t.err = err
+		t.abortOnError(err)
 		return err
 	}
 	// The lock may have been let go by an early-released commit not yet
