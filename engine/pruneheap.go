@@ -182,7 +182,11 @@ type pruneResult struct {
 	// allVisible: every tuple left is visible to every snapshot;
 	// allFrozen: and none needs the CLOG.
 	allVisible, allFrozen bool
-	newestXmin            uint64 // the newest xmin left, for the visibility map record
+	// heads is how many dead index heads vacuum listed for its second
+	// pass; the visibility fields describe the page as it will be once
+	// they are gone.
+	heads      int
+	newestXmin uint64 // the newest xmin left, for the visibility map record
 	oldestXid             uint64 // the oldest xid a tuple left names, for RelFrozenXid
 }
 
@@ -360,7 +364,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 				hw.key = string(key)
 			}
 			w.heads = append(w.heads, hw)
-			res.allVisible, res.allFrozen = false, false
+			res.heads++
 			continue
 		}
 		// A version whose inserter committed below the horizon is where

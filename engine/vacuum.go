@@ -340,6 +340,14 @@ type abortedChunk struct {
 type pageWork struct {
 	heads  []headWork
 	chunks []uint16
+	// visibleAfter: pass 1 found every other version on the page visible
+	// to all (frozenAfter: and frozen), as of the page LSN lsnAfter; pass
+	// 2 sets the map bits once the heads are gone if no record changed
+	// the page meanwhile (PostgreSQL's lazy_vacuum_heap_page, which
+	// checks the page again instead).
+	visibleAfter, frozenAfter bool
+	newestXmin                uint64
+	lsnAfter                  uint64
 }
 
 // headWork is an index head pass 1 found that no snapshot needs.
@@ -476,7 +484,12 @@ func (v *vacuumRun) scanPage(blk uint32, mapSaid bool) (uint64, error) {
 	if err != nil {
 		return v.st.OldestXmin, err
 	}
-	if res.allVisible {
+	if res.allVisible && res.heads > 0 {
+		w := v.pageWork(blk)
+		w.visibleAfter, w.frozenAfter, w.newestXmin = true, res.allFrozen, res.newestXmin
+		w.lsnAfter = heap.PageLSN(buf.Page())
+	}
+	if res.allVisible && res.heads == 0 {
 		// Set the bits unless they are set already; an all-visible page
 		// whose tuples this run froze becomes all-frozen.
 		av, af := db.pageAllVisible(blk)
@@ -636,6 +649,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	buf.Lock()
 	defer buf.Unlock()
 	page := buf.Page()
+	lsnBefore := heap.PageLSN(page)
 	pp := &prunePage{block: blk}
 	// Each slot is checked again under the page lock: a head must still
 	// be the version pass 1 saw, by key and xmin (the row lock keeps
@@ -719,6 +733,17 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	v.st.TuplesRemoved += uint64(len(done))
 	v.st.PagesCompacted++
 	db.recordFreeSpace(blk, heap.FreeSpace(page))
+	// Every head gone and the page as pass 1 left it but for them (its
+	// LSN then was lsnAfter, and only this prune's record came since: a
+	// version placed or marked by a writer would have logged one first):
+	// all-visible now, as pass 1 would have found it. The horizon only
+	// moves forward, so what was visible to all still is.
+	if heads && w.visibleAfter && len(done) == len(todo) && lsnBefore == w.lsnAfter {
+		if err := db.setPageAllVisible(buf, w.frozenAfter, w.newestXmin); err != nil {
+			return err
+		}
+		v.st.PagesAllVisible++
+	}
 	return nil
 }
 
