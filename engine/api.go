@@ -20,9 +20,7 @@ var (
 	// concurrent update"). The transaction must be rolled back and retried.
 	ErrSerializationFailure = errors.New("mvkv: could not serialize access due to concurrent update")
 	// ErrDeadlock: waiting for a row lock would close a cycle of waiters; this
-	// transaction was chosen to fail, and is aborted at the error: its row
-	// locks are released at once, so the others in the cycle go on. Roll
-	// back and retry.
+	// transaction was chosen to fail. Roll back and retry.
 	ErrDeadlock = errors.New("mvkv: deadlock detected")
 	// ErrLockTimeout: a row lock was not granted within Options.LockTimeout.
 	ErrLockTimeout = errors.New("mvkv: canceling statement due to lock timeout")

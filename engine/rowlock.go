@@ -36,7 +36,7 @@ func (t *Txn) Lock(key []byte) error {
 		t.st = newTxnState()
 	}
 	if err := t.db.rowLock(t.ctx, key, t.st); err != nil {
-		t.abortOnError(err)
+		t.err = err
 		return err
 	}
 	// The lock may have been let go by an early-released commit not yet

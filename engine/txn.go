@@ -42,9 +42,6 @@ type Txn struct {
 	// end it; Commit, CommitAsync and Rollback refuse (ErrTxnManaged).
 	managed bool
 	err     error // the error that aborted the transaction, if any
-	// abortErr is what ending the aborted transaction at its error
-	// returned, for Rollback to report (abortOnError).
-	abortErr error
 	// dep is the highest commit LSN the transaction may have observed
 	// (a snapshot or a row lock): Commit returns only once the WAL is
 	// durable up to it (elr.go).
@@ -372,10 +369,9 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 // ErrLockTimeout or the context's error while waiting for the row lock;
 // ErrWALSyncFailed, ErrIOFailure or ErrWriteFailed on an I/O failure. After
 // any error but ErrEmptyKey, ErrTooLarge, ErrReadOnly and the ones the
-// transaction already had, it is aborted at once, as in PostgreSQL: its
-// versions count as never written, its row locks are released (a
-// transaction waiting for one goes on), later calls fail with "current
-// transaction is aborted" and only Rollback is left.
+// transaction already had, it is aborted: later calls fail with
+// "current transaction is aborted" and only Rollback is left, as in
+// PostgreSQL.
 func (t *Txn) Put(key, value []byte) error {
 	return t.write(key, func([]byte, bool) ([]byte, error) { return value, nil }, false, len(value), nil)
 }
@@ -445,33 +441,9 @@ func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool,
 		return ue.err
 	case errors.Is(err, ErrTooLarge):
 	default:
-		t.abortOnError(err)
+		t.err = err
 	}
 	return err
-}
-
-// abortOnError aborts the transaction at err, as PostgreSQL's
-// AbortTransaction runs at the error, not at the ROLLBACK that follows:
-// its versions are marked aborted, its xid leaves the running table, its
-// row locks are released and its snapshot too. So a deadlock victim or a
-// transaction whose context ended no longer holds up the transactions
-// waiting for its locks until its caller rolls back. The Txn stays in
-// the aborted state: every later call but Rollback fails with err, and
-// Rollback (or Commit) ends it, returning what the abort itself returned.
-func (t *Txn) abortOnError(err error) {
-	t.err = err
-	t.releaseSnapshot()
-	if t.st == nil {
-		return
-	}
-	st := t.st
-	t.st = nil
-	if st.xid.Load() == 0 {
-		t.db.releaseLocks(st)
-		return
-	}
-	t.db.av.noteEnd(false, t.newVersions, t.obsoleted)
-	t.abortErr = t.db.abort(st)
 }
 
 // deleteInfo is what a delete tells DeleteRange: whether it deleted a
@@ -801,7 +773,7 @@ func (t *Txn) Rollback() error {
 	t.done = true
 	t.releaseSnapshot()
 	if t.st == nil {
-		return t.abortErr
+		return nil
 	}
 	st := t.st
 	t.st = nil
