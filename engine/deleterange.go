@@ -11,6 +11,10 @@ import (
 // reads about every page once.
 var deleteRangeBatch = 1 << 20
 
+// deleteRangeSnapshotTaken, if set (by tests), runs right after
+// DeleteRange took its snapshot, before it takes any row lock.
+var deleteRangeSnapshotTaken func()
+
 // DeleteRange deletes every key in [start, end) that has a version visible
 // to the transaction (an empty or nil end: no upper bound; a nil start:
 // from the first key), as PostgreSQL's DELETE FROM t WHERE k >= start AND
@@ -26,8 +30,12 @@ var deleteRangeBatch = 1 << 20
 // committed after the snapshot (a key another transaction deleted
 // meanwhile is passed over), under REPEATABLE READ a key changed since
 // the snapshot fails with ErrSerializationFailure. A key created after
-// the snapshot is left alone. Each deleted key's row lock is held to the
-// end of the transaction, as for Delete, so a large range holds many.
+// the snapshot is left alone. The row locks of a batch's keys (of every
+// key in the index's range, visible or not) are taken in key order before
+// any of them is deleted, as MSET and DEL take theirs, so that
+// DeleteRange queues behind such writers instead of deadlocking with
+// them; they are held to the end of the transaction, as for Delete, so a
+// large range holds many.
 //
 // Why not Scan and then Delete: the keys are visited in the order of the
 // heap blocks holding their newest versions, a batch of up to about a
@@ -53,6 +61,9 @@ func (t *Txn) DeleteRange(start, end []byte, fn func(key, old []byte)) (int, err
 	db := t.db
 	snap, release := t.snapshot()
 	defer release()
+	if deleteRangeSnapshotTaken != nil {
+		deleteRangeSnapshotTaken()
+	}
 	r := db.vm.NewReader()
 	var c ioCounts
 	defer c.add(db)
@@ -74,6 +85,16 @@ func (t *Txn) DeleteRange(start, end []byte, fn func(key, old []byte)) (int, err
 			return deleted, nil
 		}
 		last := batch[len(batch)-1].e.key()
+		// The row locks first, in key order, as MSET, DEL and the
+		// server's EXEC blocks take theirs, so that a delete of many
+		// keys queues behind them instead of closing a cycle with one;
+		// then the deletes, in heap order. A key that turns out not to
+		// be visible keeps its lock to the end, as a Lock would.
+		for _, tg := range batch {
+			if err := t.Lock([]byte(tg.e.key())); err != nil {
+				return deleted, err
+			}
+		}
 		slices.SortFunc(batch, func(a, b target) int { return cmp.Compare(a.head, b.head) })
 		for _, tg := range batch {
 			// Visible to the snapshot? Checked under the close lock, as

@@ -111,8 +111,6 @@ func TestDeleteRangeConcurrentWriters(t *testing.T) {
 		t.Run(iso.String(), func(t *testing.T) {
 			db := openTest(t, t.TempDir(), Options{})
 			defer db.Close()
-			// Inserted in this order, the keys' versions lie in this
-			// order on the heap's first page, the order DeleteRange visits.
 			for _, k := range []string{"a", "b", "c", "d"} {
 				mustPut(t, db, k, "old-"+k)
 			}
@@ -120,16 +118,9 @@ func TestDeleteRangeConcurrentWriters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]string{}
-			first := true
-			n, err := tx.DeleteRange(nil, nil, func(k, old []byte) {
-				got[string(k)] = string(old)
-				if !first {
-					return
-				}
-				first = false
-				// After "a": another transaction updates "c", deletes
-				// "d" and creates "e", and commits.
+			// Between the snapshot and the locks, another transaction
+			// updates "c", deletes "d" and creates "e", and commits.
+			deleteRangeSnapshotTaken = func() {
 				if err := db.Update(ctx, func(o *Txn) error {
 					if err := o.Put([]byte("c"), []byte("new-c")); err != nil {
 						return err
@@ -141,6 +132,11 @@ func TestDeleteRangeConcurrentWriters(t *testing.T) {
 				}); err != nil {
 					t.Errorf("concurrent writer: %v", err)
 				}
+			}
+			defer func() { deleteRangeSnapshotTaken = nil }()
+			got := map[string]string{}
+			n, err := tx.DeleteRange(nil, nil, func(k, old []byte) {
+				got[string(k)] = string(old)
 			})
 			if iso == RepeatableRead {
 				if !errors.Is(err, ErrSerializationFailure) {
@@ -255,5 +251,54 @@ func BenchmarkDeleteRange(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// DeleteRange takes its row locks in key order, as MSET does, so that it
+// queues behind a transaction writing keys in key order instead of
+// deadlocking with it, although it deletes in heap order: here "b" lies
+// before "a" in the heap.
+func TestDeleteRangeLocksInKeyOrder(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "b", "1")
+	mustPut(t, db, "a", "1")
+	w, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Put([]byte("a"), []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := d.DeleteRange(nil, nil, nil)
+		if err == nil && n != 2 {
+			err = fmt.Errorf("deleted %d keys, want 2", n)
+		}
+		if err == nil {
+			err = d.Commit()
+		}
+		done <- err
+	}()
+	waitUntilWaiting(t, db)
+	if err := w.Put([]byte("b"), []byte("2")); err != nil {
+		t.Fatalf("the key-order writer: %v", err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("DeleteRange: %v", err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if v, ok := get(t, db, k); ok {
+			t.Fatalf("%s = %q after DeleteRange", k, v)
+		}
 	}
 }

@@ -187,7 +187,7 @@ type pruneResult struct {
 	// they are gone.
 	heads      int
 	newestXmin uint64 // the newest xmin left, for the visibility map record
-	oldestXid             uint64 // the oldest xid a tuple left names, for RelFrozenXid
+	oldestXid  uint64 // the oldest xid a tuple left names, for RelFrozenXid
 }
 
 // prunePageLocked prunes buf's page: it frees every version on it that no
