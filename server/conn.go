@@ -824,7 +824,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		// snapshot before the locks.
 		keys = slices.Clip(keys)
 		err := c.s.db.View(c.ctx, func(tx *engine.Txn) error {
-			return tx.Scan(nil, nil, func(k, _ []byte) bool {
+			return tx.ScanKeys(nil, nil, func(k []byte) bool {
 				keys = append(keys, string(k))
 				return true
 			})
