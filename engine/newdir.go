@@ -6,8 +6,13 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"slices"
 
+	"mvkv/clog"
+	"mvkv/internal/heap"
+	"mvkv/internal/rmgr"
 	"mvkv/vfs"
+	"mvkv/wal"
 )
 
 // A first Open that fails removes what it made. Open makes a data
@@ -28,8 +33,9 @@ import (
 // before their directories, while it still holds the lock (so that no
 // other Open can have begun to use them), then the lock file, then, once
 // the lock is released, the data directory and the parents Open made.
-// Directories are removed only when empty, so that a file put there
-// meanwhile by anyone else stops the removal instead of going with it.
+// Only names the engine gives its files are removed, and directories only
+// when empty, so that a file put there meanwhile by anyone else stays and
+// keeps its directories, instead of going with them.
 // Nothing is removed from a directory that was a data directory: what
 // recovery wrote there is redone by the next Open, and the rest is the
 // database's. What could not be removed is named in Open's error, after
@@ -131,7 +137,10 @@ func (u *newDirUndo) undo(lock io.Closer, err error) error {
 		if len(u.failed) > 0 {
 			break // not empty: its parents are not either
 		}
-		u.remove(d)
+		// Made by this Open, and removed only if empty.
+		if err := u.fsys.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			u.failed = append(u.failed, d)
+		}
 	}
 	if len(u.failed) > 0 {
 		err = fmt.Errorf("%w (and what it made in %s could not all be removed: %v)", err, u.dir, u.failed)
@@ -139,12 +148,41 @@ func (u *newDirUndo) undo(lock io.Closer, err error) error {
 	return err
 }
 
-// remove removes path if Open made it, noting a failure.
+// remove removes path if Open made it, noting a failure. A file whose
+// name the engine never gives is another program's, put there while Open
+// ran: it stays, and so do the directories holding it.
 func (u *newDirUndo) remove(path string) {
 	if u.had[path] {
+		return
+	}
+	if !u.ownName(path) {
+		u.failed = append(u.failed, path)
 		return
 	}
 	if err := u.fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		u.failed = append(u.failed, path)
 	}
+}
+
+// ownName reports whether path, in u.dir, is one of the names Open gives
+// what it makes: a subdirectory, a root file (control, LOCK, index and
+// their temporary names), a WAL, heap or map segment, or a CLOG file.
+func (u *newDirUndo) ownName(path string) bool {
+	rel, err := filepath.Rel(u.dir, path)
+	if err != nil {
+		return false
+	}
+	sub, name := filepath.Split(rel)
+	switch filepath.Clean(sub) {
+	case ".":
+		return slices.Contains(newDirSubdirs, name) || slices.Contains(rmgr.Engine.RootFiles, name)
+	case walDir:
+		return wal.IsSegmentName(name)
+	case heapDir, vmDir:
+		return heap.IsSegmentName(name)
+	case clogDir:
+		_, seg := clog.ParseSegmentName(name)
+		return seg || clog.IsOwnFile(name)
+	}
+	return false
 }

@@ -174,3 +174,40 @@ func TestFailedOpenKeepsDataDirectory(t *testing.T) {
 		}
 	}
 }
+
+// A file another program writes in the new directory while a first Open
+// runs is not the Open's to remove when it fails: it stays, with the
+// directories holding it, and the error names it; the engine's own files
+// go.
+func TestFailedOpenLeavesStrangers(t *testing.T) {
+	m := vfs.NewMemFS()
+	u, err := noteNewDir(m, "/a/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"/a/db/wal", "/a/db/heap", "/a/db/clog", "/a/db/vm"} {
+		if err := m.MkdirAll(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"/a/db/control", "/a/db/wal/0000000000000000", "/a/db/heap/00000000", "/a/db/notes.txt", "/a/db/heap/x"} {
+		fh, err := m.Create(f)
+		if err == nil {
+			_, err = fh.WriteAt([]byte("x"), 0)
+			fh.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	why := errors.New("open failed")
+	err = u.undo(nil, why)
+	if !errors.Is(err, why) || !strings.Contains(err.Error(), "/a/db/notes.txt") || !strings.Contains(err.Error(), "/a/db/heap/x") {
+		t.Fatalf("undo: %v", err)
+	}
+	got := memTree(t, m, "/a")
+	want := map[string]int64{"/a/db": -1, "/a/db/heap": -1, "/a/db/notes.txt": 1, "/a/db/heap/x": 1}
+	if !maps.Equal(got, want) {
+		t.Fatalf("left %v, want %v", got, want)
+	}
+}
