@@ -5,10 +5,10 @@ import (
 	"slices"
 )
 
-// deleteRangeBatch is the most keys DeleteRange orders by heap location at
-// once: 16 MiB of entry pointers and heads. The larger the batch, the fewer times each
-// heap page is read: a batch's keys lie all over the heap, so every batch
-// reads about every page once.
+// deleteRangeBatch is the most keys DeleteRange orders by heap location
+// at once: 16 MiB of entry pointers and heads. The larger the batch, the
+// fewer times each heap page is read: a batch's keys lie all over the
+// heap, so every batch reads about every page once.
 var deleteRangeBatch = 1 << 20
 
 // deleteRangeSnapshotTaken, if set (by tests), runs right after
