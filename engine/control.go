@@ -152,7 +152,7 @@ func writeControl(fsys vfs.FS, dir string, c controlData) error {
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, tmp, err)
+		return fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, tmp, err)
 	}
 	if err := f.Close(); err != nil {
 		return err
@@ -161,7 +161,7 @@ func writeControl(fsys vfs.FS, dir string, c controlData) error {
 		return err
 	}
 	if err := fsys.SyncDir(dir); err != nil {
-		return fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, dir, err)
+		return fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, dir, err)
 	}
 	return nil
 }

@@ -631,6 +631,9 @@ func (db *DB) fail(err error) error {
 	// The cause stays matchable (errors.Is(err, syscall.ENOSPC), a
 	// *fs.PathError) behind the engine's sentinel.
 	wrapped := fmt.Errorf("%w: %w", ErrIOFailure, err)
+	if errors.Is(err, ErrIOFailure) {
+		wrapped = err // said once is enough
+	}
 	if errors.Is(err, wal.ErrSyncFailed) {
 		wrapped = fmt.Errorf("%w: %w", ErrWALSyncFailed, err)
 	}

@@ -124,3 +124,26 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	db := openTest(t, begun, Options{})
 	db.Close()
 }
+
+// TestCheckpointSyncFailureCause: a failed fsync of the control or index
+// file fails the checkpoint with ErrIOFailure, and the operating system's
+// error stays matchable behind it.
+func TestCheckpointSyncFailureCause(t *testing.T) {
+	for _, name := range []string{"control.tmp", "index.tmp"} {
+		t.Run(name, func(t *testing.T) {
+			m := vfs.NewMemFS()
+			ffs := vfs.NewFaultFS(m)
+			db := openTest(t, "/db", Options{FS: ffs, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+			defer db.Close()
+			mustPut(t, db, "a", "1")
+			ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: name, Err: syscall.EIO})
+			err := db.Checkpoint()
+			if !errors.Is(err, ErrIOFailure) || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("checkpoint with %s's fsync failing: %v; want ErrIOFailure wrapping EIO", name, err)
+			}
+			if n := strings.Count(err.Error(), ErrIOFailure.Error()); n != 1 {
+				t.Fatalf("%q says %q %d times", err, ErrIOFailure, n)
+			}
+		})
+	}
+}

@@ -240,7 +240,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 		return 0, 0, err
 	}
 	if err := f.Sync(); err != nil {
-		return 0, 0, fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, tmp, err)
+		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, tmp, err)
 	}
 	if err := f.Close(); err != nil {
 		return 0, 0, err
@@ -249,7 +249,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 		return 0, 0, err
 	}
 	if err := db.fs.SyncDir(db.dir); err != nil {
-		return 0, 0, fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, db.dir, err)
+		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, db.dir, err)
 	}
 	return keys, size, nil
 }

@@ -453,7 +453,7 @@ func (db *DB) syncWALFiles(dir string) error {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("%w: fsync %s: %v", ErrIOFailure, name, err)
+			return fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, name, err)
 		}
 	}
 	return nil
