@@ -23,6 +23,7 @@ func init() {
 		HeapDir:      heapDir,
 		VMDir:        vmDir,
 		RootFiles:    []string{controlName, controlTmpName, lockName, indexFileName, indexFileTmpName},
+		OwnFile:      ownFileName,
 		TypeName:     recordTypeName,
 		Describe:     describeRecord,
 		IsCheckpoint: func(t wal.RecordType) bool { return t == recCheckpoint },

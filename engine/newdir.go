@@ -165,16 +165,26 @@ func (u *newDirUndo) remove(path string) {
 }
 
 // ownName reports whether path, in u.dir, is one of the names Open gives
-// what it makes: a subdirectory, a root file (control, LOCK, index and
-// their temporary names), a WAL, heap or map segment, or a CLOG file.
+// what it makes (ownFileName).
 func (u *newDirUndo) ownName(path string) bool {
 	rel, err := filepath.Rel(u.dir, path)
 	if err != nil {
 		return false
 	}
 	sub, name := filepath.Split(rel)
-	switch filepath.Clean(sub) {
-	case ".":
+	sub = filepath.Clean(sub)
+	if sub == "." {
+		sub = ""
+	}
+	return ownFileName(sub, name)
+}
+
+// ownFileName is rmgr.Engine.OwnFile: whether name is one the engine gives
+// what it keeps in subdirectory sub of a data directory ("" for the
+// directory itself).
+func ownFileName(sub, name string) bool {
+	switch sub {
+	case "":
 		return slices.Contains(newDirSubdirs, name) || slices.Contains(rmgr.Engine.RootFiles, name)
 	case walDir:
 		return wal.IsSegmentName(name)

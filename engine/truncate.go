@@ -150,7 +150,7 @@ func (v *vacuumRun) truncateTail() error {
 	// that (the first step after a load waited 110 ms for it).
 	err = db.whileOpen(func() error {
 		if err := db.storage.Sync(); err != nil {
-			return db.fail(fmt.Errorf("%w: %v", ErrIOFailure, err))
+			return db.fail(err)
 		}
 		return nil
 	})

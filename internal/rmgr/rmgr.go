@@ -44,6 +44,12 @@ type Table struct {
 	// the lock file, the index file, and the temporary names they are
 	// written under).
 	RootFiles []string
+	// OwnFile reports whether name is one the engine gives what it keeps
+	// in subdirectory sub of the data directory ("" for the directory
+	// itself): a subdirectory or root file there, a WAL, heap or map
+	// segment, a CLOG segment or the CLOG's own file. Verify's check for
+	// strangers and a failed first Open's cleanup both ask it.
+	OwnFile func(sub, name string) bool
 	// TypeName is the name of a record type, as pg_waldump prints it
 	// ("HEAP_INSERT").
 	TypeName func(t wal.RecordType) string

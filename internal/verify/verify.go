@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"mvkv/clog"
@@ -418,11 +417,7 @@ func checkCheckpointRecord(fsys vfs.FS, walPath string, ctrl rmgr.Control) error
 func checkStrayFiles(t Target, problem Problemf, next uint64) {
 	if names, err := t.FS().ReadDir(t.Dir()); err == nil {
 		for _, n := range names {
-			if slices.Contains(rmgr.Engine.RootFiles, n) {
-				continue
-			}
-			switch n {
-			case rmgr.Engine.WALDir, rmgr.Engine.CLOGDir, rmgr.Engine.HeapDir, rmgr.Engine.VMDir:
+			if rmgr.Engine.OwnFile("", n) {
 				continue
 			}
 			problem("data directory: %s is not a file of the database (nothing reads it; remove it, or find what wrote it)", filepath.Join(t.Dir(), n))
@@ -430,16 +425,15 @@ func checkStrayFiles(t Target, problem Problemf, next uint64) {
 	}
 	for _, d := range []struct {
 		dir, what, file, ignoredBy string
-		own                        func(string) bool
 	}{
-		{rmgr.Engine.WALDir, "WAL", "WAL segment", "recovery ignores it", wal.IsSegmentName},
-		{rmgr.Engine.HeapDir, "heap", "heap file", "nothing reads it", heap.IsSegmentName},
-		{rmgr.Engine.VMDir, "visibility map", "visibility map file", "nothing reads it", heap.IsSegmentName},
+		{rmgr.Engine.WALDir, "WAL", "WAL segment", "recovery ignores it"},
+		{rmgr.Engine.HeapDir, "heap", "heap file", "nothing reads it"},
+		{rmgr.Engine.VMDir, "visibility map", "visibility map file", "nothing reads it"},
 	} {
 		dir := filepath.Join(t.Dir(), d.dir)
 		if names, err := t.FS().ReadDir(dir); err == nil {
 			for _, n := range names {
-				if !d.own(n) {
+				if !rmgr.Engine.OwnFile(d.dir, n) {
 					problem("%s: %s is not a %s (%s; remove it, or find what wrote it)", d.what, filepath.Join(dir, n), d.file, d.ignoredBy)
 				}
 			}
@@ -451,7 +445,7 @@ func checkStrayFiles(t Target, problem Problemf, next uint64) {
 		for _, n := range names {
 			seg, ok := clog.ParseSegmentName(n)
 			switch {
-			case !ok && !clog.IsOwnFile(n):
+			case !rmgr.Engine.OwnFile(rmgr.Engine.CLOGDir, n):
 				problem("CLOG: %s is not a CLOG segment (nothing reads it; remove it, or find what wrote it)", filepath.Join(clogDir, n))
 			case ok && seg > last:
 				problem("CLOG: %s lies past the segment of the next xid %d, which no transaction has reached: it was put there (a copy, or another database's); nothing reads it (each page is started anew when xids reach it), but remove it", filepath.Join(clogDir, n), next)
