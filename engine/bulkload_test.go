@@ -276,9 +276,12 @@ func TestBulkLoadCrashLadder(t *testing.T) {
 	}
 	sample := *ladderSample
 	if sample <= 0 {
+		// The load makes only about 50 file-system operations: one in 12
+		// (the other ladders' rate under -race) left every one unchecked
+		// in about 2% of runs.
 		sample = 3
 		if raceEnabled {
-			sample = 12
+			sample = 4
 		}
 	}
 	const n, size = 1000, 400 // about 30 pages (TestBulkLoad writes several runs)
