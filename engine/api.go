@@ -274,7 +274,8 @@ type Options struct {
 	// updated table alone.
 	AutovacuumVacuumScaleFactor float64
 	// AutovacuumNaptime is autovacuum_naptime (default 1 min): how often
-	// the worker checks the dead-tuple count. Values below PostgreSQL's 1 s
+	// the worker checks the dead-tuple count (the first check comes a
+	// second after Open, or a naptime if that is shorter). Values below PostgreSQL's 1 s
 	// are allowed here, for tests and benchmarks, down to 1 ms (Open
 	// refuses less with ErrInvalidSetting: 60 here is 60 ns).
 	AutovacuumNaptime time.Duration

@@ -32,7 +32,10 @@ import (
 //
 // A restart does not forget the debt: the heap scan at open counts the dead
 // versions it meets (aborted, deleted or replaced) and starts the count
-// there, where PostgreSQL's statistics start from zero after a crash.
+// there, where PostgreSQL's statistics start from zero after a crash. The
+// worker's first check comes a second after open rather than a naptime
+// later, so that a process restarted more often than the naptime still
+// pays it.
 
 // autovacuumState holds the dead-tuple count and the worker's counters.
 type autovacuumState struct {
@@ -76,7 +79,12 @@ func (db *DB) autovacuumDue() (bool, int64) {
 	return float64(dead) > limit, dead
 }
 
-// autovacuumWorker runs until Close, waking every AutovacuumNaptime.
+// autovacuumFirstCheck is how long after open the worker first compares
+// the dead-tuple count with the threshold.
+const autovacuumFirstCheck = time.Second
+
+// autovacuumWorker runs until Close, waking autovacuumFirstCheck after open
+// and then every AutovacuumNaptime.
 func (db *DB) autovacuumWorker() {
 	defer db.bgWG.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,8 +93,13 @@ func (db *DB) autovacuumWorker() {
 		<-db.stopBG
 		cancel()
 	}()
-	tick := time.NewTicker(db.opts.AutovacuumNaptime)
-	defer tick.Stop()
+	// The first check comes soon after open, not a naptime later: the
+	// debt the open's heap scan counted is owed now, and a server
+	// restarted more often than the naptime would otherwise never vacuum
+	// (PostgreSQL's launcher likewise starts its first worker at once).
+	// The pause lets Open's caller start its work first.
+	timer := time.NewTimer(min(db.opts.AutovacuumNaptime, autovacuumFirstCheck))
+	defer timer.Stop()
 	// A failure that repeats (a damaged page vacuum cannot read) is
 	// logged when first seen and then at most every failureLogEvery,
 	// with how often it failed in between, so that a short naptime does
@@ -99,8 +112,9 @@ func (db *DB) autovacuumWorker() {
 		select {
 		case <-db.stopBG:
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
+		timer.Reset(db.opts.AutovacuumNaptime)
 		due, dead := db.autovacuumDue()
 		if !due || db.writable() != nil {
 			continue

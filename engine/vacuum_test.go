@@ -1385,6 +1385,39 @@ func TestAutovacuumDebtSurvivesRestart(t *testing.T) {
 	}
 }
 
+// Autovacuum pays the debt found at open soon after it, not a naptime
+// later: a process restarted more often than the naptime would otherwise
+// never vacuum.
+func TestAutovacuumRunsSoonAfterOpen(t *testing.T) {
+	dir := t.TempDir()
+	off := false
+	opts := Options{Autovacuum: &off, AutovacuumVacuumThreshold: 10}
+	db := openTest(t, dir, opts)
+	release := holdSnapshot(t, db) // no pruning
+	for i := range 30 {
+		mustPut(t, db, fmt.Sprint("k", i), "a")
+		mustPut(t, db, fmt.Sprint("k", i), "b")
+	}
+	release()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts.Autovacuum, opts.AutovacuumNaptime = nil, time.Hour
+	db = openTest(t, dir, opts)
+	defer db.Close()
+	// Liveness, not speed: the first check is due a second after open;
+	// the deadline only bounds a hang.
+	for deadline := time.Now().Add(time.Minute); db.Stats().Vacuum.AutovacuumRuns == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no autovacuum run within a minute of open, with the debt due and a naptime of an hour")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if due, dead := db.autovacuumDue(); due {
+		t.Fatalf("after the run, %d dead tuples still due", dead)
+	}
+}
+
 // Readers at REPEATABLE READ and READ COMMITTED run against transfers whose
 // pages fill and are pruned by updates and reads, and against vacuum runs
 // in a loop: every statement must see exactly one consistent state (the
