@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"mvkv/internal/bufpool"
 	"mvkv/vfs"
 )
 
@@ -75,6 +76,13 @@ var (
 	// safe side, is a failed write of a visibility map page, of a page
 	// a bulk load builds, or a heap segment file that cannot be created.
 	ErrWriteFailed = errors.New("mvkv: write of a data file failed")
+	// ErrNoFreeBuffer: the statement needed a page that is not in the
+	// buffer pool, and every buffer of it was pinned by the statements
+	// running at once, so none could be evicted (PostgreSQL's "no unpinned
+	// buffers available"). The statement fails and the database goes on:
+	// it may be retried, and a shared_buffers of more than a
+	// few pages per concurrent statement avoids it.
+	ErrNoFreeBuffer = bufpool.ErrNoFreeBuffer
 
 	// The settings interface (Setting.Set, DB.SetConfig,
 	// DB.CurrentSetting), after PostgreSQL's SET and SHOW:

@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"mvkv/internal/bufpool"
+	"mvkv/internal/heap"
 )
 
 func openTest(t testing.TB, dir string, o Options) *DB {
@@ -437,4 +441,46 @@ func TestManagedTxnRefusesCommitAndRollback(t *testing.T) {
 	if err := db.View(ctx, nil); err == nil {
 		t.Fatal("View(nil) returned nil")
 	}
+}
+
+// With every buffer of the pool pinned, a statement that needs another
+// page fails with ErrNoFreeBuffer, a sentinel of this package, and the
+// database goes on once the pins are released.
+func TestNoFreeBuffer(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 16 * heap.PageSize})
+	defer db.Close()
+	val := strings.Repeat("v", 2000)
+	for i := range 200 { // about 50 pages, more than the pool holds
+		mustPut(t, db, fmt.Sprint("k", i), val)
+	}
+	var pinned []*bufpool.Buffer
+	for b := uint32(0); ; b++ {
+		buf, err := db.pool.Get(b)
+		if err != nil {
+			if !errors.Is(err, ErrNoFreeBuffer) {
+				t.Fatalf("pinning block %d: %v", b, err)
+			}
+			break
+		}
+		pinned = append(pinned, buf)
+	}
+	ctx := context.Background()
+	getErr := db.View(ctx, func(tx *Txn) error { _, err := tx.Get([]byte("k0")); return err })
+	putErr := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("new"), []byte(val)) })
+	for _, buf := range pinned {
+		buf.Release()
+	}
+	if !errors.Is(getErr, ErrNoFreeBuffer) && !errors.Is(putErr, ErrNoFreeBuffer) {
+		t.Fatalf("with every buffer pinned: Get %v, Put %v; want ErrNoFreeBuffer from one", getErr, putErr)
+	}
+	for _, err := range []error{getErr, putErr} {
+		if err != nil && !errors.Is(err, ErrNoFreeBuffer) {
+			t.Fatalf("with every buffer pinned: %v, want ErrNoFreeBuffer", err)
+		}
+	}
+	mustPut(t, db, "new", val)
+	if v, ok := get(t, db, "k0"); !ok || v != val {
+		t.Fatal("after the pins are released, k0 is lost")
+	}
+	mustVerify(t, db)
 }

@@ -29,7 +29,9 @@ const numShards = 64
 var (
 	// ErrNoFreeBuffer is returned by Get and Extend when every frame is
 	// pinned, so no victim can be chosen.
-	ErrNoFreeBuffer = errors.New("bufpool: no unpinned buffer available")
+	// Its text is written for the engine's users, who see it as
+	// mvkv.ErrNoFreeBuffer.
+	ErrNoFreeBuffer = errors.New("mvkv: no unpinned buffer available (shared_buffers is too small for the work running at once)")
 	// ErrRelationFull is returned by Extend when the block number would
 	// overflow uint32.
 	ErrRelationFull = errors.New("bufpool: relation has the maximum number of blocks")
