@@ -202,12 +202,12 @@ func (db *DB) writeEmptyPages(zero []uint32, filled []heap.Segment) error {
 			j++
 		}
 		if _, err := db.storage.WriteEmptyPages(zero[i], uint32(j-i)); err != nil {
-			return fmt.Errorf("%w: %v", ErrIOFailure, err)
+			return fmt.Errorf("%w: %w", ErrIOFailure, err)
 		}
 		i = j
 	}
 	if err := db.storage.Sync(); err != nil {
-		return fmt.Errorf("%w: %v", ErrIOFailure, err)
+		return fmt.Errorf("%w: %w", ErrIOFailure, err)
 	}
 	db.recovery.EmptiedBlocks = uint32(len(zero))
 	db.logger.Info("wrote empty pages in place of pages of zeros past the last checkpoint's heap length (extended and not written before the crash)",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,5 +146,44 @@ func TestCheckpointSyncFailureCause(t *testing.T) {
 				t.Fatalf("%q says %q %d times", err, ErrIOFailure, n)
 			}
 		})
+	}
+}
+
+// TestTruncateSyncFailureCause: a failed fsync of a heap file that
+// vacuum's truncation cuts stops writes with ErrIOFailure, the operating
+// system's error matchable behind it and 'I/O failure' said once, as for
+// the other data files.
+func TestTruncateSyncFailureCause(t *testing.T) {
+	m := vfs.NewMemFS()
+	ffs := vfs.NewFaultFS(m)
+	db := openTest(t, "/db", Options{FS: ffs, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	for i := range 50 {
+		mustPut(t, db, fmt.Sprintf("a%03d", i), strings.Repeat("a", 300))
+	}
+	for i := range 200 {
+		mustPut(t, db, fmt.Sprintf("t%03d", i), strings.Repeat("t", 1900))
+	}
+	for i := range 200 {
+		mustDelete(t, db, fmt.Sprintf("t%03d", i))
+	}
+	// The heap files are clean, so the only heap fsync vacuum makes is
+	// the cut's own.
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	f := ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: "/heap/", Err: syscall.EIO})
+	_, err := db.Vacuum(context.Background())
+	if f.Fired() == 0 {
+		t.Fatalf("no heap fsync failed (vacuum: %v)", err)
+	}
+	if !errors.Is(err, ErrIOFailure) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("vacuum with the cut's fsync failing: %v; want ErrIOFailure wrapping EIO", err)
+	}
+	if n := strings.Count(err.Error(), ErrIOFailure.Error()); n != 1 {
+		t.Fatalf("%q says %q %d times", err, ErrIOFailure, n)
+	}
+	if err := db.Failure(); !errors.Is(err, ErrIOFailure) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Failure() = %v; want ErrIOFailure wrapping EIO", err)
 	}
 }

@@ -185,7 +185,7 @@ func (db *DB) cutEmptyLaterSegments(cut uint32, zero []uint32) ([]uint32, error)
 // back to n, for recovery before redo (no buffer holds a block yet).
 func (db *DB) truncateHeap(n uint32) error {
 	if err := db.storage.Truncate(n); err != nil {
-		return fmt.Errorf("%w: %v", ErrIOFailure, err)
+		return fmt.Errorf("%w: %w", ErrIOFailure, err)
 	}
 	return db.pool.Truncate(n)
 }
@@ -198,7 +198,7 @@ func (db *DB) fillShortSegments(short []heap.Segment) error {
 	for _, g := range short {
 		n, err := db.storage.FillSegment(g.Num)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrIOFailure, err)
+			return fmt.Errorf("%w: %w", ErrIOFailure, err)
 		}
 		db.recovery.FilledSegments = append(db.recovery.FilledSegments, g.Path)
 		db.recovery.FilledBlocks += uint64(n)

@@ -252,7 +252,7 @@ func (db *DB) cutHeapTail(cut, old uint32) error {
 		return err
 	}
 	if err := db.storage.Truncate(cut); err != nil {
-		return fmt.Errorf("%w: %v", ErrIOFailure, err)
+		return fmt.Errorf("%w: %w", ErrIOFailure, err)
 	}
 	return nil
 }
