@@ -75,6 +75,10 @@ var (
 	// failed fsync is ErrIOFailure instead, and stops writes; so, on the
 	// safe side, is a failed write of a visibility map page, of a page
 	// a bulk load builds, or a heap segment file that cannot be created.
+	// A failed write or fsync of the index file is ErrWriteFailed too:
+	// that file is only a copy of what the heap and the WAL hold, so the
+	// checkpoint fails, writes go on, and the next checkpoint writes a
+	// new one.
 	ErrWriteFailed = errors.New("mvkv: write of a data file failed")
 	// ErrNoFreeBuffer: the statement needed a page that is not in the
 	// buffer pool, and every buffer of it was pinned by the statements

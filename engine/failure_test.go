@@ -126,24 +126,43 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	db.Close()
 }
 
-// TestCheckpointSyncFailureCause: a failed fsync of the control or index
-// file fails the checkpoint with ErrIOFailure, and the operating system's
-// error stays matchable behind it.
+// TestCheckpointSyncFailureCause: a failed fsync of the control file fails
+// the checkpoint with ErrIOFailure and stops writes; one of the index file,
+// only a copy of what the heap and WAL hold, fails it with ErrWriteFailed
+// and writes go on, the next checkpoint writing the file again. Either way
+// the operating system's error stays matchable behind the sentinel.
 func TestCheckpointSyncFailureCause(t *testing.T) {
-	for _, name := range []string{"control.tmp", "index.tmp"} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		want  error
+		stops bool
+	}{{"control.tmp", ErrIOFailure, true}, {"index.tmp", ErrWriteFailed, false}} {
+		t.Run(tc.name, func(t *testing.T) {
 			m := vfs.NewMemFS()
 			ffs := vfs.NewFaultFS(m)
 			db := openTest(t, "/db", Options{FS: ffs, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
 			defer db.Close()
 			mustPut(t, db, "a", "1")
-			ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: name, Err: syscall.EIO})
+			ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: tc.name, Err: syscall.EIO})
 			err := db.Checkpoint()
-			if !errors.Is(err, ErrIOFailure) || !errors.Is(err, syscall.EIO) {
-				t.Fatalf("checkpoint with %s's fsync failing: %v; want ErrIOFailure wrapping EIO", name, err)
+			if !errors.Is(err, tc.want) || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("checkpoint with %s's fsync failing: %v; want %v wrapping EIO", tc.name, err, tc.want)
 			}
-			if n := strings.Count(err.Error(), ErrIOFailure.Error()); n != 1 {
-				t.Fatalf("%q says %q %d times", err, ErrIOFailure, n)
+			if n := strings.Count(err.Error(), "I/O failure"); tc.stops && n != 1 {
+				t.Fatalf("%q says %q %d times", err, "I/O failure", n)
+			}
+			ffs.Clear()
+			err = db.Update(context.Background(), func(tx *Txn) error { return tx.Put([]byte("b"), []byte("2")) })
+			if tc.stops != (err != nil) {
+				t.Fatalf("a write after the failed checkpoint: %v (want it to fail: %v)", err, tc.stops)
+			}
+			if !tc.stops {
+				if err := db.Checkpoint(); err != nil {
+					t.Fatalf("the next checkpoint: %v", err)
+				}
+				if db.Failure() != nil {
+					t.Fatalf("Failure after an index file fsync failed: %v", db.Failure())
+				}
 			}
 		})
 	}

@@ -239,8 +239,12 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 	if err := db.flushWAL(uint64(db.wal.InsertLSN())); err != nil {
 		return 0, 0, err
 	}
+	// A failed fsync here is ErrWriteFailed, not ErrIOFailure: the file
+	// is only a copy of what the heap and the WAL hold, named by its
+	// checkpoint, so the checkpoint fails, writes go on, and the next one
+	// writes a new file (no page the kernel may have dropped is trusted).
 	if err := f.Sync(); err != nil {
-		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, tmp, err)
+		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrWriteFailed, tmp, err)
 	}
 	if err := f.Close(); err != nil {
 		return 0, 0, err
@@ -249,7 +253,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 		return 0, 0, err
 	}
 	if err := db.fs.SyncDir(db.dir); err != nil {
-		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, db.dir, err)
+		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrWriteFailed, db.dir, err)
 	}
 	return keys, size, nil
 }
