@@ -134,19 +134,20 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 func TestCheckpointSyncFailureCause(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
+		op    vfs.OpKind
 		want  error
 		stops bool
-	}{{"control.tmp", ErrIOFailure, true}, {"index.tmp", ErrWriteFailed, false}} {
-		t.Run(tc.name, func(t *testing.T) {
+	}{{"control.tmp", vfs.OpSync, ErrIOFailure, true}, {"index.tmp", vfs.OpSync, ErrWriteFailed, false}, {"index.tmp", vfs.OpWrite, ErrWriteFailed, false}} {
+		t.Run(fmt.Sprint(tc.name, "-", tc.op), func(t *testing.T) {
 			m := vfs.NewMemFS()
 			ffs := vfs.NewFaultFS(m)
 			db := openTest(t, "/db", Options{FS: ffs, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
 			defer db.Close()
 			mustPut(t, db, "a", "1")
-			ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: tc.name, Err: syscall.EIO})
+			ffs.Inject(vfs.Rule{Kinds: vfs.Ops(tc.op), Contains: tc.name, Err: syscall.EIO})
 			err := db.Checkpoint()
 			if !errors.Is(err, tc.want) || !errors.Is(err, syscall.EIO) {
-				t.Fatalf("checkpoint with %s's fsync failing: %v; want %v wrapping EIO", tc.name, err, tc.want)
+				t.Fatalf("checkpoint with %s's %v failing: %v; want %v wrapping EIO", tc.name, tc.op, err, tc.want)
 			}
 			if n := strings.Count(err.Error(), "I/O failure"); tc.stops && n != 1 {
 				t.Fatalf("%q says %q %d times", err, "I/O failure", n)

@@ -162,9 +162,17 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // held off. The file is replaced atomically and durably.
 func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, size int64, err error) {
 	tmp := filepath.Join(db.dir, indexFileTmpName)
+	// A failed file operation here is ErrWriteFailed, not ErrIOFailure:
+	// the file is only a copy of what the heap and the WAL hold, named by
+	// its checkpoint, so the checkpoint fails, writes go on, and the next
+	// one writes a new file (no page the kernel may have dropped is
+	// trusted).
+	failed := func(op, name string, err error) error {
+		return fmt.Errorf("%w: %s %s: %w", ErrWriteFailed, op, name, err)
+	}
 	f, err := db.fs.Create(tmp)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, failed("create", tmp, err)
 	}
 	defer func() {
 		if err != nil {
@@ -198,7 +206,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 			rec = append(rec, k[shared:]...)
 			rec = appendTID(rec, tid)
 			if _, err := cw.Write(rec); err != nil {
-				return 0, 0, err
+				return 0, 0, failed("write", tmp, err)
 			}
 			prev = append(prev[:0], k...)
 			keys++
@@ -213,7 +221,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 		rec = binary.LittleEndian.AppendUint32(rec[:0], b.blk)
 		rec = append(rec, b.cat)
 		if _, err := cw.Write(rec); err != nil {
-			return 0, 0, err
+			return 0, 0, failed("write", tmp, err)
 		}
 	}
 	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
@@ -223,13 +231,13 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], crc32.Update(cw.crc.Sum32(), castagnoli, head))
 	if _, err := bw.Write(sum[:]); err != nil {
-		return 0, 0, err
+		return 0, 0, failed("write", tmp, err)
 	}
 	if err := bw.Flush(); err != nil {
-		return 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+		return 0, 0, failed("write", tmp, err)
 	}
 	if _, err := f.WriteAt(head, 0); err != nil {
-		return 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+		return 0, 0, failed("write", tmp, err)
 	}
 	size = indexHeaderSize + cw.n + 4
 	// Rule 1 for the file: a head it names was set after its record was
@@ -239,21 +247,17 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 	if err := db.flushWAL(uint64(db.wal.InsertLSN())); err != nil {
 		return 0, 0, err
 	}
-	// A failed fsync here is ErrWriteFailed, not ErrIOFailure: the file
-	// is only a copy of what the heap and the WAL hold, named by its
-	// checkpoint, so the checkpoint fails, writes go on, and the next one
-	// writes a new file (no page the kernel may have dropped is trusted).
 	if err := f.Sync(); err != nil {
-		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrWriteFailed, tmp, err)
+		return 0, 0, failed("fsync", tmp, err)
 	}
 	if err := f.Close(); err != nil {
-		return 0, 0, err
+		return 0, 0, failed("close", tmp, err)
 	}
 	if err := db.fs.Rename(tmp, filepath.Join(db.dir, indexFileName)); err != nil {
-		return 0, 0, err
+		return 0, 0, failed("rename", tmp, err)
 	}
 	if err := db.fs.SyncDir(db.dir); err != nil {
-		return 0, 0, fmt.Errorf("%w: fsync %s: %w", ErrWriteFailed, db.dir, err)
+		return 0, 0, failed("fsync", db.dir, err)
 	}
 	return keys, size, nil
 }
