@@ -58,10 +58,7 @@ type execCtx struct {
 	// lookups: the command's key reads count in keyspace_hits and
 	// keyspace_misses (see countsLookups).
 	lookups bool
-	// expiredN counts the expired keys rmw deleted (and counted in
-	// expired_keys) in this transaction.
-	expiredN int
-	nowMS    int64 // the command's clock (see now); 0 until read
+	nowMS   int64 // the command's clock (see now); 0 until read
 }
 
 func (x *execCtx) errorf(format string, a ...any) {
@@ -1413,8 +1410,7 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 			x.wrote(k)
 			return
 		}
-		x.c.s.expiredKeys.Add(1)
-		x.expiredN++
+		x.expired()
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,10 @@ type conn struct {
 	// bumped are the watch entries the running transaction bumped
 	// (execCtx.wrote), undone if it rolls back (see rollback).
 	bumped []*watchEntry
+	// expiredN counts the keys the running transaction deleted because
+	// they had expired, taken off expired_keys if it rolls back (a
+	// deadlock's rerun, an error reply) so that each counts once.
+	expiredN int
 
 	// CLIENT REPLY and CLIENT NO-EVICT/NO-TOUCH state.
 	replyOff bool       // CLIENT REPLY OFF: no replies until ON
@@ -330,7 +334,7 @@ func (c *conn) begin(write bool, iso engine.IsolationLevel) (*engine.Txn, error)
 // fails: a commit that failed is in doubt (its record may be durable), and
 // a watcher must then assume the key changed.
 func (c *conn) commit(tx *engine.Txn) error {
-	c.bumped = c.bumped[:0]
+	c.bumped, c.expiredN = c.bumped[:0], 0
 	err := tx.Commit()
 	c.s.openTxns.Add(-1)
 	c.noteCommitted()
@@ -364,7 +368,7 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 	if n := len(c.pending); n > 0 {
 		after = c.pending[n-1].w
 	}
-	c.bumped = c.bumped[:0]
+	c.bumped, c.expiredN = c.bumped[:0], 0
 	w, err := tx.CommitAsync(after)
 	if err != nil {
 		c.s.openTxns.Add(-1)
@@ -422,6 +426,7 @@ func (c *conn) readPipelined(cmd *command) bool {
 func (c *conn) rollback(tx *engine.Txn) {
 	c.s.watch.untouch(c.bumped)
 	c.bumped = c.bumped[:0]
+	c.uncountExpired()
 	tx.Rollback()
 	c.s.openTxns.Add(-1)
 }

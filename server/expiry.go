@@ -185,8 +185,7 @@ func (x *execCtx) rmw(key []byte, fn func(val []byte, deadline int64, live bool)
 			return err
 		}
 		if expired {
-			x.c.s.expiredKeys.Add(1)
-			x.expiredN++
+			x.expired()
 		}
 		return nil
 	case errors.Is(err, errNoop):
@@ -554,6 +553,25 @@ func (s *Server) expireSlice(from []byte) (next []byte, scanned, deadlines, expi
 	return next, scanned, deadlines, int64(len(keys)), nil
 }
 
+// expired counts a key deleted because it was past its deadline in
+// expired_keys at once (INFO shows it while the transaction runs, as
+// Redis's counter moves when its key goes), and in the connection's
+// running transaction, which takes the count back if it rolls back.
+func (x *execCtx) expired() {
+	x.c.s.expiredKeys.Add(1)
+	x.c.expiredN++
+}
+
+// uncountExpired takes the expired keys the running transaction counted
+// off expired_keys: it rolled back, or its commit failed before it could
+// be in doubt, so none of them was deleted.
+func (c *conn) uncountExpired() {
+	if c.expiredN > 0 {
+		c.s.expiredKeys.Add(^uint64(c.expiredN - 1))
+	}
+	c.expiredN = 0
+}
+
 // reapKeys deletes those of keys that are past their deadline at now
 // (Unix ms) in tx, and commits it; on any failure it rolls tx back.
 func (s *Server) reapKeys(ctx context.Context, tx *engine.Txn, keys [][]byte, now int64) error {
@@ -561,8 +579,7 @@ func (s *Server) reapKeys(ctx context.Context, tx *engine.Txn, keys [][]byte, no
 	for _, k := range keys {
 		if err := x.rmw(k, func([]byte, int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 }); err != nil {
 			tx.Rollback()
-			// Counted as they were deleted; none was.
-			s.expiredKeys.Add(^uint64(x.expiredN - 1))
+			x.c.uncountExpired() // counted as they were deleted; none was
 			return err
 		}
 	}
@@ -570,7 +587,7 @@ func (s *Server) reapKeys(ctx context.Context, tx *engine.Txn, keys [][]byte, no
 		// Not deleted after all: a context that ended first aborts the
 		// transaction (the caller then reaps the keys one by one, which
 		// counts them again), and any other failure stops writes.
-		s.expiredKeys.Add(^uint64(x.expiredN - 1))
+		x.c.uncountExpired()
 		return err
 	}
 	return nil

@@ -403,3 +403,63 @@ func TestActiveExpiryNotRestedByUncommittedWrite(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An expired key a transaction deletes counts in expired_keys once: a
+// rollback (a deadlock's or serialization failure's rerun, an error reply)
+// takes its count back, a commit keeps it. The server is not serving, so
+// no active expiry cycle reaps the keys meanwhile.
+func TestExpiredKeysCountedOnceAcrossRollback(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(db, Config{})
+	ctx := context.Background()
+	c := &conn{s: s, ctx: ctx}
+	run := func(commit bool, args ...string) {
+		t.Helper()
+		tx, err := c.begin(true, engine.ReadCommitted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := &execCtx{c: c, tx: tx}
+		var a [][]byte
+		for _, s := range args {
+			a = append(a, []byte(s))
+		}
+		if err := commandTable[strings.ToLower(args[0])].fn(x, a); err != nil || x.failed {
+			t.Fatalf("%q: %v %q", args, err, x.out)
+		}
+		if commit {
+			if err := c.commit(tx); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			c.rollback(tx)
+		}
+	}
+	const n = 5
+	for i := range n {
+		run(true, "SET", fmt.Sprint("e", i), "v", "PX", "1")
+	}
+	run(true, "SET", "live", "v")
+	time.Sleep(10 * time.Millisecond)
+	run(false, "FLUSHALL")
+	if got := s.expiredKeys.Load(); got != 0 {
+		t.Fatalf("after a FLUSHALL rolled back, expired_keys %d; want 0", got)
+	}
+	run(true, "FLUSHALL")
+	if got := s.expiredKeys.Load(); got != n {
+		t.Fatalf("after a FLUSHALL committed, expired_keys %d; want %d", got, n)
+	}
+	if err := db.View(ctx, func(tx *engine.Txn) error {
+		k, err := tx.Count(nil, nil)
+		if err == nil && k != 0 {
+			err = fmt.Errorf("%d keys", k)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("after FLUSHALL: %v", err)
+	}
+}
