@@ -162,6 +162,11 @@ type Pool struct {
 	nblocks atomic.Uint32
 	// extendMu serializes Extend, EnsureBlocks and DropFrom.
 	extendMu sync.Mutex
+	// emptyPage is the page Extend writes, zeroed again before each
+	// write (Storage.WriteBlock may stamp a checksum on it). Guarded by
+	// extendMu. A fresh page each time made a value of 512 MiB, stored
+	// out of line a page per chunk, leave as much garbage as itself.
+	emptyPage []byte
 	// cut is set by the first DropFrom: from then on a read of a block at
 	// or past nblocks fails with ErrPastEnd instead of loading a page of
 	// zeros, so that no frame holds a block past the end. Checked under
@@ -501,9 +506,11 @@ func (p *Pool) Extend() (*Buffer, error) {
 	if n == math.MaxUint32 {
 		return nil, ErrRelationFull
 	}
-	// A new page each time: Storage.WriteBlock may change the bytes it
-	// is given (a checksum), and one extension in many inserts pays it.
-	if err := p.st.WriteBlock(n, make([]byte, PageSize)); err != nil {
+	if p.emptyPage == nil {
+		p.emptyPage = make([]byte, PageSize)
+	}
+	clear(p.emptyPage)
+	if err := p.st.WriteBlock(n, p.emptyPage); err != nil {
 		return nil, err
 	}
 	b, err := p.load(n, false, p.victim)
