@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"mvkv/internal/bufpool"
 	"mvkv/vfs"
 )
 
@@ -86,7 +85,7 @@ var (
 	// buffers available"). The statement fails and the database goes on:
 	// it may be retried, and a shared_buffers of more than a
 	// few pages per concurrent statement avoids it.
-	ErrNoFreeBuffer = bufpool.ErrNoFreeBuffer
+	ErrNoFreeBuffer = errors.New("mvkv: no unpinned buffer available (shared_buffers is too small for the statements running at once)")
 
 	// The settings interface (Setting.Set, DB.SetConfig,
 	// DB.CurrentSetting), after PostgreSQL's SET and SHOW:

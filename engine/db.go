@@ -562,6 +562,7 @@ func (db *DB) open() error {
 	// As the CLOG bounded and rounded it, for CurrentSetting.
 	db.opts.CLOGBuffers = db.clog.Buffers()
 	db.pool = bufpool.New(poolStorage{db.storage, db}, int(db.opts.SharedBuffers/heap.PageSize), db.flushWAL, heap.PageLSN)
+	db.pool.SetNoFreeBufferError(ErrNoFreeBuffer)
 	if db.vm, err = visibility.Open(fsys, filepath.Join(dir, vmDir), visibility.Options{
 		FlushWAL: db.flushWAL,
 		Unlogged: db.opts.VisibilityMap == VisibilityMapUnlogged,

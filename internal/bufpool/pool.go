@@ -28,10 +28,9 @@ const numShards = 64
 
 var (
 	// ErrNoFreeBuffer is returned by Get and Extend when every frame is
-	// pinned, so no victim can be chosen.
-	// Its text is written for the engine's users, who see it as
-	// mvkv.ErrNoFreeBuffer.
-	ErrNoFreeBuffer = errors.New("mvkv: no unpinned buffer available (shared_buffers is too small for the work running at once)")
+	// pinned, so no victim can be chosen, unless SetNoFreeBufferError
+	// named another error.
+	ErrNoFreeBuffer = errors.New("bufpool: no unpinned buffer available")
 	// ErrRelationFull is returned by Extend when the block number would
 	// overflow uint32.
 	ErrRelationFull = errors.New("bufpool: relation has the maximum number of blocks")
@@ -160,6 +159,8 @@ type Pool struct {
 
 	// nblocks is the logical relation size in blocks.
 	nblocks atomic.Uint32
+	// noFree is the error returned when every frame is pinned.
+	noFree error
 	// extendMu serializes Extend, EnsureBlocks and DropFrom.
 	extendMu sync.Mutex
 	// emptyPage is the page Extend writes, zeroed again before each
@@ -184,7 +185,7 @@ type Pool struct {
 // keeps DESIGN rule 1 (WAL before data). nframes below 1 is taken as 1.
 func New(st Storage, nframes int, flushWAL func(lsn uint64) error, pageLSN func(p []byte) uint64) *Pool {
 	nframes = max(nframes, 1)
-	p := &Pool{st: st, flushWAL: flushWAL, pageLSN: pageLSN, frames: make([]Buffer, nframes)}
+	p := &Pool{st: st, flushWAL: flushWAL, pageLSN: pageLSN, frames: make([]Buffer, nframes), noFree: ErrNoFreeBuffer}
 	arena := make([]byte, nframes*PageSize)
 	// Huge pages: redo after a crash first touches every frame, a page
 	// fault each with 4 KiB pages.
@@ -370,7 +371,7 @@ func (p *Pool) victim() (*Buffer, error) {
 		tries++
 		if tries >= n {
 			if confirms++; confirms > maxConfirms || !p.anyUnpinned() {
-				return nil, ErrNoFreeBuffer
+				return nil, p.noFree
 			}
 			tries = 0
 		}
@@ -520,6 +521,11 @@ func (p *Pool) Extend() (*Buffer, error) {
 	p.nblocks.Store(n + 1)
 	return b, nil
 }
+
+// SetNoFreeBufferError makes Get and Extend return err instead of
+// ErrNoFreeBuffer when every frame is pinned: a user of the pool gives its
+// own callers a sentinel of its own API. Call it before the pool is used.
+func (p *Pool) SetNoFreeBufferError(err error) { p.noFree = err }
 
 // NBlocks returns the logical size of the relation in blocks: the storage
 // size at New, raised by Extend and EnsureBlocks. Safe concurrently.
