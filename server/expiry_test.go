@@ -219,10 +219,6 @@ func TestWatchExpiry(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	putRaw(t, ts.db, "gone", encodeValue([]byte("v"), 1))
-	deadline := time.Now().Add(50 * time.Millisecond).UnixMilli()
-	if err := rdb.Do(ctx, "SET", "soon", "v", "PXAT", deadline).Err(); err != nil {
-		t.Fatal(err)
-	}
 	err := rdb.Watch(ctx, func(tx *redis.Tx) error {
 		// Another client's read removes the expired key.
 		if err := ts.client(t).Get(ctx, "gone").Err(); !errors.Is(err, redis.Nil) {
@@ -234,15 +230,36 @@ func TestWatchExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("EXEC after an already expired watched key was removed: %v", err)
 	}
-	err = rdb.Watch(ctx, func(tx *redis.Tx) error {
-		for time.Now().UnixMilli() <= deadline {
-			time.Sleep(5 * time.Millisecond)
+	// The key must still be live when WATCH runs: a slow machine can
+	// take longer than the key's life between its SET and its WATCH, and
+	// then tries again with a new key that lives longer. The watch is
+	// known to have seen the key live if the callback starts before the
+	// deadline (WATCH ran before it, on the same clock).
+	errTooLate := errors.New("the key's deadline passed before WATCH returned")
+	for life := 50 * time.Millisecond; ; life *= 2 {
+		key := fmt.Sprintf("soon%d", life.Milliseconds())
+		deadline := time.Now().Add(life).UnixMilli()
+		if err := rdb.Do(ctx, "SET", key, "v", "PXAT", deadline).Err(); err != nil {
+			t.Fatal(err)
 		}
-		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "a", "2", 0); return nil })
-		return err
-	}, "soon")
-	if !errors.Is(err, redis.TxFailedErr) {
-		t.Fatalf("EXEC after a watched key expired: %v; want a failed transaction", err)
+		err = rdb.Watch(ctx, func(tx *redis.Tx) error {
+			if time.Now().UnixMilli() >= deadline {
+				return errTooLate
+			}
+			for time.Now().UnixMilli() <= deadline {
+				time.Sleep(5 * time.Millisecond)
+			}
+			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "a", "2", 0); return nil })
+			return err
+		}, key)
+		if errors.Is(err, errTooLate) && life < 10*time.Second {
+			t.Logf("%v: the key expired before WATCH; again with a longer life", life)
+			continue
+		}
+		if !errors.Is(err, redis.TxFailedErr) {
+			t.Fatalf("EXEC after a watched key expired: %v; want a failed transaction", err)
+		}
+		break
 	}
 	if v := rdb.Get(ctx, "a").Val(); v != "1" {
 		t.Fatalf("a = %q; want 1", v)
