@@ -960,11 +960,15 @@ func TestInfoKeyspaceCountReuse(t *testing.T) {
 	if keysLine(); countAt() != first {
 		t.Fatal("a GET made the count be retaken")
 	}
-	do("SET", "b", "2", "PX", "300")
+	// b must still be live at the INFO right after its SET: 300 ms was
+	// only a few times the stalls seen between two requests under -race
+	// on a loaded 2-core machine (about 100 ms).
+	bDeadline := time.Now().Add(time.Second)
+	do("SET", "b", "2", "PXAT", strconv.FormatInt(bDeadline.UnixMilli(), 10))
 	if got := keysLine(); got != "db0:keys=2" {
 		t.Fatalf("after a second SET: %q", got)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Until(bDeadline) + 20*time.Millisecond)
 	if got := keysLine(); got != "db0:keys=1" {
 		t.Fatalf("after b's deadline: %q", got)
 	}
