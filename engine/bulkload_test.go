@@ -676,18 +676,21 @@ func TestCloseDuringCallbacks(t *testing.T) {
 func TestWriteDuringBulkLoad(t *testing.T) {
 	ctx := context.Background()
 	db := openTest(t, t.TempDir(), Options{})
+	// started is closed once the write with a deadline has ended: Close
+	// must not come before, or it could end that write first (a loaded
+	// machine can wake it well after its 50 ms).
 	started := make(chan struct{})
 	var writeErr error
 	rows := func(yield func(k, v []byte) bool) {
 		for i := 0; ; i++ {
 			if i == 100 {
-				close(started)
 				wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 				err := db.Update(wctx, func(tx *Txn) error { return tx.Put([]byte("zz"), []byte("1")) })
 				cancel()
 				if !errors.Is(err, context.DeadlineExceeded) {
 					writeErr = fmt.Errorf("a write with a deadline during a load: %v; want DeadlineExceeded", err)
 				}
+				close(started)
 				// Without a deadline: only Close ends it.
 				err = db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("zz"), []byte("1")) })
 				if !errors.Is(err, ErrClosed) && writeErr == nil {
