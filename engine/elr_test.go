@@ -109,6 +109,16 @@ func TestEarlyLockReleaseReaderWaits(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// The reader's Commit and View wait for the held flush. Checked here,
+	// while it is held: a goroutine that a loaded machine runs late could
+	// otherwise reach View only after the flush, without waiting, and the
+	// count at the end would fall short.
+	deadline = time.Now().Add(10 * time.Second)
+	for d := uint64(0); d < 2; time.Sleep(time.Millisecond) {
+		if d = db.Stats().Txn.DependencyWaits - before.Txn.DependencyWaits; d < 2 && time.Now().After(deadline) {
+			t.Fatalf("%d of the reader's Commit and View wait for the flush of the commit they read", d)
+		}
+	}
 
 	// A crash now loses both commits: nothing that depends on them may
 	// have been returned.
