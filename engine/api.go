@@ -83,8 +83,8 @@ var (
 	// buffer pool, and every buffer of it was pinned by the statements
 	// running at once, so none could be evicted (PostgreSQL's "no unpinned
 	// buffers available"). The statement fails and the database goes on:
-	// it may be retried, and a shared_buffers of more than a
-	// few pages per concurrent statement avoids it.
+	// it may be retried, and a shared_buffers of more than a few pages
+	// per concurrent statement avoids it.
 	ErrNoFreeBuffer = errors.New("mvkv: no unpinned buffer available (shared_buffers is too small for the statements running at once)")
 
 	// The settings interface (Setting.Set, DB.SetConfig,
@@ -286,9 +286,10 @@ type Options struct {
 	AutovacuumVacuumScaleFactor float64
 	// AutovacuumNaptime is autovacuum_naptime (default 1 min): how often
 	// the worker checks the dead-tuple count (the first check comes a
-	// second after Open, or a naptime if that is shorter). Values below PostgreSQL's 1 s
-	// are allowed here, for tests and benchmarks, down to 1 ms (Open
-	// refuses less with ErrInvalidSetting: 60 here is 60 ns).
+	// second after Open, or a naptime if that is shorter). Values below
+	// PostgreSQL's 1 s are allowed here, for tests and benchmarks, down
+	// to 1 ms (Open refuses less with ErrInvalidSetting: 60 here is 60
+	// ns).
 	AutovacuumNaptime time.Duration
 	// VacuumFreezeMinAge is vacuum_freeze_min_age in transactions (default
 	// 50,000,000): vacuum freezes a tuple whose xmin is at least this much
