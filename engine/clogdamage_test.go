@@ -460,3 +460,24 @@ func writeGarbageCLOGPage(fsys vfs.FS, dir string, pageno uint64) error {
 	}
 	return err
 }
+
+// A directory in wal/ that is not the engine's (an archive directory a
+// user made there, say) is a stranger like a stray file: Open goes on, and
+// Verify names it. Before, recovery's fsync of the WAL files opened every
+// name in wal/ for writing, and Open failed with a bare "is a directory".
+func TestStrangerDirectoryInWAL(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	mustPut(t, db, "a", "1")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stray := filepath.Join(dir, walDir, "archive")
+	if err := os.Mkdir(stray, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep := reopenVerify(t, dir)
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], stray) {
+		t.Fatalf("verify with the directory %s in the WAL directory: %d problems:\n%s", stray, len(rep.Problems), strings.Join(rep.Problems, "\n"))
+	}
+}

@@ -438,12 +438,19 @@ func (db *DB) recover(ctrl controlData) error {
 	return nil
 }
 
+// syncWALFiles fsyncs the WAL segment files (and their temporary names)
+// in dir. Other names there are strangers, which recovery ignores and
+// Verify reports: they are not opened, so that a directory or a file
+// another program keeps there does not fail Open.
 func (db *DB) syncWALFiles(dir string) error {
 	names, err := db.fs.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	for _, name := range names {
+		if !wal.IsSegmentName(name) {
+			continue
+		}
 		f, err := db.fs.Open(filepath.Join(dir, name))
 		if err != nil {
 			return err
