@@ -312,9 +312,18 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 			status = 1
 		}
 	}()
-	damageDone := make(chan struct{})
-	defer close(damageDone)
-	go warnDamage(db, log, damageDone)
+	// The warning goroutine is stopped and waited for before the DB
+	// closes (defers run last first), so that a warning due at shutdown
+	// is written before the process exits.
+	damageDone, warned := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(warned)
+		warnDamage(db.Damage, log, damageDone)
+	}()
+	defer func() {
+		close(damageDone)
+		<-warned
+	}()
 	srv := server.New(db, server.Config{
 		ProtectedModeOff:  protectedMode == "no",
 		MaxClients:        maxClients,
@@ -429,19 +438,24 @@ func errorLine(err error) string {
 // opening does not wait for a read of the whole heap) and, when it found
 // pages of zeros or pages that fail their checksum or header, logs a
 // warning that says what it means for clients, as Redis warns at startup,
-// besides the engine's own log line; INFO persistence keeps the counts. It
-// returns at stop.
-func warnDamage(db *engine.DB, log *slog.Logger, stop <-chan struct{}) {
+// besides the engine's own log line; INFO persistence keeps the counts.
+// damage is the DB's Damage method. It returns at stop, after the warning
+// if the check has ended by then.
+func warnDamage(damage func() engine.DamageInfo, log *slog.Logger, stop <-chan struct{}) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for db.Damage().ScanRunning {
+	for damage().ScanRunning {
 		select {
 		case <-stop:
-			return
+			// A check that ended since the last tick (a server shut
+			// down right after it) still gets its warning.
+			if damage().ScanRunning {
+				return
+			}
 		case <-t.C:
 		}
 	}
-	d := db.Damage()
+	d := damage()
 	if d.ZeroedPages == 0 && d.CorruptPages == 0 {
 		return
 	}
