@@ -1356,28 +1356,37 @@ func TestRepeatableReadWriteOfFrozenKeyBelowCLOGTruncation(t *testing.T) {
 	mustVerify(t, db)
 }
 
-// The dead-tuple count survives a restart: the scan at open counts the dead
-// versions it finds, so autovacuum still owes the run a crash would
-// otherwise make it forget.
-func TestAutovacuumDebtSurvivesRestart(t *testing.T) {
-	dir := t.TempDir()
-	off := false
-	opts := Options{Autovacuum: &off, AutovacuumVacuumThreshold: 10}
+// leaveDeadTuples opens a database in dir with autovacuum off, updates 30
+// keys once and deletes deletes of them with a snapshot held (so nothing
+// is pruned), and closes it; it returns the dead-tuple count at the close.
+func leaveDeadTuples(t *testing.T, dir string, opts Options, deletes int) int64 {
+	t.Helper()
+	opts.Autovacuum = noAutovacuum
 	db := openTest(t, dir, opts)
 	release := holdSnapshot(t, db) // no pruning
 	for i := range 30 {
 		mustPut(t, db, fmt.Sprint("k", i), "a")
 		mustPut(t, db, fmt.Sprint("k", i), "b")
 	}
-	for i := range 5 {
+	for i := range deletes {
 		mustDelete(t, db, fmt.Sprint("k", i))
 	}
 	release()
-	_, before := db.autovacuumDue()
+	_, dead := db.autovacuumDue()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db = openTest(t, dir, opts)
+	return dead
+}
+
+// The dead-tuple count survives a restart: the scan at open counts the dead
+// versions it finds, so autovacuum still owes the run a crash would
+// otherwise make it forget.
+func TestAutovacuumDebtSurvivesRestart(t *testing.T) {
+	dir, opts := t.TempDir(), Options{AutovacuumVacuumThreshold: 10}
+	before := leaveDeadTuples(t, dir, opts, 5)
+	opts.Autovacuum = noAutovacuum
+	db := openTest(t, dir, opts)
 	defer db.Close()
 	due, after := db.autovacuumDue()
 	if before != 35 || after != 35 || !due {
@@ -1389,21 +1398,10 @@ func TestAutovacuumDebtSurvivesRestart(t *testing.T) {
 // later: a process restarted more often than the naptime would otherwise
 // never vacuum.
 func TestAutovacuumRunsSoonAfterOpen(t *testing.T) {
-	dir := t.TempDir()
-	off := false
-	opts := Options{Autovacuum: &off, AutovacuumVacuumThreshold: 10}
+	dir, opts := t.TempDir(), Options{AutovacuumVacuumThreshold: 10}
+	leaveDeadTuples(t, dir, opts, 0)
+	opts.AutovacuumNaptime = time.Hour
 	db := openTest(t, dir, opts)
-	release := holdSnapshot(t, db) // no pruning
-	for i := range 30 {
-		mustPut(t, db, fmt.Sprint("k", i), "a")
-		mustPut(t, db, fmt.Sprint("k", i), "b")
-	}
-	release()
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	opts.Autovacuum, opts.AutovacuumNaptime = nil, time.Hour
-	db = openTest(t, dir, opts)
 	defer db.Close()
 	// Liveness, not speed: the first check is due a second after open;
 	// the deadline only bounds a hang.
