@@ -65,7 +65,10 @@ type conn struct {
 	// expiredN counts the keys the running transaction deleted because
 	// they had expired, taken off expired_keys if it rolls back (a
 	// deadlock's rerun, an error reply) so that each counts once.
-	expiredN int
+	// expiredGen is the server's expiredResets when they were counted:
+	// a CONFIG RESETSTAT since has taken them off already.
+	expiredN   int
+	expiredGen uint64
 
 	// CLIENT REPLY and CLIENT NO-EVICT/NO-TOUCH state.
 	replyOff bool       // CLIENT REPLY OFF: no replies until ON

@@ -556,20 +556,35 @@ func (s *Server) expireSlice(from []byte) (next []byte, scanned, deadlines, expi
 // expired counts a key deleted because it was past its deadline in
 // expired_keys at once (INFO shows it while the transaction runs, as
 // Redis's counter moves when its key goes), and in the connection's
-// running transaction, which takes the count back if it rolls back.
+// running transaction, which takes the count back if it rolls back. Keys
+// counted before a CONFIG RESETSTAT are no longer the transaction's to
+// take back: the reset took them.
 func (x *execCtx) expired() {
-	x.c.s.expiredKeys.Add(1)
-	x.c.expiredN++
+	c := x.c
+	if g := c.s.expiredResets.Load(); g != c.expiredGen {
+		c.expiredN, c.expiredGen = 0, g
+	}
+	c.s.expiredKeys.Add(1)
+	c.expiredN++
 }
 
 // uncountExpired takes the expired keys the running transaction counted
 // off expired_keys: it rolled back, or its commit failed before it could
-// be in doubt, so none of them was deleted.
+// be in doubt, so none of them was deleted. Those a CONFIG RESETSTAT took
+// off since are not taken again, and the counter never goes below zero
+// (a reset racing the count), where it would wrap to 2^64-n.
 func (c *conn) uncountExpired() {
-	if c.expiredN > 0 {
-		c.s.expiredKeys.Add(^uint64(c.expiredN - 1))
-	}
+	n := uint64(c.expiredN)
 	c.expiredN = 0
+	if n == 0 || c.s.expiredResets.Load() != c.expiredGen {
+		return
+	}
+	for {
+		v := c.s.expiredKeys.Load()
+		if c.s.expiredKeys.CompareAndSwap(v, v-min(v, n)) {
+			return
+		}
+	}
 }
 
 // reapKeys deletes those of keys that are past their deadline at now

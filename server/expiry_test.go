@@ -483,3 +483,83 @@ func TestExpiredKeysCountedOnceAcrossRollback(t *testing.T) {
 		t.Fatalf("after FLUSHALL: %v", err)
 	}
 }
+
+// TestExpiredKeysRollbackAfterResetStat: a transaction that deleted expired
+// keys (counting them in expired_keys at once) and rolls back after a
+// CONFIG RESETSTAT from another connection must not take its count off the
+// reset counter: expired_keys stays 0 rather than wrapping to 2^64-n. The
+// expiry reaper's rollback (reapKeys) takes the same path.
+func TestExpiredKeysRollbackAfterResetStat(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(db, Config{})
+	ctx := context.Background()
+	c, admin := &conn{s: s, ctx: ctx}, &conn{s: s, ctx: ctx}
+	args := func(a ...string) [][]byte {
+		var b [][]byte
+		for _, s := range a {
+			b = append(b, []byte(s))
+		}
+		return b
+	}
+	begin := func() (*engine.Txn, *execCtx) {
+		t.Helper()
+		tx, err := c.begin(true, engine.ReadCommitted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx, &execCtx{c: c, tx: tx}
+	}
+	run := func(x *execCtx, a ...string) {
+		t.Helper()
+		if err := commandTable[strings.ToLower(a[0])].fn(x, args(a...)); err != nil || x.failed {
+			t.Fatalf("%q: %v %q", a, err, x.out)
+		}
+	}
+	setExpired := func(n int) {
+		t.Helper()
+		for i := range n {
+			tx, x := begin()
+			run(x, "SET", fmt.Sprint("e", i), "v", "PX", "1")
+			if err := c.commit(tx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resetStat := func() {
+		t.Helper()
+		x := &execCtx{c: admin}
+		run(x, "CONFIG", "RESETSTAT")
+	}
+
+	// Counted, reset, rolled back: nothing of the count is left to take.
+	const n = 3
+	setExpired(n)
+	tx, x := begin()
+	run(x, "FLUSHALL")
+	resetStat()
+	c.rollback(tx)
+	if got := s.expiredKeys.Load(); got != 0 {
+		t.Fatalf("a FLUSHALL that deleted %d expired keys rolled back after CONFIG RESETSTAT: expired_keys %d; want 0", n, got)
+	}
+
+	// Counted before and after a reset in one transaction, rolled back:
+	// only the count after the reset is taken back.
+	setExpired(n)
+	tx, x = begin()
+	run(x, "DEL", "e0")
+	resetStat()
+	s.expiredKeys.Add(5) // other connections' expired keys since the reset
+	run(x, "DEL", "e1")
+	if got := s.expiredKeys.Load(); got != 6 {
+		t.Fatalf("expired_keys %d before the rollback; want 6", got)
+	}
+	c.rollback(tx)
+	if got := s.expiredKeys.Load(); got != 5 {
+		t.Fatalf("expired_keys %d after a rollback straddling CONFIG RESETSTAT; want 5 (the other connections')", got)
+	}
+}

@@ -159,8 +159,11 @@ type Server struct {
 	// (reject); beyond it they are closed at once.
 	lingering chan struct{}
 	// expiredKeys counts keys removed because they were past their
-	// deadline (Redis's expired_keys).
-	expiredKeys atomic.Uint64
+	// deadline (Redis's expired_keys). expiredResets counts CONFIG
+	// RESETSTAT's resets of it: a transaction's rollback takes back only
+	// the keys it counted since the last one (conn.uncountExpired).
+	expiredKeys   atomic.Uint64
+	expiredResets atomic.Uint64
 	// keyspaceHits and keyspaceMisses count the keys read commands looked
 	// up and found live or not (Redis's keyspace_hits and misses);
 	// netIn and netOut the bytes read from and written to clients.
