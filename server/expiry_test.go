@@ -424,33 +424,53 @@ func TestActiveExpiryNotRestedByUncommittedWrite(t *testing.T) {
 	}
 }
 
+// unservedConn opens a database and a Server on it that does not serve
+// (so no active expiry cycle reaps keys behind the test's back), and
+// returns the server and a connection to drive commands through.
+func unservedConn(t *testing.T) (*Server, *conn) {
+	t.Helper()
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s := New(db, Config{})
+	return s, &conn{s: s, ctx: context.Background()}
+}
+
+// beginWrite begins a READ COMMITTED write transaction on c.
+func beginWrite(t *testing.T, c *conn) (*engine.Txn, *execCtx) {
+	t.Helper()
+	tx, err := c.begin(true, engine.ReadCommitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx, &execCtx{c: c, tx: tx}
+}
+
+// runIn runs one command in x, failing the test on an error or an error
+// reply.
+func runIn(t *testing.T, x *execCtx, args ...string) {
+	t.Helper()
+	var a [][]byte
+	for _, s := range args {
+		a = append(a, []byte(s))
+	}
+	if err := commandTable[strings.ToLower(args[0])].fn(x, a); err != nil || x.failed {
+		t.Fatalf("%q: %v %q", args, err, x.out)
+	}
+}
+
 // An expired key a transaction deletes counts in expired_keys once: a
 // rollback (a deadlock's or serialization failure's rerun, an error reply)
 // takes its count back, a commit keeps it. The server is not serving, so
 // no active expiry cycle reaps the keys meanwhile.
 func TestExpiredKeysCountedOnceAcrossRollback(t *testing.T) {
-	db, err := engine.Open(t.TempDir(), engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := New(db, Config{})
-	ctx := context.Background()
-	c := &conn{s: s, ctx: ctx}
+	s, c := unservedConn(t)
 	run := func(commit bool, args ...string) {
 		t.Helper()
-		tx, err := c.begin(true, engine.ReadCommitted)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := &execCtx{c: c, tx: tx}
-		var a [][]byte
-		for _, s := range args {
-			a = append(a, []byte(s))
-		}
-		if err := commandTable[strings.ToLower(args[0])].fn(x, a); err != nil || x.failed {
-			t.Fatalf("%q: %v %q", args, err, x.out)
-		}
+		tx, x := beginWrite(t, c)
+		runIn(t, x, args...)
 		if commit {
 			if err := c.commit(tx); err != nil {
 				t.Fatal(err)
@@ -473,7 +493,7 @@ func TestExpiredKeysCountedOnceAcrossRollback(t *testing.T) {
 	if got := s.expiredKeys.Load(); got != n {
 		t.Fatalf("after a FLUSHALL committed, expired_keys %d; want %d", got, n)
 	}
-	if err := db.View(ctx, func(tx *engine.Txn) error {
+	if err := s.db.View(c.ctx, func(tx *engine.Txn) error {
 		k, err := tx.Count(nil, nil)
 		if err == nil && k != 0 {
 			err = fmt.Errorf("%d keys", k)
@@ -490,40 +510,13 @@ func TestExpiredKeysCountedOnceAcrossRollback(t *testing.T) {
 // reset counter: expired_keys stays 0 rather than wrapping to 2^64-n. The
 // expiry reaper's rollback (reapKeys) takes the same path.
 func TestExpiredKeysRollbackAfterResetStat(t *testing.T) {
-	db, err := engine.Open(t.TempDir(), engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := New(db, Config{})
-	ctx := context.Background()
-	c, admin := &conn{s: s, ctx: ctx}, &conn{s: s, ctx: ctx}
-	args := func(a ...string) [][]byte {
-		var b [][]byte
-		for _, s := range a {
-			b = append(b, []byte(s))
-		}
-		return b
-	}
-	begin := func() (*engine.Txn, *execCtx) {
-		t.Helper()
-		tx, err := c.begin(true, engine.ReadCommitted)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tx, &execCtx{c: c, tx: tx}
-	}
-	run := func(x *execCtx, a ...string) {
-		t.Helper()
-		if err := commandTable[strings.ToLower(a[0])].fn(x, args(a...)); err != nil || x.failed {
-			t.Fatalf("%q: %v %q", a, err, x.out)
-		}
-	}
+	s, c := unservedConn(t)
+	admin := &conn{s: s, ctx: c.ctx}
 	setExpired := func(n int) {
 		t.Helper()
 		for i := range n {
-			tx, x := begin()
-			run(x, "SET", fmt.Sprint("e", i), "v", "PX", "1")
+			tx, x := beginWrite(t, c)
+			runIn(t, x, "SET", fmt.Sprint("e", i), "v", "PX", "1")
 			if err := c.commit(tx); err != nil {
 				t.Fatal(err)
 			}
@@ -532,15 +525,14 @@ func TestExpiredKeysRollbackAfterResetStat(t *testing.T) {
 	}
 	resetStat := func() {
 		t.Helper()
-		x := &execCtx{c: admin}
-		run(x, "CONFIG", "RESETSTAT")
+		runIn(t, &execCtx{c: admin}, "CONFIG", "RESETSTAT")
 	}
 
 	// Counted, reset, rolled back: nothing of the count is left to take.
 	const n = 3
 	setExpired(n)
-	tx, x := begin()
-	run(x, "FLUSHALL")
+	tx, x := beginWrite(t, c)
+	runIn(t, x, "FLUSHALL")
 	resetStat()
 	c.rollback(tx)
 	if got := s.expiredKeys.Load(); got != 0 {
@@ -550,11 +542,11 @@ func TestExpiredKeysRollbackAfterResetStat(t *testing.T) {
 	// Counted before and after a reset in one transaction, rolled back:
 	// only the count after the reset is taken back.
 	setExpired(n)
-	tx, x = begin()
-	run(x, "DEL", "e0")
+	tx, x = beginWrite(t, c)
+	runIn(t, x, "DEL", "e0")
 	resetStat()
 	s.expiredKeys.Add(5) // other connections' expired keys since the reset
-	run(x, "DEL", "e1")
+	runIn(t, x, "DEL", "e1")
 	if got := s.expiredKeys.Load(); got != 6 {
 		t.Fatalf("expired_keys %d before the rollback; want 6", got)
 	}
