@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"mvkv/clog"
 	"mvkv/internal/heap"
+	"mvkv/visibility"
 	"mvkv/wal"
 )
 
@@ -389,16 +391,18 @@ func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool)
 		ErrCorruption, page, torn[page], strings.Join(parts, "; "), listMore(nil, len(bad)-len(parts)))
 }
 
-// scanForDamagedPages is Open's check of the written heap pages when the
-// index came from the index file: the same reads as checkZeroedHeapPages,
-// after Open returned, so that opening does not wait for a read of the
-// whole heap, yet a damaged page is logged at once with its file and block
-// and the keys whose newest version the index places on it, rather than
-// found by the first read of it. Each read checks what every read of a
-// heap page checks: the checksum, the header and line pointers, and zeros
-// below the written length. It reads the files directly (not through the
-// buffer pool, whose working set it would evict), writes nothing, and
-// stops at Close.
+// scanForDamagedPages is Open's check of the heap pages when the index came
+// from the index file: the same reads as checkZeroedHeapPages, after Open
+// returned, so that opening does not wait for a read of the whole heap, yet
+// a damaged page is logged at once with its file and block and the keys
+// whose newest version the index places on it, rather than found by the
+// first read of it. Each read of a block below written (the length the
+// last checkpoint wrote) checks what every read of a heap page checks: the
+// checksum, the header and line pointers, and zeros below the written
+// length. Every block below nblocks (the heap's length at Open) also has
+// its visibility map bits checked against the page (checkMapBits). It
+// reads the files directly (not through the buffer pool, whose working set
+// it would evict), writes nothing but cleared map bits, and stops at Close.
 //
 // A page that fails its checksum or header on disk is damaged only if the
 // buffer pool holds no good copy of it: after a crash, redo rebuilt a page
@@ -408,37 +412,55 @@ func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool)
 // through the pool, which returns its own copy if it has one and otherwise
 // reads the file with the same checks. A page of zeros needs no second
 // read: no write leaves one below the written length.
-func (db *DB) scanForDamagedPages(written uint32) {
+func (db *DB) scanForDamagedPages(written, nblocks uint32) {
 	defer db.bgWG.Done()
+	// However the scan ends, the map is trusted again: at Close nothing
+	// reads it any more.
+	defer db.vm.Trust(math.MaxUint32)
 	page := make([]byte, heap.PageSize)
 	zeroed, failed := map[uint32]bool{}, map[uint32]bool{}
 	var zeroedNames, failedNames []string
 	var firstErr error
-	for blk := uint32(0); blk < written; blk++ {
+	var mapWrong []uint32
+	for blk := uint32(0); blk < max(written, nblocks); blk++ {
 		select {
 		case <-db.stopBG:
 			return
 		default:
 		}
 		err := db.storage.ReadBlock(blk, page)
-		switch {
-		case err == nil || !errors.Is(err, heap.ErrCorrupt):
-			continue // an I/O error is reported where the page is read
-		case isZeroPageErr(err):
-			zeroed[blk] = true
-			if len(zeroedNames) < maxZeroListed {
-				zeroedNames = append(zeroedNames, db.heapBlockName(blk))
-			}
-		case db.damagedInPool(blk):
-			failed[blk] = true
-			if firstErr == nil {
-				firstErr = err
-			}
-			if len(failedNames) < maxZeroListed {
-				failedNames = append(failedNames, db.heapBlockName(blk))
+		if blk < written && err != nil && errors.Is(err, heap.ErrCorrupt) {
+			// An I/O error is reported where the page is read.
+			switch {
+			case isZeroPageErr(err):
+				zeroed[blk] = true
+				if len(zeroedNames) < maxZeroListed {
+					zeroedNames = append(zeroedNames, db.heapBlockName(blk))
+				}
+			case db.damagedInPool(blk):
+				failed[blk] = true
+				if firstErr == nil {
+					firstErr = err
+				}
+				if len(failedNames) < maxZeroListed {
+					failedNames = append(failedNames, db.heapBlockName(blk))
+				}
 			}
 		}
+		if !db.vm.Unlogged() {
+			// A damaged page's bits stay: every read of it fails.
+			onDisk := page
+			if err != nil {
+				onDisk = nil
+			}
+			if !zeroed[blk] && !failed[blk] && db.checkMapBits(blk, onDisk) {
+				mapWrong = append(mapWrong, blk)
+			}
+			db.vm.Trust(blk + 1)
+		}
 	}
+	db.vm.Trust(math.MaxUint32)
+	db.noteWrongMapBits(mapWrong)
 	if len(zeroed) == 0 && len(failed) == 0 {
 		db.damageScanDone.Store(true)
 		return
@@ -488,6 +510,80 @@ func (db *DB) scanForDamagedPages(written uint32) {
 			"pages", len(failed), "first", listMore(failedNames, len(failed)), "keysLost", lostFailed, "err", firstErr,
 			"note", "keys whose newest version the index places on these pages, or whose value has a chunk there; reading them fails with ErrCorruption; mvkv verify --lost-keys lists them")
 	}
+}
+
+// checkMapBits checks heap block blk's visibility map bits against its
+// page, as PostgreSQL's lazy vacuum does when it warns "page is not marked
+// all-visible but visibility map bit is set": a set bit on a page without
+// PD_ALL_VISIBLE is wrong (every change clears both under the page's
+// exclusive lock, and vacuum sets both under it), and is cleared, so that
+// index-only reads stop answering from it and vacuum stops skipping the
+// page. After a crash the map cannot be wrong this way (the map page waits
+// for its record, which redo replays on the heap page); a map file copied
+// back from an older copy of the directory can, with valid checksums.
+//
+// onDisk is the page as read from the file, nil if it could not be read. A
+// page on disk with PD_ALL_VISIBLE needs nothing more: the flag is cleared
+// only together with the bits, in memory first. Otherwise the page may be
+// older on disk than in the buffer pool (vacuum set both since, or redo
+// did), so it is read again through the pool and compared under its share
+// lock, under which no one sets or clears either. It reports whether it
+// cleared bits; a read that fails leaves the bits alone, as the damage is
+// reported where the page is read.
+func (db *DB) checkMapBits(blk uint32, onDisk []byte) bool {
+	bits, err := db.vm.TestStored(blk)
+	if err != nil || bits == 0 {
+		return false
+	}
+	if onDisk != nil && !heap.IsNew(onDisk) && heap.PageFlags(onDisk)&heap.PDAllVisible != 0 {
+		return false
+	}
+	buf, err := db.pool.Get(blk)
+	if err != nil {
+		return false // past the end (cut since), or damaged: reported where read
+	}
+	defer buf.Release()
+	buf.RLock()
+	defer buf.RUnlock()
+	return db.clearWrongMapBitsLocked(blk, buf.Page())
+}
+
+// clearWrongMapBitsLocked clears heap block blk's map bits if they are set
+// and page, the block's page in the buffer pool, lacks PD_ALL_VISIBLE, and
+// reports whether it did. The caller holds the page's content lock, shared
+// or exclusive: setting needs it exclusively, and clearing with the change
+// happens only on a page with PD_ALL_VISIBLE, so nothing else changes the
+// bits meanwhile. No record is logged: a clear that reaches disk early is
+// harmless, and one lost in a crash is found by the next Open's check.
+func (db *DB) clearWrongMapBitsLocked(blk uint32, page []byte) bool {
+	if !heap.IsNew(page) && heap.PageFlags(page)&heap.PDAllVisible != 0 {
+		return false
+	}
+	if bits, err := db.vm.TestStored(blk); err != nil || bits == 0 {
+		return false
+	}
+	cleared, err := db.vm.Clear(blk, visibility.ValidBits)
+	return err == nil && cleared
+}
+
+// noteWrongMapBits counts and logs the heap blocks whose map bits
+// checkMapBits cleared.
+func (db *DB) noteWrongMapBits(blocks []uint32) {
+	if len(blocks) == 0 {
+		return
+	}
+	var names []string
+	for _, blk := range blocks[:min(len(blocks), maxZeroListed)] {
+		names = append(names, db.heapBlockName(blk))
+	}
+	d := &db.damage
+	d.mu.Lock()
+	d.mapWrong += len(blocks)
+	d.mapWrongNames = listMore(names, d.mapWrong)
+	d.mu.Unlock()
+	db.logger.Warn("visibility map bits set for heap pages not marked all-visible: cleared",
+		"pages", len(blocks), "first", listMore(names, len(blocks)),
+		"note", "the map file is older than the heap (restored from another copy?); index-only reads and vacuum read these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
 }
 
 // scanStoredTuples reads heap blocks 0 to nblocks-1 from disk, not through
@@ -617,6 +713,15 @@ type DamageInfo struct {
 	KeysLost     int
 	Zeroed       string
 	Corrupt      string
+	// MapBitsCleared counts the heap pages whose visibility map bits were
+	// set though the page is not marked all-visible (PostgreSQL's "page is
+	// not marked all-visible but visibility map bit is set"), found by
+	// Open's check of the heap, which cleared them; MapBits names the
+	// first ones (file, offset, block), "" when none. A map file restored
+	// from an older copy of the directory is the usual cause. Until the
+	// check has passed a page, index-only reads do not trust its bits.
+	MapBitsCleared int
+	MapBits        string
 	// DamagedPages counts the distinct heap pages known to be damaged:
 	// those the scan found, and the pages whose read through the buffer
 	// pool failed its checks (checksum, line pointers, zeros below the
@@ -637,7 +742,11 @@ type damageLog struct {
 	// checksum or header checks.
 	corrupt      int
 	corruptNames string
-	blocks       map[uint32]bool
+	// mapWrong and mapWrongNames are the pages whose wrong map bits
+	// checkMapBits cleared.
+	mapWrong      int
+	mapWrongNames string
+	blocks        map[uint32]bool
 	// quiet is the block (plus one) the scan is reading through the pool,
 	// whose failure it reports itself; 0 when none.
 	quiet  uint32
@@ -654,6 +763,7 @@ func (db *DB) Damage() DamageInfo {
 	return DamageInfo{
 		ScanRunning: scanning, ZeroedPages: d.zeroed, KeysLost: d.keysLost, Zeroed: d.zeroedNames,
 		CorruptPages: d.corrupt, Corrupt: d.corruptNames,
+		MapBitsCleared: d.mapWrong, MapBits: d.mapWrongNames,
 		DamagedPages: len(d.blocks), FailedReads: d.failed, LastError: d.last,
 	}
 }

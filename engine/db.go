@@ -382,9 +382,18 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.bgWG.Add(1)
 	go db.checkpointer()
-	if db.recovery.IndexFromFile && db.recovery.CheckedBlocks < db.recovery.WrittenBlocks {
+	if db.recovery.IndexFromFile {
+		// Nothing read the heap pages while opening, so neither damage
+		// nor a map bit without PD_ALL_VISIBLE on its page has been
+		// looked for: the background scan does both, and until it has
+		// passed a block its bits are not trusted (checkMapBits). The
+		// unlogged map's wrong bits after a crash are the experiment it
+		// exists for, and PostgreSQL before 9.2 had no such check.
+		if !db.vm.Unlogged() {
+			db.vm.Distrust(0)
+		}
 		db.bgWG.Add(1)
-		go db.scanForDamagedPages(db.recovery.WrittenBlocks)
+		go db.scanForDamagedPages(db.recovery.WrittenBlocks, db.pool.NBlocks())
 	}
 	if opts.Autovacuum == nil || *opts.Autovacuum {
 		db.bgWG.Add(1)

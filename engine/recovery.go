@@ -631,6 +631,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	// Dead versions, for autovacuum: the debt a restart must not forget
 	// (PostgreSQL's pgstat loses n_dead_tup after a crash).
 	var dead int64
+	var mapWrong []uint32
 	nblocks := db.pool.NBlocks()
 	db.idx.mu.Lock()
 	defer db.idx.mu.Unlock()
@@ -641,6 +642,11 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 		}
 		buf.RLock()
 		page := buf.Page()
+		// The map bits against the page, as the background check does
+		// after an Open that reads no heap page (checkMapBits).
+		if !db.vm.Unlogged() && db.clearWrongMapBitsLocked(blk, page) {
+			mapWrong = append(mapWrong, blk)
+		}
 		var perr error
 		if !heap.IsNew(page) {
 			for s := 0; s < heap.NumSlots(page); s++ {
@@ -746,6 +752,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	}
 	db.vac.relFrozenXid.Store(relFrozenXid)
 	db.av.dead.Store(dead)
+	db.noteWrongMapBits(mapWrong)
 	return maxXid, nil
 }
 

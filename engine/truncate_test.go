@@ -118,7 +118,7 @@ func TestVacuumTruncatesEmptyTail(t *testing.T) {
 				t.Fatalf("the heap did not grow again: %d blocks", db.pool.NBlocks())
 			}
 			for b := after; b < db.pool.NBlocks(); b++ {
-				if av, _ := db.pageAllVisible(b); av {
+				if allVisible(db, b) {
 					t.Fatalf("block %d, added again after the cut, is all-visible in the map", b)
 				}
 			}

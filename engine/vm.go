@@ -124,7 +124,9 @@ func (db *DB) setPageAllVisible(buf *bufpool.Buffer, allFrozen bool, cutoffXid u
 	if allFrozen {
 		bits |= visibility.AllFrozen
 	}
-	have, err := db.vm.Test(blk)
+	// The stored bits: under this lock they agree with PD_ALL_VISIBLE,
+	// distrusted or not (see checkMapBits).
+	have, err := db.vm.TestStored(blk)
 	if err != nil {
 		return err
 	}

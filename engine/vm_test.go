@@ -124,7 +124,12 @@ func headBlock(t testing.TB, db *DB, key string) uint32 {
 	return e.headTID().Block
 }
 
-func allVisible(db *DB, blk uint32) bool { v, _ := db.pageAllVisible(blk); return v }
+// allVisible reports whether the map holds blk's all-visible bit, whether
+// or not Open's check has passed the block yet.
+func allVisible(db *DB, blk uint32) bool {
+	b, _ := db.vm.TestStored(blk)
+	return b&visibility.AllVisible != 0
+}
 
 // countKeys counts visible keys with Scan and with Count; t nil means an
 // error counts as -1 for both.

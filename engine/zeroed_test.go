@@ -249,7 +249,7 @@ func TestDamageScanTrustsThePoolsCopy(t *testing.T) {
 		t.Fatalf("the torn copy on disk reads %v, want a corrupt page", err)
 	}
 	db.bgWG.Add(1)
-	db.scanForDamagedPages(db.storage.NBlocks())
+	db.scanForDamagedPages(db.storage.NBlocks(), db.storage.NBlocks())
 	if d := db.Damage(); d.DamagedPages != 0 || d.CorruptPages != 0 || d.FailedReads != 0 {
 		t.Fatalf("a page the pool holds whole is reported as damage: %+v", d)
 	}

@@ -667,12 +667,13 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("recovery_index_seconds:%.3f", rec.IndexTime.Seconds()),
 		fmt.Sprintf("checkpoints:%d", st.Checkpoint.Count),
 		// Damage met since start: the background check of the written
-		// heap pages (zeros, checksum, header), and pages whose reads
-		// failed their checks.
+		// heap pages (zeros, checksum, header), pages whose reads failed
+		// their checks, and map bits found set on pages not all-visible.
 		fmt.Sprintf("damage_check_in_progress:%d", map[bool]int{false: 0, true: 1}[dmg.ScanRunning]),
 		fmt.Sprintf("damaged_heap_pages:%d", dmg.DamagedPages),
 		fmt.Sprintf("damaged_keys_lost:%d", dmg.KeysLost),
-		fmt.Sprintf("damaged_page_read_errors:%d", dmg.FailedReads))
+		fmt.Sprintf("damaged_page_read_errors:%d", dmg.FailedReads),
+		fmt.Sprintf("damaged_vm_pages_cleared:%d", dmg.MapBitsCleared))
 	section("stats",
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),

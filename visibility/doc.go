@@ -101,6 +101,13 @@
 // change to the heap the page covers, while the page holds nothing that
 // cannot be rebuilt from the heap.
 //
+// What no crash can do, a copy can: a map file restored from an older copy
+// of the directory passes every check and may say all-visible for heap
+// pages that changed since. Distrust makes Test report no bits for a range
+// of heap blocks while the engine compares each stored bit (TestStored)
+// with its heap page's PD_ALL_VISIBLE after opening, and Trust ends it
+// block by block as the comparison moves on.
+//
 // Rejected alternative, kept as Options.Unlogged for the experiment:
 // setting bits without a WAL record and writing map pages without the
 // interlock, as PostgreSQL 8.4 to 9.1 did. A map page can then reach disk

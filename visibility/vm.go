@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"strings"
 	"sync/atomic"
@@ -157,6 +158,9 @@ type Map struct {
 	// no bit went from set to unset since it cached one.
 	clears atomic.Uint64
 	sets   atomic.Uint64
+	// trustedBelow is the heap block from which Test reports no bits
+	// (Distrust); math.MaxUint32 while every bit is trusted.
+	trustedBelow atomic.Uint32
 }
 
 // Open opens (creating if needed) the map fork in dir. A map page missing
@@ -180,6 +184,7 @@ func Open(fsys vfs.FS, dir string, o Options) (*Map, error) {
 		pageLSN = func([]byte) uint64 { return 0 }
 	}
 	m := &Map{dir: dir, storage: &vmStorage{Storage: st, dir: dir}, unlogged: o.Unlogged}
+	m.trustedBelow.Store(math.MaxUint32)
 	m.pool = bufpool.New(zeroOnError{m, o.OnDamage}, o.Buffers, flush, pageLSN)
 	return m, nil
 }
@@ -307,11 +312,49 @@ func (m *Map) ClearRange(from, to uint32) (bool, error) {
 	return cleared, nil
 }
 
-// Test returns heapBlk's bits, as visibilitymap_get_status. The answer can
-// be stale as soon as it is returned; a caller that relies on a set bit
-// must read what it protects (the heap TID it is about to trust) before
-// calling Test.
+// Test returns heapBlk's bits, as visibilitymap_get_status, or none while
+// heapBlk's bits are distrusted (see Distrust). The answer can be stale as
+// soon as it is returned; a caller that relies on a set bit must read what
+// it protects (the heap TID it is about to trust) before calling Test.
 func (m *Map) Test(heapBlk uint32) (Bits, error) {
+	// The limit before the bits: a check that clears a wrong bit does so
+	// before it moves the limit past the block, so bits read after a
+	// limit that covers the block are the checked ones.
+	trusted := heapBlk < m.trustedBelow.Load()
+	b, err := m.TestStored(heapBlk)
+	if err != nil || !trusted {
+		return 0, err
+	}
+	return b, nil
+}
+
+// Distrust makes Test (and Reader.Test) report no bits for heap blocks at
+// or above from until Trust moves past them; the bits themselves stay as
+// they are, and TestStored, Set and Clear see them. A clear bit only sends
+// a reader or vacuum to the heap page, so this is always safe. It is for
+// the time after opening in which the stored bits are checked against the
+// heap pages: a map file restored from an older copy has valid checksums
+// and wrong bits, and nothing else tells it apart. Safe for concurrent
+// use; call it before any reader relies on a bit.
+func (m *Map) Distrust(from uint32) { m.trustedBelow.Store(from) }
+
+// Trust ends Distrust for the heap blocks below upTo (math.MaxUint32: every
+// block). The caller has checked those blocks' stored bits and cleared any
+// that were wrong. The limit only moves forward.
+func (m *Map) Trust(upTo uint32) {
+	for {
+		cur := m.trustedBelow.Load()
+		if upTo <= cur || m.trustedBelow.CompareAndSwap(cur, upTo) {
+			return
+		}
+	}
+}
+
+// TestStored returns heapBlk's bits as the map holds them, distrusted or
+// not. The checker of Distrust's bits uses it, and so can a caller holding
+// the heap page's content lock, under which a bit and PD_ALL_VISIBLE agree
+// unless the map is wrong. Errors as Test's.
+func (m *Map) TestStored(heapBlk uint32) (Bits, error) {
 	buf, err := m.get(heapBlk)
 	if err != nil {
 		return 0, err

@@ -2,6 +2,7 @@ package visibility
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -399,5 +400,45 @@ func TestClearRange(t *testing.T) {
 	}
 	if any, err := m.ClearRange(10, 3*HeapBlocksPerPage); err != nil || any {
 		t.Fatalf("ClearRange again: %v, %v; want nothing to clear", any, err)
+	}
+}
+
+// TestDistrust: distrusted blocks read as no bits through Test and a
+// Reader, while TestStored, Set and Clear see the stored bits; Trust
+// moves only forward.
+func TestDistrust(t *testing.T) {
+	m := openMap(t, vfs.NewMemFS(), Options{})
+	for i, b := range []uint32{0, 5, 9} {
+		if _, err := m.Set(b, AllVisible|AllFrozen, uint64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Distrust(0)
+	r := m.NewReader()
+	for _, b := range []uint32{0, 5, 9} {
+		if got := mustTest(t, m, b); got != 0 {
+			t.Fatalf("distrusted block %d: Test says %v", b, got)
+		}
+		if got, err := r.Test(b); err != nil || got != 0 {
+			t.Fatalf("distrusted block %d: Reader says %v (%v)", b, got, err)
+		}
+		if got, err := m.TestStored(b); err != nil || got != AllVisible|AllFrozen {
+			t.Fatalf("block %d: TestStored says %v (%v)", b, got, err)
+		}
+	}
+	m.Trust(6)
+	m.Trust(3) // backwards: no effect
+	if mustTest(t, m, 0) == 0 || mustTest(t, m, 5) == 0 || mustTest(t, m, 9) != 0 {
+		t.Fatalf("after Trust(6): blocks 0, 5, 9 read %v %v %v", mustTest(t, m, 0), mustTest(t, m, 5), mustTest(t, m, 9))
+	}
+	if got, err := r.Test(5); err != nil || got == 0 {
+		t.Fatalf("trusted block 5: Reader says %v (%v)", got, err)
+	}
+	if _, err := m.Clear(9, ValidBits); err != nil {
+		t.Fatal(err)
+	}
+	m.Trust(math.MaxUint32)
+	if mustTest(t, m, 9) != 0 || mustTest(t, m, 0) != AllVisible|AllFrozen {
+		t.Fatalf("after Trust(all): blocks 0, 9 read %v %v", mustTest(t, m, 0), mustTest(t, m, 9))
 	}
 }
