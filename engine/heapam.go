@@ -8,6 +8,7 @@ import (
 
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
+	"mvkv/visibility"
 	"mvkv/wal"
 )
 
@@ -261,6 +262,14 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry)
 			continue
 		}
 		if wasNew {
+			// A new page is not all-visible, but a map file older
+			// than the heap can hold bits for a block past the heap's
+			// end (Open checks only the blocks the heap has), and no
+			// change would clear them: the page has no PD_ALL_VISIBLE.
+			if _, err := db.vm.Clear(tgt.Block(), visibility.ValidBits); err != nil {
+				unlock()
+				return heap.InvalidTID, err
+			}
 			heap.InitPage(page)
 		} else if !heap.Fits(page, len(tup)+db.fillReserve(old)) {
 			// The block number is read before unlock releases the pin: a

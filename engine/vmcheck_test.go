@@ -202,3 +202,50 @@ func TestMapBitsDistrustedUntilChecked(t *testing.T) {
 		t.Fatalf("block 1 on disk: flags %#x (%v); the test meant it without PD_ALL_VISIBLE", heap.PageFlags(page), err)
 	}
 }
+
+// TestNewPageClearsStaleMapBits: bits a map older than the heap holds for
+// a block past the heap's end (which Open's check does not read) are
+// cleared when the block becomes a page, so an uncommitted insert there
+// is not taken for a live key by index-only reads.
+func TestNewPageClearsStaleMapBits(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	putKeys(t, db, "a", 10, 40)
+	end := db.pool.NBlocks()
+	for b := end; b < end+4; b++ {
+		if _, err := db.vm.Set(b, visibility.AllVisible, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	w, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Rollback()
+	var keys []string
+	for i := 0; db.pool.NBlocks() < end+2; i++ {
+		k := fmt.Sprintf("new%04d", i)
+		if err := w.Put([]byte(k), []byte(strings.Repeat("n", 1500))); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if allVisible(db, end) || allVisible(db, end+1) {
+		t.Fatalf("blocks %d and %d, new pages, keep their stale map bits", end, end+1)
+	}
+	err = db.View(ctx, func(tx *Txn) error {
+		for _, k := range keys {
+			if ok, err := tx.Exists([]byte(k)); err != nil || ok {
+				return fmt.Errorf("Exists(%s) = %v, %v for an uncommitted insert", k, ok, err)
+			}
+		}
+		if n, err := tx.Count(nil, nil); err != nil || n != 10 {
+			return fmt.Errorf("Count = %d, %v; want 10", n, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
