@@ -735,6 +735,61 @@ func TestVerifyFindsLostVMFile(t *testing.T) {
 	}
 }
 
+// A file named as a visibility map file but lying past every map page the
+// heap needs (one heap of 200 keys needs one page, in 00000000) was put
+// there: nothing reads it, so Open and the database work as without it,
+// as with a stranger in the WAL directory, and Verify names it as a file
+// that is not the map's (not as a page failing its checksum, which is what
+// a copy of a map page reads as at another block number), without reading
+// the billion map pages between.
+func TestVerifyStrayVMFile(t *testing.T) {
+	for _, c := range []struct {
+		name, file string
+		data       func(dir string) []byte
+	}{
+		{"copy of a map page", "00000005", func(dir string) []byte {
+			b, err := os.ReadFile(filepath.Join(dir, vmDir, "00000000"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+		{"zeros", "00000001", func(string) []byte { return make([]byte, heap.PageSize) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, db := vacuumedWithVMBits(t)
+			off := false
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			stray := filepath.Join(dir, vmDir, c.file)
+			if err := os.WriteFile(stray, c.data(dir), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			db = openTest(t, dir, Options{Autovacuum: &off})
+			defer db.Close()
+			mustPut(t, db, "a000001", "new")
+			mustVacuum(t, db)
+			rep, err := db.Verify()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "visibility map: " + stray + " is not a file of this map: it would hold map pages from "
+			if len(rep.Problems) != 1 || !strings.HasPrefix(rep.Problems[0], want) || !strings.Contains(rep.Problems[0], "past the 1 the heap's") {
+				t.Fatalf("Verify with %s: %q; want one problem starting %q and saying it lies past the 1 map page the heap needs", stray, rep.Problems, want)
+			}
+			strays, pages := db.vm.StrayFiles(db.storage.NBlocks())
+			if len(strays) != 1 || !errors.Is(strays[0], visibility.ErrStrayFile) || pages != 1 {
+				t.Fatalf("StrayFiles: %v, %d pages; want one error matching ErrStrayFile and 1 page", strays, pages)
+			}
+			if err := os.Remove(stray); err != nil {
+				t.Fatal(err)
+			}
+			mustVerify(t, db)
+		})
+	}
+}
+
 // A flipped bit in a map page of a cleanly closed database: Open succeeds,
 // the page is read as one with no bit set (with a warning naming the file
 // and offset), reads and writes of the keys it covers work, Verify reports

@@ -65,6 +65,12 @@
 // AllFrozen. One map page covers about 255 MiB of heap. A map page that was
 // never written reads as zeros: no bits set, which is always safe.
 //
+// One map file covers about 32 TiB of heap, so every heap the engine can
+// hold has its map in the first two files, and a file past the pages the
+// heap needs was put there by something else: nothing reads it (the map
+// is asked only about heap blocks that exist), and Map.StrayFiles names
+// it for verification, as a stranger in the WAL directory is named.
+//
 // # Crash safety
 //
 // The invariant, as in PostgreSQL: after any crash, a set bit still

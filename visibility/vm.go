@@ -54,6 +54,9 @@ var (
 	ErrCorrupt = errors.New("visibility: corrupt visibility map page")
 	// ErrClosed is returned by Map methods after Close.
 	ErrClosed = errors.New("visibility: map closed")
+	// ErrStrayFile is matched by the errors of Map.StrayFiles: a file
+	// named as a map file that lies past every map page the heap needs.
+	ErrStrayFile = errors.New("visibility: map file past the pages the heap needs")
 )
 
 // MapBlock returns the map page holding heapBlk's bits.
@@ -421,6 +424,61 @@ func (m *Map) CheckFiles() []error {
 	}
 	return errs
 }
+
+// StrayFiles returns an error matching ErrStrayFile for every map file
+// that lies wholly past the map pages a heap of the given length (in
+// blocks) needs, naming the file, the first map page it would hold and
+// what the heap needs; and pages, the number of whole map pages up to the
+// end of the last other file, which is as far as a check of the map
+// should read. The files and their sizes are read now, not at open.
+//
+// Such a file was put there: the map grows one page at a time as the heap
+// grows, and each file holds 131,072 pages (covering 32 TiB of heap), so
+// nothing this map writes starts a file the heap does not reach. Nothing
+// reads it either (the map is asked only about heap blocks that exist),
+// so it is not damage to the map, and its pages are not checked: read as
+// map pages at their new block numbers, they could only fail their
+// checksums. The first file is never one, since a heap cut back to
+// nothing (vacuum's truncation leaves map pages in place, cleared)
+// leaves it; only a heap cut back from over 32 TiB could leave a later
+// file that this reports. Errors: ErrClosed, or the failure to list the
+// map directory or read a file's size.
+func (m *Map) StrayFiles(heapBlocks uint32) (strays []error, pages uint32) {
+	if m.closed.Load() {
+		return []error{ErrClosed}, 0
+	}
+	l, err := m.storage.Layout()
+	if err != nil {
+		return []error{err}, 0
+	}
+	need := uint32((uint64(heapBlocks) + HeapBlocksPerPage - 1) / HeapBlocksPerPage)
+	for _, g := range l.Segments {
+		switch {
+		case g.Missing:
+		case g.Num == 0 || g.FirstBlock() < need:
+			pages = max(pages, g.FirstBlock()+g.Blocks())
+		default:
+			strays = append(strays, strayFile{file: g.Path, first: g.FirstBlock(), need: need, heapBlocks: heapBlocks})
+		}
+	}
+	return strays, pages
+}
+
+// strayFile is a map file past the pages the heap needs (StrayFiles). It
+// matches ErrStrayFile; its text carries no package prefix, so that the
+// caller's context reads first.
+type strayFile struct {
+	file        string
+	first, need uint32
+	heapBlocks  uint32
+}
+
+func (e strayFile) Error() string {
+	return fmt.Sprintf("%s is not a file of this map: it would hold map pages from %d on, past the %d the heap's %d blocks need (nothing reads it; remove it, or find what wrote it)",
+		e.file, e.first, e.need, e.heapBlocks)
+}
+
+func (e strayFile) Is(target error) bool { return target == ErrStrayFile }
 
 // mapPageError is a map page that fails the storage manager's page checks:
 // it matches ErrCorrupt and what it wraps (heap.ErrCorrupt).

@@ -442,3 +442,49 @@ func TestDistrust(t *testing.T) {
 		t.Fatalf("after Trust(all): blocks 0, 9 read %v %v", mustTest(t, m, 0), mustTest(t, m, 9))
 	}
 }
+
+// StrayFiles names every map file past the pages a heap of the given
+// length needs, never the first file (a heap cut back to nothing leaves
+// it), and counts the pages up to the end of the others.
+func TestStrayFiles(t *testing.T) {
+	fs := vfs.NewMemFS()
+	m := openMap(t, fs, Options{})
+	defer m.Close()
+	if _, err := m.Set(3*HeapBlocksPerPage+7, AllVisible, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"/vm/00000001", "/vm/00000003"} {
+		f, err := fs.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(make([]byte, heap.PageSize), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	for _, c := range []struct {
+		heapBlocks uint32
+		strays     []string
+		pages      uint32
+	}{
+		{0, []string{"/vm/00000001", "/vm/00000003"}, 4},
+		{3*HeapBlocksPerPage + 8, []string{"/vm/00000001", "/vm/00000003"}, 4},
+		{heap.SegmentBlocks*HeapBlocksPerPage + 1, []string{"/vm/00000003"}, heap.SegmentBlocks + 1},
+	} {
+		strays, pages := m.StrayFiles(c.heapBlocks)
+		var got []string
+		for _, err := range strays {
+			if !errors.Is(err, ErrStrayFile) {
+				t.Fatalf("StrayFiles(%d): %v, want errors matching ErrStrayFile", c.heapBlocks, err)
+			}
+			got = append(got, strings.Fields(err.Error())[0])
+		}
+		if strings.Join(got, " ") != strings.Join(c.strays, " ") || pages != c.pages {
+			t.Fatalf("StrayFiles(%d) = %v, %d pages; want %v, %d pages", c.heapBlocks, strays, pages, c.strays, c.pages)
+		}
+	}
+}

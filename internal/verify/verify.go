@@ -125,8 +125,9 @@ func Run(t Target, problem Problemf) Counts {
 	for _, err := range t.CheckHeapSegments() {
 		problem("heap: %v", err)
 	}
-	vmBits, vmSnap := readVisibilityMap(t, problem, nblocks), t.Snapshot()
-	vmLost := newLostMapPages(t.VisibilityMap(), nblocks)
+	vmBits, vmPages := readVisibilityMap(t, problem, nblocks)
+	vmSnap := t.Snapshot()
+	vmLost := newLostMapPages(vmPages, nblocks)
 	page := make([]byte, heap.PageSize)
 	badBlocks := make(map[uint32]bool) // pages that could not be read
 	values := t.ValueCheck()

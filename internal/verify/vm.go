@@ -96,15 +96,24 @@ func notVisibleToAll(t Target, h heap.TupleHeader, frozen bool, snap *visibility
 
 // readVisibilityMap checks that the map files hold whole pages, reads every
 // map page from disk, checks it, and returns the bits of every heap block
-// that has any. Bits set for blocks beyond the heap's nblocks are problems.
-func readVisibilityMap(t Target, problem Problemf, nblocks uint32) map[uint32]visibility.Bits {
+// that has any, and the number of map pages it read. Bits set for blocks
+// beyond the heap's nblocks are problems. A map file past every page the
+// heap needs is a problem of its own (Map.StrayFiles), and its pages are
+// not read: at their block numbers they could only fail their checksums,
+// and the gap before such a file (up to a billion map pages) holds
+// nothing.
+func readVisibilityMap(t Target, problem Problemf, nblocks uint32) (map[uint32]visibility.Bits, uint32) {
 	vm := t.VisibilityMap()
 	out := make(map[uint32]visibility.Bits)
+	strays, npages := vm.StrayFiles(nblocks)
+	for _, err := range strays {
+		problem("visibility map: %v", err)
+	}
 	for _, err := range vm.CheckFiles() {
 		problem("visibility map: %v", err)
 	}
 	page := make([]byte, heap.PageSize)
-	for vb := uint32(0); vb < vm.NBlocks(); vb++ {
+	for vb := uint32(0); vb < npages; vb++ {
 		if err := vm.ReadPage(vb, page); err != nil {
 			problem("%v", err)
 			continue
@@ -121,7 +130,7 @@ func readVisibilityMap(t Target, problem Problemf, nblocks uint32) map[uint32]vi
 			}
 		}
 	}
-	return out
+	return out, npages
 }
 
 // lostMapPages finds map pages missing from the map files (a file removed,
@@ -137,13 +146,15 @@ func readVisibilityMap(t Target, problem Problemf, nblocks uint32) map[uint32]vi
 // sign of loss. A map page cut in the middle is left to Map.CheckFiles,
 // which names it.
 type lostMapPages struct {
-	nmap    uint32              // map pages in the files
+	nmap    uint32              // map pages in the files, strays left out
 	nblocks uint32              // heap blocks
 	heaps   map[uint32][]uint32 // heap blocks with PD_ALL_VISIBLE, by map page past nmap
 }
 
-func newLostMapPages(vm *visibility.Map, nblocks uint32) *lostMapPages {
-	return &lostMapPages{nmap: vm.NBlocks(), nblocks: nblocks, heaps: map[uint32][]uint32{}}
+// newLostMapPages starts the search in a map of nmap pages (those
+// readVisibilityMap read) over a heap of nblocks blocks.
+func newLostMapPages(nmap, nblocks uint32) *lostMapPages {
+	return &lostMapPages{nmap: nmap, nblocks: nblocks, heaps: map[uint32][]uint32{}}
 }
 
 // note looks at heap block blk, read from disk, whose map bits are bits.
