@@ -481,3 +481,41 @@ func TestStrangerDirectoryInWAL(t *testing.T) {
 		t.Fatalf("verify with the directory %s in the WAL directory: %d problems:\n%s", stray, len(rep.Problems), strings.Join(rep.Problems, "\n"))
 	}
 }
+
+// A directory named as a WAL segment (one past the end of the log, or one
+// being prepared) is no stranger: recovery would read it as a segment and
+// the writer would create one there. Open fails with ErrCorruption naming
+// it and saying to move it away, rather than with a bare "is a directory";
+// once it is gone, the database opens with its data.
+func TestSegmentNamedDirectoryInWAL(t *testing.T) {
+	for _, name := range []string{"0000000009000000", "0000000009000000.tmp"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+			mustPut(t, db, "a", "1")
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			bad := filepath.Join(dir, walDir, name)
+			if err := os.Mkdir(bad, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			db, err := Open(dir, Options{Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20})
+			if err == nil {
+				db.Close()
+				t.Fatalf("Open with the directory %s in the WAL directory succeeded", bad)
+			}
+			if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), bad+" is a directory where the WAL segment file") || !strings.Contains(err.Error(), "move it away") {
+				t.Fatalf("Open with the directory %s in the WAL directory: %v; want ErrCorruption naming it and saying to move it away", bad, err)
+			}
+			if err := os.Remove(bad); err != nil {
+				t.Fatal(err)
+			}
+			db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+			defer db.Close()
+			if v, ok := get(t, db, "a"); !ok || v != "1" {
+				t.Fatalf("a = %q, %v after the directory was moved away", v, ok)
+			}
+		})
+	}
+}

@@ -67,6 +67,9 @@ func (db *DB) recover(ctrl controlData) error {
 	// goes through the same steps, with nothing to read; its log says so
 	// rather than report a recovery, as initdb does not.
 	walNames, _ := db.fs.ReadDir(walPath)
+	if err := db.checkWALDirectories(walPath, walNames); err != nil {
+		return err
+	}
 	fresh := ctrl.CheckpointLSN == 0 && len(walNames) == 0 && db.storage.NBlocks() == 0
 	if fresh {
 		db.logger.Info("creating a new data directory", "dir", db.dir)
@@ -435,6 +438,27 @@ func (db *DB) recover(ctrl controlData) error {
 	// clean shutdown): nothing to write, and the directory is left as
 	// it was.
 	db.ckptEnd.Store(uint64(end))
+	return nil
+}
+
+// checkWALDirectories reports as corruption a directory in the WAL
+// directory whose name is a segment's (or a segment's being prepared),
+// before the log is read: the reader would take it for a segment, the
+// writer could neither create nor remove a segment of that name, and
+// opening would otherwise fail with a bare "is a directory" from whichever
+// first opened it. A directory of any other name is a stranger, which
+// recovery ignores and Verify names, as a file of such a name.
+func (db *DB) checkWALDirectories(walPath string, names []string) error {
+	for _, n := range names {
+		if !wal.IsSegmentName(n) {
+			continue
+		}
+		p := filepath.Join(walPath, n)
+		if _, err := db.fs.ReadDir(p); err == nil {
+			return fmt.Errorf("%w: %s is a directory where the WAL segment file of that name belongs (the log cannot be read or written past it); with the database closed, move it away",
+				ErrCorruption, p)
+		}
+	}
 	return nil
 }
 
