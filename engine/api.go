@@ -84,7 +84,9 @@ var (
 	// running at once, so none could be evicted (PostgreSQL's "no unpinned
 	// buffers available"). The statement fails and the database goes on:
 	// it may be retried, and a shared_buffers of more than a few pages
-	// per concurrent statement avoids it.
+	// per concurrent statement avoids it. The visibility map's own cache
+	// (32 pages, each covering 255 MiB of heap) fails the same way when
+	// every one of its pages is pinned.
 	ErrNoFreeBuffer = errors.New("mvkv: no unpinned buffer available (shared_buffers is too small for the statements running at once)")
 
 	// The settings interface (Setting.Set, DB.SetConfig,

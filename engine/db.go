@@ -575,6 +575,10 @@ func (db *DB) open() error {
 	if db.vm, err = visibility.Open(fsys, filepath.Join(dir, vmDir), visibility.Options{
 		FlushWAL: db.flushWAL,
 		Unlogged: db.opts.VisibilityMap == VisibilityMapUnlogged,
+		// A statement that needs a map page while every buffer of the
+		// map's own cache is pinned fails as one that needs a heap page
+		// does with the heap's pool full.
+		NoFreeBufferError: errNoFreeMapBuffer,
 		// A damaged map page is read as one with no bit set (always
 		// safe: a reader or vacuum then looks at the heap page itself),
 		// as PostgreSQL's ZERO_ON_ERROR read of map pages; said once

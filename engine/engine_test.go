@@ -12,6 +12,8 @@ import (
 
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
+	"mvkv/vfs"
+	"mvkv/visibility"
 )
 
 func openTest(t testing.TB, dir string, o Options) *DB {
@@ -441,6 +443,101 @@ func TestManagedTxnRefusesCommitAndRollback(t *testing.T) {
 	if err := db.View(ctx, nil); err == nil {
 		t.Fatal("View(nil) returned nil")
 	}
+}
+
+// vmReadGate holds every read of a visibility map file past its first
+// page while shut, telling blocked of each: a map page being read stays
+// pinned in the map's cache until the read returns.
+type vmReadGate struct {
+	vfs.FS
+	mu      sync.Mutex
+	gate    chan struct{} // nil while open
+	blocked chan struct{}
+}
+
+func (g *vmReadGate) shut() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *vmReadGate) open() {
+	g.mu.Lock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *vmReadGate) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.Contains(f.Name(), "/"+vmDir+"/") {
+		return f, err
+	}
+	return vmGatedFile{File: f, g: g}, nil
+}
+
+func (g *vmReadGate) Create(name string) (vfs.File, error) { return g.wrap(g.FS.Create(name)) }
+func (g *vmReadGate) Open(name string) (vfs.File, error)   { return g.wrap(g.FS.Open(name)) }
+
+type vmGatedFile struct {
+	vfs.File
+	g *vmReadGate
+}
+
+func (f vmGatedFile) ReadAt(p []byte, off int64) (int, error) {
+	f.g.mu.Lock()
+	ch := f.g.gate
+	f.g.mu.Unlock()
+	if ch != nil && off >= heap.PageSize {
+		f.g.blocked <- struct{}{}
+		<-ch
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// The visibility map caches its pages in a pool of its own. With every
+// buffer of it pinned (here by reads of other map pages held at the
+// disk), a statement that must clear a bit fails with ErrNoFreeBuffer,
+// as with the heap's pool full, not with an error of the pool's package;
+// the database goes on once the pins are released.
+func TestNoFreeMapBuffer(t *testing.T) {
+	g := &vmReadGate{FS: vfs.OS{}, blocked: make(chan struct{})}
+	dir := t.TempDir()
+	o := Options{FS: g, Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+	db := openTest(t, dir, o)
+	putKeys(t, db, "a", 200, 100)
+	mustVacuum(t, db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, o) // nothing of the map cached
+	defer db.Close()
+	g.shut()
+	// One at a time, so that each finds a free buffer: map pages 1 to
+	// 32, past the map file's one page, each pinned while its read waits.
+	var wg sync.WaitGroup
+	for k := range uint32(visibility.DefaultBuffers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := db.vm.Test((k + 1) * visibility.HeapBlocksPerPage); err != nil {
+				t.Errorf("map page %d: %v", k+1, err)
+			}
+		}()
+		<-g.blocked
+	}
+	err := db.Update(context.Background(), func(tx *Txn) error { return tx.Put([]byte("a000001"), []byte("new")) })
+	g.open()
+	wg.Wait()
+	if !errors.Is(err, ErrNoFreeBuffer) {
+		t.Fatalf("a write to an all-visible page with every map buffer pinned: %v, want ErrNoFreeBuffer", err)
+	}
+	if f := db.Failure(); f != nil {
+		t.Fatalf("the database stopped taking writes: %v", f)
+	}
+	mustPut(t, db, "a000001", "new")
+	mustVerify(t, db)
 }
 
 // With every buffer of the pool pinned, a statement that needs another

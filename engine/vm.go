@@ -51,6 +51,18 @@ const (
 	VisibilityMapUnlogged VisibilityMapMode = "unlogged"
 )
 
+// errNoFreeMapBuffer is what the visibility map returns when every buffer
+// of its own cache is pinned: it matches ErrNoFreeBuffer, whose text
+// blames shared_buffers, which does not size that cache.
+var errNoFreeMapBuffer error = noFreeMapBuffer{}
+
+type noFreeMapBuffer struct{}
+
+func (noFreeMapBuffer) Error() string {
+	return fmt.Sprintf("mvkv: no unpinned visibility map buffer available (all %d are pinned by the statements running at once)", visibility.DefaultBuffers)
+}
+func (noFreeMapBuffer) Is(target error) bool { return target == ErrNoFreeBuffer }
+
 // visibleRecord is the payload of recHeap2Visible. Part of the format; do
 // not change:
 //

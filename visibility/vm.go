@@ -54,6 +54,12 @@ var (
 	ErrCorrupt = errors.New("visibility: corrupt visibility map page")
 	// ErrClosed is returned by Map methods after Close.
 	ErrClosed = errors.New("visibility: map closed")
+	// ErrNoFreeBuffer is returned by Set, Clear, ClearRange and Test
+	// (unless Options.NoFreeBufferError replaces it) when the page they
+	// need is not cached and every buffer of the map's cache is pinned
+	// by other calls in progress, each on a map page of its own, so none
+	// can be evicted. Nothing changed; the call may be retried.
+	ErrNoFreeBuffer = errors.New("visibility: every map buffer is pinned")
 	// ErrStrayFile is matched by the errors of Map.StrayFiles: a file
 	// named as a map file that lies past every map page the heap needs.
 	ErrStrayFile = errors.New("visibility: map file past the pages the heap needs")
@@ -120,6 +126,10 @@ type Options struct {
 	// can claim a page all-visible when it is not. Kept only for the
 	// experiment that measures what crash safety costs.
 	Unlogged bool
+	// NoFreeBufferError, if not nil, is returned in place of
+	// ErrNoFreeBuffer, so that a caller with a sentinel of its own for
+	// a full buffer pool gets the same one from the map.
+	NoFreeBufferError error
 	// OnDamage, if set, is called (from the goroutine that read it) with
 	// an error matching ErrCorrupt that names the file and offset each
 	// time a map page that fails its checks is read into the cache and
@@ -189,6 +199,13 @@ func Open(fsys vfs.FS, dir string, o Options) (*Map, error) {
 	m := &Map{dir: dir, storage: &vmStorage{Storage: st, dir: dir}, unlogged: o.Unlogged}
 	m.trustedBelow.Store(math.MaxUint32)
 	m.pool = bufpool.New(zeroOnError{m, o.OnDamage}, o.Buffers, flush, pageLSN)
+	// The pool's own error names a package the map's callers cannot
+	// see.
+	noFree := ErrNoFreeBuffer
+	if o.NoFreeBufferError != nil {
+		noFree = o.NoFreeBufferError
+	}
+	m.pool.SetNoFreeBufferError(noFree)
 	return m, nil
 }
 

@@ -488,3 +488,28 @@ func TestStrayFiles(t *testing.T) {
 		}
 	}
 }
+
+// With every buffer pinned, a call that needs another map page fails with
+// ErrNoFreeBuffer, or with Options.NoFreeBufferError when set, and not
+// with the buffer pool's own error, which callers cannot name.
+func TestNoFreeBuffer(t *testing.T) {
+	mine := errors.New("mine")
+	for _, c := range []struct {
+		set, want error
+	}{{nil, ErrNoFreeBuffer}, {mine, mine}} {
+		m := openMap(t, vfs.NewMemFS(), Options{Buffers: 1, NoFreeBufferError: c.set})
+		buf, err := m.pool.Get(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Test(HeapBlocksPerPage)
+		buf.Release()
+		if err != c.want {
+			t.Fatalf("Test with every buffer pinned: %v, want %v", err, c.want)
+		}
+		if _, err := m.Test(HeapBlocksPerPage); err != nil {
+			t.Fatalf("Test once the pin is released: %v", err)
+		}
+		m.Close()
+	}
+}
