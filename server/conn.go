@@ -64,7 +64,8 @@ type conn struct {
 	bumped []*watchEntry
 	// expiredN counts the keys the running transaction deleted because
 	// they had expired, taken off expired_keys if it rolls back (a
-	// deadlock's rerun, an error reply) so that each counts once.
+	// deadlock's rerun, an error reply) or its commit fails before the
+	// commit record exists, so that each counts once.
 	// expiredGen is the server's expiredResets when they were counted:
 	// a CONFIG RESETSTAT since has taken them off already.
 	expiredN   int
@@ -335,13 +336,33 @@ func (c *conn) begin(write bool, iso engine.IsolationLevel) (*engine.Txn, error)
 
 // commit commits tx. Its watch bumps stay whether the commit succeeds or
 // fails: a commit that failed is in doubt (its record may be durable), and
-// a watcher must then assume the key changed.
+// a watcher must then assume the key changed. The expired keys it counted
+// stay counted too, unless the failure is one that comes before the
+// commit record exists (committedNothing): then none was deleted, and
+// they are taken back as a rollback takes them.
 func (c *conn) commit(tx *engine.Txn) error {
-	c.bumped, c.expiredN = c.bumped[:0], 0
+	c.bumped = c.bumped[:0]
 	err := tx.Commit()
+	if committedNothing(err) {
+		c.uncountExpired()
+	}
+	c.expiredN = 0
 	c.s.openTxns.Add(-1)
 	c.noteCommitted()
 	return err
+}
+
+// committedNothing reports whether err, from engine.Txn.Commit, says for
+// certain that nothing was committed: engine.ErrClosed (the database was
+// closed before the commit record was written; Close waits for commits
+// whose record is in) and the context's error (it had ended before
+// Commit, which rolled back). Commit's other failures (ErrWALSyncFailed,
+// ErrIOFailure, ErrCorruption) may come after the record, so the outcome
+// is left to recovery and is in doubt; among them is a commit refused
+// because the database had stopped taking writes, which therefore keeps
+// its expired keys counted.
+func committedNothing(err error) bool {
+	return errors.Is(err, engine.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // lockKeys takes the row locks of keys, which must be sorted, before the
@@ -371,12 +392,20 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 	if n := len(c.pending); n > 0 {
 		after = c.pending[n-1].w
 	}
-	c.bumped, c.expiredN = c.bumped[:0], 0
+	c.bumped = c.bumped[:0]
 	w, err := tx.CommitAsync(after)
 	if err != nil {
+		// Every error of CommitAsync comes before the commit record
+		// exists, and here ends the transaction (the two that leave it
+		// open, inside DB.Update or after another database's commit,
+		// cannot arise): nothing was deleted.
+		c.uncountExpired()
 		c.s.openTxns.Add(-1)
 		return err
 	}
+	// Counted for good unless the commit is lost, which only recovery
+	// can tell.
+	c.expiredN = 0
 	select {
 	case <-w.Done():
 		// Complete already (a read of nothing undurable): nothing to

@@ -504,6 +504,62 @@ func TestExpiredKeysCountedOnceAcrossRollback(t *testing.T) {
 	}
 }
 
+// A commit that fails before its commit record exists committed nothing,
+// so the expired keys its transaction deleted are taken off expired_keys,
+// as a rollback's are: here the database is closed under the transaction,
+// or the connection's context ends, before Commit or CommitAsync.
+func TestExpiredKeysUncountedWhenCommitFailsBeforeRecord(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		pipelined bool
+		fail      func(s *Server, cancel context.CancelFunc)
+		want      error
+	}{
+		{"closed", false, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
+		{"closed, pipelined", true, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
+		{"cancelled", false, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
+		{"cancelled, pipelined", true, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, cn := unservedConn(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cn.ctx = ctx
+			// Stored with a deadline of 1 ms after the epoch: expired
+			// however soon FLUSHALL runs.
+			const n = 3
+			if err := s.db.Update(ctx, func(tx *engine.Txn) error {
+				for i := range n {
+					if err := tx.Put([]byte(fmt.Sprint("e", i)), encodeValue([]byte("v"), 1)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			tx, x := beginWrite(t, cn)
+			runIn(t, x, "FLUSHALL")
+			if got := s.expiredKeys.Load(); got != n {
+				t.Fatalf("expired_keys %d after a FLUSHALL of %d expired keys; want %d", got, n, n)
+			}
+			c.fail(s, cancel)
+			var err error
+			if c.pipelined {
+				err = cn.commitPipelined(tx, 0)
+			} else {
+				err = cn.commit(tx)
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("commit: %v, want %v", err, c.want)
+			}
+			if got := s.expiredKeys.Load(); got != 0 {
+				t.Fatalf("expired_keys %d after the FLUSHALL's commit failed before its record (%v); want 0", got, err)
+			}
+		})
+	}
+}
+
 // TestExpiredKeysRollbackAfterResetStat: a transaction that deleted expired
 // keys (counting them in expired_keys at once) and rolls back after a
 // CONFIG RESETSTAT from another connection must not take its count off the
