@@ -315,6 +315,19 @@ type Options struct {
 	// PostgreSQL's lazy_truncate_heap under an exclusive lock; about
 	// 20 ms a step on a disk whose fsync takes 0.2 ms). nil means on.
 	VacuumTruncate *bool
+	// ZeroDamagedPages is PostgreSQL's zero_damaged_pages (default off):
+	// a heap page that fails its checks when read (checksum, header, line
+	// pointers, or zeros below the length the last checkpoint wrote) is
+	// taken as a new, empty page, with a warning naming its file, offset
+	// and block, instead of failing the read with ErrCorruption. The
+	// versions on it are lost: a key whose newest version was there reads
+	// as absent (and can be written again), a value with a chunk there
+	// fails to read, and vacuum and an Open that rebuilds the key index
+	// get past the page. The page on disk stays damaged until a change to
+	// it is written. Redo never zeroes a page. For recovering what is left
+	// of a damaged database; DB.SetZeroDamagedPages changes it at run
+	// time.
+	ZeroDamagedPages bool
 	// VisibilityMap is how visibility map bits are kept:
 	// VisibilityMapCrashSafe (the default; setting a bit is WAL-logged and
 	// the map page waits for its record, as PostgreSQL since 9.2) or

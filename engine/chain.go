@@ -73,9 +73,16 @@ const maxChainRestarts = 1000
 // here.
 func (db *DB) walkChain(e *indexEntry, wantVal bool, visit func(v *version) (done bool, err error)) error {
 	for restarts := 0; ; restarts++ {
+		head := e.headTID()
 		err := db.walkChainOnce(e, wantVal, visit)
 		if !errors.Is(err, errVanished) {
 			return err
+		}
+		if e.headTID() == head && db.zeroedOutPage(head.Block) {
+			// zero_damaged_pages emptied the head's page: its versions
+			// are gone for good, and the key has none to see. (A head
+			// that moved meanwhile is walked again, as usual.)
+			return nil
 		}
 		if restarts == maxChainRestarts {
 			head := e.headTID()

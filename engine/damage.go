@@ -672,7 +672,8 @@ func (db *DB) damagedInPool(blk uint32) bool {
 		return errors.Is(err, ErrCorruption)
 	}
 	buf.Release()
-	return false
+	// A page zero_damaged_pages emptied reads, and is lost all the same.
+	return db.zeroedOutPage(blk)
 }
 
 // isZeroPageErr reports whether a heap read failed for a page of zeros
@@ -722,6 +723,11 @@ type DamageInfo struct {
 	// check has passed a page, index-only reads do not trust its bits.
 	MapBitsCleared int
 	MapBits        string
+	// PagesZeroedOut counts the distinct heap pages that
+	// Options.ZeroDamagedPages took as empty pages, whose versions are
+	// lost; ZeroedOut names the first ones (file, offset, block).
+	PagesZeroedOut int
+	ZeroedOut      string
 	// DamagedPages counts the distinct heap pages known to be damaged:
 	// those the scan found, and the pages whose read through the buffer
 	// pool failed its checks (checksum, line pointers, zeros below the
@@ -747,6 +753,11 @@ type damageLog struct {
 	mapWrong      int
 	mapWrongNames string
 	blocks        map[uint32]bool
+	// zeroedOut are the blocks zero_damaged_pages has taken as empty
+	// pages; zeroings counts each time (a page not written since is read,
+	// and zeroed, again after an eviction).
+	zeroedOut map[uint32]bool
+	zeroings  uint64
 	// quiet is the block (plus one) the scan is reading through the pool,
 	// whose failure it reports itself; 0 when none.
 	quiet  uint32
@@ -764,6 +775,7 @@ func (db *DB) Damage() DamageInfo {
 		ScanRunning: scanning, ZeroedPages: d.zeroed, KeysLost: d.keysLost, Zeroed: d.zeroedNames,
 		CorruptPages: d.corrupt, Corrupt: d.corruptNames,
 		MapBitsCleared: d.mapWrong, MapBits: d.mapWrongNames,
+		PagesZeroedOut: len(d.zeroedOut), ZeroedOut: d.zeroedOutNames(db),
 		DamagedPages: len(d.blocks), FailedReads: d.failed, LastError: d.last,
 	}
 }

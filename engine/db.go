@@ -61,8 +61,11 @@ type DB struct {
 	// elr is Options.EarlyLockRelease, changeable at run time;
 	// visibleLSN the highest end of a commit record made visible before
 	// it was durable (elr.go).
-	elr        atomic.Bool
-	visibleLSN atomic.Uint64
+	elr atomic.Bool
+	// zeroDamaged is Options.ZeroDamagedPages, changeable at run time;
+	// afterRedo is set once redo is over, from when it applies.
+	zeroDamaged, afterRedo atomic.Bool
+	visibleLSN             atomic.Uint64
 	// earlyCommits counts commits made visible before their flush,
 	// dependencyWaits the transactions that waited for a flush of
 	// commits they depended on.
@@ -362,6 +365,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.syncCommit.Store(int32(opts.SynchronousCommit))
 	db.elr.Store(opts.EarlyLockRelease == nil || *opts.EarlyLockRelease)
+	db.zeroDamaged.Store(opts.ZeroDamagedPages)
 	db.commitDelay.Store(int64(opts.CommitDelay))
 	db.commitSiblings.Store(int64(opts.CommitSiblings))
 	db.targets.reset()
@@ -869,7 +873,15 @@ func (s poolStorage) WriteBlock(block uint32, p []byte) error {
 }
 
 func (s poolStorage) ReadBlock(block uint32, p []byte) error {
-	err := asCorruption(s.Storage.ReadBlock(block, p))
+	raw := s.Storage.ReadBlock(block, p)
+	if raw != nil && errors.Is(raw, heap.ErrCorrupt) && s.db.zeroDamaged.Load() && s.db.afterRedo.Load() {
+		// zero_damaged_pages: the page's own checks failed (not an I/O
+		// error, nor a valid page from another copy of the database).
+		clear(p)
+		s.db.noteZeroedOut(block, raw)
+		return nil
+	}
+	err := asCorruption(raw)
 	if w := s.db.wal; err == nil && w != nil {
 		// WAL before data: no page on disk can be newer than the log. One
 		// that is was written by another copy of the database (a file put

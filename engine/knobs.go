@@ -531,6 +531,21 @@ var settings = []Setting{
 	boolSetting("vacuum_truncate",
 		"vacuum_truncate: vacuum cuts the empty pages at the end of the heap off its files, holding writers off for that moment",
 		func(o *Options) **bool { return &o.VacuumTruncate }),
+	offSetting("zero_damaged_pages",
+		"zero_damaged_pages: a heap page that fails its checks when read is taken as an empty page, with a warning, instead of failing the read; its versions are lost. For getting past a damaged page",
+		func(o *Options) *bool { return &o.ZeroDamagedPages }).runtime(
+		func(db *DB) string { return showBool(db.ZeroDamagedPages()) },
+		func(db *DB, v string) error {
+			on, err := parseBool(v)
+			if err != nil {
+				return invalid("zero_damaged_pages", v, err)
+			}
+			if db.closed.Load() {
+				return ErrClosed
+			}
+			db.SetZeroDamagedPages(on)
+			return nil
+		}),
 	enumSetting("visibility_map",
 		"crash-safe: WAL-logged visibility map bits, as PostgreSQL since 9.2; unlogged: bits set without WAL, as before 9.2, UNSAFE after a crash, for experiments only",
 		[]VisibilityMapMode{VisibilityMapCrashSafe, VisibilityMapUnlogged}, VisibilityMapCrashSafe,
@@ -599,6 +614,25 @@ func boolSetting(name, desc string, field func(*Options) **bool) Setting {
 			}
 		},
 		check: func(*Options) error { return nil },
+	}
+}
+
+// offSetting is an on|off setting that is off by default, kept in a plain
+// bool.
+func offSetting(name, desc string, field func(*Options) *bool) Setting {
+	return Setting{
+		Name: name, Type: "bool", Values: []string{"on", "off"}, Syntax: "on|off", Default: "off", Description: desc,
+		parse: func(o *Options, v string) error {
+			on, err := parseBool(v)
+			if err != nil {
+				return invalid(name, v, err)
+			}
+			*field(o) = on
+			return nil
+		},
+		show:   func(o *Options) string { return showBool(*field(o)) },
+		ensure: func(*Options) {},
+		check:  func(*Options) error { return nil },
 	}
 }
 

@@ -225,7 +225,12 @@ func (db *DB) recover(ctrl controlData) error {
 		db.recovery.WrittenBlocks = uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks())))
 		if !db.indexFileLooksUsable(ctrl, ckpts) {
 			if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
-				return truncNote(err)
+				if !db.zeroDamaged.Load() {
+					return truncNote(err)
+				}
+				// zero_damaged_pages: the index rebuild takes the
+				// pages as empty ones.
+				db.logger.Warn("heap pages of zeros below the length the last checkpoint wrote; going on (zero_damaged_pages is on)", "err", err)
 			}
 			db.recovery.CheckedBlocks = db.recovery.WrittenBlocks
 		}
@@ -358,6 +363,7 @@ func (db *DB) recover(ctrl controlData) error {
 		db.recovery.CLOGTornPages = append(db.recovery.CLOGTornPages, torn[page])
 	}
 	db.clog.EndRecovery()
+	db.afterRedo.Store(true)
 	redoTime := time.Since(redoBegin)
 	indexBegin := time.Now()
 	reason, err := db.openIndex(ctrl, ckpts, changes, replayedDead, bulkLSN)

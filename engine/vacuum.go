@@ -393,6 +393,11 @@ func (v *vacuumRun) run() error {
 		if err := v.ctx.Err(); err != nil {
 			return err
 		}
+		if db.zeroedOutPage(blk) {
+			if err := db.whileOpen(func() error { return v.repairZeroedPage(blk) }); err != nil {
+				return err
+			}
+		}
 		av, af := db.pageAllVisible(blk)
 		if av && (af || !v.st.Aggressive) {
 			v.st.PagesSkipped++

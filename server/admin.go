@@ -673,7 +673,8 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("damaged_heap_pages:%d", dmg.DamagedPages),
 		fmt.Sprintf("damaged_keys_lost:%d", dmg.KeysLost),
 		fmt.Sprintf("damaged_page_read_errors:%d", dmg.FailedReads),
-		fmt.Sprintf("damaged_vm_pages_cleared:%d", dmg.MapBitsCleared))
+		fmt.Sprintf("damaged_vm_pages_cleared:%d", dmg.MapBitsCleared),
+		fmt.Sprintf("damaged_pages_zeroed_out:%d", dmg.PagesZeroedOut))
 	section("stats",
 		fmt.Sprintf("total_connections_received:%d", s.connsRecv.Load()),
 		fmt.Sprintf("total_commands_processed:%d", s.commands.Load()),

@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mvkv/internal/heap"
+)
+
+// damagedHeapState writes 300 keys over several pages, closes cleanly,
+// and damages the page holding key-00150's newest version on disk: torn
+// (fails its checksum) or zeroed. It returns the block and the keys whose
+// newest version was on it.
+func damagedHeapState(t *testing.T, dir string, zeroed bool) (uint32, map[string]bool) {
+	t.Helper()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	for i := range 300 {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("a", 200))
+	}
+	blk := headBlock(t, db, "key-00150")
+	lost := map[string]bool{}
+	for i := range 300 {
+		if k := fmt.Sprintf("key-%05d", i); headBlock(t, db, k) == blk {
+			lost[k] = true
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !zeroed {
+		tearBlock(t, dir, blk)
+		return blk, lost
+	}
+	f, err := os.OpenFile(filepath.Join(dir, heapDir, "00000000"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, heap.PageSize), int64(blk)*heap.PageSize); err != nil {
+		t.Fatal(err)
+	}
+	return blk, lost
+}
+
+// checkLostPage checks a database opened with zero_damaged_pages over
+// damagedHeapState: the lost keys read as absent and can be written again,
+// the others read as written, Count agrees with Scan, vacuum gets past the
+// page, and Damage and the log say what was zeroed.
+func checkLostPage(t *testing.T, db *DB, blk uint32, lost map[string]bool, logged *syncBuffer) {
+	t.Helper()
+	for i := range 300 {
+		k := fmt.Sprintf("key-%05d", i)
+		v, ok := get(t, db, k)
+		if lost[k] == ok || (ok && v != strings.Repeat("a", 200)) {
+			t.Fatalf("%s: found %v (%d bytes); its page was lost: %v", k, ok, len(v), lost[k])
+		}
+	}
+	if scan, count := countKeys(t, db); scan != 300-len(lost) || count != scan {
+		t.Fatalf("Scan %d, Count %d; want %d", scan, count, 300-len(lost))
+	}
+	if _, err := db.Vacuum(context.Background()); err != nil {
+		t.Fatalf("vacuum: %v", err)
+	}
+	if d := db.Damage(); d.PagesZeroedOut != 1 || !strings.Contains(d.ZeroedOut, fmt.Sprintf("block %d", blk)) {
+		t.Fatalf("Damage: %+v, want block %d zeroed out", d, blk)
+	}
+	if l := logged.String(); !strings.Contains(l, "zeroing out page") || !strings.Contains(l, "repaired a heap page") {
+		t.Fatalf("no warning: %s", l)
+	}
+	mustPut(t, db, "key-00150", "again")
+	mustDelete(t, db, "key-00299")
+	if v, ok := get(t, db, "key-00150"); !ok || v != "again" {
+		t.Fatalf("key-00150 written again reads %q, %v", v, ok)
+	}
+	if _, ok := get(t, db, "key-00299"); ok {
+		t.Fatal("key-00299 deleted but found")
+	}
+}
+
+// checkRepaired checkpoints and closes db, opens dir again with
+// zero_damaged_pages off, and checks that vacuum's repair lasted: the page
+// on disk is valid again, the lost keys read as absent rather than as
+// damage, the rest as checkLostPage left them, and Verify finds nothing.
+func checkRepaired(t *testing.T, db *DB, dir string, lost map[string]bool) {
+	t.Helper()
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	for i := range 300 {
+		k := fmt.Sprintf("key-%05d", i)
+		_, ok := get(t, db, k)
+		if want := !lost[k] && k != "key-00299" || k == "key-00150"; ok != want {
+			t.Fatalf("after the repair and a reopen, %s found %v, want %v", k, ok, want)
+		}
+	}
+	for db.recovery.IndexFromFile && !db.damageScanDone.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if d := db.Damage(); d.DamagedPages != 0 || d.PagesZeroedOut != 0 {
+		t.Fatalf("damage after the repair: %+v", d)
+	}
+	mustVerify(t, db)
+}
+
+// TestZeroDamagedPages: a heap page that fails its checks fails every read
+// of it, a vacuum and an Open that rebuilds the index; with
+// zero_damaged_pages the page is taken as empty, with a warning, and the
+// database goes on without its versions, as PostgreSQL's setting does.
+// Both ways the index can come: from the index file (the torn page is
+// met by reads) and from a heap scan (met by the rebuild).
+func TestZeroDamagedPages(t *testing.T) {
+	t.Run("index file", func(t *testing.T) {
+		dir := t.TempDir()
+		blk, lost := damagedHeapState(t, dir, false)
+		var logged syncBuffer
+		o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1, Logger: slog.New(slog.NewTextHandler(&logged, nil))}
+		db := openTest(t, dir, o)
+		err := db.View(context.Background(), func(tx *Txn) error { _, err := tx.Get([]byte("key-00150")); return err })
+		if !errors.Is(err, ErrCorruption) {
+			t.Fatalf("read of the torn page without zero_damaged_pages: %v", err)
+		}
+		if _, err := db.Vacuum(context.Background()); !errors.Is(err, ErrCorruption) {
+			t.Fatalf("vacuum without zero_damaged_pages: %v", err)
+		}
+		// On at run time: the page has been read, so it is not in the
+		// pool; the next read zeroes it.
+		if strings.Contains(logged.String(), "zeroing out page") {
+			t.Fatal("a page was zeroed with zero_damaged_pages off")
+		}
+		if err := db.SetConfig("zero_damaged_pages", "on"); err != nil {
+			t.Fatal(err)
+		}
+		checkLostPage(t, db, blk, lost, &logged)
+		checkRepaired(t, db, dir, lost)
+	})
+	for _, zeroed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rebuild, zeroed=%v", zeroed), func(t *testing.T) {
+			dir := t.TempDir()
+			blk, lost := damagedHeapState(t, dir, zeroed)
+			if err := os.Remove(filepath.Join(dir, indexFileName)); err != nil {
+				t.Fatal(err)
+			}
+			o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1, SharedBuffers: 4 << 20, WALSegmentSize: 1 << 20}
+			if db, err := Open(dir, o); !errors.Is(err, ErrCorruption) {
+				if err == nil {
+					db.Close()
+				}
+				t.Fatalf("Open rebuilding the index over the damaged page: %v", err)
+			}
+			var logged syncBuffer
+			o.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+			o.ZeroDamagedPages = true
+			db := openTest(t, dir, o)
+			if db.recovery.IndexFromFile {
+				t.Fatal("the index came from a file")
+			}
+			checkLostPage(t, db, blk, lost, &logged)
+			checkRepaired(t, db, dir, lost)
+		})
+	}
+}
