@@ -572,18 +572,49 @@ func (db *DB) noteWrongMapBits(blocks []uint32) {
 	if len(blocks) == 0 {
 		return
 	}
+	names := db.countWrongMapBits(blocks)
+	db.logger.Warn("visibility map bits set for heap pages not marked all-visible: cleared",
+		"pages", len(blocks), "first", listMore(names, len(blocks)),
+		"note", "the map file is older than the heap (restored from another copy?); index-only reads and vacuum read these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
+}
+
+// clearMapPastHeapEnd clears the visibility map bits of the heap blocks at
+// and past the heap's end, which only a map file older than the heap (a
+// copy from before vacuum cut the heap's tail) can hold, and counts and
+// logs them as noteWrongMapBits does. Open calls it before anything can
+// extend the heap: a change clears the bits only of a page marked
+// all-visible, so a bit left there would mark the block all-visible again
+// when the heap grows back into it, and neither the check of the heap's
+// pages nor anything after it would clear it.
+func (db *DB) clearMapPastHeapEnd() error {
+	nblocks := db.pool.NBlocks()
+	blocks, err := db.vm.ClearFrom(nblocks)
+	if err != nil || len(blocks) == 0 {
+		return err
+	}
+	names := db.countWrongMapBits(blocks)
+	db.logger.Warn("visibility map bits set for heap blocks past the heap's end: cleared",
+		"blocks", len(blocks), "heapBlocks", nblocks, "first", listMore(names, len(blocks)),
+		"note", "the map file is older than the heap (restored from another copy?); mvkv verify reports the map file until the next checkpoint writes it")
+	return nil
+}
+
+// countWrongMapBits adds blocks to Damage's count of heap blocks whose
+// wrong map bits were cleared, and returns the names of the first of them.
+func (db *DB) countWrongMapBits(blocks []uint32) []string {
 	var names []string
 	for _, blk := range blocks[:min(len(blocks), maxZeroListed)] {
 		names = append(names, db.heapBlockName(blk))
 	}
 	d := &db.damage
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.mapWrong += len(blocks)
-	d.mapWrongNames = listMore(names, d.mapWrong)
-	d.mu.Unlock()
-	db.logger.Warn("visibility map bits set for heap pages not marked all-visible: cleared",
-		"pages", len(blocks), "first", listMore(names, len(blocks)),
-		"note", "the map file is older than the heap (restored from another copy?); index-only reads and vacuum read these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
+	if n := maxZeroListed - len(d.mapWrongShown); n > 0 {
+		d.mapWrongShown = append(d.mapWrongShown, names[:min(n, len(names))]...)
+	}
+	d.mapWrongNames = listMore(d.mapWrongShown, d.mapWrong)
+	return names
 }
 
 // scanStoredTuples reads heap blocks 0 to nblocks-1 from disk, not through
@@ -752,6 +783,7 @@ type damageLog struct {
 	// checkMapBits cleared.
 	mapWrong      int
 	mapWrongNames string
+	mapWrongShown []string
 	blocks        map[uint32]bool
 	// zeroedOut are the blocks zero_damaged_pages has taken as empty
 	// pages; zeroings counts each time (a page not written since is read,

@@ -379,6 +379,11 @@ func (db *DB) recover(ctrl controlData) error {
 			db.procs.setNext(heapMaxXid + 1)
 		}
 	}
+	if !db.vm.Unlogged() {
+		if err := db.clearMapPastHeapEnd(); err != nil {
+			return err
+		}
+	}
 	// The fields set before redo (checks, repairs) stay as they are.
 	ri := &db.recovery
 	ri.RedoLSN, ri.EndLSN, ri.Records = uint64(ctrl.RedoLSN), uint64(end), n

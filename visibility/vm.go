@@ -301,9 +301,32 @@ func (m *Map) Clear(heapBlk uint32, bits Bits) (bool, error) {
 // so it is safe beside other callers. Errors: ErrClosed, or the failure to
 // read a map page (the pages before it stay cleared).
 func (m *Map) ClearRange(from, to uint32) (bool, error) {
+	return m.clearRange(from, uint64(to), nil)
+}
+
+// ClearFrom clears both bits of every heap block at or past from that a
+// map page in the map's files covers, and returns the blocks that had a
+// bit set, in order. Open uses it for a heap shorter than the map: a bit
+// past the heap's end is wrong (a truncation clears the bits of the blocks
+// it cuts, see ClearRange), as only a map file restored from an older copy
+// of the directory leaves one, and it would mark a block all-visible from
+// the moment the heap grows back into it, since a change clears the bits
+// only of a page marked all-visible. Errors as ClearRange's.
+func (m *Map) ClearFrom(from uint32) ([]uint32, error) {
+	var blocks []uint32
+	_, err := m.clearRange(from, uint64(m.NBlocks())*HeapBlocksPerPage, func(blk uint32) {
+		blocks = append(blocks, blk)
+	})
+	return blocks, err
+}
+
+// clearRange is ClearRange up to to (exclusive, at most 2^32), calling
+// each, if not nil, with every block whose bits it clears.
+func (m *Map) clearRange(from uint32, to uint64, each func(uint32)) (bool, error) {
+	to = min(to, math.MaxUint32+1)
 	cleared := false
-	for blk := uint64(from); blk < uint64(to); {
-		end := min(uint64(to), (blk/HeapBlocksPerPage+1)*HeapBlocksPerPage)
+	for blk := uint64(from); blk < to; {
+		end := min(to, (blk/HeapBlocksPerPage+1)*HeapBlocksPerPage)
 		buf, err := m.get(uint32(blk))
 		if err != nil {
 			return cleared, err
@@ -317,6 +340,9 @@ func (m *Map) ClearRange(from, to uint32) (bool, error) {
 				if page[off]&(byte(ValidBits)<<shift) != 0 {
 					page[off] &^= byte(ValidBits) << shift
 					changed = true
+					if each != nil {
+						each(uint32(b))
+					}
 				}
 			}
 		}
