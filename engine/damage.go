@@ -614,6 +614,8 @@ func (db *DB) countWrongMapBits(blocks []uint32) []string {
 		d.mapWrongShown = append(d.mapWrongShown, names[:min(n, len(names))]...)
 	}
 	d.mapWrongNames = listMore(d.mapWrongShown, d.mapWrong)
+	// The bits are cleared already: the next checkpoint writes them.
+	db.mapBitsCleared.Store(true)
 	return names
 }
 

@@ -161,6 +161,11 @@ type DB struct {
 	// ckptEnd is the WAL position just past the last checkpoint's record:
 	// while nothing is inserted after it, a checkpoint has nothing to do.
 	ckptEnd atomic.Uint64
+	// mapBitsCleared is set when Open's check of the visibility map
+	// cleared wrong bits (countWrongMapBits), which no WAL record logs:
+	// the next checkpoint writes the map pages even if nothing was logged
+	// since the last one, and clears it before it does.
+	mapBitsCleared atomic.Bool
 	// ckptID is the identifier of the last checkpoint's record, which its
 	// index file carries too (0 for a record written before identifiers).
 	ckptID atomic.Uint64
