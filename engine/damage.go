@@ -421,7 +421,7 @@ func (db *DB) scanForDamagedPages(written, nblocks uint32) {
 	zeroed, failed := map[uint32]bool{}, map[uint32]bool{}
 	var zeroedNames, failedNames []string
 	var firstErr error
-	var mapWrong []uint32
+	var mapWrong, frozenWrong []uint32
 	for blk := uint32(0); blk < max(written, nblocks); blk++ {
 		select {
 		case <-db.stopBG:
@@ -453,14 +453,19 @@ func (db *DB) scanForDamagedPages(written, nblocks uint32) {
 			if err != nil {
 				onDisk = nil
 			}
-			if !zeroed[blk] && !failed[blk] && db.checkMapBits(blk, onDisk) {
-				mapWrong = append(mapWrong, blk)
+			if !zeroed[blk] && !failed[blk] {
+				switch db.checkMapBits(blk, onDisk) {
+				case mapBitsNotAllVisible:
+					mapWrong = append(mapWrong, blk)
+				case mapBitsNotAllFrozen:
+					frozenWrong = append(frozenWrong, blk)
+				}
 			}
 			db.vm.Trust(blk + 1)
 		}
 	}
 	db.vm.Trust(math.MaxUint32)
-	db.noteWrongMapBits(mapWrong)
+	db.noteWrongMapBits(mapWrong, frozenWrong)
 	if len(zeroed) == 0 && len(failed) == 0 {
 		db.damageScanDone.Store(true)
 		return
@@ -518,29 +523,35 @@ func (db *DB) scanForDamagedPages(written, nblocks uint32) {
 // PD_ALL_VISIBLE is wrong (every change clears both under the page's
 // exclusive lock, and vacuum sets both under it), and is cleared, so that
 // index-only reads stop answering from it and vacuum stops skipping the
-// page. After a crash the map cannot be wrong this way (the map page waits
+// page. Likewise an all-frozen bit on a page holding a tuple that is not
+// frozen (the map's verification's rule) is wrong, and is cleared alone,
+// so that an aggressive vacuum does not skip the page and advance the
+// frozen horizon past that tuple's xmin. After a crash the map cannot be wrong this way (the map page waits
 // for its record, which redo replays on the heap page); a map file copied
 // back from an older copy of the directory can, with valid checksums.
 //
 // onDisk is the page as read from the file, nil if it could not be read. A
-// page on disk with PD_ALL_VISIBLE needs nothing more: the flag is cleared
-// only together with the bits, in memory first. Otherwise the page may be
+// page on disk with PD_ALL_VISIBLE (and, if the all-frozen bit is set,
+// every tuple frozen) needs nothing more: the flag is cleared only
+// together with the bits, in memory first, and a tuple is unfrozen only
+// by a change, which clears both. Otherwise the page may be
 // older on disk than in the buffer pool (vacuum set both since, or redo
 // did), so it is read again through the pool and compared under its share
-// lock, under which no one sets or clears either. It reports whether it
-// cleared bits; a read that fails leaves the bits alone, as the damage is
+// lock, under which no one sets or clears either. It reports what it
+// cleared; a read that fails leaves the bits alone, as the damage is
 // reported where the page is read.
-func (db *DB) checkMapBits(blk uint32, onDisk []byte) bool {
+func (db *DB) checkMapBits(blk uint32, onDisk []byte) mapBitsFix {
 	bits, err := db.vm.TestStored(blk)
 	if err != nil || bits == 0 {
-		return false
+		return mapBitsRight
 	}
-	if onDisk != nil && !heap.IsNew(onDisk) && heap.PageFlags(onDisk)&heap.PDAllVisible != 0 {
-		return false
+	if onDisk != nil && !heap.IsNew(onDisk) && heap.PageFlags(onDisk)&heap.PDAllVisible != 0 &&
+		(bits&visibility.AllFrozen == 0 || pageAllFrozen(onDisk)) {
+		return mapBitsRight
 	}
 	buf, err := db.pool.Get(blk)
 	if err != nil {
-		return false // past the end (cut since), or damaged: reported where read
+		return mapBitsRight // past the end (cut since), or damaged: reported where read
 	}
 	defer buf.Release()
 	buf.RLock()
@@ -548,34 +559,77 @@ func (db *DB) checkMapBits(blk uint32, onDisk []byte) bool {
 	return db.clearWrongMapBitsLocked(blk, buf.Page())
 }
 
+// mapBitsFix is what checkMapBits found wrong with a heap block's map bits
+// and cleared.
+type mapBitsFix int
+
+const (
+	mapBitsRight         mapBitsFix = iota
+	mapBitsNotAllVisible            // both bits: the page lacks PD_ALL_VISIBLE
+	mapBitsNotAllFrozen             // the all-frozen bit: a tuple is not frozen
+)
+
 // clearWrongMapBitsLocked clears heap block blk's map bits if they are set
-// and page, the block's page in the buffer pool, lacks PD_ALL_VISIBLE, and
-// reports whether it did. The caller holds the page's content lock, shared
-// or exclusive: setting needs it exclusively, and clearing with the change
-// happens only on a page with PD_ALL_VISIBLE, so nothing else changes the
-// bits meanwhile. No record is logged: a clear that reaches disk early is
-// harmless, and one lost in a crash is found by the next Open's check.
-func (db *DB) clearWrongMapBitsLocked(blk uint32, page []byte) bool {
+// and page, the block's page in the buffer pool, lacks PD_ALL_VISIBLE, or
+// its all-frozen bit alone if that is set and a tuple on the page is not
+// frozen, and reports what it cleared. The caller holds the page's content
+// lock, shared or exclusive: setting needs it exclusively, and clearing
+// with the change happens only on a page with PD_ALL_VISIBLE, so nothing
+// else changes the bits meanwhile. No record is logged: a clear that
+// reaches disk early is harmless, and one lost in a crash is found by the
+// next Open's check.
+func (db *DB) clearWrongMapBitsLocked(blk uint32, page []byte) mapBitsFix {
+	bits, err := db.vm.TestStored(blk)
+	if err != nil || bits == 0 {
+		return mapBitsRight
+	}
+	clear, fix := visibility.ValidBits, mapBitsNotAllVisible
 	if !heap.IsNew(page) && heap.PageFlags(page)&heap.PDAllVisible != 0 {
-		return false
+		if bits&visibility.AllFrozen == 0 || pageAllFrozen(page) {
+			return mapBitsRight
+		}
+		clear, fix = visibility.AllFrozen, mapBitsNotAllFrozen
 	}
-	if bits, err := db.vm.TestStored(blk); err != nil || bits == 0 {
-		return false
+	if cleared, err := db.vm.Clear(blk, clear); err != nil || !cleared {
+		return mapBitsRight
 	}
-	cleared, err := db.vm.Clear(blk, visibility.ValidBits)
-	return err == nil && cleared
+	return fix
+}
+
+// pageAllFrozen reports whether every tuple on a heap page is frozen, as
+// an all-frozen map bit claims (the rule of the map's verification).
+func pageAllFrozen(page []byte) bool {
+	for s := 0; s < heap.NumSlots(page); s++ {
+		raw, err := heap.Tuple(page, uint16(s))
+		if err != nil {
+			continue // unused or dead
+		}
+		h, _, _, err := heap.DecodeTuple(raw)
+		if err != nil {
+			continue
+		}
+		if h.Infomask&heap.Frozen == 0 && h.Xmin != visibility.FrozenXid {
+			return false
+		}
+	}
+	return true
 }
 
 // noteWrongMapBits counts and logs the heap blocks whose map bits
-// checkMapBits cleared.
-func (db *DB) noteWrongMapBits(blocks []uint32) {
-	if len(blocks) == 0 {
-		return
+// checkMapBits cleared: both bits of blocks, the all-frozen bit of frozen.
+func (db *DB) noteWrongMapBits(blocks, frozen []uint32) {
+	if len(blocks) > 0 {
+		names := db.countWrongMapBits(blocks)
+		db.logger.Warn("visibility map bits set for heap pages not marked all-visible: cleared",
+			"pages", len(blocks), "first", listMore(names, len(blocks)),
+			"note", "the map file is older than the heap (restored from another copy?); index-only reads and vacuum read these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
 	}
-	names := db.countWrongMapBits(blocks)
-	db.logger.Warn("visibility map bits set for heap pages not marked all-visible: cleared",
-		"pages", len(blocks), "first", listMore(names, len(blocks)),
-		"note", "the map file is older than the heap (restored from another copy?); index-only reads and vacuum read these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
+	if len(frozen) > 0 {
+		names := db.countWrongMapBits(frozen)
+		db.logger.Warn("visibility map all-frozen bits set for heap pages holding tuples not frozen: cleared",
+			"pages", len(frozen), "first", listMore(names, len(frozen)),
+			"note", "the map file is older than the heap (restored from another copy?); vacuum freezes these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
+	}
 }
 
 // clearMapPastHeapEnd clears the visibility map bits of the heap blocks at
@@ -749,7 +803,8 @@ type DamageInfo struct {
 	Corrupt      string
 	// MapBitsCleared counts the heap pages whose visibility map bits were
 	// set though the page is not marked all-visible (PostgreSQL's "page is
-	// not marked all-visible but visibility map bit is set"), found by
+	// not marked all-visible but visibility map bit is set"), or whose
+	// all-frozen bit was set though a tuple on it is not frozen, found by
 	// Open's check of the heap, which cleared them; MapBits names the
 	// first ones (file, offset, block), "" when none. A map file restored
 	// from an older copy of the directory is the usual cause. Until the

@@ -666,7 +666,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	// Dead versions, for autovacuum: the debt a restart must not forget
 	// (PostgreSQL's pgstat loses n_dead_tup after a crash).
 	var dead int64
-	var mapWrong []uint32
+	var mapWrong, frozenWrong []uint32
 	nblocks := db.pool.NBlocks()
 	db.idx.mu.Lock()
 	defer db.idx.mu.Unlock()
@@ -679,8 +679,13 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 		page := buf.Page()
 		// The map bits against the page, as the background check does
 		// after an Open that reads no heap page (checkMapBits).
-		if !db.vm.Unlogged() && db.clearWrongMapBitsLocked(blk, page) {
-			mapWrong = append(mapWrong, blk)
+		if !db.vm.Unlogged() {
+			switch db.clearWrongMapBitsLocked(blk, page) {
+			case mapBitsNotAllVisible:
+				mapWrong = append(mapWrong, blk)
+			case mapBitsNotAllFrozen:
+				frozenWrong = append(frozenWrong, blk)
+			}
 		}
 		var perr error
 		if !heap.IsNew(page) {
@@ -787,7 +792,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	}
 	db.vac.relFrozenXid.Store(relFrozenXid)
 	db.av.dead.Store(dead)
-	db.noteWrongMapBits(mapWrong)
+	db.noteWrongMapBits(mapWrong, frozenWrong)
 	return maxXid, nil
 }
 

@@ -387,3 +387,83 @@ func TestClearedMapBitsWrittenByIdleCheckpoint(t *testing.T) {
 		t.Fatalf("the next Open cleared %d pages' map bits again (%s)", d.MapBitsCleared, d.MapBits)
 	}
 }
+
+// TestStaleAllFrozenBit: a map file copied back from a copy in which a
+// page was all-frozen, onto a heap whose page has since been changed and
+// vacuumed again to all-visible only (a tuple on it is not frozen), passes
+// the PD_ALL_VISIBLE check; its all-frozen bit is still wrong, and would
+// have aggressive vacuum skip the page and advance the frozen horizon past
+// that tuple's xmin. Open's check clears the all-frozen bit alone, with a
+// warning, and after a checkpoint Verify finds the map right.
+func TestStaleAllFrozenBit(t *testing.T) {
+	for _, rebuild := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rebuild=%v", rebuild), func(t *testing.T) {
+			dir := t.TempDir()
+			freezeAll := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1, VacuumFreezeMinAge: -1, VacuumFreezeTableAge: -1}
+			db := openTest(t, dir, freezeAll)
+			putKeys(t, db, "a", 1000, 40)
+			if _, err := db.Vacuum(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mapFile := filepath.Join(dir, "vm", "00000000")
+			saved, err := os.ReadFile(mapFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Default freeze ages: the new version is left unfrozen.
+			o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+			db = openTest(t, dir, o)
+			if err := db.Update(context.Background(), func(tx *Txn) error {
+				return tx.Put([]byte("a000000"), []byte("new"))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Vacuum(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			blk := headBlock(t, db, "a000000")
+			if b, err := db.vm.TestStored(blk); err != nil || b != visibility.AllVisible {
+				t.Fatalf("block %d after the vacuum: bits %v (%v), want all-visible only", blk, b, err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if b := visibility.PageBits(saved, blk); b != visibility.AllVisible|visibility.AllFrozen {
+				t.Fatalf("block %d in the saved map: bits %v, the test meant all-frozen", blk, b)
+			}
+			if err := os.WriteFile(mapFile, saved, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if rebuild {
+				if err := os.Remove(filepath.Join(dir, indexFileName)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var logged syncBuffer
+			o.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+			db = openTest(t, dir, o)
+			defer db.Close()
+			for !db.damageScanDone.Load() && !rebuild {
+				time.Sleep(time.Millisecond)
+			}
+			if b, err := db.vm.TestStored(blk); err != nil || b != visibility.AllVisible {
+				t.Fatalf("block %d after the check: bits %v (%v), want all-visible only", blk, b, err)
+			}
+			if d := db.Damage(); d.MapBitsCleared != 1 || !strings.Contains(d.MapBits, fmt.Sprintf("block %d", blk)) {
+				t.Fatalf("Damage: %d pages' map bits cleared (%q), want block %d's", d.MapBitsCleared, d.MapBits, blk)
+			}
+			if l := logged.String(); !strings.Contains(l, "visibility map all-frozen bits set for heap pages holding tuples not frozen: cleared") {
+				t.Fatalf("no warning logged: %s", l)
+			}
+			if err := db.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if rep, err := db.Verify(); err != nil || !rep.OK() {
+				t.Fatalf("verify after the checkpoint: %v\n%s", err, rep)
+			}
+		})
+	}
+}
