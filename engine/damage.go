@@ -786,9 +786,9 @@ func (db *DB) checkIndexPath() error {
 // a damaged page fail with ErrCorruption naming its file and block; each
 // such page is also logged once, at Error.
 type DamageInfo struct {
-	// ScanRunning is true while Open's background scan of the written
-	// heap pages (run when the key index came from the index file) is
-	// going.
+	// ScanRunning is true while Open's background scan of the heap pages
+	// (run when the key index came from the index file: damage, and the
+	// visibility map bits against the pages) is going.
 	ScanRunning bool
 	// ZeroedPages counts the heap pages of zeros that scan found below
 	// the length the last checkpoint wrote; Zeroed names the first ones
@@ -856,7 +856,14 @@ type damageLog struct {
 
 // Damage returns the damage met since Open. Safe to call concurrently.
 func (db *DB) Damage() DamageInfo {
-	scanning := db.recovery.IndexFromFile && db.recovery.CheckedBlocks < db.recovery.WrittenBlocks && !db.damageScanDone.Load()
+	scanning := db.scanDone != nil
+	if scanning {
+		select {
+		case <-db.scanDone:
+			scanning = false
+		default:
+		}
+	}
 	d := &db.damage
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -178,6 +178,9 @@ type DB struct {
 	// damageScanDone is set when Open's background scan of the written
 	// heap pages ended (damage.go).
 	damageScanDone atomic.Bool
+	// scanDone is closed when Open's background scan of the heap ends
+	// (finished, or stopped by Close); nil when none was started.
+	scanDone chan struct{}
 	// damage is what DamageInfo reports (damage.go).
 	damage damageLog
 	// redoTouched maps each block redo changed to its free space after
@@ -402,7 +405,11 @@ func Open(dir string, opts Options) (*DB, error) {
 			db.vm.Distrust(0)
 		}
 		db.bgWG.Add(1)
-		go db.scanForDamagedPages(db.recovery.WrittenBlocks, db.pool.NBlocks())
+		db.scanDone = make(chan struct{})
+		go func() {
+			defer close(db.scanDone)
+			db.scanForDamagedPages(db.recovery.WrittenBlocks, db.pool.NBlocks())
+		}()
 	}
 	if opts.Autovacuum == nil || *opts.Autovacuum {
 		db.bgWG.Add(1)

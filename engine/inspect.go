@@ -183,13 +183,20 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // restored from a copy, shows there); and files the WAL, CLOG, heap and
 // visibility map directories do not own.
 //
-// It takes a checkpoint first, so it needs a writable database. It holds
+// It waits for Open's background check of the heap pages, if one runs,
+// then takes a checkpoint, so it needs a writable database. It holds
 // off vacuum and autovacuum while it runs (a vacuum run waits for it, and
 // it waits for a run in progress); it does not stop concurrent
 // transactions, so run it without writers for an exact answer. The error is
 // for failures to check (I/O, ErrClosed); findings go into the report.
 func (db *DB) Verify() (VerifyReport, error) {
 	var rep VerifyReport
+	// Open's background check first: the map bits it clears are written
+	// by the checkpoint below, so that the report does not depend on
+	// which of the two came first. Close ends the check early.
+	if db.scanDone != nil {
+		<-db.scanDone
+	}
 	// Vacuum moves versions and rewrites Prev links across pages, and the
 	// pool writes those pages back one at a time: a scan of the files
 	// during a run sees chains half rewritten. Holding vacuum off for the

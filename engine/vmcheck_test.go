@@ -467,3 +467,53 @@ func TestStaleAllFrozenBit(t *testing.T) {
 		})
 	}
 }
+
+// TestClearFromSkipsStrayMapFile: a stray map file far past what the heap
+// needs (vm/00000005) is not read by Open's clearing of the bits past the
+// heap's end, which would otherwise read every map page before it.
+func TestClearFromSkipsStrayMapFile(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+	db := openTest(t, dir, o)
+	putKeys(t, db, "a", 100, 40)
+	if _, err := markAllVisible(db); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "vm", "00000000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "vm", "00000005"), page, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, dir, o)
+	defer db.Close()
+	if d := db.Damage(); d.MapBitsCleared != 0 {
+		t.Fatalf("Open cleared %d blocks' bits: it read the stray file", d.MapBitsCleared)
+	}
+	if st := db.vm.Stats(); st.PageReads > 2 {
+		t.Fatalf("Open read %d map pages for a one-page map", st.PageReads)
+	}
+}
+
+// TestVerifyWaitsForMapCheck: Verify right after an Open that took the
+// index from its file waits for the background check of the map, whose
+// cleared bits its checkpoint then writes, so that the report does not
+// depend on which came first.
+func TestVerifyWaitsForMapCheck(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+	staleMapState(t, dir, o)
+	db := openTest(t, dir, o)
+	defer db.Close()
+	rep, err := db.Verify()
+	if err != nil || !rep.OK() {
+		t.Fatalf("Verify at once after Open: %v\n%s", err, rep)
+	}
+	if d := db.Damage(); d.ScanRunning || d.MapBitsCleared == 0 {
+		t.Fatalf("after Verify: %+v", d)
+	}
+}

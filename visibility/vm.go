@@ -311,10 +311,19 @@ func (m *Map) ClearRange(from, to uint32) (bool, error) {
 // it cuts, see ClearRange), as only a map file restored from an older copy
 // of the directory leaves one, and it would mark a block all-visible from
 // the moment the heap grows back into it, since a change clears the bits
-// only of a page marked all-visible. Errors as ClearRange's.
+// only of a page marked all-visible. A file StrayFiles names for a heap of
+// from blocks is not the map's and is not read (a stray file far past the
+// map would otherwise cost a read of every page before it). Errors as
+// ClearRange's, or StrayFiles' failure to list the files.
 func (m *Map) ClearFrom(from uint32) ([]uint32, error) {
+	strays, pages := m.StrayFiles(from)
+	for _, err := range strays {
+		if !errors.Is(err, ErrStrayFile) {
+			return nil, err
+		}
+	}
 	var blocks []uint32
-	_, err := m.clearRange(from, uint64(m.NBlocks())*HeapBlocksPerPage, func(blk uint32) {
+	_, err := m.clearRange(from, uint64(pages)*HeapBlocksPerPage, func(blk uint32) {
 		blocks = append(blocks, blk)
 	})
 	return blocks, err

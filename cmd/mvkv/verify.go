@@ -94,6 +94,11 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
 	rep, err := db.Verify()
+	if d := db.Damage(); d.MapBitsCleared > 0 {
+		// Not damage to data, but the map file did not match the heap:
+		// the user should know why (a file copied back?).
+		fmt.Fprintf(stdout, "note: the visibility map had bits set for %d heap pages the heap does not mark all-visible (%s): cleared, and written by the check's checkpoint; a map file older than the heap, restored from another copy?\n", d.MapBitsCleared, d.MapBits)
+	}
 	cerr := db.Close()
 	if err != nil {
 		// The check did not run to its end: no report, which would say
