@@ -304,6 +304,19 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 		return st, db.fail(err)
 	}
 	st.Sync = time.Since(s)
+	// The loaded blocks were past the heap's end, where a map older than
+	// the heap can hold bits that Open's check did not read (as for a
+	// page placeTuple starts): cleared before the commit, so that a
+	// snapshot older than the load, for which setBulkVisible leaves the
+	// bits alone, is not answered from them. A clear is always safe on
+	// disk; the bits are set again below when every snapshot sees the
+	// load.
+	if _, err := db.vm.ClearRange(first, first+b.pages); err != nil {
+		if aerr := db.abortBulkLoad(txn, first, true); aerr != nil {
+			return st, aerr
+		}
+		return st, err
+	}
 
 	c := time.Now()
 	ix := db.idx

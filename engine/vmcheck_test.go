@@ -517,3 +517,46 @@ func TestVerifyWaitsForMapCheck(t *testing.T) {
 		t.Fatalf("after Verify: %+v", d)
 	}
 }
+
+// TestBulkLoadClearsStaleMapBits: bits a map older than the heap holds for
+// blocks past the heap's end are cleared when a bulk load makes them
+// pages, as when a writer does, so that a snapshot older than the load,
+// for which the load leaves the bits unset, does not count its keys from
+// them.
+func TestBulkLoadClearsStaleMapBits(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	end := db.pool.NBlocks()
+	for b := end; b < end+8; b++ {
+		if _, err := db.vm.Set(b, visibility.AllVisible, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	old, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback()
+	if n, err := old.Count(nil, nil); err != nil || n != 0 {
+		t.Fatalf("Count before the load: %d, %v", n, err)
+	}
+	st, err := db.BulkLoad(ctx, bulkRows(200, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.AllVisible || st.Pages < 2 || st.FirstBlock != end {
+		t.Fatalf("load %+v: want pages from block %d, not marked all-visible (a snapshot older than it is open)", st, end)
+	}
+	for b := end; b < end+st.Pages; b++ {
+		if allVisible(db, b) {
+			t.Fatalf("block %d, loaded while an older snapshot was open, keeps its stale map bit", b)
+		}
+	}
+	if n, err := old.Count(nil, nil); err != nil || n != 0 {
+		t.Fatalf("a snapshot older than the load counts %d keys (%v); want 0", n, err)
+	}
+	if ok, err := old.Exists(bulkKey(0)); err != nil || ok {
+		t.Fatalf("a snapshot older than the load: Exists = %v, %v", ok, err)
+	}
+}
