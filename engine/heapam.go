@@ -261,6 +261,19 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry)
 			samePage = false
 			continue
 		}
+		if wasNew && db.zeroedOutPage(tgt.Block()) {
+			// zero_damaged_pages emptied this page, and index entries
+			// of the versions lost with it may still lead here until
+			// vacuum has dropped them, logged, and initialized the page
+			// (repairZeroedPage). A version placed here first would make
+			// the page valid on disk while the index file keeps those
+			// entries, and after a restart they would lead to slots
+			// holding other tuples (ErrCorruption, not "absent").
+			skip := tgt.Block()
+			unlock()
+			db.targets.blk[slot].CompareAndSwap(skip, noBlock)
+			continue
+		}
 		if wasNew {
 			// A new page is not all-visible, but a map file older
 			// than the heap can hold bits for a block past the heap's

@@ -89,8 +89,9 @@ func (d *damageLog) zeroedOutNames(db *DB) string {
 // zero_damaged_pages emptied it: it drops the index entries whose head
 // lies on the block and does not hold a version of their key (each under
 // the key's row lock, taken without waiting: a busy key is left for the
-// next run, and counted in HeadsBusy), then, if the page is still empty,
-// initializes it and logs it whole. The caller calls it through whileOpen,
+// next run, and counted in HeadsBusy), then, if the page is still empty
+// and no entry was left, initializes it and logs it whole. Until then no
+// writer places a version there (placeTuple). The caller calls it through whileOpen,
 // before the page's pass 1.
 func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 	db := v.db
@@ -155,7 +156,11 @@ func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 		v.st.KeysRemoved++
 	}
 	initialized := false
-	if heap.IsNew(page) {
+	// With an entry left (its row lock was busy), the page stays empty
+	// and unwritten, so that the next run, or after a restart the next
+	// read of the still damaged page, finds it again: initialized and
+	// written, it would be a valid page that the entry leads into.
+	if heap.IsNew(page) && len(held) == len(entries) {
 		heap.InitPage(page)
 		if err := db.logPageImage(buf, recFPI); err != nil {
 			return err

@@ -171,3 +171,83 @@ func TestZeroDamagedPages(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroedPageNotReusedBeforeRepair: a page zero_damaged_pages emptied
+// becomes a valid page only once vacuum has dropped every index entry
+// leading into it. Neither a writer the free space map sends there nor a
+// vacuum that finds one of those keys' row lock taken may initialize it
+// first: checkpointed and reopened, the entries left would lead to an
+// initialized page and the lost keys would read as corruption, for good,
+// instead of absent.
+func TestZeroedPageNotReusedBeforeRepair(t *testing.T) {
+	for _, how := range []string{"writer", "busy key"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			blk, lost := damagedHeapState(t, dir, false)
+			var lostKey string
+			for k := range lost {
+				lostKey = k
+				break
+			}
+			o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1, ZeroDamagedPages: true}
+			db := openTest(t, dir, o)
+			ctx := context.Background()
+			if _, ok := get(t, db, lostKey); ok {
+				t.Fatalf("%s, on the damaged page, found", lostKey)
+			}
+			if !db.zeroedOutPage(blk) {
+				t.Fatalf("block %d not zeroed out", blk)
+			}
+			switch how {
+			case "writer":
+				// The free space map offers the page, as it may have
+				// before the damage.
+				db.fsm.record(blk, heap.PageSize)
+				for i := range 5 {
+					mustPut(t, db, fmt.Sprint("new", i), strings.Repeat("n", 300))
+					if b := headBlock(t, db, fmt.Sprint("new", i)); b == blk {
+						t.Fatalf("a new version was placed on block %d, zeroed out and not repaired", blk)
+					}
+				}
+			case "busy key":
+				tx, err := db.Begin(ctx, TxnOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Lock([]byte(lostKey)); err != nil {
+					t.Fatal(err)
+				}
+				st, err := db.Vacuum(ctx)
+				tx.Rollback()
+				if err != nil || st.HeadsBusy == 0 {
+					t.Fatalf("vacuum with %s's row lock taken: %+v, %v", lostKey, st, err)
+				}
+			}
+			mustPut(t, db, "z", "z")
+			if err := db.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db = openTest(t, dir, o)
+			defer db.Close()
+			for k := range lost {
+				err := db.View(ctx, func(tx *Txn) error { _, err := tx.Get([]byte(k)); return err })
+				if !errors.Is(err, ErrNotFound) {
+					t.Fatalf("after a restart, %s (its page zeroed out): %v, want ErrNotFound", k, err)
+				}
+			}
+			if _, err := db.Vacuum(ctx); err != nil {
+				t.Fatal(err)
+			}
+			want := 300 - len(lost) + 1 // "z"
+			if how == "writer" {
+				want += 5
+			}
+			if scan, count := countKeys(t, db); scan != want || count != scan {
+				t.Fatalf("Scan %d, Count %d; want %d", scan, count, want)
+			}
+		})
+	}
+}
