@@ -545,7 +545,7 @@ func (db *DB) valuePrefix(v version, key string, n int) ([]byte, int, error) {
 		v = vv
 	}
 	if v.hdr.Infomask&heap.External != 0 {
-		return db.detoastPrefix(v.val, n)
+		return db.detoastPrefix(v.val, n, v.hdr.Xmin)
 	}
 	if n >= 0 && n < len(v.val) {
 		return v.val[:n], len(v.val), nil

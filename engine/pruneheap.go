@@ -341,7 +341,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 				}
 				for _, c := range ctids {
 					w := vac.pageWork(c.Block)
-					w.chunks = append(w.chunks, c.Slot)
+					w.chunks = append(w.chunks, chunkRef{c.Slot, hdr.Xmin})
 				}
 			}
 			continue

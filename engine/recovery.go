@@ -660,7 +660,7 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	// Chunks, and the chunks some version's external pointer names: the
 	// difference are orphans for the next vacuum (vacuum.go).
-	var chunks []heap.TID
+	var chunks []orphanChunk
 	usedChunks := make(map[uint64]struct{})
 	relFrozenXid := uint64(math.MaxUint64)
 	// Dead versions, for autovacuum: the debt a restart must not forget
@@ -711,7 +711,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 					relFrozenXid = min(relFrozenXid, h.Xmin)
 				}
 				if h.Infomask&heap.Chunk != 0 {
-					chunks = append(chunks, tid)
+					chunks = append(chunks, orphanChunk{tid, h.Xmin})
 					if isDirectory(h.Infomask) {
 						// Its chunks are freed through it, whether
 						// a version names it or it is an orphan.
@@ -782,7 +782,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	db.vac.orphansMu.Lock()
 	db.vac.orphans = nil
 	for _, c := range chunks {
-		if _, ok := usedChunks[c.Pack()]; !ok {
+		if _, ok := usedChunks[c.tid.Pack()]; !ok {
 			db.vac.orphans = append(db.vac.orphans, c)
 		}
 	}

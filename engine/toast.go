@@ -211,8 +211,10 @@ func (db *DB) toastValue(xid uint64, val []byte) ([]byte, error) {
 
 // detoastPrefix reassembles the first n bytes of an out-of-line value (n <
 // 0: all of it) from its pointer, reading the chunks in order up to the
-// one that holds byte n, and returns them with the value's length.
-func (db *DB) detoastPrefix(ptr []byte, n int) ([]byte, int, error) {
+// one that holds byte n, and returns them with the value's length. xmin is
+// the xmin of the version holding the pointer, which every chunk of its
+// value shares (toastValue writes them in the same transaction).
+func (db *DB) detoastPrefix(ptr []byte, n int, xmin uint64) ([]byte, int, error) {
 	p, err := parseToastPointer(ptr)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %v", ErrCorruption, err)
@@ -227,7 +229,7 @@ func (db *DB) detoastPrefix(ptr []byte, n int) ([]byte, int, error) {
 			if len(out) >= want {
 				break
 			}
-			if out, err = db.appendChunk(out, tid, false, p.total); err != nil {
+			if out, err = db.appendChunk(out, tid, false, p.total, xmin); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -237,7 +239,7 @@ func (db *DB) detoastPrefix(ptr []byte, n int) ([]byte, int, error) {
 			if len(out) >= want {
 				break
 			}
-			if dir, err = db.appendChunk(dir[:0], d, true, tidsPerDirectory*tidSize); err != nil {
+			if dir, err = db.appendChunk(dir[:0], d, true, tidsPerDirectory*tidSize, xmin); err != nil {
 				return nil, 0, err
 			}
 			tids, err := parseDirectory(dir, p.directoryLen(i))
@@ -248,7 +250,7 @@ func (db *DB) detoastPrefix(ptr []byte, n int) ([]byte, int, error) {
 				if len(out) >= want {
 					break
 				}
-				if out, err = db.appendChunk(out, tid, false, p.total); err != nil {
+				if out, err = db.appendChunk(out, tid, false, p.total, xmin); err != nil {
 					return nil, 0, err
 				}
 			}
@@ -262,8 +264,15 @@ func (db *DB) detoastPrefix(ptr []byte, n int) ([]byte, int, error) {
 
 // appendChunk appends the value of the chunk tuple at tid to dst, failing
 // with ErrCorruption if the slot holds no chunk of the expected kind
-// (directory or data) or dst would grow past limit bytes.
-func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int) ([]byte, error) {
+// (directory or data), a chunk of another value (its xmin is not xmin), or
+// dst would grow past limit bytes.
+//
+// The xmin check is the chunk's proof of ownership, as PostgreSQL's toast
+// chunks carry their value's id: a chunk slot is reused only after vacuum
+// freed it with the version naming it, except on a page
+// zero_damaged_pages emptied, where the slots of lost chunks take new
+// tuples while versions elsewhere still name them.
+func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int, xmin uint64) ([]byte, error) {
 	buf, err := db.pool.Get(tid.Block)
 	if err != nil {
 		return nil, err
@@ -281,6 +290,8 @@ func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int) (
 		err = errors.New("not a chunk tuple")
 	case directory != (h.Infomask&heap.External != 0):
 		err = fmt.Errorf("chunk is not a %s", map[bool]string{true: "directory", false: "data chunk"}[directory])
+	case h.Xmin != xmin:
+		err = fmt.Errorf("the chunk there belongs to another value (xmin %d, the value's %d): its own was lost", h.Xmin, xmin)
 	case len(dst)+len(v) > limit:
 		err = errors.New("chunks longer than the value")
 	default:

@@ -171,7 +171,7 @@ type vacuumState struct {
 	// not mu, which a run holds throughout: a checkpoint copies them into
 	// the index file.
 	orphansMu sync.Mutex
-	orphans   []heap.TID
+	orphans   []orphanChunk
 }
 
 // vacuumRingFrames is the size of vacuum's buffer ring: 256 KiB, as
@@ -336,10 +336,25 @@ type abortedChunk struct {
 	tid, xmin uint64
 }
 
+// chunkRef is a chunk to free: its slot on the page, and the xmin it must
+// have, its value's (appendChunk's proof of ownership): a slot that holds
+// a chunk of another xmin took a new tuple after its own chunk was lost
+// with a page zero_damaged_pages emptied, and is left alone.
+type chunkRef struct {
+	slot uint16
+	xmin uint64
+}
+
+// orphanChunk is a chunk no version names, for the next run to free.
+type orphanChunk struct {
+	tid  heap.TID
+	xmin uint64
+}
+
 // pageWork is pass 2's work on one page.
 type pageWork struct {
 	heads  []headWork
-	chunks []uint16
+	chunks []chunkRef
 	// visibleAfter: pass 1 found every other version on the page visible
 	// to all (frozenAfter: and frozen), as of the page LSN lsnAfter; pass
 	// 2 sets the map bits once the heads are gone if no record changed
@@ -393,7 +408,8 @@ func (v *vacuumRun) run() error {
 		if err := v.ctx.Err(); err != nil {
 			return err
 		}
-		if db.zeroedOutPage(blk) {
+		repaired := db.zeroedOutPage(blk)
+		if repaired {
 			if err := db.whileOpen(func() error { return v.repairZeroedPage(blk) }); err != nil {
 				return err
 			}
@@ -412,12 +428,19 @@ func (v *vacuumRun) run() error {
 			return err
 		}
 		v.st.PagesScanned++
+		if !repaired && db.zeroedOutPage(blk) {
+			// Pass 1's read was the page's first since Open, and
+			// zero_damaged_pages emptied it: repaired in this run too.
+			if err := db.whileOpen(func() error { return v.repairZeroedPage(blk) }); err != nil {
+				return err
+			}
+		}
 	}
 	v.st.RelFrozenXid = oldest
 	db.vac.orphansMu.Lock()
 	for _, c := range db.vac.orphans {
-		w := v.pageWork(c.Block)
-		w.chunks = append(w.chunks, c.Slot)
+		w := v.pageWork(c.tid.Block)
+		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
 	}
 	db.vac.orphans = nil
 	db.vac.orphansMu.Unlock()
@@ -458,8 +481,8 @@ func (v *vacuumRun) keepChunks() {
 	v.db.vac.orphansMu.Lock()
 	defer v.db.vac.orphansMu.Unlock()
 	for blk, w := range v.work {
-		for _, s := range w.chunks {
-			v.db.vac.orphans = append(v.db.vac.orphans, heap.TID{Block: blk, Slot: s})
+		for _, c := range w.chunks {
+			v.db.vac.orphans = append(v.db.vac.orphans, orphanChunk{heap.TID{Block: blk, Slot: c.slot}, c.xmin})
 		}
 		w.chunks = nil
 	}
@@ -561,7 +584,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	}
 	var moves []move
 	var todo []headWork
-	var chunks []uint16
+	var chunks []chunkRef
 	if heads {
 		todo = w.heads
 		w.heads = nil
@@ -677,15 +700,16 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 			}
 			for _, c := range ctids {
 				cw := v.pageWork(c.Block)
-				cw.chunks = append(cw.chunks, c.Slot)
+				cw.chunks = append(cw.chunks, chunkRef{c.Slot, hdr.Xmin})
 			}
 		}
 		pp.unused = append(pp.unused, m.slot)
 		done = append(done, m)
 	}
-	for _, s := range chunks {
+	for _, c := range chunks {
+		s := c.slot
 		raw, err := heap.Tuple(page, s)
-		if err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 && !slices.Contains(pp.unused, s) {
+		if err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 && heap.TupleXmin(raw) == c.xmin && !slices.Contains(pp.unused, s) {
 			if isDirectory(heap.TupleInfomask(raw)) {
 				// A directory of a large value's chunks: they go
 				// with it, in a later round of the chunk pass (run).
@@ -697,9 +721,9 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 				if err != nil {
 					return db.corrupt(heap.TID{Block: blk, Slot: s}, err)
 				}
-				for _, c := range ctids {
-					cw := v.pageWork(c.Block)
-					cw.chunks = append(cw.chunks, c.Slot)
+				for _, dc := range ctids {
+					cw := v.pageWork(dc.Block)
+					cw.chunks = append(cw.chunks, chunkRef{dc.Slot, c.xmin})
 				}
 			}
 			pp.unused = append(pp.unused, s)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -249,5 +250,63 @@ func TestZeroedPageNotReusedBeforeRepair(t *testing.T) {
 				t.Fatalf("Scan %d, Count %d; want %d", scan, count, want)
 			}
 		})
+	}
+}
+
+// TestZeroedChunkPageReused: a chunk page zero_damaged_pages emptied and
+// vacuum initialized takes another value's chunk in the slot the lost one
+// had; the first value, whose pointer still names the slot, must fail to
+// read rather than return the other's bytes, and vacuum freeing the first
+// value must leave the other's chunk alone.
+func TestZeroedChunkPageReused(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+	db := openTest(t, dir, o)
+	mustPut(t, db, "small", "s")
+	v1 := patterned(3*chunkSize, 1)
+	mustPut(t, db, "big1", string(v1))
+	_, ptr := rawPointer(t, db, "big1")
+	tids1, err := chunkTIDs(ptr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tearBlock(t, dir, tids1[0].Block)
+	o.ZeroDamagedPages = true
+	db = openTest(t, dir, o)
+	defer db.Close()
+	if _, err := db.Vacuum(context.Background()); err != nil { // initializes the page
+		t.Fatal(err)
+	}
+	v2 := patterned(3*chunkSize, 2)
+	mustPut(t, db, "big2", string(v2))
+	_, ptr = rawPointer(t, db, "big2")
+	tids2, err := chunkTIDs(ptr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tids2[0] != tids1[0] {
+		t.Fatalf("big2's first chunk is at %s, not at big1's lost one's %s: the test no longer reuses the slot", tids2[0], tids1[0])
+	}
+	read := func(k string) ([]byte, error) {
+		var got []byte
+		err := db.View(context.Background(), func(tx *Txn) error {
+			var err error
+			got, err = tx.Get([]byte(k))
+			return err
+		})
+		return got, err
+	}
+	if _, err := read("big1"); !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "belongs to another value") {
+		t.Fatalf("big1, whose first chunk was lost: %v", err)
+	}
+	mustDelete(t, db, "big1")
+	if _, err := db.Vacuum(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := read("big2"); err != nil || !bytes.Equal(got, v2) {
+		t.Fatalf("big2 after vacuum freed big1: %d bytes, %v", len(got), err)
 	}
 }
