@@ -889,9 +889,10 @@ func (s poolStorage) ReadBlock(block uint32, p []byte) error {
 	if raw != nil && errors.Is(raw, heap.ErrCorrupt) && s.db.zeroDamaged.Load() && s.db.afterRedo.Load() {
 		// zero_damaged_pages: the page's own checks failed (not an I/O
 		// error, nor a valid page from another copy of the database).
-		clear(p)
-		s.db.noteZeroedOut(block, raw)
-		return nil
+		if s.db.noteZeroedOut(block, raw) == nil {
+			clear(p)
+			return nil
+		}
 	}
 	err := asCorruption(raw)
 	if w := s.db.wal; err == nil && w != nil {

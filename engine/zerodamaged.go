@@ -46,11 +46,15 @@ func (db *DB) ZeroDamagedPages() bool { return db.zeroDamaged.Load() }
 // are cleared (an empty page vouches for nothing) and the page is logged
 // the first time, as PostgreSQL's "invalid page in block N; zeroing out
 // page". Called from the buffer pool's read of the block, before anyone
-// can lock it; the lock order (heap page, then map page) holds.
-func (db *DB) noteZeroedOut(block uint32, err error) {
-	// A map page that cannot be read keeps its bits; every change to
-	// the page, now empty and without PD_ALL_VISIBLE, clears them too.
-	_, _ = db.vm.Clear(block, visibility.ValidBits)
+// can lock it; the lock order (heap page, then map page) holds. If the
+// bits cannot be cleared (the map page cannot be read, or every map buffer
+// is pinned), it returns that error and the page is not zeroed: the read
+// fails as damage, as with the setting off, rather than leave bits that
+// would have index-only reads count the page's lost keys.
+func (db *DB) noteZeroedOut(block uint32, err error) error {
+	if _, cerr := db.vm.Clear(block, visibility.ValidBits); cerr != nil {
+		return cerr
+	}
 	d := &db.damage
 	d.mu.Lock()
 	d.zeroings++
@@ -64,6 +68,7 @@ func (db *DB) noteZeroedOut(block uint32, err error) {
 		db.logger.Warn("invalid heap page: zeroing out page (zero_damaged_pages is on)", "block", block, "page", db.heapBlockName(block), "err", err,
 			"note", "the versions on this page are lost; keys whose newest version was there read as absent; the page on disk stays as it is until a change to it is written")
 	}
+	return nil
 }
 
 // zeroedOutPage reports whether zero_damaged_pages took heap block block
