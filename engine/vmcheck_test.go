@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"mvkv/internal/heap"
 	"mvkv/visibility"
@@ -30,22 +29,7 @@ func staleMapState(t *testing.T, dir string, o Options) int {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	vmDir := filepath.Join(dir, "vm")
-	saved := map[string][]byte{}
-	names, err := os.ReadDir(vmDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(vmDir, n.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		saved[n.Name()] = b
-	}
-	if len(saved) == 0 {
-		t.Fatal("no map file written")
-	}
+	saved := saveMapFiles(t, dir)
 	db = openTest(t, dir, o)
 	pages := map[uint32]bool{}
 	for i := 0; i < 1000; i += 2 {
@@ -56,12 +40,76 @@ func staleMapState(t *testing.T, dir string, o Options) int {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	restoreMapFiles(t, dir, saved)
+	return len(pages)
+}
+
+// saveMapFiles returns the contents of dir's visibility map files by name.
+func saveMapFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	saved := map[string][]byte{}
+	names, err := os.ReadDir(filepath.Join(dir, "vm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, "vm", n.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[n.Name()] = b
+	}
+	if len(saved) == 0 {
+		t.Fatal("no map file written")
+	}
+	return saved
+}
+
+// restoreMapFiles writes saved (saveMapFiles) back over dir's map files.
+func restoreMapFiles(t *testing.T, dir string, saved map[string][]byte) {
+	t.Helper()
 	for n, b := range saved {
-		if err := os.WriteFile(filepath.Join(vmDir, n), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "vm", n), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return len(pages)
+}
+
+// reopenStale opens dir over a map file put back from an older copy, with
+// the key index rebuilt from the heap (its file removed) or read from its
+// file, logging into the buffer it returns, and waits for Open's
+// background check of the map, so that every bit it finds wrong is
+// cleared and counted.
+func reopenStale(t *testing.T, dir string, o Options, rebuild bool) (*DB, *syncBuffer) {
+	t.Helper()
+	if rebuild {
+		if err := os.Remove(filepath.Join(dir, indexFileName)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logged := &syncBuffer{}
+	o.Logger = slog.New(slog.NewTextHandler(logged, nil))
+	db := openTest(t, dir, o)
+	t.Cleanup(func() { db.Close() })
+	if db.recovery.IndexFromFile == rebuild {
+		t.Fatalf("index from file %v, want %v", db.recovery.IndexFromFile, !rebuild)
+	}
+	if db.scanDone != nil {
+		<-db.scanDone
+	}
+	return db, logged
+}
+
+// checkpointVerify checkpoints db, which writes the map bits Open's check
+// cleared, and fails t unless Verify then finds nothing.
+func checkpointVerify(t *testing.T, db *DB) {
+	t.Helper()
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify after the checkpoint: %v\n%s", err, rep)
+	}
 }
 
 // checkHalfDeleted checks that the index-only reads and the heap reads
@@ -112,9 +160,10 @@ func TestStaleVisibilityMapFile(t *testing.T) {
 			if db.recovery.IndexFromFile == rebuild {
 				t.Fatalf("index from file %v, want %v", db.recovery.IndexFromFile, !rebuild)
 			}
+			// At once, whether or not the check has passed the pages.
 			checkHalfDeleted(t, db)
-			for !db.damageScanDone.Load() && !rebuild {
-				time.Sleep(time.Millisecond)
+			if db.scanDone != nil {
+				<-db.scanDone
 			}
 			if d := db.Damage(); d.MapBitsCleared != wrong || !strings.Contains(d.MapBits, "block") {
 				t.Fatalf("Damage says %d pages' map bits cleared (%q), want %d", d.MapBitsCleared, d.MapBits, wrong)
@@ -123,12 +172,7 @@ func TestStaleVisibilityMapFile(t *testing.T) {
 				t.Fatalf("no warning logged: %s", l)
 			}
 			checkHalfDeleted(t, db)
-			if err := db.Checkpoint(); err != nil {
-				t.Fatal(err)
-			}
-			if rep, err := db.Verify(); err != nil || !rep.OK() {
-				t.Fatalf("verify after the checkpoint: %v\n%s", err, rep)
-			}
+			checkpointVerify(t, db)
 		})
 	}
 }
@@ -271,19 +315,7 @@ func TestStaleMapPastHeapEnd(t *testing.T) {
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
-			vmDir := filepath.Join(dir, "vm")
-			saved := map[string][]byte{}
-			names, err := os.ReadDir(vmDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range names {
-				b, err := os.ReadFile(filepath.Join(vmDir, n.Name()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				saved[n.Name()] = b
-			}
+			saved := saveMapFiles(t, dir)
 			db = openTest(t, dir, o)
 			for i := range 1000 {
 				mustDelete(t, db, fmt.Sprintf("a%06d", i))
@@ -298,28 +330,10 @@ func TestStaleMapPastHeapEnd(t *testing.T) {
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
-			for n, b := range saved {
-				if err := os.WriteFile(filepath.Join(vmDir, n), b, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if rebuild {
-				if err := os.Remove(filepath.Join(dir, indexFileName)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var logged syncBuffer
-			o.Logger = slog.New(slog.NewTextHandler(&logged, nil))
-			db = openTest(t, dir, o)
-			defer db.Close()
-			if db.recovery.IndexFromFile == rebuild {
-				t.Fatalf("index from file %v, want %v", db.recovery.IndexFromFile, !rebuild)
-			}
+			restoreMapFiles(t, dir, saved)
 			// The check of the heap's pages done, so that the map's bits
 			// are all trusted again.
-			for !db.damageScanDone.Load() && !rebuild {
-				time.Sleep(time.Millisecond)
-			}
+			db, logged := reopenStale(t, dir, o, rebuild)
 			putKeys(t, db, "b", 1000, 40)
 			for i := 0; i < 1000; i += 2 {
 				mustDelete(t, db, fmt.Sprintf("b%06d", i))
@@ -342,12 +356,7 @@ func TestStaleMapPastHeapEnd(t *testing.T) {
 			if l := logged.String(); !strings.Contains(l, "visibility map bits set for heap blocks past the heap's end: cleared") {
 				t.Fatalf("no warning logged: %s", l)
 			}
-			if err := db.Checkpoint(); err != nil {
-				t.Fatal(err)
-			}
-			if rep, err := db.Verify(); err != nil || !rep.OK() {
-				t.Fatalf("verify after the checkpoint: %v\n%s", err, rep)
-			}
+			checkpointVerify(t, db)
 		})
 	}
 }
@@ -362,27 +371,15 @@ func TestClearedMapBitsWrittenByIdleCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
 	wrong := staleMapState(t, dir, o)
-	db := openTest(t, dir, o)
-	for !db.damageScanDone.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	db, _ := reopenStale(t, dir, o, false)
 	if d := db.Damage(); d.MapBitsCleared != wrong {
 		t.Fatalf("Damage says %d pages' map bits cleared, want %d", d.MapBitsCleared, wrong)
 	}
-	if err := db.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := db.Verify(); err != nil || !rep.OK() {
-		t.Fatalf("verify after the checkpoint: %v\n%s", err, rep)
-	}
+	checkpointVerify(t, db)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db = openTest(t, dir, o)
-	defer db.Close()
-	for !db.damageScanDone.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	db, _ = reopenStale(t, dir, o, false)
 	if d := db.Damage(); d.MapBitsCleared != 0 {
 		t.Fatalf("the next Open cleared %d pages' map bits again (%s)", d.MapBitsCleared, d.MapBits)
 	}
@@ -437,18 +434,7 @@ func TestStaleAllFrozenBit(t *testing.T) {
 			if err := os.WriteFile(mapFile, saved, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if rebuild {
-				if err := os.Remove(filepath.Join(dir, indexFileName)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var logged syncBuffer
-			o.Logger = slog.New(slog.NewTextHandler(&logged, nil))
-			db = openTest(t, dir, o)
-			defer db.Close()
-			for !db.damageScanDone.Load() && !rebuild {
-				time.Sleep(time.Millisecond)
-			}
+			db, logged := reopenStale(t, dir, o, rebuild)
 			if b, err := db.vm.TestStored(blk); err != nil || b != visibility.AllVisible {
 				t.Fatalf("block %d after the check: bits %v (%v), want all-visible only", blk, b, err)
 			}
@@ -458,12 +444,7 @@ func TestStaleAllFrozenBit(t *testing.T) {
 			if l := logged.String(); !strings.Contains(l, "visibility map all-frozen bits set for heap pages holding tuples not frozen: cleared") {
 				t.Fatalf("no warning logged: %s", l)
 			}
-			if err := db.Checkpoint(); err != nil {
-				t.Fatal(err)
-			}
-			if rep, err := db.Verify(); err != nil || !rep.OK() {
-				t.Fatalf("verify after the checkpoint: %v\n%s", err, rep)
-			}
+			checkpointVerify(t, db)
 		})
 	}
 }
