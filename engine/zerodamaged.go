@@ -96,8 +96,9 @@ func (d *damageLog) zeroedOutNames(db *DB) string {
 // the key's row lock, taken without waiting: a busy key is left for the
 // next run, and counted in HeadsBusy), then, if the page is still empty
 // and no entry was left, initializes it and logs it whole. Until then no
-// writer places a version there (placeTuple). The caller calls it through whileOpen,
-// before the page's pass 1.
+// writer places a version there (placeTuple). The caller calls it through
+// whileOpen, before the page's pass 1, or after it when that pass's read
+// was the one that emptied the page.
 func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 	db := v.db
 	// The entries first, with no page lock held (the index's lock is
