@@ -326,8 +326,16 @@ func describePointer(ptr []byte) string {
 // directory decodes, and names chunks of the right kind, as many as the
 // value's length implies.
 type toastCheck struct {
-	pointers map[heap.TID]toastPointer
+	pointers map[heap.TID]notedPointer
 	dirs     map[heap.TID][]heap.TID
+}
+
+// notedPointer is a pointer toastCheck noted, with the xmin of the
+// version holding it, which every chunk of its value must carry
+// (appendChunk).
+type notedPointer struct {
+	toastPointer
+	xmin uint64
 }
 
 // Note records a tuple Verify read: a pointer (a version flagged External)
@@ -351,9 +359,9 @@ func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHea
 			return
 		}
 		if c.pointers == nil {
-			c.pointers = make(map[heap.TID]toastPointer)
+			c.pointers = make(map[heap.TID]notedPointer)
 		}
-		c.pointers[tid] = p
+		c.pointers[tid] = notedPointer{p, h.Xmin}
 	}
 }
 
@@ -361,7 +369,7 @@ func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHea
 // whether the slot holds a chunk tuple and whether it is a directory;
 // skip(tid) is true for a slot on a page that could not be read. It
 // returns the pointer tuples with a chunk or directory in such a slot.
-func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool) map[heap.TID]bool {
+func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, dir bool, xmin uint64), skip func(heap.TID) bool) map[heap.TID]bool {
 	lost := map[heap.TID]bool{}
 	const maxReported = 20
 	bad := 0
@@ -376,9 +384,15 @@ func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, 
 				lost[tid] = true
 				continue
 			}
-			chunk, dir := kind(t)
+			chunk, dir, xmin := kind(t)
 			if !chunk || dir != p.indirect {
 				problem("heap tuple %s: its external value names %s, which is not a %s", tid, t, map[bool]string{true: "directory", false: "data chunk"}[p.indirect])
+				lost[tid] = true
+				continue
+			}
+			if xmin != p.xmin {
+				problem("heap tuple %s: its external value names %s, a chunk of another value (xmin %d, the value's %d): its own was lost", tid, t, xmin, p.xmin)
+				lost[tid] = true
 				continue
 			}
 			if !p.indirect {
@@ -393,8 +407,13 @@ func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, 
 					lost[tid] = true
 					continue
 				}
-				if chunk, dir := kind(d); !chunk || dir {
+				switch chunk, dir, xmin := kind(d); {
+				case !chunk || dir:
 					problem("heap tuple %s: directory %s names %s, which is not a data chunk", tid, t, d)
+					lost[tid] = true
+				case xmin != p.xmin:
+					problem("heap tuple %s: directory %s names %s, a chunk of another value (xmin %d, the value's %d): its own was lost", tid, t, d, xmin, p.xmin)
+					lost[tid] = true
 				}
 			}
 		}

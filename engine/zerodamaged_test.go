@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -301,6 +302,11 @@ func TestZeroedChunkPageReused(t *testing.T) {
 	}
 	if _, err := read("big1"); !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "belongs to another value") {
 		t.Fatalf("big1, whose first chunk was lost: %v", err)
+	}
+	// Verify says so too, and counts big1 lost.
+	rep, err := db.Verify()
+	if err != nil || rep.OK() || !strings.Contains(rep.String(), "a chunk of another value") || !slices.Contains(rep.LostKeys, "big1") {
+		t.Fatalf("verify with big1's chunk slot reused: %v\n%s\nlost keys %q", err, rep, rep.LostKeys)
 	}
 	mustDelete(t, db, "big1")
 	if _, err := db.Vacuum(context.Background()); err != nil {

@@ -80,13 +80,14 @@ type Target interface {
 
 // ValueCheck checks out-of-line values: Note is called for every tuple
 // read, Report once after the heap was read, with kind telling whether a
-// slot holds a chunk tuple and whether it is a directory, and skip true
-// for a slot on a page that could not be read. Report returns the tuples
-// whose value has a chunk (or a directory of chunks) in such a slot: their
-// values are lost.
+// slot holds a chunk tuple, whether it is a directory, and its xmin, and
+// skip true for a slot on a page that could not be read. Report returns
+// the tuples whose value has a chunk (or a directory of chunks) in such a
+// slot, or names a slot holding no chunk of its own: their values are
+// lost.
 type ValueCheck interface {
 	Note(problem Problemf, tid heap.TID, h heap.TupleHeader, val []byte)
-	Report(problem Problemf, kind func(heap.TID) (chunk, dir bool), skip func(heap.TID) bool) (lost map[heap.TID]bool)
+	Report(problem Problemf, kind func(heap.TID) (chunk, dir bool, xmin uint64), skip func(heap.TID) bool) (lost map[heap.TID]bool)
 }
 
 // Counts say how much the checks read.
@@ -218,9 +219,9 @@ func Run(t Target, problem Problemf) Counts {
 	}
 	vmLost.report(t, problem)
 	clogBad.report(problem)
-	lostValues := values.Report(problem, func(t heap.TID) (bool, bool) {
+	lostValues := values.Report(problem, func(t heap.TID) (bool, bool, uint64) {
 		ti, ok := tuples[t.Pack()]
-		return ok && ti.chunk, ok && ti.h.Infomask&heap.Chunk != 0 && ti.h.Infomask&heap.External != 0
+		return ok && ti.chunk, ok && ti.h.Infomask&heap.Chunk != 0 && ti.h.Infomask&heap.External != 0, ti.h.Xmin
 	}, func(t heap.TID) bool { return badBlocks[t.Block] })
 	// The newest version of each key: the one whose inserter committed and
 	// whose xmax did not. Prev links are not checked for existence:
