@@ -428,6 +428,14 @@ func (db *DB) scanForDamagedPages(written, nblocks uint32) {
 			return
 		default:
 		}
+		if blk >= written {
+			// Past the written length only the map is checked, and a
+			// block without bits needs no read.
+			if b, err := db.vm.TestStored(blk); db.vm.Unlogged() || (err == nil && b == 0) {
+				db.vm.Trust(blk + 1)
+				continue
+			}
+		}
 		err := db.storage.ReadBlock(blk, page)
 		if blk < written && err != nil && errors.Is(err, heap.ErrCorrupt) {
 			// An I/O error is reported where the page is read.
@@ -467,12 +475,8 @@ func (db *DB) scanForDamagedPages(written, nblocks uint32) {
 	db.vm.Trust(math.MaxUint32)
 	db.noteWrongMapBits(mapWrong, frozenWrong)
 	if len(zeroed) == 0 && len(failed) == 0 {
-		db.damageScanDone.Store(true)
 		return
 	}
-	// Done is published only after the log lines and the statistics, so
-	// that whoever waits on it sees them.
-	defer db.damageScanDone.Store(true)
 	lostZeroed, lostFailed := 0, 0
 	// A key whose value has a chunk on a damaged page is lost too.
 	values := db.lostValues(written, func(b uint32) bool { return zeroed[b] || failed[b] })
@@ -843,15 +847,22 @@ type damageLog struct {
 	mapWrongShown []string
 	blocks        map[uint32]bool
 	// zeroedOut are the blocks zero_damaged_pages has taken as empty
-	// pages; zeroings counts each time (a page not written since is read,
-	// and zeroed, again after an eviction).
+	// pages.
 	zeroedOut map[uint32]bool
-	zeroings  uint64
 	// quiet is the block (plus one) the scan is reading through the pool,
 	// whose failure it reports itself; 0 when none.
 	quiet  uint32
 	failed uint64
 	last   string
+}
+
+// waitOpenScan returns once Open's background scan of the heap (damage,
+// and the visibility map against the pages) has ended, or at once if none
+// was started. Close ends the scan early.
+func (db *DB) waitOpenScan() {
+	if db.scanDone != nil {
+		<-db.scanDone
+	}
 }
 
 // Damage returns the damage met since Open. Safe to call concurrently.

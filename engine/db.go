@@ -175,11 +175,9 @@ type DB struct {
 	// ckptWake wakes the checkpointer before its next tick, to look at
 	// the WAL's volume (a segment switch, wakeCheckpointer).
 	ckptWake chan struct{}
-	// damageScanDone is set when Open's background scan of the written
-	// heap pages ended (damage.go).
-	damageScanDone atomic.Bool
 	// scanDone is closed when Open's background scan of the heap ends
-	// (finished, or stopped by Close); nil when none was started.
+	// (finished, or stopped by Close), after its log lines and
+	// statistics; nil when none was started.
 	scanDone chan struct{}
 	// damage is what DamageInfo reports (damage.go).
 	damage damageLog

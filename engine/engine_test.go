@@ -515,9 +515,7 @@ func TestNoFreeMapBuffer(t *testing.T) {
 	defer db.Close()
 	// Open's background check of the heap reads the map too: a pin of
 	// its would leave the last of the reads below without a buffer.
-	for db.recovery.IndexFromFile && !db.damageScanDone.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	db.waitOpenScan()
 	g.shut()
 	// One at a time, so that each finds a free buffer: map pages 1 to
 	// 32, past the map file's one page, each pinned while its read waits.

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"mvkv/internal/heap"
 )
@@ -65,9 +64,7 @@ func TestFullPageImageRepairsTornPage(t *testing.T) {
 	}
 	// Open's background scan reads the torn copy on disk, but the page
 	// redo rebuilt is the one in the buffer pool: no damage.
-	for !db2.damageScanDone.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	db2.waitOpenScan()
 	if d := db2.Damage(); d.DamagedPages != 0 || d.CorruptPages != 0 {
 		t.Fatalf("a torn page redo rebuilt is reported as damage: %+v", d)
 	}

@@ -194,9 +194,7 @@ func (db *DB) Verify() (VerifyReport, error) {
 	// Open's background check first: the map bits it clears are written
 	// by the checkpoint below, so that the report does not depend on
 	// which of the two came first. Close ends the check early.
-	if db.scanDone != nil {
-		<-db.scanDone
-	}
+	db.waitOpenScan()
 	// Vacuum moves versions and rewrites Prev links across pages, and the
 	// pool writes those pages back one at a time: a scan of the files
 	// during a run sees chains half rewritten. Holding vacuum off for the

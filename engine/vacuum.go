@@ -488,6 +488,24 @@ func (v *vacuumRun) keepChunks() {
 	}
 }
 
+// lockPage pins heap block blk through the run's ring of buffers, then
+// takes the checkpoint interlock shared and the page's content lock
+// exclusively (placeTuple's order), and returns the buffer with the
+// function that undoes the three.
+func (v *vacuumRun) lockPage(blk uint32) (*bufpool.Buffer, func(), error) {
+	buf, err := v.ring.Get(blk)
+	if err != nil {
+		return nil, nil, err
+	}
+	v.db.ckptInterlock.RLock()
+	buf.Lock()
+	return buf, func() {
+		buf.Unlock()
+		v.db.ckptInterlock.RUnlock()
+		buf.Release()
+	}, nil
+}
+
 // scanPage is pass 1 on one page: it prunes and freezes the page, lists
 // work for pass 2, records its free space and sets its visibility map bits.
 // It returns the oldest xid a tuple on it still names (OldestXmin if none).
@@ -496,15 +514,11 @@ func (v *vacuumRun) keepChunks() {
 // serialized, so a page the map did not have then it does not have now).
 func (v *vacuumRun) scanPage(blk uint32, mapSaid bool) (uint64, error) {
 	db := v.db
-	buf, err := v.ring.Get(blk)
+	buf, unlock, err := v.lockPage(blk)
 	if err != nil {
 		return v.st.OldestXmin, err
 	}
-	defer buf.Release()
-	db.ckptInterlock.RLock()
-	defer db.ckptInterlock.RUnlock()
-	buf.Lock()
-	defer buf.Unlock()
+	defer unlock()
 	if heap.IsNew(buf.Page()) {
 		return v.st.OldestXmin, nil
 	}
@@ -667,15 +681,11 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	if len(moves) == 0 && len(chunks) == 0 {
 		return nil
 	}
-	buf, err := v.ring.Get(blk)
+	buf, unlock, err := v.lockPage(blk)
 	if err != nil {
 		return err
 	}
-	defer buf.Release()
-	db.ckptInterlock.RLock()
-	defer db.ckptInterlock.RUnlock()
-	buf.Lock()
-	defer buf.Unlock()
+	defer unlock()
 	page := buf.Page()
 	lsnBefore := heap.PageLSN(page)
 	pp := &prunePage{block: blk}

@@ -94,9 +94,7 @@ func reopenStale(t *testing.T, dir string, o Options, rebuild bool) (*DB, *syncB
 	if db.recovery.IndexFromFile == rebuild {
 		t.Fatalf("index from file %v, want %v", db.recovery.IndexFromFile, !rebuild)
 	}
-	if db.scanDone != nil {
-		<-db.scanDone
-	}
+	db.waitOpenScan()
 	return db, logged
 }
 
@@ -162,9 +160,7 @@ func TestStaleVisibilityMapFile(t *testing.T) {
 			}
 			// At once, whether or not the check has passed the pages.
 			checkHalfDeleted(t, db)
-			if db.scanDone != nil {
-				<-db.scanDone
-			}
+			db.waitOpenScan()
 			if d := db.Damage(); d.MapBitsCleared != wrong || !strings.Contains(d.MapBits, "block") {
 				t.Fatalf("Damage says %d pages' map bits cleared (%q), want %d", d.MapBitsCleared, d.MapBits, wrong)
 			}

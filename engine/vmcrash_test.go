@@ -248,9 +248,7 @@ func vmProblems(db *DB) (string, error) {
 	// Open's check of the map against the heap pages must find nothing
 	// to clear after a crash: a bit it clears here is one it took for
 	// wrong while redo had made it right.
-	for db.recovery.IndexFromFile && !db.damageScanDone.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	db.waitOpenScan()
 	if d := db.Damage(); d.MapBitsCleared != 0 {
 		vm = append(vm, fmt.Sprintf("Open's check cleared the map bits of %d pages (%s)", d.MapBitsCleared, d.MapBits))
 	}

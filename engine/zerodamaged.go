@@ -57,7 +57,6 @@ func (db *DB) noteZeroedOut(block uint32, err error) error {
 	}
 	d := &db.damage
 	d.mu.Lock()
-	d.zeroings++
 	if d.zeroedOut == nil {
 		d.zeroedOut = map[uint32]bool{}
 	}
@@ -125,15 +124,11 @@ func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 		}
 		held = append(held, e)
 	}
-	buf, err := v.ring.Get(blk)
+	buf, unlock, err := v.lockPage(blk)
 	if err != nil {
 		return err
 	}
-	defer buf.Release()
-	db.ckptInterlock.RLock()
-	defer db.ckptInterlock.RUnlock()
-	buf.Lock()
-	defer buf.Unlock()
+	defer unlock()
 	page := buf.Page()
 	var dropped []*indexEntry
 	for _, e := range held {

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"mvkv/internal/heap"
 )
@@ -107,9 +106,7 @@ func checkRepaired(t *testing.T, db *DB, dir string, lost map[string]bool) {
 			t.Fatalf("after the repair and a reopen, %s found %v, want %v", k, ok, want)
 		}
 	}
-	for db.recovery.IndexFromFile && !db.damageScanDone.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	db.waitOpenScan()
 	if d := db.Damage(); d.DamagedPages != 0 || d.PagesZeroedOut != 0 {
 		t.Fatalf("damage after the repair: %+v", d)
 	}

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"mvkv/internal/heap"
 )
@@ -80,9 +79,7 @@ func testZeroedHeapPage(t *testing.T, indexFile bool) {
 		}
 		// Open does not wait for the heap to be read; its background
 		// scan logs the page and the keys lost.
-		for !db.damageScanDone.Load() {
-			time.Sleep(time.Millisecond)
-		}
+		db.waitOpenScan()
 		if l := logged.String(); !strings.Contains(l, want) || !strings.Contains(l, "keysLost=") || strings.Contains(l, "keysLost=0 ") {
 			t.Fatalf("log after Open: %s", l)
 		}
@@ -197,9 +194,7 @@ func TestDamagedHeapPageFoundByScan(t *testing.T) {
 	if ri := db.Recovery(); !ri.IndexFromFile {
 		t.Fatalf("recovery %+v: want the index from the file", ri)
 	}
-	for !db.damageScanDone.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	db.waitOpenScan()
 	l := logged.String()
 	if !strings.Contains(l, want) || !strings.Contains(l, "checksum") || !strings.Contains(l, "keysLost=") || strings.Contains(l, "keysLost=0 ") {
 		t.Fatalf("log after Open: %s", l)
