@@ -626,13 +626,13 @@ func (db *DB) noteWrongMapBits(blocks, frozen []uint32) {
 		names := db.countWrongMapBits(blocks)
 		db.logger.Warn("visibility map bits set for heap pages not marked all-visible: cleared",
 			"pages", len(blocks), "first", listMore(names, len(blocks)),
-			"note", "the map file is older than the heap (restored from another copy?); index-only reads and vacuum read these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
+			"note", "the map file is older than the heap (restored from another copy?); index-only reads and vacuum read these pages again, and the next checkpoint writes the corrected map")
 	}
 	if len(frozen) > 0 {
 		names := db.countWrongMapBits(frozen)
 		db.logger.Warn("visibility map all-frozen bits set for heap pages holding tuples not frozen: cleared",
 			"pages", len(frozen), "first", listMore(names, len(frozen)),
-			"note", "the map file is older than the heap (restored from another copy?); vacuum freezes these pages again, and mvkv verify reports the map file until the next checkpoint writes it")
+			"note", "the map file is older than the heap (restored from another copy?); vacuum freezes these pages again, and the next checkpoint writes the corrected map")
 	}
 }
 
@@ -653,7 +653,7 @@ func (db *DB) clearMapPastHeapEnd() error {
 	names := db.countWrongMapBits(blocks)
 	db.logger.Warn("visibility map bits set for heap blocks past the heap's end: cleared",
 		"blocks", len(blocks), "heapBlocks", nblocks, "first", listMore(names, len(blocks)),
-		"note", "the map file is older than the heap (restored from another copy?); mvkv verify reports the map file until the next checkpoint writes it")
+		"note", "the map file is older than the heap (restored from another copy?); the next checkpoint writes the corrected map")
 	return nil
 }
 
