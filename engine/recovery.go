@@ -226,7 +226,7 @@ func (db *DB) recover(ctrl controlData) error {
 		if !db.indexFileLooksUsable(ctrl, ckpts) {
 			if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
 				if !db.zeroDamaged.Load() {
-					return truncNote(err)
+					return fmt.Errorf("%w; %s", truncNote(err), zeroDamagedHint)
 				}
 				// zero_damaged_pages: the index rebuild takes the
 				// pages as empty ones.
@@ -652,6 +652,13 @@ func (db *DB) overwriteBlock(blk uint32, end wal.LSN, fn func(page []byte) error
 	return nil
 }
 
+// zeroDamagedHint ends the error of an Open refused because a heap page
+// fails its checks while the index is rebuilt from the heap, which reads
+// every page: the way on is the setting that gives such pages up.
+const zeroDamagedHint = "the key index is rebuilt from every heap page, and Open cannot get past a damaged one: " +
+	"to open the database without the versions on damaged pages, keep a copy of the directory and set zero_damaged_pages " +
+	"(mvkv serve --zero-damaged-pages on; embedded, Options.ZeroDamagedPages)"
+
 // rebuildIndex scans the whole heap and points every key at the head of its
 // version chain. It returns the largest xid found in a tuple header. A page
 // whose LSN lies beyond the end of the WAL (written after WAL that is now
@@ -673,6 +680,12 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	for blk := uint32(0); blk < nblocks; blk++ {
 		buf, err := db.pool.Get(blk)
 		if err != nil {
+			if errors.Is(err, heap.ErrCorrupt) {
+				// The page failed its own checks, which is what
+				// zero_damaged_pages gives up: say so, since no key can
+				// be read until Open gets past the page.
+				err = fmt.Errorf("%w; %s", err, zeroDamagedHint)
+			}
 			return 0, err
 		}
 		buf.RLock()

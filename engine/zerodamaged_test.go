@@ -152,11 +152,11 @@ func TestZeroDamagedPages(t *testing.T) {
 				t.Fatal(err)
 			}
 			o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1, SharedBuffers: 4 << 20, WALSegmentSize: 1 << 20}
-			if db, err := Open(dir, o); !errors.Is(err, ErrCorruption) {
+			if db, err := Open(dir, o); !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "zero_damaged_pages") || !strings.Contains(err.Error(), "Options.ZeroDamagedPages") {
 				if err == nil {
 					db.Close()
 				}
-				t.Fatalf("Open rebuilding the index over the damaged page: %v", err)
+				t.Fatalf("Open rebuilding the index over the damaged page: %v, want ErrCorruption suggesting zero_damaged_pages", err)
 			}
 			var logged syncBuffer
 			o.Logger = slog.New(slog.NewTextHandler(&logged, nil))
