@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 )
 
@@ -47,8 +48,41 @@ var deleteRangeSnapshotTaken func()
 // per batch. The price: fn sees keys out of key order.
 //
 // Errors: Delete's (the count is of the keys deleted before the error);
-// ErrReadOnly in a read-only transaction.
+// ErrReadOnly in a read-only transaction; with fn, ErrCorruption for a
+// value that cannot be read (a chunk of it lost), which fails the call
+// and aborts the transaction, as Update's read does (DeleteRangePrefix
+// deletes such a key).
 func (t *Txn) DeleteRange(start, end []byte, fn func(key, old []byte)) (int, error) {
+	if fn == nil {
+		return t.deleteRange(start, end, writeOp{read: readNone}, nil)
+	}
+	return t.deleteRange(start, end, writeOp{read: readAll}, func(key []byte, old oldValue) { fn(key, old.val) })
+}
+
+// DeleteRangePrefix is DeleteRange whose fn receives, for each key
+// deleted, at most the first n bytes of the value the delete removed and
+// the value's whole length, as UpdatePrefix's function does: of an
+// out-of-line value only the chunks holding those bytes are read. A key
+// whose first bytes cannot be read (a chunk of its value lost, or its
+// pointer damaged) is deleted all the same, and counted; fn then gets a
+// nil prefix, length 0 and unreadable, the ErrCorruption naming the
+// chunk's file and offset. fn may be nil; n must not be negative. Errors
+// otherwise as DeleteRange's.
+func (t *Txn) DeleteRangePrefix(start, end []byte, n int, fn func(key, prefix []byte, length int, unreadable error)) (int, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("mvkv: DeleteRangePrefix of %d bytes", n)
+	}
+	if fn == nil {
+		return t.deleteRange(start, end, writeOp{read: readNone}, nil)
+	}
+	return t.deleteRange(start, end, writeOp{read: n, tolerate: true}, func(key []byte, old oldValue) {
+		fn(key, old.val, old.length, old.unreadable)
+	})
+}
+
+// deleteRange is DeleteRange and DeleteRangePrefix: op says how much of
+// each value to read for fn (op.fn is nil: a delete).
+func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old oldValue)) (int, error) {
 	if err := t.usable(); err != nil {
 		return 0, err
 	}
@@ -115,8 +149,9 @@ func (t *Txn) DeleteRange(start, end []byte, fn func(key, old []byte)) (int, err
 				continue
 			}
 			key := []byte(tg.e.key())
-			di := deleteInfo{wantOld: fn != nil}
-			if err := t.write(key, nil, true, 0, &di); err != nil {
+			var di deleteInfo
+			op.di = &di
+			if err := t.write(key, op); err != nil {
 				return deleted, err
 			}
 			// Not done: another transaction deleted the key after the

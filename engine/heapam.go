@@ -434,8 +434,10 @@ func (db *DB) setXmaxOnPage(page []byte, tid heap.TID, xid uint64, updated bool)
 	return nil
 }
 
+// corrupt is the ErrCorruption of the heap tuple at tid, naming its heap
+// file and offset.
 func (db *DB) corrupt(tid heap.TID, err error) error {
-	return fmt.Errorf("%w: heap tuple %s: %v", ErrCorruption, tid, err)
+	return fmt.Errorf("%w: %s, slot %d: %v", ErrCorruption, db.heapBlockName(tid.Block), tid.Slot, err)
 }
 
 // computeHorizon computes the vacuum horizon for pruning, under
@@ -545,7 +547,7 @@ func (db *DB) valuePrefix(v version, key string, n int) ([]byte, int, error) {
 		v = vv
 	}
 	if v.hdr.Infomask&heap.External != 0 {
-		return db.detoastPrefix(v.val, n, v.hdr.Xmin)
+		return db.detoastPrefix(v.val, n, v.tid, v.hdr.Xmin)
 	}
 	if n >= 0 && n < len(v.val) {
 		return v.val[:n], len(v.val), nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 	"mvkv/internal/verify"
 )
@@ -211,13 +212,14 @@ func (db *DB) toastValue(xid uint64, val []byte) ([]byte, error) {
 
 // detoastPrefix reassembles the first n bytes of an out-of-line value (n <
 // 0: all of it) from its pointer, reading the chunks in order up to the
-// one that holds byte n, and returns them with the value's length. xmin is
-// the xmin of the version holding the pointer, which every chunk of its
-// value shares (toastValue writes them in the same transaction).
-func (db *DB) detoastPrefix(ptr []byte, n int, xmin uint64) ([]byte, int, error) {
+// one that holds byte n, and returns them with the value's length. at and
+// xmin are the TID and xmin of the version holding the pointer; every
+// chunk of its value shares the xmin (toastValue writes them in the same
+// transaction).
+func (db *DB) detoastPrefix(ptr []byte, n int, at heap.TID, xmin uint64) ([]byte, int, error) {
 	p, err := parseToastPointer(ptr)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %v", ErrCorruption, err)
+		return nil, 0, db.corrupt(at, err)
 	}
 	want := p.total
 	if n >= 0 && n < want {
@@ -244,7 +246,7 @@ func (db *DB) detoastPrefix(ptr []byte, n int, xmin uint64) ([]byte, int, error)
 			}
 			tids, err := parseDirectory(dir, p.directoryLen(i))
 			if err != nil {
-				return nil, 0, db.corrupt(d, err)
+				return nil, 0, db.corruptChunk(d, "directory", err)
 			}
 			for _, tid := range tids {
 				if len(out) >= want {
@@ -257,7 +259,7 @@ func (db *DB) detoastPrefix(ptr []byte, n int, xmin uint64) ([]byte, int, error)
 		}
 	}
 	if len(out) < want || (want == p.total && len(out) != p.total) {
-		return nil, 0, fmt.Errorf("%w: external value: %d bytes of %d", ErrCorruption, len(out), p.total)
+		return nil, 0, db.corrupt(at, fmt.Errorf("external value: %d bytes of %d", len(out), p.total))
 	}
 	return out[:want], p.total, nil
 }
@@ -272,9 +274,24 @@ func (db *DB) detoastPrefix(ptr []byte, n int, xmin uint64) ([]byte, int, error)
 // freed it with the version naming it, except on a page
 // zero_damaged_pages emptied, where the slots of lost chunks take new
 // tuples while versions elsewhere still name them.
+//
+// Every error names the chunk's heap file and offset: a page that fails
+// its checks (the pool's error says so), a slot that holds no tuple (its
+// page was read as empty under zero_damaged_pages, or vacuum has since
+// initialized it: the chunk was lost with it), or a tuple that is not
+// this value's chunk.
 func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int, xmin uint64) ([]byte, error) {
+	kind := map[bool]string{true: "directory", false: "data chunk"}[directory]
 	buf, err := db.pool.Get(tid.Block)
+	if errors.Is(err, bufpool.ErrPastEnd) {
+		// Vacuum cut the heap's tail, which held no tuple vacuum kept:
+		// the chunk's page was lost and then emptied.
+		return nil, db.corruptChunk(tid, kind, errors.New("the block lies past the heap's end: the chunk was lost with its page"))
+	}
 	if err != nil {
+		if errors.Is(err, ErrCorruption) {
+			return nil, fmt.Errorf("%w (slot %d, a %s of an out-of-line value)", err, tid.Slot, kind)
+		}
 		return nil, err
 	}
 	buf.RLock()
@@ -285,11 +302,16 @@ func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int, x
 		h, _, v, err = heap.DecodeTuple(raw)
 	}
 	switch {
+	case errors.Is(err, heap.ErrBadSlot):
+		err = fmt.Errorf("no tuple there (%v): the chunk was lost", err)
+		if db.zeroedOutPage(tid.Block) {
+			err = fmt.Errorf("%w with its page, which failed its checks and was read as empty (zero_damaged_pages)", err)
+		}
 	case err != nil:
 	case h.Infomask&heap.Chunk == 0:
 		err = errors.New("not a chunk tuple")
 	case directory != (h.Infomask&heap.External != 0):
-		err = fmt.Errorf("chunk is not a %s", map[bool]string{true: "directory", false: "data chunk"}[directory])
+		err = fmt.Errorf("chunk is not a %s", kind)
 	case h.Xmin != xmin:
 		err = fmt.Errorf("the chunk there belongs to another value (xmin %d, the value's %d): its own was lost", h.Xmin, xmin)
 	case len(dst)+len(v) > limit:
@@ -300,9 +322,16 @@ func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int, x
 	buf.RUnlock()
 	buf.Release()
 	if err != nil {
-		return nil, db.corrupt(tid, err)
+		return nil, db.corruptChunk(tid, kind, err)
 	}
 	return dst, nil
+}
+
+// corruptChunk is the ErrCorruption of a chunk (kind: "data chunk" or
+// "directory") of an out-of-line value at tid, naming its heap file and
+// offset.
+func (db *DB) corruptChunk(tid heap.TID, kind string, err error) error {
+	return fmt.Errorf("%w: %s, slot %d, a %s of an out-of-line value: %v", ErrCorruption, db.heapBlockName(tid.Block), tid.Slot, kind, err)
 }
 
 // isDirectory reports whether a tuple's infomask marks a directory chunk.

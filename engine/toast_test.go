@@ -472,7 +472,7 @@ func TestDamagedDirectory(t *testing.T) {
 	buf.Unlock()
 	buf.Release()
 	err = db.View(context.Background(), func(tx *Txn) error { _, err := tx.Get([]byte("k")); return err })
-	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), main.String()) {
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), fmt.Sprintf("%s, slot %d,", db.heapBlockName(main.Block), main.Slot)) {
 		t.Fatalf("Get of a value whose directory is damaged: %v", err)
 	}
 	rep, err := db.Verify()

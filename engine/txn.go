@@ -362,24 +362,30 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 }
 
 // Put sets key to value, creating a new version (its row lock is held to
-// the end of the transaction). Errors: ErrEmptyKey, ErrTooLarge (a key over
+// the end of the transaction). It reads none of the key's current value:
+// the new version's tuple is written and the old one's xmax set, which
+// needs none of an out-of-line value's chunks, so Put replaces a value
+// that lost a chunk to a damaged page (vacuum frees what is left of the
+// old one). Errors: ErrEmptyKey, ErrTooLarge (a key over
 // MaxKeySize, a value over MaxValueSize), ErrReadOnly, ErrTxnDone,
 // ErrClosed; ErrSerializationFailure under REPEATABLE READ when a
 // transaction outside the snapshot changed the key; ErrDeadlock,
 // ErrLockTimeout or the context's error while waiting for the row lock;
-// ErrWALSyncFailed, ErrIOFailure or ErrWriteFailed on an I/O failure. After
-// any error but ErrEmptyKey, ErrTooLarge, ErrReadOnly and the ones the
-// transaction already had, it is aborted: later calls fail with
+// ErrWALSyncFailed, ErrIOFailure or ErrWriteFailed on an I/O failure;
+// ErrCorruption when the page of the key's newest version cannot be read.
+// After any error but ErrEmptyKey, ErrTooLarge, ErrReadOnly and the ones
+// the transaction already had, it is aborted: later calls fail with
 // "current transaction is aborted" and only Rollback is left, as in
 // PostgreSQL.
 func (t *Txn) Put(key, value []byte) error {
-	return t.write(key, func([]byte, bool) ([]byte, error) { return value, nil }, false, len(value), nil)
+	return t.write(key, writeOp{fn: func(oldValue) ([]byte, error) { return value, nil }, read: readNone, vlen: len(value)})
 }
 
 // Delete removes key. Deleting a key that does not exist is not an error.
-// Errors as Put's.
+// Like Put it reads none of the value, so it removes a key whose value
+// lost a chunk. Errors as Put's.
 func (t *Txn) Delete(key []byte) error {
-	return t.write(key, nil, true, 0, nil)
+	return t.write(key, writeOp{read: readNone})
 }
 
 // Update is a read-modify-write of one key: fn receives the current value
@@ -395,11 +401,74 @@ func (t *Txn) Delete(key []byte) error {
 // panics). fn runs holding key's row lock (and no other lock
 // of the database): it may read and write other keys, in t or in other
 // transactions, subject to the usual row-lock waits and deadlock checks.
+// A current value that cannot be read (an out-of-line value with a chunk
+// on a damaged page) fails Update with ErrCorruption, as Put's errors do,
+// before fn runs; UpdatePrefix lets fn decide instead.
 func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
 	if fn == nil {
 		return fmt.Errorf("%w given to Txn.Update", ErrNilFunction)
 	}
-	return t.write(key, fn, false, 0, nil)
+	return t.write(key, writeOp{fn: func(o oldValue) ([]byte, error) { return fn(o.val, o.found) }, read: readAll})
+}
+
+// UpdatePrefix is Update for a function that needs at most the first n
+// bytes of the current value (a header stored at its start): fn receives
+// them (all of a shorter value) and the value's whole length in bytes,
+// read as GetPrefix reads them, so of an out-of-line value only the chunks
+// holding those bytes are read. fn returns the new value, or an error, as
+// Update's does.
+//
+// When those bytes cannot be read, because a chunk holding them is lost
+// (its page fails its checks, or zero_damaged_pages read it as empty) or
+// the value's pointer is damaged, fn is called all the same, with found
+// true, a nil prefix, length 0 and unreadable the ErrCorruption naming
+// the chunk's file and offset: the key is there, its value is not. fn may
+// then return a new value, or return an error and Delete the key, neither
+// of which reads the old value's chunks; an error it returns (unreadable
+// itself, say) leaves the transaction usable. A chunk lost past the first
+// n bytes is not read at all. n must not be negative; errors otherwise as
+// Update's.
+func (t *Txn) UpdatePrefix(key []byte, n int, fn func(prefix []byte, length int, found bool, unreadable error) ([]byte, error)) error {
+	if n < 0 {
+		return fmt.Errorf("mvkv: UpdatePrefix of %d bytes", n)
+	}
+	if fn == nil {
+		return fmt.Errorf("%w given to Txn.UpdatePrefix", ErrNilFunction)
+	}
+	return t.write(key, writeOp{fn: func(o oldValue) ([]byte, error) { return fn(o.val, o.length, o.found, o.unreadable) }, read: n, tolerate: true})
+}
+
+// How much of the current value a write reads (writeOp.read), besides a
+// prefix length of zero or more.
+const (
+	readAll  = -1 // the whole value (Update)
+	readNone = -2 // none of it (Put, Delete): not even the version's inline copy
+)
+
+// writeOp is what a write does with a key: Put, Delete, Update and
+// UpdatePrefix, and DeleteRange's deletes.
+type writeOp struct {
+	// fn computes the new value from the current one; nil deletes.
+	fn func(oldValue) ([]byte, error)
+	// read is how much of the current value fn (or di) needs: readAll,
+	// readNone, or a prefix length.
+	read int
+	// tolerate: a current value whose bytes cannot be read
+	// (ErrCorruption) is handed on as oldValue.unreadable, not failed.
+	tolerate bool
+	// vlen is the new value's length when known before the row lock
+	// (Put), for an early ErrTooLarge.
+	vlen int
+	// di, if not nil, learns what a delete did (DeleteRange's).
+	di *deleteInfo
+}
+
+// oldValue is what a write learns of the key's current value.
+type oldValue struct {
+	val        []byte // the value, or as much of it as writeOp.read asked
+	length     int    // the whole value's length in bytes
+	found      bool   // the key has a live version
+	unreadable error  // with writeOp.tolerate: why val could not be read
 }
 
 // callUnlocked runs a caller's Update function with closeMu's read side,
@@ -407,10 +476,10 @@ func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)
 // again in a defer, so that a panic in fn leaves closeMu as the caller's
 // own deferred unlock expects it: the panic goes on up with the row lock
 // still held, for the transaction's Rollback to release.
-func (db *DB) callUnlocked(fn func([]byte, bool) ([]byte, error), old []byte, live bool) ([]byte, error) {
+func (db *DB) callUnlocked(fn func(oldValue) ([]byte, error), old oldValue) ([]byte, error) {
 	db.closeMu.RUnlock()
 	defer db.closeMu.RLock()
-	return fn(old, live)
+	return fn(old)
 }
 
 type userError struct{ err error }
@@ -418,9 +487,9 @@ type userError struct{ err error }
 func (u userError) Error() string { return u.err.Error() }
 func (u userError) Unwrap() error { return u.err }
 
-// write is the path of Put, Delete and Update. di, if not nil, learns
-// what a delete did (DeleteRange's).
-func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool, vlen int, di *deleteInfo) error {
+// write is the path of Put, Delete, Update, UpdatePrefix and
+// DeleteRange's deletes.
+func (t *Txn) write(key []byte, op writeOp) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
@@ -430,10 +499,10 @@ func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool,
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	if vlen > MaxValueSize {
-		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, vlen, MaxValueSize)
+	if op.vlen > MaxValueSize {
+		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, op.vlen, MaxValueSize)
 	}
-	err := t.writeLocked(key, fn, del, di)
+	err := t.writeLocked(key, op)
 	var ue userError
 	switch {
 	case err == nil:
@@ -447,15 +516,14 @@ func (t *Txn) write(key []byte, fn func([]byte, bool) ([]byte, error), del bool,
 }
 
 // deleteInfo is what a delete tells DeleteRange: whether it deleted a
-// version, and, if wantOld, the value of that version, read under the row
-// lock before the delete.
+// version, and, unless the op read nothing, the value of that version (as
+// much of it as the op read), read under the row lock before the delete.
 type deleteInfo struct {
-	wantOld bool
-	done    bool
-	old     []byte
+	done bool
+	old  oldValue
 }
 
-func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del bool, di *deleteInfo) error {
+func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	db := t.db
 	if err := db.writable(); err != nil {
 		return err
@@ -504,7 +572,10 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 			db.idx.removeEntry(e)
 		}
 	}()
-	cur, found, deleted, err := db.latest(e, me, fn != nil)
+	fn, del, di := op.fn, op.fn == nil, op.di
+	// Put needs nothing of the current version but its place; Update
+	// copies its inline value (or pointer) on the way.
+	cur, found, deleted, err := db.latest(e, me, !del && op.read != readNone)
 	if err != nil {
 		return err
 	}
@@ -555,8 +626,8 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		if !live {
 			return nil
 		}
-		if di != nil && di.wantOld {
-			if di.old, err = db.value(cur, e.key()); err != nil {
+		if di != nil && op.read != readNone {
+			if di.old, err = db.oldValue(cur, e.key(), op); err != nil {
 				return err
 			}
 		}
@@ -573,18 +644,19 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		}
 		return err
 	}
-	var old []byte
-	if live {
-		if old, err = db.value(cur, e.key()); err != nil {
+	var old oldValue
+	if live && op.read != readNone {
+		if old, err = db.oldValue(cur, e.key(), op); err != nil {
 			return err
 		}
 	}
+	old.found = live
 	// fn is the caller's code, which may read or write other keys and
 	// wait for their row locks: it runs without closeMu, never held
 	// across a lock wait (a Close waiting for the write side would stop
 	// the commit fn waits for from taking the read side). The row lock,
 	// still held, keeps cur the key's newest version meanwhile.
-	val, err := db.callUnlocked(fn, old, live)
+	val, err := db.callUnlocked(fn, old)
 	if err != nil {
 		return userError{err}
 	}
@@ -628,6 +700,30 @@ func (t *Txn) writeLocked(key []byte, fn func([]byte, bool) ([]byte, error), del
 		t.obsoleted++
 	}
 	return nil
+}
+
+// oldValue reads what op needs of cur, the key's newest version (live,
+// and kept by the row lock the caller holds). With op.tolerate, a value
+// whose bytes cannot be read (ErrCorruption from its chunks or its
+// pointer) is returned as unreadable rather than failing the write: the
+// version's own tuple was read, so the key is there, and neither a new
+// version nor a delete needs the old chunks.
+func (db *DB) oldValue(cur version, key string, op writeOp) (oldValue, error) {
+	if !cur.have {
+		v, err := db.readVersion(cur.tid, key, true)
+		if err != nil {
+			return oldValue{}, err
+		}
+		cur = v
+	}
+	val, length, err := db.valuePrefix(cur, key, op.read)
+	if err != nil {
+		if op.tolerate && errors.Is(err, ErrCorruption) {
+			return oldValue{found: true, unreadable: err}, nil
+		}
+		return oldValue{}, err
+	}
+	return oldValue{val: val, length: length, found: true}, nil
 }
 
 // truncKey cuts a key quoted in an error message to its first 64 bytes.

@@ -682,6 +682,13 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		return nil
 	}
 	buf, unlock, err := v.lockPage(blk)
+	if !heads && errors.Is(err, bufpool.ErrPastEnd) {
+		// A run cut the page off the heap's tail, which it does only to
+		// pages holding no tuple: these chunks were lost with it (it was
+		// read as empty under zero_damaged_pages), and nothing is left
+		// to free.
+		return nil
+	}
 	if err != nil {
 		return err
 	}
