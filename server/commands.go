@@ -1057,7 +1057,7 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	}
 	var old []byte
 	var found, applied bool
-	err := x.rmw(key, func(o []byte, cur int64, live bool) (rmwResult, []byte, int64) {
+	decide := func(o []byte, cur int64, live bool) (rmwResult, []byte, int64) {
 		old, found = o, live
 		if (nx && live) || (xx && !live) {
 			return rmwKeep, nil, 0
@@ -1068,7 +1068,16 @@ func cmdSet(x *execCtx, args [][]byte) error {
 			d = cur
 		}
 		return rmwPut, val, d
-	})
+	}
+	var err error
+	if get {
+		err = x.rmw(key, decide)
+	} else {
+		// Without GET the old value is not needed, only its deadline:
+		// a key whose value lost a chunk is replaced, as by a plain
+		// SET (KEEPTTL needs the deadline to be readable).
+		err = x.rmwMeta(key, keepTTL, func(cur int64, live bool) (rmwResult, []byte, int64) { return decide(nil, cur, live) })
+	}
 	if err != nil {
 		return x.writeErr(err)
 	}
@@ -1201,9 +1210,10 @@ func cmdDel(x *execCtx, args [][]byte) error {
 		}
 		// Lock the key and learn whether it is live, then delete it:
 		// the count is exact even with concurrent writers. An expired
-		// key is deleted too, but not counted.
+		// key is deleted too, but not counted; one whose value cannot
+		// be read (a chunk lost) is live.
 		var live bool
-		err := x.rmw(k, func(_ []byte, _ int64, ok bool) (rmwResult, []byte, int64) {
+		err := x.rmwMeta(k, false, func(_ int64, ok bool) (rmwResult, []byte, int64) {
 			live = ok
 			if ok {
 				return rmwDelete, nil, 0
@@ -1404,9 +1414,11 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 	// order of the heap pages holding them (DeleteRange), each under its
 	// row lock as DEL does. As Redis's touchAllWatchedKeysInDb, only a
 	// watched key that existed aborts its watcher's EXEC, and removing one
-	// that had already expired does not.
-	_, err := x.tx.DeleteRange(nil, nil, func(k, raw []byte) {
-		if _, _, live := x.live(raw, true); live {
+	// that had already expired does not. Only the deadline of each value
+	// is read (of a large one, its first bytes); a key whose first bytes
+	// cannot be read (a chunk lost) is deleted as one that existed.
+	_, err := x.tx.DeleteRangePrefix(nil, nil, deadlineHdrSize, func(k, prefix []byte, total int, unreadable error) {
+		if unreadable != nil || x.liveMeta(prefix, total) {
 			x.wrote(k)
 			return
 		}

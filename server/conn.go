@@ -1032,11 +1032,15 @@ func (c *conn) waitForWriters(k []byte) error {
 	c.s.openTxns.Add(1)
 	defer c.rollback(tx)
 	x := &execCtx{c: c, tx: tx}
-	err = tx.Update(k, func(raw []byte, found bool) ([]byte, error) {
+	// Only the deadline is read (of a large value, its first bytes); a
+	// value whose first bytes cannot be read (a chunk lost) has none.
+	err = tx.UpdatePrefix(k, deadlineHdrSize, func(prefix []byte, total int, found bool, unreadable error) ([]byte, error) {
 		w := c.watched[string(k)]
 		w.version = c.s.watch.version(string(k))
-		if _, d, ok := x.live(raw, found); ok {
-			w.deadline = d
+		if found && unreadable == nil {
+			if x.liveMeta(prefix, total) {
+				_, w.deadline = decodeMeta(prefix, total)
+			}
 		}
 		c.watched[string(k)] = w
 		return nil, errNoop

@@ -153,38 +153,92 @@ var errRMWDelete = errors.New("server: delete")
 // expired) and decides. An expired key is deleted when fn keeps it, which
 // is how writes remove expired keys lazily. rmw returns nil after any
 // decision; an error means the transaction failed, or comes from
-// engine limits (see writeErr).
+// engine limits (see writeErr). It reads the whole value: one that cannot
+// be read (a chunk of a large value lost to a damaged page) fails it with
+// the engine's ErrCorruption; rmwMeta does not need the value.
 func (x *execCtx) rmw(key []byte, fn func(val []byte, deadline int64, live bool) (rmwResult, []byte, int64)) error {
-	expired, looked, hit := false, false, false
-	defer func() {
-		if looked {
-			x.lookedUp(hit)
-		}
-	}()
+	var st rmwState
 	err := x.tx.Update(key, func(raw []byte, found bool) ([]byte, error) {
 		val, deadline, ok := x.live(raw, found)
-		expired, looked, hit = found && !ok, true, ok
+		st.note(found, ok)
 		res, nv, nd := fn(val, deadline, ok)
-		switch {
-		case res == rmwPut && nd != 0 && nd <= x.now():
-			res = rmwDelete
-		case res == rmwKeep && expired:
-			res = rmwDelete
-		}
-		switch res {
-		case rmwPut:
-			return x.encode(nv, nd), nil
-		case rmwDelete:
-			return nil, errRMWDelete
-		}
-		return nil, errNoop
+		return x.rmwApply(&st, res, nv, nd)
 	})
+	return x.rmwDone(key, &st, err)
+}
+
+// rmwMeta is rmw for a decision that needs only whether the key is live
+// and its deadline, not its value (DEL, SET without GET, SETNX, the
+// removal of expired keys): of a large value it reads only the first
+// bytes, which hold the deadline (engine's UpdatePrefix), so a chunk lost
+// further on is never read. A key whose first bytes cannot be read (the
+// chunk holding them lost) is present but unreadable: fn gets it as live
+// with no deadline, so that DEL deletes it (and counts it) and SET
+// replaces it, neither of which reads the old value; with needDeadline
+// (SET KEEPTTL, which would keep a deadline it cannot know) the read's
+// error is returned instead, leaving the transaction usable.
+func (x *execCtx) rmwMeta(key []byte, needDeadline bool, fn func(deadline int64, live bool) (rmwResult, []byte, int64)) error {
+	var st rmwState
+	err := x.tx.UpdatePrefix(key, deadlineHdrSize, func(prefix []byte, total int, found bool, unreadable error) ([]byte, error) {
+		var deadline int64
+		ok := found
+		switch {
+		case unreadable != nil && needDeadline:
+			return nil, unreadable
+		case unreadable != nil:
+		case found:
+			_, deadline = decodeMeta(prefix, total)
+			ok = deadline == 0 || deadline > x.now()
+		}
+		st.note(found, ok)
+		res, nv, nd := fn(deadline, ok)
+		return x.rmwApply(&st, res, nv, nd)
+	})
+	return x.rmwDone(key, &st, err)
+}
+
+// rmwState is what rmw and rmwMeta learned of the key, for rmwDone.
+type rmwState struct {
+	expired bool // stored but past its deadline
+	looked  bool // the key was read (its lookup counts as a hit or miss)
+	hit     bool // live
+}
+
+func (st *rmwState) note(found, live bool) {
+	st.expired, st.looked, st.hit = found && !live, true, live
+}
+
+// rmwApply turns a decision into what the engine's update function
+// returns: the value to store, or errRMWDelete or errNoop.
+func (x *execCtx) rmwApply(st *rmwState, res rmwResult, nv []byte, nd int64) ([]byte, error) {
+	switch {
+	case res == rmwPut && nd != 0 && nd <= x.now():
+		res = rmwDelete
+	case res == rmwKeep && st.expired:
+		res = rmwDelete
+	}
+	switch res {
+	case rmwPut:
+		return x.encode(nv, nd), nil
+	case rmwDelete:
+		return nil, errRMWDelete
+	}
+	return nil, errNoop
+}
+
+// rmwDone finishes rmw and rmwMeta after the engine's update: a delete
+// decided is made (Delete reads none of the old value), the lookup
+// counted.
+func (x *execCtx) rmwDone(key []byte, st *rmwState, err error) error {
+	if st.looked {
+		x.lookedUp(st.hit)
+	}
 	switch {
 	case errors.Is(err, errRMWDelete):
 		if err := x.tx.Delete(key); err != nil {
 			return err
 		}
-		if expired {
+		if st.expired {
 			x.expired()
 		}
 		return nil
@@ -230,7 +284,7 @@ func (c *conn) reapExpired() {
 	c.s.openTxns.Add(1)
 	x := &execCtx{c: c, tx: tx}
 	for _, k := range keys {
-		err := x.rmw(k, func([]byte, int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 })
+		err := x.rmwMeta(k, false, func(int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 })
 		if err != nil {
 			c.rollback(tx)
 			return
@@ -592,7 +646,7 @@ func (c *conn) uncountExpired() {
 func (s *Server) reapKeys(ctx context.Context, tx *engine.Txn, keys [][]byte, now int64) error {
 	x := &execCtx{c: &conn{s: s, ctx: ctx}, tx: tx, nowMS: now}
 	for _, k := range keys {
-		if err := x.rmw(k, func([]byte, int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 }); err != nil {
+		if err := x.rmwMeta(k, false, func(int64, bool) (rmwResult, []byte, int64) { return rmwKeep, nil, 0 }); err != nil {
 			tx.Rollback()
 			x.c.uncountExpired() // counted as they were deleted; none was
 			return err

@@ -82,7 +82,7 @@ func cmdSetNX(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	set := false
-	err := x.rmw(key, func(_ []byte, _ int64, live bool) (rmwResult, []byte, int64) {
+	err := x.rmwMeta(key, false, func(_ int64, live bool) (rmwResult, []byte, int64) {
 		if live {
 			return rmwKeep, nil, 0
 		}
@@ -940,7 +940,7 @@ func cmdBitOp(x *execCtx, args [][]byte) error {
 	}
 	if maxLen == 0 {
 		var live bool
-		err := x.rmw(dest, func(_ []byte, _ int64, ok bool) (rmwResult, []byte, int64) {
+		err := x.rmwMeta(dest, false, func(_ int64, ok bool) (rmwResult, []byte, int64) {
 			live = ok
 			return rmwDelete, nil, 0
 		})
