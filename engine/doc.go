@@ -19,7 +19,9 @@
 // what it created, leaving a missing directory missing and an empty one
 // empty.
 // Begin starts a transaction at READ COMMITTED or REPEATABLE READ; Get, Put,
-// Delete, Scan, Update and DeleteRange work inside it; Exists, ScanKeys and Count are
+// Delete, Scan, Update and DeleteRange work inside it (GetPrefix,
+// ScanPrefix, UpdatePrefix and DeleteRangePrefix read of a large value
+// only the chunks holding its first bytes); Exists, ScanKeys and Count are
 // key-only reads that answer from the visibility map where a page is
 // all-visible; Commit makes it durable and visible.
 // DB.Update and DB.View wrap a function in a REPEATABLE READ transaction

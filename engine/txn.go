@@ -415,14 +415,16 @@ func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)
 // bytes of the current value (a header stored at its start): fn receives
 // them (all of a shorter value) and the value's whole length in bytes,
 // read as GetPrefix reads them, so of an out-of-line value only the chunks
-// holding those bytes are read. fn returns the new value, or an error, as
-// Update's does.
+// holding those bytes are read; found is false, with nil and 0, when
+// there is no value. fn runs under key's row lock and returns the new
+// value, or an error, as Update's does.
 //
 // When those bytes cannot be read, because a chunk holding them is lost
 // (its page fails its checks, or zero_damaged_pages read it as empty) or
 // the value's pointer is damaged, fn is called all the same, with found
 // true, a nil prefix, length 0 and unreadable the ErrCorruption naming
-// the chunk's file and offset: the key is there, its value is not. fn may
+// the file and offset of the chunk (of the version, for a damaged
+// pointer): the key is there, its value is not. fn may
 // then return a new value, or return an error and Delete the key, neither
 // of which reads the old value's chunks; an error it returns (unreadable
 // itself, say) leaves the transaction usable. A chunk lost past the first
