@@ -526,18 +526,12 @@ func (db *DB) readVersion(tid heap.TID, key string, wantVal bool) (version, erro
 	return v, nil
 }
 
-// value returns the version's full value, fetching chunks if it is external.
-// The caller makes sure vacuum cannot remove the version meanwhile (it is
-// visible to a registered snapshot, or the caller holds the key's row lock
-// and it is the newest committed version).
-func (db *DB) value(v version, key string) ([]byte, error) {
-	val, _, err := db.valuePrefix(v, key, -1)
-	return val, err
-}
-
-// valuePrefix is value that returns at most n bytes of it (n < 0: all of
-// it), reading only the chunks of an out-of-line value that hold them, and
-// the value's whole length.
+// valuePrefix returns at most the first n bytes of the version's value
+// (n < 0: all of it), reading only the chunks of an out-of-line value that
+// hold them, and the value's whole length. The caller makes sure vacuum
+// cannot remove the version meanwhile (it is visible to a registered
+// snapshot, or the caller holds the key's row lock and it is the newest
+// committed version).
 func (db *DB) valuePrefix(v version, key string, n int) ([]byte, int, error) {
 	if !v.have {
 		vv, err := db.readVersion(v.tid, key, true)
