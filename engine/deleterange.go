@@ -92,6 +92,10 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 	if len(end) > 0 && len(start) > 0 && string(start) >= string(end) {
 		return 0, nil
 	}
+	// The Locks and deletes below, and fn's calls, are nested in this
+	// one: an error among them aborts the transaction as it returns.
+	t.nest++
+	defer t.leave()
 	db := t.db
 	snap, release := t.snapshot()
 	defer release()

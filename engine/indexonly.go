@@ -103,6 +103,8 @@ func (t *Txn) visibleKeys(start, end []byte, batch int, fn func(e *indexEntry) b
 	if err := t.usable(); err != nil {
 		return err
 	}
+	t.nest++ // fn may write in t
+	defer t.leave()
 	db := t.db
 	snap, release := t.snapshot()
 	defer release()

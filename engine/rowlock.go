@@ -17,7 +17,7 @@ package engine
 // usable, and so does the failure that stopped the database taking writes
 // (see DB.Failure), returned before any lock is taken; ErrDeadlock,
 // ErrLockTimeout, ErrClosed and the context's error abort it, as a failed
-// write does. After the transaction ended Lock returns ErrTxnDone, and
+// write does, releasing its row locks before Lock returns (see Txn). After the transaction ended Lock returns ErrTxnDone, and
 // after it was aborted an error wrapping the one that aborted it.
 func (t *Txn) Lock(key []byte) error {
 	if err := t.usable(); err != nil {
@@ -35,8 +35,10 @@ func (t *Txn) Lock(key []byte) error {
 	if t.st == nil {
 		t.st = newTxnState()
 	}
+	t.nest++
+	defer t.leave()
 	if err := t.db.rowLock(t.ctx, key, t.st); err != nil {
-		t.err = err
+		t.fail(err)
 		return err
 	}
 	// The lock may have been let go by an early-released commit not yet

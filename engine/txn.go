@@ -25,10 +25,25 @@ const statusCommitted = clog.StatusCommitted
 // writers of its keys wait for it forever and its writes never become
 // visible.
 //
-// After an error from Put, Delete or Update other than ErrTooLarge,
-// ErrEmptyKey, ErrReadOnly or an error returned by the caller's own update
-// function, the transaction is aborted, as in PostgreSQL: every later call
-// returns an error wrapping the first one, and Commit rolls back.
+// After an error from Put, Delete, Update, Lock or DeleteRange other than
+// those their docs say leave it usable (ErrTooLarge, ErrEmptyKey,
+// ErrReadOnly, an error returned by the caller's own update function), the
+// transaction is aborted, as in PostgreSQL: before the call returns the error, its writes are rolled
+// back (its xid is marked aborted in the CLOG, so they are invisible to
+// everyone), it leaves the running table and its row locks are released,
+// so that the transactions waiting for them go on at once, without
+// waiting for the caller's Rollback (PostgreSQL's AbortTransaction runs
+// when the ERROR is raised; the transaction block then only waits for the
+// client's ROLLBACK). A deadlock's victim thus frees the other
+// transactions of the cycle as soon as it learns it is the victim. Every
+// later call returns an error wrapping the first one; Rollback ends the
+// transaction (returning nil, or the error the abort met, such as
+// ErrClosed), and Commit rolls back and returns that first error. An error
+// met in a call made by the caller's own function (Update's, Scan's,
+// DeleteRange's) aborts the transaction when the outermost call returns,
+// since that call still holds what it is working on. What the transaction
+// read or wrote before is kept until it ends: its snapshot, and the
+// dependency WaitObserved waits for.
 type Txn struct {
 	db   *DB
 	ctx  context.Context
@@ -42,6 +57,16 @@ type Txn struct {
 	// end it; Commit, CommitAsync and Rollback refuse (ErrTxnManaged).
 	managed bool
 	err     error // the error that aborted the transaction, if any
+	// abortErr is what rolling back after err met (ErrClosed, a CLOG
+	// failure), for Rollback to return.
+	abortErr error
+	// nest counts the calls of this Txn in progress: more than one while
+	// the caller's function (Update's, Scan's) calls it again. The
+	// outermost call carries out the abort an error asks for (leave).
+	nest int
+	// onAbort, if set, runs when the transaction rolls back, before its
+	// row locks are released (OnAbort).
+	onAbort func()
 	// dep is the highest commit LSN the transaction may have observed
 	// (a snapshot or a row lock): Commit returns only once the WAL is
 	// durable up to it (elr.go).
@@ -84,7 +109,8 @@ func (db *DB) Begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	return &Txn{db: db, ctx: ctx, opts: o, sync: sc}, nil
 }
 
-// XID returns the transaction's id, or 0 while it has written nothing. An
+// XID returns the transaction's id, or 0 while it has written nothing and
+// once it has rolled back (or an error aborted it). An
 // xid is assigned when the transaction first places a version, as in
 // PostgreSQL: a delete of a missing key, or an Update whose function
 // returned an error, takes the key's row lock but no xid.
@@ -336,6 +362,8 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 	if err := t.usable(); err != nil {
 		return err
 	}
+	t.nest++ // fn may write in t
+	defer t.leave()
 	snap, release := t.snapshot()
 	defer release()
 	var err error
@@ -504,6 +532,8 @@ func (t *Txn) write(key []byte, op writeOp) error {
 	if op.vlen > MaxValueSize {
 		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, op.vlen, MaxValueSize)
 	}
+	t.nest++
+	defer t.leave()
 	err := t.writeLocked(key, op)
 	var ue userError
 	switch {
@@ -512,10 +542,70 @@ func (t *Txn) write(key []byte, op writeOp) error {
 		return ue.err
 	case errors.Is(err, ErrTooLarge):
 	default:
-		t.err = err
+		t.fail(err)
 	}
 	return err
 }
+
+// fail records err as the error that aborted the transaction, unless an
+// earlier one did. The abort itself is carried out by the outermost call
+// of the Txn in progress, as it returns (leave).
+func (t *Txn) fail(err error) {
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// leave ends a call counted in nest. When the outermost call returns and
+// an error aborted the transaction, the abort is carried out now rather
+// than at the caller's Rollback: the writes are rolled back (the CLOG
+// first, so they are invisible before anyone can overwrite them), the
+// transaction leaves the running table, and its row locks are released,
+// waking their waiters, as PostgreSQL's AbortTransaction at the ERROR.
+// A call nested in the caller's function must not do it: the outer call
+// (an Update between its row lock and its version) still relies on its
+// lock. The Txn stays not ended (done false), for Rollback or Commit.
+func (t *Txn) leave() {
+	t.nest--
+	if t.nest == 0 && t.err != nil && !t.done {
+		if err := t.discard(); err != nil && t.abortErr == nil {
+			t.abortErr = err
+		}
+	}
+}
+
+// discard rolls back what the transaction holds, if anything, and runs
+// onAbort: an aborted xid (abort), or the bare row locks of a
+// transaction that placed no version. It leaves the Txn holding nothing,
+// so a second call does nothing. It returns abort's error.
+func (t *Txn) discard() error {
+	st, fn := t.st, t.onAbort
+	t.st, t.onAbort = nil, nil
+	if st == nil || st.xid.Load() == 0 {
+		if fn != nil {
+			fn()
+		}
+		if st != nil {
+			t.db.releaseLocks(st)
+		}
+		return nil
+	}
+	t.db.av.noteEnd(false, t.newVersions, t.obsoleted)
+	return t.db.abort(st, fn)
+}
+
+// OnAbort has fn run once if the transaction rolls back: by Rollback, by
+// a Commit that rolls back, or by an error that aborts it (see Txn). fn
+// runs on the goroutine of the call that rolls back, after the
+// transaction's writes are rolled back and before its row locks are
+// released, so that it can undo, still under those locks, what the caller
+// did beside the writes (the server puts back the WATCH counters it
+// bumped), as a callback PostgreSQL's RegisterXactCallback registers runs
+// at XACT_EVENT_ABORT, before AbortTransaction releases the locks. fn is
+// not run when the transaction commits. It must not call the Txn or the
+// DB: database locks are held. A later OnAbort replaces fn, and a nil fn
+// removes it. Like the Txn, OnAbort is not safe for concurrent use.
+func (t *Txn) OnAbort(fn func()) { t.onAbort = fn }
 
 // deleteInfo is what a delete tells DeleteRange: whether it deleted a
 // version, and, unless the op read nothing, the value of that version (as
@@ -661,6 +751,11 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	val, err := db.callUnlocked(fn, old)
 	if err != nil {
 		return userError{err}
+	}
+	if t.err != nil {
+		// A call fn made in t failed, and fn went on: the
+		// transaction is aborted, and nothing more is placed.
+		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
 	}
 	if db.closed.Load() {
 		return ErrClosed
@@ -826,11 +921,8 @@ func (t *Txn) end() (*txnState, error) {
 	if err == nil {
 		err = t.ctx.Err()
 	}
-	if err != nil && t.st != nil {
-		st := t.st
-		t.st = nil
-		t.db.abort(st)
-		t.db.av.noteEnd(false, t.newVersions, t.obsoleted)
+	if err != nil {
+		t.discard()
 		return nil, err
 	}
 	if t.st != nil {
@@ -857,10 +949,15 @@ func (db *DB) flushBeforeNoXidAck() error {
 	return nil
 }
 
-// Rollback ends the transaction and discards its writes. It returns
-// ErrTxnDone if the transaction already ended, and ErrTxnManaged, doing
-// nothing, inside DB.Update or DB.View (return an error from the function
-// instead).
+// Rollback ends the transaction and discards its writes. After an error
+// that aborted the transaction, whose writes and row locks are gone
+// already (see Txn), it only ends it, and returns nil or the error that
+// rolling back met then. It returns ErrClosed if the database was closed
+// before the writes could be rolled back (recovery at the next Open finds
+// them aborted), ErrIOFailure or ErrCorruption if the CLOG could not
+// record the abort, ErrTxnDone if the transaction already ended, and
+// ErrTxnManaged, doing nothing, inside DB.Update or DB.View (return an
+// error from the function instead).
 func (t *Txn) Rollback() error {
 	if t.managed {
 		return ErrTxnManaged
@@ -870,17 +967,12 @@ func (t *Txn) Rollback() error {
 	}
 	t.done = true
 	t.releaseSnapshot()
-	if t.st == nil {
-		return nil
+	err := t.discard()
+	if err == nil {
+		err = t.abortErr
 	}
-	st := t.st
-	t.st = nil
-	if st.xid.Load() == 0 {
-		t.db.releaseLocks(st)
-		return nil
-	}
-	t.db.av.noteEnd(false, t.newVersions, t.obsoleted)
-	return t.db.abort(st)
+	t.abortErr = nil
+	return err
 }
 
 func timestampPayload() []byte {
@@ -973,13 +1065,25 @@ func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
 	return nil
 }
 
-func (db *DB) abort(st *txnState) error {
+// abort rolls back st, which has an xid, in rule 2's order: the abort
+// record (not flushed: a lost abort record means the same as none), the
+// CLOG, the running table, then before (if not nil), then the row locks.
+// After Close, or when Close interrupts its wait for a bulk load, it
+// returns ErrClosed having changed nothing but running before: recovery
+// finds the xid without a commit record.
+func (db *DB) abort(st *txnState, before func()) error {
 	if err := db.waitBulkLoad(context.Background()); err != nil {
+		if before != nil {
+			before()
+		}
 		return err
 	}
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.closed.Load() {
+		if before != nil {
+			before()
+		}
 		return ErrClosed
 	}
 	db.stats.aborts.Add(1)
@@ -994,7 +1098,11 @@ func (db *DB) abort(st *txnState) error {
 		err = db.clog.SetStatus(st.xid.Load(), clog.StatusAborted, uint64(end))
 	}
 	db.ckptInterlock.RUnlock()
-	db.finish(st)
+	db.procs.remove(st)
+	if before != nil {
+		before()
+	}
+	db.releaseLocks(st)
 	if err != nil {
 		return db.fail(err)
 	}
