@@ -75,9 +75,16 @@ func (x *execCtx) syntaxError() { x.errorf("ERR syntax error") }
 func (x *execCtx) notInteger() { x.errorf("ERR value is not an integer or out of range") }
 
 // wrote records a write of key: it bumps the key's watch version, before
-// the commit, with the row lock held; a rollback undoes it.
+// the commit, with the row lock held; a rollback undoes it, with the row
+// lock still held. The engine releases a transaction's row locks as soon
+// as an error aborts it, before the reply is written and the connection
+// calls rollback, so the undo is registered with the transaction too
+// (engine.Txn.OnAbort), to run before those locks go.
 func (x *execCtx) wrote(key []byte) {
 	if e := x.c.s.watch.touch(key); e != nil {
+		if len(x.c.bumped) == 0 {
+			x.tx.OnAbort(x.c.untouch)
+		}
 		x.c.bumped = append(x.c.bumped, e)
 	}
 }

@@ -450,14 +450,23 @@ func (c *conn) readPipelined(cmd *command) bool {
 	return n == 0 || c.pending[n-1].w.Visible()
 }
 
+// untouch puts back the watch versions the running transaction bumped.
+// It runs while the transaction still holds the keys' row locks: from
+// rollback, or from the engine when an error aborts the transaction
+// (execCtx.wrote registers it), whichever comes first; the other finds
+// nothing left to undo.
+func (c *conn) untouch() {
+	c.s.watch.untouch(c.bumped)
+	c.bumped = c.bumped[:0]
+}
+
 // rollback rolls tx back. The watch versions it bumped are put back first,
 // while it still holds the keys' row locks: a write that never committed
 // does not abort a WATCH (Redis never sees such a write at all), and no
 // EXEC can compare versions between the rollback and the undo, since
 // EXEC compares only with the watched keys' locks held.
 func (c *conn) rollback(tx *engine.Txn) {
-	c.s.watch.untouch(c.bumped)
-	c.bumped = c.bumped[:0]
+	c.untouch()
 	c.uncountExpired()
 	tx.Rollback()
 	c.s.openTxns.Add(-1)

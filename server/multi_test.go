@@ -542,3 +542,61 @@ func TestWatchFlushAll(t *testing.T) {
 	other.expect("+OK\r\n")
 	block("*1\r\n+PONG\r\n")
 }
+
+// TestWatchUndoneWhenErrorAborts: the engine releases a transaction's row
+// locks as soon as an error aborts it, before the connection gets to roll
+// back; the watch versions the transaction bumped must be back by then,
+// or a WATCH taking the freed lock would record the bumped version, and
+// miss the next real write once the undo came. The undo runs at the
+// failing call (engine.Txn.OnAbort), once.
+func TestWatchUndoneWhenErrorAborts(t *testing.T) {
+	ts := startServerOn(t, Config{}, engine.Options{LockTimeout: 20 * time.Millisecond})
+	ctx := context.Background()
+	ts.s.watch.acquire("w")
+	defer ts.s.watch.release("w")
+	v0 := ts.s.watch.version("w")
+	hold, err := ts.db.Begin(ctx, engine.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback()
+	if err := hold.Put([]byte("z"), []byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	c := &conn{s: ts.s}
+	tx, err := ts.db.Begin(ctx, engine.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &execCtx{c: c, tx: tx}
+	if err := tx.Put([]byte("w"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	x.wrote([]byte("w"))
+	if got := ts.s.watch.version("w"); got != v0+1 {
+		t.Fatalf("after the write, w's watch version %d; want %d", got, v0+1)
+	}
+	if err := tx.Put([]byte("z"), []byte("1")); !errors.Is(err, engine.ErrLockTimeout) {
+		t.Fatalf("writing a held key: %v; want a lock timeout", err)
+	}
+	if got := ts.s.watch.version("w"); got != v0 {
+		t.Fatalf("w's lock is free, and its watch version is %d; want %d", got, v0)
+	}
+	// w's lock is free: another writer takes it at once (it would time
+	// out otherwise).
+	other, err := ts.db.Begin(ctx, engine.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Lock([]byte("w")); err != nil {
+		t.Fatalf("locking w after the abort: %v", err)
+	}
+	other.Rollback()
+	c.untouch()
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ts.s.watch.version("w"); got != v0 {
+		t.Fatalf("after the rollback, w's watch version %d; want %d", got, v0)
+	}
+}
