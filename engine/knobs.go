@@ -761,16 +761,25 @@ func orList(values []string) string {
 	return strings.Join(values[:len(values)-1], ", ") + " or " + values[len(values)-1]
 }
 
+// boolWords are the spellings parseBool takes, in any case: PostgreSQL's
+// boolean spellings, without the unique prefixes (t, f, y, n) it also
+// takes. An even index is true's, the next one false's.
+var boolWords = []string{"on", "off", "true", "false", "yes", "no", "1", "0"}
+
+// errWantBool is parseBool's refusal, listing every spelling it takes,
+// so that an error never names fewer values than are accepted.
+var errWantBool = errors.New("want " + orList(boolWords) + " (in any case)")
+
 // parseBool reads a PostgreSQL boolean: on/off, true/false, yes/no, 1/0,
 // in any case.
 func parseBool(v string) (bool, error) {
-	switch strings.ToLower(v) {
-	case "on", "true", "yes", "1":
-		return true, nil
-	case "off", "false", "no", "0":
-		return false, nil
+	v = strings.ToLower(v)
+	for i, w := range boolWords {
+		if v == w {
+			return i%2 == 0, nil
+		}
 	}
-	return false, errors.New("want on or off")
+	return false, errWantBool
 }
 
 func showBool(on bool) string {

@@ -150,6 +150,40 @@ func TestSettingsTable(t *testing.T) {
 
 // TestSetConfig: DB.SetConfig changes the run-time settings and refuses
 // the others; CurrentSetting shows both.
+// TestBoolSettingsSpellings: every boolean setting takes each spelling
+// its refusal lists, in any case, and refuses anything else with a text
+// that lists them all.
+func TestBoolSettingsSpellings(t *testing.T) {
+	n := 0
+	for _, s := range Settings() {
+		if s.Type != "bool" {
+			continue
+		}
+		n++
+		var o Options
+		err := s.Set(&o, "bogus")
+		var se *SettingError
+		if !errors.As(err, &se) {
+			t.Fatalf("%s: Set(bogus) = %v, want a *SettingError", s.Name, err)
+		}
+		for i, w := range []string{"on", "off", "true", "false", "yes", "no", "1", "0"} {
+			if !strings.Contains(se.Want, w) {
+				t.Errorf("%s: the refusal %q does not list %q", s.Name, se.Want, w)
+			}
+			for _, v := range []string{w, strings.ToUpper(w)} {
+				if err := s.Set(&o, v); err != nil {
+					t.Errorf("%s: Set(%q): %v", s.Name, v, err)
+				} else if want := map[bool]string{true: "on", false: "off"}[i%2 == 0]; s.Show(o) != want {
+					t.Errorf("%s: Set(%q) shows %q, want %q", s.Name, v, s.Show(o), want)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no boolean settings")
+	}
+}
+
 func TestSetConfig(t *testing.T) {
 	db, err := Open("/db", Options{FS: vfs.NewMemFS(), SharedBuffers: 100 << 10, CommitSiblings: NoCommitSiblings})
 	if err != nil {

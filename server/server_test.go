@@ -404,6 +404,11 @@ func TestConnectionCommands(t *testing.T) {
 	r.expect("-ERR CONFIG SET failed (possibly related to argument 'appendonly') - argument must be 'yes' (the write-ahead log cannot be turned off)\r\n")
 	r.cmd("CONFIG", "SET", "databases", "2")
 	r.expect("-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n")
+	// A boolean setting's refusal names every spelling it takes.
+	r.cmd("CONFIG", "SET", "zero_damaged_pages", "bogus")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'zero_damaged_pages') - want on, off, true, false, yes, no, 1 or 0 (in any case)\r\n")
+	r.cmd("CONFIG", "SET", "zero_damaged_pages", "No")
+	r.expect("+OK\r\n")
 	r.cmd("CONFIG", "SET", "commit_delay", "-1")
 	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
 		t.Fatalf("commit_delay -1: %q", got)
