@@ -32,7 +32,8 @@ Commands:
   bench       run a pgbench-like benchmark against the engine, pebble,
               PostgreSQL or a RESP server such as mvkv serve
   serve       serve a data directory over the Redis protocol
-  verify      check a data directory's consistency (exit status 0 or 1)
+  verify      check a data directory's consistency (exit status 0: ok,
+              1: a problem found, 2: bad usage)
   waldump     print a data directory's WAL records, like pg_waldump
   crashtest   crash the engine or the server at random moments and check recovery
   version     print the build: version, commit, Go release

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"mvkv/engine"
 	"mvkv/wal"
@@ -40,8 +41,10 @@ line after the report, as
 "lost key: " and the key in Go's quoted form (the report names the first
 ten).
 
-Exit status: 0 when everything checks out, 1 when a problem was found or
-the check could not run, 2 on bad usage.
+Exit status: 0 when everything checks out; 1 when a problem was found or
+the check could not run (the directory in use, or a directory holding no
+data directory, which may be one that lost its control file and WAL); 2
+on bad usage, including a DIR that does not exist or is not a directory.
 `
 
 func verifyMain(args []string, stdout, stderr io.Writer) int {
@@ -124,8 +127,11 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // parseDirCommand parses the flags of a subcommand that takes exactly one
-// data directory: -h prints usage to stdout (exit 0); a bad flag or a
-// missing or extra argument prints the problem and usage to stderr (exit 2).
+// data directory: -h prints usage to stdout (exit 0); a bad flag, a
+// missing or extra argument, or a DIR that does not exist or is not a
+// directory prints the problem and where the help is to stderr (exit 2); an
+// existing directory that holds no data directory, or one that cannot be
+// looked into, prints the problem (exit 1, as a problem verify finds).
 // ok is false when the caller should return code.
 //
 // The directory may also be given as --dir DIR, as serve, bench and
@@ -172,11 +178,22 @@ func parseDirCommand(fs *flag.FlagSet, usage string, args []string, stdout, stde
 		dir = fs.Arg(0)
 	}
 	if err := checkDataDir(dir); err != nil {
+		var bad badDirError
+		if errors.As(err, &bad) {
+			fmt.Fprintf(stderr, "mvkv %s: %v\n%s", fs.Name(), err, tryHelp(fs.Name()))
+			return "", 2, false
+		}
 		fmt.Fprintf(stderr, "mvkv %s: %v\n", fs.Name(), err)
 		return "", 1, false
 	}
 	return dir, 0, true
 }
+
+// badDirError is checkDataDir's refusal of a path that names no directory
+// at all (missing, or a file): a bad argument, reported as a usage error.
+type badDirError struct{ msg string }
+
+func (e badDirError) Error() string { return e.msg }
 
 // tryHelp is the line after a usage error, as PostgreSQL's tools and
 // git print it: the error stays the last thing on the screen instead of
@@ -189,13 +206,19 @@ func tryHelp(cmd string) string {
 // that a mistyped path gives an error instead of a new, empty database
 // (engine.Open creates what is missing) and a false "ok". A directory with
 // neither a control file nor a WAL segment in wal/ is not one.
+//
+// A path that does not exist or is not a directory gives a badDirError.
 func checkDataDir(dir string) error {
 	fi, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		// ENOTDIR: a file along the path, as in FILE/sub.
+		return badDirError{fmt.Sprintf("%s does not exist", dir)}
+	}
 	if err != nil {
-		return err
+		return err // permission denied on a parent, say
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
+		return badDirError{fmt.Sprintf("%s is not a directory", dir)}
 	}
 	_, err = os.Stat(filepath.Join(dir, "control"))
 	if err == nil {

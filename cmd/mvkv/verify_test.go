@@ -57,8 +57,10 @@ func TestVerifyWrongVisibilityMapBit(t *testing.T) {
 }
 
 // TestDirCommandsRefuseNonDataDirs: verify and waldump given a missing path,
-// a file or an empty directory fail with exit 1 and create nothing, instead
-// of opening a new empty database and reporting it ok.
+// a file or an empty directory fail and create nothing, instead of opening
+// a new empty database and reporting it ok: a path that names no
+// directory is a usage error (exit 2, as a bad flag), an existing
+// directory holding no data directory a problem found (exit 1).
 func TestDirCommandsRefuseNonDataDirs(t *testing.T) {
 	base := t.TempDir()
 	file := filepath.Join(base, "file")
@@ -71,10 +73,13 @@ func TestDirCommandsRefuseNonDataDirs(t *testing.T) {
 	}
 	missing := filepath.Join(base, "missing")
 	for _, cmd := range []string{"verify", "waldump"} {
-		for _, dir := range []string{missing, file, empty} {
+		for _, c := range []struct {
+			dir  string
+			code int
+		}{{missing, 2}, {file, 2}, {filepath.Join(file, "sub"), 2}, {empty, 1}} {
 			var out, errb strings.Builder
-			if code := run([]string{cmd, dir}, &out, &errb); code != 1 || errb.Len() == 0 {
-				t.Errorf("mvkv %s %s: exit %d, stderr %q; want 1 and an error", cmd, dir, code, errb.String())
+			if code := run([]string{cmd, c.dir}, &out, &errb); code != c.code || errb.Len() == 0 {
+				t.Errorf("mvkv %s %s: exit %d, stderr %q; want %d and an error", cmd, c.dir, code, errb.String(), c.code)
 			}
 		}
 	}
