@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"strings"
 
 	"mvkv/vfs"
 )
@@ -582,6 +583,11 @@ func (r *Reader) finish() {
 		r.closeFile()
 		return
 	}
+	if err := r.checkSegmentsBeyond(); err != nil {
+		r.err = err
+		r.closeFile()
+		return
+	}
 	r.eof = true
 	// The torn tail runs from the end of the log to the last non-zero
 	// byte of the segment, zeros inside it included: that is what
@@ -603,6 +609,76 @@ func (r *Reader) finish() {
 	}
 	r.dropped = last - start
 	r.closeFile()
+}
+
+// checkSegmentsBeyond is called where the log ends in the current segment,
+// n: inside it, or at its end with segment n+1 missing or its header
+// damaged. The Writer asks for segment n+2 to be prepared only once it has
+// switched into n+1 (fileFor), and it switches only after writing and
+// fdatasyncing n to its end (writeAndSync); OpenWriter asks for it only
+// when the log it continues ends in n+1. So a file of this log at n+2 or
+// later, under its final name or the temporary one of a segment being
+// prepared, shows that n was durable whole and that the log had gone on
+// into n+1: ending it here would drop what n+1 held (acknowledged commits
+// among it) without a word, and OpenWriter would then remove the later
+// files. It is corruption, naming n+1.
+//
+// What it does not show: a segment at n+1 itself, prepared ahead and
+// never written, is the normal state after every switch; and a later
+// segment whose header names another log, or another segment size, is no
+// evidence of this log (checkDurableMarks names another log's).
+func (r *Reader) checkSegmentsBeyond() error {
+	names, err := r.fs.ReadDir(r.dir)
+	if err != nil {
+		return fmt.Errorf("wal: list %s: %w", r.dir, err)
+	}
+	next := r.seg + LSN(r.segSize)
+	for _, n := range names {
+		base, tmp := strings.CutSuffix(n, tempSuffix)
+		start, ok := parseSegmentName(base)
+		if !ok || start <= next {
+			continue
+		}
+		// A crash may leave a segment being prepared with any part of
+		// its bytes: its name is the evidence, unless a header it
+		// holds says it is another log's.
+		h, err := r.peekFile(n, start)
+		if (!tmp && (err != nil || h.size != r.segSize)) || (err == nil && h.tag != 0 && r.tag != 0 && h.tag != r.tag) {
+			continue
+		}
+		what := "exists"
+		if tmp {
+			what = "is being prepared (the file of that name with the " + tempSuffix + " suffix exists)"
+		}
+		return fmt.Errorf("%w: %s %s, but the valid log ends at %s, in %s at offset %d: the writer asks for a segment only once it has moved into the one before it, and moves on only after the one it leaves is fdatasynced whole, so %s was durable to its end and the log went on into %s, which %s: the log from %s on is lost",
+			ErrCorrupt, path.Join(r.dir, segmentName(start)), what, r.pos, r.f.Name(), int64(r.pos-r.seg),
+			path.Base(r.f.Name()), segmentName(next), r.nextState(next), r.pos)
+	}
+	return nil
+}
+
+// peekFile reads and checks the header of the file name in the log's
+// directory, the segment starting at start or one being prepared for it.
+func (r *Reader) peekFile(name string, start LSN) (segHeader, error) {
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, name))
+	if err != nil {
+		return segHeader{}, err
+	}
+	defer f.Close()
+	return readSegHeader(f, start, 0)
+}
+
+// nextState says what is wrong with the segment file at seg, the one after
+// the segment the log ends in.
+func (r *Reader) nextState(seg LSN) string {
+	name := path.Join(r.dir, segmentName(seg))
+	if _, err := r.fs.Stat(name); errors.Is(err, fs.ErrNotExist) {
+		return "is missing (" + name + ")"
+	}
+	if _, err := r.peekHeader(seg); err != nil {
+		return fmt.Sprintf("is damaged (%v)", err)
+	}
+	return fmt.Sprintf("holds no valid record at its start (%s)", name)
 }
 
 // checkEndAtCut is called where the log ends inside the current segment.

@@ -75,6 +75,49 @@ func writeFile(t *testing.T, name string, b []byte) {
 	}
 }
 
+// prepare makes the segment at seg as the Writer prepares one ahead (the
+// segment size, a header with the log's identifier, zeros), unless it is
+// there already: the Writer's own preparation runs in the background, and
+// Close may stop it before it is done.
+func prepare(t *testing.T, dir string, seg LSN) {
+	t.Helper()
+	if segmentReady(vfs.OS{}, dir, seg, testSeg) {
+		return
+	}
+	tag, err := func() (uint16, error) {
+		f, err := vfs.OS{}.OpenReadOnly(path.Join(dir, segmentName(testSeg)))
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		h, err := readSegHeader(f, testSeg, testSeg)
+		return h.tag, err
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := createSegment(vfs.OS{}, dir, seg, testSeg, 0, tag, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// removeFrom removes the segment files of dir from seg on, leaving the log
+// as it is before the writer has asked for them.
+func removeFrom(t *testing.T, dir string, seg LSN) {
+	t.Helper()
+	segs, _, err := listSegments(vfs.OS{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if s >= seg {
+			if err := (vfs.OS{}).Remove(path.Join(dir, segmentName(s))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // readToError reads dir's log from its start and returns the error that
 // ends the reading (io.EOF at a clean end).
 func readToError(t *testing.T, dir string) error {
@@ -307,8 +350,9 @@ func TestSegmentHeaders(t *testing.T) {
 		if want[len(want)-1].lsn < 3*testSeg {
 			t.Fatal("test wants records in segment 3")
 		}
-		// The whole segment zeroed: nothing shows that the log went on
-		// into it.
+		// The whole segment zeroed, and no segment after it: nothing
+		// shows that the log went on into it.
+		removeFrom(t, dir, 4*testSeg)
 		name := path.Join(dir, segmentName(3*testSeg))
 		b := readFile(t, name)
 		clear(b)
@@ -323,9 +367,22 @@ func TestSegmentHeaders(t *testing.T) {
 		got, _, _ = readAll(t, vfs.OS{}, dir, 0)
 		checkRecords(t, got, append(w[:len(w):len(w)], more...))
 	})
+	t.Run("bad header over no valid record before a prepared segment is corruption", func(t *testing.T) {
+		dir, _ := build(t)
+		// Segment 4 was asked for only once the log had moved into 3.
+		prepare(t, dir, 4*testSeg)
+		name := path.Join(dir, segmentName(3*testSeg))
+		writeFile(t, name, make([]byte, testSeg))
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), segmentName(4*testSeg)+" exists") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming %s and segment 4", err, name)
+		}
+	})
 	t.Run("header naming another segment ends the log", func(t *testing.T) {
 		dir, want := build(t)
-		// A reused segment: segment 1's bytes under segment 3's name.
+		// Segment 1's bytes under segment 3's name, with nothing after
+		// it (the writer never renames an old segment ahead).
+		removeFrom(t, dir, 4*testSeg)
 		writeFile(t, path.Join(dir, segmentName(3*testSeg)), readFile(t, path.Join(dir, segmentName(testSeg))))
 		got, _, _ := readAll(t, vfs.OS{}, dir, 0)
 		w, _ := endOfSeg(want, 2*testSeg)
@@ -352,17 +409,80 @@ func TestSegmentHeaders(t *testing.T) {
 			t.Fatalf("Next: %v, want ErrCorrupt naming the missing segment", err)
 		}
 	})
-	t.Run("missing segment before a prepared one ends the log", func(t *testing.T) {
-		dir, want := build(t)
-		// Segment 4 is prepared and empty: no evidence that 3 held records.
+	t.Run("newest segment missing before a prepared one is corruption", func(t *testing.T) {
+		// Segment 4 prepared and empty, segment 3 (the newest with
+		// records) removed: 4 was asked for only once the log had moved
+		// into 3, so 3 was lost. Also when 4 is still being prepared
+		// (under its temporary name, with any part of its bytes).
+		for _, c := range []struct {
+			name string
+			make func(t *testing.T, dir string)
+		}{
+			{"prepared", func(t *testing.T, dir string) { prepare(t, dir, 4*testSeg) }},
+			{"being prepared", func(t *testing.T, dir string) {
+				removeFrom(t, dir, 4*testSeg)
+				writeFile(t, path.Join(dir, segmentName(4*testSeg)+tempSuffix), nil)
+			}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				dir, _ := build(t)
+				c.make(t, dir)
+				name := path.Join(dir, segmentName(3*testSeg))
+				if err := (vfs.OS{}).Remove(name); err != nil {
+					t.Fatal(err)
+				}
+				err := readToError(t, dir)
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" is missing") && !strings.Contains(err.Error(), "is missing ("+name+")") {
+					t.Fatalf("Next: %v, want ErrCorrupt naming %s as missing", err, name)
+				}
+			})
+		}
+	})
+	t.Run("log ending inside the segment before a lost one is corruption", func(t *testing.T) {
+		// Segment 3 removed, the last 64 KiB of segment 2 zeroed, and
+		// segment 4 prepared: the log now ends inside 2, and no record
+		// or mark says it was durable past there, but 4 was asked for
+		// only once 2 had been synced whole and the log had moved on.
+		dir, _ := build(t)
+		prepare(t, dir, 4*testSeg)
 		if err := (vfs.OS{}).Remove(path.Join(dir, segmentName(3*testSeg))); err != nil {
 			t.Fatal(err)
 		}
+		name := path.Join(dir, segmentName(2*testSeg))
+		b := readFile(t, name)
+		clear(b[len(b)-64<<10:])
+		writeFile(t, name, b)
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" at offset") ||
+			!strings.Contains(err.Error(), "is missing ("+path.Join(dir, segmentName(3*testSeg))+")") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming where 2's log ends and 3 as missing", err)
+		}
+	})
+	t.Run("newest segment missing and nothing after it ends the log", func(t *testing.T) {
+		dir, want := build(t)
+		// No later segment: nothing shows that 3 was ever there.
+		removeFrom(t, dir, 3*testSeg)
 		got, end, _ := readAll(t, vfs.OS{}, dir, 0)
 		w, wantEnd := endOfSeg(want, 2*testSeg)
 		checkRecords(t, got, w)
 		if end != wantEnd {
 			t.Fatalf("End %s, want %s", end, wantEnd)
+		}
+	})
+	t.Run("prepared segment never written opens cleanly", func(t *testing.T) {
+		dir, want := build(t)
+		prepare(t, dir, 4*testSeg)
+		got, end, dropped := readAll(t, vfs.OS{}, dir, 0)
+		checkRecords(t, got, want)
+		if end != want[len(want)-1].end || dropped != 0 {
+			t.Fatalf("End %s dropped %d, want %s and 0", end, dropped, want[len(want)-1].end)
+		}
+		// And while segment 4 is still being prepared (a crash during
+		// the preparation leaves its temporary file).
+		removeFrom(t, dir, 4*testSeg)
+		writeFile(t, path.Join(dir, segmentName(4*testSeg)+tempSuffix), nil)
+		if _, end2, _ := readAll(t, vfs.OS{}, dir, 0); end2 != end {
+			t.Fatalf("with segment 4 being prepared: End %s, want %s", end2, end)
 		}
 	})
 	t.Run("start on a boundary", func(t *testing.T) {
