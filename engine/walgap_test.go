@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mvkv/wal"
+)
+
+// withPreparedNext fills a database with n keys of 1,900-byte values (a few
+// 1 MiB WAL segments) and waits, while it is open, until the writer has
+// prepared the segment after the one it writes in. It returns the open
+// database, the path of the newest segment holding records and that of the
+// prepared one.
+func withPreparedNext(t *testing.T, dir string, n int) (db *DB, newest, prepared string) {
+	t.Helper()
+	db = openTest(t, dir, Options{CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+	for i := range n {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 1900))
+	}
+	size := db.wal.SegmentSize()
+	name, _ := wal.SegmentFile(db.wal.InsertLSN(), size)
+	next, _ := wal.SegmentFile(db.wal.InsertLSN()+wal.LSN(size), size)
+	newest, prepared = filepath.Join(dir, walDir, name), filepath.Join(dir, walDir, next)
+	// The preparer runs in the background and renames the whole file
+	// into place last: once it is there, it is complete.
+	for {
+		if fi, err := os.Stat(prepared); err == nil && fi.Size() == size {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return db, newest, prepared
+}
+
+// holdsRecords reports whether the segment file p has a non-zero byte past
+// its 32-byte header (a prepared segment holds only zeros there).
+func holdsRecords(t *testing.T, p string) bool {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range b[32:] {
+		if c != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// The newest WAL segment removed from a stopped data directory while the
+// segment after it, prepared ahead and never written, is present: the
+// writer asks for that one only once it has moved into the newest, so the
+// newest was lost, and with it the commits it held. Open fails with
+// ErrCorruption naming the missing file, and changes nothing on disk. Both
+// after a crash (redo starts in an earlier segment and reads up to the
+// gap) and after a clean shutdown (the redo point lies in the lost
+// segment); and after a crash during the preparation, which leaves the
+// later file under its temporary name.
+func TestNewestWALSegmentLostBeforePreparedOne(t *testing.T) {
+	for _, stop := range []string{"crash", "clean shutdown", "crash while preparing"} {
+		t.Run(stop, func(t *testing.T) {
+			src := t.TempDir()
+			db, newest, prepared := withPreparedNext(t, src, 1200)
+			dir := src
+			if stop != "clean shutdown" {
+				dir = t.TempDir()
+				copyDir(t, src, dir)
+			}
+			db.Close()
+			newest = filepath.Join(dir, walDir, filepath.Base(newest))
+			prepared = filepath.Join(dir, walDir, filepath.Base(prepared))
+			if !holdsRecords(t, newest) || holdsRecords(t, prepared) {
+				t.Fatalf("want %s holding records and %s prepared and empty", newest, prepared)
+			}
+			if stop == "crash while preparing" {
+				if err := os.Rename(prepared, prepared+".tmp"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Remove(newest); err != nil {
+				t.Fatal(err)
+			}
+			before := dirDigest(t, dir)
+			_, err := Open(dir, Options{})
+			if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), newest) {
+				t.Fatalf("Open: %v; want ErrCorruption naming %s", err, newest)
+			}
+			t.Logf("%s: %v", stop, err)
+			if after := dirDigest(t, dir); !maps.Equal(before, after) {
+				t.Fatalf("a failed Open changed the directory:\nbefore %v\nafter  %v", before, after)
+			}
+		})
+	}
+}
+
+// The states the writer leaves around a prepared segment open cleanly and
+// lose nothing: the next segment prepared and never written, after a crash
+// and after a clean shutdown (which then rewrites no file), and a crash
+// during its preparation (the file under its temporary name, renamed into
+// place last).
+func TestPreparedWALSegmentStatesOpen(t *testing.T) {
+	for _, state := range []string{"crash", "clean shutdown", "crash while preparing"} {
+		t.Run(state, func(t *testing.T) {
+			const n = 1200
+			src := t.TempDir()
+			db, _, prepared := withPreparedNext(t, src, n)
+			dir := src
+			if state != "clean shutdown" {
+				dir = t.TempDir()
+				copyDir(t, src, dir)
+			}
+			db.Close()
+			prepared = filepath.Join(dir, walDir, filepath.Base(prepared))
+			if holdsRecords(t, prepared) {
+				t.Fatalf("%s holds records", prepared)
+			}
+			if state == "crash while preparing" {
+				if err := os.Rename(prepared, prepared+".tmp"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := dirDigest(t, dir)
+			db, err := Open(dir, Options{Autovacuum: noAutovacuum})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if state == "clean shutdown" {
+				if after := dirDigest(t, dir); !maps.Equal(before, after) {
+					t.Fatalf("opening a cleanly shut down directory changed it:\nbefore %v\nafter  %v", before, after)
+				}
+			}
+			st, err := scanState(db)
+			db.Close()
+			if err != nil || len(st) != n {
+				t.Fatalf("after Open: %d keys, err %v; want %d", len(st), err, n)
+			}
+		})
+	}
+}
