@@ -215,6 +215,19 @@ type RecoveryInfo struct {
 	// two apart either): the commits it held are lost and DroppedBytes
 	// counts only the non-zero bytes after the cut.
 	DroppedBytes int64
+	// DroppedRecords is how many valid records (each naming its own
+	// position, its CRC holding) the dropped tail holds after the bytes
+	// that ended the log, and DroppedCommits how many of them are commit
+	// records (bulk load commits included); DroppedRecordsFrom is the LSN
+	// of the first (0 if none), so the bytes from EndLSN to it are the
+	// damage. Both are 0 for a tail that is torn only at its end. A crash's
+	// torn write (later sectors on disk, earlier ones not) leaves records
+	// after the damage too, but so does durable WAL zeroed or damaged in
+	// the middle, and then those commits were acknowledged: the warning
+	// Open logs counts them, as PostgreSQL's "invalid record length at"
+	// names where its log ends.
+	DroppedRecords, DroppedCommits int
+	DroppedRecordsFrom             uint64
 	// Duration is the wall time of recovery, from reading the WAL to the
 	// key index being ready; the end-of-recovery checkpoint is not in it.
 	Duration time.Duration

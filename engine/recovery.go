@@ -150,7 +150,7 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		return err
 	}
-	end, dropped := r.End(), r.DroppedBytes()
+	end, dropped, past := r.End(), r.DroppedBytes(), r.PastEnd()
 	scanTime := time.Since(begin)
 	// A heap truncation since the checkpoint may have cut the files below
 	// the length it recorded: they must hold the shortest length the WAL
@@ -388,6 +388,8 @@ func (db *DB) recover(ctrl controlData) error {
 	ri := &db.recovery
 	ri.RedoLSN, ri.EndLSN, ri.Records = uint64(ctrl.RedoLSN), uint64(end), n
 	ri.DroppedBytes, ri.Duration = dropped, time.Since(begin)
+	ri.DroppedRecords, ri.DroppedRecordsFrom = past.Records, uint64(past.First)
+	ri.DroppedCommits = past.Types[recCommit] + past.Types[recBulkLoad]
 	ri.IndexFromFile, ri.IndexRebuildReason, ri.IndexKeys = reason == "", reason, db.idx.len()
 	ri.ScanTime, ri.RedoTime, ri.IndexTime = scanTime, redoTime, time.Since(indexBegin)
 	if reason != "" && ctrl.CheckpointLSN != 0 {
@@ -397,7 +399,18 @@ func (db *DB) recover(ctrl controlData) error {
 	db.lastRedo.Store(uint64(ctrl.RedoLSN))
 	db.redoPtr.Store(uint64(ctrl.RedoLSN))
 	db.lastCkpt.Store(time.Now().UnixNano())
-	if dropped > 0 {
+	switch {
+	case past.Records > 0:
+		// Not only a torn end: valid records lie past the bytes that
+		// ended the log. Say how many, and how many commits, so that
+		// durable WAL zeroed in the middle is not reported as a few
+		// unsynced bytes.
+		db.logger.Warn("cut off torn WAL tail, with valid records after the damage",
+			"at", end.String(), "droppedBytes", dropped,
+			"damagedBytes", uint64(past.First-end), "validRecordsAfter", past.Records,
+			"commitsAfter", ri.DroppedCommits, "validFrom", past.First.String(), "validTo", past.Last.String(),
+			"note", "a crash's torn write leaves this, and so does WAL zeroed or damaged after it was durable, in which case these commits were acknowledged and are lost")
+	case dropped > 0:
 		db.logger.Warn("cut off torn WAL tail", "at", end.String(), "droppedBytes", dropped)
 	}
 	index := "index file"

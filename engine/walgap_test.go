@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -144,4 +145,84 @@ func TestPreparedWALSegmentStatesOpen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Pages of zeros laid over the WAL in the middle of its last flush round,
+// with valid records after them (a crash's torn write whose later sectors
+// reached the disk looks the same, so Open cuts the log there): the
+// warning and RecoveryInfo say how many valid records, and how many
+// commits, were cut off after the damage and from where, instead of only
+// a byte count.
+func TestTornTailWarningCountsRecordsAfterTheDamage(t *testing.T) {
+	src := t.TempDir()
+	db := openTest(t, src, Options{CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALWriterDelay: 10 * time.Second})
+	size := db.wal.SegmentSize()
+	inSegment := func(lsn wal.LSN) int64 { return int64(lsn) % size }
+	i := 0
+	put := func() {
+		mustPut(t, db, fmt.Sprintf("key-%05d", i), strings.Repeat("v", 900))
+		i++
+	}
+	// Synchronous commits until the log is early in a segment, so that
+	// the round below fits in it.
+	for i < 10 || inSegment(db.wal.InsertLSN()) >= size/4 {
+		put()
+	}
+	if err := db.SetSynchronousCommit(SyncCommitOff); err != nil {
+		t.Fatal(err)
+	}
+	// Asynchronous commits until at least 64 KiB lie past what is
+	// flushed. Every record inserted carries the flushed LSN at its
+	// insertion as its durable-LSN mark, so none carries one past the
+	// flushed LSN read after the last of them: damage from there on is
+	// indistinguishable from a torn write.
+	var flushed wal.LSN
+	for {
+		put()
+		flushed = db.wal.FlushedLSN()
+		if db.wal.InsertLSN()-flushed >= 64<<10 {
+			break
+		}
+	}
+	insertEnd := db.wal.InsertLSN()
+	if flushed/wal.LSN(size) != (insertEnd-1)/wal.LSN(size) {
+		t.Fatalf("the unflushed records %s to %s span segments", flushed, insertEnd)
+	}
+	if err := db.wal.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	copyDir(t, src, dir)
+	db.Close()
+
+	name, off := wal.SegmentFile(flushed, size)
+	seg := filepath.Join(dir, walDir, name)
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const zeroed = 8 << 10
+	clear(b[off : off+zeroed])
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	db, err = Open(dir, Options{Autovacuum: noAutovacuum, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ri := db.Recovery()
+	db.Close()
+	if ri.EndLSN != uint64(flushed) {
+		t.Fatalf("EndLSN %s, want %s, where the zeros begin", wal.LSN(ri.EndLSN), flushed)
+	}
+	if ri.DroppedRecords == 0 || ri.DroppedCommits == 0 || ri.DroppedCommits > ri.DroppedRecords ||
+		ri.DroppedRecordsFrom < uint64(flushed)+zeroed || ri.DroppedRecordsFrom > uint64(flushed)+zeroed+4<<10 {
+		t.Fatalf("RecoveryInfo %+v: want records and commits counted after the zeros, from just past %s", ri, flushed+zeroed)
+	}
+	want := fmt.Sprintf("validRecordsAfter=%d commitsAfter=%d validFrom=%s", ri.DroppedRecords, ri.DroppedCommits, wal.LSN(ri.DroppedRecordsFrom))
+	if !strings.Contains(logged.String(), "cut off torn WAL tail") || !strings.Contains(logged.String(), want) {
+		t.Fatalf("log does not say %q:\n%s", want, logged.String())
+	}
+	t.Logf("%s", logged.String())
 }

@@ -39,6 +39,7 @@ type Reader struct {
 	eof     bool
 	err     error // sticky error other than io.EOF
 	dropped int64
+	past    PastEnd // valid records found after the end (checkDurableAfter)
 	// borrow: Data aliases buf (SetBorrowData).
 	borrow bool
 	// tag is the log's identifier, from the first segment read that has
@@ -503,6 +504,9 @@ func (r *Reader) checkDurableAfter() error {
 			return fmt.Errorf("%w: %s at offset %d%s: the record at %s is damaged, but the valid record at %s says the log was durable up to %s",
 				ErrCorrupt, name, int64(bad-r.seg), r.cutShort(), bad, lsn, h.durable)
 		}
+		if h.typ != typeSwitch {
+			r.past.note(lsn, lsn+LSN(recordSize(h.n)), h.typ)
+		}
 		off += recordSize(h.n) - 8
 	}
 	if next := r.seg + LSN(r.segSize); r.firstRecordValid(next) {
@@ -786,6 +790,41 @@ func (r *Reader) End() LSN { return r.pos }
 // lies in, zeros inside it included (what OpenWriter zeroes). Zero means the
 // log ended cleanly.
 func (r *Reader) DroppedBytes() int64 { return r.dropped }
+
+// PastEnd describes the valid records found after the end of the log, in
+// the segment it ends in, which are cut off with the torn tail. Each names
+// its own position and passes its CRC, so it is a record of this log, not
+// stale bytes; none carries a durable-LSN mark past the end (that would
+// make the end corruption). Between End and First lie bytes that fail the
+// record checks. A crash's torn write (later sectors of the last write on
+// disk, earlier ones not) leaves this, and so does durable log zeroed or
+// damaged after it was written, from which these records are all that is
+// left: the Reader cannot tell the two apart (nor can PostgreSQL, which
+// reports "invalid record length at" the end and goes on), but in the
+// second case they held commits that were acknowledged.
+type PastEnd struct {
+	Records int // valid records after End (segment switches not counted)
+	// First is the LSN of the first of them and Last the end of the last
+	// (both 0 when Records is 0): from End to First the log fails the
+	// checks.
+	First, Last LSN
+	// Types counts the records of each type (nil when Records is 0).
+	Types map[RecordType]int
+}
+
+func (p *PastEnd) note(lsn, end LSN, typ RecordType) {
+	if p.Records == 0 {
+		p.First, p.Types = lsn, make(map[RecordType]int)
+	}
+	p.Records++
+	p.Last = end
+	p.Types[typ]++
+}
+
+// PastEnd returns, after io.EOF, the valid records found after End in its
+// segment (see PastEnd); the zero PastEnd when there are none, or after a
+// read that SetStop ended.
+func (r *Reader) PastEnd() PastEnd { return r.past }
 
 // SegmentSize returns the segment size in bytes learned from the segment
 // headers, or 0 if the directory held no segment.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"strings"
 	"testing"
@@ -143,6 +144,77 @@ func tornExtent(b []byte) int64 {
 		}
 	}
 	return 0
+}
+
+// TestPastEndCountsRecordsAfterTheDamage: 4 KiB of zeros laid over the
+// middle of the log (as a torn write whose later sectors reached the disk,
+// or pages zeroed after they were durable) end it there, and PastEnd
+// names the valid records found after the zeros, which are cut off with
+// them: how many, of which types, and from where to where. A tail that is
+// only torn (nothing valid after the damage) has none.
+func TestPastEndCountsRecordsAfterTheDamage(t *testing.T) {
+	fsys, dir := vfs.OS{}, t.TempDir()
+	want := writeFixed(t, fsys, dir, 0, 60, 1000, 0) // one round, no mark past the start
+	name := path.Join(dir, segmentName(testSeg))
+	orig := readFile(t, name)
+	zeroFrom, zeroTo := want[20].lsn, want[20].lsn+4096
+	b := append([]byte(nil), orig...)
+	clear(b[zeroFrom-testSeg : zeroTo-testSeg])
+	writeFile(t, name, b)
+
+	r, err := NewReader(fsys, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	for ; ; n++ {
+		if _, err := r.Next(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("Next after %d records: %v", n, err)
+		}
+	}
+	if n != 20 || r.End() != zeroFrom {
+		t.Fatalf("read %d records ending at %s, want 20 ending at %s", n, r.End(), zeroFrom)
+	}
+	first := 21
+	for want[first].lsn < zeroTo {
+		first++
+	}
+	after := want[first:]
+	types := map[RecordType]int{}
+	for _, w := range after {
+		types[w.typ]++
+	}
+	p := r.PastEnd()
+	if p.Records != len(after) || p.First != after[0].lsn || p.Last != after[len(after)-1].end || !maps.Equal(p.Types, types) {
+		t.Fatalf("PastEnd %+v; want %d records from %s to %s, types %v", p, len(after), after[0].lsn, after[len(after)-1].end, types)
+	}
+	if d := r.DroppedBytes(); d != int64(after[len(after)-1].lsn+recHeaderSize+LSN(len(after[len(after)-1].data))-zeroFrom) {
+		t.Fatalf("DroppedBytes %d, want from %s to the last record's last byte", d, zeroFrom)
+	}
+
+	// Only the last record torn: nothing valid after it.
+	b = append([]byte(nil), orig...)
+	last := want[len(want)-1]
+	clear(b[last.lsn-testSeg+40 : last.lsn-testSeg+48])
+	writeFile(t, name, b)
+	r2, err := NewReader(fsys, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	for {
+		if _, err := r2.Next(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r2.End() != last.lsn || r2.PastEnd().Records != 0 || r2.PastEnd().Types != nil {
+		t.Fatalf("torn last record: End %s PastEnd %+v; want %s and none", r2.End(), r2.PastEnd(), last.lsn)
+	}
 }
 
 // TestTornTail cuts or zeroes the last record at every byte offset: the

@@ -93,7 +93,10 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		// gone.
 		fmt.Fprintf(stdout, "note: recovery removed WAL segment file(s) %s past the end of the log at %s: written after the end a crash left, or put there; nothing in them was durable log\n", strings.Join(ri.RemovedWALSegments, ", "), wal.LSN(ri.EndLSN))
 	}
-	if ri.DroppedBytes > 0 {
+	if ri.DroppedRecords > 0 {
+		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it); %d valid records, %d of them commits, lie past the %d damaged bytes, from %s, and were dropped with it: a crash's torn write leaves that, and so does WAL zeroed or damaged after it was durable, in which case those commits were acknowledged and are lost\n",
+			wal.LSN(ri.EndLSN), ri.DroppedBytes, ri.DroppedRecords, ri.DroppedCommits, ri.DroppedRecordsFrom-ri.EndLSN, wal.LSN(ri.DroppedRecordsFrom))
+	} else if ri.DroppedBytes > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
 	rep, err := db.Verify()
