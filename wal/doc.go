@@ -111,6 +111,21 @@
 // zeros before the cut lost nothing durable (writes go in order) and reads
 // as the end of the log.
 //
+// The Writer asks for segment n+2 to be prepared only once it has moved
+// into n+1, and moves into n+1 only after n is fdatasynced whole. So where
+// the log ends in n (inside it, or at its end with n+1 missing or its
+// header bad), a file of this log at n+2 or later, under its final name or
+// the temporary name of a segment being prepared, shows that the log went
+// on into n+1: ErrCorrupt, naming n+1. A segment at n+1 prepared and never
+// written, or being prepared, proves nothing (the state after every
+// switch), nor does a later file whose header names another log or
+// segment size. The Writer never renames an old segment ahead, so a file
+// with older content under a later name is not a state it leaves either.
+// Damage that reaches the end of what was written (the newest segment
+// removed with no later file left, zeros to the end) reads as the end of
+// the log. Reader.PastEnd counts the valid records found after the bytes
+// that end the log, which are cut off with the tail.
+//
 // These end checks hold for a log at rest. A log that a live writer goes on
 // appending to moves under its reader: a chunk read before the writer got
 // there holds zeros, then a later record or a newly prepared segment
