@@ -264,6 +264,11 @@ func TestSerializationFailureReleasesLocksWithoutRollback(t *testing.T) {
 		t.Fatalf("%v, want ErrSerializationFailure", err)
 	}
 	checkAborted(t, db, vst, "a", "c", "x")
+	// Its snapshot, taken by the first Get, no longer holds the
+	// horizon: nothing else is open.
+	if h, next := db.oldestXmin(), db.procs.next(); h != next {
+		t.Errorf("vacuum horizon %d after the abort, want the next xid %d: the snapshot is still registered", h, next)
+	}
 	mustPut(t, db, "a", "s")
 	checkVictim(t, db, v, ErrSerializationFailure)
 	if err := v.Rollback(); err != nil {

@@ -41,9 +41,10 @@ const statusCommitted = clog.StatusCommitted
 // ErrClosed), and Commit rolls back and returns that first error. An error
 // met in a call made by the caller's own function (Update's, Scan's,
 // DeleteRange's) aborts the transaction when the outermost call returns,
-// since that call still holds what it is working on. What the transaction
-// read or wrote before is kept until it ends: its snapshot, and the
-// dependency WaitObserved waits for.
+// since that call still holds what it is working on. A REPEATABLE READ
+// snapshot is released with the locks, so that it no longer holds back
+// vacuum; the dependency WaitObserved waits for is kept until the
+// transaction ends.
 type Txn struct {
 	db   *DB
 	ctx  context.Context
@@ -571,6 +572,10 @@ func (t *Txn) leave() {
 		if err := t.discard(); err != nil && t.abortErr == nil {
 			t.abortErr = err
 		}
+		// Every later call fails before it would read with the
+		// snapshot, so it no longer holds vacuum's horizon back (an
+		// aborted PostgreSQL backend's xmin is cleared at the ERROR too).
+		t.releaseSnapshot()
 	}
 }
 
