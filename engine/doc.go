@@ -259,8 +259,8 @@
 //
 // A Txn must be ended with Commit or Rollback: an abandoned transaction keeps
 // its row locks forever (one that an error aborted has released them
-// already, but keeps its snapshot until it ends). A Txn is for one
-// goroutine at a time. Keys are 1 byte
+// already, and its snapshot with them). A Txn is for one goroutine at a
+// time. Keys are 1 byte
 // to 1 KiB, values up to 1 GiB; values above about 2 KiB are stored out of
 // line in chunk tuples (see "Out-of-line values"). An open REPEATABLE READ
 // transaction keeps every
