@@ -31,11 +31,13 @@ func withPreparedNext(t *testing.T, dir string, n int) (db *DB, newest, prepared
 	newest, prepared = filepath.Join(dir, walDir, name), filepath.Join(dir, walDir, next)
 	// The preparer runs in the background and renames the whole file
 	// into place last: once it is there, it is complete.
-	for {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 		if fi, err := os.Stat(prepared); err == nil && fi.Size() == size {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("the next segment %s was not prepared within a minute", prepared)
+		}
 	}
 	return db, newest, prepared
 }
