@@ -550,9 +550,7 @@ func TestVerifyLostOutOfLineValue(t *testing.T) {
 	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
 	// Open's scan of the heap (the index came from its file) counts it.
-	for db.Damage().ScanRunning {
-		time.Sleep(time.Millisecond)
-	}
+	db.waitOpenScan()
 	if d := db.Damage(); d.CorruptPages != 1 || d.KeysLost != 1 {
 		t.Fatalf("Damage() = %+v, want one corrupt page and one key lost", d)
 	}
