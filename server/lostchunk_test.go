@@ -132,6 +132,9 @@ func TestLostChunkKeys(t *testing.T) {
 	if d, err := rdb.PTTL(ctx, "del-later").Result(); err != nil || d <= 0 {
 		t.Fatalf("PTTL del-later: %v, %v", d, err)
 	}
+	if ok, err := rdb.MSetNX(ctx, "msetnx-new", "v", "del-later", "v").Result(); err != nil || ok {
+		t.Fatalf("MSETNX over del-later: %v, %v; want false, nothing set", ok, err)
+	}
 
 	// WATCH reads the deadline of each key it watches.
 	if err := rdb.Watch(ctx, func(*redis.Tx) error { return nil }, "del-first", "del-later"); err != nil {

@@ -365,11 +365,13 @@ func cmdMSetNX(x *execCtx, args [][]byte) error {
 		return nil
 	}
 	for i := 1; i < len(args); i += 2 {
-		v, err := x.get(args[i])
+		// Only whether the key is live: of a large value only its first
+		// bytes are read, so a later chunk lost does not block it.
+		_, _, live, err := x.meta(args[i])
 		if err != nil {
 			return err
 		}
-		if v != nil {
+		if live {
 			x.out = redcon.AppendInt(x.out, 0)
 			return nil
 		}
