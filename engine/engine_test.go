@@ -326,6 +326,63 @@ func TestDeadlockDetected(t *testing.T) {
 	}
 }
 
+// TestDeadlockNamesEveryWaitOfTheCycle closes a cycle of three
+// transactions: the victim's error names each wait of the cycle, not only
+// its own, so that the transaction tying the holder back to the victim is
+// named too.
+func TestDeadlockNamesEveryWaitOfTheCycle(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	var txns [3]*Txn
+	for i, k := range []string{"a", "b", "c"} {
+		txns[i], _ = db.Begin(ctx, TxnOptions{})
+		if err := txns[i].Put([]byte(k), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// t0 waits for t1 on b, t1 for t2 on c; t2 closes the cycle on a.
+	errc := make(chan error, 2)
+	go func() { errc <- txns[0].Put([]byte("b"), []byte("0")) }()
+	waitUntilWaitingN(t, db, 1)
+	go func() { errc <- txns[1].Put([]byte("c"), []byte("1")) }()
+	waitUntilWaitingN(t, db, 2)
+	xids := [3]uint64{txns[0].XID(), txns[1].XID(), txns[2].XID()} // the victim's goes with its abort
+	x := func(i int) uint64 { return xids[i] }
+	err := txns[2].Put([]byte("a"), []byte("2"))
+	if !errors.Is(err, ErrDeadlock) {
+		t.Fatalf("closing the cycle: %v, want ErrDeadlock", err)
+	}
+	want := fmt.Sprintf("transaction %d waits on key \"a\" for transaction %d, which waits on key \"b\" for transaction %d, which waits on key \"c\" for transaction %d", x(2), x(0), x(1), x(2))
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("deadlock error %q does not say %q", err, want)
+	}
+	// The victim aborted at once: t1 gets c, then t0 gets b once t1 ends.
+	if err := receive(t, errc, "t1's Put"); err != nil {
+		t.Fatalf("t1: %v", err)
+	}
+	if err := txns[1].Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, errc, "t0's Put"); err != nil {
+		t.Fatalf("t0: %v", err)
+	}
+	if err := txns[0].Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUntilWaitingN waits until n transactions wait for a row lock.
+func waitUntilWaitingN(t *testing.T, db *DB, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if db.locks.waiting.Load() >= n {
+			return
+		}
+	}
+	t.Fatalf("fewer than %d transactions started waiting for a row lock", n)
+}
+
 func TestLockTimeout(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{LockTimeout: 30 * time.Millisecond})
 	defer db.Close()
@@ -583,4 +640,23 @@ func TestNoFreeBuffer(t *testing.T) {
 		t.Fatal("after the pins are released, k0 is lost")
 	}
 	mustVerify(t, db)
+}
+
+// TestDeadlockReportOfALongCycle checks that the report of a cycle longer
+// than maxCycleEdges lists that many waits and counts the rest.
+func TestDeadlockReportOfALongCycle(t *testing.T) {
+	const n = maxCycleEdges + 3
+	sts := make([]*txnState, n)
+	for i := range sts {
+		sts[i] = newTxnState()
+		sts[i].xid.Store(uint64(100 + i))
+	}
+	for i, st := range sts {
+		st.waitingFor, st.waitingKey = sts[(i+1)%n], []byte(fmt.Sprint("k", i))
+	}
+	got := describeCycle(sts[0])
+	want := fmt.Sprintf("transaction 100 waits on key \"k0\" for transaction 101, which waits on key \"k1\" for transaction 102, which waits on key \"k2\" for transaction 103, which waits on key \"k3\" for transaction 104, which waits on key \"k4\" for transaction 105, which waits on key \"k5\" for transaction 106, which waits on key \"k6\" for transaction 107, which waits on key \"k7\" for transaction 108, and %d more waits back to the first", n-maxCycleEdges)
+	if got != want {
+		t.Errorf("describeCycle:\n got %s\nwant %s", got, want)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,7 +86,7 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		}
 
 		lm.deadlockMu.Lock()
-		me.waitingFor = holder
+		me.waitingFor, me.waitingKey = holder, key
 		cycle := false
 		for t, n := holder, 0; t != nil && n < 1<<20; t, n = t.waitingFor, n+1 {
 			if t == me {
@@ -93,13 +94,17 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 				break
 			}
 		}
+		var detail string
 		if cycle {
-			me.waitingFor = nil
+			// Described under deadlockMu, while every edge of the
+			// cycle is still in place.
+			detail = describeCycle(me)
+			me.waitingFor, me.waitingKey = nil, nil
 		}
 		lm.deadlockMu.Unlock()
 		if cycle {
 			lm.deadlocks.Add(1)
-			return fmt.Errorf("%w: %s waits for %s on key %q, which waits for it", ErrDeadlock, me.name(), holder.name(), truncKey(key))
+			return fmt.Errorf("%w: %s", ErrDeadlock, detail)
 		}
 
 		if timeout > 0 && deadline == nil {
@@ -122,12 +127,54 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		}
 		lm.waiting.Add(-1)
 		lm.deadlockMu.Lock()
-		me.waitingFor = nil
+		me.waitingFor, me.waitingKey = nil, nil
 		lm.deadlockMu.Unlock()
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// maxCycleEdges bounds the waits an ErrDeadlock message lists.
+const maxCycleEdges = 8
+
+// describeCycle names every wait of the cycle that me's wait closes, as a
+// chain from me back to me, as PostgreSQL's deadlock report lists each
+// process of the cycle with what it waits for: in a cycle of three or
+// more, naming only me's holder would leave out the transactions that tie
+// it back to me. A transaction with no xid yet has no number to name it by,
+// so the chain ends with "the first" when me has none. The caller holds
+// deadlockMu, and every transaction of the cycle is waiting.
+func describeCycle(me *txnState) string {
+	var b strings.Builder
+	b.WriteString(me.name())
+	n := 0
+	for t := me; ; t = t.waitingFor {
+		if n == maxCycleEdges {
+			rest := 0
+			for u := t; u != me; u = u.waitingFor {
+				rest++
+			}
+			fmt.Fprintf(&b, ", and %d more waits back to the first", rest)
+			break
+		}
+		if n > 0 {
+			b.WriteString(", which")
+		}
+		holder := t.waitingFor.name()
+		if t.waitingFor == me {
+			holder = "the first"
+			if me.xid.Load() != 0 {
+				holder = me.name()
+			}
+		}
+		fmt.Fprintf(&b, " waits on key %q for %s", truncKey(t.waitingKey), holder)
+		n++
+		if t.waitingFor == me {
+			break
+		}
+	}
+	return b.String()
 }
 
 // releaseAll drops every lock me holds. The caller closes me.done afterwards

@@ -27,6 +27,10 @@ type txnState struct {
 	// waitingFor is the transaction whose end this one is waiting for, or
 	// nil. Guarded by lockManager.deadlockMu.
 	waitingFor *txnState
+	// waitingKey is the key whose row lock it waits for while waitingFor
+	// is set, for the deadlock report. Guarded by
+	// lockManager.deadlockMu.
+	waitingKey []byte
 
 	// locks are the keys whose row locks this transaction holds. Only the
 	// owning transaction's goroutine touches it.
