@@ -321,6 +321,64 @@ func TestNestedFailureAbortsWhenOutermostCallReturns(t *testing.T) {
 	}
 }
 
+// A write of a Scan's (or ScanKeys') function that aborts the transaction
+// ends the scan there: the function is not called for the keys after it,
+// and the scan returns an error wrapping the write's instead of nil.
+func TestScanEndsAtAbortInItsFunction(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{LockTimeout: 20 * time.Millisecond})
+	defer db.Close()
+	ctx := context.Background()
+	for _, k := range []string{"k1", "k2", "k3"} {
+		mustPut(t, db, k, "v")
+	}
+	h, _ := db.Begin(ctx, TxnOptions{})
+	if err := h.Put([]byte("x"), []byte("h")); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Rollback()
+	scans := map[string]func(v *Txn, each func()) error{
+		"Scan": func(v *Txn, each func()) error {
+			return v.Scan([]byte("k"), []byte("l"), func(_, _ []byte) bool { each(); return true })
+		},
+		"ScanPrefix": func(v *Txn, each func()) error {
+			return v.ScanPrefix([]byte("k"), []byte("l"), 1, func(_, _ []byte, _ int) bool { each(); return true })
+		},
+		"ScanKeys": func(v *Txn, each func()) error {
+			return v.ScanKeys([]byte("k"), []byte("l"), func([]byte) bool { each(); return true })
+		},
+	}
+	for name, scan := range scans {
+		t.Run(name, func(t *testing.T) {
+			v, _ := db.Begin(ctx, TxnOptions{})
+			if err := v.Put([]byte("c"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			vst := v.st
+			calls := 0
+			var inner error
+			err := scan(v, func() {
+				calls++
+				if calls == 1 {
+					inner = v.Put([]byte("x"), []byte("v"))
+				}
+			})
+			if !errors.Is(inner, ErrLockTimeout) {
+				t.Fatalf("the nested Put: %v, want ErrLockTimeout", inner)
+			}
+			if !errors.Is(err, ErrLockTimeout) {
+				t.Errorf("%s: %v, want one wrapping ErrLockTimeout", name, err)
+			}
+			if calls != 1 {
+				t.Errorf("%s called its function %d times, want 1: the abort ends the scan", name, calls)
+			}
+			checkAborted(t, db, vst, "c")
+			if err := v.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // OnAbort's function runs once, when the abort has made the writes
 // invisible and before the row locks go; never on commit.
 func TestOnAbort(t *testing.T) {

@@ -344,9 +344,13 @@ func TestDeadlockNamesEveryWaitOfTheCycle(t *testing.T) {
 	// t0 waits for t1 on b, t1 for t2 on c; t2 closes the cycle on a.
 	errc := make(chan error, 2)
 	go func() { errc <- txns[0].Put([]byte("b"), []byte("0")) }()
-	waitUntilWaitingN(t, db, 1)
+	if !untilWaiting(db, 1) {
+		t.Fatal("t0 did not start waiting for b")
+	}
 	go func() { errc <- txns[1].Put([]byte("c"), []byte("1")) }()
-	waitUntilWaitingN(t, db, 2)
+	if !untilWaiting(db, 2) {
+		t.Fatal("t1 did not start waiting for c")
+	}
 	xids := [3]uint64{txns[0].XID(), txns[1].XID(), txns[2].XID()} // the victim's goes with its abort
 	x := func(i int) uint64 { return xids[i] }
 	err := txns[2].Put([]byte("a"), []byte("2"))
@@ -370,17 +374,6 @@ func TestDeadlockNamesEveryWaitOfTheCycle(t *testing.T) {
 	if err := txns[0].Commit(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// waitUntilWaitingN waits until n transactions wait for a row lock.
-func waitUntilWaitingN(t *testing.T, db *DB, n int64) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if db.locks.waiting.Load() >= n {
-			return
-		}
-	}
-	t.Fatalf("fewer than %d transactions started waiting for a row lock", n)
 }
 
 func TestLockTimeout(t *testing.T) {

@@ -144,6 +144,9 @@ func (t *Txn) visibleKeys(start, end []byte, batch int, fn func(e *indexEntry) b
 			if !fn(e) {
 				return false
 			}
+			if err = t.abortedInCallback(); err != nil {
+				return false
+			}
 		}
 		return true
 	}

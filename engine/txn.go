@@ -41,7 +41,8 @@ const statusCommitted = clog.StatusCommitted
 // ErrClosed), and Commit rolls back and returns that first error. An error
 // met in a call made by the caller's own function (Update's, Scan's,
 // DeleteRange's) aborts the transaction when the outermost call returns,
-// since that call still holds what it is working on. A REPEATABLE READ
+// since that call still holds what it is working on; the outermost call
+// stops there and returns an error wrapping it. A REPEATABLE READ
 // snapshot is released with the locks, so that it no longer holds back
 // vacuum; the dependency WaitObserved waits for is kept until the
 // transaction ends.
@@ -275,6 +276,8 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 // of hiding a statement's own later writes from it), so a key already in
 // the index is seen with fn's new value and a new key may or may not be.
 // A scan that stops early costs the keys it visited, not the whole range.
+// A write of fn's that aborts the transaction (a deadlock, say) ends the
+// scan after that call of fn, with an error wrapping the write's.
 // Errors: ErrNilFunction for a nil fn, and Get's other than ErrNotFound
 // and those about the key.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
@@ -385,9 +388,30 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 		if err != nil {
 			return false
 		}
-		return !found || fn([]byte(e.key()), val, length)
+		if !found {
+			return true
+		}
+		if !fn([]byte(e.key()), val, length) {
+			return false
+		}
+		// A call fn made in t may have aborted it: the scan ends
+		// there, as the statement would in PostgreSQL, and says so.
+		err = t.abortedInCallback()
+		return err == nil
 	})
 	return err
+}
+
+// abortedInCallback returns the "current transaction is aborted" error
+// once an error met by a call the caller's function made in t (Scan's,
+// ScanKeys') has aborted t, or nil: the outer call stops there and
+// returns it, instead of calling the function on for more keys and
+// reporting success.
+func (t *Txn) abortedInCallback() error {
+	if t.err != nil {
+		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
+	}
+	return nil
 }
 
 // Put sets key to value, creating a new version (its row lock is held to
