@@ -96,8 +96,8 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: recovery removed WAL segment file(s) %s past the end of the log at %s: written after the end a crash left, or put there, or damaged from the header on (zeroed whole, say); no record in them could be read as this log's\n", strings.Join(ri.RemovedWALSegments, ", "), wal.LSN(ri.EndLSN))
 	}
 	if ri.DroppedRecords > 0 {
-		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it); %d valid records, %d of them commits, lie past the %d damaged bytes, from %s, and were dropped with it: a crash's torn write leaves that, and so does WAL zeroed or damaged after it was durable, in which case those commits were acknowledged and are lost\n",
-			wal.LSN(ri.EndLSN), ri.DroppedBytes, ri.DroppedRecords, ri.DroppedCommits, ri.DroppedRecordsFrom-ri.EndLSN, wal.LSN(ri.DroppedRecordsFrom))
+		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it); %s, %d of them commits, lie past the %d damaged bytes, from %s, and were dropped with it: a crash's torn write leaves that, and so does WAL zeroed or damaged after it was durable, in which case those commits were acknowledged and are lost\n",
+			wal.LSN(ri.EndLSN), ri.DroppedBytes, countOf(ri.DroppedRecords, "valid record"), ri.DroppedCommits, ri.DroppedRecordsFrom-ri.EndLSN, wal.LSN(ri.DroppedRecordsFrom))
 	} else if ri.DroppedBytes > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it)\n", wal.LSN(ri.EndLSN), ri.DroppedBytes)
 	}
@@ -246,4 +246,13 @@ func checkDataDir(dir string) error {
 		}
 	}
 	return fmt.Errorf("%s is not an mvkv data directory (no control file and no WAL segment in wal/)", dir)
+}
+
+// countOf writes n and noun, with an s unless n is 1: "1 valid record",
+// "2 valid records".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
