@@ -47,8 +47,8 @@ var (
 	// ErrNotDataDirectory: Open was given a directory that holds other
 	// files and is not a data directory (no WAL segments, and no control
 	// file beginning with this engine's magic number), in which it will
-	// not make one, as initdb refuses a directory that is not empty;
-	// nothing in it is created or changed.
+	// not make one, as initdb refuses a directory that is not empty; or a
+	// path that is a file, not a directory. Nothing is created or changed.
 	ErrNotDataDirectory = errors.New("mvkv: not an mvkv data directory")
 	// ErrWALSyncFailed: an fsync of the WAL failed; the database accepts no
 	// more writes until it is reopened. Reads keep working with early lock

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"mvkv/clog"
@@ -470,9 +471,13 @@ func checkForeignDir(fsys vfs.FS, dir string) (fresh bool, err error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return true, nil // missing: Open creates it
 	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		// A file where the directory should be (or in its path).
+		return false, fmt.Errorf("%w: %s is not a directory", ErrNotDataDirectory, dir)
+	}
 	if err != nil {
-		// Unreadable (permissions, not a directory): nothing can tell
-		// whether it is empty, so nothing is created in it.
+		// Unreadable (permissions): nothing can tell whether it is
+		// empty, so nothing is created in it.
 		return false, fmt.Errorf("mvkv: read %s: %w", dir, err)
 	}
 	foreign := func(n string) error {

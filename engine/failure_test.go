@@ -74,8 +74,9 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 	}
 	// A path that is a file, not a directory, is refused before anything
 	// is created (an unreadable directory is too).
-	if _, err := Open(filepath.Join(dir, "MANIFEST-000001"), Options{}); err == nil {
-		t.Fatal("Open of a regular file as the data directory succeeded")
+	file := filepath.Join(dir, "MANIFEST-000001")
+	if _, err := Open(file, Options{}); !errors.Is(err, ErrNotDataDirectory) || !strings.Contains(err.Error(), file+" is not a directory") {
+		t.Fatalf("Open of a regular file as the data directory: %v; want ErrNotDataDirectory saying it is not a directory", err)
 	}
 	// Another program's wal/ (a write-ahead log of its own) does not make
 	// its directory a data directory.
