@@ -786,6 +786,11 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 		// transaction is aborted, and nothing more is placed.
 		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
 	}
+	// A write fn made in t may have given the transaction its xid:
+	// this version must carry the same one, or a second xid would be
+	// assigned to t.st, the first left in the running table for ever
+	// and the versions carrying it never committed.
+	me = t.st.xid.Load()
 	if db.closed.Load() {
 		return ErrClosed
 	}

@@ -470,3 +470,35 @@ func TestScanSeesFnWritesBeforeFirstWrite(t *testing.T) {
 		}
 	}
 }
+
+// A write that Update's function makes in the same transaction, before
+// the transaction has an xid, gives it its xid; the version Update then
+// places carries the same one, so the commit makes both writes visible
+// and leaves nothing in the running table.
+func TestUpdateFunctionWriteBeforeFirstWrite(t *testing.T) {
+	for _, iso := range []IsolationLevel{ReadCommitted, RepeatableRead} {
+		db := openTest(t, t.TempDir(), Options{})
+		mustPut(t, db, "a", "1")
+		mustPut(t, db, "b", "1")
+		tx, _ := db.Begin(context.Background(), TxnOptions{Isolation: iso})
+		err := tx.Update([]byte("a"), func([]byte, bool) ([]byte, error) {
+			return []byte("2"), tx.Put([]byte("b"), []byte("2"))
+		})
+		if err != nil {
+			t.Fatalf("%v: Update: %v", iso, err)
+		}
+		xid := tx.XID()
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("%v: Commit: %v", iso, err)
+		}
+		for _, k := range []string{"a", "b"} {
+			if v, _ := get(t, db, k); v != "2" {
+				t.Errorf("%v: %s = %q after the commit, want 2", iso, k, v)
+			}
+		}
+		if n := db.procs.active.Load(); n != 0 {
+			t.Errorf("%v: %d transactions left running after the commit of xid %d", iso, n, xid)
+		}
+		db.Close()
+	}
+}
