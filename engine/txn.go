@@ -786,6 +786,12 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 		// transaction is aborted, and nothing more is placed.
 		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
 	}
+	if t.done {
+		// fn ended t (its Commit or Rollback): the row lock is gone
+		// with it, and a version placed now would belong to an
+		// ended transaction.
+		return ErrTxnDone
+	}
 	// A write fn made in t may have given the transaction its xid:
 	// this version must carry the same one, or a second xid would be
 	// assigned to t.st, the first left in the running table for ever

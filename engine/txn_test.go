@@ -502,3 +502,37 @@ func TestUpdateFunctionWriteBeforeFirstWrite(t *testing.T) {
 		db.Close()
 	}
 }
+
+// A function of Update that ends its own transaction (Commit or Rollback
+// in it) leaves Update nothing to place: it returns ErrTxnDone, and the
+// key keeps its value.
+func TestUpdateFunctionEndsTransaction(t *testing.T) {
+	for _, end := range []string{"commit", "rollback"} {
+		for _, wroteFirst := range []bool{false, true} {
+			db := openTest(t, t.TempDir(), Options{})
+			mustPut(t, db, "a", "1")
+			tx, _ := db.Begin(context.Background(), TxnOptions{})
+			if wroteFirst {
+				if err := tx.Put([]byte("b"), []byte("2")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := tx.Update([]byte("a"), func([]byte, bool) ([]byte, error) {
+				if end == "commit" {
+					return []byte("2"), tx.Commit()
+				}
+				return []byte("2"), tx.Rollback()
+			})
+			if !errors.Is(err, ErrTxnDone) {
+				t.Errorf("%s in the function (wrote first %v): Update returned %v, want ErrTxnDone", end, wroteFirst, err)
+			}
+			if v, _ := get(t, db, "a"); v != "1" {
+				t.Errorf("%s in the function (wrote first %v): a = %q, want 1", end, wroteFirst, v)
+			}
+			if n := db.procs.active.Load(); n != 0 {
+				t.Errorf("%s in the function (wrote first %v): %d transactions left running", end, wroteFirst, n)
+			}
+			db.Close()
+		}
+	}
+}
