@@ -147,6 +147,9 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 			}
 			db.closeMu.RUnlock()
 			if err != nil {
+				// As a delete's error would: the deletes made so far
+				// must not be committed as if the range were done.
+				t.fail(err)
 				return deleted, err
 			}
 			if !ok {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -300,5 +301,51 @@ func TestDeleteRangeLocksInKeyOrder(t *testing.T) {
 		if v, ok := get(t, db, k); ok {
 			t.Fatalf("%s = %q after DeleteRange", k, v)
 		}
+	}
+}
+
+// An error DeleteRange meets checking whether a key is visible (its
+// newest version's page fails its checks) aborts the transaction, as
+// the error of a delete does: the keys it deleted before are rolled
+// back, and Commit cannot make that part of the range's delete stand.
+func TestDeleteRangeVisibilityErrorAborts(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+	db := openTest(t, dir, o)
+	mustPut(t, db, "r1", "1")
+	// Fill pages, so that r2's version lies on a later page than r1's.
+	filler := strings.Repeat("f", 1500)
+	blk := func(k string) uint32 { return db.idx.get([]byte(k)).headTID().Block }
+	for i := 0; ; i++ {
+		k := fmt.Sprint("f", i)
+		mustPut(t, db, k, filler)
+		if blk(k) != blk("r1") {
+			break
+		}
+	}
+	mustPut(t, db, "r2", "2")
+	b1, b2 := blk("r1"), blk("r2")
+	if b2 <= b1 {
+		t.Fatalf("r2 on block %d, not after r1's %d", b2, b1)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tearBlock(t, dir, b2)
+	db = openTest(t, dir, o)
+	defer db.Close()
+	tx, err := db.Begin(context.Background(), TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := tx.DeleteRange([]byte("r"), []byte("s"), nil)
+	if !errors.Is(err, ErrCorruption) {
+		t.Fatalf("DeleteRange over a damaged page: %d, %v; want ErrCorruption", n, err)
+	}
+	if err := tx.Commit(); err == nil {
+		t.Error("Commit after DeleteRange failed returned nil")
+	}
+	if v, ok := get(t, db, "r1"); !ok || v != "1" {
+		t.Errorf("r1 = %q, %v after the failed DeleteRange; want it kept", v, ok)
 	}
 }
