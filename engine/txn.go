@@ -454,6 +454,8 @@ func (t *Txn) Delete(key []byte) error {
 // panics). fn runs holding key's row lock (and no other lock
 // of the database): it may read and write other keys, in t or in other
 // transactions, subject to the usual row-lock waits and deadlock checks.
+// If fn ends t itself (Commit or Rollback), Update places nothing and
+// returns ErrTxnDone.
 // A current value that cannot be read (an out-of-line value with a chunk
 // on a damaged page) fails Update with ErrCorruption, as Put's errors do,
 // before fn runs; UpdatePrefix lets fn decide instead.
