@@ -455,7 +455,8 @@ func (t *Txn) Delete(key []byte) error {
 // of the database): it may read and write other keys, in t or in other
 // transactions, subject to the usual row-lock waits and deadlock checks.
 // If fn ends t itself (Commit or Rollback), Update places nothing and
-// returns ErrTxnDone.
+// returns ErrTxnDone; if fn writes key itself in t, Update fails with
+// ErrNestedWrite, which aborts t.
 // A current value that cannot be read (an out-of-line value with a chunk
 // on a damaged page) fails Update with ErrCorruption, as Put's errors do,
 // before fn runs; UpdatePrefix lets fn decide instead.
@@ -779,6 +780,7 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	// across a lock wait (a Close waiting for the write side would stop
 	// the commit fn waits for from taking the read side). The row lock,
 	// still held, keeps cur the key's newest version meanwhile.
+	headBefore := e.head.Load()
 	val, err := db.callUnlocked(fn, old)
 	if err != nil {
 		return userError{err}
@@ -793,6 +795,14 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 		// with it, and a version placed now would belong to an
 		// ended transaction.
 		return ErrTxnDone
+	}
+	if e.head.Load() != headBefore || db.idx.get(key) != e {
+		// fn wrote key itself in t (the row lock is t's own, so it was
+		// not stopped): a version placed now on cur would hide that
+		// write and leave its version unreachable, or, after fn's
+		// delete of a key with no version dropped the entry, land on
+		// an entry no longer in the index. Fail, aborting t.
+		return fmt.Errorf("%w: the function of an Update of %q wrote that key in the same transaction", ErrNestedWrite, truncKey(key))
 	}
 	// A write fn made in t may have given the transaction its xid:
 	// this version must carry the same one, or a second xid would be

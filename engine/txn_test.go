@@ -536,3 +536,82 @@ func TestUpdateFunctionEndsTransaction(t *testing.T) {
 		}
 	}
 }
+
+// A function of Update that writes the key being updated in the same
+// transaction (a misuse) fails the Update with ErrNestedWrite and aborts
+// the transaction, instead of Update's version hiding the function's and
+// leaving it unreachable: after the Rollback the key holds what it held
+// before, and its chain reads clean. (A delete of the present key only
+// marks the version Update then replaces, as an update marks it: Update's
+// value wins, in the order the two ran; TestUpdateFunctionDeletesOwnKey.)
+func TestUpdateFunctionWritesOwnKey(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		present bool
+		inner   func(tx *Txn) error
+	}{
+		{"put over a present key", true, func(tx *Txn) error { return tx.Put([]byte("a"), []byte("inner")) }},
+		{"put of a missing key", false, func(tx *Txn) error { return tx.Put([]byte("a"), []byte("inner")) }},
+		{"delete of a missing key", false, func(tx *Txn) error { return tx.Delete([]byte("a")) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := openTest(t, t.TempDir(), Options{})
+			defer db.Close()
+			if c.present {
+				mustPut(t, db, "a", "1")
+			}
+			tx, _ := db.Begin(context.Background(), TxnOptions{})
+			err := tx.Update([]byte("a"), func([]byte, bool) ([]byte, error) {
+				if err := c.inner(tx); err != nil {
+					t.Errorf("the inner write: %v", err)
+				}
+				return []byte("outer"), nil
+			})
+			if !errors.Is(err, ErrNestedWrite) {
+				t.Fatalf("Update: %v, want ErrNestedWrite", err)
+			}
+			if err := tx.Commit(); !errors.Is(err, ErrNestedWrite) {
+				t.Fatalf("Commit after it: %v, want the ErrNestedWrite that aborted the transaction", err)
+			}
+			v, ok := get(t, db, "a")
+			switch {
+			case c.present && v != "1":
+				t.Errorf("a = %q, %v after the abort; want 1", v, ok)
+			case !c.present && ok:
+				t.Errorf("a = %q after the abort; want no key", v)
+			}
+			mustPut(t, db, "a", "2")
+			if v, _ := get(t, db, "a"); v != "2" {
+				t.Errorf("a = %q after a later Put, want 2", v)
+			}
+			if rep, err := db.Verify(); err != nil || !rep.OK() {
+				t.Fatalf("Verify: %v, %+v", err, rep)
+			}
+		})
+	}
+}
+
+// A function of Update that deletes the key being updated, present, in the
+// same transaction sets the xmax Update's own version sets anyway: Update
+// places its value after the delete, in the order they ran, and the chain
+// reads clean.
+func TestUpdateFunctionDeletesOwnKey(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	mustPut(t, db, "a", "1")
+	tx, _ := db.Begin(context.Background(), TxnOptions{})
+	if err := tx.Update([]byte("a"), func([]byte, bool) ([]byte, error) {
+		return []byte("outer"), tx.Delete([]byte("a"))
+	}); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := get(t, db, "a"); v != "outer" {
+		t.Errorf("a = %q, want outer", v)
+	}
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("Verify: %v, %+v", err, rep)
+	}
+}
