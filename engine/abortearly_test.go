@@ -39,6 +39,20 @@ func receive(t *testing.T, ch <-chan error, what string) error {
 	}
 }
 
+// writer begins a READ COMMITTED transaction that has written key, and so
+// holds its row lock and has an xid.
+func writer(t *testing.T, db *DB, key string) *Txn {
+	t.Helper()
+	tx, err := db.Begin(context.Background(), TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte(key), []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // lockHolder returns the transaction holding key's row lock, or nil.
 func lockHolder(db *DB, key string) *txnState {
 	sh := db.locks.shard([]byte(key))
@@ -149,10 +163,7 @@ func TestLockTimeoutReleasesLocksWithoutRollback(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{LockTimeout: 20 * time.Millisecond})
 	defer db.Close()
 	ctx := context.Background()
-	h, _ := db.Begin(ctx, TxnOptions{})
-	if err := h.Put([]byte("x"), []byte("h")); err != nil {
-		t.Fatal(err)
-	}
+	h := writer(t, db, "x")
 	v, _ := db.Begin(ctx, TxnOptions{})
 	for _, k := range []string{"a", "c"} {
 		if err := v.Put([]byte(k), []byte("v")); err != nil {
@@ -189,10 +200,7 @@ func TestCanceledLockWaitReleasesLocksWithoutRollback(t *testing.T) {
 	dir := t.TempDir()
 	db := openTest(t, dir, Options{})
 	ctx := context.Background()
-	h, _ := db.Begin(ctx, TxnOptions{})
-	if err := h.Put([]byte("x"), []byte("h")); err != nil {
-		t.Fatal(err)
-	}
+	h := writer(t, db, "x")
 	vctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	v, _ := db.Begin(vctx, TxnOptions{Isolation: RepeatableRead})
@@ -282,15 +290,8 @@ func TestSerializationFailureReleasesLocksWithoutRollback(t *testing.T) {
 func TestNestedFailureAbortsWhenOutermostCallReturns(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{LockTimeout: 20 * time.Millisecond})
 	defer db.Close()
-	ctx := context.Background()
-	h, _ := db.Begin(ctx, TxnOptions{})
-	if err := h.Put([]byte("x"), []byte("h")); err != nil {
-		t.Fatal(err)
-	}
-	v, _ := db.Begin(ctx, TxnOptions{})
-	if err := v.Put([]byte("c"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
+	h := writer(t, db, "x")
+	v := writer(t, db, "c")
 	vst := v.st
 	var inner error
 	err := v.Update([]byte("a"), func([]byte, bool) ([]byte, error) {
@@ -327,14 +328,10 @@ func TestNestedFailureAbortsWhenOutermostCallReturns(t *testing.T) {
 func TestScanEndsAtAbortInItsFunction(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{LockTimeout: 20 * time.Millisecond})
 	defer db.Close()
-	ctx := context.Background()
 	for _, k := range []string{"k1", "k2", "k3"} {
 		mustPut(t, db, k, "v")
 	}
-	h, _ := db.Begin(ctx, TxnOptions{})
-	if err := h.Put([]byte("x"), []byte("h")); err != nil {
-		t.Fatal(err)
-	}
+	h := writer(t, db, "x")
 	defer h.Rollback()
 	scans := map[string]func(v *Txn, each func()) error{
 		"Scan": func(v *Txn, each func()) error {
@@ -349,10 +346,7 @@ func TestScanEndsAtAbortInItsFunction(t *testing.T) {
 	}
 	for name, scan := range scans {
 		t.Run(name, func(t *testing.T) {
-			v, _ := db.Begin(ctx, TxnOptions{})
-			if err := v.Put([]byte("c"), []byte("v")); err != nil {
-				t.Fatal(err)
-			}
+			v := writer(t, db, "c")
 			vst := v.st
 			calls := 0
 			var inner error
@@ -385,14 +379,8 @@ func TestOnAbort(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{LockTimeout: 20 * time.Millisecond})
 	defer db.Close()
 	ctx := context.Background()
-	h, _ := db.Begin(ctx, TxnOptions{})
-	if err := h.Put([]byte("x"), []byte("h")); err != nil {
-		t.Fatal(err)
-	}
-	v, _ := db.Begin(ctx, TxnOptions{})
-	if err := v.Put([]byte("a"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
+	h := writer(t, db, "x")
+	v := writer(t, db, "a")
 	vst := v.st
 	xid := vst.xid.Load()
 	runs := 0
