@@ -42,6 +42,24 @@ func withPreparedNext(t *testing.T, dir string, n int) (db *DB, newest, prepared
 	return db, newest, prepared
 }
 
+// stoppedWithPreparedNext is withPreparedNext in a new directory, then
+// stopped as stop says: "clean shutdown" closes the database; anything
+// else ("crash", "crash while preparing") copies its files while it runs,
+// as a crash leaves them, and returns the copy. The paths returned are
+// the returned directory's.
+func stoppedWithPreparedNext(t *testing.T, stop string, n int) (dir, newest, prepared string) {
+	t.Helper()
+	src := t.TempDir()
+	db, newest, prepared := withPreparedNext(t, src, n)
+	dir = src
+	if stop != "clean shutdown" {
+		dir = t.TempDir()
+		copyDir(t, src, dir)
+	}
+	db.Close()
+	return dir, filepath.Join(dir, walDir, filepath.Base(newest)), filepath.Join(dir, walDir, filepath.Base(prepared))
+}
+
 // holdsRecords reports whether the segment file p has a non-zero byte past
 // its 32-byte header (a prepared segment holds only zeros there).
 func holdsRecords(t *testing.T, p string) bool {
@@ -70,16 +88,7 @@ func holdsRecords(t *testing.T, p string) bool {
 func TestNewestWALSegmentLostBeforePreparedOne(t *testing.T) {
 	for _, stop := range []string{"crash", "clean shutdown", "crash while preparing"} {
 		t.Run(stop, func(t *testing.T) {
-			src := t.TempDir()
-			db, newest, prepared := withPreparedNext(t, src, 1200)
-			dir := src
-			if stop != "clean shutdown" {
-				dir = t.TempDir()
-				copyDir(t, src, dir)
-			}
-			db.Close()
-			newest = filepath.Join(dir, walDir, filepath.Base(newest))
-			prepared = filepath.Join(dir, walDir, filepath.Base(prepared))
+			dir, newest, prepared := stoppedWithPreparedNext(t, stop, 1200)
 			if !holdsRecords(t, newest) || holdsRecords(t, prepared) {
 				t.Fatalf("want %s holding records and %s prepared and empty", newest, prepared)
 			}
@@ -113,15 +122,7 @@ func TestPreparedWALSegmentStatesOpen(t *testing.T) {
 	for _, state := range []string{"crash", "clean shutdown", "crash while preparing"} {
 		t.Run(state, func(t *testing.T) {
 			const n = 1200
-			src := t.TempDir()
-			db, _, prepared := withPreparedNext(t, src, n)
-			dir := src
-			if state != "clean shutdown" {
-				dir = t.TempDir()
-				copyDir(t, src, dir)
-			}
-			db.Close()
-			prepared = filepath.Join(dir, walDir, filepath.Base(prepared))
+			dir, _, prepared := stoppedWithPreparedNext(t, state, n)
 			if holdsRecords(t, prepared) {
 				t.Fatalf("%s holds records", prepared)
 			}
