@@ -281,7 +281,10 @@ func (db *DB) detoastPrefix(ptr []byte, n int, at heap.TID, xmin uint64) ([]byte
 // initialized it: the chunk was lost with it), or a tuple that is not
 // this value's chunk.
 func (db *DB) appendChunk(dst []byte, tid heap.TID, directory bool, limit int, xmin uint64) ([]byte, error) {
-	kind := map[bool]string{true: "directory", false: "data chunk"}[directory]
+	kind := "data chunk"
+	if directory {
+		kind = "directory"
+	}
 	buf, err := db.pool.Get(tid.Block)
 	if errors.Is(err, bufpool.ErrPastEnd) {
 		// Vacuum cut the heap's tail, which held no tuple vacuum kept:
