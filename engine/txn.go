@@ -66,6 +66,9 @@ type Txn struct {
 	// the caller's function (Update's, Scan's) calls it again. The
 	// outermost call carries out the abort an error asks for (leave).
 	nest int
+	// writes counts the calls of Put, Delete, Update and UpdatePrefix
+	// begun, so that Update learns cheaply whether its function wrote.
+	writes uint64
 	// onAbort, if set, runs when the transaction rolls back, before its
 	// row locks are released (OnAbort).
 	onAbort func()
@@ -561,6 +564,7 @@ func (t *Txn) write(key []byte, op writeOp) error {
 		return fmt.Errorf("%w: value of %d bytes (max %d)", ErrTooLarge, op.vlen, MaxValueSize)
 	}
 	t.nest++
+	t.writes++
 	defer t.leave()
 	err := t.writeLocked(key, op)
 	var ue userError
@@ -780,7 +784,7 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	// across a lock wait (a Close waiting for the write side would stop
 	// the commit fn waits for from taking the read side). The row lock,
 	// still held, keeps cur the key's newest version meanwhile.
-	headBefore := e.head.Load()
+	headBefore, writesBefore := e.head.Load(), t.writes
 	val, err := db.callUnlocked(fn, old)
 	if err != nil {
 		return userError{err}
@@ -796,7 +800,7 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 		// ended transaction.
 		return ErrTxnDone
 	}
-	if e.head.Load() != headBefore || db.idx.get(key) != e {
+	if t.writes != writesBefore && (e.head.Load() != headBefore || db.idx.get(key) != e) {
 		// fn wrote key itself in t (the row lock is t's own, so it was
 		// not stopped): a version placed now on cur would hide that
 		// write and leave its version unreachable, or, after fn's
