@@ -25,9 +25,11 @@ var (
 	// ErrLockTimeout: a row lock was not granted within Options.LockTimeout.
 	ErrLockTimeout = errors.New("mvkv: canceling statement due to lock timeout")
 	// ErrNestedWrite: the function given to Txn.Update (or UpdatePrefix)
-	// wrote the key being updated in the same transaction; the write it
-	// made would be hidden by Update's own, so the transaction is aborted
-	// instead. Write other keys there, or the key itself after Update.
+	// placed a version of the key being updated (a Put, an Update) in the
+	// same transaction; Update's own version would hide it, so the
+	// transaction is aborted instead. A delete of the key there is not
+	// refused: it places no version, and Update's value follows it.
+	// Write other keys there, or the key itself after Update.
 	ErrNestedWrite = errors.New("mvkv: update function wrote its own key")
 	// ErrTxnDone: the transaction was already committed or rolled back.
 	ErrTxnDone = errors.New("mvkv: transaction already committed or rolled back")

@@ -458,8 +458,10 @@ func (t *Txn) Delete(key []byte) error {
 // of the database): it may read and write other keys, in t or in other
 // transactions, subject to the usual row-lock waits and deadlock checks.
 // If fn ends t itself (Commit or Rollback), Update places nothing and
-// returns ErrTxnDone; if fn writes key itself in t, Update fails with
-// ErrNestedWrite, which aborts t.
+// returns ErrTxnDone; if fn places a version of key itself in t (a Put,
+// an Update), Update fails with ErrNestedWrite, which aborts t. A delete
+// of key by fn places none and is kept: Update places its value after
+// it, in the order the two ran.
 // A current value that cannot be read (an out-of-line value with a chunk
 // on a damaged page) fails Update with ErrCorruption, as Put's errors do,
 // before fn runs; UpdatePrefix lets fn decide instead.
@@ -800,13 +802,24 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 		// ended transaction.
 		return ErrTxnDone
 	}
-	if t.writes != writesBefore && (e.head.Load() != headBefore || db.idx.get(key) != e) {
-		// fn wrote key itself in t (the row lock is t's own, so it was
-		// not stopped): a version placed now on cur would hide that
-		// write and leave its version unreachable, or, after fn's
-		// delete of a key with no version dropped the entry, land on
-		// an entry no longer in the index. Fail, aborting t.
-		return fmt.Errorf("%w: the function of an Update of %q wrote that key in the same transaction", ErrNestedWrite, truncKey(key))
+	if t.writes != writesBefore {
+		// fn wrote in t, perhaps key itself (the row lock is t's own,
+		// so it was not stopped). Only t moves the head while it holds
+		// the row lock (vacuum takes it too), so a head moved, or an
+		// entry with a head in place of e, is a version fn placed: one
+		// placed now on cur would hide it, unreachable. Fail, aborting
+		// t. A delete of key by fn placed no version: of a live key it
+		// set the xmax this version sets anyway; of a key with no
+		// version it dropped e from the index (its own write's
+		// cleanup), and this version goes on a new entry, as it goes
+		// after a deleted version vacuum has yet to remove.
+		now := db.idx.get(key)
+		if e.head.Load() != headBefore || (now != e && now != nil && now.headTID().Valid()) {
+			return fmt.Errorf("%w: the function of an Update of %q wrote that key in the same transaction", ErrNestedWrite, truncKey(key))
+		}
+		if now != e {
+			e = db.idx.getOrCreate(key)
+		}
 	}
 	// A write fn made in t may have given the transaction its xid:
 	// this version must carry the same one, or a second xid would be

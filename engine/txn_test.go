@@ -541,9 +541,11 @@ func TestUpdateFunctionEndsTransaction(t *testing.T) {
 // transaction (a misuse) fails the Update with ErrNestedWrite and aborts
 // the transaction, instead of Update's version hiding the function's and
 // leaving it unreachable: after the Rollback the key holds what it held
-// before, and its chain reads clean. (A delete of the present key only
-// marks the version Update then replaces, as an update marks it: Update's
-// value wins, in the order the two ran; TestUpdateFunctionDeletesOwnKey.)
+// before, and its chain reads clean. (A delete places no version: of the
+// present key it only marks the version Update then replaces, as an
+// update marks it, and of a missing key it deletes nothing; Update's
+// value wins, in the order the two ran; TestUpdateFunctionDeletesOwnKey,
+// TestUpdateFunctionDeletesMissingOwnKey.)
 func TestUpdateFunctionWritesOwnKey(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -552,7 +554,6 @@ func TestUpdateFunctionWritesOwnKey(t *testing.T) {
 	}{
 		{"put over a present key", true, func(tx *Txn) error { return tx.Put([]byte("a"), []byte("inner")) }},
 		{"put of a missing key", false, func(tx *Txn) error { return tx.Put([]byte("a"), []byte("inner")) }},
-		{"delete of a missing key", false, func(tx *Txn) error { return tx.Delete([]byte("a")) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			db := openTest(t, t.TempDir(), Options{})
@@ -613,5 +614,42 @@ func TestUpdateFunctionDeletesOwnKey(t *testing.T) {
 	}
 	if rep, err := db.Verify(); err != nil || !rep.OK() {
 		t.Fatalf("Verify: %v, %+v", err, rep)
+	}
+}
+
+// A function of Update that deletes the key being updated, missing, in
+// the same transaction deletes nothing, whether the key never had a
+// version or its delete is still on the page for vacuum: Update places
+// its value either way, instead of failing with ErrNestedWrite in the
+// first case only, which made the outcome depend on whether vacuum had
+// run.
+func TestUpdateFunctionDeletesMissingOwnKey(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deleted before %v", deleted), func(t *testing.T) {
+			db := openTest(t, t.TempDir(), Options{})
+			defer db.Close()
+			if deleted {
+				mustPut(t, db, "a", "1")
+				mustDelete(t, db, "a")
+			}
+			tx, _ := db.Begin(context.Background(), TxnOptions{})
+			if err := tx.Update([]byte("a"), func(_ []byte, found bool) ([]byte, error) {
+				if found {
+					t.Errorf("Update found the deleted key")
+				}
+				return []byte("outer"), tx.Delete([]byte("a"))
+			}); err != nil {
+				t.Fatalf("Update: %v", err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := get(t, db, "a"); v != "outer" {
+				t.Errorf("a = %q, want outer", v)
+			}
+			if rep, err := db.Verify(); err != nil || !rep.OK() {
+				t.Fatalf("Verify: %v, %+v", err, rep)
+			}
+		})
 	}
 }
