@@ -453,19 +453,7 @@ var settings = []Setting{
 		func(o *Options) **bool { return &o.CLOGGroupUpdate }),
 	boolSetting("early_lock_release",
 		"on: a synchronous commit becomes visible and releases its row locks once its commit record is in the WAL, and returns once it is durable; whoever read it also waits until then, so many commits to one row share a WAL flush. off: PostgreSQL's order, visible only once durable",
-		func(o *Options) **bool { return &o.EarlyLockRelease }).runtime(
-		func(db *DB) string { return showBool(db.EarlyLockRelease()) },
-		func(db *DB, v string) error {
-			on, err := parseBool(v)
-			if err != nil {
-				return invalid("early_lock_release", v, err)
-			}
-			if db.closed.Load() {
-				return ErrClosed
-			}
-			db.SetEarlyLockRelease(on)
-			return nil
-		}),
+		func(o *Options) **bool { return &o.EarlyLockRelease }).runtimeBool((*DB).EarlyLockRelease, (*DB).SetEarlyLockRelease),
 	boolSetting("autovacuum",
 		"autovacuum: a background worker that vacuums when enough dead tuples have piled up",
 		func(o *Options) **bool { return &o.Autovacuum }),
@@ -533,19 +521,7 @@ var settings = []Setting{
 		func(o *Options) **bool { return &o.VacuumTruncate }),
 	offSetting("zero_damaged_pages",
 		"zero_damaged_pages: a heap page that fails its checks when read is taken as an empty page, with a warning, instead of failing the read; its versions are lost. For getting past a damaged page",
-		func(o *Options) *bool { return &o.ZeroDamagedPages }).runtime(
-		func(db *DB) string { return showBool(db.ZeroDamagedPages()) },
-		func(db *DB, v string) error {
-			on, err := parseBool(v)
-			if err != nil {
-				return invalid("zero_damaged_pages", v, err)
-			}
-			if db.closed.Load() {
-				return ErrClosed
-			}
-			db.SetZeroDamagedPages(on)
-			return nil
-		}),
+		func(o *Options) *bool { return &o.ZeroDamagedPages }).runtimeBool((*DB).ZeroDamagedPages, (*DB).SetZeroDamagedPages),
 	enumSetting("visibility_map",
 		"crash-safe: WAL-logged visibility map bits, as PostgreSQL since 9.2; unlogged: bits set without WAL, as before 9.2, UNSAFE after a crash, for experiments only",
 		[]VisibilityMapMode{VisibilityMapCrashSafe, VisibilityMapUnlogged}, VisibilityMapCrashSafe,
@@ -556,6 +532,25 @@ var settings = []Setting{
 func (s Setting) runtime(get func(*DB) string, set func(*DB, string) error) Setting {
 	s.Runtime, s.get, s.set = true, get, set
 	return s
+}
+
+// runtimeBool is runtime for a boolean setting, with the DB's getter and
+// setter of the value itself: the text is parsed as the setting's own
+// (parseBool, an error naming it), and a closed DB refuses with ErrClosed.
+func (s Setting) runtimeBool(get func(*DB) bool, set func(*DB, bool)) Setting {
+	return s.runtime(
+		func(db *DB) string { return showBool(get(db)) },
+		func(db *DB, v string) error {
+			on, err := parseBool(v)
+			if err != nil {
+				return invalid(s.Name, v, err)
+			}
+			if db.closed.Load() {
+				return ErrClosed
+			}
+			set(db, on)
+			return nil
+		})
 }
 
 // cmp0 is v, or def when v is the zero value.

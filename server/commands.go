@@ -186,7 +186,7 @@ func (x *execCtx) meta(k []byte) (length int, deadline int64, live bool, err err
 		return 0, 0, false, err
 	}
 	length, deadline = decodeMeta(prefix, total)
-	if deadline != 0 && deadline <= x.now() {
+	if x.expiredAt(deadline) {
 		x.noteExpired(k)
 		x.lookedUp(false)
 		return 0, 0, false, nil
@@ -200,7 +200,7 @@ func (x *execCtx) meta(k []byte) (length int, deadline int64, live bool, err err
 // is live at the command's time, as live does from the whole value.
 func (x *execCtx) liveMeta(prefix []byte, total int) bool {
 	_, d := decodeMeta(prefix, total)
-	return d == 0 || d > x.now()
+	return !x.expiredAt(d)
 }
 
 // replyLimit bounds one reply (or one EXEC's replies) in bytes.
@@ -1054,7 +1054,7 @@ func cmdSet(x *execCtx, args [][]byte) error {
 	// SET ... GET reads the key as GET does (Redis counts its lookup in
 	// keyspace_hits and misses).
 	x.lookups = get
-	if !nx && !xx && !get && !keepTTL && (deadline == 0 || deadline > x.now()) {
+	if !nx && !xx && !get && !keepTTL && !x.expiredAt(deadline) {
 		if err := x.tx.Put(key, x.encode(val, deadline)); err != nil {
 			return x.writeErr(err)
 		}

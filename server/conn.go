@@ -1047,8 +1047,8 @@ func (c *conn) waitForWriters(k []byte) error {
 		w := c.watched[string(k)]
 		w.version = c.s.watch.version(string(k))
 		if found && unreadable == nil {
-			if x.liveMeta(prefix, total) {
-				_, w.deadline = decodeMeta(prefix, total)
+			if _, d := decodeMeta(prefix, total); !x.expiredAt(d) {
+				w.deadline = d
 			}
 		}
 		c.watched[string(k)] = w

@@ -121,6 +121,12 @@ func (x *execCtx) now() int64 {
 	return x.nowMS
 }
 
+// expiredAt says whether a key with deadline (Unix milliseconds, 0 for
+// none) has expired at the command's time.
+func (x *execCtx) expiredAt(deadline int64) bool {
+	return deadline != 0 && deadline <= x.now()
+}
+
 // live decodes a stored value and says whether the key is live (present
 // and not past its deadline) at the command's time.
 func (x *execCtx) live(raw []byte, found bool) (val []byte, deadline int64, ok bool) {
@@ -128,7 +134,7 @@ func (x *execCtx) live(raw []byte, found bool) (val []byte, deadline int64, ok b
 		return nil, 0, false
 	}
 	val, deadline = decodeValue(raw)
-	if deadline != 0 && deadline <= x.now() {
+	if x.expiredAt(deadline) {
 		return nil, 0, false
 	}
 	if val == nil {
@@ -188,7 +194,7 @@ func (x *execCtx) rmwMeta(key []byte, needDeadline bool, fn func(deadline int64,
 		case unreadable != nil:
 		case found:
 			_, deadline = decodeMeta(prefix, total)
-			ok = deadline == 0 || deadline > x.now()
+			ok = !x.expiredAt(deadline)
 		}
 		st.note(found, ok)
 		res, nv, nd := fn(deadline, ok)
@@ -212,7 +218,7 @@ func (st *rmwState) note(found, live bool) {
 // returns: the value to store, or errRMWDelete or errNoop.
 func (x *execCtx) rmwApply(st *rmwState, res rmwResult, nv []byte, nd int64) ([]byte, error) {
 	switch {
-	case res == rmwPut && nd != 0 && nd <= x.now():
+	case res == rmwPut && x.expiredAt(nd):
 		res = rmwDelete
 	case res == rmwKeep && st.expired:
 		res = rmwDelete
