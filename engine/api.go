@@ -29,7 +29,10 @@ var (
 	// same transaction; Update's own version would hide it, so the
 	// transaction is aborted instead. A delete of the key there is not
 	// refused: it places no version, and Update's value follows it.
-	// Write other keys there, or the key itself after Update.
+	// Write other keys there, or the key itself after Update. PostgreSQL
+	// refuses the like (a row its UPDATE is changing that a trigger of
+	// that UPDATE changed first) with "tuple to be updated was already
+	// modified by an operation triggered by the current command".
 	ErrNestedWrite = errors.New("mvkv: update function wrote its own key")
 	// ErrTxnDone: the transaction was already committed or rolled back.
 	ErrTxnDone = errors.New("mvkv: transaction already committed or rolled back")

@@ -490,7 +490,8 @@ func (t *Txn) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)
 // of which reads the old value's chunks; an error it returns (unreadable
 // itself, say) leaves the transaction usable. A chunk lost past the first
 // n bytes is not read at all. n must not be negative; errors otherwise as
-// Update's.
+// Update's. (Reading only the chunks of a prefix is PostgreSQL's
+// toast_fetch_datum_slice, which substr() of a TOASTed value uses.)
 func (t *Txn) UpdatePrefix(key []byte, n int, fn func(prefix []byte, length int, found bool, unreadable error) ([]byte, error)) error {
 	if n < 0 {
 		return fmt.Errorf("mvkv: UpdatePrefix of %d bytes", n)
