@@ -47,8 +47,9 @@ var deleteRangeSnapshotTaken func()
 // 11 seconds so); in block order each page is read and dirtied about once
 // per batch. The price: fn sees keys out of key order.
 //
-// Errors: Delete's (the count is of the keys deleted before the error);
-// ErrReadOnly in a read-only transaction; with fn, ErrCorruption for a
+// Errors: Delete's; such an error aborts the transaction, rolling back
+// every delete it made, so the count returned with it is 0 (PostgreSQL's
+// DELETE that fails reports no row count either); ErrReadOnly in a read-only transaction; with fn, ErrCorruption for a
 // value that cannot be read (a chunk of it lost), which fails the call
 // and aborts the transaction, as Update's read does (DeleteRangePrefix
 // deletes such a key).
@@ -82,7 +83,14 @@ func (t *Txn) DeleteRangePrefix(start, end []byte, n int, fn func(key, prefix []
 
 // deleteRange is DeleteRange and DeleteRangePrefix: op says how much of
 // each value to read for fn (op.fn is nil: a delete).
-func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old oldValue)) (int, error) {
+func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old oldValue)) (n int, err error) {
+	defer func() {
+		// Runs after leave, which carried out the abort: none of the
+		// deletes counted stands any more.
+		if err != nil && t.err != nil {
+			n = 0
+		}
+	}()
 	if err := t.usable(); err != nil {
 		return 0, err
 	}

@@ -342,6 +342,11 @@ func TestDeleteRangeVisibilityErrorAborts(t *testing.T) {
 	if !errors.Is(err, ErrCorruption) {
 		t.Fatalf("DeleteRange over a damaged page: %d, %v; want ErrCorruption", n, err)
 	}
+	// r1 was deleted before the error, then rolled back with the
+	// transaction: nothing deleted stands.
+	if n != 0 {
+		t.Errorf("DeleteRange's count after its error = %d, want 0", n)
+	}
 	if err := tx.Commit(); err == nil {
 		t.Error("Commit after DeleteRange failed returned nil")
 	}
