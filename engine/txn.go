@@ -28,8 +28,8 @@ const statusCommitted = clog.StatusCommitted
 // After an error from Put, Delete, Update, Lock or DeleteRange other than
 // those their docs say leave it usable (ErrTooLarge, ErrEmptyKey,
 // ErrReadOnly, an error returned by the caller's own update function), the
-// transaction is aborted, as in PostgreSQL: before the call returns the error, its writes are rolled
-// back (its xid is marked aborted in the CLOG, so they are invisible to
+// transaction is aborted, as in PostgreSQL: before the call returns the
+// error, its writes are rolled back (its xid is marked aborted in the CLOG, so they are invisible to
 // everyone), it leaves the running table and its row locks are released,
 // so that the transactions waiting for them go on at once, without
 // waiting for the caller's Rollback (PostgreSQL's AbortTransaction runs
@@ -45,7 +45,11 @@ const statusCommitted = clog.StatusCommitted
 // stops there and returns an error wrapping it. A REPEATABLE READ
 // snapshot is released with the locks, so that it no longer holds back
 // vacuum; the dependency WaitObserved waits for is kept until the
-// transaction ends.
+// transaction ends. An error from Get or Scan that their own reading met
+// (ErrCorruption for a damaged page or a lost chunk of a value) leaves
+// the transaction usable, where PostgreSQL's ERROR would abort it, so
+// that a caller who finds a damaged key can delete or overwrite it in the
+// same transaction.
 type Txn struct {
 	db   *DB
 	ctx  context.Context
