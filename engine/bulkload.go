@@ -195,7 +195,7 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 	// before it would make Open rebuild the index from the heap.
 	ck := time.Now()
 	if err := db.checkpoint(); err != nil {
-		return st, fmt.Errorf("mvkv: bulk load committed, but the checkpoint after it failed: %w", err)
+		return st, wrapf(err, "bulk load committed, but the checkpoint after it failed")
 	}
 	st.Checkpoint = time.Since(ck)
 	st.Duration = time.Since(begin)
@@ -366,7 +366,7 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 	if db.oldestXmin() > xid {
 		vis, err := db.setBulkVisible(first, b.pages)
 		if err != nil {
-			return st, fmt.Errorf("mvkv: bulk load committed, but marking its pages all-visible failed: %w", err)
+			return st, wrapf(err, "bulk load committed, but marking its pages all-visible failed")
 		}
 		st.AllVisible = vis
 	}
@@ -650,7 +650,7 @@ func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (
 		}
 		slot, aerr := heap.AddTuple(b.page(), tup)
 		if aerr != nil {
-			err = fmt.Errorf("mvkv: bulk load: key %q: %w", truncKey(key), aerr)
+			err = wrapf(aerr, "bulk load: key %q", truncKey(key))
 			break
 		}
 		if !b.started {

@@ -349,7 +349,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, heapDir), filepath.Join(dir, clogDir), filepath.Join(dir, vmDir)} {
 		if err := fsys.MkdirAll(d); err != nil {
-			return nil, made.undo(nil, fmt.Errorf("mvkv: create %s: %w", d, err))
+			return nil, made.undo(nil, wrapf(err, "create %s", d))
 		}
 	}
 	lk, err := fsys.Lock(filepath.Join(dir, lockName))
@@ -359,7 +359,7 @@ func Open(dir string, opts Options) (*DB, error) {
 			// process's, whoever made it.
 			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
 		}
-		return nil, made.undo(nil, fmt.Errorf("mvkv: lock %s: %w", dir, err))
+		return nil, made.undo(nil, wrapf(err, "lock %s", dir))
 	}
 	// The directory's own entry must be durable too, or a crash could lose
 	// a new data directory with every commit in it (initdb's
@@ -368,7 +368,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	// while no other Open can have begun using it.
 	for _, d := range []string{dir, filepath.Dir(dir)} {
 		if err := fsys.SyncDir(d); err != nil {
-			return nil, made.undo(lk, fmt.Errorf("mvkv: fsync %s: %w", d, err))
+			return nil, made.undo(lk, wrapf(err, "fsync %s", d))
 		}
 	}
 	db := &DB{
@@ -478,7 +478,7 @@ func checkForeignDir(fsys vfs.FS, dir string) (fresh bool, err error) {
 	if err != nil {
 		// Unreadable (permissions): nothing can tell whether it is
 		// empty, so nothing is created in it.
-		return false, fmt.Errorf("mvkv: read %s: %w", dir, err)
+		return false, wrapf(err, "read %s", dir)
 	}
 	foreign := func(n string) error {
 		return fmt.Errorf("%w: %s is not empty (it holds %s, and no control file of this engine or WAL beside it): give a new or empty directory", ErrNotDataDirectory, dir, n)

@@ -68,7 +68,7 @@ func noteNewDir(fsys vfs.FS, dir string) (*newDirUndo, error) {
 			break
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("mvkv: read %s: %w", p, err)
+			return nil, wrapf(err, "read %s", p)
 		}
 		u.missing = append(u.missing, p)
 		if filepath.Dir(p) == p {
@@ -80,7 +80,7 @@ func noteNewDir(fsys vfs.FS, dir string) (*newDirUndo, error) {
 	}
 	names, err := fsys.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("mvkv: read %s: %w", dir, err)
+		return nil, wrapf(err, "read %s", dir)
 	}
 	for _, n := range names {
 		u.had[filepath.Join(dir, n)] = true
@@ -92,7 +92,7 @@ func noteNewDir(fsys vfs.FS, dir string) (*newDirUndo, error) {
 		}
 		names, err := fsys.ReadDir(d)
 		if err != nil {
-			return nil, fmt.Errorf("mvkv: read %s: %w", d, err)
+			return nil, wrapf(err, "read %s", d)
 		}
 		for _, n := range names {
 			u.had[filepath.Join(d, n)] = true

@@ -144,7 +144,7 @@ func (t *Txn) usable() error {
 		return ErrClosed
 	}
 	if t.err != nil {
-		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
+		return wrapf(t.err, "current transaction is aborted")
 	}
 	return nil
 }
@@ -416,7 +416,7 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 // reporting success.
 func (t *Txn) abortedInCallback() error {
 	if t.err != nil {
-		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
+		return wrapf(t.err, "current transaction is aborted")
 	}
 	return nil
 }
@@ -799,7 +799,7 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	if t.err != nil {
 		// A call fn made in t failed, and fn went on: the
 		// transaction is aborted, and nothing more is placed.
-		return fmt.Errorf("mvkv: current transaction is aborted: %w", t.err)
+		return wrapf(t.err, "current transaction is aborted")
 	}
 	if t.done {
 		// fn ended t (its Commit or Rollback): the row lock is gone
@@ -962,7 +962,7 @@ func (t *Txn) end() (*txnState, error) {
 	if t.err != nil {
 		err := t.err
 		t.Rollback()
-		return nil, fmt.Errorf("mvkv: transaction rolled back: %w", err)
+		return nil, wrapf(err, "transaction rolled back")
 	}
 	t.done = true
 	t.releaseSnapshot()

@@ -549,3 +549,38 @@ func TestMisconfNamesTheFailedFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortReplyPrefixedOnce: the reply to a transaction that an engine
+// error aborted names the engine once ("ERR mvkv: transaction rolled
+// back: could not serialize ..."), not once per layer that wrapped it.
+func TestAbortReplyPrefixedOnce(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	put := func(v string) {
+		t.Helper()
+		if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Put([]byte("k"), []byte(v)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("0")
+	tx, err := db.Begin(ctx, engine.TxnOptions{Isolation: engine.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Get([]byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	put("1")
+	if err := tx.Put([]byte("k"), []byte("2")); !errors.Is(err, engine.ErrSerializationFailure) {
+		t.Fatalf("write after a concurrent update: %v; want ErrSerializationFailure", err)
+	}
+	err = tx.Commit()
+	got := string(appendEngineError(nil, err))
+	if want := "-ERR mvkv: transaction rolled back: could not serialize access"; !strings.HasPrefix(got, want) || strings.Count(got, "mvkv: ") != 1 {
+		t.Errorf("reply %q; want it to begin %q, with no other \"mvkv: \"", got, want)
+	}
+}
