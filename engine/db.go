@@ -713,7 +713,7 @@ func (db *DB) SetSynchronousCommit(s SynchronousCommit) error {
 // nor off, which would otherwise read as off and lose durability.
 func checkSynchronousCommit(s SynchronousCommit) error {
 	if s != SyncCommitOn && s != SyncCommitOff {
-		return &SettingError{Name: "synchronous_commit", Value: s.String(), Want: "want on or off"}
+		return &SettingError{Name: "synchronous_commit", Value: s.String(), Want: "want the constant SyncCommitOn or SyncCommitOff"}
 	}
 	return nil
 }

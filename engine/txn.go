@@ -98,7 +98,7 @@ func (db *DB) Begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 		return nil, ErrClosed
 	}
 	if o.Isolation != ReadCommitted && o.Isolation != RepeatableRead {
-		return nil, &SettingError{Name: "transaction_isolation", Value: o.Isolation.String(), Want: "want read committed or repeatable read"}
+		return nil, &SettingError{Name: "transaction_isolation", Value: o.Isolation.String(), Want: "want the constant ReadCommitted or RepeatableRead"}
 	}
 	if o.SynchronousCommit != nil {
 		if err := checkSynchronousCommit(*o.SynchronousCommit); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -332,18 +333,22 @@ func TestBeginRefusesBadOptions(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{})
 	defer db.Close()
 	bad := SynchronousCommit(99)
-	if _, err := db.Begin(context.Background(), TxnOptions{SynchronousCommit: &bad}); !errors.Is(err, ErrInvalidSetting) {
-		t.Errorf("Begin with synchronous_commit 99: %v, want ErrInvalidSetting", err)
+	// The caller passed a Go value, not text: the error names the
+	// constants to use, not the words CONFIG SET takes.
+	const wantSync = `"SynchronousCommit(99)": want the constant SyncCommitOn or SyncCommitOff`
+	if _, err := db.Begin(context.Background(), TxnOptions{SynchronousCommit: &bad}); !errors.Is(err, ErrInvalidSetting) || !strings.HasSuffix(err.Error(), wantSync) {
+		t.Errorf("Begin with synchronous_commit 99: %v, want ErrInvalidSetting ending %s", err, wantSync)
 	}
-	if _, err := db.Begin(context.Background(), TxnOptions{Isolation: 42}); !errors.Is(err, ErrInvalidSetting) {
-		t.Errorf("Begin with isolation 42: %v, want ErrInvalidSetting", err)
+	const wantIso = `"IsolationLevel(42)": want the constant ReadCommitted or RepeatableRead`
+	if _, err := db.Begin(context.Background(), TxnOptions{Isolation: 42}); !errors.Is(err, ErrInvalidSetting) || !strings.HasSuffix(err.Error(), wantIso) {
+		t.Errorf("Begin with isolation 42: %v, want ErrInvalidSetting ending %s", err, wantIso)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := db.Begin(ctx, TxnOptions{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Begin with a cancelled context: %v, want context.Canceled", err)
 	}
-	if err := db.SetSynchronousCommit(bad); !errors.Is(err, ErrInvalidSetting) || db.SynchronousCommit() != SyncCommitOn {
+	if err := db.SetSynchronousCommit(bad); !errors.Is(err, ErrInvalidSetting) || !strings.HasSuffix(err.Error(), wantSync) || db.SynchronousCommit() != SyncCommitOn {
 		t.Errorf("SetSynchronousCommit(99): %v, then %v; want ErrInvalidSetting and on", err, db.SynchronousCommit())
 	}
 }
