@@ -72,8 +72,12 @@ func (s SynchronousCommit) String() string {
 
 // ParseSynchronousCommit reads synchronous_commit as PostgreSQL does: on or
 // off, or another spelling of a boolean (true, yes, 1, false, no, 0), in
-// any case. The error wraps ErrInvalidSetting.
+// any case, with no spaces around it (as Setting.Set). The error wraps
+// ErrInvalidSetting.
 func ParseSynchronousCommit(v string) (SynchronousCommit, error) {
+	if err := untrimmed("synchronous_commit", v); err != nil {
+		return 0, err
+	}
 	on, err := parseBool(v)
 	if err != nil {
 		return 0, invalid("synchronous_commit", v, err)
@@ -170,11 +174,17 @@ type Setting struct {
 // Set parses v as the setting's text and stores it in o, in the form
 // Options takes (the setting's 0 for commit_siblings, for example, as
 // NoCommitSiblings). The error wraps ErrInvalidSetting and says what the
-// setting takes.
+// setting takes. v is taken as it is: spaces before or after it are
+// refused (untrimmed), as PostgreSQL's SET refuses ' on' for a boolean;
+// a caller reading values from a file or a command line where such
+// spaces are noise trims them itself.
 // On error o is left as it was.
 func (s Setting) Set(o *Options, v string) error {
+	if err := untrimmed(s.Name, v); err != nil {
+		return err
+	}
 	c := *o
-	if err := s.parse(&c, strings.TrimSpace(v)); err != nil {
+	if err := s.parse(&c, v); err != nil {
 		return err
 	}
 	*o = c
@@ -207,7 +217,8 @@ func LookupSetting(name string) (Setting, bool) {
 }
 
 // SetConfig changes a Runtime setting of the open database, as
-// PostgreSQL's set_config: the value is parsed as Setting.Set parses it.
+// PostgreSQL's set_config: the value is parsed as Setting.Set parses it,
+// so spaces around it are refused.
 // Errors wrap ErrUnknownSetting, ErrSettingFixed, ErrInvalidSetting or
 // ErrClosed. Safe to call concurrently.
 func (db *DB) SetConfig(name, value string) error {
@@ -218,7 +229,21 @@ func (db *DB) SetConfig(name, value string) error {
 	if !s.Runtime {
 		return fmt.Errorf("%w: %s", ErrSettingFixed, s.Name)
 	}
-	return s.set(db, strings.TrimSpace(value))
+	if err := untrimmed(s.Name, value); err != nil {
+		return err
+	}
+	return s.set(db, value)
+}
+
+// untrimmed refuses a value of the setting name with spaces (any Unicode white space)
+// before or after it. Trimming them instead would let CONFIG SET
+// zero_damaged_pages " on" succeed where Redis and PostgreSQL refuse
+// it, and no setting's value begins or ends with a space.
+func untrimmed(name, v string) error {
+	if strings.TrimSpace(v) == v {
+		return nil
+	}
+	return &SettingError{Name: name, Value: v, Want: fmt.Sprintf("want no spaces around the value %q", v)}
 }
 
 // CurrentSetting returns the database's value of a setting as text, as

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -71,6 +72,17 @@ func TestSettingsTable(t *testing.T) {
 		}
 		if err := s.Set(&o, "bogus"); !errors.Is(err, ErrInvalidSetting) {
 			t.Errorf("%s: Set(bogus) = %v, want ErrInvalidSetting", s.Name, err)
+		}
+		// Spaces around a good value are refused, not trimmed away.
+		for _, v := range []string{" " + s.Default, s.Default + " ", "\t" + s.Default + "\n"} {
+			before := s.Show(o)
+			err := s.Set(&o, v)
+			if want := fmt.Sprintf("want no spaces around the value %q", v); !errors.Is(err, ErrInvalidSetting) || !strings.HasSuffix(err.Error(), want) {
+				t.Errorf("%s: Set(%q) = %v, want ErrInvalidSetting ending %q", s.Name, v, err, want)
+			}
+			if s.Show(o) != before {
+				t.Errorf("%s: a refused Set(%q) changed the value to %q", s.Name, v, s.Show(o))
+			}
 		}
 		if got, ok := LookupSetting(strings.ToUpper(s.Name)); !ok || got.Name != s.Name {
 			t.Errorf("LookupSetting(%s) = %v, %v", strings.ToUpper(s.Name), got.Name, ok)
@@ -215,6 +227,17 @@ func TestSetConfig(t *testing.T) {
 	}
 	if err := db.SetConfig("commit_delay", "-1"); !errors.Is(err, ErrInvalidSetting) {
 		t.Errorf("SetConfig(commit_delay, -1) = %v, want ErrInvalidSetting", err)
+	}
+	for _, c := range []struct{ name, value string }{
+		{"zero_damaged_pages", " on"}, {"synchronous_commit", "on "}, {"commit_siblings", " 5"}, {"commit_delay", "auto\t"},
+	} {
+		before, _ := db.CurrentSetting(c.name)
+		if err := db.SetConfig(c.name, c.value); !errors.Is(err, ErrInvalidSetting) || !strings.Contains(err.Error(), fmt.Sprintf("%q", c.value)) {
+			t.Errorf("SetConfig(%s, %q) = %v, want ErrInvalidSetting naming the value", c.name, c.value, err)
+		}
+		if got, _ := db.CurrentSetting(c.name); got != before {
+			t.Errorf("after a refused SetConfig(%s, %q), CurrentSetting = %q; want %q", c.name, c.value, got, before)
+		}
 	}
 	if _, err := db.CurrentSetting("nope"); !errors.Is(err, ErrUnknownSetting) {
 		t.Errorf("CurrentSetting(nope) = %v, want ErrUnknownSetting", err)

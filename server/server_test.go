@@ -409,6 +409,14 @@ func TestConnectionCommands(t *testing.T) {
 	r.expect("-ERR CONFIG SET failed (possibly related to argument 'zero_damaged_pages') - want on, off, true, false, yes, no, 1 or 0 (in any case)\r\n")
 	r.cmd("CONFIG", "SET", "zero_damaged_pages", "No")
 	r.expect("+OK\r\n")
+	// Spaces around a value are refused, as Redis and PostgreSQL refuse
+	// them, not trimmed away; the refusal names the value.
+	r.cmd("CONFIG", "SET", "zero_damaged_pages", " on")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'zero_damaged_pages') - want no spaces around the value \" on\"\r\n")
+	r.cmd("CONFIG", "SET", "synchronous_commit", "off ")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'synchronous_commit') - want no spaces around the value \"off \"\r\n")
+	r.cmd("CONFIG", "GET", "zero_damaged_pages")
+	r.expect("*2\r\n$18\r\nzero_damaged_pages\r\n$3\r\noff\r\n")
 	r.cmd("CONFIG", "SET", "commit_delay", "-1")
 	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
 		t.Fatalf("commit_delay -1: %q", got)

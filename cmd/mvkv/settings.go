@@ -27,9 +27,11 @@ func engineFlags(fs *flag.FlagSet, o *engine.Options) {
 }
 
 // setFlag stores v in o; its error is what the flag package prints after
-// "invalid value V for flag -NAME: ".
+// "invalid value V for flag -NAME: ". Spaces around v are dropped first
+// (--zero-damaged-pages=" on" from a script's quoting), which Setting.Set, also
+// CONFIG SET's parser, refuses.
 func setFlag(s engine.Setting, o *engine.Options, v string) error {
-	err := s.Set(o, v)
+	err := s.Set(o, strings.TrimSpace(v))
 	var se *engine.SettingError
 	if errors.As(err, &se) {
 		return errors.New(se.Want)

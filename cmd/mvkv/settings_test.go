@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"regexp"
 	"strings"
 	"testing"
@@ -83,6 +84,20 @@ func TestEngineFlagErrors(t *testing.T) {
 			!strings.Contains(errb.String(), "two WAL segments") {
 			t.Errorf("%s --max-wal-size 20MB: exit %d, stderr %q", cmd, code, errb.String())
 		}
+	}
+}
+
+// TestEngineFlagTrimmed: a flag's value may have spaces around it (a
+// script's quoting), which Setting.Set refuses: the flag drops them.
+func TestEngineFlagTrimmed(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	var o engine.Options
+	engineFlags(fs, &o)
+	if err := fs.Parse([]string{"--zero-damaged-pages= on ", "--commit-siblings=\t3", "--max-wal-size", " 64MB"}); err != nil {
+		t.Fatal(err)
+	}
+	if !o.ZeroDamagedPages || o.CommitSiblings != 3 || o.MaxWALSize != 64<<20 {
+		t.Errorf("flags with spaces around their values: zero_damaged_pages %v, commit_siblings %d, max_wal_size %d; want true, 3, 64MB", o.ZeroDamagedPages, o.CommitSiblings, o.MaxWALSize)
 	}
 }
 
