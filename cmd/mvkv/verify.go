@@ -42,9 +42,11 @@ line after the report, as
 ten).
 
 Exit status: 0 when everything checks out; 1 when a problem was found or
-the check could not run (the directory in use, or a directory holding no
-data directory, which may be one that lost its control file and WAL); 2
-on bad usage, including a DIR that does not exist or is not a directory.
+the check could not run (the directory in use, or a directory holding
+other files but no control file and no WAL segment, which may be a data
+directory that lost both); 2 on bad usage, including a DIR that does not
+exist, is not a directory or is empty (no data directory is ever empty:
+an empty DIR is a wrong path, or a volume not mounted, not damage).
 `
 
 func verifyMain(args []string, stdout, stderr io.Writer) int {
@@ -133,10 +135,11 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 
 // parseDirCommand parses the flags of a subcommand that takes exactly one
 // data directory: -h prints usage to stdout (exit 0); a bad flag, a
-// missing or extra argument, or a DIR that does not exist or is not a
-// directory prints the problem and where the help is to stderr (exit 2); an
-// existing directory that holds no data directory, or one that cannot be
-// looked into, prints the problem (exit 1, as a problem verify finds).
+// missing or extra argument, or a DIR that does not exist, is not a
+// directory or is empty prints the problem and where the help is to
+// stderr (exit 2); a directory that holds other files but no data
+// directory, or one that cannot be looked into, prints the problem (exit
+// 1, as a problem verify finds).
 // ok is false when the caller should return code.
 //
 // The directory may also be given as --dir DIR, as serve, bench and
@@ -210,9 +213,15 @@ func tryHelp(cmd string) string {
 // checkDataDir refuses a path that is not an existing data directory, so
 // that a mistyped path gives an error instead of a new, empty database
 // (engine.Open creates what is missing) and a false "ok". A directory with
-// neither a control file nor a WAL segment in wal/ is not one.
+// neither a control file nor a WAL segment in wal/ is not one; the error
+// lists which of a data directory's entries it lacks.
 //
-// A path that does not exist or is not a directory gives a badDirError.
+// A path that does not exist, is not a directory or is empty gives a
+// badDirError. An empty directory is a wrong path, not damage: Open makes
+// wal/, heap/, clog/ and vm/ before anything else, so no data directory
+// is ever empty, and one emptied whole is no more there to check than a
+// missing one (an unmounted volume's mount point reads so too, where a
+// "damage found" exit would send a script to restore a backup).
 func checkDataDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
@@ -232,6 +241,13 @@ func checkDataDir(dir string) error {
 	if !errors.Is(err, os.ErrNotExist) {
 		return err // permission denied, say, not a missing file
 	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(ents) == 0 {
+		return badDirError{fmt.Sprintf("%s is empty, not an mvkv data directory: none of a data directory's files are there (%s)", dir, strings.Join(dataDirEntries, ", "))}
+	}
 	// No checkpoint yet (a process killed before its first): the WAL must
 	// hold a segment, named by its first LSN in 16 hex digits. A wal/
 	// directory of anything else (a source tree's) is not a database,
@@ -245,8 +261,19 @@ func checkDataDir(dir string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s is not an mvkv data directory (no control file and no WAL segment in wal/)", dir)
+	var missing []string
+	for _, n := range dataDirEntries {
+		if _, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(n, "/"))); errors.Is(err, os.ErrNotExist) {
+			missing = append(missing, n)
+		}
+	}
+	return fmt.Errorf("%s is not an mvkv data directory: it holds no control file and no WAL segment in wal/ (missing: %s)", dir, strings.Join(missing, ", "))
 }
+
+// dataDirEntries are the entries of a data directory that every one
+// has once its first checkpoint has run: the control file and the
+// directories Open makes (engine's layout).
+var dataDirEntries = []string{"control", "wal/", "heap/", "clog/", "vm/"}
 
 // countOf writes n and noun, with an s unless n is 1: "1 valid record",
 // "2 valid records".

@@ -57,10 +57,11 @@ func TestVerifyWrongVisibilityMapBit(t *testing.T) {
 }
 
 // TestDirCommandsRefuseNonDataDirs: verify and waldump given a missing path,
-// a file or an empty directory fail and create nothing, instead of opening
-// a new empty database and reporting it ok: a path that names no
-// directory is a usage error (exit 2, as a bad flag), an existing
-// directory holding no data directory a problem found (exit 1).
+// a file, an empty directory or one of other files fail and create
+// nothing, instead of opening a new empty database and reporting it ok: a
+// path that names no directory, or an empty one, is a usage error (exit
+// 2, as a bad flag), a directory of other files a problem found (exit
+// 1). Each message says what is missing.
 func TestDirCommandsRefuseNonDataDirs(t *testing.T) {
 	base := t.TempDir()
 	file := filepath.Join(base, "file")
@@ -71,15 +72,26 @@ func TestDirCommandsRefuseNonDataDirs(t *testing.T) {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	other := filepath.Join(base, "other")
+	if err := os.MkdirAll(filepath.Join(other, "heap"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	missing := filepath.Join(base, "missing")
 	for _, cmd := range []string{"verify", "waldump"} {
 		for _, c := range []struct {
 			dir  string
 			code int
-		}{{missing, 2}, {file, 2}, {filepath.Join(file, "sub"), 2}, {empty, 1}} {
+			want string
+		}{
+			{missing, 2, missing + " does not exist\n"},
+			{file, 2, file + " is not a directory\n"},
+			{filepath.Join(file, "sub"), 2, " does not exist\n"},
+			{empty, 2, empty + " is empty, not an mvkv data directory: none of a data directory's files are there (control, wal/, heap/, clog/, vm/)\n"},
+			{other, 1, other + " is not an mvkv data directory: it holds no control file and no WAL segment in wal/ (missing: control, wal/, clog/, vm/)\n"},
+		} {
 			var out, errb strings.Builder
-			if code := run([]string{cmd, c.dir}, &out, &errb); code != c.code || errb.Len() == 0 {
-				t.Errorf("mvkv %s %s: exit %d, stderr %q; want %d and an error", cmd, c.dir, code, errb.String(), c.code)
+			if code := run([]string{cmd, c.dir}, &out, &errb); code != c.code || !strings.Contains(errb.String(), c.want) {
+				t.Errorf("mvkv %s %s: exit %d, stderr %q; want %d and %q", cmd, c.dir, code, errb.String(), c.code, c.want)
 			}
 		}
 	}
