@@ -270,10 +270,7 @@ func TestBulkLoadSnapshots(t *testing.T) {
 // missing, damaged or from before the load, and after a crash in the
 // middle of its own recovery (checkRecovered).
 func TestBulkLoadCrashLadder(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if *ladderSeed != 0 {
-		seed = *ladderSeed
-	}
+	seed := testSeed(t, *ladderSeed)
 	sample := *ladderSample
 	if sample <= 0 {
 		// The load makes only about 50 file-system operations: one in 12
@@ -413,7 +410,7 @@ func TestKillDuringBulkLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed := testSeed(t, 0)
 	r := rand.New(rand.NewPCG(seed, 2))
 	var none, all int
 	// Round 0 is not killed: it measures how long the child's load takes,

@@ -194,8 +194,7 @@ func TestKillDuringWorkload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testSeed(t, 0)
 	r := rand.New(rand.NewPCG(seed, 1))
 	dir := t.TempDir()
 	loadTPCB(t, dir)

@@ -93,11 +93,12 @@ func scanState(db *DB) (ladderState, error) {
 // and so must a crash in the middle of recovery itself.
 func TestCrashLadder(t *testing.T) {
 	seeds := make([]uint64, *ladderSeeds)
+	base := testSeed(t, *ladderSeed)
 	for i := range seeds {
-		seeds[i] = uint64(time.Now().UnixNano()) + uint64(i)
+		seeds[i] = base + uint64(i)
 	}
 	if *ladderSeed != 0 {
-		seeds = []uint64{*ladderSeed}
+		seeds = []uint64{base}
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -503,10 +504,7 @@ func ladderCrashHook(seed uint64, sample int, states []ladderState, rng *rand.Ra
 // prune by a read, or a slot reused right after one. Vacuum runs once in
 // 48 transactions rather than 16, so that pages fill between its runs.
 func TestCrashLadderPruning(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if *ladderSeed != 0 {
-		seed = *ladderSeed
-	}
+	seed := testSeed(t, *ladderSeed)
 	r := rand.New(rand.NewPCG(seed, 5))
 	work := make([]ladderTxn, 160)
 	for i := range work {
@@ -546,10 +544,7 @@ func TestCrashLadderPruning(t *testing.T) {
 // before and after the checkpoint that writes it, must all recover every
 // acknowledged commit, and the page must never be read as damage.
 func TestCrashLadderCLOGPage(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if *ladderSeed != 0 {
-		seed = *ladderSeed
-	}
+	seed := testSeed(t, *ladderSeed)
 	work := ladderWorkload(seed, 60)
 	sample := *ladderSample
 	if sample <= 0 {

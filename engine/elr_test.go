@@ -247,10 +247,7 @@ func (f slowFile) Sync() error     { time.Sleep(f.delay); return f.File.Sync() }
 // of asynchronous commits are exempt, as PostgreSQL's synchronous_commit
 // off allows, and so are results whose transaction had not returned.
 func TestEarlyLockReleaseCrashLadder(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if *ladderSeed != 0 {
-		seed = *ladderSeed
-	}
+	seed := testSeed(t, *ladderSeed)
 	sample := *ladderSample
 	if sample <= 0 {
 		sample = 4

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"mvkv/internal/heap"
 	"mvkv/vfs"
@@ -215,7 +214,7 @@ func TestIndexFileOpen(t *testing.T) {
 // the file removed so that the index is rebuilt from the heap. Both must
 // give the same keys and values, and the loaded index must verify.
 func TestIndexFileMatchesRebuild(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
+	seed := testSeed(t, 0)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	m, db := indexTestDB(t)
 	defer db.Close()

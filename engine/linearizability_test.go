@@ -124,8 +124,9 @@ func TestLinearizableAcrossCrash(t *testing.T) {
 	if raceEnabled {
 		rounds = 5
 	}
+	seed := testSeed(t, 0)
 	for i := 0; i < rounds; i++ {
-		linearizableAcrossCrash(t, uint64(time.Now().UnixNano())+uint64(i))
+		linearizableAcrossCrash(t, seed+uint64(i))
 		if t.Failed() {
 			return
 		}

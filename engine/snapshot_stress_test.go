@@ -19,7 +19,7 @@ import (
 
 var (
 	stressTime = flag.Duration("stress.time", 2*time.Second, "TestSnapshotModelStress: how long it runs")
-	stressSeed = flag.Uint64("stress.seed", 0, "TestSnapshotModelStress: its random seed (0: from the clock)")
+	stressSeed = flag.Uint64("stress.seed", 0, "TestSnapshotModelStress: its random seed (0: MVKV_TEST_SEED, or the fixed default)")
 )
 
 // TestSnapshotModelStress: writers Put, Delete, re-insert and Update a small
@@ -53,10 +53,7 @@ type modelStress struct {
 
 func snapshotModelStress(t *testing.T, cfg modelStress) {
 	dur := *stressTime
-	seed := *stressSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
+	seed := testSeed(t, *stressSeed)
 	t.Logf("seed %d (rerun with -stress.seed=%d)", seed, seed)
 	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 24 * heap.PageSize,
 		VacuumFreezeMinAge: -1, CheckpointTimeout: -1, WALWriterDelay: time.Millisecond})

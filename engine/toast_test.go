@@ -554,8 +554,7 @@ func TestKillDuringLargeWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testSeed(t, 0)
 	r := rand.New(rand.NewPCG(seed, 2))
 	dir := t.TempDir()
 	type ack struct {

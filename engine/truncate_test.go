@@ -209,10 +209,7 @@ func TestVacuumTruncateOff(t *testing.T) {
 // recovers to a commit prefix that verifies, also with an index file from
 // before the cut and after a crash during recovery.
 func TestTruncateCrashLadder(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if *ladderSeed != 0 {
-		seed = *ladderSeed
-	}
+	seed := testSeed(t, *ladderSeed)
 	sample := *ladderSample
 	if sample <= 0 {
 		sample = 2

@@ -19,10 +19,7 @@ import (
 // is the smallest allowed, so pages (hinted and pruned ones included) are
 // evicted and written between checkpoints.
 func TestVacuumCrashLadder(t *testing.T) {
-	seeds := []uint64{uint64(time.Now().UnixNano())}
-	if *ladderSeed != 0 {
-		seeds = []uint64{*ladderSeed}
-	}
+	seeds := []uint64{testSeed(t, *ladderSeed)}
 	for _, seed := range seeds {
 		work := ladderWorkload(seed, max(*ladderTxns/2, 10))
 		sample := *ladderSample
