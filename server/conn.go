@@ -334,18 +334,26 @@ func (c *conn) begin(write bool, iso engine.IsolationLevel) (*engine.Txn, error)
 	return tx, err
 }
 
-// commit commits tx. Its watch bumps stay whether the commit succeeds or
-// fails: a commit that failed is in doubt (its record may be durable), and
-// a watcher must then assume the key changed. The expired keys it counted
-// stay counted too, unless the failure is one that comes before the
-// commit record exists (committedNothing): then none was deleted, and
-// they are taken back as a rollback takes them.
+// commit commits tx. Its watch bumps stay when the commit succeeds, and
+// when it fails in doubt (its record may be durable: a watcher must then
+// assume the key changed). A commit that certainly wrote nothing puts
+// them back, as a rollback does, so that a WATCHing client's EXEC does
+// not abort for a write that never happened: the engine's rollback runs
+// untouch (OnAbort) when Commit rolls back (the context had ended, the
+// database stopped taking writes), still under the row locks; and after
+// ErrClosed (committedNothing) untouch runs here, where no write can
+// bump the keys again (the database is closed, and the transaction
+// keeps its locks). The expired keys it counted stay counted too, unless
+// the failure is one that comes before the commit record exists
+// (committedNothing): then none was deleted, and they are taken back as
+// a rollback takes them.
 func (c *conn) commit(tx *engine.Txn) error {
-	c.bumped = c.bumped[:0]
 	err := tx.Commit()
 	if committedNothing(err) {
+		c.untouch() // nothing left to undo if the rollback did it
 		c.uncountExpired()
 	}
+	c.bumped = c.bumped[:0]
 	c.expiredN = 0
 	c.s.openTxns.Add(-1)
 	c.noteCommitted()
@@ -392,17 +400,22 @@ func (c *conn) commitPipelined(tx *engine.Txn, mark int) error {
 	if n := len(c.pending); n > 0 {
 		after = c.pending[n-1].w
 	}
-	c.bumped = c.bumped[:0]
 	w, err := tx.CommitAsync(after)
 	if err != nil {
 		// Every error of CommitAsync comes before the commit record
 		// exists, and here ends the transaction (the two that leave it
 		// open, inside DB.Update or after another database's commit,
-		// cannot arise): nothing was deleted.
+		// cannot arise): nothing was deleted, and no key written, so the
+		// watch bumps go back as at a rollback (commit). A record that
+		// could not be appended stops the database taking writes, and
+		// the transaction keeps its locks until recovery: no write can
+		// bump the keys between.
+		c.untouch()
 		c.uncountExpired()
 		c.s.openTxns.Add(-1)
 		return err
 	}
+	c.bumped = c.bumped[:0]
 	// Counted for good unless the commit is lost, which only recovery
 	// can tell.
 	c.expiredN = 0

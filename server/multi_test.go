@@ -600,3 +600,64 @@ func TestWatchUndoneWhenErrorAborts(t *testing.T) {
 		t.Fatalf("after the rollback, w's watch version %d; want %d", got, v0)
 	}
 }
+
+// A write whose commit certainly wrote nothing (the database closed, or
+// the connection's context ended, before the commit record) puts back
+// the WATCH version it bumped, as a rollback does: a client watching the
+// key would otherwise have its EXEC aborted by a write that never
+// happened. A commit that succeeds keeps the bump.
+func TestWatchBumpUndoneWhenCommitWritesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		pipelined bool
+		fail      func(s *Server, cancel context.CancelFunc)
+		want      error
+	}{
+		{"committed", false, func(*Server, context.CancelFunc) {}, nil},
+		{"committed, pipelined", true, func(*Server, context.CancelFunc) {}, nil},
+		{"closed", false, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
+		{"closed, pipelined", true, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
+		{"cancelled", false, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
+		{"cancelled, pipelined", true, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, cn := unservedConn(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cn.ctx = ctx
+			// What WATCH k records, from another client.
+			watched := s.watch.acquire("k")
+			defer s.watch.release("k")
+			tx, x := beginWrite(t, cn)
+			runIn(t, x, "SET", "k", "v")
+			if got := s.watch.version("k"); got != watched+1 {
+				t.Fatalf("watch version %d after SET k; want %d", got, watched+1)
+			}
+			c.fail(s, cancel)
+			var err error
+			if c.pipelined {
+				err = cn.commitPipelined(tx, 0)
+			} else {
+				err = cn.commit(tx)
+			}
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("commit: %v", err)
+				}
+				if got := s.watch.version("k"); got != watched+1 {
+					t.Fatalf("watch version %d after the SET committed; want %d (the watcher's EXEC must abort)", got, watched+1)
+				}
+				return
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("commit: %v, want %v", err, c.want)
+			}
+			if got := s.watch.version("k"); got != watched {
+				t.Fatalf("watch version %d after the SET's commit failed before its record (%v); want %d, what the watcher recorded", got, err, watched)
+			}
+			if len(cn.bumped) != 0 {
+				t.Fatalf("%d bumps left for the next transaction to undo", len(cn.bumped))
+			}
+		})
+	}
+}
