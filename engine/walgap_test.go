@@ -229,3 +229,47 @@ func TestTornTailWarningCountsRecordsAfterTheDamage(t *testing.T) {
 	}
 	t.Logf("%s", logged.String())
 }
+
+// The newest WAL segment zeroed whole in a data directory copied from a
+// crashed database, with no later file of the log left: a segment file of
+// the segment size under its final name always has a valid header after
+// a crash (it is renamed into place after it was written and synced), so
+// Open fails with ErrCorruption naming the file and offset 0 and changes
+// nothing, instead of ending the log before the commits the segment held.
+// The way on the error gives, removing the file, opens the database
+// without them.
+func TestNewestWALSegmentZeroedWhole(t *testing.T) {
+	const n = 1200
+	dir, newest, prepared := stoppedWithPreparedNext(t, "crash", n)
+	if err := os.Remove(prepared); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newest, make([]byte, fi.Size()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := dirDigest(t, dir)
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), newest+" at offset 0: the segment header is all zeros") {
+		t.Fatalf("Open: %v; want ErrCorruption naming %s at offset 0", err, newest)
+	}
+	t.Logf("%v", err)
+	if after := dirDigest(t, dir); !maps.Equal(before, after) {
+		t.Fatalf("a failed Open changed the directory:\nbefore %v\nafter  %v", before, after)
+	}
+	if err := os.Remove(newest); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(dir, Options{Autovacuum: noAutovacuum})
+	if err != nil {
+		t.Fatalf("Open after removing %s: %v", newest, err)
+	}
+	st, err := scanState(db)
+	db.Close()
+	if err != nil || len(st) == 0 || len(st) >= n {
+		t.Fatalf("after removing %s: %d keys, err %v; want some of the %d, not all", newest, len(st), err, n)
+	}
+}

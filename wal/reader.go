@@ -310,17 +310,8 @@ func (r *Reader) advance() {
 		return
 	}
 	if n, err := f.Size(); err == nil && n != r.segSize {
-		// Segments get their final name only once written whole, so no
-		// crash leaves one of another size.
 		f.Close()
-		what, so := "cut short of", "is lost"
-		if n > r.segSize {
-			// Bytes appended: the records may be whole, but the file is
-			// not one this log wrote.
-			what, so = "longer than", "cannot be trusted"
-		}
-		r.err = fmt.Errorf("%w: %s is %d bytes, %s the %d-byte segment size (no crash makes a segment of another size), so the log from %s on %s%s",
-			ErrCorrupt, path.Join(r.dir, segmentName(next)), n, what, r.segSize, r.pos, so, r.markNote())
+		r.err = r.wrongSize(next, n)
 		r.closeFile()
 		return
 	}
@@ -329,10 +320,13 @@ func (r *Reader) advance() {
 		f.Close()
 		if cerr := r.checkLaterSegment(next); cerr != nil {
 			r.err = cerr
-			r.closeFile()
-			return
+		} else if cerr := r.checkSegmentsBeyond(); cerr != nil {
+			// A later file also shows that the log went on into next.
+			r.err = cerr
+		} else {
+			r.err = r.badHeader(next)
 		}
-		r.finish()
+		r.closeFile()
 		return
 	}
 	if h.tag != 0 && r.tag != 0 && h.tag != r.tag {
@@ -371,6 +365,102 @@ func (r *Reader) checkLaterSegment(bad LSN) error {
 	}
 	return fmt.Errorf("%w: %s at offset 0: bad segment header followed by valid segment %s",
 		ErrCorrupt, path.Join(r.dir, segmentName(bad)), segmentName(later))
+}
+
+// wrongSize is the error for the segment file at seg, n bytes, not the
+// segment size: segments get their final name only once written whole, so
+// no crash leaves one of another size.
+func (r *Reader) wrongSize(seg LSN, n int64) error {
+	what, so := "cut short of", "is lost"
+	if n > r.segSize {
+		// Bytes appended: the records may be whole, but the file is
+		// not one this log wrote.
+		what, so = "longer than", "cannot be trusted"
+	}
+	return fmt.Errorf("%w: %s is %d bytes, %s the %d-byte segment size (no crash makes a segment of another size), so the log from %s on %s%s",
+		ErrCorrupt, path.Join(r.dir, segmentName(seg)), n, what, r.segSize, r.pos, so, r.markNote())
+}
+
+// checkNextFile is called where the log ends inside the current segment.
+// The segment file after it may be absent, or a segment prepared ahead
+// (a valid header over zeros, or records a torn write left, which
+// checkDurableAfter judged); one of another size or with a header that
+// does not check out is damage no crash makes, as advance finds it
+// (wrongSize, badHeader).
+func (r *Reader) checkNextFile() error {
+	next := r.seg + LSN(r.segSize)
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(next)))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("wal: open next segment: %w", err)
+	}
+	n, err := f.Size()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("wal: size of %s: %w", f.Name(), err)
+	}
+	if n != r.segSize {
+		f.Close()
+		return r.wrongSize(next, n)
+	}
+	_, herr := readSegHeader(f, next, r.segSize)
+	f.Close()
+	if herr == nil {
+		return nil
+	}
+	if err := r.checkLaterSegment(next); err != nil {
+		return err
+	}
+	return r.badHeader(next)
+}
+
+// badHeader is advance's error for the segment file at seg, the segment
+// size and under its final name, whose header does not check out, when
+// neither it nor the segment after it holds a valid record (those cases
+// have checkLaterSegment's own words). No crash leaves that file: the only
+// code that makes a segment, createSegment, writes the header and zeros
+// into a temporary file and fsyncs it before renaming it into place, so
+// whatever name survives a crash stands for the whole synced file; records
+// and OpenWriter's zeroing are written at offset 32 and after, never over
+// the header (sectors are written whole, as MemFS's TearLast models it);
+// and the Writer never renames an old segment ahead. So the file was
+// zeroed or overwritten after it was made, or put there by hand, and what
+// it held is unknown: a segment prepared and never written, or one that
+// held acknowledged commits. Ending the log here would drop the second
+// without a word, and OpenWriter would then overwrite the file.
+func (r *Reader) badHeader(seg LSN) error {
+	name := path.Join(r.dir, segmentName(seg))
+	return fmt.Errorf("%w: %s at offset 0: the segment header %s, in a file of the full segment size under its final name, which no crash leaves (a segment is renamed into place only after its header and zeros are written and fsynced): the file was zeroed, overwritten or replaced after the log made it, and whatever it held from %s on is lost, commits acknowledged in it among them unless it was prepared and never written (the log read so far ends at %s, in %s). To open the database without it, keep a copy of the directory, then remove %s and every segment file after it: the log then ends at %s",
+		ErrCorrupt, name, r.headerFault(seg), seg+segHeaderSize, r.pos, path.Base(r.f.Name()), name, r.pos)
+}
+
+// headerFault says what is wrong with the header of the segment file at
+// seg, for badHeader.
+func (r *Reader) headerFault(seg LSN) string {
+	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(seg)))
+	if err != nil {
+		return fmt.Sprintf("cannot be read (%v)", err)
+	}
+	defer f.Close()
+	var b [segHeaderSize]byte
+	if _, err := f.ReadAt(b[:], 0); err != nil {
+		return fmt.Sprintf("cannot be read (%v)", err)
+	}
+	if b == [segHeaderSize]byte{} {
+		return "is all zeros"
+	}
+	h, err := decodeSegHeader(b[:])
+	switch {
+	case err != nil:
+		return fmt.Sprintf("is damaged (%v)", err)
+	case h.start != seg:
+		return "names segment " + segmentName(h.start)
+	case h.size != r.segSize:
+		return fmt.Sprintf("gives a segment size of %d bytes, not the log's %d", h.size, r.segSize)
+	}
+	return "does not check out"
 }
 
 // validRecordIn returns the LSN of the first valid record in the segment
@@ -588,6 +678,11 @@ func (r *Reader) finish() {
 		return
 	}
 	if err := r.checkSegmentsBeyond(); err != nil {
+		r.err = err
+		r.closeFile()
+		return
+	}
+	if err := r.checkNextFile(); err != nil {
 		r.err = err
 		r.closeFile()
 		return

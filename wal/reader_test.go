@@ -417,27 +417,60 @@ func TestSegmentHeaders(t *testing.T) {
 			t.Fatalf("Next, with the first 4 KiB zeroed: %v, want ErrCorrupt naming the segment's header", err)
 		}
 	})
-	t.Run("bad header over no valid record ends the log", func(t *testing.T) {
+	t.Run("bad header over no valid record is corruption", func(t *testing.T) {
 		dir, want := build(t)
 		if want[len(want)-1].lsn < 3*testSeg {
 			t.Fatal("test wants records in segment 3")
 		}
-		// The whole segment zeroed, and no segment after it: nothing
-		// shows that the log went on into it.
+		// The whole segment zeroed, and no segment after it: a file of
+		// the segment size under its final name always has a valid
+		// header after a crash (it is renamed into place synced), so
+		// this one was zeroed later, and the records it held are lost.
 		removeFrom(t, dir, 4*testSeg)
 		name := path.Join(dir, segmentName(3*testSeg))
-		b := readFile(t, name)
-		clear(b)
-		writeFile(t, name, b)
+		writeFile(t, name, make([]byte, testSeg))
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" at offset 0: the segment header is all zeros") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming %s at offset 0", err, name)
+		}
+		// The way on the error gives: with the file removed, the log
+		// ends with segment 2 and goes on from there.
+		if err := (vfs.OS{}).Remove(name); err != nil {
+			t.Fatal(err)
+		}
 		got, end, _ := readAll(t, vfs.OS{}, dir, 0)
 		w, wantEnd := endOfSeg(want, 2*testSeg)
 		checkRecords(t, got, w)
-		if end != wantEnd {
-			t.Fatalf("End %s, want %s", end, wantEnd)
+		if end != wantEnd || !strings.Contains(err.Error(), "the log then ends at "+end.String()) {
+			t.Fatalf("End %s, want %s, as the error said: %v", end, wantEnd, err)
 		}
 		more := writeFixed(t, vfs.OS{}, dir, end, 3, 10, 1)
 		got, _, _ = readAll(t, vfs.OS{}, dir, 0)
 		checkRecords(t, got, append(w[:len(w):len(w)], more...))
+	})
+	t.Run("bad header after a log ending inside its segment is corruption", func(t *testing.T) {
+		// Segment 3 zeroed whole and the last 64 KiB of segment 2 too:
+		// the log ends inside 2, and the file after it still cannot be
+		// a crash's.
+		dir, _ := build(t)
+		removeFrom(t, dir, 4*testSeg)
+		name := path.Join(dir, segmentName(3*testSeg))
+		writeFile(t, name, make([]byte, testSeg))
+		name2 := path.Join(dir, segmentName(2*testSeg))
+		b := readFile(t, name2)
+		clear(b[len(b)-64<<10:])
+		writeFile(t, name2, b)
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" at offset 0: the segment header is all zeros") ||
+			!strings.Contains(err.Error(), "in "+segmentName(2*testSeg)+")") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming %s at offset 0 and where 2's log ends", err, name)
+		}
+		// Cut short instead: named as such.
+		writeFile(t, name, make([]byte, testSeg/2))
+		err = readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" is 524288 bytes, cut short") {
+			t.Fatalf("Next, with %s cut short: %v, want ErrCorrupt naming it", name, err)
+		}
 	})
 	t.Run("bad header over no valid record before a prepared segment is corruption", func(t *testing.T) {
 		dir, _ := build(t)
@@ -450,15 +483,17 @@ func TestSegmentHeaders(t *testing.T) {
 			t.Fatalf("Next: %v, want ErrCorrupt naming %s and segment 4", err, name)
 		}
 	})
-	t.Run("header naming another segment ends the log", func(t *testing.T) {
-		dir, want := build(t)
+	t.Run("header naming another segment is corruption", func(t *testing.T) {
+		dir, _ := build(t)
 		// Segment 1's bytes under segment 3's name, with nothing after
 		// it (the writer never renames an old segment ahead).
 		removeFrom(t, dir, 4*testSeg)
-		writeFile(t, path.Join(dir, segmentName(3*testSeg)), readFile(t, path.Join(dir, segmentName(testSeg))))
-		got, _, _ := readAll(t, vfs.OS{}, dir, 0)
-		w, _ := endOfSeg(want, 2*testSeg)
-		checkRecords(t, got, w)
+		name := path.Join(dir, segmentName(3*testSeg))
+		writeFile(t, name, readFile(t, path.Join(dir, segmentName(testSeg))))
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" at offset 0: the segment header names segment "+segmentName(testSeg)) {
+			t.Fatalf("Next: %v, want ErrCorrupt naming %s at offset 0", err, name)
+		}
 	})
 	t.Run("bad header before a valid segment is corruption", func(t *testing.T) {
 		dir, _ := build(t)
