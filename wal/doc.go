@@ -72,11 +72,12 @@
 // The Reader stops at the first record whose length is out of bounds (above
 // MaxPayload or past the segment end), whose LSN field is not its position,
 // whose durable-LSN mark lies above its own LSN, whose type is invalid, or
-// whose CRC fails; at a missing
-// next segment; or at a next segment whose header does not check out or does
-// not name it. That is the end of the log (io.EOF), not an error: with every
+// whose CRC fails; or at a missing
+// next segment. That is the end of the log (io.EOF), not an error: with every
 // record naming its own LSN, bytes left in a preallocated segment,
-// or a half-written tail, cannot pass as records. DroppedBytes says how long
+// or a half-written tail, cannot pass as records. A next segment file whose
+// header does not check out or does not name it is not an end but damage
+// (see "The newest segment after a crash" below). DroppedBytes says how long
 // the tail cut off after End is, up to its last non-zero byte.
 //
 // Except when the damage lies below what was already known to be durable:
@@ -122,9 +123,78 @@
 // segment size. The Writer never renames an old segment ahead, so a file
 // with older content under a later name is not a state it leaves either.
 // Damage that reaches the end of what was written (the newest segment
-// removed with no later file left, zeros to the end) reads as the end of
-// the log. Reader.PastEnd counts the valid records found after the bytes
-// that end the log, which are cut off with the tail.
+// removed with no later file left, zeros to the end of a segment whose
+// header holds) reads as the end of the log. Reader.PastEnd counts the
+// valid records found after the bytes that end the log, which are cut off
+// with the tail.
+//
+// # The newest segment after a crash
+//
+// Let n be the last segment whose log the Reader reads to its end (a
+// switch record, or a remainder too small for a record header) or to a
+// bad record, and n+1 the segment after it. The files that make segments
+// and what touches them after a crash, kill -9 or power loss (MemFS's
+// DropUnsynced, TearLast and KeepRandom copies, which lose or keep
+// unsynced writes and directory entries, renames included):
+//
+//   - Segment files are made one way only, ahead by the Writer's
+//     background preparation or inline at a switch: the header and zeros
+//     to the segment size are written into n+1.tmp, which is fsynced,
+//     renamed to its final name, and the directory fsynced. Whatever name
+//     survives stands for that synced file: n+1.tmp with any part of its
+//     bytes, or n+1 whole with a valid header.
+//   - The flusher writes records at offset 32 and after, and OpenWriter's
+//     zeroing of the tail starts at the end of the log, never below 32; a
+//     write does not change bytes it does not cover (a sector is written
+//     whole or not at all, as TearLast models it and as PostgreSQL assumes
+//     of pg_control's 512 bytes). Segments are removed only from the
+//     front, and past the end at OpenWriter newest first, each removal
+//     synced. No segment is renamed to a later name.
+//   - The flusher fdatasyncs n up to its end, switch record included,
+//     before it opens n+1; when the preparer has not made n+1 by then it
+//     creates it inline, after that sync.
+//
+// So the newest segment can be found, after a crash, in these states:
+//
+//	state of n+1 (no later file)       how a crash leaves it                recovery
+//	-------------------------------    ---------------------------------    ------------------------------
+//	absent, n read to its end          crash after n's last sync, before    end of the log at n's end
+//	                                   n+1, made inline because its
+//	                                   preparation was late, had a
+//	                                   durable name
+//	n+1.tmp, any part of its bytes     crash while preparing it             end of the log; OpenWriter
+//	                                                                        removes the .tmp file
+//	full size, valid header, zeros     prepared ahead, never written        end of the log; the segment
+//	                                   (the state after every switch)       is kept as it is
+//	valid header, records, then a      crash while the flusher wrote it     end at the first bad record;
+//	torn or zero tail                                                       OpenWriter zeroes the tail
+//
+// and never in these, which the Reader reports as ErrCorrupt naming the
+// file and offset:
+//
+//	full size, header not valid (all   zeroed, overwritten or replaced      ErrCorrupt at offset 0, with
+//	zeros, bad CRC, another segment    after the log made it; what it held  the way on: remove the file
+//	or size)                           is unknown, acknowledged commits     and every later segment file
+//	                                   among it unless only prepared        (the log then ends at n)
+//	shorter or longer than the         cut or appended to                   ErrCorrupt naming its size
+//	segment size
+//	n+1 absent or damaged, a later     n+1 lost after the log moved on      ErrCorrupt naming n+1
+//	file of the log present (a .tmp    into it
+//	one, or one of the segment size,
+//	its header valid or not)
+//
+// The first state is why the newest segment removed, with no later file,
+// reads as the end of the log: it is what a crash leaves after a switch
+// whose next segment was late, and nothing on disk tells the two apart.
+// Recovery in the engine still refuses it when the control file's
+// checkpoint record lay in the lost segment (the log ends before the
+// checkpoint it names, as PostgreSQL's "could not locate a valid
+// checkpoint record"). Rejected for now: making the flusher create n+1
+// before it writes n's switch record, and mark the switch record so, would
+// make a missing n+1 after a marked switch damage; but a segment ending in
+// a remainder too small for a record carries no switch record to mark, and
+// a log refused that way has no way on short of a tool that makes an empty
+// segment, which the project does not have.
 //
 // These end checks hold for a log at rest. A log that a live writer goes on
 // appending to moves under its reader: a chunk read before the writer got

@@ -17,10 +17,13 @@ const readChunk = 256 << 10
 
 // Reader reads records in LSN order, crossing segment boundaries, and finds
 // the end of the valid log the way PostgreSQL's recovery does: the first
-// record whose length, self-LSN or CRC does not check out, a missing next
-// segment, or a next segment whose header does not match its name ends the
-// log (io.EOF); a next segment of another log (its header's log identifier
-// differs) is ErrCorrupt. Every length read from disk is bounded before use.
+// record whose length, self-LSN or CRC does not check out, or a missing
+// next segment, ends the log (io.EOF). A next segment file whose header
+// does not check out or does not name it, or of another size than the
+// segment size, is ErrCorrupt naming the file and offset (no crash leaves
+// one, see the package doc), and so is a next segment of another log (its
+// header's log identifier differs). Every length read from disk is bounded
+// before use.
 //
 // A Reader is not safe for concurrent use.
 type Reader struct {
@@ -290,8 +293,8 @@ func (r *Reader) fail(err error) error {
 }
 
 // advance moves to the next segment after the current one is used up. A
-// missing next segment, or one whose header does not name it, ends the log
-// at r.pos.
+// missing next segment ends the log at r.pos; one of another size, with a
+// header that does not check out, or of another log, is ErrCorrupt.
 func (r *Reader) advance() {
 	next := r.seg + LSN(r.segSize)
 	f, err := r.fs.OpenReadOnly(path.Join(r.dir, segmentName(next)))
@@ -740,14 +743,27 @@ func (r *Reader) checkSegmentsBeyond() error {
 		}
 		// A crash may leave a segment being prepared with any part of
 		// its bytes: its name is the evidence, unless a header it
-		// holds says it is another log's.
+		// holds says it is another log's. A file under a final name
+		// is evidence when it has the segment size and its header, if
+		// valid, gives that size too: one whose header is not valid
+		// was this log's segment, zeroed or overwritten since (no
+		// crash leaves one, see badHeader), or put there, which is
+		// damage as well.
 		h, err := r.peekFile(n, start)
-		if (!tmp && (err != nil || h.size != r.segSize)) || (err == nil && h.tag != 0 && r.tag != 0 && h.tag != r.tag) {
+		if !tmp {
+			if size, serr := r.fs.Stat(path.Join(r.dir, n)); serr != nil || size != r.segSize || (err == nil && h.size != r.segSize) {
+				continue
+			}
+		}
+		if err == nil && h.tag != 0 && r.tag != 0 && h.tag != r.tag {
 			continue
 		}
 		what := "exists"
-		if tmp {
+		switch {
+		case tmp:
 			what = "is being prepared (the file of that name with the " + tempSuffix + " suffix exists)"
+		case err != nil:
+			what = "exists (with a segment header that " + r.headerFault(start) + ")"
 		}
 		return fmt.Errorf("%w: %s %s, but the valid log ends at %s, in %s at offset %d: the writer asks for a segment only once it has moved into the one before it, and moves on only after the one it leaves is fdatasynced whole, so %s was durable to its end and the log went on into %s, which %s: the log from %s on is lost",
 			ErrCorrupt, path.Join(r.dir, segmentName(start)), what, r.pos, r.f.Name(), int64(r.pos-r.seg),

@@ -545,6 +545,23 @@ func TestSegmentHeaders(t *testing.T) {
 			})
 		}
 	})
+	t.Run("newest segment missing before a zeroed one is corruption", func(t *testing.T) {
+		// Segment 3 removed and segment 4, prepared, zeroed whole: 4
+		// is still the evidence that the log went on into 3, its
+		// damage named as well.
+		dir, _ := build(t)
+		prepare(t, dir, 4*testSeg)
+		writeFile(t, path.Join(dir, segmentName(4*testSeg)), make([]byte, testSeg))
+		name := path.Join(dir, segmentName(3*testSeg))
+		if err := (vfs.OS{}).Remove(name); err != nil {
+			t.Fatal(err)
+		}
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "is missing ("+name+")") ||
+			!strings.Contains(err.Error(), segmentName(4*testSeg)+" exists (with a segment header that is all zeros)") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming %s as missing and segment 4's header", err, name)
+		}
+	})
 	t.Run("log ending inside the segment before a lost one is corruption", func(t *testing.T) {
 		// Segment 3 removed, the last 64 KiB of segment 2 zeroed, and
 		// segment 4 prepared: the log now ends inside 2, and no record
