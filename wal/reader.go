@@ -351,12 +351,10 @@ func (r *Reader) advance() {
 }
 
 // checkLaterSegment is called when the segment at bad has an invalid
-// header. If the segment itself holds a valid first record (its CRC holds
-// and it names its own position, right after the header), or the segment
-// after it does, the log demonstrably went on past the header, so bad is
-// corruption rather than the end: segments are created whole under a
-// temporary name and renamed, so no crash leaves a bad header over
-// records.
+// header, which is corruption in any case (badHeader). If the segment
+// itself holds a valid record (its CRC holds and it names its own
+// position), or the segment after it holds a valid first record, the log
+// demonstrably went on past the header, and the error says so.
 func (r *Reader) checkLaterSegment(bad LSN) error {
 	if lsn := r.validRecordIn(bad); lsn != 0 {
 		return fmt.Errorf("%w: %s at offset 0: the segment header is damaged, but the segment holds valid records of this log (the first at %s), which would be lost with it",
