@@ -828,6 +828,15 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 // short of the segment size, which no crash can do: segments are created
 // whole) and which record is lost.
 func (db *DB) walEndsBeforeCheckpoint(walPath string, segSize int64, end wal.LSN, ctrl controlData) error {
+	if segSize <= 0 && db.opts.WALSegmentSize > 0 {
+		// No segment file is left, so none gives the segment size; the
+		// configured one names the file the checkpoint record was in
+		// (segments are removed only below the redo point, so it was
+		// lost, not removed by a checkpoint).
+		name, _ := wal.SegmentFile(ctrl.CheckpointLSN, db.opts.WALSegmentSize)
+		return fmt.Errorf("%w: %s holds no WAL segment: %s, which held the last checkpoint record (%s) that the control file names, is missing, and every segment after it (the name assumes the configured segment size, %d bytes), or the control file is not this WAL's",
+			ErrCorruption, walPath, filepath.Join(walPath, name), ctrl.CheckpointLSN, db.opts.WALSegmentSize)
+	}
 	where := walPath
 	if segSize > 0 {
 		name, off := wal.SegmentFile(end, segSize)

@@ -273,3 +273,45 @@ func TestNewestWALSegmentZeroedWhole(t *testing.T) {
 		t.Fatalf("after removing %s: %d keys, err %v; want some of the %d, not all", newest, len(st), err, n)
 	}
 }
+
+// The newest WAL segment removed with no later file of the log left (the
+// prepared next one removed too). After a clean shutdown the last
+// checkpoint record lay in it, so Open fails with ErrCorruption naming the
+// file, the WAL ending before the checkpoint the control file names. After
+// a crash nothing tells the removal from the state a crash leaves right
+// after a segment switch whose next segment was created late (the wal
+// package doc tables these states): Open ends the log at the previous
+// segment's end and opens without the commits the segment held.
+func TestNewestWALSegmentRemovedWithNoLaterFile(t *testing.T) {
+	const n = 1200
+	for _, stop := range []string{"clean shutdown", "crash"} {
+		t.Run(stop, func(t *testing.T) {
+			dir, newest, prepared := stoppedWithPreparedNext(t, stop, n)
+			for _, p := range []string{prepared, newest} {
+				if err := os.Remove(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The segment size it was made with: with no segment left,
+			// the configured one names the missing file.
+			db, err := Open(dir, Options{Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20})
+			if stop == "clean shutdown" {
+				if err == nil {
+					db.Close()
+				}
+				if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), newest) {
+					t.Fatalf("Open: %v; want ErrCorruption naming %s", err, newest)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			st, err := scanState(db)
+			db.Close()
+			if err != nil || len(st) == 0 || len(st) >= n {
+				t.Fatalf("after Open: %d keys, err %v; want some of the %d, not all", len(st), err, n)
+			}
+		})
+	}
+}
