@@ -417,10 +417,12 @@ func (r *Reader) checkNextFile() error {
 	return r.badHeader(next)
 }
 
-// badHeader is advance's error for the segment file at seg, the segment
-// size and under its final name, whose header does not check out, when
-// neither it nor the segment after it holds a valid record (those cases
-// have checkLaterSegment's own words). No crash leaves that file: the only
+// badHeader is the error for the segment file at seg, after the one the
+// log ends in, of the segment size and under its final name, whose header
+// does not check out, when neither it nor the segment after it holds a
+// valid record and no later file of the log is present (those cases have
+// checkLaterSegment's and checkSegmentsBeyond's own words, which advance
+// and finish ask first). No crash leaves that file: the only
 // code that makes a segment, createSegment, writes the header and zeros
 // into a temporary file and fsyncs it before renaming it into place, so
 // whatever name survives a crash stands for the whole synced file; records
