@@ -321,6 +321,12 @@ func (r *Reader) advance() {
 	h, err := readSegHeader(f, next, r.segSize)
 	if err != nil {
 		f.Close()
+		if !errors.Is(err, ErrCorrupt) {
+			// Not the header's fault: a read that failed.
+			r.err = err
+			r.closeFile()
+			return
+		}
 		if cerr := r.checkLaterSegment(next); cerr != nil {
 			r.err = cerr
 		} else if cerr := r.checkSegmentsBeyond(); cerr != nil {
@@ -410,6 +416,9 @@ func (r *Reader) checkNextFile() error {
 	f.Close()
 	if herr == nil {
 		return nil
+	}
+	if !errors.Is(herr, ErrCorrupt) {
+		return herr // a read that failed
 	}
 	if err := r.checkLaterSegment(next); err != nil {
 		return err
@@ -750,6 +759,12 @@ func (r *Reader) checkSegmentsBeyond() error {
 		// crash leaves one, see badHeader), or put there, which is
 		// damage as well.
 		h, err := r.peekFile(n, start)
+		if err != nil && !errors.Is(err, ErrCorrupt) && !tmp {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed since the listing
+			}
+			return err // a read that failed
+		}
 		if !tmp {
 			if size, serr := r.fs.Stat(path.Join(r.dir, n)); serr != nil || size != r.segSize || (err == nil && h.size != r.segSize) {
 				continue
