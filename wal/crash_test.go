@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 
 	"mvkv/vfs"
@@ -217,5 +218,34 @@ func TestCrashLeavesSwitchBeforeMissingSegment(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Fatalf("%d records read from the crash copy, want the %d in the first segment", len(got), n)
+	}
+}
+
+// TestNextHeaderReadErrorIsReturned: a read of the next segment's header
+// that fails is an I/O error for the caller, not a damaged header and not
+// the end of the log (which OpenWriter would then cut the log at).
+func TestNextHeaderReadErrorIsReturned(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/wal"); err != nil {
+		t.Fatal(err)
+	}
+	m.SyncDir("/")
+	w, err := OpenWriter(m, "/wal", 0, Options{SegmentSize: MinSegmentSize, WALWriterDelay: 1 << 40, Flusher: FlusherSerial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; w.InsertLSN() < LSN(2*MinSegmentSize+64<<10); i++ {
+		if _, _, err := w.Insert(MinUserRecordType, uint64(i)+1, make([]byte, 40<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ffs := vfs.NewFaultFS(m)
+	ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpRead), Base: segmentName(2 * MinSegmentSize), Nth: 1})
+	n, err := countRecords(t, ffs, "/wal", nil)
+	if err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("after %d records: %v; want the injected EIO", n, err)
 	}
 }
