@@ -91,11 +91,12 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(ri.RemovedWALSegments) > 0 {
 		// Not damage (a crash leaves such segments), but a file put in
-		// wal/ by hand reads the same way, and so does the segment the
-		// log went on into once zeroed whole or its header damaged: the
-		// user should know it is gone, and that nothing in it could be
-		// read, which is not the same as nothing having been there.
-		fmt.Fprintf(stdout, "note: recovery removed WAL segment file(s) %s past the end of the log at %s: written after the end a crash left, or put there, or damaged from the header on (zeroed whole, say); no record in them could be read as this log's\n", strings.Join(ri.RemovedWALSegments, ", "), wal.LSN(ri.EndLSN))
+		// wal/ by hand reads the same way, and so does one further out
+		// than the segment after the end, zeroed whole (the segment
+		// after the end so damaged fails Open instead): the user should
+		// know it is gone, and that nothing in it could be read, which
+		// is not the same as nothing having been there.
+		fmt.Fprintf(stdout, "note: recovery removed WAL segment file(s) %s past the end of the log at %s: prepared ahead or written after the end a crash left, or put there; no record in them could be read as this log's\n", strings.Join(ri.RemovedWALSegments, ", "), wal.LSN(ri.EndLSN))
 	}
 	if ri.DroppedRecords > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it); %s, %d of them commits, lie past the %d damaged bytes, from %s, and were dropped with it: a crash's torn write leaves that, and so does WAL zeroed or damaged after it was durable, in which case those commits were acknowledged and are lost\n",
