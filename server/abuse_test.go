@@ -285,6 +285,11 @@ func TestSplitArgs(t *testing.T) {
 		{`"abc`, ``, false},
 		{`"a"b`, ``, false},
 		{`'a'b`, ``, false},
+		// Vertical tab and form feed separate arguments only where
+		// sdssplitargs skips isspace: before one, and after a quote.
+		{"a\vb c\fd", `["a\vb" "c\fd"]`, true},
+		{"\v\fa \v b", `["a" "b"]`, true},
+		{"\"a\"\v'b'\f", `["a" "b"]`, true},
 	} {
 		args, ok := splitArgs([]byte(c.in))
 		if ok != c.ok || (ok && fmt.Sprintf("%q", args) != c.want) {

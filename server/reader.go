@@ -374,7 +374,10 @@ func parseInt(b []byte) (int64, bool) {
 // splitArgs splits an inline request as Redis's sdssplitargs: arguments
 // separated by spaces; "double quotes" with \n \r \t \b \a \\ \" and \xHH
 // escapes; 'single quotes' with only \'; a closing quote must be followed
-// by a space or the end. It reports false for unbalanced quotes.
+// by a space or the end. It reports false for unbalanced quotes. As in
+// sdssplitargs, the spaces skipped between arguments and after a closing
+// quote are C's isspace (vertical tab and form feed too), but only a
+// space, tab, CR or LF ends an unquoted argument: "a\vb" is one argument.
 func splitArgs(line []byte) ([][]byte, bool) {
 	var args [][]byte
 	i := 0
@@ -439,7 +442,7 @@ func splitArgs(line []byte) ([][]byte, bool) {
 				}
 			default:
 				switch {
-				case isSpace(c):
+				case c == ' ' || c == '\n' || c == '\r' || c == '\t':
 					done = true
 				case c == '"':
 					inq = true
