@@ -399,6 +399,11 @@ func (db *DB) recover(ctrl controlData) error {
 	db.lastRedo.Store(uint64(ctrl.RedoLSN))
 	db.redoPtr.Store(uint64(ctrl.RedoLSN))
 	db.lastCkpt.Store(time.Now().UnixNano())
+	// The file and offset where the cut tail begins, for the warnings
+	// below: a damaged record reads as a torn tail too, and whoever looks
+	// at it needs the bytes, not only the LSN.
+	tornName, tornOff := wal.SegmentFile(end, db.opts.WALSegmentSize)
+	tornFile := filepath.Join(walPath, tornName)
 	switch {
 	case past.Records > 0:
 		// Not only a torn end: valid records lie past the bytes that
@@ -406,12 +411,12 @@ func (db *DB) recover(ctrl controlData) error {
 		// durable WAL zeroed in the middle is not reported as a few
 		// unsynced bytes.
 		db.logger.Warn("cut off torn WAL tail, with valid records after the damage",
-			"at", end.String(), "droppedBytes", dropped,
+			"at", end.String(), "file", tornFile, "offset", tornOff, "droppedBytes", dropped,
 			"damagedBytes", uint64(past.First-end), "validRecordsAfter", past.Records,
 			"commitsAfter", ri.DroppedCommits, "validFrom", past.First.String(), "validTo", past.Last.String(),
 			"note", "a crash's torn write leaves this, and so does WAL zeroed or damaged after it was durable, in which case these commits were acknowledged and are lost")
 	case dropped > 0:
-		db.logger.Warn("cut off torn WAL tail", "at", end.String(), "droppedBytes", dropped)
+		db.logger.Warn("cut off torn WAL tail", "at", end.String(), "file", tornFile, "offset", tornOff, "droppedBytes", dropped)
 	}
 	index := "index file"
 	switch {

@@ -315,3 +315,49 @@ func TestNewestWALSegmentRemovedWithNoLaterFile(t *testing.T) {
 		})
 	}
 }
+
+// TestTornTailWarningNamesFileAndOffset: a byte flipped in the last
+// record of a copy taken as a kill -9 leaves it reads as a torn tail (the
+// two look the same to a checksum), and the warning that says so names
+// the segment file and the offset in it where the cut begins, so that the
+// bytes can be looked at.
+func TestTornTailWarningNamesFileAndOffset(t *testing.T) {
+	src := t.TempDir()
+	db := openTest(t, src, Options{CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+	for i := range 20 {
+		mustPut(t, db, fmt.Sprintf("key-%02d", i), "v")
+	}
+	before := db.wal.InsertLSN()
+	mustPut(t, db, "last", "v")
+	end := db.wal.InsertLSN()
+	size := db.wal.SegmentSize()
+	dir := t.TempDir()
+	copyDir(t, src, dir)
+	db.Close()
+
+	name, off := wal.SegmentFile(end-4, size)
+	seg := filepath.Join(dir, walDir, name)
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0xFF
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	db, err = Open(dir, Options{Autovacuum: noAutovacuum, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ri := db.Recovery()
+	db.Close()
+	if ri.EndLSN < uint64(before) || ri.EndLSN >= uint64(end) || ri.DroppedBytes == 0 {
+		t.Fatalf("RecoveryInfo %+v: want the log cut inside the last transaction's records, %s to %s", ri, before, end)
+	}
+	atName, atOff := wal.SegmentFile(wal.LSN(ri.EndLSN), size)
+	want := fmt.Sprintf("file=%s offset=%d", filepath.Join(dir, walDir, atName), atOff)
+	if !strings.Contains(logged.String(), "cut off torn WAL tail") || !strings.Contains(logged.String(), want) {
+		t.Fatalf("log does not say %q:\n%s", want, logged.String())
+	}
+}
