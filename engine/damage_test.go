@@ -972,4 +972,14 @@ func TestVerifyOldWALDamageBelowRedo(t *testing.T) {
 	if len(rep.Problems) != 1 || !strings.Contains(all, filepath.Base(seg)) || !strings.Contains(all, "below the last checkpoint's redo point") {
 		t.Fatalf("verify: %d problems:\n%s\nwant one naming %s as below the redo point", len(rep.Problems), all, filepath.Base(seg))
 	}
+	// What cannot be read ends at the redo point: the log from there on,
+	// which recovery read, is read and checked again, and found whole
+	// (the one problem above).
+	ctrl, _, err = readControl(vfs.OS{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("up to %s, which can no longer be read", ctrl.RedoLSN); !strings.Contains(all, want) {
+		t.Fatalf("verify: %s\nwant it to say %q", all, want)
+	}
 }

@@ -319,15 +319,22 @@ func Run(t Target, problem Problemf) Counts {
 		ctrl, ctrlFound, ctrlErr := rmgr.Engine.ReadControl(t.FS(), t.Dir())
 		walPath := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
 		walBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
-		r, err := wal.NewReader(t.FS(), walPath, 0)
-		if err != nil {
-			problem("WAL: %v", err)
-		} else {
+		// check reads the log from start to where it was durable,
+		// holding each commit and abort record against the CLOG, and
+		// returns the error that ended the read (io.EOF at the end) and
+		// where the log read ended; read is false when the reader could
+		// not start at all.
+		check := func(start wal.LSN) (end wal.LSN, read bool, err error) {
+			r, err := wal.NewReader(t.FS(), walPath, start)
+			if err != nil {
+				return start, false, err
+			}
+			defer r.Close()
 			r.SetStop(durable)
 			var rec wal.Record
 			for {
 				if rec, err = r.Next(); err != nil {
-					break
+					return r.End(), true, err
 				}
 				ends, committed := rmgr.Engine.Outcome(rec.Type)
 				if !ends || rec.XID < cl.OldestXid() || rec.XID >= next {
@@ -343,18 +350,25 @@ func Run(t Target, problem Problemf) Counts {
 						rec.XID, rmgr.Engine.TypeName(rec.Type), rec.LSN, st, filepath.Join(t.Dir(), rmgr.Engine.CLOGDir, name), off))
 				}
 			}
-			if !errors.Is(err, io.EOF) {
+		}
+		if end, read, err := check(0); !errors.Is(err, io.EOF) {
+			if read && ctrlErr == nil && ctrlFound && end < ctrl.RedoLSN {
 				// Damage below the last checkpoint's redo point loses
 				// old log records, which recovery never reads again,
-				// not committed data: said, so that the "lost" in the
-				// reader's words is not taken for lost writes.
-				below := ""
-				if ctrlErr == nil && ctrlFound && r.End() < ctrl.RedoLSN {
-					below = fmt.Sprintf(" (this lies below the last checkpoint's redo point %s, which recovery starts from: no committed data is lost, only log records older than it, which can no longer be read or checked against the CLOG)", ctrl.RedoLSN)
+				// not committed data: said, with the range that cannot
+				// be read, so that the "lost" in the reader's words is
+				// not taken for lost writes. The log from the redo
+				// point on, which recovery read, is then read and
+				// checked on its own, so that the damage hides no
+				// contradiction with the CLOG after it.
+				problem("WAL: %v (the damage lies below the last checkpoint's redo point %s, which recovery starts from: no committed data is lost, only the log records from %s up to %s, which can no longer be read or checked against the CLOG; the log from %s on is read and checked on its own)",
+					err, ctrl.RedoLSN, end, ctrl.RedoLSN, ctrl.RedoLSN)
+				if _, _, err := check(ctrl.RedoLSN); !errors.Is(err, io.EOF) {
+					problem("WAL: %v", err)
 				}
-				problem("WAL: %v%s", err, below)
+			} else {
+				problem("WAL: %v", err)
 			}
-			r.Close()
 		}
 		walBad.report(problem)
 		checkStrayFiles(t, problem, next)
