@@ -241,7 +241,7 @@ type CommitWait struct {
 // has ended otherwise, so that a later commit of the same caller may be
 // published without overtaking it.
 func (w *CommitWait) isVisible() bool {
-	if w.visible {
+	if w == nil || w.visible {
 		return true
 	}
 	select {
@@ -270,8 +270,14 @@ func (w *CommitWait) Visible() bool { return w.isVisible() }
 // are released, so it may be acknowledged. Otherwise it
 // returns the commit's error (see CommitAsync), or ctx's error if ctx ends
 // first; the commit then goes on completing, and must not be acknowledged.
-// A nil ctx waits without a deadline.
+// A nil ctx waits without a deadline. A nil *CommitWait stands for a
+// commit that has completed with nothing to wait for (as CommitAsync
+// takes a nil after): Wait returns nil, Visible is true, Done is closed
+// and LSN is 0.
 func (w *CommitWait) Wait(ctx context.Context) error {
+	if w == nil {
+		return nil
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -290,8 +296,25 @@ func (w *CommitWait) Wait(ctx context.Context) error {
 
 // Done is closed when the commit has completed, successfully or not; Wait
 // then returns at once.
-func (w *CommitWait) Done() <-chan struct{} { return w.done }
+func (w *CommitWait) Done() <-chan struct{} {
+	if w == nil {
+		return closedChan
+	}
+	return w.done
+}
+
+// closedChan is the Done of a nil *CommitWait.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // LSN is the end of the commit record in the WAL (the position a flush must
 // pass for it to be durable), or 0 for a transaction that wrote nothing.
-func (w *CommitWait) LSN() uint64 { return uint64(w.lsn) }
+func (w *CommitWait) LSN() uint64 {
+	if w == nil {
+		return 0
+	}
+	return uint64(w.lsn)
+}

@@ -434,3 +434,23 @@ func TestCloseWaitsForCommitAsync(t *testing.T) {
 		}
 	}
 }
+
+// A nil *CommitWait, which CommitAsync takes as its after, is a commit
+// that has completed with nothing to wait for; its methods do not panic.
+func TestNilCommitWait(t *testing.T) {
+	var w *CommitWait
+	if err := w.Wait(context.Background()); err != nil {
+		t.Errorf("Wait = %v, want nil", err)
+	}
+	if !w.Visible() {
+		t.Error("Visible = false, want true")
+	}
+	select {
+	case <-w.Done():
+	default:
+		t.Error("Done is not closed")
+	}
+	if w.LSN() != 0 {
+		t.Errorf("LSN = %d, want 0", w.LSN())
+	}
+}
