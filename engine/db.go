@@ -273,7 +273,8 @@ type RecoveryInfo struct {
 	EmptiedBlocks uint32
 	// EmptiedSegmentsFrom, when not 0, is the heap length recovery cut
 	// the heap back to: a segment was short before later ones that a
-	// crash left holding only pages of zeros no WAL record writes, and
+	// crash left holding only pages of zeros (a partial page at a
+	// file's end reads as one) no WAL record writes, and
 	// those later files were emptied (not filled up to them).
 	EmptiedSegmentsFrom uint32
 	// ControlFileMissing says the control file was missing though the

@@ -160,7 +160,7 @@ func (db *DB) shortSegmentsAfterCrash(ctrl controlData, l heap.Layout, scan *wal
 		// or pages a crash left unwritten); cutting the heap back to
 		// the end of the short segment loses nothing instead.
 		cut := first.FirstBlock() + first.Blocks()
-		db.logger.Warn("heap segment shorter than 1 GiB before later ones after a crash, and the later ones hold only pages of zeros that no WAL record since the last checkpoint writes: emptying them",
+		db.logger.Warn("heap segment shorter than 1 GiB before later ones after a crash, and the later ones hold nothing but pages of zeros (or a partial page, read as never written) that no WAL record since the last checkpoint writes: emptying them",
 			"short", strings.Join(names, "; "), "later", strings.Join(later, ", "), "checkpointBlocks", ctrl.HeapBlocks, "heapBlocks", cut)
 		return nil, cut, nil
 	}

@@ -78,7 +78,7 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: heap segment(s) %s were shorter than 1 GiB before a later segment after a crash; recovery filled their missing blocks with %d empty pages\n", strings.Join(ri.FilledSegments, ", "), ri.FilledBlocks)
 	}
 	if ri.EmptiedSegmentsFrom > 0 {
-		fmt.Fprintf(stdout, "note: a heap segment was shorter than 1 GiB before later segment files that held only pages of zeros after a crash; recovery emptied them, cutting the heap back to %d blocks\n", ri.EmptiedSegmentsFrom)
+		fmt.Fprintf(stdout, "note: a heap segment was shorter than 1 GiB before later segment files that held nothing but pages of zeros or a piece of a page after a crash (a partial page at a file's end is one a crash cut short, read as never written); recovery emptied them, cutting the heap back to %d blocks\n", ri.EmptiedSegmentsFrom)
 	}
 	if ri.EmptiedBlocks > 0 {
 		fmt.Fprintf(stdout, "note: recovery wrote %d empty pages in place of pages of zeros past the last checkpoint's heap length (extended and not written before a crash)\n", ri.EmptiedBlocks)
