@@ -7,11 +7,16 @@
 //
 //	db, err := engine.Open("/path/to/data", engine.Options{})
 //	...
+//	defer db.Close()
 //	err = db.Update(ctx, func(tx *engine.Txn) error {
 //		return tx.Put([]byte("k"), []byte("v"))
 //	})
 //	...
-//	defer db.Close()
+//	var v []byte
+//	err = db.View(ctx, func(tx *engine.Txn) (err error) {
+//		v, err = tx.Get([]byte("k")) // ErrNotFound if there is none
+//		return err
+//	})
 //
 // Open creates or recovers a data directory: a control file naming the last
 // checkpoint, the WAL segments, the heap, visibility map and CLOG files, and
