@@ -1,13 +1,16 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 	"mvkv/internal/verify"
+	"mvkv/visibility"
 )
 
 // Out-of-line values, the TOAST idea (PostgreSQL's toast_save_datum and
@@ -356,10 +359,23 @@ func describePointer(ptr []byte) string {
 
 // toastCheck is Verify's check of out-of-line values: every pointer and
 // directory decodes, and names chunks of the right kind, as many as the
-// value's length implies.
+// value's length implies; and every chunk is named (Orphans).
 type toastCheck struct {
 	pointers map[heap.TID]notedPointer
 	dirs     map[heap.TID][]heap.TID
+	// chunks are every chunk tuple Note saw; malformed counts the
+	// pointers and directories that did not decode (what they name is
+	// unknown).
+	chunks    map[heap.TID]notedChunk
+	malformed int
+	// begun is a snapshot taken before Verify's checkpoint: a chunk of a
+	// transaction it calls in progress may have been written, by a
+	// writer that had yet to place the version naming it, or whose
+	// version the checkpoint did not write.
+	begun *visibility.Snapshot
+	// queued are the chunks vacuum's next run frees (its orphan list).
+	queued []orphanChunk
+	db     *DB
 }
 
 // notedPointer is a pointer toastCheck noted, with the xmin of the
@@ -370,14 +386,29 @@ type notedPointer struct {
 	xmin uint64
 }
 
+// notedChunk is a chunk tuple toastCheck noted.
+type notedChunk struct {
+	xmin     uint64
+	infomask uint16
+	size     int // the tuple's bytes, header included
+}
+
 // Note records a tuple Verify read: a pointer (a version flagged External)
-// or a directory; a malformed one is reported at once.
+// or a chunk tuple, and for a directory the chunks it lists; a malformed
+// pointer or directory is reported at once.
 func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHeader, val []byte) {
+	if h.Infomask&heap.Chunk != 0 {
+		if c.chunks == nil {
+			c.chunks = make(map[heap.TID]notedChunk)
+		}
+		c.chunks[tid] = notedChunk{h.Xmin, h.Infomask, heap.TupleHeaderSize + int(h.KeyLen) + len(val)}
+	}
 	switch {
 	case isDirectory(h.Infomask):
 		tids, err := parseDirectory(val, -1)
 		if err != nil {
 			problem("heap tuple %s: %v", tid, err)
+			c.malformed++
 			return
 		}
 		if c.dirs == nil {
@@ -388,6 +419,7 @@ func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHea
 		p, err := parseToastPointer(val)
 		if err != nil {
 			problem("heap tuple %s: %v", tid, err)
+			c.malformed++
 			return
 		}
 		if c.pointers == nil {
@@ -395,6 +427,109 @@ func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHea
 		}
 		c.pointers[tid] = notedPointer{p, h.Xmin}
 	}
+}
+
+// maxOrphansNamed is how many orphan chunks Verify names one by one.
+const maxOrphansNamed = 20
+
+// Orphans reports the chunk tuples that nothing names, as notes: space
+// leaked, not data lost. A chunk is named by its value's version (a
+// version's pointer naming its slot, with the version's xmin, which every
+// chunk of the value carries: appendChunk's proof of ownership), by a
+// directory so named (vacuum frees a directory's data chunks with it), or
+// by vacuum's queue of orphans (an Open that rebuilt the index from the
+// heap, or a run stopped before its second pass, left them there, and the
+// next run frees them). Versions count whatever their state, dead ones
+// included: vacuum frees a version's chunks after the version, in the same
+// run.
+//
+// Not reported, whoever names them: chunks of a transaction in progress
+// when Verify began (toastValue places a value's chunks before the version
+// that names them). Nothing is reported when any tuple could not be read
+// (unread) or a pointer or directory did not decode: what they name is
+// unknown, and a chunk they name would be called an orphan.
+//
+// Who leaves orphans: a directory lost with its page (zero_damaged_pages)
+// after the delete of its value (vacuum frees the directory's slot, but
+// cannot know the data chunks it listed); a crash between vacuum's two
+// passes, with an index file to open from; a write that failed or
+// crashed between placing its value's chunks and its version. An Open
+// that rebuilds the index from the heap finds them all for vacuum.
+func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
+	if len(c.chunks) == 0 {
+		return 0, 0
+	}
+	if unread > 0 || c.malformed > 0 {
+		note("out-of-line value chunks were not checked for ones nothing names: %d heap pages or tuples could not be read, and %d value pointers or directories did not decode (any may name chunks)", unread, c.malformed)
+		return 0, 0
+	}
+	type ref struct {
+		tid  heap.TID
+		xmin uint64
+	}
+	named := make(map[ref]bool, len(c.chunks))
+	// name marks tid named by a value of xmin, and the data chunks it
+	// lists if it is that value's directory.
+	name := func(tid heap.TID, xmin uint64) {
+		named[ref{tid, xmin}] = true
+		if ch, ok := c.chunks[tid]; ok && ch.xmin == xmin && isDirectory(ch.infomask) {
+			for _, d := range c.dirs[tid] {
+				named[ref{d, xmin}] = true
+			}
+		}
+	}
+	for _, p := range c.pointers {
+		for _, tid := range p.tids {
+			name(tid, p.xmin)
+		}
+	}
+	for _, q := range c.queued {
+		name(q.tid, q.xmin)
+	}
+	var orphans []heap.TID
+	var bytes int64
+	for tid, ch := range c.chunks {
+		if named[ref{tid, ch.xmin}] || (c.begun != nil && c.begun.XidInProgress(ch.xmin)) {
+			continue
+		}
+		orphans = append(orphans, tid)
+		bytes += int64(ch.size)
+	}
+	if len(orphans) == 0 {
+		return 0, 0
+	}
+	slices.SortFunc(orphans, func(a, b heap.TID) int { return cmp.Compare(a.Pack(), b.Pack()) })
+	note("%d out-of-line value chunks (%d bytes) that no version names: space leaked, not damage (no value a version names is affected); vacuum frees them after an Open that rebuilds the key index from the heap (close the database, remove its index file, open it, vacuum)", len(orphans), bytes)
+	for i, tid := range orphans {
+		if i == maxOrphansNamed {
+			note("%d more chunks that no version names", len(orphans)-maxOrphansNamed)
+			break
+		}
+		ch := c.chunks[tid]
+		kind := "data chunk"
+		if isDirectory(ch.infomask) {
+			kind = fmt.Sprintf("directory (listing %d data chunks)", len(c.dirs[tid]))
+		}
+		note("orphan %s: %s, slot %d, %d bytes, xmin %d (%s)", kind, c.db.heapBlockName(tid.Block), tid.Slot, ch.size, ch.xmin, c.xminState(ch))
+	}
+	return len(orphans), bytes
+}
+
+// xminState names what became of an orphan chunk's writer: committed (its
+// value lost its version or directory since), or aborted (its write failed
+// or crashed before placing the version).
+func (c *toastCheck) xminState(ch notedChunk) string {
+	if ch.infomask&heap.Frozen != 0 {
+		return "committed, frozen"
+	}
+	ok, err := c.db.didCommit(ch.xmin)
+	switch {
+	case err != nil:
+		return "status unknown: " + err.Error()
+	case ok:
+		return "committed"
+	}
+	return "aborted"
 }
 
 // Report checks what Note recorded against the heap: kind(tid) says

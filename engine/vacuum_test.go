@@ -59,6 +59,9 @@ func mustVerify(t testing.TB, db *DB) {
 	if err != nil || !rep.OK() {
 		t.Fatalf("Verify: %v %v", err, rep.Problems)
 	}
+	if rep.OrphanChunks > 0 {
+		t.Fatalf("Verify: %v", rep.Notes)
+	}
 }
 
 func mustDelete(t testing.TB, db *DB, k string) {

@@ -4,7 +4,9 @@
 // sizes, every tuple header against the CLOG and the next xid, the version
 // chains, the key index against a scan of the heap, the visibility map
 // against the heap (and the heap against map files missing or cut), the
-// control file against the WAL, and every WAL record on disk.
+// control file against the WAL, and every WAL record on disk; and, as
+// notes rather than problems, out-of-line value chunks that nothing names
+// (space leaked, not data damaged).
 //
 // The checks read the database through Target, which the engine implements
 // over its own state; the engine takes the locks and the checkpoint that
@@ -85,9 +87,18 @@ type Target interface {
 // the tuples whose value has a chunk (or a directory of chunks) in such a
 // slot, or names a slot holding no chunk of its own: their values are
 // lost.
+//
+// Orphans is called once after Report. It reports to note the chunk
+// tuples Note saw that no version and no directory of one names, nor
+// vacuum has queued to free, and returns how many there are and their
+// value bytes. unread counts what the scan could not read: pages that
+// failed their checks, and tuples whose line pointer or header did not
+// decode. Any of them may hold a version naming chunks, so with unread
+// above zero it looks for none and says so.
 type ValueCheck interface {
 	Note(problem Problemf, tid heap.TID, h heap.TupleHeader, val []byte)
 	Report(problem Problemf, kind func(heap.TID) (chunk, dir bool, xmin uint64), skip func(heap.TID) bool) (lost map[heap.TID]bool)
+	Orphans(note Problemf, unread int) (chunks int, bytes int64)
 }
 
 // Counts say how much the checks read.
@@ -99,10 +110,16 @@ type Counts struct {
 	// heap page that cannot be read, or whose newest version's
 	// out-of-line value has a chunk on one, every one, whole.
 	LostKeys []string
+	// OrphanChunks counts out-of-line value chunks nothing names
+	// (ValueCheck.Orphans), OrphanBytes their value bytes.
+	OrphanChunks int
+	OrphanBytes  int64
 }
 
-// Run checks t and reports every problem it finds to problem.
-func Run(t Target, problem Problemf) Counts {
+// Run checks t and reports every problem it finds to problem, and to note
+// what is not damage but worth knowing: out-of-line value chunks that
+// nothing names, which hold space no write can use until vacuum frees them.
+func Run(t Target, problem, note Problemf) Counts {
 	var c Counts
 	next := t.NextXid()
 	cl := t.CLOG()
@@ -131,12 +148,14 @@ func Run(t Target, problem Problemf) Counts {
 	vmLost := newLostMapPages(vmPages, nblocks)
 	page := make([]byte, heap.PageSize)
 	badBlocks := make(map[uint32]bool) // pages that could not be read
+	unread := 0                        // pages and tuples that could not be read
 	values := t.ValueCheck()
 	for blk := uint32(0); blk < nblocks; blk++ {
 		c.Pages++
 		if err := t.ReadBlock(blk, page); err != nil {
 			problem("%v", err)
 			badBlocks[blk] = true
+			unread++
 			continue
 		}
 		checkVisibilityMap(t, problem, blk, page, vmBits[blk], vmSnap)
@@ -152,11 +171,13 @@ func Run(t Target, problem Problemf) Counts {
 			tid := heap.TID{Block: blk, Slot: uint16(s)}
 			if err != nil {
 				problem("heap tuple %s: %v", tid, err)
+				unread++
 				continue
 			}
 			h, key, val, err := heap.DecodeTuple(raw)
 			if err != nil {
 				problem("heap tuple %s: %v", tid, err)
+				unread++
 				continue
 			}
 			c.Tuples++
@@ -223,6 +244,7 @@ func Run(t Target, problem Problemf) Counts {
 		ti, ok := tuples[t.Pack()]
 		return ok && ti.chunk, ok && ti.h.Infomask&heap.Chunk != 0 && ti.h.Infomask&heap.External != 0, ti.h.Xmin
 	}, func(t heap.TID) bool { return badBlocks[t.Block] })
+	c.OrphanChunks, c.OrphanBytes = values.Orphans(note, unread)
 	// The newest version of each key: the one whose inserter committed and
 	// whose xmax did not. Prev links are not checked for existence:
 	// pruning frees a version on its own page and leaves the link to it
