@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -226,4 +227,156 @@ func TestVerifyNoFalseOrphans(t *testing.T) {
 	if rep := verifyOrphans(t, db); rep.OrphanChunks != 3 {
 		t.Fatalf("after vacuum: %d orphans, notes %q; vacuum frees no aborted chunk nothing names", rep.OrphanChunks, rep.Notes)
 	}
+}
+
+// rewriteTuple changes the tuple at tid in the heap file of the closed
+// database in dir with fn and gives the page a valid checksum again, so
+// that only the checks of the tuple itself can tell.
+func rewriteTuple(t *testing.T, dir string, tid heap.TID, fn func(raw []byte)) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, heapDir, "00000000"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, heap.PageSize)
+	off := int64(tid.Block) * heap.PageSize
+	if _, err := f.ReadAt(page, off); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := heap.Tuple(page, tid.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn(raw)
+	heap.SetChecksum(page, tid.Block)
+	if _, err := f.WriteAt(page, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyDamagedChunkHeader: a directory chunk whose header or value
+// was damaged on a page whose checksum still passes (a bug's write) makes
+// Verify report a problem, never panic; orphans are looked for only when
+// every tuple decoded, and then the data chunks the damaged directory no
+// longer names are reported.
+func TestVerifyDamagedChunkHeader(t *testing.T) {
+	const size = 2 << 20
+	for _, tc := range []struct {
+		name    string
+		damage  func(raw []byte)
+		problem string // in some problem
+		orphans bool   // the data chunks are reported as orphans
+	}{
+		{"value length past the tuple", func(raw []byte) { binary.LittleEndian.PutUint32(raw[28:], 1<<31) }, "", false},
+		{"key length past the tuple", func(raw []byte) { binary.LittleEndian.PutUint16(raw[24:], 0xffff) }, "", false},
+		{"listed chunks past the heap", func(raw []byte) {
+			for i := heap.TupleHeaderSize; i < len(raw); i++ {
+				raw[i] = 0xff
+			}
+		}, "which is not a data chunk", true},
+		{"not a directory", func(raw []byte) {
+			binary.LittleEndian.PutUint16(raw[22:], binary.LittleEndian.Uint16(raw[22:])&^heap.External)
+		}, "which is not a directory", true},
+		{"not a chunk", func(raw []byte) {
+			// A version's pointer now, which does not decode.
+			binary.LittleEndian.PutUint16(raw[22:], binary.LittleEndian.Uint16(raw[22:])&^heap.Chunk)
+		}, "external value pointer", false},
+		{"xmin of another transaction", func(raw []byte) { binary.LittleEndian.PutUint64(raw[0:], 2) }, "a chunk of another value", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+			db := openTest(t, dir, o)
+			mustPut(t, db, "big", string(patterned(size, 1)))
+			_, ptr := rawPointer(t, db, "big")
+			p, err := parseToastPointer(ptr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			rewriteTuple(t, dir, p.tids[0], tc.damage)
+			db = openTest(t, dir, o)
+			defer db.Close()
+			rep, err := db.Verify()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() || !strings.Contains(strings.Join(rep.Problems, "\n"), tc.problem) {
+				t.Fatalf("Verify of a damaged directory: problems %q, want one with %q", rep.Problems, tc.problem)
+			}
+			if got := rep.OrphanChunks > 0; got != tc.orphans {
+				t.Fatalf("Verify reported %d orphan chunks, want some: %v; notes %q", rep.OrphanChunks, tc.orphans, rep.Notes)
+			}
+			if !tc.orphans && (len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "were not checked")) {
+				t.Fatalf("notes %q, want one saying orphans were not looked for", rep.Notes)
+			}
+		})
+	}
+}
+
+// FuzzToastCheck feeds Verify's check of out-of-line values arbitrary
+// tuples, as a heap whose pages pass their checksums could hold them: it
+// must not panic, and what it reports must stay within what it was given.
+// Each tuple is 8 bytes (block, slot, infomask 2, xmin, value length 2,
+// unused) and its value.
+func FuzzToastCheck(f *testing.F) {
+	db := openTest(f, f.TempDir(), Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	mustPut(f, db, "k", "v")
+	tuple := func(blk, slot byte, infomask uint16, xmin byte, val []byte) []byte {
+		b := []byte{blk, slot, byte(infomask), byte(infomask >> 8), xmin, byte(len(val)), byte(len(val) >> 8), 0}
+		return append(b, val...)
+	}
+	ptr := binary.LittleEndian.AppendUint32(nil, 3*chunkSize)
+	ptr = binary.LittleEndian.AppendUint32(ptr, 3)
+	for i := range 3 {
+		ptr = appendTID(ptr, heap.TID{Block: uint32(i + 1)})
+	}
+	seed := tuple(0, 0, heap.External, 1, ptr)
+	for i := range 3 {
+		seed = append(seed, tuple(byte(i+1), 0, heap.Chunk, 1, []byte("chunk"))...)
+	}
+	f.Add(seed)
+	lptr := binary.LittleEndian.AppendUint32(nil, 2<<20)
+	lptr = binary.LittleEndian.AppendUint32(lptr, indirectFlag|1)
+	lptr = appendTID(lptr, heap.TID{Block: 9})
+	f.Add(append(append(tuple(0, 1, heap.External, 1, lptr), tuple(9, 0, heap.Chunk|heap.External, 1, appendTID(nil, heap.TID{Block: 3}))...), tuple(3, 0, heap.Chunk, 1, nil)...))
+	f.Add(tuple(4, 4, heap.Chunk|heap.External, 2, []byte{1, 2, 3}))
+	f.Add(tuple(4, 4, heap.Chunk|heap.External|heap.Frozen, 200, make([]byte, 6*tidsPerDirectory+6)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := &toastCheck{db: db, begun: db.procs.snapshot(), queued: []orphanChunk{{heap.TID{Block: 3}, 1}}}
+		problems := 0
+		problem := func(string, ...any) { problems++ }
+		chunks := map[heap.TID]notedChunk{}
+		for len(data) >= 8 {
+			n := min(int(binary.LittleEndian.Uint16(data[5:])), len(data)-8)
+			tid := heap.TID{Block: uint32(data[0]), Slot: uint16(data[1])}
+			h := heap.TupleHeader{Infomask: binary.LittleEndian.Uint16(data[2:]), Xmin: uint64(data[4]) % 4}
+			val := data[8 : 8+n]
+			data = data[8+n:]
+			c.Note(problem, tid, h, val)
+			if h.Infomask&heap.Chunk != 0 {
+				chunks[tid] = notedChunk{h.Xmin, h.Infomask, heap.TupleHeaderSize + len(val)}
+			}
+		}
+		c.Report(problem, func(tid heap.TID) (bool, bool, uint64) {
+			ch, ok := chunks[tid]
+			return ok, ok && isDirectory(ch.infomask), ch.xmin
+		}, func(tid heap.TID) bool { return tid.Block == 200 })
+		notes := 0
+		n, bytes := c.Orphans(func(string, ...any) { notes++ }, 0)
+		var most int64
+		for _, ch := range chunks {
+			most += int64(ch.size)
+		}
+		if n < 0 || n > len(chunks) || bytes < 0 || bytes > most || (n == 0) != (bytes == 0) {
+			t.Fatalf("%d orphans of %d bytes, of %d chunks of %d bytes", n, bytes, len(chunks), most)
+		}
+		if notes > 2+maxOrphansNamed || (n > 0 && notes != 1+min(n, maxOrphansNamed)+min(1, n/(maxOrphansNamed+1))) {
+			t.Fatalf("%d notes for %d orphans", notes, n)
+		}
+	})
 }
