@@ -35,18 +35,26 @@ file against the WAL, every WAL record on disk, every commit and abort
 still in the WAL against the CLOG, and that the WAL, CLOG, heap and map
 directories hold only their own files.
 
+Out-of-line value chunks that no version names are printed as "note:"
+lines, with their count and bytes and the first twenty by file, block and
+slot: space leaked (a crash between vacuum's passes or in the middle of a
+large write, or a lost directory chunk), not damage, and they leave the exit
+status 0. An Open that rebuilds the index (remove the index file from the
+stopped directory) hands them to the next vacuum.
+
 With --lost-keys it also prints every key whose newest version lies on a
 heap page that cannot be read, or whose value has a chunk on one, one per
 line after the report, as
 "lost key: " and the key in Go's quoted form (the report names the first
 ten).
 
-Exit status: 0 when everything checks out; 1 when a problem was found or
-the check could not run (the directory in use, or a directory holding
-other files but no control file and no WAL segment, which may be a data
-directory that lost both); 2 on bad usage, including a DIR that does not
-exist, is not a directory or is empty (no data directory is ever empty:
-an empty DIR is a wrong path, or a volume not mounted, not damage).
+Exit status: 0 when everything checks out (notes do not count); 1 when a
+problem was found or the check could not run (the directory in use, or a
+directory holding other files but no control file and no WAL segment,
+which may be a data directory that lost both); 2 on bad usage, including
+a DIR that does not exist, is not a directory or is empty (no data
+directory is ever empty: an empty DIR is a wrong path, or a volume not
+mounted, not damage).
 `
 
 func verifyMain(args []string, stdout, stderr io.Writer) int {
