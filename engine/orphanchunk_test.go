@@ -101,7 +101,7 @@ func TestVerifyOrphansOfLostDirectory(t *testing.T) {
 		if len(rep.Notes) != 1+maxOrphansNamed+1 {
 			t.Fatalf("%s: %d notes, want %d: %q", when, len(rep.Notes), maxOrphansNamed+2, rep.Notes)
 		}
-		if !strings.Contains(rep.Notes[0], fmt.Sprintf("%d out-of-line value chunks (%d bytes)", len(want), wantBytes)) {
+		if !strings.Contains(rep.Notes[0], fmt.Sprintf("%d out-of-line value chunks (%d bytes)", len(want), wantBytes)) || strings.Contains(rep.Notes[0], "aborted") {
 			t.Fatalf("%s: summary note %q", when, rep.Notes[0])
 		}
 		for i, w := range want[:maxOrphansNamed] {
@@ -215,6 +215,9 @@ func TestVerifyNoFalseOrphans(t *testing.T) {
 	rep := verifyOrphans(t, db)
 	if rep.OrphanChunks != 3 || len(rep.Notes) != 4 {
 		t.Fatalf("after the writer aborted: %d orphans, notes %q; want its 3 chunks", rep.OrphanChunks, rep.Notes)
+	}
+	if !strings.Contains(rep.Notes[0], fmt.Sprintf("3 of them of transactions that aborted, which hold vacuum's RelFrozenXid, and the CLOG's truncation, at or below xid %d", xid)) {
+		t.Fatalf("summary %q does not say the aborted chunks hold RelFrozenXid at %d", rep.Notes[0], xid)
 	}
 	for _, n := range rep.Notes[1:] {
 		if !strings.HasPrefix(n, "orphan data chunk: ") || !strings.HasSuffix(n, fmt.Sprintf("xmin %d (aborted)", xid)) {

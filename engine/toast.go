@@ -488,18 +488,35 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 	}
 	var orphans []heap.TID
 	var bytes int64
+	aborted, oldestAborted := 0, uint64(0)
+	state := make(map[heap.TID]string)
 	for tid, ch := range c.chunks {
 		if named[ref{tid, ch.xmin}] || (c.begun != nil && c.begun.XidInProgress(ch.xmin)) {
 			continue
 		}
 		orphans = append(orphans, tid)
 		bytes += int64(ch.size)
+		st := c.xminState(ch)
+		state[tid] = st
+		if st == "aborted" {
+			if aborted == 0 || ch.xmin < oldestAborted {
+				oldestAborted = ch.xmin
+			}
+			aborted++
+		}
 	}
 	if len(orphans) == 0 {
 		return 0, 0
 	}
 	slices.SortFunc(orphans, func(a, b heap.TID) int { return cmp.Compare(a.Pack(), b.Pack()) })
-	note("%d out-of-line value chunks (%d bytes) that no version names: space leaked, not damage (no value a version names is affected); vacuum frees them after an Open that rebuilds the key index from the heap (close the database, remove its index file, open it, vacuum)", len(orphans), bytes)
+	pinned := ""
+	if aborted > 0 {
+		// Vacuum counts an aborted chunk it did not free against
+		// RelFrozenXid (vacuum.go), so the CLOG is not truncated past
+		// it either.
+		pinned = fmt.Sprintf("; %d of them of transactions that aborted, which hold vacuum's RelFrozenXid, and the CLOG's truncation, at or below xid %d until then", aborted, oldestAborted)
+	}
+	note("%d out-of-line value chunks (%d bytes) that no version names: space leaked, not damage (no value a version names is affected); vacuum frees them after an Open that rebuilds the key index from the heap (close the database, remove its index file, open it, vacuum)%s", len(orphans), bytes, pinned)
 	for i, tid := range orphans {
 		if i == maxOrphansNamed {
 			note("%d more chunks that no version names", len(orphans)-maxOrphansNamed)
@@ -510,17 +527,21 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 		if isDirectory(ch.infomask) {
 			kind = fmt.Sprintf("directory (listing %d data chunks)", len(c.dirs[tid]))
 		}
-		note("orphan %s: %s, slot %d, %d bytes, xmin %d (%s)", kind, c.db.heapBlockName(tid.Block), tid.Slot, ch.size, ch.xmin, c.xminState(ch))
+		note("orphan %s: %s, slot %d, %d bytes, xmin %d (%s)", kind, c.db.heapBlockName(tid.Block), tid.Slot, ch.size, ch.xmin, state[tid])
 	}
 	return len(orphans), bytes
 }
 
 // xminState names what became of an orphan chunk's writer: committed (its
 // value lost its version or directory since), or aborted (its write failed
-// or crashed before placing the version).
+// or crashed before placing the version; in progress and not running is a
+// crash's).
 func (c *toastCheck) xminState(ch notedChunk) string {
-	if ch.infomask&heap.Frozen != 0 {
+	switch {
+	case ch.infomask&heap.Frozen != 0:
 		return "committed, frozen"
+	case ch.infomask&heap.XminInvalid != 0:
+		return "aborted"
 	}
 	ok, err := c.db.didCommit(ch.xmin)
 	switch {
