@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
@@ -460,7 +461,14 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 		return 0, 0
 	}
 	if unread > 0 || c.malformed > 0 {
-		note("out-of-line value chunks were not checked for ones nothing names: %d heap pages or tuples could not be read, and %d value pointers or directories did not decode (any may name chunks)", unread, c.malformed)
+		var why []string
+		if unread > 0 {
+			why = append(why, fmt.Sprintf("%d heap pages or tuples could not be read", unread))
+		}
+		if c.malformed > 0 {
+			why = append(why, fmt.Sprintf("%d value pointers or directories did not decode", c.malformed))
+		}
+		note("out-of-line value chunks were not checked for ones nothing names: %s (any may name chunks)", strings.Join(why, ", and "))
 		return 0, 0
 	}
 	type ref struct {
