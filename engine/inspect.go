@@ -158,7 +158,13 @@ type VerifyReport struct {
 	// reads as before. Left by a large value's directory lost with its
 	// page, a crash between vacuum's two passes, or a write that failed
 	// or crashed between placing its chunks and its version; otherwise
-	// by a bug.
+	// by a bug. Those of an aborted write also hold vacuum's
+	// RelFrozenXid, and the CLOG's truncation, at their xid: the note
+	// counts them and names the oldest. Not counted: chunks vacuum's
+	// next run frees anyway (an Open that rebuilt the index queued
+	// them), and those of transactions running when Verify began. When
+	// a heap page or tuple could not be read none are looked for (it
+	// may have named them), and a note says so.
 	Notes        []string
 	OrphanChunks int
 	OrphanBytes  int64
@@ -202,7 +208,10 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // record among them against the CLOG (a CLOG segment older than the WAL,
 // restored from a copy, shows there); and files the WAL, CLOG, heap and
 // visibility map directories do not own. Out-of-line value chunks that
-// nothing names are reported as Notes: leaked space, not damage.
+// nothing names are reported as Notes: leaked space, not damage. Chunks
+// of transactions running when Verify began are not counted (a writer
+// places a value's chunks before its version), so writers do not make
+// that finding false.
 //
 // It waits for Open's background check of the heap pages, if one runs,
 // then takes a checkpoint, so it needs a writable database. It holds

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"mvkv/engine"
+	"mvkv/internal/heap"
 	"mvkv/vfs"
 	"mvkv/visibility"
 )
@@ -174,5 +175,89 @@ func TestVerifyNotesRemovedWALSegment(t *testing.T) {
 	code := run([]string{"verify", dir}, &out, &errb)
 	if code != 0 || !strings.Contains(out.String(), "note: recovery removed WAL segment file(s) "+stray+" past the end of the log") {
 		t.Fatalf("verify: exit %d, stdout %q, stderr %q; want exit 0 and a note naming %s", code, out.String(), errb.String(), stray)
+	}
+}
+
+// TestVerifyOrphanChunksExitZero: chunks no version names (the data chunks
+// of a value above 1 MiB whose directory was lost with its page, after the
+// key's delete and vacuum) are printed as notes naming their file, block
+// and slot, and the exit status stays 0: space leaked, not damage. Without
+// the index file, Open rebuilds the index and queues them for vacuum,
+// after which verify notes nothing.
+func TestVerifyOrphanChunksExitZero(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	off := false
+	o := engine.Options{SharedBuffers: 4 << 20, WALSegmentSize: 1 << 20, Autovacuum: &off}
+	db, err := engine.Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Put([]byte("big"), make([]byte, 2<<20)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The page of the value's one directory chunk (Chunk and External
+	// set), torn.
+	heapFile := filepath.Join(dir, "heap", "00000000")
+	data, err := os.ReadFile(heapFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirBlock := -1
+	for b := 0; b < len(data)/heap.PageSize && dirBlock < 0; b++ {
+		page := data[b*heap.PageSize : (b+1)*heap.PageSize]
+		for s := 0; !heap.IsNew(page) && s < heap.NumSlots(page); s++ {
+			if raw, err := heap.Tuple(page, uint16(s)); err == nil && heap.TupleInfomask(raw)&(heap.Chunk|heap.External) == heap.Chunk|heap.External {
+				dirBlock = b
+			}
+		}
+	}
+	if dirBlock < 0 {
+		t.Fatal("no directory chunk in the heap")
+	}
+	copy(data[dirBlock*heap.PageSize+heap.PageSize/2:(dirBlock+1)*heap.PageSize], bytes.Repeat([]byte("torn!"), heap.PageSize))
+	if err := os.WriteFile(heapFile, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.ZeroDamagedPages = true
+	if db, err = engine.Open(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *engine.Txn) error { return tx.Delete([]byte("big")) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errb bytes.Buffer
+	code := run([]string{"verify", dir}, &out, &errb)
+	if s := out.String(); code != 0 || !strings.Contains(s, "out-of-line value chunks (") ||
+		!strings.Contains(s, "note: orphan data chunk: "+heapFile+" at offset ") || !strings.HasSuffix(s, "ok\n") {
+		t.Fatalf("verify with orphan chunks: exit %d\n%s%s", code, s, errb.String())
+	}
+	if err := os.Remove(filepath.Join(dir, "index")); err != nil {
+		t.Fatal(err)
+	}
+	o.ZeroDamagedPages = false
+	if db, err = engine.Open(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	st, err := db.Vacuum(ctx)
+	if err != nil || st.ChunksRemoved == 0 {
+		t.Fatalf("vacuum after the index rebuild: %+v, %v", st, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run([]string{"verify", dir}, &out, &errb); code != 0 || strings.Contains(out.String(), "note:") {
+		t.Fatalf("verify after the rebuild and vacuum: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
