@@ -237,6 +237,13 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	}
 	frozen := 0
 	hinted := false // a full-page image for hints is logged if needed
+	// The chunks of the out-of-line versions freed here, handed to vac
+	// only once the record freeing the versions is logged: a run that
+	// stops before that (a damaged tuple further down the page, a failed
+	// WAL insert) leaves the versions in place, and their chunks must not
+	// reach the next run's queue (keepChunks), which would free them
+	// under a version that still names them.
+	var chunks []pendingChunk
 	n := heap.NumSlots(page)
 	for s := 0; s < n; s++ {
 		if heap.SlotState(page, uint16(s)) != heap.LPNormal {
@@ -340,8 +347,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 					return res, db.corrupt(tid, err)
 				}
 				for _, c := range ctids {
-					w := vac.pageWork(c.Block)
-					w.chunks = append(w.chunks, chunkRef{c.Slot, hdr.Xmin})
+					chunks = append(chunks, pendingChunk{c, hdr.Xmin})
 				}
 			}
 			continue
@@ -426,6 +432,10 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	}
 	if err := db.logPrunePage(buf, &pp, 0, "pruning"); err != nil {
 		return res, err
+	}
+	for _, c := range chunks {
+		w := vac.pageWork(c.tid.Block)
+		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
 	}
 	setHint()
 	res.removed = len(pp.unused)

@@ -57,7 +57,9 @@ import (
 // pass 1 listed work for: index heads whose row lock it gets at once
 // (never waiting, so a writer waiting for vacuum cannot deadlock) are
 // dropped or moved to the newest committed version and freed; chunks of
-// the out-of-line versions pass 1 freed are freed. A crash between the two
+// the out-of-line versions pass 1 freed are freed. A run stopped before it
+// is done (its context, a damaged page) hands the chunks it listed to the
+// next run in the same process (run). A crash between the two
 // passes leaves chunks no version names, which an Open that rebuilds the
 // index from the heap finds and hands to the next run (orphans); an Open
 // from the index file leaves them be (see the index file). So a page is read at most twice
@@ -166,10 +168,11 @@ type vacuumState struct {
 	relFrozenXid atomic.Uint64
 
 	// orphans are chunks that the index rebuild found no version pointing
-	// to (a crash between a run's two passes, or a write that failed
-	// between placing the chunks and the tuple). Guarded by orphansMu,
-	// not mu, which a run holds throughout: a checkpoint copies them into
-	// the index file.
+	// to (a crash between a run's two passes, a directory lost with its
+	// page, a write that failed between placing its chunks and its
+	// version), and those a stopped run listed and did not free. Kept in
+	// memory only. Guarded by orphansMu, not mu, which a run holds
+	// throughout: Verify reads them.
 	orphansMu sync.Mutex
 	orphans   []orphanChunk
 }
@@ -345,6 +348,14 @@ type chunkRef struct {
 	xmin uint64
 }
 
+// pendingChunk is a chunk of a version a page's pruning record is about
+// to free (or of a directory it is about to free), held back until the
+// record is logged.
+type pendingChunk struct {
+	tid  heap.TID
+	xmin uint64
+}
+
 // orphanChunk is a chunk no version names, for the next run to free.
 type orphanChunk struct {
 	tid  heap.TID
@@ -400,8 +411,17 @@ func (db *DB) whileOpen(fn func() error) error {
 	return fn()
 }
 
+// run is the two passes. Whatever stops it (a damaged page, the context,
+// a failed write), the chunks it listed and did not free go to the next
+// run's queue (keepChunks): a chunk is listed only once the record that
+// freed the version (or directory) naming it is logged, so every listed
+// chunk is garbage whether or not this run gets to it. The queue lives in
+// memory only (the index file does not carry it), and the run that frees a
+// queued chunk logs that after the record that freed its version, so
+// recovery never replays the one without the other.
 func (v *vacuumRun) run() error {
 	db := v.db
+	defer v.keepChunks()
 	oldest := v.st.OldestXmin
 	nblocks := db.pool.NBlocks()
 	for blk := uint32(0); blk < nblocks; blk++ {
@@ -457,11 +477,9 @@ func (v *vacuumRun) run() error {
 		slices.Sort(blocks)
 		for _, blk := range blocks {
 			if err := v.ctx.Err(); err != nil {
-				v.keepChunks()
 				return err
 			}
 			if err := db.whileOpen(func() error { return v.revisit(blk, v.work[blk], heads) }); err != nil {
-				v.keepChunks()
 				return err
 			}
 			v.st.PagesRevisited++
@@ -607,6 +625,24 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		chunks = w.chunks
 		w.chunks = nil
 	}
+	// Until this page's record is logged, the chunks taken off w go back
+	// on it if the revisit fails (run hands them to the next run); the
+	// chunks the record's freeing lists elsewhere (an out-of-line head's,
+	// a directory's) are staged, and listed only once it is logged.
+	// A directory that does not decode is not handed on: it would fail
+	// every later run the same way, and only leaks what it lists.
+	var staged []pendingChunk
+	logged, damaged := false, -1
+	defer func() {
+		if logged {
+			return
+		}
+		for _, c := range chunks {
+			if int(c.slot) != damaged {
+				w.chunks = append(w.chunks, c)
+			}
+		}
+	}()
 	var pinned []heap.TID
 	defer func() {
 		for _, tid := range pinned {
@@ -687,6 +723,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		// pages holding no tuple: these chunks were lost with it (it was
 		// read as empty under zero_damaged_pages), and nothing is left
 		// to free.
+		logged = true
 		return nil
 	}
 	if err != nil {
@@ -716,8 +753,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 				return db.corrupt(heap.TID{Block: blk, Slot: m.slot}, err)
 			}
 			for _, c := range ctids {
-				cw := v.pageWork(c.Block)
-				cw.chunks = append(cw.chunks, chunkRef{c.Slot, hdr.Xmin})
+				staged = append(staged, pendingChunk{c, hdr.Xmin})
 			}
 		}
 		pp.unused = append(pp.unused, m.slot)
@@ -736,19 +772,19 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 					ctids, err = parseDirectory(dv, -1)
 				}
 				if err != nil {
+					damaged = int(s)
 					return db.corrupt(heap.TID{Block: blk, Slot: s}, err)
 				}
 				for _, dc := range ctids {
-					cw := v.pageWork(dc.Block)
-					cw.chunks = append(cw.chunks, chunkRef{dc.Slot, c.xmin})
+					staged = append(staged, pendingChunk{dc, c.xmin})
 				}
 			}
 			pp.unused = append(pp.unused, s)
-			v.st.ChunksRemoved++
-			v.freed[heap.TID{Block: blk, Slot: s}.Pack()] = true
 		}
 	}
 	if len(pp.unused) == 0 {
+		// Nothing listed is here any more.
+		logged = true
 		return nil
 	}
 	slices.Sort(pp.unused)
@@ -764,6 +800,17 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	}
 	if err := db.logPrunePage(buf, pp, 0, "vacuum of"); err != nil {
 		return err
+	}
+	logged = true
+	v.st.ChunksRemoved += uint64(len(pp.unused) - len(done))
+	if !heads {
+		for _, s := range pp.unused {
+			v.freed[heap.TID{Block: blk, Slot: s}.Pack()] = true
+		}
+	}
+	for _, c := range staged {
+		cw := v.pageWork(c.tid.Block)
+		cw.chunks = append(cw.chunks, chunkRef{c.tid.Slot, c.xmin})
 	}
 	// Still under the page lock: a reader that finds a removed head's
 	// slot empty restarts and must find the new head.
