@@ -322,54 +322,74 @@ func TestNestedFailureAbortsWhenOutermostCallReturns(t *testing.T) {
 	}
 }
 
-// A write of a Scan's (or ScanKeys') function that aborts the transaction
-// ends the scan there: the function is not called for the keys after it,
-// and the scan returns an error wrapping the write's instead of nil.
+// A write of a Scan's (or ScanKeys', DeleteRange's) function that aborts
+// the transaction ends the call there: the function is not called for the
+// keys after it, and the call returns an error wrapping the write's
+// instead of nil, also when the function kept the write's error to itself
+// and asked to stop, and when the failing write came at the last key.
 func TestScanEndsAtAbortInItsFunction(t *testing.T) {
 	db := openTest(t, t.TempDir(), Options{LockTimeout: 20 * time.Millisecond})
 	defer db.Close()
-	for _, k := range []string{"k1", "k2", "k3"} {
-		mustPut(t, db, k, "v")
-	}
+	keys := []string{"k1", "k2", "k3"}
 	h := writer(t, db, "x")
 	defer h.Rollback()
-	scans := map[string]func(v *Txn, each func()) error{
-		"Scan": func(v *Txn, each func()) error {
-			return v.Scan([]byte("k"), []byte("l"), func(_, _ []byte) bool { each(); return true })
+	// each is the function's body; it returns whether to go on.
+	scans := map[string]func(v *Txn, each func() bool) error{
+		"Scan": func(v *Txn, each func() bool) error {
+			return v.Scan([]byte("k"), []byte("l"), func(_, _ []byte) bool { return each() })
 		},
-		"ScanPrefix": func(v *Txn, each func()) error {
-			return v.ScanPrefix([]byte("k"), []byte("l"), 1, func(_, _ []byte, _ int) bool { each(); return true })
+		"ScanPrefix": func(v *Txn, each func() bool) error {
+			return v.ScanPrefix([]byte("k"), []byte("l"), 1, func(_, _ []byte, _ int) bool { return each() })
 		},
-		"ScanKeys": func(v *Txn, each func()) error {
-			return v.ScanKeys([]byte("k"), []byte("l"), func([]byte) bool { each(); return true })
+		"ScanKeys": func(v *Txn, each func() bool) error {
+			return v.ScanKeys([]byte("k"), []byte("l"), func([]byte) bool { return each() })
+		},
+		"DeleteRange": func(v *Txn, each func() bool) error {
+			_, err := v.DeleteRange([]byte("k"), []byte("l"), func(_, _ []byte) { each() })
+			return err
+		},
+		"DeleteRangePrefix": func(v *Txn, each func() bool) error {
+			_, err := v.DeleteRangePrefix([]byte("k"), []byte("l"), 1, func(_, _ []byte, _ int, _ error) { each() })
+			return err
 		},
 	}
 	for name, scan := range scans {
-		t.Run(name, func(t *testing.T) {
-			v := writer(t, db, "c")
-			vst := v.st
-			calls := 0
-			var inner error
-			err := scan(v, func() {
-				calls++
-				if calls == 1 {
-					inner = v.Put([]byte("x"), []byte("v"))
+		for _, tc := range []struct {
+			name string
+			at   int  // the call of the function whose write fails
+			stop bool // the function then returns false (stop)
+		}{{"first", 1, false}, {"first-stops", 1, true}, {"last", len(keys), false}} {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				for _, k := range keys {
+					mustPut(t, db, k, "v")
+				}
+				v := writer(t, db, "c")
+				vst := v.st
+				calls := 0
+				var inner error
+				err := scan(v, func() bool {
+					calls++
+					if calls == tc.at {
+						inner = v.Put([]byte("x"), []byte("v"))
+						return !tc.stop
+					}
+					return true
+				})
+				if !errors.Is(inner, ErrLockTimeout) {
+					t.Fatalf("the nested Put: %v, want ErrLockTimeout", inner)
+				}
+				if !errors.Is(err, ErrLockTimeout) {
+					t.Errorf("%s: %v, want one wrapping ErrLockTimeout", name, err)
+				}
+				if calls != tc.at {
+					t.Errorf("%s called its function %d times, want %d: the abort ends the call", name, calls, tc.at)
+				}
+				checkAborted(t, db, vst, "c")
+				if err := v.Rollback(); err != nil {
+					t.Fatal(err)
 				}
 			})
-			if !errors.Is(inner, ErrLockTimeout) {
-				t.Fatalf("the nested Put: %v, want ErrLockTimeout", inner)
-			}
-			if !errors.Is(err, ErrLockTimeout) {
-				t.Errorf("%s: %v, want one wrapping ErrLockTimeout", name, err)
-			}
-			if calls != 1 {
-				t.Errorf("%s called its function %d times, want 1: the abort ends the scan", name, calls)
-			}
-			checkAborted(t, db, vst, "c")
-			if err := v.Rollback(); err != nil {
-				t.Fatal(err)
-			}
-		})
+		}
 	}
 }
 

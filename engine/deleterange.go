@@ -52,7 +52,9 @@ var deleteRangeSnapshotTaken func()
 // DELETE that fails reports no row count either); ErrReadOnly in a read-only transaction; with fn, ErrCorruption for a
 // value that cannot be read (a chunk of it lost), which fails the call
 // and aborts the transaction, as Update's read does (DeleteRangePrefix
-// deletes such a key).
+// deletes such a key). A call fn makes in the transaction that aborts it
+// ends DeleteRange after that call of fn, with an error wrapping the
+// call's, whether or not fn passed the error on.
 func (t *Txn) DeleteRange(start, end []byte, fn func(key, old []byte)) (int, error) {
 	if fn == nil {
 		return t.deleteRange(start, end, writeOp{read: readNone}, nil)
@@ -175,6 +177,11 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 				deleted++
 				if fn != nil {
 					fn(key, di.old)
+					// A call fn made in t may have aborted it, even if
+					// fn kept the error to itself: stop and say so.
+					if err := t.abortedInCallback(); err != nil {
+						return deleted, err
+					}
 				}
 			}
 		}

@@ -141,10 +141,8 @@ func (t *Txn) visibleKeys(start, end []byte, batch int, fn func(e *indexEntry) b
 		db.closeMu.RUnlock()
 		part = part[:0]
 		for _, e := range visible {
-			if !fn(e) {
-				return false
-			}
-			if err = t.abortedInCallback(); err != nil {
+			more := fn(e)
+			if err = t.abortedInCallback(); err != nil || !more {
 				return false
 			}
 		}

@@ -284,7 +284,8 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 // the index is seen with fn's new value and a new key may or may not be.
 // A scan that stops early costs the keys it visited, not the whole range.
 // A write of fn's that aborts the transaction (a deadlock, say) ends the
-// scan after that call of fn, with an error wrapping the write's.
+// scan after that call of fn, with an error wrapping the write's, whether
+// or not fn passed the error on or asked to stop.
 // Errors: ErrNilFunction for a nil fn, and Get's other than ErrNotFound
 // and those about the key.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
@@ -398,22 +399,24 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 		if !found {
 			return true
 		}
-		if !fn([]byte(e.key()), val, length) {
+		more := fn([]byte(e.key()), val, length)
+		// A call fn made in t may have aborted it: the scan ends
+		// there, as the statement would in PostgreSQL, and says so,
+		// also when fn swallowed that call's error and stopped.
+		if err = t.abortedInCallback(); err != nil {
 			return false
 		}
-		// A call fn made in t may have aborted it: the scan ends
-		// there, as the statement would in PostgreSQL, and says so.
-		err = t.abortedInCallback()
-		return err == nil
+		return more
 	})
 	return err
 }
 
 // abortedInCallback returns the "current transaction is aborted" error
 // once an error met by a call the caller's function made in t (Scan's,
-// ScanKeys') has aborted t, or nil: the outer call stops there and
-// returns it, instead of calling the function on for more keys and
-// reporting success.
+// ScanKeys', DeleteRange's) has aborted t, or nil: the outer call stops
+// there and returns it, instead of calling the function on for more keys
+// and reporting success, whether or not the function passed the error
+// on.
 func (t *Txn) abortedInCallback() error {
 	if t.err != nil {
 		return wrapf(t.err, "current transaction is aborted")
