@@ -445,3 +445,55 @@ func TestOnAbort(t *testing.T) {
 		}
 	}
 }
+
+// A Scan's (or ScanKeys', DeleteRange's) function that ends its own
+// transaction with Commit or Rollback ends the call there with
+// ErrTxnDone, as Update's does: the scan went on reading with the ended
+// transaction's released snapshot.
+func TestScanEndsWhenItsFunctionEndsTheTxn(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	for _, k := range []string{"k1", "k2", "k3"} {
+		mustPut(t, db, k, "v")
+	}
+	calls := map[string]func(v *Txn, each func()) error{
+		"Scan": func(v *Txn, each func()) error {
+			return v.Scan([]byte("k"), []byte("l"), func(_, _ []byte) bool { each(); return true })
+		},
+		"ScanKeys": func(v *Txn, each func()) error {
+			return v.ScanKeys([]byte("k"), []byte("l"), func([]byte) bool { each(); return true })
+		},
+		"DeleteRange": func(v *Txn, each func()) error {
+			_, err := v.DeleteRange([]byte("k"), []byte("l"), func(_, _ []byte) { each() })
+			return err
+		},
+	}
+	for name, call := range calls {
+		for _, iso := range []IsolationLevel{ReadCommitted, RepeatableRead} {
+			for _, end := range []string{"Commit", "Rollback"} {
+				t.Run(name+"/"+iso.String()+"/"+end, func(t *testing.T) {
+					v, err := db.Begin(context.Background(), TxnOptions{Isolation: iso})
+					if err != nil {
+						t.Fatal(err)
+					}
+					n := 0
+					err = call(v, func() {
+						if n++; n == 1 {
+							if end == "Commit" {
+								_ = v.Commit()
+							} else {
+								_ = v.Rollback()
+							}
+						}
+					})
+					if !errors.Is(err, ErrTxnDone) {
+						t.Errorf("%s: %v, want ErrTxnDone", name, err)
+					}
+					if n != 1 {
+						t.Errorf("%s called its function %d times after it ended the transaction, want 1", name, n)
+					}
+				})
+			}
+		}
+	}
+}

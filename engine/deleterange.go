@@ -54,7 +54,9 @@ var deleteRangeSnapshotTaken func()
 // and aborts the transaction, as Update's read does (DeleteRangePrefix
 // deletes such a key). A call fn makes in the transaction that aborts it
 // ends DeleteRange after that call of fn, with an error wrapping the
-// call's, whether or not fn passed the error on.
+// call's, whether or not fn passed the error on; an fn that ends the
+// transaction (Commit, Rollback) ends it with ErrTxnDone and the count of
+// the deletes made before, which that Commit kept or Rollback undid.
 func (t *Txn) DeleteRange(start, end []byte, fn func(key, old []byte)) (int, error) {
 	if fn == nil {
 		return t.deleteRange(start, end, writeOp{read: readNone}, nil)

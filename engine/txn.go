@@ -285,7 +285,8 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 // A scan that stops early costs the keys it visited, not the whole range.
 // A write of fn's that aborts the transaction (a deadlock, say) ends the
 // scan after that call of fn, with an error wrapping the write's, whether
-// or not fn passed the error on or asked to stop.
+// or not fn passed the error on or asked to stop; an fn that ends the
+// transaction (Commit, Rollback) ends the scan with ErrTxnDone.
 // Errors: ErrNilFunction for a nil fn, and Get's other than ErrNotFound
 // and those about the key.
 func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
@@ -416,8 +417,13 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 // ScanKeys', DeleteRange's) has aborted t, or nil: the outer call stops
 // there and returns it, instead of calling the function on for more keys
 // and reporting success, whether or not the function passed the error
-// on.
+// on. A function that ended t (its Commit or Rollback) gets ErrTxnDone, as
+// Update's does: its snapshot and row locks are gone with it, and the
+// call must not read or delete on in an ended transaction.
 func (t *Txn) abortedInCallback() error {
+	if t.done {
+		return ErrTxnDone
+	}
 	if t.err != nil {
 		return wrapf(t.err, "current transaction is aborted")
 	}
