@@ -49,7 +49,9 @@ import (
 // has no checksum of its own (the file's, at the end, covers it), so a
 // file its header refuses is read to the end before that reason is given:
 // if the checksum fails, the reason given is that the file is damaged, not
-// what a damaged header seems to say (another checkpoint, say). The file is replaced atomically, as the control file
+// what a damaged header seems to say (another checkpoint, say). A body
+// that does not decode is read to the end the same way, so that a flipped
+// byte is reported as damage, not as the keys out of order it makes. The file is replaced atomically, as the control file
 // is: written to index.tmp, fsynced, renamed over index, directory fsynced.
 //
 // It also carries what the heap scan at Open used to gather: the free space
@@ -408,6 +410,32 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	crc := crc32.New(castagnoli)
 	br := &bodyReader{r: io.TeeReader(io.LimitReader(r, body), crc), buf: make([]byte, 1<<20)}
 	at := func() int64 { return indexHeaderSize + br.base + int64(br.pos) }
+	// badBody reports what decoding the body found wrong, unless the
+	// file's checksum fails: then the file is damaged, and what decoding
+	// met is a symptom of the damage, not a reason of its own (a flipped
+	// byte in a key reads as keys out of order). The rest of the body is
+	// read for this only when decoding has failed; the index is rebuilt
+	// from the heap anyway.
+	badBody := func(format string, args ...any) error {
+		err := bad(format, args...)
+		if br.err != nil && br.err != io.EOF {
+			return err // a read failed: no checksum to compare
+		}
+		if _, rerr := io.Copy(io.Discard, br.r); rerr != nil {
+			return err
+		}
+		var sum [4]byte
+		if _, rerr := io.ReadFull(r, sum[:]); rerr != nil {
+			return err
+		}
+		got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head)
+		if got == want {
+			return err
+		}
+		stopped := off
+		off = size - 4
+		return bad("the file is damaged: checksum %#x, computed %#x (decoding stopped at offset %d: %s)", got, want, stopped, fmt.Sprintf(format, args...))
+	}
 	key := make([]byte, 0, MaxKeySize)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -454,27 +482,27 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		p := br.fill(maxRecord)
 		shared, n1 := binary.Uvarint(p)
 		if n1 <= 0 {
-			return d, bad("key %d: %v", i, br.short(n1))
+			return d, badBody("key %d: %v", i, br.short(n1))
 		}
 		rest, n2 := binary.Uvarint(p[n1:])
 		if n2 <= 0 {
-			return d, bad("key %d: %v", i, br.short(n2))
+			return d, badBody("key %d: %v", i, br.short(n2))
 		}
 		if shared > uint64(len(key)) || rest > MaxKeySize || shared+rest > MaxKeySize {
-			return d, bad("key %d: %d bytes shared with a key of %d and %d more (max key %d)", i, shared, len(key), rest, MaxKeySize)
+			return d, badBody("key %d: %d bytes shared with a key of %d and %d more (max key %d)", i, shared, len(key), rest, MaxKeySize)
 		}
 		p = p[n1+n2:]
 		if uint64(len(p)) < rest+6 {
-			return d, bad("key %d: %v", i, br.short(0))
+			return d, badBody("key %d: %v", i, br.short(0))
 		}
 		key = append(key[:shared], p[:rest]...)
 		// The previous key is its entry's.
 		if cur != nil && string(key) <= cur.es[len(cur.es)-1].key() {
-			return d, bad("key %d is not greater than the key before it", i)
+			return d, badBody("key %d is not greater than the key before it", i)
 		}
 		tid := readTID(p[rest : rest+6])
 		if tid.Block >= nblocks || int(tid.Slot) >= heap.PageSize {
-			return d, bad("key %d: head %s lies outside a heap of %d blocks", i, tid, nblocks)
+			return d, badBody("key %d: head %s lies outside a heap of %d blocks", i, tid, nblocks)
 		}
 		br.pos += n1 + n2 + int(rest) + 6
 		e := arena.new(key, tid.Pack(), h.keys-i-1)
@@ -496,25 +524,25 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		off = at()
 		p := br.fill(5)
 		if len(p) < 5 {
-			return d, bad("free space entry %d: %v", i, br.short(0))
+			return d, badBody("free space entry %d: %v", i, br.short(0))
 		}
 		b := fsmBlock{blk: binary.LittleEndian.Uint32(p), cat: p[4]}
 		if b.blk >= nblocks || int(b.cat) > fsmEmpty {
-			return d, bad("free space entry %d: block %d category %d (heap of %d blocks)", i, b.blk, b.cat, nblocks)
+			return d, badBody("free space entry %d: block %d category %d (heap of %d blocks)", i, b.blk, b.cat, nblocks)
 		}
 		br.pos += 5
 		d.fsm = append(d.fsm, b)
 	}
 	off = at()
 	if off != size-4 {
-		return d, bad("%d bytes follow the last entry, want 4 (the checksum)", size-off)
+		return d, badBody("%d bytes follow the last entry, want 4 (the checksum)", size-off)
 	}
 	var sum [4]byte
 	if _, err := io.ReadFull(r, sum[:]); err != nil {
 		return d, bad("reading the checksum: %v", noEOF(err))
 	}
 	if got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head); got != want {
-		return d, bad("checksum %#x, computed %#x", got, want)
+		return d, bad("the file is damaged: checksum %#x, computed %#x", got, want)
 	}
 	return d, nil
 }

@@ -160,7 +160,18 @@ func TestIndexFileOpen(t *testing.T) {
 		reason string
 	}{
 		{"missing", nil, "does not exist"},
+		// A flipped bit in the body: whatever decoding then meets (a
+		// key out of order, a head past the heap), the checksum says
+		// the file is damaged, and that is the reason given.
 		{"damaged", func() []byte { b := bytes.Clone(good); b[len(b)/2] ^= 0x40; return b }(), "/db/index offset"},
+		{"damaged body", func() []byte { b := bytes.Clone(good); b[indexHeaderSize] ^= 0x40; return b }(), "the file is damaged: checksum"},
+		// A body that does not decode under a checksum that holds (a
+		// writer's bug, not damage): what decoding met is the reason.
+		{"bytes after the last entry", func() []byte {
+			b := append(bytes.Clone(good[:len(good)-4]), 0, 0, 0)
+			sum := crc32.Update(crc32.Checksum(b[indexHeaderSize:], castagnoli), castagnoli, b[:indexHeaderSize])
+			return binary.LittleEndian.AppendUint32(b, sum)
+		}(), "7 bytes follow the last entry, want 4"},
 		{"checksum", func() []byte { b := bytes.Clone(good); b[len(b)-1] ^= 0x40; return b }(), "checksum"},
 		{"truncated", good[:len(good)-3], "offset"},
 		{"older checkpoint", old, "belongs to the checkpoint"},
