@@ -74,7 +74,10 @@ func decodeControl(b []byte, name string) (controlData, error) {
 	}
 	end := len(b) - 4
 	if want, got := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:]); want != got {
-		return c, fmt.Errorf("%w: %s offset %d: checksum mismatch", ErrCorruption, name, end)
+		// The checksum cannot say which byte is wrong: the damage is
+		// somewhere in the file, the checksum stored at its end
+		// included, so the offset named is the file's start.
+		return c, fmt.Errorf("%w: %s offset 0: checksum mismatch over the file's %d bytes: stored %#08x (at offset %d), computed %#08x", ErrCorruption, name, len(b), got, end, want)
 	}
 	v := binary.LittleEndian.Uint32(b[8:])
 	if !(v == controlVersion && len(b) == controlSize) && !(v == 1 && len(b) == controlSizeV1) {

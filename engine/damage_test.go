@@ -983,3 +983,24 @@ func TestVerifyOldWALDamageBelowRedo(t *testing.T) {
 		t.Fatalf("verify: %s\nwant it to say %q", all, want)
 	}
 }
+
+// A control file with a flipped byte is refused as corruption naming the
+// file from its start: a checksum shows that the file is damaged, not
+// where, so the offset of the stored checksum is not given as the place.
+func TestDamagedControlFile(t *testing.T) {
+	dir := filledAndClosed(t, 10)
+	name := filepath.Join(dir, controlName)
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[20] ^= 0x01 // inside the checkpoint LSN
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	want := name + " offset 0: checksum mismatch over the file's"
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v; want ErrCorruption containing %q", err, want)
+	}
+}
