@@ -119,6 +119,19 @@ func (p *procArray) isRunning(xid uint64) bool {
 	return ok
 }
 
+// unfinished reports whether xid is running or not yet handed out (at or
+// above the next xid): either way an "in progress" in the CLOG is not a
+// crash's. Only an xid below the next one can have crashed; a tuple that
+// names a later one was not written by this database's transactions (a
+// damaged page: Verify reports it), and its inserter is not called aborted.
+func (p *procArray) unfinished(xid uint64) bool {
+	p.mu.Lock()
+	_, ok := p.running[xid]
+	ok = ok || xid >= p.nextXid
+	p.mu.Unlock()
+	return ok
+}
+
 // snapshot takes an MVCC snapshot, as GetSnapshotData.
 func (p *procArray) snapshot() *visibility.Snapshot {
 	p.mu.Lock()

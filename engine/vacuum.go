@@ -853,7 +853,10 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 // without this rule vacuum would keep its versions forever and RelFrozenXid,
 // hence CLOG truncation, could never pass it. No hint is set for such an
 // xid: the CLOG still says in progress, and a hint contradicting the CLOG
-// is what Verify reports as a lost CLOG page.
+// is what Verify reports as a lost CLOG page. An xid at or above the next
+// one is not counted aborted (unfinished): only an xid that was handed out
+// can have crashed, and an aborted xid's tuples are freed by pruning and
+// vacuum.
 func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err error) {
 	xid, cbit, ibit := v.hdr.Xmin, heap.XminCommitted, heap.XminInvalid
 	if xmax {
@@ -887,7 +890,7 @@ func (db *DB) xidState(v *version, xmax bool) (committed, aborted bool, err erro
 		if look == 1 {
 			return false, true, nil
 		}
-		if db.procs.isRunning(xid) {
+		if db.procs.unfinished(xid) {
 			return false, false, nil
 		}
 		// Not running: it ended since the first look (its status is
