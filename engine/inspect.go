@@ -156,13 +156,11 @@ type VerifyReport struct {
 	// no write can use until vacuum frees them after an Open that
 	// rebuilds the key index from the heap; every value a version names
 	// reads as before. Left by a large value's directory lost with its
-	// page, a crash between vacuum's two passes, or a write that failed
-	// or crashed between placing its chunks and its version; otherwise
-	// by a bug. Those of an aborted write also hold vacuum's
-	// RelFrozenXid, and the CLOG's truncation, at their xid: the note
-	// counts them and names the oldest. Not counted: chunks vacuum's
-	// next run frees anyway (an Open that rebuilt the index queued
-	// them), and those of transactions running when Verify began. When
+	// page, or a crash between vacuum's two passes; otherwise by a bug.
+	// Not counted: chunks vacuum's next run frees anyway (an Open that
+	// rebuilt the index queued them, or their writer aborted or crashed:
+	// pruning frees those, named or not), and those of transactions
+	// running when Verify began. When
 	// a heap page or tuple could not be read none are looked for (it
 	// may have named them), and a note says so.
 	Notes        []string

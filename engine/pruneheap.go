@@ -47,7 +47,10 @@ import (
 //     by vacuum, which takes the key's row lock to do it).
 //
 // Out-of-line versions (External) and their chunks are left to vacuum,
-// which frees a version's chunks on their own pages with it.
+// which frees a version's chunks on their own pages with it; but a chunk
+// whose inserter aborted (or crashed) is freed by any prune of its page,
+// whatever names it, as a dead version is (see prunePageLocked for why no
+// one follows a link into its slot).
 //
 // When it runs. A writer whose tuple does not fit on the page it locked
 // prunes that page first, if at least minPrune xmaxes were set on it since
@@ -178,7 +181,7 @@ func (db *DB) pruneWorthwhile(blk uint32, page []byte) bool {
 // pruneResult is what a prune found on its page; the visibility fields
 // are filled in for vacuum only.
 type pruneResult struct {
-	removed int // versions freed
+	removed int // versions freed (chunks not counted)
 	// allVisible: every tuple left is visible to every snapshot;
 	// allFrozen: and none needs the CLOG.
 	allVisible, allFrozen bool
@@ -193,7 +196,8 @@ type pruneResult struct {
 // prunePageLocked prunes buf's page: it frees every version on it that no
 // snapshot can see, cuts the Prev links of versions every snapshot sees,
 // compacts the page and records its free space, in one pruning record
-// (none when there is nothing to free). With vac set it is vacuum's first
+// (none when there is nothing to free). Chunks whose inserter aborted go
+// too. With vac set it is vacuum's first
 // pass on the page (vacuum.go): it also frees out-of-line versions (their
 // chunks go on vac's list), freezes, lists index heads to drop, logs a
 // record for freezing or compaction alone, and says whether the page is
@@ -244,6 +248,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	// reach the next run's queue (keepChunks), which would free them
 	// under a version that still names them.
 	var chunks []pendingChunk
+	abortedChunks := 0 // chunks of aborted writes freed, among pp.unused
 	n := heap.NumSlots(page)
 	for s := 0; s < n; s++ {
 		if heap.SlotState(page, uint16(s)) != heap.LPNormal {
@@ -261,11 +266,15 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		if err != nil {
 			return res, db.corrupt(tid, err)
 		}
-		if hdr.Infomask&heap.Chunk != 0 && vac == nil {
-			continue // chunks go with their version, by vacuum
-		}
+		isChunk := hdr.Infomask&heap.Chunk != 0
 		v := version{tid: tid, hdr: hdr}
 		xc, xa, err := db.xidState(&v, false)
+		if isChunk && vac == nil && (err != nil || !xa) {
+			// Chunks go with their version, by vacuum, but for those
+			// of an aborted write (below); one whose status cannot be
+			// read is left to vacuum, which reports it.
+			continue
+		}
 		if err != nil {
 			return res, err
 		}
@@ -289,7 +298,42 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 			db.stats.hintBitsSet.Add(1)
 		}
 		isFrozen := hdr.Infomask&heap.Frozen != 0
-		if hdr.Infomask&heap.Chunk != 0 {
+		if isChunk && xa {
+			// A chunk whose inserter aborted (or crashed) is garbage
+			// whether or not a version names it, as PostgreSQL's toast
+			// tuples of an aborted transaction are dead tuples: freed
+			// here, by any prune, it holds neither its space nor
+			// RelFrozenXid (and so the CLOG's truncation) past the next
+			// vacuum run. Left to vacuum's chunk pass, one that no
+			// version names (a write that failed or crashed before
+			// placing its version) stayed until an index rebuild.
+			//
+			// Why nobody follows a TID into the slot once another tuple
+			// takes it. Every chunk of a value carries the xmin of the
+			// version naming it (toastValue writes them in one
+			// transaction), so only versions of this aborted xid name
+			// it, and nobody reads such a version's value: readers
+			// read visible versions, writers the newest committed one
+			// or their own (latest), and a transaction reads nothing
+			// once it aborted. Vacuum frees the chunks of a version it
+			// removes, and those of its orphan queue, only while the
+			// slot holds a chunk of the listed xmin (revisit), and no
+			// tuple of an aborted xid is written again. xidState calls
+			// an xid aborted only from the CLOG, or when it was handed
+			// out and is no longer running: a writer's chunks are never
+			// freed here. A directory's data chunks carry its xmin and
+			// are freed where they lie. Verify does not check an
+			// aborted version's pointer (toastCheck.Report), and the
+			// index rebuild counts a chunk named only by a pointer or
+			// directory of its xmin, so a version left naming freed
+			// slots (an index head, or out of line, both left to
+			// vacuum; or a crash came first) is no damage, and vacuum
+			// removes it later, finding its chunks gone.
+			pp.unused = append(pp.unused, uint16(s))
+			abortedChunks++
+			continue
+		}
+		if isChunk {
 			// Chunks go with their version (vacuum's second pass);
 			// vacuum freezes them, whatever becomes of the version, so
 			// that RelFrozenXid can pass them.
@@ -301,11 +345,6 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 			case xc && !isFrozen && hdr.Xmin < cutoff:
 				pp.freeze = append(pp.freeze, freezeOp{slot: uint16(s), infomask: heap.TupleInfomask(raw) | heap.Frozen | heap.XminCommitted, xmax: hdr.Xmax})
 				vac.st.ChunksFrozen++
-			case xa:
-				// Garbage, freed with its version, or as an orphan: it
-				// holds RelFrozenXid back only if it outlives the run.
-				res.allFrozen = false
-				vac.abortedChunks = append(vac.abortedChunks, abortedChunk{tid.Pack(), hdr.Xmin})
 			case !isFrozen:
 				res.allFrozen = false
 				res.oldestXid = min(res.oldestXid, hdr.Xmin)
@@ -438,7 +477,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
 	}
 	setHint()
-	res.removed = len(pp.unused)
+	res.removed = len(pp.unused) - abortedChunks
 	switch cause {
 	case pruneByUpdate:
 		db.stats.prunesByUpdate.Add(1)
@@ -449,6 +488,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	case pruneByVacuum:
 		vac.st.PagesPruned++
 		vac.st.TuplesRemoved += uint64(res.removed)
+		vac.st.ChunksRemoved += uint64(abortedChunks)
 		vac.st.TuplesFrozen += uint64(frozen)
 	}
 	if cause != pruneByVacuum {

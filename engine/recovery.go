@@ -684,9 +684,12 @@ const zeroDamagedHint = "the key index is rebuilt from every heap page, and Open
 // buffer pool refuses such a page when it reads it (poolStorage).
 func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	// Chunks, and the chunks some version's external pointer names: the
-	// difference are orphans for the next vacuum (vacuum.go).
+	// difference are orphans for the next vacuum (vacuum.go). A pointer
+	// or directory names a slot only with its own xmin, which every chunk
+	// of its value carries: an aborted version may name slots pruning
+	// freed and another value's chunk took since (prunePageLocked).
 	var chunks []orphanChunk
-	usedChunks := make(map[uint64]struct{})
+	usedChunks := make(map[orphanChunk]struct{})
 	relFrozenXid := uint64(math.MaxUint64)
 	// Dead versions, for autovacuum: the debt a restart must not forget
 	// (PostgreSQL's pgstat loses n_dead_tup after a crash).
@@ -752,7 +755,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 							break
 						}
 						for _, c := range ctids {
-							usedChunks[c.Pack()] = struct{}{}
+							usedChunks[orphanChunk{c, h.Xmin}] = struct{}{}
 						}
 					}
 					continue
@@ -764,7 +767,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 						break
 					}
 					for _, c := range ctids {
-						usedChunks[c.Pack()] = struct{}{}
+						usedChunks[orphanChunk{c, h.Xmin}] = struct{}{}
 					}
 				}
 				if h.Xmax != 0 {
@@ -813,7 +816,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	db.vac.orphansMu.Lock()
 	db.vac.orphans = nil
 	for _, c := range chunks {
-		if _, ok := usedChunks[c.tid.Pack()]; !ok {
+		if _, ok := usedChunks[c]; !ok {
 			db.vac.orphans = append(db.vac.orphans, c)
 		}
 	}

@@ -23,7 +23,7 @@ import (
 // db.vac.mu.
 func vacuumPassOne(t *testing.T, db *DB) *vacuumRun {
 	t.Helper()
-	v := &vacuumRun{db: db, ctx: context.Background(), ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}, freed: map[uint64]bool{}}
+	v := &vacuumRun{db: db, ctx: context.Background(), ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
 	v.st.OldestXmin = db.oldestXmin()
 	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
 	for blk := uint32(0); blk < db.pool.NBlocks(); blk++ {

@@ -275,7 +275,8 @@ func (db *DB) detoastPrefix(ptr []byte, n int, at heap.TID, xmin uint64) ([]byte
 //
 // The xmin check is the chunk's proof of ownership, as PostgreSQL's toast
 // chunks carry their value's id: a chunk slot is reused only after vacuum
-// freed it with the version naming it, except on a page
+// freed it with the version naming it, or pruning freed it as an aborted
+// write's (whose version nobody reads), except on a page
 // zero_damaged_pages emptied, where the slots of lost chunks take new
 // tuples while versions elsewhere still name them.
 //
@@ -381,10 +382,11 @@ type toastCheck struct {
 
 // notedPointer is a pointer toastCheck noted, with the xmin of the
 // version holding it, which every chunk of its value must carry
-// (appendChunk).
+// (appendChunk), and the version's infomask (its hint bits).
 type notedPointer struct {
 	toastPointer
-	xmin uint64
+	xmin     uint64
+	infomask uint16
 }
 
 // notedChunk is a chunk tuple toastCheck noted.
@@ -426,7 +428,7 @@ func (c *toastCheck) Note(problem verify.Problemf, tid heap.TID, h heap.TupleHea
 		if c.pointers == nil {
 			c.pointers = make(map[heap.TID]notedPointer)
 		}
-		c.pointers[tid] = notedPointer{p, h.Xmin}
+		c.pointers[tid] = notedPointer{p, h.Xmin, h.Infomask}
 	}
 }
 
@@ -446,16 +448,17 @@ const maxOrphansNamed = 20
 //
 // Not reported, whoever names them: chunks of a transaction in progress
 // when Verify began (toastValue places a value's chunks before the version
-// that names them). Nothing is reported when any tuple could not be read
+// that names them), and those of an aborted one, which any prune of their
+// page frees (prunePageLocked) and vacuum's next run does for sure: not
+// leaked. Nothing is reported when any tuple could not be read
 // (unread) or a pointer or directory did not decode: what they name is
 // unknown, and a chunk they name would be called an orphan.
 //
 // Who leaves orphans: a directory lost with its page (zero_damaged_pages)
 // after the delete of its value (vacuum frees the directory's slot, but
 // cannot know the data chunks it listed); a crash between vacuum's two
-// passes, with an index file to open from; a write that failed or
-// crashed between placing its value's chunks and its version. An Open
-// that rebuilds the index from the heap finds them all for vacuum.
+// passes, with an index file to open from. An Open that rebuilds the index
+// from the heap finds them all for vacuum.
 func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 	if len(c.chunks) == 0 {
 		return 0, 0
@@ -496,35 +499,24 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 	}
 	var orphans []heap.TID
 	var bytes int64
-	aborted, oldestAborted := 0, uint64(0)
 	state := make(map[heap.TID]string)
 	for tid, ch := range c.chunks {
 		if named[ref{tid, ch.xmin}] || (c.begun != nil && c.begun.XidInProgress(ch.xmin)) {
 			continue
 		}
+		st, aborted := c.xminState(ch)
+		if aborted {
+			continue // garbage vacuum frees, not leaked
+		}
 		orphans = append(orphans, tid)
 		bytes += int64(ch.size)
-		st := c.xminState(ch)
 		state[tid] = st
-		if st == "aborted" {
-			if aborted == 0 || ch.xmin < oldestAborted {
-				oldestAborted = ch.xmin
-			}
-			aborted++
-		}
 	}
 	if len(orphans) == 0 {
 		return 0, 0
 	}
 	slices.SortFunc(orphans, func(a, b heap.TID) int { return cmp.Compare(a.Pack(), b.Pack()) })
-	pinned := ""
-	if aborted > 0 {
-		// Vacuum counts an aborted chunk it did not free against
-		// RelFrozenXid (vacuum.go), so the CLOG is not truncated past
-		// it either.
-		pinned = fmt.Sprintf("; %d of them of transactions that aborted, which hold vacuum's RelFrozenXid, and the CLOG's truncation, at or below xid %d until then", aborted, oldestAborted)
-	}
-	note("%d out-of-line value chunks (%d bytes) that no version names: space leaked, not damage (no value a version names is affected); vacuum frees them after an Open that rebuilds the key index from the heap (close the database, remove its index file, open it, vacuum)%s", len(orphans), bytes, pinned)
+	note("%d out-of-line value chunks (%d bytes) that no version names: space leaked, not damage (no value a version names is affected); vacuum frees them after an Open that rebuilds the key index from the heap (close the database, remove its index file, open it, vacuum)", len(orphans), bytes)
 	for i, tid := range orphans {
 		if i == maxOrphansNamed {
 			note("%d more chunks that no version names", len(orphans)-maxOrphansNamed)
@@ -540,31 +532,41 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 	return len(orphans), bytes
 }
 
-// xminState names what became of an orphan chunk's writer: committed (its
-// value lost its version or directory since), or aborted (its write failed
-// or crashed before placing the version; in progress and not running is a
-// crash's).
-func (c *toastCheck) xminState(ch notedChunk) string {
-	switch {
-	case ch.infomask&heap.Frozen != 0:
-		return "committed, frozen"
-	case ch.infomask&heap.XminInvalid != 0:
-		return "aborted"
-	}
-	ok, err := c.db.didCommit(ch.xmin)
+// xminState names what became of an orphan chunk's writer, and says
+// whether it aborted (or crashed: in progress and not running), as pruning
+// decides it (xidState): such a chunk is no orphan. An orphan's writer
+// committed (its value lost its version or directory since).
+func (c *toastCheck) xminState(ch notedChunk) (string, bool) {
+	return c.db.xminStateOf(ch.xmin, ch.infomask)
+}
+
+// xminStateOf is xminState for a tuple with xmin and infomask.
+func (db *DB) xminStateOf(xmin uint64, infomask uint16) (string, bool) {
+	v := version{hdr: heap.TupleHeader{Xmin: xmin, Infomask: infomask}}
+	committed, aborted, err := db.xidState(&v, false)
 	switch {
 	case err != nil:
-		return "status unknown: " + err.Error()
-	case ok:
-		return "committed"
+		return "status unknown: " + err.Error(), false
+	case aborted:
+		return "aborted", true
+	case committed && infomask&heap.Frozen != 0:
+		return "committed, frozen", false
+	case committed:
+		return "committed", false
 	}
-	return "aborted"
+	return "in progress", false
 }
 
 // Report checks what Note recorded against the heap: kind(tid) says
 // whether the slot holds a chunk tuple and whether it is a directory;
 // skip(tid) is true for a slot on a page that could not be read. It
 // returns the pointer tuples with a chunk or directory in such a slot.
+//
+// The pointer of a version whose inserter aborted (or crashed) is not
+// checked: pruning frees such a version's chunks on their own pages,
+// before vacuum removes the version (prunePageLocked), so it may name
+// slots that are empty or hold another value's chunks, and nobody reads
+// its value.
 func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, dir bool, xmin uint64), skip func(heap.TID) bool) map[heap.TID]bool {
 	lost := map[heap.TID]bool{}
 	const maxReported = 20
@@ -575,6 +577,9 @@ func (c *toastCheck) Report(report verify.Problemf, kind func(heap.TID) (chunk, 
 		}
 	}
 	for tid, p := range c.pointers {
+		if _, aborted := c.db.xminStateOf(p.xmin, p.infomask); aborted {
+			continue
+		}
 		for i, t := range p.tids {
 			if skip(t) {
 				lost[tid] = true

@@ -35,7 +35,9 @@ import (
 // lock) and in the same one-page record, and besides:
 //
 //   - out-of-line versions that no snapshot sees go too, and their chunks,
-//     which live on other pages, are listed for pass 2;
+//     which live on other pages, are listed for pass 2 (chunks whose
+//     inserter aborted are freed where they lie, by this prune as by any,
+//     so those of an aborted version may be gone when pass 2 comes);
 //   - committed xmins below the freeze cutoff (OldestXmin -
 //     vacuum_freeze_min_age) get the Frozen and XminCommitted bits, and
 //     aborted xmaxes below it are cleared, so that nothing below the cutoff
@@ -263,7 +265,7 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	db.vac.mu.Lock()
 	defer db.vac.mu.Unlock()
 	begin := time.Now()
-	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}, freed: map[uint64]bool{}}
+	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
 	v.st.OldestXmin = db.oldestXmin()
 	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
 	prevFrozen := db.vac.relFrozenXid.Load()
@@ -329,14 +331,6 @@ type vacuumRun struct {
 	st   VacuumStats
 	// work is what pass 1 left for pass 2, by block.
 	work map[uint32]*pageWork
-	// abortedChunks are chunks whose inserter aborted, and freed the
-	// chunks pass 2 freed: those not freed count against RelFrozenXid.
-	abortedChunks []abortedChunk
-	freed         map[uint64]bool
-}
-
-type abortedChunk struct {
-	tid, xmin uint64
 }
 
 // chunkRef is a chunk to free: its slot on the page, and the xmin it must
@@ -486,11 +480,6 @@ func (v *vacuumRun) run() error {
 		}
 	}
 	v.keepChunks() // what a damaged directory listed past the rounds above
-	for _, c := range v.abortedChunks {
-		if !v.freed[c.tid] {
-			v.st.RelFrozenXid = min(v.st.RelFrozenXid, c.xmin)
-		}
-	}
 	return nil
 }
 
@@ -736,7 +725,8 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	// Each slot is checked again under the page lock: a head must still
 	// be the version pass 1 saw, by key and xmin (the row lock keeps
 	// writers off, and pruning never frees an index head), a chunk still
-	// a chunk (only vacuum frees chunks, and runs are serialized).
+	// a chunk of the listed xmin (pruning frees the chunks of aborted
+	// writes, and a slot it freed may hold another value's chunk since).
 	var done []move
 	for _, m := range moves {
 		raw, err := heap.Tuple(page, m.slot)
@@ -803,11 +793,6 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	}
 	logged = true
 	v.st.ChunksRemoved += uint64(len(pp.unused) - len(done))
-	if !heads {
-		for _, s := range pp.unused {
-			v.freed[heap.TID{Block: blk, Slot: s}.Pack()] = true
-		}
-	}
 	for _, c := range staged {
 		cw := v.pageWork(c.tid.Block)
 		cw.chunks = append(cw.chunks, chunkRef{c.tid.Slot, c.xmin})
