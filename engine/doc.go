@@ -186,8 +186,16 @@
 // PostgreSQL's TOAST_TUPLE_THRESHOLD) is cut into data chunks, each a chunk
 // tuple of up to a page, written before the version's
 // tuple by the same transaction, so that a crash or a rollback in the
-// middle leaves chunks no committed version names (freed by vacuum) and
-// never part of a value. The version's tuple holds a pointer. Up to 130
+// middle leaves chunks no committed version names and never part of a
+// value. Every chunk carries its writer's xid, so a chunk whose writer
+// aborted (or crashed) is garbage whatever names it, as the aborted
+// version is, and the next prune of its page frees it, vacuum's or a
+// reader's or writer's: no snapshot reads an aborted version's value, and
+// nothing frees or reads a chunk slot without checking that it still holds
+// a chunk of the expected xid. So such chunks hold neither space nor
+// VacuumStats.RelFrozenXid (and with it the CLOG's truncation) past a
+// vacuum run, whether or not the write got as far as placing its version.
+// The version's tuple holds a pointer. Up to 130
 // chunks of 8,128 bytes (1 MiB) the pointer lists every chunk TID, 6 bytes
 // each: the
 // format values had when 1 MiB was the limit, still written for them, so
