@@ -224,7 +224,7 @@ func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
 			t.Errorf("segment 1 after Open: %v, %v; want it empty", fi2, err)
 		}
 		log := logged.String()
-		if !strings.Contains(log, "the later ones hold only pages of zeros") || !strings.Contains(log, filepath.Join(d, heapDir, "00000000")) ||
+		if !strings.Contains(log, "the later ones hold nothing but pages of zeros") || !strings.Contains(log, filepath.Join(d, heapDir, "00000000")) ||
 			!strings.Contains(log, filepath.Join(d, heapDir, "00000001")) {
 			t.Errorf("log does not name the short segment and the later one:\n%s", log)
 		}
