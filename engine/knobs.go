@@ -174,10 +174,10 @@ type Setting struct {
 // Set parses v as the setting's text and stores it in o, in the form
 // Options takes (the setting's 0 for commit_siblings, for example, as
 // NoCommitSiblings). The error wraps ErrInvalidSetting and says what the
-// setting takes. v is taken as it is: spaces before or after it are
-// refused (untrimmed), as PostgreSQL's SET refuses ' on' for a boolean;
-// a caller reading values from a file or a command line where such
-// spaces are noise trims them itself.
+// setting takes. v is taken as it is: spaces (any Unicode white space)
+// before or after it are refused, as PostgreSQL's SET refuses ' on' for a
+// boolean; a caller reading values from a file or a command line where
+// such spaces are noise trims them itself.
 // On error o is left as it was.
 func (s Setting) Set(o *Options, v string) error {
 	if err := untrimmed(s.Name, v); err != nil {
