@@ -157,8 +157,8 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeIndexFile writes the index, the free space map, the orphan chunks
-// and the vacuum counters to the index file for the checkpoint with the
+// writeIndexFile writes the index, the free space map and the vacuum
+// counters (not the orphan chunks, which stay in memory: see above) to the index file for the checkpoint with the
 // given redo point and record LSN. The caller is the checkpoint, after the
 // redo point was chosen; the index is read in batches, so writers are not
 // held off. The file is replaced atomically and durably.
@@ -639,8 +639,8 @@ func (db *DB) noteRedoTouched(blk uint32, page []byte) {
 }
 
 // openIndex loads the index file after redo and applies the key changes
-// redo met, then restores the free space map, the orphan chunks and the
-// vacuum counters the file carries. bulkLSN is the LSN of the last bulk
+// redo met, then restores the free space map and the vacuum counters the
+// file carries (orphan chunks are found only by a rebuild from the heap). bulkLSN is the LSN of the last bulk
 // load commit redo replayed (0: none); the file of a checkpoint whose redo
 // point is not past it is not used. It returns why the file was not used
 // ("" when it was), in which case the caller rebuilds from the heap; the

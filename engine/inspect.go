@@ -160,7 +160,7 @@ type VerifyReport struct {
 	// Not counted: chunks vacuum's next run frees anyway (an Open that
 	// rebuilt the index queued them, or their writer aborted or crashed:
 	// pruning frees those, named or not), and those of transactions
-	// running when Verify began. When
+	// running when Verify began or begun since. When
 	// a heap page or tuple could not be read none are looked for (it
 	// may have named them), and a note says so.
 	Notes        []string
@@ -207,9 +207,9 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // restored from a copy, shows there); and files the WAL, CLOG, heap and
 // visibility map directories do not own. Out-of-line value chunks that
 // nothing names are reported as Notes: leaked space, not damage. Chunks
-// of transactions running when Verify began are not counted (a writer
-// places a value's chunks before its version), so writers do not make
-// that finding false.
+// of transactions running when Verify began, or begun since, are not
+// counted (a writer places a value's chunks before its version), so
+// writers do not make that finding false.
 //
 // It waits for Open's background check of the heap pages, if one runs,
 // then takes a checkpoint, so it needs a writable database. It holds

@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// errPrefix begins the text of every error the engine returns, its
-// sentinels' included.
+// errPrefix begins the text of the engine's sentinel errors and of the
+// errors wrapf builds (not yet of every error the engine returns: some
+// I/O failures still read "read <file>: ..." or "checkpoint: ...").
 const errPrefix = "mvkv: "
 
 // prefixedError is an error of the engine that says what it was doing

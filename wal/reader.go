@@ -105,7 +105,9 @@ func NewReader(fsys vfs.FS, dir string, start LSN) (*Reader, error) {
 		i = 0
 	}
 	// A start on a segment boundary is the End of a full previous segment;
-	// read from there so a bad next segment is an end, not an error.
+	// read from there, so that the next segment is judged as the end of
+	// that one (absent or prepared ahead: the end of the log; damaged:
+	// corruption, see badHeader), as a read that crossed into it would.
 	if start != 0 && segs[i] == start && i > 0 {
 		if h, err := r.peekHeader(segs[i-1]); err == nil && h.start+LSN(h.size) == start {
 			i--
