@@ -464,7 +464,8 @@ func (t *Txn) Delete(key []byte) error {
 // row version (EvalPlanQual), so concurrent increments are never lost. Under
 // REPEATABLE READ a version newer than the snapshot gives
 // ErrSerializationFailure. An error from fn is returned as it is and leaves
-// the transaction usable. If fn panics, nothing is written and the panic
+// the transaction usable, unless a call fn made in t had aborted it (that
+// call's error said so): then t stays aborted. If fn panics, nothing is written and the panic
 // goes on up through Update; the transaction keeps key's row lock until it
 // ends (DB.Update and DB.View roll back a transaction whose function
 // panics). fn runs holding key's row lock (and no other lock
