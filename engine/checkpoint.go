@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"time"
 
 	"mvkv/wal"
@@ -126,7 +125,7 @@ func (db *DB) checkpointLocked() error {
 	// checkpoint tries again.
 	keys, size, err := db.writeIndexFile(redo, start, id)
 	if err != nil {
-		return fmt.Errorf("checkpoint: writing the index file: %w", err)
+		return wrapf(err, "checkpoint: writing the index file")
 	}
 	db.stats.indexFileKeys.Store(keys)
 	db.stats.indexFileBytes.Store(uint64(size))

@@ -136,7 +136,7 @@ func readControl(fsys vfs.FS, dir string) (c controlData, found bool, err error)
 	defer f.Close()
 	b := make([]byte, size)
 	if _, err := f.ReadAt(b, 0); err != nil {
-		return c, false, fmt.Errorf("read %s: %w", name, err)
+		return c, false, wrapf(err, "read %s", name)
 	}
 	c, err = decodeControl(b, name)
 	return c, err == nil, err

@@ -6,8 +6,9 @@ import (
 )
 
 // errPrefix begins the text of the engine's sentinel errors and of the
-// errors wrapf builds (not yet of every error the engine returns: some
-// I/O failures still read "read <file>: ..." or "checkpoint: ...").
+// errors wrapf builds, which is nearly every error the engine returns
+// (a failed write of the control file, for one, reads "write <file>: ...",
+// the text of the I/O failure that wraps it).
 const errPrefix = "mvkv: "
 
 // prefixedError is an error of the engine that says what it was doing
