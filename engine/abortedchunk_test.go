@@ -20,24 +20,11 @@ import (
 func chunksOf(t *testing.T, db *DB, xmin uint64) []heap.TID {
 	t.Helper()
 	var out []heap.TID
-	for blk := range db.pool.NBlocks() {
-		buf, err := db.pool.Get(blk)
-		if err != nil {
-			t.Fatal(err)
+	eachHeapTuple(t, db, func(tid heap.TID, raw []byte) {
+		if heap.TupleInfomask(raw)&heap.Chunk != 0 && heap.TupleXmin(raw) == xmin {
+			out = append(out, tid)
 		}
-		buf.RLock()
-		page := buf.Page()
-		if !heap.IsNew(page) {
-			for s := range heap.NumSlots(page) {
-				raw, err := heap.Tuple(page, uint16(s))
-				if err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 && heap.TupleXmin(raw) == xmin {
-					out = append(out, heap.TID{Block: blk, Slot: uint16(s)})
-				}
-			}
-		}
-		buf.RUnlock()
-		buf.Release()
-	}
+	})
 	return out
 }
 
@@ -143,20 +130,7 @@ func TestPruneByReadFreesAbortedChunks(t *testing.T) {
 		t.Fatalf("%d chunks of a 3,000-byte value, want 1", len(chunks))
 	}
 	c := chunks[0]
-	buf, err := db.pool.Get(c.Block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.ckptInterlock.RLock()
-	buf.Lock()
-	res, err := db.prunePageLocked(buf, pruneByRead, nil)
-	buf.Unlock()
-	db.ckptInterlock.RUnlock()
-	buf.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.removed != 0 {
+	if res := pruneBlockForTest(t, db, c.Block); res.removed != 0 {
 		t.Errorf("the prune counted %d versions removed; the chunk is none", res.removed)
 	}
 	if left := chunksOf(t, db, xid); len(left) != 0 {

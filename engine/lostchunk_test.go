@@ -82,10 +82,11 @@ func (db *DB) chunkXmin(tid heap.TID) uint64 {
 	return heap.TupleXmin(raw)
 }
 
-// chunkTuples counts the chunk tuples on the heap's pages.
-func chunkTuples(t *testing.T, db *DB) int {
+// eachHeapTuple calls fn for each tuple on the heap's pages that reads, in
+// block and slot order, under the page's share lock: fn must not touch the
+// buffer pool.
+func eachHeapTuple(t *testing.T, db *DB, fn func(tid heap.TID, raw []byte)) {
 	t.Helper()
-	n := 0
 	for blk := range db.pool.NBlocks() {
 		buf, err := db.pool.Get(blk)
 		if err != nil {
@@ -95,14 +96,25 @@ func chunkTuples(t *testing.T, db *DB) int {
 		page := buf.Page()
 		if !heap.IsNew(page) {
 			for s := range heap.NumSlots(page) {
-				if raw, err := heap.Tuple(page, uint16(s)); err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 {
-					n++
+				if raw, err := heap.Tuple(page, uint16(s)); err == nil {
+					fn(heap.TID{Block: blk, Slot: uint16(s)}, raw)
 				}
 			}
 		}
 		buf.RUnlock()
 		buf.Release()
 	}
+}
+
+// chunkTuples counts the chunk tuples on the heap's pages.
+func chunkTuples(t *testing.T, db *DB) int {
+	t.Helper()
+	n := 0
+	eachHeapTuple(t, db, func(_ heap.TID, raw []byte) {
+		if heap.TupleInfomask(raw)&heap.Chunk != 0 {
+			n++
+		}
+	})
 	return n
 }
 

@@ -34,8 +34,9 @@ func vacuumPassOne(t *testing.T, db *DB) *vacuumRun {
 	return v
 }
 
-// pruneBlockForTest prunes block blk as a reader that finds it full would.
-func pruneBlockForTest(t *testing.T, db *DB, blk uint32) {
+// pruneBlockForTest prunes block blk as a reader that finds it full would,
+// and returns what the prune did.
+func pruneBlockForTest(t *testing.T, db *DB, blk uint32) pruneResult {
 	t.Helper()
 	buf, err := db.pool.Get(blk)
 	if err != nil {
@@ -51,6 +52,7 @@ func pruneBlockForTest(t *testing.T, db *DB, blk uint32) {
 		t.Fatal(err)
 	}
 	t.Logf("prune of block %d: removed %d", blk, res.removed)
+	return res
 }
 
 // TestVacuumPassTwoKeepsNewVersionInDeletedHeadSlot: pass 1 lists a head

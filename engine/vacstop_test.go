@@ -60,35 +60,21 @@ func queuedNamed(t *testing.T, db *DB) {
 		queued[c] = true
 	}
 	db.vac.orphansMu.Unlock()
-	for blk := range db.pool.NBlocks() {
-		buf, err := db.pool.Get(blk)
+	eachHeapTuple(t, db, func(tid heap.TID, raw []byte) {
+		h, _, val, err := heap.DecodeTuple(raw)
+		if err != nil || h.Infomask&heap.External == 0 || h.Infomask&heap.Chunk != 0 {
+			return
+		}
+		ctids, err := chunkTIDs(val)
 		if err != nil {
-			t.Fatal(err)
+			return
 		}
-		buf.RLock()
-		page := buf.Page()
-		for s := 0; !heap.IsNew(page) && s < heap.NumSlots(page); s++ {
-			raw, err := heap.Tuple(page, uint16(s))
-			if err != nil {
-				continue
-			}
-			h, _, val, err := heap.DecodeTuple(raw)
-			if err != nil || h.Infomask&heap.External == 0 || h.Infomask&heap.Chunk != 0 {
-				continue
-			}
-			ctids, err := chunkTIDs(val)
-			if err != nil {
-				continue
-			}
-			for _, c := range ctids {
-				if queued[orphanChunk{c, h.Xmin}] {
-					t.Errorf("chunk %s is queued for freeing, but version %s still names it", c, heap.TID{Block: blk, Slot: uint16(s)})
-				}
+		for _, c := range ctids {
+			if queued[orphanChunk{c, h.Xmin}] {
+				t.Errorf("chunk %s is queued for freeing, but version %s still names it", c, tid)
 			}
 		}
-		buf.RUnlock()
-		buf.Release()
-	}
+	})
 }
 
 // TestVacuumStoppedKeepsChunks: a run that stops during its first pass
