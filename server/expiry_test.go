@@ -504,22 +504,32 @@ func TestExpiredKeysCountedOnceAcrossRollback(t *testing.T) {
 	}
 }
 
+// commitFailure is a way a connection's commit ends: fail, run just
+// before the commit (plain, or pipelined with CommitAsync), and the error
+// the commit then returns.
+type commitFailure struct {
+	name      string
+	pipelined bool
+	fail      func(s *Server, cancel context.CancelFunc)
+	want      error
+}
+
+// commitFailsBeforeRecord are the failures that come before the commit
+// record exists, so that the commit certainly wrote nothing: the database
+// closed, the connection's context ended.
+var commitFailsBeforeRecord = []commitFailure{
+	{"closed", false, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
+	{"closed, pipelined", true, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
+	{"cancelled", false, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
+	{"cancelled, pipelined", true, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
+}
+
 // A commit that fails before its commit record exists committed nothing,
 // so the expired keys its transaction deleted are taken off expired_keys,
 // as a rollback's are: here the database is closed under the transaction,
 // or the connection's context ends, before Commit or CommitAsync.
 func TestExpiredKeysUncountedWhenCommitFailsBeforeRecord(t *testing.T) {
-	for _, c := range []struct {
-		name      string
-		pipelined bool
-		fail      func(s *Server, cancel context.CancelFunc)
-		want      error
-	}{
-		{"closed", false, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
-		{"closed, pipelined", true, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
-		{"cancelled", false, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
-		{"cancelled, pipelined", true, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
-	} {
+	for _, c := range commitFailsBeforeRecord {
 		t.Run(c.name, func(t *testing.T) {
 			s, cn := unservedConn(t)
 			ctx, cancel := context.WithCancel(context.Background())

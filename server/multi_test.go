@@ -607,19 +607,10 @@ func TestWatchUndoneWhenErrorAborts(t *testing.T) {
 // key would otherwise have its EXEC aborted by a write that never
 // happened. A commit that succeeds keeps the bump.
 func TestWatchBumpUndoneWhenCommitWritesNothing(t *testing.T) {
-	for _, c := range []struct {
-		name      string
-		pipelined bool
-		fail      func(s *Server, cancel context.CancelFunc)
-		want      error
-	}{
+	for _, c := range append([]commitFailure{
 		{"committed", false, func(*Server, context.CancelFunc) {}, nil},
 		{"committed, pipelined", true, func(*Server, context.CancelFunc) {}, nil},
-		{"closed", false, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
-		{"closed, pipelined", true, func(s *Server, _ context.CancelFunc) { s.db.Close() }, engine.ErrClosed},
-		{"cancelled", false, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
-		{"cancelled, pipelined", true, func(_ *Server, cancel context.CancelFunc) { cancel() }, context.Canceled},
-	} {
+	}, commitFailsBeforeRecord...) {
 		t.Run(c.name, func(t *testing.T) {
 			s, cn := unservedConn(t)
 			ctx, cancel := context.WithCancel(context.Background())
