@@ -198,24 +198,9 @@ func TestTornTailWarningCountsRecordsAfterTheDamage(t *testing.T) {
 	copyDir(t, src, dir)
 	db.Close()
 
-	name, off := wal.SegmentFile(flushed, size)
-	seg := filepath.Join(dir, walDir, name)
-	b, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const zeroed = 8 << 10
-	clear(b[off : off+zeroed])
-	if err := os.WriteFile(seg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var logged strings.Builder
-	db, err = Open(dir, Options{Autovacuum: noAutovacuum, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	ri := db.Recovery()
-	db.Close()
+	editWAL(t, dir, flushed, size, func(b []byte) { clear(b[:zeroed]) })
+	ri, logged := recoverLogged(t, dir)
 	if ri.EndLSN != uint64(flushed) {
 		t.Fatalf("EndLSN %s, want %s, where the zeros begin", wal.LSN(ri.EndLSN), flushed)
 	}
@@ -335,23 +320,8 @@ func TestTornTailWarningNamesFileAndOffset(t *testing.T) {
 	copyDir(t, src, dir)
 	db.Close()
 
-	name, off := wal.SegmentFile(end-4, size)
-	seg := filepath.Join(dir, walDir, name)
-	b, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[off] ^= 0xFF
-	if err := os.WriteFile(seg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var logged strings.Builder
-	db, err = Open(dir, Options{Autovacuum: noAutovacuum, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	ri := db.Recovery()
-	db.Close()
+	editWAL(t, dir, end-4, size, func(b []byte) { b[0] ^= 0xFF })
+	ri, logged := recoverLogged(t, dir)
 	if ri.EndLSN < uint64(before) || ri.EndLSN >= uint64(end) || ri.DroppedBytes == 0 {
 		t.Fatalf("RecoveryInfo %+v: want the log cut inside the last transaction's records, %s to %s", ri, before, end)
 	}
@@ -360,4 +330,34 @@ func TestTornTailWarningNamesFileAndOffset(t *testing.T) {
 	if !strings.Contains(logged.String(), "cut off torn WAL tail") || !strings.Contains(logged.String(), want) {
 		t.Fatalf("log does not say %q:\n%s", want, logged.String())
 	}
+}
+
+// editWAL changes, with edit, the bytes of the stopped database dir's WAL
+// from lsn to the end of its segment (segments of size bytes).
+func editWAL(t *testing.T, dir string, lsn wal.LSN, size int64, edit func(b []byte)) {
+	t.Helper()
+	name, off := wal.SegmentFile(lsn, size)
+	seg := filepath.Join(dir, walDir, name)
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(b[off:])
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recoverLogged opens and closes dir, and returns what recovery reported
+// and what it logged.
+func recoverLogged(t *testing.T, dir string) (RecoveryInfo, *strings.Builder) {
+	t.Helper()
+	var logged strings.Builder
+	db, err := Open(dir, Options{Autovacuum: noAutovacuum, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ri := db.Recovery()
+	db.Close()
+	return ri, &logged
 }
