@@ -1105,25 +1105,37 @@ func (w *Writer) preparer() {
 		case <-w.stop:
 			return
 		case seg := <-w.prepReq:
-			w.prepMu.Lock()
-			if !segmentReady(w.fs, w.dir, seg, w.segSize) {
-				err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), w.tag, w.stop)
-				switch {
-				case errors.Is(err, errNameNotDurable):
-					// The segment stands under its final name, which a
-					// crash may take away with every record written into
-					// it. A failed fsync is not retried (PostgreSQL
-					// PANICs on one here): the log takes no more
-					// records, set before prepMu is let go so that no
-					// switch into the segment can come first.
-					w.fail(err)
-					w.logger.Error("wal: preparing the next segment failed; the log accepts no more records", "segment", segmentName(seg), "err", err)
-				case err != nil && !errors.Is(err, errStopped):
-					w.logger.Warn("wal: preparing the next segment failed; it will be created on switch", "segment", segmentName(seg), "err", err)
-				}
-			}
-			w.prepMu.Unlock()
+			w.prepare(seg)
 		}
+	}
+}
+
+// prepare creates segment seg for a later switch, unless it is ready or
+// the log has already moved into it or past it. A request can be served
+// that late (the preparer waits for prepMu, and for the CPU, while the
+// flusher creates the segment inline and writes on): by then a checkpoint
+// may have removed the segment (RemoveSegmentsBefore), and created again
+// it would stand as an empty segment below the log, which a Reader
+// starting before the redo point (Verify's check of the whole log,
+// waldump) reports as lost records.
+func (w *Writer) prepare(seg LSN) {
+	w.prepMu.Lock()
+	defer w.prepMu.Unlock()
+	if seg <= LSN(w.curSegA.Load()) || segmentReady(w.fs, w.dir, seg, w.segSize) {
+		return
+	}
+	err := createSegment(w.fs, w.dir, seg, w.segSize, w.durableMark(), w.tag, w.stop)
+	switch {
+	case errors.Is(err, errNameNotDurable):
+		// The segment stands under its final name, which a crash may
+		// take away with every record written into it. A failed fsync
+		// is not retried (PostgreSQL PANICs on one here): the log takes
+		// no more records, set before prepMu is let go so that no
+		// switch into the segment can come first.
+		w.fail(err)
+		w.logger.Error("wal: preparing the next segment failed; the log accepts no more records", "segment", segmentName(seg), "err", err)
+	case err != nil && !errors.Is(err, errStopped):
+		w.logger.Warn("wal: preparing the next segment failed; it will be created on switch", "segment", segmentName(seg), "err", err)
 	}
 }
 

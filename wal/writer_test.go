@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"path"
@@ -333,6 +334,65 @@ func TestSegmentPrepared(t *testing.T) {
 	}
 	if st := w.Stats(); st.SegmentsPrepped != 1 || st.SegmentsInline != 0 {
 		t.Fatalf("prepared %d inline %d, want 1 and 0", st.SegmentsPrepped, st.SegmentsInline)
+	}
+}
+
+// TestStalePrepareRequest: a request to prepare a segment the log has
+// already moved past, which the preparer can still hold when the flusher
+// created that segment inline, switched on and a checkpoint removed it,
+// creates nothing: an empty segment below the log would read as lost
+// records to a reader starting before the redo point.
+func TestStalePrepareRequest(t *testing.T) {
+	fsys, dir := vfs.NewMemFS(), "/wal"
+	if err := fsys.MkdirAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWriter(fsys, dir, 0, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	payload := make([]byte, 200_000)
+	for w.Stats().SegmentSwitches < 2 {
+		if _, _, err := w.Insert(16, 1, payload); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.FlushAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur := LSN(w.curSegA.Load())
+	if err := w.RemoveSegmentsBefore(cur); err != nil {
+		t.Fatal(err)
+	}
+	for _, seg := range []LSN{cur - testSeg, cur} {
+		w.prepare(seg)
+	}
+	segs, _, err := listSegments(fsys, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs) == 0 || segs[0] != cur {
+		t.Fatalf("segments %v after stale prepare requests, want the open one %s first", segs, segmentName(cur))
+	}
+	if err := w.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	// A reader from the start of what is left reads the whole log.
+	r, err := NewReader(fsys, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		if _, err := r.Next(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.End() != w.InsertLSN() {
+		t.Fatalf("the log reads to %s, want %s", r.End(), w.InsertLSN())
 	}
 }
 
