@@ -337,6 +337,14 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s offset %d: %s", ErrCorruption, name, off, fmt.Sprintf(format, args...))
 	}
+	// damaged reports a checksum that fails. It says that some byte of
+	// the file is wrong, not which: the file is named from its start, as
+	// a damaged control file is, and the stored checksum's own offset is
+	// given as such, not as the place of the damage.
+	damaged := func(got, want uint32, format string, args ...any) error {
+		off = 0
+		return bad("the file is damaged: checksum over its %d bytes: stored %#x (at offset %d), computed %#x%s", size, got, size-4, want, fmt.Sprintf(format, args...))
+	}
 	if size < indexHeaderSize+4 {
 		return d, bad("file of %d bytes is shorter than a header and checksum", size)
 	}
@@ -370,8 +378,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		if got == want {
 			return err
 		}
-		off = size - 4
-		return bad("the file is damaged: checksum %#x, computed %#x (the damage may be in the header, which reads: %s)", got, want, says)
+		return damaged(got, want, " (the damage may be in the header, which reads: %s)", says)
 	}
 	refuse := func(err error, says string) error { return refuseAs(indexHeaderSize, err, says) }
 	if m := binary.LittleEndian.Uint64(head); m != indexFileMagic {
@@ -432,9 +439,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		if got == want {
 			return err
 		}
-		stopped := off
-		off = size - 4
-		return bad("the file is damaged: checksum %#x, computed %#x (decoding stopped at offset %d: %s)", got, want, stopped, fmt.Sprintf(format, args...))
+		return damaged(got, want, " (decoding stopped at offset %d: %s)", off, fmt.Sprintf(format, args...))
 	}
 	key := make([]byte, 0, MaxKeySize)
 	ix.mu.Lock()
@@ -542,7 +547,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		return d, bad("reading the checksum: %v", noEOF(err))
 	}
 	if got, want := binary.LittleEndian.Uint32(sum[:]), crc32.Update(crc.Sum32(), castagnoli, head); got != want {
-		return d, bad("the file is damaged: checksum %#x, computed %#x", got, want)
+		return d, damaged(got, want, "")
 	}
 	return d, nil
 }

@@ -163,8 +163,11 @@ func TestIndexFileOpen(t *testing.T) {
 		// A flipped bit in the body: whatever decoding then meets (a
 		// key out of order, a head past the heap), the checksum says
 		// the file is damaged, and that is the reason given.
-		{"damaged", func() []byte { b := bytes.Clone(good); b[len(b)/2] ^= 0x40; return b }(), "/db/index offset"},
-		{"damaged body", func() []byte { b := bytes.Clone(good); b[indexHeaderSize] ^= 0x40; return b }(), "the file is damaged: checksum"},
+		// A checksum says that some byte is wrong, not which: the file
+		// is named from its start, as a damaged control file is, and
+		// the stored checksum's own offset is given as such.
+		{"damaged", func() []byte { b := bytes.Clone(good); b[len(b)/2] ^= 0x40; return b }(), "/db/index offset 0: the file is damaged: checksum over its"},
+		{"damaged body", func() []byte { b := bytes.Clone(good); b[indexHeaderSize] ^= 0x40; return b }(), "/db/index offset 0: the file is damaged: checksum over its"},
 		// A body that does not decode under a checksum that holds (a
 		// writer's bug, not damage): what decoding met is the reason.
 		{"bytes after the last entry", func() []byte {
@@ -172,7 +175,7 @@ func TestIndexFileOpen(t *testing.T) {
 			sum := crc32.Update(crc32.Checksum(b[indexHeaderSize:], castagnoli), castagnoli, b[:indexHeaderSize])
 			return binary.LittleEndian.AppendUint32(b, sum)
 		}(), "7 bytes follow the last entry, want 4"},
-		{"checksum", func() []byte { b := bytes.Clone(good); b[len(b)-1] ^= 0x40; return b }(), "checksum"},
+		{"checksum", func() []byte { b := bytes.Clone(good); b[len(b)-1] ^= 0x40; return b }(), fmt.Sprintf("/db/index offset 0: the file is damaged: checksum over its %d bytes: stored", len(good))},
 		{"truncated", good[:len(good)-3], "offset"},
 		{"older checkpoint", old, "belongs to the checkpoint"},
 		{"other version", versioned, "format version"},
@@ -186,7 +189,7 @@ func TestIndexFileOpen(t *testing.T) {
 		{"empty", []byte{}, "shorter than a header"},
 		// A flipped bit in the header, not recomputed into the checksum:
 		// the file is damaged, whatever the header then seems to say.
-		{"header bit in the redo point", flipped(good, 20), "the file is damaged: checksum"},
+		{"header bit in the redo point", flipped(good, 20), "/db/index offset 0: the file is damaged: checksum over its"},
 		{"header bit in the checkpoint", flipped(good, 30), "the file is damaged: checksum"},
 		{"header bit in the system identifier", flipped(good, 66), "the file is damaged: checksum"},
 		{"header bit in the key count", flipped(good, 38), "the file is damaged: checksum"},
