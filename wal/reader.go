@@ -734,7 +734,9 @@ func (r *Reader) finish() {
 // prepared, shows that n was durable whole and that the log had gone on
 // into n+1: ending it here would drop what n+1 held (acknowledged commits
 // among it) without a word, and OpenWriter would then remove the later
-// files. It is corruption, naming n+1.
+// files. It is corruption, naming n+1; but a file under a final name
+// whose header is not valid, past an n+1 prepared whole and holding no
+// record, is named itself, as badHeader names a damaged header.
 //
 // What it does not show: a segment at n+1 itself, prepared ahead and
 // never written, is the normal state after every switch; and a later
@@ -774,6 +776,19 @@ func (r *Reader) checkSegmentsBeyond() error {
 		}
 		if err == nil && h.tag != 0 && r.tag != 0 && h.tag != r.tag {
 			continue
+		}
+		if !tmp && err != nil {
+			// A file whose header is not valid is evidence only of
+			// damage. With the next segment prepared whole and holding
+			// no record, as after every switch, it is the
+			// damaged header badHeader names, with the way on; not a
+			// sign that the segment the log ends in was durable to
+			// its end and the log went on into the next one.
+			if nh, nerr := r.peekHeader(next); nerr == nil && nh.size == r.segSize {
+				if size, serr := r.fs.Stat(path.Join(r.dir, segmentName(next))); serr == nil && size == r.segSize && r.validRecordIn(next) == 0 {
+					return r.badHeader(start)
+				}
+			}
 		}
 		what := "exists"
 		switch {

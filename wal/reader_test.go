@@ -562,6 +562,23 @@ func TestSegmentHeaders(t *testing.T) {
 			t.Fatalf("Next: %v, want ErrCorrupt naming %s as missing and segment 4's header", err, name)
 		}
 	})
+	t.Run("zeroed segment past a prepared one is named at offset 0", func(t *testing.T) {
+		// Segment 4 prepared and never written, as after every switch,
+		// and a file of the segment size at 5 with a header of zeros:
+		// no crash leaves that file, and the log is whole up to its
+		// end in 3. The error is the one for a damaged header (the
+		// file at offset 0, and the way on), not a claim that 3 was
+		// durable to its end and that the log went on into 4.
+		dir, _ := build(t)
+		prepare(t, dir, 4*testSeg)
+		name := path.Join(dir, segmentName(5*testSeg))
+		writeFile(t, name, make([]byte, testSeg))
+		err := readToError(t, dir)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" at offset 0: the segment header is all zeros") ||
+			!strings.Contains(err.Error(), "remove "+name+" and every segment file after it") {
+			t.Fatalf("Next: %v, want ErrCorrupt naming %s at offset 0 and the way on", err, name)
+		}
+	})
 	t.Run("log ending inside the segment before a lost one is corruption", func(t *testing.T) {
 		// Segment 3 removed, the last 64 KiB of segment 2 zeroed, and
 		// segment 4 prepared: the log now ends inside 2, and no record
