@@ -28,6 +28,12 @@ import (
 type knob struct {
 	get func(s *Server) string
 	set func(s *Server, v string) error // nil: read-only
+	// same names the parameter this one is another name of (Redis's
+	// ziplist aliases of the listpack parameters), or that sets the same
+	// state (appendfsync sets synchronous_commit); "" for none. CONFIG SET
+	// refuses the two in one call as a duplicate parameter, as Redis
+	// refuses a parameter and its alias.
+	same string
 }
 
 // knobs are the CONFIG parameters: the server's own, and every engine
@@ -108,6 +114,7 @@ var knobs = withEngineSettings(map[string]knob{
 	// (200 ms by default) and the write and fdatasync that follow, inside
 	// Redis's second for everysec.
 	"appendfsync": {
+		same: "synchronous_commit",
 		get: func(s *Server) string {
 			if engine.SynchronousCommit(s.syncCommit.Load()) == engine.SyncCommitOn {
 				return "always"
@@ -289,7 +296,8 @@ var errInvalidSave = errors.New("Invalid save parameters")
 // ziplist and listpack names do).
 func encodingKnob(key string, def int64, parse func(v string) (int64, error)) knob {
 	return knob{
-		get: func(s *Server) string { return s.param(key, strconv.FormatInt(def, 10)) },
+		same: key,
+		get:  func(s *Server) string { return s.param(key, strconv.FormatInt(def, 10)) },
 		set: func(s *Server, v string) error {
 			n, err := parse(v)
 			if err != nil {
@@ -506,11 +514,15 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - can't set immutable config", trunc(args[i], 128))
 				return nil
 			}
-			if seen[name] {
+			id := name
+			if k.same != "" {
+				id = k.same
+			}
+			if seen[id] {
 				x.errorf("ERR CONFIG SET failed (possibly related to argument '%s') - duplicate parameter", trunc(args[i], 128))
 				return nil
 			}
-			seen[name] = true
+			seen[id] = true
 		}
 		var undo []func()
 		for i := 2; i < len(args); i += 2 {

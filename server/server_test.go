@@ -417,6 +417,16 @@ func TestConnectionCommands(t *testing.T) {
 	r.expect("-ERR CONFIG SET failed (possibly related to argument 'synchronous_commit') - want no spaces around the value \"off \"\r\n")
 	r.cmd("CONFIG", "GET", "zero_damaged_pages")
 	r.expect("*2\r\n$18\r\nzero_damaged_pages\r\n$3\r\noff\r\n")
+	// A parameter twice in one call is refused, under another name of it
+	// too (Redis's ziplist aliases; appendfsync sets synchronous_commit).
+	r.cmd("CONFIG", "SET", "maxclients", "10", "maxclients", "11")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'maxclients') - duplicate parameter\r\n")
+	r.cmd("CONFIG", "SET", "hash-max-ziplist-entries", "1", "hash-max-listpack-entries", "2")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'hash-max-listpack-entries') - duplicate parameter\r\n")
+	r.cmd("CONFIG", "SET", "synchronous_commit", "on", "appendfsync", "no")
+	r.expect("-ERR CONFIG SET failed (possibly related to argument 'appendfsync') - duplicate parameter\r\n")
+	r.cmd("CONFIG", "GET", "hash-max-listpack-entries")
+	r.expect("*2\r\n$25\r\nhash-max-listpack-entries\r\n$3\r\n128\r\n")
 	r.cmd("CONFIG", "SET", "commit_delay", "-1")
 	if got := r.reply(); !strings.HasPrefix(got, "-ERR CONFIG SET failed (possibly related to argument 'commit_delay')") {
 		t.Fatalf("commit_delay -1: %q", got)
