@@ -1004,3 +1004,18 @@ func TestDamagedControlFile(t *testing.T) {
 		t.Fatalf("Open: %v; want ErrCorruption containing %q", err, want)
 	}
 }
+
+// A WAL segment name that the directory lists but that cannot be opened
+// (a symbolic link to nothing) fails Open as corruption naming the file,
+// not with a bare "no such file or directory".
+func TestDanglingWALSegmentLink(t *testing.T) {
+	dir := filledAndClosed(t, 10)
+	link := filepath.Join(dir, walDir, "00000000FF000000")
+	if err := os.Symlink(filepath.Join(t.TempDir(), "nothing"), link); err != nil {
+		t.Skip("no symbolic links here:", err)
+	}
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), link+" is listed in the WAL directory but cannot be opened") {
+		t.Fatalf("Open: %v; want ErrCorruption naming %s", err, link)
+	}
+}

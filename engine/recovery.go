@@ -505,8 +505,15 @@ func (db *DB) syncWALFiles(dir string) error {
 			continue
 		}
 		f, err := db.fs.Open(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			// Listed, and yet not there: a symbolic link to nothing (Open
+			// holds the directory's lock, so no one removed it since).
+			// The log was read as if the segment were missing.
+			return fmt.Errorf("%w: %s is listed in the WAL directory but cannot be opened (%v; a symbolic link to a file that does not exist?): put the segment file back",
+				ErrCorruption, filepath.Join(dir, name), err)
+		}
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: open %s to fsync it: %w", ErrIOFailure, filepath.Join(dir, name), err)
 		}
 		err = f.Sync()
 		if cerr := f.Close(); err == nil {
