@@ -348,7 +348,7 @@ func FuzzToastCheck(f *testing.F) {
 	f.Add(tuple(4, 4, heap.Chunk|heap.External, 2, []byte{1, 2, 3}))
 	f.Add(tuple(4, 4, heap.Chunk|heap.External|heap.Frozen, 200, make([]byte, 6*tidsPerDirectory+6)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := &toastCheck{db: db, begun: db.procs.snapshot(), queued: []orphanChunk{{heap.TID{Block: 3}, 1}}}
+		c := &toastCheck{db: db, begun: db.procs.snapshot(), queued: []chunkID{{heap.TID{Block: 3}, 1}}}
 		problems := 0
 		problem := func(string, ...any) { problems++ }
 		chunks := map[heap.TID]notedChunk{}

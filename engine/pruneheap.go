@@ -247,7 +247,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	// WAL insert) leaves the versions in place, and their chunks must not
 	// reach the next run's queue (keepChunks), which would free them
 	// under a version that still names them.
-	var chunks []pendingChunk
+	var chunks []chunkID
 	abortedChunks := 0 // chunks of aborted writes freed, among pp.unused
 	n := heap.NumSlots(page)
 	for s := 0; s < n; s++ {
@@ -386,7 +386,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 					return res, db.corrupt(tid, err)
 				}
 				for _, c := range ctids {
-					chunks = append(chunks, pendingChunk{c, hdr.Xmin})
+					chunks = append(chunks, chunkID{c, hdr.Xmin})
 				}
 			}
 			continue
@@ -472,10 +472,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	if err := db.logPrunePage(buf, &pp, 0, "pruning"); err != nil {
 		return res, err
 	}
-	for _, c := range chunks {
-		w := vac.pageWork(c.tid.Block)
-		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
-	}
+	vac.listChunks(chunks) // none without vac: dead out-of-line versions are left to it
 	setHint()
 	res.removed = len(pp.unused) - abortedChunks
 	switch cause {

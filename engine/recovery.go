@@ -695,8 +695,8 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	// or directory names a slot only with its own xmin, which every chunk
 	// of its value carries: an aborted version may name slots pruning
 	// freed and another value's chunk took since (prunePageLocked).
-	var chunks []orphanChunk
-	usedChunks := make(map[orphanChunk]struct{})
+	var chunks []chunkID
+	usedChunks := make(map[chunkID]struct{})
 	relFrozenXid := uint64(math.MaxUint64)
 	// Dead versions, for autovacuum: the debt a restart must not forget
 	// (PostgreSQL's pgstat loses n_dead_tup after a crash).
@@ -752,7 +752,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 					relFrozenXid = min(relFrozenXid, h.Xmin)
 				}
 				if h.Infomask&heap.Chunk != 0 {
-					chunks = append(chunks, orphanChunk{tid, h.Xmin})
+					chunks = append(chunks, chunkID{tid, h.Xmin})
 					if isDirectory(h.Infomask) {
 						// Its chunks are freed through it, whether
 						// a version names it or it is an orphan.
@@ -762,7 +762,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 							break
 						}
 						for _, c := range ctids {
-							usedChunks[orphanChunk{c, h.Xmin}] = struct{}{}
+							usedChunks[chunkID{c, h.Xmin}] = struct{}{}
 						}
 					}
 					continue
@@ -774,7 +774,7 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 						break
 					}
 					for _, c := range ctids {
-						usedChunks[orphanChunk{c, h.Xmin}] = struct{}{}
+						usedChunks[chunkID{c, h.Xmin}] = struct{}{}
 					}
 				}
 				if h.Xmax != 0 {

@@ -376,7 +376,7 @@ type toastCheck struct {
 	// version the checkpoint did not write.
 	begun *visibility.Snapshot
 	// queued are the chunks vacuum's next run frees (its orphan list).
-	queued []orphanChunk
+	queued []chunkID
 	db     *DB
 }
 
@@ -474,18 +474,14 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 		note("out-of-line value chunks were not checked for ones nothing names: %s (any may name chunks)", strings.Join(why, ", and "))
 		return 0, 0
 	}
-	type ref struct {
-		tid  heap.TID
-		xmin uint64
-	}
-	named := make(map[ref]bool, len(c.chunks))
+	named := make(map[chunkID]bool, len(c.chunks))
 	// name marks tid named by a value of xmin, and the data chunks it
 	// lists if it is that value's directory.
 	name := func(tid heap.TID, xmin uint64) {
-		named[ref{tid, xmin}] = true
+		named[chunkID{tid, xmin}] = true
 		if ch, ok := c.chunks[tid]; ok && ch.xmin == xmin && isDirectory(ch.infomask) {
 			for _, d := range c.dirs[tid] {
-				named[ref{d, xmin}] = true
+				named[chunkID{d, xmin}] = true
 			}
 		}
 	}
@@ -501,10 +497,10 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 	var bytes int64
 	state := make(map[heap.TID]string)
 	for tid, ch := range c.chunks {
-		if named[ref{tid, ch.xmin}] || (c.begun != nil && c.begun.XidInProgress(ch.xmin)) {
+		if named[chunkID{tid, ch.xmin}] || (c.begun != nil && c.begun.XidInProgress(ch.xmin)) {
 			continue
 		}
-		st, aborted := c.xminState(ch)
+		st, aborted := c.db.xminStateOf(ch.xmin, ch.infomask)
 		if aborted {
 			continue // garbage vacuum frees, not leaked
 		}
@@ -532,15 +528,12 @@ func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 	return len(orphans), bytes
 }
 
-// xminState names what became of an orphan chunk's writer, and says
-// whether it aborted (or crashed: in progress and not running), as pruning
-// decides it (xidState): such a chunk is no orphan. An orphan's writer
-// committed (its value lost its version or directory since).
-func (c *toastCheck) xminState(ch notedChunk) (string, bool) {
-	return c.db.xminStateOf(ch.xmin, ch.infomask)
-}
-
-// xminStateOf is xminState for a tuple with xmin and infomask.
+// xminStateOf names what became of the writer of a tuple with xmin and
+// infomask, and says whether it aborted (or crashed: in progress and not
+// running), as pruning decides it (xidState): a chunk of such a writer is
+// no orphan, and a version of one names chunks pruning may have freed. An
+// orphan's writer committed (its value lost its version or directory
+// since).
 func (db *DB) xminStateOf(xmin uint64, infomask uint16) (string, bool) {
 	v := version{hdr: heap.TupleHeader{Xmin: xmin, Infomask: infomask}}
 	committed, aborted, err := db.xidState(&v, false)

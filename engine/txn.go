@@ -413,19 +413,19 @@ func (t *Txn) scan(start, end []byte, n int, fn func(key, value []byte, length i
 }
 
 // abortedInCallback returns the "current transaction is aborted" error
-// once an error met by a call the caller's function made in t (Scan's,
-// ScanKeys', DeleteRange's) has aborted t, or nil: the outer call stops
-// there and returns it, instead of calling the function on for more keys
-// and reporting success, whether or not the function passed the error
-// on. A function that ended t (its Commit or Rollback) gets ErrTxnDone, as
-// Update's does: its snapshot and row locks are gone with it, and the
-// call must not read or delete on in an ended transaction.
+// once an error met by a call the caller's function made in t (Update's,
+// Scan's, ScanKeys', DeleteRange's) has aborted t, or nil: the outer call
+// stops there and returns it, instead of calling the function on for more
+// keys (or placing its version) and reporting success, whether or not the
+// function passed the error on. A function that ended t (its Commit or
+// Rollback) gets ErrTxnDone: its snapshot and row locks are gone with it,
+// and the call must not read, write or delete on in an ended transaction.
 func (t *Txn) abortedInCallback() error {
-	if t.done {
-		return ErrTxnDone
-	}
 	if t.err != nil {
 		return wrapf(t.err, "current transaction is aborted")
+	}
+	if t.done {
+		return ErrTxnDone
 	}
 	return nil
 }
@@ -806,16 +806,11 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	if err != nil {
 		return userError{err}
 	}
-	if t.err != nil {
-		// A call fn made in t failed, and fn went on: the
-		// transaction is aborted, and nothing more is placed.
-		return wrapf(t.err, "current transaction is aborted")
-	}
-	if t.done {
-		// fn ended t (its Commit or Rollback): the row lock is gone
-		// with it, and a version placed now would belong to an
-		// ended transaction.
-		return ErrTxnDone
+	if err := t.abortedInCallback(); err != nil {
+		// A call fn made in t failed, and fn went on, or fn ended t:
+		// nothing more is placed (a version placed after t ended would
+		// belong to an ended transaction).
+		return err
 	}
 	if t.writes != writesBefore {
 		// fn wrote in t, perhaps key itself (the row lock is t's own,

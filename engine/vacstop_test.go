@@ -55,7 +55,7 @@ func damageTuple(t *testing.T, db *DB, tid heap.TID) (repair func()) {
 func queuedNamed(t *testing.T, db *DB) {
 	t.Helper()
 	db.vac.orphansMu.Lock()
-	queued := make(map[orphanChunk]bool)
+	queued := make(map[chunkID]bool)
 	for _, c := range db.vac.orphans {
 		queued[c] = true
 	}
@@ -70,7 +70,7 @@ func queuedNamed(t *testing.T, db *DB) {
 			return
 		}
 		for _, c := range ctids {
-			if queued[orphanChunk{c, h.Xmin}] {
+			if queued[chunkID{c, h.Xmin}] {
 				t.Errorf("chunk %s is queued for freeing, but version %s still names it", c, tid)
 			}
 		}

@@ -176,7 +176,7 @@ type vacuumState struct {
 	// memory only. Guarded by orphansMu, not mu, which a run holds
 	// throughout: Verify reads them.
 	orphansMu sync.Mutex
-	orphans   []orphanChunk
+	orphans   []chunkID
 }
 
 // vacuumRingFrames is the size of vacuum's buffer ring: 256 KiB, as
@@ -342,18 +342,26 @@ type chunkRef struct {
 	xmin uint64
 }
 
-// pendingChunk is a chunk of a version a page's pruning record is about
-// to free (or of a directory it is about to free), held back until the
-// record is logged.
-type pendingChunk struct {
+// chunkID is a chunk tuple by its slot and the xmin every chunk of its
+// value carries (appendChunk's proof of ownership): a slot freed and taken
+// by another value's chunk no longer matches. Vacuum's queue of orphans
+// (chunks no version names, for the next run to free), the chunks a
+// prune or revisit lists once its record is logged, and what Verify and
+// the index rebuild match pointers against are all chunkIDs.
+type chunkID struct {
 	tid  heap.TID
 	xmin uint64
 }
 
-// orphanChunk is a chunk no version names, for the next run to free.
-type orphanChunk struct {
-	tid  heap.TID
-	xmin uint64
+// listChunks hands cs to pass 2, on the pages that hold them. The caller
+// has logged the record that freed the versions (or directories) naming
+// them: listed earlier, a run that stops would queue them (keepChunks)
+// while a version still names them.
+func (v *vacuumRun) listChunks(cs []chunkID) {
+	for _, c := range cs {
+		w := v.pageWork(c.tid.Block)
+		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
+	}
 }
 
 // pageWork is pass 2's work on one page.
@@ -489,7 +497,7 @@ func (v *vacuumRun) keepChunks() {
 	defer v.db.vac.orphansMu.Unlock()
 	for blk, w := range v.work {
 		for _, c := range w.chunks {
-			v.db.vac.orphans = append(v.db.vac.orphans, orphanChunk{heap.TID{Block: blk, Slot: c.slot}, c.xmin})
+			v.db.vac.orphans = append(v.db.vac.orphans, chunkID{heap.TID{Block: blk, Slot: c.slot}, c.xmin})
 		}
 		w.chunks = nil
 	}
@@ -620,7 +628,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	// a directory's) are staged, and listed only once it is logged.
 	// A directory that does not decode is not handed on: it would fail
 	// every later run the same way, and only leaks what it lists.
-	var staged []pendingChunk
+	var staged []chunkID
 	logged, damaged := false, -1
 	defer func() {
 		if logged {
@@ -743,7 +751,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 				return db.corrupt(heap.TID{Block: blk, Slot: m.slot}, err)
 			}
 			for _, c := range ctids {
-				staged = append(staged, pendingChunk{c, hdr.Xmin})
+				staged = append(staged, chunkID{c, hdr.Xmin})
 			}
 		}
 		pp.unused = append(pp.unused, m.slot)
@@ -766,7 +774,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 					return db.corrupt(heap.TID{Block: blk, Slot: s}, err)
 				}
 				for _, dc := range ctids {
-					staged = append(staged, pendingChunk{dc, c.xmin})
+					staged = append(staged, chunkID{dc, c.xmin})
 				}
 			}
 			pp.unused = append(pp.unused, s)
@@ -793,10 +801,7 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	}
 	logged = true
 	v.st.ChunksRemoved += uint64(len(pp.unused) - len(done))
-	for _, c := range staged {
-		cw := v.pageWork(c.tid.Block)
-		cw.chunks = append(cw.chunks, chunkRef{c.tid.Slot, c.xmin})
-	}
+	v.listChunks(staged)
 	// Still under the page lock: a reader that finds a removed head's
 	// slot empty restarts and must find the new head.
 	for _, m := range done {
