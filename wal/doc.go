@@ -224,6 +224,33 @@
 // waiter, gets an error wrapping ErrSyncFailed. Recovery after reopening
 // decides what survived.
 //
+// # Locks
+//
+// The Writer's locks and roles, in the order they are taken:
+//
+//   - The flusher role (serial, none) or the writer role (pipelined),
+//     held through a round's writes and syncs, and so through a switch
+//     into the next segment.
+//   - The segment lock, held by whatever creates, renames or removes a
+//     segment file while the Writer runs: the background preparation
+//     through the whole creation of the next segment (its temporary file,
+//     the fsync, the rename and the directory fsync), a switch (in the
+//     role above) while it finds the next segment ready or creates it
+//     inline and opens it, and RemoveSegmentsBefore through each removal
+//     and its directory fsync. Each decides under it, from the segment
+//     the flusher has open, which file it may touch: the preparation only
+//     a segment after the open one, a removal only one before it. The
+//     open segment only moves forward, by a switch, which takes the lock
+//     first; so a checkpoint's removal never meets a segment being
+//     prepared or renamed into place, whatever the timing, and no
+//     prepared segment is removed. No other lock of the Writer is taken
+//     while the segment lock is held.
+//   - The insertion lock (Insert) and the lock of the flushers' shared
+//     state are never held together, nor while waiting for the segment
+//     lock. Under the second only the statistics' own lock is taken;
+//     under the first only Options.OnSegmentSwitch runs, which must not
+//     call the Writer.
+//
 // # Group commit
 //
 // Insert copies a framed record into memory under one mutex and does no I/O.

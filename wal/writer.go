@@ -269,12 +269,23 @@ type Writer struct {
 	cur    vfs.File
 	curSeg LSN
 
-	curSegA atomic.Uint64 // curSeg, for RemoveSegmentsBefore
+	curSegA atomic.Uint64 // curSeg, for the preparer and RemoveSegmentsBefore; stored after the switch, under no lock
 
-	prepMu  sync.Mutex // serializes segment creation (preparer vs inline)
+	// prepMu is held by whatever creates, renames or removes a segment
+	// file while the Writer runs: the preparer, the flusher's switch
+	// when it creates the next segment inline, and RemoveSegmentsBefore
+	// for each removal. Each decides under it, from curSegA, whether the
+	// segment is one it may touch (the preparer only segments after the
+	// open one, the removal only segments before it), so none of them
+	// acts on a decision another has made stale.
+	prepMu  sync.Mutex
 	prepReq chan LSN
-	stop    chan struct{}
-	bg      sync.WaitGroup
+	// prepWait, if not nil, is called when RemoveSegmentsBefore finds
+	// prepMu held and is about to wait for it; tests set it before the
+	// Writer is used concurrently.
+	prepWait func()
+	stop     chan struct{}
+	bg       sync.WaitGroup
 
 	c counters
 }
@@ -1209,9 +1220,11 @@ func (w *Writer) Stats() Stats { return w.c.snapshot() }
 // RemoveSegmentsBefore deletes the segments that end at or below lsn
 // (typically the redo LSN of the last checkpoint), never the segment the
 // flusher has open or any later one, oldest first, fsyncing the directory
-// after each.
+// after each. Each removal holds the lock under which segments are
+// prepared and created, and checks the open segment under it, so a
+// segment being prepared or switched into, which always lies after the
+// open one, is never touched. Safe for concurrent use.
 func (w *Writer) RemoveSegmentsBefore(lsn LSN) error {
-	cur := LSN(w.curSegA.Load())
 	segs, _, err := listSegments(w.fs, w.dir)
 	if err != nil {
 		return err
@@ -1220,17 +1233,36 @@ func (w *Writer) RemoveSegmentsBefore(lsn LSN) error {
 	// crash in the middle never leaves a gap, which a Reader takes for a
 	// lost segment.
 	for _, s := range segs {
-		if s >= cur || s+LSN(w.segSize) > lsn {
+		if s+LSN(w.segSize) > lsn {
 			break
 		}
-		if err := w.fs.Remove(path.Join(w.dir, segmentName(s))); err != nil {
-			return fmt.Errorf("wal: remove segment: %w", err)
-		}
-		if err := w.fs.SyncDir(w.dir); err != nil {
-			return fmt.Errorf("wal: fsync directory %s: %w", w.dir, err)
+		if more, err := w.removeSegment(s); err != nil || !more {
+			return err
 		}
 	}
 	return nil
+}
+
+// removeSegment removes segment s and fsyncs the directory, unless s is
+// the open segment or a later one; it returns false then.
+func (w *Writer) removeSegment(s LSN) (bool, error) {
+	if !w.prepMu.TryLock() {
+		if w.prepWait != nil {
+			w.prepWait()
+		}
+		w.prepMu.Lock()
+	}
+	defer w.prepMu.Unlock()
+	if s >= LSN(w.curSegA.Load()) {
+		return false, nil
+	}
+	if err := w.fs.Remove(path.Join(w.dir, segmentName(s))); err != nil {
+		return false, fmt.Errorf("wal: remove segment: %w", err)
+	}
+	if err := w.fs.SyncDir(w.dir); err != nil {
+		return false, fmt.Errorf("wal: fsync directory %s: %w", w.dir, err)
+	}
+	return true, nil
 }
 
 // Close flushes everything inserted, stops the background goroutines and
