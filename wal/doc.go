@@ -163,7 +163,8 @@
 //	                                   preparation was late, had a
 //	                                   durable name
 //	n+1.tmp, any part of its bytes     crash while preparing it             end of the log; OpenWriter
-//	                                                                        removes the .tmp file
+//	                                                                        removes the .tmp file and
+//	                                                                        logs it
 //	full size, valid header, zeros     prepared ahead, never written        end of the log; the segment
 //	                                   (the state after every switch)       is kept as it is
 //	valid header, records, then a      crash while the flusher wrote it     end at the first bad record;
@@ -180,8 +181,10 @@
 //	segment size
 //	n+1 absent or damaged, a later     n+1 lost after the log moved on      ErrCorrupt naming n+1
 //	file of the log present (a .tmp    into it
-//	one, or one of the segment size,
-//	its header valid or not)
+//	one, its header cut short or
+//	giving the segment size, or one
+//	of the segment size, its header
+//	valid or not)
 //
 // The first state is why the newest segment removed, with no later file,
 // reads as the end of the log: it is what a crash leaves after a switch
@@ -195,6 +198,13 @@
 // a remainder too small for a record carries no switch record to mark, and
 // a log refused that way has no way on short of a tool that makes an empty
 // segment, which the project does not have.
+//
+// A temporary file is never part of the log, whatever its size (cut
+// short by a crash, or written with another segment size): OpenWriter
+// removes every one it finds, with an info line naming it and its size,
+// and each preparation writes its temporary file anew and renames it only
+// once it has the segment size, so no file under a segment's name has
+// another size unless something other than the Writer made it so.
 //
 // These end checks hold for a log at rest. A log that a live writer goes on
 // appending to moves under its reader: a chunk read before the writer got

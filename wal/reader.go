@@ -756,12 +756,12 @@ func (r *Reader) checkSegmentsBeyond() error {
 		}
 		// A crash may leave a segment being prepared with any part of
 		// its bytes: its name is the evidence, unless a header it
-		// holds says it is another log's. A file under a final name
-		// is evidence when it has the segment size and its header, if
-		// valid, gives that size too: one whose header is not valid
-		// was this log's segment, zeroed or overwritten since (no
-		// crash leaves one, see badHeader), or put there, which is
-		// damage as well.
+		// holds says it is another log's, or of another segment
+		// size. A file under a final name is evidence when it has
+		// the segment size and its header, if valid, gives that size
+		// too: one whose header is not valid was this log's segment,
+		// zeroed or overwritten since (no crash leaves one, see
+		// badHeader), or put there, which is damage as well.
 		h, err := r.peekFile(n, start)
 		if err != nil && !errors.Is(err, ErrCorrupt) && !tmp {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -773,6 +773,12 @@ func (r *Reader) checkSegmentsBeyond() error {
 			if size, serr := r.fs.Stat(path.Join(r.dir, n)); serr != nil || size != r.segSize || (err == nil && h.size != r.segSize) {
 				continue
 			}
+		} else if err == nil && h.size != r.segSize {
+			// A preparation writes the log's own segment size in the
+			// header (under a checksum) before anything else: one that
+			// names another size was not this log's, whatever its
+			// length.
+			continue
 		}
 		if err == nil && h.tag != 0 && r.tag != 0 && h.tag != r.tag {
 			continue

@@ -59,6 +59,18 @@ func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, 
 			clear(buf[:segHeaderSize])
 		}
 	}
+	// Whole, and no more: a file the log uses has the segment size. Create
+	// truncates a leftover file of the name, but the size is checked
+	// rather than trusted, since a file of another size under the final
+	// name would be damage to every later reader.
+	if n, err := f.Size(); err != nil || n != size {
+		if err == nil {
+			err = fmt.Errorf("wal: %s is %d bytes once written, not the %d-byte segment size (a file of that name was there and was not truncated); it is not renamed into place", tmp, n, size)
+		} else {
+			err = fmt.Errorf("wal: size of %s: %w", tmp, err)
+		}
+		return fail(err)
+	}
 	if err := f.Sync(); err != nil {
 		return fail(fmt.Errorf("wal: fsync %s: %w", tmp, err))
 	}

@@ -101,8 +101,8 @@ type Options struct {
 	// asynchronous commits durable). 0 means 200ms.
 	WALWriterDelay time.Duration
 	// Logger receives background errors (segment preparation, WAL writer)
-	// and, from OpenWriter, a line for each segment past the end it
-	// removes. nil discards them.
+	// and, from OpenWriter, a line for each segment past the end and
+	// each leftover temporary segment file it removes. nil discards them.
 	Logger *slog.Logger
 	// OnSegmentSwitch, if not nil, is called each time an insert moves to
 	// a new segment, with the WAL position the new segment starts at; the
@@ -295,11 +295,11 @@ type Writer struct {
 // log in an empty or missing directory).
 //
 // Before accepting records it makes the log past end durably invalid: it
-// removes leftover temporary files and every segment after the one end lies
-// in (fsyncing the directory) but the next one when it is prepared and still
-// holds only zeros, and zero-fills the rest of that segment
-// (fsyncing it), so no torn or stale record past end can ever resurface
-// behind new ones. It returns ErrCorrupt when end's segment has a bad header.
+// removes leftover temporary files (whatever their size, logging each) and
+// every segment after the one end lies in (fsyncing the directory) but the
+// next one when it is prepared and still holds only zeros, and zero-fills
+// the rest of that segment (fsyncing it), so no torn or stale record past
+// end can ever resurface behind new ones. It returns ErrCorrupt when end's segment has a bad header.
 func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error) {
 	if err := opts.normalize(); err != nil {
 		return nil, err
@@ -330,9 +330,21 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	}
 	var tag uint16
 	for _, t := range temps {
-		if err := fsys.Remove(path.Join(dir, t)); err != nil {
-			return nil, fmt.Errorf("wal: remove %s: %w", t, err)
+		// A segment's preparation that a crash (or a failure this
+		// process could not clean up) interrupted: whatever its size,
+		// one left from another segment size or cut short, it never
+		// held a record, and it is never renamed into place (each
+		// preparation writes its temporary file anew). Removed, and
+		// said.
+		name := path.Join(dir, t)
+		size, serr := fsys.Stat(name)
+		if err := fsys.Remove(name); err != nil {
+			return nil, fmt.Errorf("wal: remove %s: %w", name, err)
 		}
+		if serr != nil {
+			size = -1
+		}
+		opts.Logger.Info("wal: removed a leftover temporary segment file, the rest of an interrupted preparation", "file", name, "bytes", size, "segment_size", segSize)
 	}
 	if len(segs) == 0 {
 		if end != 0 && end != FirstLSN(segSize) {
