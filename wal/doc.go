@@ -204,7 +204,13 @@
 // removes every one it finds, with an info line naming it and its size,
 // and each preparation writes its temporary file anew and renames it only
 // once it has the segment size, so no file under a segment's name has
-// another size unless something other than the Writer made it so.
+// another size unless something other than the Writer made it so. The
+// segment the log ends in, found longer than the segment size, is refused
+// by OpenWriter (ErrCorrupt naming it and its size) rather than appended
+// to; the Reader reads the records in it without judging its size, so
+// waldump and the engine's consistency check do not report it. One found
+// shorter, whose log ends at zeros before the cut, is zero-filled to the
+// segment size.
 //
 // These end checks hold for a log at rest. A log that a live writer goes on
 // appending to moves under its reader: a chunk read before the writer got

@@ -210,3 +210,49 @@ func TestPreparationNeverRenamesAFileOfAnotherSize(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenWriterRefusesALongerSegment: the segment the log ends in, found
+// longer than the segment size, is not one the log goes on in: OpenWriter
+// fails with ErrCorrupt naming it and its size, and changes nothing. One
+// found shorter is filled to the segment size.
+func TestOpenWriterRefusesALongerSegment(t *testing.T) {
+	m := vfs.NewMemFS()
+	end, _ := closedLog(t, m)
+	name := "/wal/" + segmentName(testSeg)
+	f, err := m.Open(name)
+	if err == nil {
+		_, err = f.WriteAt([]byte("appended"), testSeg+100)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenWriter(m, "/wal", end, testOpts())
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name+" is 1048684 bytes, longer than the 1048576-byte segment size") {
+		t.Fatalf("OpenWriter on a segment with bytes appended: %v; want ErrCorrupt naming it and its size", err)
+	}
+	if n, err := m.Stat(name); err != nil || n != testSeg+108 {
+		t.Fatalf("%s is %d bytes (%v) after the refusal, want it unchanged", name, n, err)
+	}
+
+	f, err = m.Open(name)
+	if err == nil {
+		err = f.Truncate(testSeg / 2)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWriter(m, "/wal", end, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if n, err := m.Stat(name); err != nil || n != testSeg {
+		t.Fatalf("%s cut short is %d bytes (%v) after OpenWriter, want the segment size", name, n, err)
+	}
+}

@@ -299,7 +299,8 @@ type Writer struct {
 // every segment after the one end lies in (fsyncing the directory) but the
 // next one when it is prepared and still holds only zeros, and zero-fills
 // the rest of that segment (fsyncing it), so no torn or stale record past
-// end can ever resurface behind new ones. It returns ErrCorrupt when end's segment has a bad header.
+// end can ever resurface behind new ones. It returns ErrCorrupt when end's
+// segment has a bad header or is longer than the segment size.
 func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error) {
 	if err := opts.normalize(); err != nil {
 		return nil, err
@@ -376,6 +377,19 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	// The log goes on in a file of the segment size only. A shorter one
+	// (a log that ended at zeros before the cut) is zero-filled to the
+	// size below; bytes past the size were appended by something other
+	// than the Writer, which no crash does, and are not cut off here
+	// unasked.
+	if n, err := f.Size(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal: size of %s: %w", name, err)
+	} else if n > segSize {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is %d bytes, longer than the %d-byte segment size (no crash makes a segment of another size): the log, which ends at %s in it, does not go on in it; with the database closed, cut the file to %d bytes if what lies past them is known to be no part of the log",
+			ErrCorrupt, name, n, segSize, end, segSize)
 	}
 	next := cur + LSN(segSize)
 	nextTag, keepNext := preparedEmpty(fsys, dir, next, segSize)
