@@ -121,7 +121,7 @@ func readControl(fsys vfs.FS, dir string) (c controlData, found bool, err error)
 		return c, false, nil
 	}
 	if err != nil {
-		return c, false, err
+		return c, false, wrapf(err, "read the control file")
 	}
 	if size != controlSize && size != controlSizeV1 {
 		if _, derr := fsys.ReadDir(name); derr == nil {
@@ -131,18 +131,21 @@ func readControl(fsys vfs.FS, dir string) (c controlData, found bool, err error)
 	}
 	f, err := fsys.OpenReadOnly(name)
 	if err != nil {
-		return c, false, err
+		return c, false, wrapf(err, "read the control file")
 	}
 	defer f.Close()
 	b := make([]byte, size)
 	if _, err := f.ReadAt(b, 0); err != nil {
-		return c, false, wrapf(err, "read %s", name)
+		return c, false, wrapf(err, "read the control file")
 	}
 	c, err = decodeControl(b, name)
 	return c, err == nil, err
 }
 
-// writeControl replaces the control file atomically and durably.
+// writeControl replaces the control file atomically and durably. Its
+// errors are the operating system's, said without the engine's prefix:
+// the checkpoint, its only caller outside tests, stops writes with them
+// behind ErrIOFailure, whose text begins with it.
 func writeControl(fsys vfs.FS, dir string, c controlData) error {
 	tmp := filepath.Join(dir, controlTmpName)
 	f, err := fsys.Create(tmp)
@@ -151,7 +154,7 @@ func writeControl(fsys vfs.FS, dir string, c controlData) error {
 	}
 	if _, err := f.WriteAt(c.encode(), 0); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
+		return fmt.Errorf("write the control file: %w", err) // the error names the file
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()

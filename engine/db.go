@@ -565,7 +565,7 @@ func (db *DB) open() error {
 	// way, and the next replacement would overwrite it anyway.
 	for _, tmp := range []string{controlTmpName, indexFileTmpName} {
 		if err := fsys.Remove(filepath.Join(dir, tmp)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+			return wrapf(err, "remove a leftover temporary file")
 		}
 	}
 	ctrl, _, err := readControl(fsys, dir)

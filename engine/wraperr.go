@@ -7,8 +7,8 @@ import (
 
 // errPrefix begins the text of the engine's sentinel errors and of the
 // errors wrapf builds, which is nearly every error the engine returns
-// (a failed write of the control file, for one, reads "write <file>: ...",
-// the text of the I/O failure that wraps it).
+// (a failed write of the control file, for one, reads "write the control
+// file: ...", behind the text of the I/O failure that wraps it).
 const errPrefix = "mvkv: "
 
 // prefixedError is an error of the engine that says what it was doing
