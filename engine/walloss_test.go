@@ -138,3 +138,61 @@ func TestVerifyDuringVacuum(t *testing.T) {
 		}
 	}
 }
+
+// WAL zeroed from a point at or below the last checkpoint record to the
+// end of what was written (no later segment file left) reads as a log
+// that simply ends there; the control file's checkpoint LSN, at or past
+// that end, is what shows the loss: Open fails with ErrCorruption naming
+// the segment file and the offset where the valid WAL read from the redo
+// point ends (the checkpoint record itself, for the checkpoint of a clean
+// shutdown, whose redo point it is), and changes nothing on disk.
+func TestWALZeroedBelowCheckpointFailsOpen(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		back int64 // bytes below the checkpoint record where the zeros begin
+	}{
+		{"from the checkpoint record", 0},
+		{"from below it", 4096},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filledAndClosed(t, 200)
+			_, seg, off := checkpointSegment(t, dir)
+			segs := walSegments(t, dir)
+			for _, s := range segs {
+				if s > seg {
+					if err := os.Remove(s); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			fi, err := os.Stat(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := off - c.back
+			if from < 32 {
+				t.Fatalf("the checkpoint record lies at offset %d of %s, too near its start", off, seg)
+			}
+			f, err := os.OpenFile(seg, os.O_WRONLY, 0)
+			if err == nil {
+				_, err = f.WriteAt(make([]byte, fi.Size()-from), from)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := dirDigest(t, dir)
+			_, err = Open(dir, Options{})
+			where := fmt.Sprintf("%s at offset %d", filepath.Base(seg), off)
+			const want = "the last checkpoint record"
+			if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), where) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Open: %v; want ErrCorruption naming %s and saying %q", err, where, want)
+			}
+			if after := dirDigest(t, dir); !maps.Equal(after, before) {
+				t.Fatalf("Open changed the directory:\nbefore %v\nafter  %v", before, after)
+			}
+		})
+	}
+}
