@@ -122,13 +122,22 @@ func (db *DB) checkZeroedHeapPages(ctrl controlData, scan *walScan) error {
 // zeros (writeEmptyPages, fillShortSegments) and a crash can come before
 // the next checkpoint counts them.
 //
+// A stray page whose page LSN lies past end, the end of the valid WAL,
+// is named as evidence of lost WAL rather than of a foreign file: a page
+// reaches its file only once the WAL up to its LSN is durable (rule 1),
+// so the WAL from end to that LSN was durable once. It is the one sign
+// this check can give of WAL zeroed or cut from past the last checkpoint
+// record to the end of what was written, which otherwise reads as the
+// end of the log; a page below the checkpoint's length, written by an
+// eviction since, would show it as well, but those are not read here.
+//
 // It returns the pages out there that are all zeros and that no record
 // rebuilds, for writeEmptyPages (with no checkpoint yet, the whole heap
 // lies out there and only those are looked for). Only blocks inside the
 // files are read (l is the files' layout): a block past a file's end or in
 // a missing segment holds nothing to check, and a stray file far past the
 // heap costs its own size, not the gap before it.
-func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan, l heap.Layout) (zero []uint32, err error) {
+func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan, l heap.Layout, end wal.LSN) (zero []uint32, err error) {
 	// Redo cuts the pages past the shortest length a truncation since
 	// the checkpoint left (truncate.go): whatever they hold is not read.
 	n := min(db.storage.NBlocks(), db.shortestTruncation())
@@ -160,6 +169,9 @@ func (db *DB) checkStrayHeapPages(ctrl controlData, scan *walScan, l heap.Layout
 			if ctrl.CheckpointLSN == 0 {
 				continue
 			}
+			if err == nil && wal.LSN(heap.PageLSN(page)) > end {
+				return nil, db.walLostBeforePageError(ctrl, blk, wal.LSN(heap.PageLSN(page)), end)
+			}
 			return nil, db.strayPageError(ctrl, blk, err)
 		}
 	}
@@ -179,6 +191,15 @@ func (db *DB) strayPageError(ctrl controlData, blk uint32, readErr error) error 
 	}
 	return fmt.Errorf("%w: %s %s, past the %d blocks the heap had at the last checkpoint, and no WAL record since that checkpoint writes that page: this database did not write it%s",
 		ErrCorruption, db.heapBlockName(blk), what, ctrl.HeapBlocks, guess)
+}
+
+// walLostBeforePageError is checkStrayHeapPages's error for block blk,
+// which holds data and a page LSN, lsn, past end, the end of the valid
+// WAL.
+func (db *DB) walLostBeforePageError(ctrl controlData, blk uint32, lsn, end wal.LSN) error {
+	name, off := wal.SegmentFile(end, db.opts.WALSegmentSize)
+	return fmt.Errorf("%w: %s holds data, past the %d blocks the heap had at the last checkpoint, with a page LSN (%s) past the end of the valid WAL (%s, %s at offset %d): a page is written only once the WAL up to its LSN is durable, so the WAL from %s to at least %s was lost after it was written (zeroed or cut off to the end of what was written), or the page is not this database's",
+		ErrCorruption, db.heapBlockName(blk), ctrl.HeapBlocks, lsn, end, filepath.Join(db.dir, walDir, name), off, end, lsn)
 }
 
 // writeEmptyPages writes an empty page in place of each page of zeros

@@ -205,7 +205,7 @@ func (db *DB) recover(ctrl controlData) error {
 		db.logger.Warn("the control file is missing but a checkpoint has run: recovering by replaying the whole WAL from its beginning",
 			"file", filepath.Join(db.dir, controlName), "heap_blocks", db.storage.NBlocks(), "from", first, "checkpoint_records", len(ckpts))
 	}
-	zeroPages, err := db.checkStrayHeapPages(ctrl, scan, layout)
+	zeroPages, err := db.checkStrayHeapPages(ctrl, scan, layout, end)
 	if err != nil {
 		return err
 	}

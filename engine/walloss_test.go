@@ -196,3 +196,71 @@ func TestWALZeroedBelowCheckpointFailsOpen(t *testing.T) {
 		})
 	}
 }
+
+// WAL zeroed from just past the last checkpoint record to the end of what
+// was written reads as a log that ends there, with nothing cut off to warn
+// of. A heap page past the checkpoint's heap length that an eviction wrote
+// since carries a page LSN past that end, which only lost WAL explains (a
+// page is written only once the WAL up to its LSN is durable): Open fails
+// with ErrCorruption naming the page, its LSN and where the valid WAL
+// ends, not calling the page another database's.
+func TestWALZeroedPastCheckpointFoundByPageLSN(t *testing.T) {
+	m := vfs.NewMemFS()
+	opts := Options{FS: m, SharedBuffers: 16 * 8192, CheckpointTimeout: -1, Autovacuum: noAutovacuum, WALSegmentSize: 1 << 20}
+	db := openTest(t, "/db", opts)
+	mustPut(t, db, "first", "v")
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// Far more pages than the pool holds: evictions write them.
+	for i := range 3000 {
+		mustPut(t, db, fmt.Sprintf("k%05d", i), strings.Repeat("v", 200))
+	}
+	killed := m.Clone()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctrl, _, err := readControl(killed, "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := wal.NewReader(killed, "/db/wal", ctrl.CheckpointLSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := r.Next()
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := rec.End // of the checkpoint record
+	name, off := wal.SegmentFile(end, 1<<20)
+	names, err := killed.ReadDir("/db/wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if n > name {
+			if err := killed.Remove("/db/wal/" + n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f, err := killed.Open("/db/wal/" + name)
+	if err == nil {
+		_, err = f.WriteAt(make([]byte, 1<<20-off), off)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.FS = killed
+	_, err = Open("/db", opts)
+	want := fmt.Sprintf("past the end of the valid WAL (%s, /db/wal/%s at offset %d)", end, name, off)
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "/db/heap/00000000 at offset") || !strings.Contains(err.Error(), want) ||
+		!strings.Contains(err.Error(), "was lost after it was written") {
+		t.Fatalf("Open: %v; want ErrCorruption naming a heap page and saying it lies %s", err, want)
+	}
+}
