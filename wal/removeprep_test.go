@@ -197,3 +197,52 @@ func TestRemoveSegmentsWaitsForPreparation(t *testing.T) {
 		t.Fatalf("%d points in a segment's preparation (%v), want at least 6", len(points), points)
 	}
 }
+
+// TestConcurrentRemoveSegmentsBefore: two removals that listed the same
+// old segments before either removed one both succeed; the second finds
+// them gone, which is what it was asked for.
+func TestConcurrentRemoveSegmentsBefore(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/wal"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWriter(m, "/wal", 0, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	payload := make([]byte, 200_000)
+	for w.Stats().SegmentSwitches < 2 {
+		if _, _, err := w.Insert(16, 1, payload); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.FlushAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := LSN(w.curSegA.Load())
+	waiting := make(chan struct{}, 2)
+	w.prepWait = func() { waiting <- struct{}{} }
+	// Held here, so that both list the segments and wait before either
+	// removes one.
+	w.prepMu.Lock()
+	done := make(chan error, 2)
+	for range 2 {
+		go func() { done <- w.RemoveSegmentsBefore(open) }()
+	}
+	<-waiting
+	<-waiting
+	w.prepMu.Unlock()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("a removal: %v", err)
+		}
+	}
+	segs, _, err := listSegments(m, "/wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs) == 0 || segs[0] != open {
+		t.Fatalf("segments %v after the removals, want the open one %s first", segs, segmentName(open))
+	}
+}

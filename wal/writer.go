@@ -1282,7 +1282,11 @@ func (w *Writer) removeSegment(s LSN) (bool, error) {
 	if s >= LSN(w.curSegA.Load()) {
 		return false, nil
 	}
-	if err := w.fs.Remove(path.Join(w.dir, segmentName(s))); err != nil {
+	if err := w.fs.Remove(path.Join(w.dir, segmentName(s))); errors.Is(err, fs.ErrNotExist) {
+		// A concurrent call removed it, and synced the directory, before
+		// this one took the lock.
+		return true, nil
+	} else if err != nil {
 		return false, fmt.Errorf("wal: remove segment: %w", err)
 	}
 	if err := w.fs.SyncDir(w.dir); err != nil {
