@@ -158,7 +158,7 @@ func writeControl(fsys vfs.FS, dir string, c controlData) error {
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, tmp, err)
+		return fmt.Errorf("%w: %w", ErrIOFailure, withPath("fsync", tmp, err))
 	}
 	if err := f.Close(); err != nil {
 		return err
@@ -167,7 +167,7 @@ func writeControl(fsys vfs.FS, dir string, c controlData) error {
 		return err
 	}
 	if err := fsys.SyncDir(dir); err != nil {
-		return fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, dir, err)
+		return fmt.Errorf("%w: %w", ErrIOFailure, withPath("fsync", dir, err))
 	}
 	return nil
 }

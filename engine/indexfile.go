@@ -170,7 +170,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 	// one writes a new file (no page the kernel may have dropped is
 	// trusted).
 	failed := func(op, name string, err error) error {
-		return fmt.Errorf("%w: %s %s: %w", ErrWriteFailed, op, name, err)
+		return fmt.Errorf("%w: %w", ErrWriteFailed, withPath(op, name, err))
 	}
 	f, err := db.fs.Create(tmp)
 	if err != nil {

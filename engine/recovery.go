@@ -520,7 +520,7 @@ func (db *DB) syncWALFiles(dir string) error {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("%w: fsync %s: %w", ErrIOFailure, name, err)
+			return fmt.Errorf("%w: %w", ErrIOFailure, withPath("fsync", name, err))
 		}
 	}
 	return nil

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 )
 
@@ -35,4 +37,14 @@ func (e *prefixedError) Unwrap() error { return e.err }
 // said once.
 func wrapf(err error, format string, args ...any) error {
 	return &prefixedError{msg: errPrefix + fmt.Sprintf(format, args...), err: err}
+}
+
+// withPath returns err behind "op name: ", unless err is an *fs.PathError,
+// which names the operation and the file itself (the operating system's
+// errors and the vfs's are), so that a message names the file once.
+func withPath(op, name string, err error) error {
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%s %s: %w", op, name, err)
 }

@@ -76,7 +76,7 @@ func TestWrapf(t *testing.T) {
 // TestControlAndIndexFileErrorsPrefixed: a failed file operation on the
 // control file, read at Open and written by a checkpoint, or on the index
 // file a checkpoint writes, gives an error that begins with the engine's
-// prefix, says it once, names the file, and still matches the operating
+// prefix, says it once, names the file once, and still matches the operating
 // system's error.
 func TestControlAndIndexFileErrorsPrefixed(t *testing.T) {
 	type fault struct {
@@ -92,6 +92,9 @@ func TestControlAndIndexFileErrorsPrefixed(t *testing.T) {
 		msg := err.Error()
 		if !strings.HasPrefix(msg, errPrefix) || strings.Count(msg, errPrefix) != 1 || !strings.Contains(msg, f.base) || !errors.Is(err, syscall.EIO) {
 			t.Errorf("%s with %s's %v failing: %q; want it to begin with %q once, name %s, and match EIO", what, f.base, f.kind, msg, errPrefix, f.base)
+		}
+		if f.base != "db" && strings.Count(msg, "/db/"+f.base) != 1 {
+			t.Errorf("%s with %s's %v failing: %q; want it to name /db/%s once", what, f.base, f.kind, msg, f.base)
 		}
 	}
 	for _, f := range []fault{
