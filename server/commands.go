@@ -74,6 +74,22 @@ func (x *execCtx) syntaxError() { x.errorf("ERR syntax error") }
 
 func (x *execCtx) notInteger() { x.errorf("ERR value is not an integer or out of range") }
 
+// parseInt32 parses arg as Redis's getIntFromObjectOrReply does: a 64-bit
+// integer outside the range of an int is refused with the range in the
+// error, anything else that is not an integer with notInteger's error.
+func (x *execCtx) parseInt32(arg []byte) (int64, bool) {
+	n, ok := parseInt(arg)
+	switch {
+	case !ok:
+		x.notInteger()
+	case n != int64(int32(n)):
+		x.errorf("ERR value is out of range, value must between %d and %d", math.MinInt32, math.MaxInt32)
+	default:
+		return n, true
+	}
+	return 0, false
+}
+
 // wrote records a write of key: it bumps the key's watch version, before
 // the commit, with the row lock held; a rollback undoes it, with the row
 // lock still held. The engine releases a transaction's row locks as soon
@@ -331,10 +347,9 @@ func cmdEcho(x *execCtx, args [][]byte) error {
 }
 
 func cmdSelect(x *execCtx, args [][]byte) error {
-	n, ok := parseInt(args[1])
+	n, ok := x.parseInt32(args[1])
 	switch {
 	case !ok:
-		x.notInteger()
 	case n != 0:
 		x.errorf("ERR DB index is out of range")
 	default:

@@ -93,9 +93,8 @@ func cmdCopy(x *execCtx, args [][]byte) error {
 		case opt == "replace":
 			replace = true
 		case opt == "db" && i+1 < len(args):
-			n, ok := parseInt(args[i+1])
-			if !ok || n != int64(int32(n)) {
-				x.notInteger()
+			n, ok := x.parseInt32(args[i+1])
+			if !ok {
 				return nil
 			}
 			if n < 0 || n >= 16 {

@@ -225,6 +225,8 @@ var redisDiffScript2 = []string{
 	"MULTI", "CONFIG GET", "EXEC", "MULTI", "CLIENT FOO", "EXEC", "MULTI", "CLIENT SETNAME", "EXEC",
 	"MULTI", "MEMORY USAGE", "EXEC", "MULTI", "COMMAND FOO", "EXEC", "MULTI", "SLOWLOG FOO", "EXEC",
 	"COMMAND INFO nosuch", "COMMAND INFO nosuch x", "COPY mq mr DB -1 1", "COPY mq mr DB 16 FOO", "COPY mq mr DB 99",
+	"COPY mq mr DB 2147483648", "COPY mq mr DB -2147483649 FOO", "COPY mq mr DB 9223372036854775808", "SELECT 2147483648",
+	"SELECT -2147483649", "SELECT 9223372036854775808", "SELECT 16",
 	`FOO "a\x00b" c`, "FOO aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb cccccccccc", "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc x", "FOO cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
 	"SET bq foobar", "BITCOUNT bq -1 -5 FOO", "BITCOUNT bq -1 -5 BIT", "BITCOUNT bq -5 -1 FOO", "BITCOUNT bq 1 -5 FOO",
 	"MULTI", "OBJECT HELP x", "EXEC", "MULTI", "OBJECT ENCODING mq", "PING", "EXEC", "OBJECT FOO", "CLIENT SETNAME",
