@@ -294,6 +294,16 @@ func startRedis(t testing.TB) *raw {
 	return &raw{t, nc, bufio.NewReader(nc)}
 }
 
+// another opens another connection to the server r is connected to.
+func (r *raw) another(t testing.TB) *raw {
+	nc, err := net.Dial("tcp", r.nc.RemoteAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t, nc, bufio.NewReader(nc)}
+}
+
 // TestHelpSubcommands: the error for an unknown subcommand says "Try
 // CLIENT HELP" (and CONFIG, COMMAND), so HELP must answer, in Redis's
 // form: a heading, the subcommands, and HELP itself last.
