@@ -26,6 +26,11 @@ func TestProtocolErrors(t *testing.T) {
 		{"*1\r\n$600000000\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
 		{"*1\r\n$-5\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
 		{"*1\r\n+GET\r\n", "-ERR Protocol error: expected '$', got '+'\r\n"},
+		// A count line ends at its first "\r", as in Redis: a bare "\n"
+		// does not end it, and the byte after the "\r" is skipped.
+		{"*1\n$4\r\nPING\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+		{"*2\r\n$4\r\nECHO\r\n$1\n\r\nx\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
+		{"*1\r$4\r\nPING\r\n", "-ERR Protocol error: expected '$', got '4'\r\n"},
 		{"SET \"abc v\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
 		{"SET 'abc v\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
 		{"SET \"a\"b v\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
@@ -40,6 +45,11 @@ func TestProtocolErrors(t *testing.T) {
 		}
 		r.expectClosed()
 	}
+	// Redis does not look at the byte after a count line's "\r".
+	r := ts.raw(t)
+	r.send("*1\rX$4\r\nPING\r\n*2\r\n$4\rXECHO\r\n$2\r\nhi\r\n")
+	r.expect("+PONG\r\n")
+	r.expect("$2\r\nhi\r\n")
 	// Other clients are unaffected.
 	rdb := ts.client(t)
 	if err := rdb.Set(context.Background(), "still", "fine", 0).Err(); err != nil {

@@ -167,11 +167,34 @@ func (r *reader) read() (request, error) {
 // newline (checked after every read of the socket, as Redis checks its
 // query buffer). The slice is valid until the next read.
 func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
+	return r.readLineTo('\n', max, tooBig)
+}
+
+// readCount reads the number of a "*N" or "$N" line after its first byte,
+// as Redis's processMultibulkBuffer does: the line ends at the first "\r",
+// and the byte after that is skipped whatever it is, so that "*1\n$4\r\n"
+// is a count of "1\n$4", which is invalid (ok false), not a count of 1.
+func (r *reader) readCount(max int, tooBig string) (n int64, ok bool, err error) {
+	line, err := r.readLineTo('\r', max, tooBig)
+	if err != nil {
+		return 0, false, err
+	}
+	// Parsed before the next read, which may reuse line's bytes.
+	n, ok = parseInt(line)
+	if _, err := r.br.ReadByte(); err != nil {
+		return 0, false, unexpected(err)
+	}
+	return n, ok, nil
+}
+
+// readLineTo is readLine with the line ending at the byte end; a "\r"
+// before a "\n" end is dropped. The slice is valid until the next read.
+func (r *reader) readLineTo(end byte, max int, tooBig string) ([]byte, error) {
 	var acc []byte
 	for {
 		if n := r.br.Buffered(); n > 0 {
 			b, _ := r.br.Peek(n)
-			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			if i := bytes.IndexByte(b, end); i >= 0 {
 				if len(acc)+i > max {
 					return nil, &protocolError{tooBig}
 				}
@@ -180,7 +203,7 @@ func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
 					line = append(acc, line...)
 				}
 				r.br.Discard(i + 1)
-				if n := len(line); n > 0 && line[n-1] == '\r' {
+				if n := len(line); end == '\n' && n > 0 && line[n-1] == '\r' {
 					line = line[:n-1]
 				}
 				return line, nil
@@ -201,11 +224,12 @@ func (r *reader) readLine(max int, tooBig string) ([]byte, error) {
 }
 
 func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
-	line, err := r.readLine(lim.MaxInlineLen, "too big mbulk count string")
+	// The '*' read() saw.
+	r.br.Discard(1)
+	n, ok, err := r.readCount(lim.MaxInlineLen-1, "too big mbulk count string")
 	if err != nil {
 		return request{}, err
 	}
-	n, ok := parseInt(line[1:])
 	if !ok || n > int64(lim.MaxMultibulkLen) {
 		return request{}, &protocolError{"invalid multibulk length"}
 	}
@@ -226,11 +250,10 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 		if b != '$' {
 			return request{}, &protocolError{fmt.Sprintf("expected '$', got '%c'", b)}
 		}
-		line, err := r.readLine(lim.MaxInlineLen, "too big bulk count string")
+		blen, ok, err := r.readCount(lim.MaxInlineLen-1, "too big bulk count string")
 		if err != nil {
 			return request{}, unexpected(err)
 		}
-		blen, ok := parseInt(line)
 		if !ok || blen < 0 || blen > lim.MaxBulkLen {
 			return request{}, &protocolError{"invalid bulk length"}
 		}
