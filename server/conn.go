@@ -740,35 +740,35 @@ func appendEngineError(out []byte, err error) []byte {
 // unknownCommand is Redis 7's text for an unknown command.
 func unknownCommand(args [][]byte) string {
 	// As Redis's processCommand formats it with "%.*s": each argument up
-	// to its first NUL, the name up to 128 bytes, and the arguments
-	// while their quoted list is under 128 bytes, each cut to what is
-	// left of those 128.
-	cstr := func(a []byte) []byte {
-		if i := bytes.IndexByte(a, 0); i >= 0 {
-			return a[:i]
-		}
-		return a
-	}
+	// to its first NUL (trunc), the name up to 128 bytes, and the
+	// arguments while their quoted list is under 128 bytes, each cut to
+	// what is left of those 128.
 	var list []byte
 	for _, a := range args[1:] {
 		if len(list) >= 128 {
 			break
 		}
 		list = append(list, '\'')
-		list = append(list, trunc(cstr(a), 128-len(list)+1)...)
+		list = append(list, trunc(a, 128-len(list)+1)...)
 		list = append(list, "' "...)
 	}
 	var b bytes.Buffer
 	b.WriteString("ERR unknown command '")
-	b.Write(trunc(cstr(args[0]), 128))
+	b.Write(trunc(args[0], 128))
 	b.WriteString("', with args beginning with: ")
 	b.Write(list)
 	return b.String()
 }
 
-// trunc cuts a client's argument to its first n bytes before it is quoted,
-// as Redis does (128 bytes in its error replies).
-var trunc = clip.Prefix[[]byte]
+// trunc cuts a client's argument as Redis's "%.*s" cuts one it puts in an
+// error reply (128 bytes, mostly): at its first NUL byte, and to at most n
+// bytes.
+func trunc(a []byte, n int) []byte {
+	if i := bytes.IndexByte(a, 0); i >= 0 {
+		a = a[:i]
+	}
+	return clip.Prefix(a, n)
+}
 
 func lower(b []byte) string {
 	for _, c := range b {

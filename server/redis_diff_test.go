@@ -227,6 +227,9 @@ var redisDiffScript2 = []string{
 	"COMMAND INFO nosuch", "COMMAND INFO nosuch x", "COPY mq mr DB -1 1", "COPY mq mr DB 16 FOO", "COPY mq mr DB 99",
 	"COPY mq mr DB 2147483648", "COPY mq mr DB -2147483649 FOO", "COPY mq mr DB 9223372036854775808", "SELECT 2147483648",
 	"SELECT -2147483649", "SELECT 9223372036854775808", "SELECT 16",
+	// An argument quoted in an error is cut at its first NUL, as C's "%s".
+	`CLIENT "x\x00y"`, `OBJECT "x\x00y" k`, `CONFIG SET "x\x00y" 1`, `CLIENT LIST TYPE "x\x00y"`, `HELLO 2 "x\x00y"`,
+	`SLOWLOG "x\x00y"`, `MEMORY "x\x00y"`, `COMMAND "x\x00y"`, `CLIENT KILL USER "x\x00y"`, `EXPIRE mq 10 "x\x00y"`,
 	`FOO "a\x00b" c`, "FOO aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb cccccccccc", "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc x", "FOO cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
 	"SET bq foobar", "BITCOUNT bq -1 -5 FOO", "BITCOUNT bq -1 -5 BIT", "BITCOUNT bq -5 -1 FOO", "BITCOUNT bq 1 -5 FOO",
 	"MULTI", "OBJECT HELP x", "EXEC", "MULTI", "OBJECT ENCODING mq", "PING", "EXEC", "OBJECT FOO", "CLIENT SETNAME",
