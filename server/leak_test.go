@@ -137,4 +137,3 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
-
