@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -48,25 +50,60 @@ func TestRandomRepliesMatchRedis(t *testing.T) {
 		}
 		send([]string{"FLUSHALL"})
 		var history []string
-		for range n {
-			args, other := g.command()
-			history = append(history, quoteArgs(args))
-			var want, got string
-			if other {
-				history[len(history)-1] = "(second client) " + history[len(history)-1]
-				want, got = send2(args)
-			} else if strings.EqualFold(args[0], "SCAN") && len(args) > 1 {
-				want, got = scanAll(redis, args), scanAll(mvkv, args)
-			} else {
-				want, got = send(args)
+		var pending *diffCmd
+		for done := 0; done < n; {
+			// A batch of the first client's commands goes out as one
+			// pipeline, so that the server's grouping of pipelined
+			// commits is compared too; a SCAN or a command of the
+			// second client goes alone.
+			var batch []diffCmd
+			for len(batch) < 1+g.r.IntN(30) && done < n {
+				c := pending
+				if c == nil {
+					c = ptr(g.command())
+				}
+				pending = nil
+				if (c.other || c.scan()) && len(batch) > 0 {
+					pending = c
+					break
+				}
+				batch = append(batch, *c)
+				done++
+				history = append(history, c.String())
+				if c.other || c.scan() {
+					break
+				}
 			}
-			if strings.EqualFold(args[0], "KEYS") {
-				want, got = sortArray(want), sortArray(got)
+			var wants, gots []string
+			switch c := batch[0]; {
+			case c.other:
+				want, got := send2(c.args)
+				wants, gots = []string{want}, []string{got}
+			case c.scan():
+				wants, gots = []string{scanAll(redis, c.args)}, []string{scanAll(mvkv, c.args)}
+			default:
+				var rb bytes.Buffer
+				for _, c := range batch {
+					rb.Write(encodeRequest(c.args))
+				}
+				redis.send(rb.String())
+				mvkv.send(rb.String())
+				for range batch {
+					wants = append(wants, redis.reply())
+					gots = append(gots, mvkv.reply())
+				}
 			}
-			if !repliesMatch(g, args, want, got) {
+			for i, c := range batch {
+				want, got := wants[i], gots[i]
+				if strings.EqualFold(c.args[0], "KEYS") {
+					want, got = sortArray(want), sortArray(got)
+				}
+				if repliesMatch(c, want, got) {
+					continue
+				}
 				fails++
-				t.Errorf("seed %d: %s: got %q, Redis %q\nlast commands:\n%s", seed, quoteArgs(args), got, want,
-					strings.Join(history[max(0, len(history)-12):], "\n"))
+				t.Errorf("seed %d: %s: got %q, Redis %q\nlast commands:\n%s", seed, c, got, want,
+					strings.Join(history[max(0, len(history)-len(batch)-8):], "\n"))
 				if fails >= 10 {
 					t.FailNow()
 				}
@@ -75,12 +112,47 @@ func TestRandomRepliesMatchRedis(t *testing.T) {
 				send([]string{"UNWATCH"})
 				send([]string{"FLUSHALL"})
 				g.inMulti = false
+				break
 			}
 		}
 		send([]string{"DISCARD"})
 		send([]string{"UNWATCH"})
 	}
 }
+
+// diffCmd is a command TestRandomRepliesMatchRedis sends.
+type diffCmd struct {
+	args  []string
+	other bool // sent by the second client
+	timed bool // its reply depends on the time: TTLs, or an EXEC with them
+}
+
+func (c diffCmd) scan() bool { return strings.EqualFold(c.args[0], "SCAN") && len(c.args) > 1 }
+
+func (c diffCmd) String() string {
+	q := make([]string, len(c.args))
+	for i, a := range c.args {
+		q[i] = strconv.Quote(a)
+	}
+	if c.other {
+		return "(second client) " + strings.Join(q, " ")
+	}
+	return strings.Join(q, " ")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// encodeRequest returns args as a multibulk request.
+func encodeRequest(args []string) []byte {
+	b := fmt.Appendf(nil, "*%d\r\n", len(args))
+	for _, a := range args {
+		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b
+}
+
+// diffTimed are the commands whose replies depend on the time.
+var diffTimed = []string{"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"}
 
 // diffGen draws commands for TestRandomRepliesMatchRedis.
 type diffGen struct {
@@ -140,9 +212,9 @@ func (g *diffGen) keys(min int) []string {
 	return out
 }
 
-// command draws one command and whether the second client sends it; a
+// command draws one command, sent by the first client or by the second; a
 // few in a hundred have an argument dropped or one added.
-func (g *diffGen) command() ([]string, bool) {
+func (g *diffGen) command() diffCmd {
 	args := g.base()
 	switch g.r.IntN(40) {
 	case 0:
@@ -155,18 +227,24 @@ func (g *diffGen) command() ([]string, bool) {
 		}
 	}
 	name := strings.ToUpper(args[0])
+	c := diffCmd{args: args, timed: slices.Contains(diffTimed, name)}
 	if g.r.IntN(8) == 0 && !slices.Contains([]string{"MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH", "SCAN", "KEYS"}, name) {
-		return args, true
+		c.other = true
+		return c
 	}
+	// With a wrong number of arguments, MULTI starts no block, and EXEC
+	// and DISCARD end none.
 	switch {
-	case name == "MULTI":
+	case name == "MULTI" && g.inMulti:
+	case name == "MULTI" && len(args) == 1:
 		g.inMulti, g.queued = true, nil
-	case name == "EXEC" || name == "DISCARD":
+	case (name == "EXEC" || name == "DISCARD") && len(args) == 1:
+		c.timed = name == "EXEC" && slices.ContainsFunc(g.queued, func(q string) bool { return slices.Contains(diffTimed, q) })
 		g.inMulti = false
 	case g.inMulti:
 		g.queued = append(g.queued, name)
 	}
-	return args, false
+	return c
 }
 
 func (g *diffGen) base() []string {
@@ -354,17 +432,11 @@ func (g *diffGen) base() []string {
 
 // repliesMatch compares a reply with Redis's; integers a time-dependent
 // command returned may differ a little.
-func repliesMatch(g *diffGen, args []string, want, got string) bool {
+func repliesMatch(c diffCmd, want, got string) bool {
 	if want == got {
 		return true
 	}
-	name := strings.ToUpper(args[0])
-	timedCmds := []string{"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"}
-	timed := slices.Contains(timedCmds, name)
-	if name == "EXEC" {
-		timed = slices.ContainsFunc(g.queued, func(c string) bool { return slices.Contains(timedCmds, c) })
-	}
-	if !timed {
+	if !c.timed {
 		return false
 	}
 	wl, gl := strings.Split(want, "\r\n"), strings.Split(got, "\r\n")
@@ -426,12 +498,4 @@ func sortArray(rep string) string {
 	}
 	slices.Sort(elems)
 	return lines[0] + "\r\n" + strings.Join(elems, "\r\n")
-}
-
-func quoteArgs(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		q[i] = strconv.Quote(a)
-	}
-	return strings.Join(q, " ")
 }
