@@ -59,6 +59,9 @@ type conn struct {
 	// CommitAsync, oldest first, whose replies wait in out until they
 	// complete (see settle).
 	pending []pendingCommit
+	// early are request bytes read from the socket while the connection
+	// was blocked (watchClose), handed to the reader before the socket.
+	early []byte
 	// bumped are the watch entries the running transaction bumped
 	// (execCtx.wrote), undone if it rolls back (see rollback).
 	bumped []*watchEntry
@@ -164,9 +167,72 @@ func (h hookReader) Read(p []byte) (int, error) {
 	if c.s.isClosing() {
 		return 0, errShutdown
 	}
+	if len(c.early) > 0 {
+		n := copy(p, c.early)
+		c.early = c.early[n:]
+		return n, nil
+	}
 	n, err := c.nc.Read(p)
 	c.s.netIn.Add(uint64(n))
 	return n, err
+}
+
+// closeWatch reads a connection whose goroutine is blocked in a command
+// that waits without reading requests (WAIT, a command held by CLIENT
+// PAUSE), so that a client that goes away meanwhile ends the wait, as
+// Redis frees a blocked client whose connection closes; otherwise the
+// connection, its goroutine and its maxclients slot would stay until the
+// wait's end, which may be never. What it reads is kept in conn.early for
+// the reader, up to client-query-buffer-limit; past that it stops
+// reading until the wait ends.
+type closeWatch struct {
+	c        *conn
+	gone     chan struct{} // closed when a read failed: the client is gone
+	done     chan struct{} // closed when the reading goroutine has returned
+	stopping atomic.Bool
+}
+
+// watchClose starts watching c's socket. The caller must call stop before
+// it reads from the connection again.
+func (c *conn) watchClose() *closeWatch {
+	w := &closeWatch{c: c, gone: make(chan struct{}), done: make(chan struct{})}
+	limit := c.s.limits().QueryBufferLimit
+	// A blocked client is not idle: the timeout does not close it, as in
+	// Redis. Only stop and a shutdown's wake set a deadline from here on.
+	c.nc.SetReadDeadline(time.Time{})
+	go func() {
+		defer close(w.done)
+		var buf [4096]byte
+		for int64(len(c.early)) < limit {
+			n, err := c.nc.Read(buf[:])
+			c.early = append(c.early, buf[:n]...)
+			c.s.netIn.Add(uint64(n))
+			if err != nil {
+				// The next read of the connection meets the error
+				// again (a closed socket stays closed). A timeout is
+				// stop's or a shutdown's, which the waiter sees itself.
+				var ne net.Error
+				if !w.stopping.Load() && !(errors.As(err, &ne) && ne.Timeout()) {
+					close(w.gone)
+				}
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch: it interrupts the read with a deadline in the past
+// and waits for the reading goroutine, after which conn.early is the
+// serving goroutine's again.
+func (w *closeWatch) stop() {
+	w.stopping.Store(true)
+	w.c.nc.SetReadDeadline(time.Unix(1, 0))
+	<-w.done
+	// A shutdown's wake may have set a deadline in the past meanwhile;
+	// clearing it is safe, as hookReader checks for a shutdown after
+	// setting its deadline and before every read.
+	w.c.nc.SetReadDeadline(time.Time{})
 }
 
 // wake interrupts a read the connection is blocked in; called by shutdown.
@@ -567,7 +633,12 @@ func (c *conn) dispatch(req request) {
 	// in MULTI, as Redis's processCommand checks the pause before it
 	// queues.
 	if c.s.paused(start) {
-		c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()), !c.replyOff && !skip)
+		if !c.waitPause(cmd.flags&flagWrite != 0 || (cmd.name == "exec" && c.queueWrites()), !c.replyOff && !skip) {
+			// The client went away while held: as Redis frees it,
+			// the command does not run.
+			c.quit = true
+			return
+		}
 	}
 	if c.inMulti && cmd.flags&flagMultiCtl == 0 {
 		c.queued += req.size

@@ -124,17 +124,27 @@ func cmdWait(x *execCtx, args [][]byte) error {
 		c.unblock = unblock
 		c.mu.Unlock()
 		c.s.blocked.Add(1)
+		w := c.watchClose()
 		var reason string
+		gone := false
 		select {
 		case <-wait:
 		case <-c.ctx.Done():
 		case <-c.s.closingC:
 		case reason = <-unblock:
+		case <-w.gone:
+			gone = true
 		}
+		w.stop()
 		c.mu.Lock()
 		c.unblock = nil
 		c.mu.Unlock()
 		c.s.blocked.Add(-1)
+		if gone {
+			// Nobody to answer.
+			c.quit = true
+			return nil
+		}
 		if reason == "error" {
 			x.errorf("UNBLOCKED client unblocked via CLIENT UNBLOCK")
 			return nil
@@ -313,16 +323,23 @@ type pauseState struct {
 // waitPause holds a command while a CLIENT PAUSE covers it: every command
 // in ALL mode, writes (and EXEC blocks with writes) in WRITE mode. With
 // flush, the replies collected so far are written before it waits (not
-// while a CLIENT REPLY OFF or SKIP may still drop part of them).
-func (c *conn) waitPause(write, flush bool) {
+// while a CLIENT REPLY OFF or SKIP may still drop part of them). It
+// reports false if the client went away while held.
+func (c *conn) waitPause(write, flush bool) bool {
 	p := &c.s.pause
+	var w *closeWatch
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
 	for {
 		p.mu.Lock()
 		until, all, ch := p.until, p.all, p.changed
 		p.mu.Unlock()
 		d := time.Until(until)
 		if d <= 0 || (!all && !write) {
-			return
+			return true
 		}
 		if flush {
 			// The replies to the commands before this one go out
@@ -331,19 +348,25 @@ func (c *conn) waitPause(write, flush bool) {
 			c.flush()
 			flush = false
 		}
+		if w == nil {
+			w = c.watchClose()
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-ch:
+		case <-w.gone:
+			t.Stop()
+			return false
 		case <-c.ctx.Done():
 			t.Stop()
-			return
+			return true
 		case <-c.s.closingC:
 			// A shutdown ends the wait, as Redis's SHUTDOWN does not
 			// wait for paused clients: the command runs, and the
 			// connection closes after it.
 			t.Stop()
-			return
+			return true
 		}
 		t.Stop()
 	}

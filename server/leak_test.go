@@ -137,3 +137,55 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestBlockedClientGoneEndsWait: a client that closes its connection while
+// it is blocked in WAIT, or while CLIENT PAUSE holds its write, is freed at
+// once, as in Redis, and the held write does not run; a blocked client that
+// stays gets the requests it sent meanwhile run after the wait.
+func TestBlockedClientGoneEndsWait(t *testing.T) {
+	ts := startServer(t, Config{})
+	check := ts.raw(t)
+	clients := func() string { return check.info("clients", "connected_clients") }
+
+	// WAIT 1 0 waits forever for a replica.
+	a := ts.raw(t)
+	a.cmd("WAIT", "1", "0")
+	waitFor(t, "the WAIT to block", func() bool { return check.info("clients", "blocked_clients") == "1" })
+	a.nc.Close()
+	waitFor(t, "the closed client in WAIT to be freed", func() bool { return clients() == "1" })
+	if n := check.info("clients", "blocked_clients"); n != "0" {
+		t.Fatalf("blocked_clients %s after the client in WAIT closed", n)
+	}
+
+	// A write held by CLIENT PAUSE WRITE.
+	check.cmd("CLIENT", "PAUSE", "1000000", "WRITE")
+	check.expect("+OK\r\n")
+	b := ts.raw(t)
+	b.cmd("CLIENT", "ID")
+	id := strings.TrimSuffix(strings.TrimPrefix(b.reply(), ":"), "\r\n")
+	b.cmd("SET", "held", "1")
+	waitFor(t, "the SET to be held", func() bool {
+		check.cmd("CLIENT", "LIST", "ID", id)
+		return strings.Contains(check.reply(), " cmd=set ")
+	})
+	b.nc.Close()
+	waitFor(t, "the closed client held by the pause to be freed", func() bool { return clients() == "1" })
+	check.cmd("CLIENT", "UNPAUSE")
+	check.expect("+OK\r\n")
+	check.cmd("GET", "held")
+	check.expect("$-1\r\n")
+
+	// A blocked client that sends more requests and stays.
+	c := ts.raw(t)
+	c.cmd("CLIENT", "ID")
+	id = strings.TrimSuffix(strings.TrimPrefix(c.reply(), ":"), "\r\n")
+	c.cmd("WAIT", "1", "0")
+	waitFor(t, "the WAIT to block", func() bool { return check.info("clients", "blocked_clients") == "1" })
+	c.cmd("SET", "after", "1")
+	c.cmd("GET", "after")
+	check.cmd("CLIENT", "UNBLOCK", id)
+	check.expect(":1\r\n")
+	c.expect(":0\r\n")
+	c.expect("+OK\r\n")
+	c.expect("$1\r\n1\r\n")
+}
