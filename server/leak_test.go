@@ -139,8 +139,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // TestBlockedClientGoneEndsWait: a client that closes its connection while
-// it is blocked in WAIT, or while CLIENT PAUSE holds its write, is freed at
-// once, as in Redis, and the held write does not run; a blocked client that
+// it is blocked in WAIT, or while CLIENT PAUSE holds its write, or that
+// CLIENT KILL closes, is freed at once, as in Redis, and the held write does not run; a blocked client that
 // stays gets the requests it sent meanwhile run after the wait.
 func TestBlockedClientGoneEndsWait(t *testing.T) {
 	ts := startServer(t, Config{})
@@ -156,6 +156,17 @@ func TestBlockedClientGoneEndsWait(t *testing.T) {
 	if n := check.info("clients", "blocked_clients"); n != "0" {
 		t.Fatalf("blocked_clients %s after the client in WAIT closed", n)
 	}
+
+	// CLIENT KILL of a client in WAIT closes its socket.
+	k := ts.raw(t)
+	k.cmd("CLIENT", "ID")
+	kid := strings.TrimSuffix(strings.TrimPrefix(k.reply(), ":"), "\r\n")
+	k.cmd("WAIT", "1", "0")
+	waitFor(t, "the WAIT to block", func() bool { return check.info("clients", "blocked_clients") == "1" })
+	check.cmd("CLIENT", "KILL", "ID", kid)
+	check.expect(":1\r\n")
+	k.expectClosed()
+	waitFor(t, "the killed client in WAIT to be freed", func() bool { return clients() == "1" })
 
 	// A write held by CLIENT PAUSE WRITE.
 	check.cmd("CLIENT", "PAUSE", "1000000", "WRITE")
