@@ -45,6 +45,12 @@ func TestProtocolErrors(t *testing.T) {
 		}
 		r.expectClosed()
 	}
+	// Under CLIENT REPLY OFF or SKIP, the error is not sent either.
+	for _, mode := range []string{"OFF", "SKIP"} {
+		r := ts.raw(t)
+		r.send("CLIENT REPLY " + mode + "\r\n*1\r\n$-5\r\n")
+		r.expectClosed()
+	}
 	// Redis does not look at the byte after a count line's "\r".
 	r := ts.raw(t)
 	r.send("*1\rX$4\r\nPING\r\n*2\r\n$4\rXECHO\r\n$2\r\nhi\r\n")

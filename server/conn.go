@@ -260,7 +260,11 @@ func (c *conn) serve() {
 		if err != nil {
 			var pe *protocolError
 			if errors.As(err, &pe) {
-				c.out = redcon.AppendError(c.out, "ERR "+pe.Error())
+				// Under CLIENT REPLY OFF, or SKIP for the next
+				// request, Redis drops the error reply too.
+				if !c.replyOff && !c.skipNext {
+					c.out = redcon.AppendError(c.out, "ERR "+pe.Error())
+				}
 				c.flush()
 			} else if errors.Is(err, errQueryBufferLimit) {
 				c.s.log.Warn("closing client that reached max query buffer length", "id", c.id, "addr", c.nc.RemoteAddr().String())
