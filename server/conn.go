@@ -885,8 +885,12 @@ func (c *conn) exec() {
 	}
 	keys, all := lockOrder(c.watched, queue)
 	mark := len(c.out)
+	// A queued CLIENT REPLY changes these; a rerun starts from the state
+	// the block began with.
+	replyOff, replyOn := c.replyOff, c.replyOn
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
+		c.replyOff, c.replyOn = replyOff, replyOn
 		err := c.execOnce(queue, keys, all, pipelined, mark)
 		if err == nil {
 			return
@@ -995,7 +999,13 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		c.out = append(c.out, "*-1\r\n"...)
 		return nil
 	}
-	c.out = redcon.AppendArray(c.out, len(queue))
+	// As in Redis, CLIENT REPLY OFF or ON in the block takes effect at
+	// once: the array's header, and each command's reply, is dropped if
+	// replies are off when it is made (the array then has fewer elements
+	// than it says, as Redis's has).
+	if !c.replyOff {
+		c.out = redcon.AppendArray(c.out, len(queue))
+	}
 	// Each queued command's run, counted in commandstats and the metrics
 	// as Redis counts the commands EXEC calls, once the block commits (a
 	// rerun after a serialization failure counts once).
@@ -1016,6 +1026,9 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 			return err
 		}
 		runs = append(runs, ran{time.Since(start), len(c.out) > at && c.out[at] == '-'})
+		if c.replyOff {
+			c.out = c.out[:at]
+		}
 	}
 	if pipelined {
 		err = c.commitPipelined(tx, mark)

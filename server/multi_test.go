@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -650,5 +651,31 @@ func TestWatchBumpUndoneWhenCommitWritesNothing(t *testing.T) {
 				t.Fatalf("%d bumps left for the next transaction to undo", len(cn.bumped))
 			}
 		})
+	}
+}
+
+// TestExecClientReply: CLIENT REPLY OFF or ON queued in a block takes
+// effect at once, as in Redis: the replies made while replies are off are
+// dropped, the array's header included (Redis's array then has fewer
+// elements than it says, and so does the server's). The expected bytes
+// are Redis 7.0's.
+func TestExecClientReply(t *testing.T) {
+	ts := startServer(t, Config{})
+	for _, c := range []struct{ send, want string }{
+		{"MULTI\r\nCLIENT REPLY OFF\r\nECHO in\r\nEXEC\r\nECHO out\r\nCLIENT REPLY ON\r\nECHO on\r\n",
+			"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$2\r\non\r\n"},
+		{"CLIENT REPLY OFF\r\nMULTI\r\nECHO a\r\nCLIENT REPLY ON\r\nECHO b\r\nEXEC\r\nECHO c\r\n",
+			"+OK\r\n$1\r\nb\r\n$1\r\nc\r\n"},
+		{"MULTI\r\nCLIENT REPLY OFF\r\nSET a 1\r\nCLIENT REPLY ON\r\nGET a\r\nEXEC\r\nECHO c\r\n",
+			"+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n+OK\r\n$1\r\n1\r\n$1\r\nc\r\n"},
+		{"CLIENT REPLY OFF\r\nMULTI\r\nECHO a\r\nEXEC\r\nCLIENT REPLY ON\r\nECHO c\r\n", "+OK\r\n$1\r\nc\r\n"},
+	} {
+		r := ts.raw(t)
+		r.send(c.send)
+		got := make([]byte, len(c.want))
+		r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(r.br, got); err != nil || string(got) != c.want {
+			t.Errorf("%q: got %q (%v), want %q", c.send, got, err, c.want)
+		}
 	}
 }
