@@ -213,10 +213,23 @@ func (r *VerifyReport) problem(format string, args ...any) {
 //
 // It waits for Open's background check of the heap pages, if one runs,
 // then takes a checkpoint, so it needs a writable database. It holds
-// off vacuum and autovacuum while it runs (a vacuum run waits for it, and
-// it waits for a run in progress); it does not stop concurrent
-// transactions, so run it without writers for an exact answer. The error is
-// for failures to check (I/O, ErrClosed); findings go into the report.
+// off vacuum, autovacuum and pruning while it runs (a vacuum run waits for
+// it, and it waits for a run in progress); it does not stop concurrent
+// transactions, and it reads the files page by page while they write.
+//
+// Beside writers, what it guarantees: the checks of out-of-line values (a
+// pointer or directory naming a slot that holds no chunk of its value,
+// and the keys LostKeys lists through such a value) and the orphan
+// count skip the values of transactions running when Verify began or
+// begun since, judging only those of transactions that had ended, so
+// writers make none of those findings, and a finding there is damage.
+// What it does not: the other checks compare what was read at different
+// moments (the index in memory against the heap read before it, the
+// index file against the index, visibility map bits against heap pages a
+// writer changed after the map was read, tuple xids against the next
+// xid read when the scan began), and can report a concurrent write as a
+// problem; run it without writers for an exact answer on those. The error
+// is for failures to check (I/O, ErrClosed); findings go into the report.
 func (db *DB) Verify() (VerifyReport, error) {
 	var rep VerifyReport
 	// Open's background check first: the map bits it clears are written
