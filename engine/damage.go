@@ -734,6 +734,14 @@ func (db *DB) scanStoredTuples(nblocks uint32, skip func(uint32) bool, stop <-ch
 // on a block bad says is damaged: their keys are lost too. It keeps only
 // the indirect pointers' directory lists and the damaged directories, so
 // that it stays small beside the heap; it runs only when damage was found.
+//
+// The pointer of a version whose inserter aborted (or crashed: in
+// progress in the CLOG, below the next xid and not running), by its hint
+// bits or the CLOG as xminStateOf decides, is not followed, as Verify
+// does not follow it (toastCheck.Report): nobody reads that value, and a
+// key whose newest version is such a one reads the committed version
+// below it, so a damaged page holding the aborted write's chunk loses
+// nothing.
 func (db *DB) lostValues(written uint32, bad func(uint32) bool) map[heap.TID]bool {
 	lost := map[heap.TID]bool{}
 	indirect := map[heap.TID][]heap.TID{} // pointer -> its directories
@@ -747,6 +755,9 @@ func (db *DB) lostValues(written uint32, bad func(uint32) bool) map[heap.TID]boo
 				badDirs[tid] = true
 			}
 		case h.Infomask&heap.Chunk == 0:
+			if _, aborted := db.xminStateOf(h.Xmin, h.Infomask); aborted {
+				return
+			}
 			p, err := parseToastPointer(val)
 			switch {
 			case err != nil:
@@ -820,7 +831,9 @@ type DamageInfo struct {
 	// (file, offset, block), "" when none. CorruptPages and Corrupt are
 	// the same for the pages there that fail their checksum or header
 	// checks. KeysLost counts the keys whose newest version the index
-	// places on either kind, or whose out-of-line value has a chunk there.
+	// places on either kind, or whose out-of-line value has a chunk there
+	// (not the value of a write that aborted or crashed, which nobody
+	// reads: the key reads the committed version below it).
 	ZeroedPages  int
 	CorruptPages int
 	KeysLost     int
