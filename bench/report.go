@@ -218,11 +218,12 @@ func writeVacuumReport(p func(string, ...any), before uint64, w *engine.Stats) {
 		growth = float64(w.Heap.Blocks) / float64(before)
 	}
 	p("heap size: %.1f MiB at start, %.1f MiB at end (%.2fx)\n", mib(before), mib(w.Heap.Blocks), growth)
-	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d read from disk through its ring (%d buffers taken from the pool), %d versions removed, %d frozen, %d empty pages cut off the heap's end\n",
-		w.Vacuum.Runs, w.Vacuum.AutovacuumRuns, w.Vacuum.PagesScanned, w.Vacuum.PagesSkipped, w.Vacuum.PagesRead, w.Vacuum.RingSwept, w.Vacuum.TuplesRemoved, w.Vacuum.TuplesFrozen, w.Vacuum.PagesTruncated)
+	p("vacuum during run: %d runs (%d autovacuum), %d pages scanned, %d skipped as all-visible, %d read from disk through its ring (%d buffers taken from the pool), %d versions removed, %d out-of-line value chunks removed, %d frozen, %d empty pages cut off the heap's end\n",
+		w.Vacuum.Runs, w.Vacuum.AutovacuumRuns, w.Vacuum.PagesScanned, w.Vacuum.PagesSkipped, w.Vacuum.PagesRead, w.Vacuum.RingSwept, w.Vacuum.TuplesRemoved, w.Vacuum.ChunksRemoved, w.Vacuum.TuplesFrozen, w.Vacuum.PagesTruncated)
 	p("buffer pool during run: %d hits, %d misses, %d page reads, %d page writes, %d evictions\n",
 		w.Buffers.Hits, w.Buffers.Misses, w.Buffers.Reads, w.Buffers.Writes, w.Buffers.Evictions)
-	p("pruning during run: %d pages pruned by updates (%d versions removed), %d by reads (%d versions removed), %d by vacuum\n", w.Heap.PrunesByUpdate, w.Heap.PrunedByUpdate, w.Heap.PrunesByRead, w.Heap.PrunedByRead, w.Vacuum.PagesPruned)
+	p("pruning during run: %d pages pruned by updates (%d versions and %d out-of-line value chunks of aborted writes removed), %d by reads (%d versions and %d chunks removed), %d by vacuum\n",
+		w.Heap.PrunesByUpdate, w.Heap.PrunedByUpdate, w.Heap.ChunksPrunedByUpdate, w.Heap.PrunesByRead, w.Heap.PrunedByRead, w.Heap.ChunksPrunedByRead, w.Vacuum.PagesPruned)
 	p("visibility map during run: %d bits set, %d cleared; hint bits set: %d\n", w.VisibilityMap.BitsSet, w.VisibilityMap.BitsCleared, w.Heap.HintBitsSet)
 }
 

@@ -96,6 +96,10 @@ func TestVacuumFreesAbortedChunks(t *testing.T) {
 	if st.ChunksRemoved != 5 || st.TuplesRemoved != 2 {
 		t.Errorf("ChunksRemoved %d, TuplesRemoved %d; want 5 and 2", st.ChunksRemoved, st.TuplesRemoved)
 	}
+	if s := db.Stats(); s.Vacuum.ChunksRemoved != 5 || s.Vacuum.TuplesRemoved != 2 || s.Heap.ChunksPrunedByRead+s.Heap.ChunksPrunedByUpdate != 0 {
+		t.Errorf("Stats: vacuum's ChunksRemoved %d, TuplesRemoved %d; chunks pruned by reads %d and updates %d; want 5, 2, 0 and 0",
+			s.Vacuum.ChunksRemoved, s.Vacuum.TuplesRemoved, s.Heap.ChunksPrunedByRead, s.Heap.ChunksPrunedByUpdate)
+	}
 	if st.RelFrozenXid <= max(named, unnamed) {
 		t.Fatalf("RelFrozenXid %d, held at or below the aborted writes' xids %d and %d", st.RelFrozenXid, named, unnamed)
 	}
@@ -136,8 +140,9 @@ func TestPruneByReadFreesAbortedChunks(t *testing.T) {
 	if left := chunksOf(t, db, xid); len(left) != 0 {
 		t.Fatalf("the aborted write's chunk is still at %v after the prune", left)
 	}
-	if st := db.Stats(); st.Heap.PrunesByRead != 1 || st.Heap.PrunedByRead != 0 {
-		t.Errorf("prunes by read %d, versions pruned %d; want 1 and 0", st.Heap.PrunesByRead, st.Heap.PrunedByRead)
+	if st := db.Stats(); st.Heap.PrunesByRead != 1 || st.Heap.PrunedByRead != 0 || st.Heap.ChunksPrunedByRead != 1 || st.Heap.ChunksPrunedByUpdate != 0 {
+		t.Errorf("prunes by read %d, versions pruned %d, chunks pruned by reads %d and by updates %d; want 1, 0, 1 and 0",
+			st.Heap.PrunesByRead, st.Heap.PrunedByRead, st.Heap.ChunksPrunedByRead, st.Heap.ChunksPrunedByUpdate)
 	}
 	// New tuples take the freed slot.
 	for i := 0; slotState(t, db, c) != heap.LPNormal; i++ {
@@ -211,6 +216,9 @@ func TestWritesPruneAbortedChunks(t *testing.T) {
 	if left := chunksOf(t, db, xid); len(left) != 0 {
 		t.Fatalf("the aborted write's chunk is still at %v after pruning by update (stats %+v)", left, db.Stats().Heap)
 	}
+	if h := db.Stats().Heap; h.ChunksPrunedByUpdate+h.ChunksPrunedByRead != 1 {
+		t.Errorf("chunks pruned by updates %d and by reads %d; want the one chunk", h.ChunksPrunedByUpdate, h.ChunksPrunedByRead)
+	}
 	for i := 0; slotState(t, db, chunks[0]) != heap.LPNormal; i++ {
 		if i == 100 {
 			t.Fatalf("slot %s not reused", chunks[0])
@@ -223,4 +231,37 @@ func TestWritesPruneAbortedChunks(t *testing.T) {
 		t.Errorf("vacuum freed %d chunks; pruning had freed the only one", st.ChunksRemoved)
 	}
 	mustVerify(t, db)
+}
+
+// TestPruneStatsCountAbortedChunks: DB.Stats counts the chunks of aborted
+// writes that pruning frees by the kind of prune, a writer's or a
+// reader's, apart from the versions, and vacuum's run counts the rest in
+// VacuumTotals.ChunksRemoved.
+func TestPruneStatsCountAbortedChunks(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	mustPut(t, db, "a", "1")
+	// Two chunks of 8,128 bytes each fill a page of their own.
+	byUpdate := chunksOf(t, db, abortLargePut(t, db, "u", patterned(2*chunkSize, 1)))
+	byRead := chunksOf(t, db, abortLargePut(t, db, "r", patterned(2*chunkSize, 2)))
+	left := chunksOf(t, db, abortLargePut(t, db, "v", patterned(2*chunkSize, 3)))
+	if len(byUpdate) != 2 || len(byRead) != 2 || len(left) != 2 {
+		t.Fatalf("chunks %v, %v and %v; want two of each value", byUpdate, byRead, left)
+	}
+	before := db.Stats()
+	for _, c := range byUpdate {
+		pruneBlockByForTest(t, db, c.Block, pruneByUpdate)
+	}
+	pruneBlockByForTest(t, db, byRead[0].Block, pruneByRead)
+	h := db.Stats().Sub(before).Heap
+	if h.PrunesByUpdate != 2 || h.ChunksPrunedByUpdate != 2 || h.PrunedByUpdate != 0 ||
+		h.PrunesByRead != 1 || h.ChunksPrunedByRead != 1 || h.PrunedByRead != 0 {
+		t.Errorf("after two prunes by update and one by read: %+v; want 2 pages and 2 chunks, then 1 page and 1 chunk, no versions", h)
+	}
+	st := mustVacuum(t, db)
+	// The chunks left: one of "r" and both of "v".
+	if s := db.Stats(); st.ChunksRemoved != 3 || s.Vacuum.ChunksRemoved != 3 || s.Heap.ChunksPrunedByUpdate != 2 || s.Heap.ChunksPrunedByRead != 1 {
+		t.Errorf("vacuum freed %d chunks; Stats: vacuum %d, pruning by updates %d and by reads %d; want 3, 3, 2 and 1",
+			st.ChunksRemoved, s.Vacuum.ChunksRemoved, s.Heap.ChunksPrunedByUpdate, s.Heap.ChunksPrunedByRead)
+	}
 }

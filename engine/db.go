@@ -143,8 +143,10 @@ type DB struct {
 		zeroedPages                        atomic.Uint64
 		// prunesByUpdate and prunesByRead count pages pruned by a writer
 		// that found a page full and by a reader (pruneheap.go),
-		// prunedByUpdate and prunedByRead the versions they freed.
+		// prunedByUpdate and prunedByRead the versions they freed,
+		// chunksByUpdate and chunksByRead the chunks of aborted writes.
 		prunesByUpdate, prunedByUpdate, prunesByRead, prunedByRead atomic.Uint64
+		chunksByUpdate, chunksByRead                               atomic.Uint64
 		// indexOnlyVisible and indexOnlyHeapFetches count index-only
 		// lookups answered from the visibility map and from the heap.
 		indexOnlyVisible, indexOnlyHeapFetches atomic.Uint64

@@ -479,9 +479,11 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	case pruneByUpdate:
 		db.stats.prunesByUpdate.Add(1)
 		db.stats.prunedByUpdate.Add(uint64(res.removed))
+		db.stats.chunksByUpdate.Add(uint64(abortedChunks))
 	case pruneByRead:
 		db.stats.prunesByRead.Add(1)
 		db.stats.prunedByRead.Add(uint64(res.removed))
+		db.stats.chunksByRead.Add(uint64(abortedChunks))
 	case pruneByVacuum:
 		vac.st.PagesPruned++
 		vac.st.TuplesRemoved += uint64(res.removed)

@@ -38,13 +38,20 @@ func vacuumPassOne(t *testing.T, db *DB) *vacuumRun {
 // and returns what the prune did.
 func pruneBlockForTest(t *testing.T, db *DB, blk uint32) pruneResult {
 	t.Helper()
+	return pruneBlockByForTest(t, db, blk, pruneByRead)
+}
+
+// pruneBlockByForTest is pruneBlockForTest with the cause the statistics
+// count the prune under.
+func pruneBlockByForTest(t *testing.T, db *DB, blk uint32, cause pruneCause) pruneResult {
+	t.Helper()
 	buf, err := db.pool.Get(blk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	db.ckptInterlock.RLock()
 	buf.Lock()
-	res, err := db.prunePageLocked(buf, pruneByRead, nil)
+	res, err := db.prunePageLocked(buf, cause, nil)
 	buf.Unlock()
 	db.ckptInterlock.RUnlock()
 	buf.Release()

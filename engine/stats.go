@@ -126,9 +126,14 @@ type HeapStats struct {
 	// of the one it read; both only when at least four versions may have
 	// died on the page since it was last pruned (pruning between vacuums,
 	// as PostgreSQL's heap_page_prune_opt). PrunedByUpdate and
-	// PrunedByRead count the versions they freed. Vacuum's own pruning is
-	// counted in VacuumTotals.PagesPruned and VacuumTotals.TuplesRemoved.
+	// PrunedByRead count the versions they freed, ChunksPrunedByUpdate
+	// and ChunksPrunedByRead the out-of-line value chunks: those of
+	// aborted (or crashed) writes, the only chunks pruning outside vacuum
+	// frees (a dead version's chunks wait for vacuum). Vacuum's own
+	// pruning is counted in VacuumTotals.PagesPruned,
+	// VacuumTotals.TuplesRemoved and VacuumTotals.ChunksRemoved.
 	PrunesByUpdate, PrunedByUpdate, PrunesByRead, PrunedByRead uint64
+	ChunksPrunedByUpdate, ChunksPrunedByRead                   uint64
 	// HintBitsSet counts hint bits written by readers, pruning and
 	// vacuum; HintHits the CLOG lookups a hint bit made unnecessary.
 	HintBitsSet, HintHits uint64
@@ -140,6 +145,7 @@ func (s HeapStats) Sub(o HeapStats) HeapStats {
 		Blocks:         s.Blocks,
 		PrunesByUpdate: s.PrunesByUpdate - o.PrunesByUpdate, PrunedByUpdate: s.PrunedByUpdate - o.PrunedByUpdate,
 		PrunesByRead: s.PrunesByRead - o.PrunesByRead, PrunedByRead: s.PrunedByRead - o.PrunedByRead,
+		ChunksPrunedByUpdate: s.ChunksPrunedByUpdate - o.ChunksPrunedByUpdate, ChunksPrunedByRead: s.ChunksPrunedByRead - o.ChunksPrunedByRead,
 		HintBitsSet: s.HintBitsSet - o.HintBitsSet, HintHits: s.HintHits - o.HintHits,
 	}
 }
@@ -185,6 +191,10 @@ type VacuumTotals struct {
 	// second pass, and a writer's when a tuple fits a page only with the
 	// free space left in place by an older version of mvkv.
 	TuplesRemoved, PagesCompacted, TuplesFrozen uint64
+	// ChunksRemoved counts the out-of-line value chunks vacuum freed
+	// (VacuumStats.ChunksRemoved summed): those of aborted writes its
+	// pruning freed, and those of the versions it removed.
+	ChunksRemoved uint64
 }
 
 // Sub returns s minus o, counter by counter.
@@ -195,6 +205,7 @@ func (s VacuumTotals) Sub(o VacuumTotals) VacuumTotals {
 		PagesPruned: s.PagesPruned - o.PagesPruned, PagesRead: s.PagesRead - o.PagesRead, RingSwept: s.RingSwept - o.RingSwept,
 		TuplesRemoved: s.TuplesRemoved - o.TuplesRemoved, PagesCompacted: s.PagesCompacted - o.PagesCompacted,
 		TuplesFrozen: s.TuplesFrozen - o.TuplesFrozen, PagesTruncated: s.PagesTruncated - o.PagesTruncated,
+		ChunksRemoved: s.ChunksRemoved - o.ChunksRemoved,
 	}
 }
 
@@ -231,6 +242,7 @@ func (db *DB) Stats() Stats {
 			Blocks:         uint64(db.pool.NBlocks()),
 			PrunesByUpdate: db.stats.prunesByUpdate.Load(), PrunedByUpdate: db.stats.prunedByUpdate.Load(),
 			PrunesByRead: db.stats.prunesByRead.Load(), PrunedByRead: db.stats.prunedByRead.Load(),
+			ChunksPrunedByUpdate: db.stats.chunksByUpdate.Load(), ChunksPrunedByRead: db.stats.chunksByRead.Load(),
 			HintBitsSet: db.stats.hintBitsSet.Load(), HintHits: db.stats.hintHits.Load(),
 		},
 		Index: IndexStats{
@@ -244,6 +256,7 @@ func (db *DB) Stats() Stats {
 			PagesPruned: db.vac.pagesPruned.Load(), PagesRead: db.vac.pagesRead.Load(), RingSwept: db.vac.ringSwept.Load(),
 			TuplesRemoved: db.vac.tuplesRemoved.Load(), PagesCompacted: db.vac.pagesCompacted.Load(),
 			TuplesFrozen: db.vac.tuplesFrozen.Load(), PagesTruncated: db.vac.pagesTruncated.Load(),
+			ChunksRemoved: db.vac.chunksRemoved.Load(),
 		},
 	}
 }

@@ -163,7 +163,7 @@ type vacuumState struct {
 	mu sync.Mutex
 
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
-	pagesPruned, pagesRead, ringSwept, pagesTruncated                             atomic.Uint64
+	pagesPruned, pagesRead, ringSwept, pagesTruncated, chunksRemoved              atomic.Uint64
 
 	// relFrozenXid is RelFrozenXid of the last run, as the index file kept it,
 	// or what an index rebuild found at open.
@@ -279,6 +279,7 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	v.st.PagesRead, v.st.RingSwept = v.ring.Reads, v.ring.Swept
 	db.vac.runs.Add(1)
 	db.vac.tuplesRemoved.Add(v.st.TuplesRemoved)
+	db.vac.chunksRemoved.Add(v.st.ChunksRemoved)
 	db.vac.tuplesFrozen.Add(v.st.TuplesFrozen)
 	db.vac.pagesCompacted.Add(v.st.PagesCompacted)
 	db.vac.pagesScanned.Add(v.st.PagesScanned)
