@@ -214,22 +214,22 @@ func (r *VerifyReport) problem(format string, args ...any) {
 // It waits for Open's background check of the heap pages, if one runs,
 // then takes a checkpoint, so it needs a writable database. It holds
 // off vacuum, autovacuum and pruning while it runs (a vacuum run waits for
-// it, and it waits for a run in progress); it does not stop concurrent
-// transactions, and it reads the files page by page while they write.
+// it, and it waits for a run in progress). It does not stop concurrent
+// transactions: it reads the files page by page while they write, and the
+// pool writes their pages out in any order.
 //
-// Beside writers, what it guarantees: the checks of out-of-line values (a
-// pointer or directory naming a slot that holds no chunk of its value,
-// and the keys LostKeys lists through such a value) and the orphan
-// count skip the values of transactions running when Verify began or
-// begun since, judging only those of transactions that had ended, so
-// writers make none of those findings, and a finding there is damage.
-// What it does not: the other checks compare what was read at different
-// moments (the index in memory against the heap read before it, the
-// index file against the index, visibility map bits against heap pages a
-// writer changed after the map was read, tuple xids against the next
-// xid read when the scan began), and can report a concurrent write as a
-// problem; run it without writers for an exact answer on those. The error
-// is for failures to check (I/O, ErrClosed); findings go into the report.
+// Beside writers, it judges only what transactions that had ended when it
+// began wrote. What a transaction running then, or begun since, wrote
+// may have reached some of the pages it reads and not others: a version
+// whose value's chunks are on a page read before them, a page changed
+// after its visibility map bits were read (the write clears them), an
+// xid above the next xid when the check began, a key's index entry moved
+// to a version placed after its page was read, a commit record durable
+// before the CLOG says so. None of it is reported, so on an undamaged
+// database Verify beside writers finds nothing (no problem, no lost key,
+// no orphan). Damage that only such a transaction's writes show is
+// found by a Verify that begins after it ended. The error is for
+// failures to check (I/O, ErrClosed); findings go into the report.
 func (db *DB) Verify() (VerifyReport, error) {
 	var rep VerifyReport
 	// Open's background check first: the map bits it clears are written
@@ -295,13 +295,43 @@ func (t verifyTarget) CheckIndexFile(problem verify.Problemf) {
 	// pair one checkpoint's files with the next one's identifier.
 	t.db.ckptMu.Lock()
 	defer t.db.ckptMu.Unlock()
-	t.db.verifyIndexFile(problem)
+	t.db.verifyIndexFile(problem, t.ChangedSince)
 }
 
 func (t verifyTarget) HoldWAL(fn func(durable wal.LSN)) {
 	t.db.ckptMu.Lock()
 	defer t.db.ckptMu.Unlock()
 	fn(t.db.wal.FlushedLSN())
+}
+
+func (t verifyTarget) Unended(xid uint64) bool { return t.begun.XidInProgress(xid) }
+
+func (t verifyTarget) ChangedSince(tid heap.TID) bool { return t.db.changedSince(tid, t.begun) }
+
+// changedSince reports whether the version at tid, as the buffer pool
+// holds it now, was inserted or deleted by a transaction that begun calls
+// in progress: one running when begun was taken, or begun since. False
+// when the slot holds no tuple that reads.
+func (db *DB) changedSince(tid heap.TID, begun *visibility.Snapshot) bool {
+	if !tid.Valid() {
+		return false
+	}
+	buf, err := db.pool.Get(tid.Block)
+	if err != nil {
+		return false
+	}
+	defer buf.Release()
+	buf.RLock()
+	defer buf.RUnlock()
+	raw, err := heap.Tuple(buf.Page(), tid.Slot)
+	if err != nil {
+		return false
+	}
+	h, _, _, err := heap.DecodeTuple(raw)
+	if err != nil {
+		return false
+	}
+	return begun.XidInProgress(h.Xmin) || (h.Xmax != 0 && begun.XidInProgress(h.Xmax))
 }
 
 func (t verifyTarget) StrictLink(next, pred *heap.TupleHeader) bool {

@@ -37,7 +37,9 @@ import (
 type Problemf func(format string, args ...any)
 
 // Target is an open database as the checks read it. Its files must have
-// been checkpointed and vacuum held off for the answer to be exact.
+// been checkpointed and vacuum and pruning held off for the answer to be
+// exact; transactions may write beside the checks, which judge nothing
+// that one unended at the start (Unended) wrote.
 type Target interface {
 	// Dir is the data directory, FS its file system.
 	Dir() string
@@ -78,6 +80,14 @@ type Target interface {
 	// ValueCheck returns a new check of out-of-line values, whose
 	// pointer and directory formats are the engine's.
 	ValueCheck() ValueCheck
+	// Unended reports whether transaction xid was running when the
+	// check began, or began since: what it wrote may have reached some
+	// of the files read and not others, so that findings about it are
+	// not judged. ChangedSince reports whether the version at tid, as
+	// the heap holds it now, was written or deleted by such a
+	// transaction.
+	Unended(xid uint64) bool
+	ChangedSince(tid heap.TID) bool
 }
 
 // ValueCheck checks out-of-line values: Note is called for every tuple
@@ -122,6 +132,9 @@ type Counts struct {
 func Run(t Target, problem, note Problemf) Counts {
 	var c Counts
 	next := t.NextXid()
+	unended := func(h heap.TupleHeader) bool {
+		return t.Unended(h.Xmin) || (h.Xmax != 0 && t.Unended(h.Xmax))
+	}
 	cl := t.CLOG()
 	type tupleInfo struct {
 		h     heap.TupleHeader
@@ -193,7 +206,12 @@ func Run(t Target, problem, note Problemf) Counts {
 					continue
 				}
 				if x.xid >= next {
-					problem("heap tuple %s: %s %d is not below the next xid %d", tid, x.name, x.xid, next)
+					// Below the next xid now: a transaction begun
+					// during the check wrote it, its status not
+					// yet final.
+					if now := t.NextXid(); x.xid >= now {
+						problem("heap tuple %s: %s %d is not below the next xid %d", tid, x.name, x.xid, now)
+					}
 					continue
 				}
 				if x.name == "xmin" && h.Infomask&heap.Frozen != 0 {
@@ -281,13 +299,26 @@ func Run(t Target, problem, note Problemf) Counts {
 			continue
 		}
 		if tu.h.Xmax == 0 || !tu.xmaxCommitted {
-			if other, dup := heads[tu.key]; dup {
+			// An update by a writer the check cannot judge: its new
+			// version read committed, the one it replaced read from a
+			// page written before the update stamped its xmax.
+			if other, dup := heads[tu.key]; dup && !unended(tuples[other].h) && !unended(tu.h) {
 				problem("key %q has two newest versions %s and %s", t.ShowKey([]byte(tu.key)), heap.UnpackTID(other), heap.UnpackTID(tid))
 			}
 			heads[tu.key] = tid
 		}
 	}
 	lost, lostNames := 0, []string(nil)
+	// Index entries that disagree with the heap, judged after the index
+	// is let go (ChangedSince reads the heap): the index is read after
+	// the heap, and a writer the check cannot judge may have moved an
+	// entry to a version placed, or stamped, after its page was read.
+	type disagreement struct {
+		key       string
+		got, want uint64
+		found     bool // want is the heap's newest version
+	}
+	var differ []disagreement
 	c.Keys = t.Index(func(key string, got uint64) bool {
 		want, ok := heads[key]
 		// An entry may also point at a version that is not the newest
@@ -305,13 +336,23 @@ func Run(t Target, problem, note Problemf) Counts {
 				lostNames = append(lostNames, fmt.Sprintf("%q", t.ShowKey([]byte(key))))
 			}
 		} else if !ok && heap.UnpackTID(got).Valid() && !pending {
-			problem("index: key %q points at %s, which is not a newest version in the heap", t.ShowKey([]byte(key)), heap.UnpackTID(got))
+			differ = append(differ, disagreement{key: key, got: got})
 		} else if ok && got != want && !pending {
-			problem("index: key %q points at %s, the heap's newest version is %s", t.ShowKey([]byte(key)), heap.UnpackTID(got), heap.UnpackTID(want))
+			differ = append(differ, disagreement{key: key, got: got, want: want, found: true})
 		}
 		delete(heads, key)
 		return true
 	})
+	for _, d := range differ {
+		if t.ChangedSince(heap.UnpackTID(d.got)) || (d.found && t.ChangedSince(heap.UnpackTID(d.want))) {
+			continue
+		}
+		if d.found {
+			problem("index: key %q points at %s, the heap's newest version is %s", t.ShowKey([]byte(d.key)), heap.UnpackTID(d.got), heap.UnpackTID(d.want))
+		} else {
+			problem("index: key %q points at %s, which is not a newest version in the heap", t.ShowKey([]byte(d.key)), heap.UnpackTID(d.got))
+		}
+	}
 	for k, tid := range heads {
 		problem("index: key %q is missing (newest version %s)", t.ShowKey([]byte(k)), heap.UnpackTID(tid))
 	}
@@ -366,7 +407,10 @@ func Run(t Target, problem, note Problemf) Counts {
 				if committed {
 					want = clog.StatusCommitted
 				}
-				if st, err := cl.Status(rec.XID); err == nil && st != want {
+				// A transaction the check cannot judge may have made
+				// its record durable and not yet its CLOG status
+				// (PostgreSQL's order: the flush, then the CLOG).
+				if st, err := cl.Status(rec.XID); err == nil && st != want && (st != clog.StatusInProgress || !t.Unended(rec.XID)) {
 					name, off := clog.XidFile(rec.XID)
 					walBad.add(rec.XID, "statuses contradict the WAL", fmt.Sprintf("xid %d has its %s record at %s in the WAL, but the CLOG says %s (%s at offset %d): the CLOG page is damaged, or older than the WAL (restored from a copy, or a write of it lost)",
 						rec.XID, rmgr.Engine.TypeName(rec.Type), rec.LSN, st, filepath.Join(t.Dir(), rmgr.Engine.CLOGDir, name), off))
@@ -393,7 +437,9 @@ func Run(t Target, problem, note Problemf) Counts {
 			}
 		}
 		walBad.report(problem)
-		checkStrayFiles(t, problem, next)
+		// The next xid now: a writer may have started a CLOG segment
+		// since the check began.
+		checkStrayFiles(t, problem, t.NextXid())
 
 		switch {
 		case ctrlErr != nil:
