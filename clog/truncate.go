@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 	"strconv"
 )
@@ -203,13 +204,16 @@ func (c *CLOG) Truncate(oldestXid uint64) error {
 
 // dropPages empties every slot of b holding a page below page end, without
 // writing it, after waiting for its read or write in progress to finish.
-func (c *CLOG) dropPages(b *bank, end uint64) {
+func (c *CLOG) dropPages(b *bank, end uint64) { c.dropPagesIn(b, 0, end) }
+
+// dropPagesIn is dropPages for the pages from lo up to end.
+func (c *CLOG) dropPagesIn(b *bank, lo, end uint64) {
 	c.lock(b)
 	defer b.mu.Unlock()
 scan:
 	for i := range b.slots {
 		sl := &b.slots[i]
-		if sl.state == slotEmpty || sl.pageno >= end {
+		if sl.state == slotEmpty || sl.pageno < lo || sl.pageno >= end {
 			continue
 		}
 		if sl.state == slotReading || sl.writing {
@@ -225,32 +229,70 @@ scan:
 // removeSegments closes and removes every segment file numbered below
 // cutoff, then fsyncs the directory if it removed any.
 func (c *CLOG) removeSegments(cutoff uint64) error {
+	_, err := c.removeSegmentsIf(func(segno uint64) bool { return segno < cutoff })
+	return err
+}
+
+// removeSegmentsIf closes and removes every segment file whose number doom
+// accepts, then fsyncs the directory if it removed any; it returns the
+// paths removed.
+func (c *CLOG) removeSegmentsIf(doom func(segno uint64) bool) ([]string, error) {
 	names, err := c.fs.ReadDir(c.dir)
 	if err != nil {
-		return fmt.Errorf("clog: list %s: %w", c.dir, err)
+		return nil, fmt.Errorf("clog: list %s: %w", c.dir, err)
 	}
-	removed := 0
+	var removed []string
 	for _, n := range names { // sorted, and fixed-width hex sorts numerically
 		segno, ok := parseSegmentName(n)
-		if !ok || segno >= cutoff {
+		if !ok || !doom(segno) {
 			continue
 		}
 		c.files.forget(segno)
 		name := path.Join(c.dir, n)
 		if err := c.fs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return c.fail(fmt.Errorf("clog: %w", err)) // the path error names the file
+			return removed, c.fail(fmt.Errorf("clog: %w", err)) // the path error names the file
 		}
-		removed++
+		removed = append(removed, name)
 	}
-	if removed == 0 {
-		return nil
+	if len(removed) == 0 {
+		return nil, nil
 	}
-	c.stats.segmentsRemoved.Add(uint64(removed))
+	c.stats.segmentsRemoved.Add(uint64(len(removed)))
 	c.stats.fileSyncs.Add(1)
 	if err := c.fs.SyncDir(c.dir); err != nil {
-		return c.fail(fmt.Errorf("clog: sync directory %s after removing segments: %w", c.dir, err))
+		return removed, c.fail(fmt.Errorf("clog: sync directory %s after removing segments: %w", c.dir, err))
 	}
-	return nil
+	return removed, nil
+}
+
+// RemoveSegmentsPast removes every segment file numbered above the one
+// holding lastXid, and their pages in the buffers without writing them,
+// then fsyncs the directory if it removed any; it returns the paths of the
+// files removed. It is for the end of recovery, with lastXid the last xid
+// handed out before the crash as far as anything durable says (the next
+// xid less one): a checkpoint makes the pages up to the next xid durable
+// before its own record and the control file that raise that xid, so a
+// crash in between leaves a segment of xids whose records never became
+// durable. No durable record or page names those xids, their status bits
+// mean nothing (a page is started anew when xids reach it), and a file
+// past the next xid's segment is otherwise one that another database put
+// there, which Verify reports. Must not run while xids are handed out or
+// statuses set. Errors: ErrClosed, the sticky I/O failure, or an I/O error
+// naming the file (after which the CLOG stops taking updates).
+func (c *CLOG) RemoveSegmentsPast(lastXid uint64) ([]string, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	c.truncMu.Lock()
+	defer c.truncMu.Unlock()
+	if err := c.failure(); err != nil {
+		return nil, err
+	}
+	last := SegmentOf(lastXid)
+	for bi := range c.banks {
+		c.dropPagesIn(&c.banks[bi], (last+1)*PagesPerSegment, math.MaxUint64)
+	}
+	return c.removeSegmentsIf(func(segno uint64) bool { return segno > last })
 }
 
 // forget drops segment segno's file from the open set, so no later call

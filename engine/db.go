@@ -298,6 +298,12 @@ type RecoveryInfo struct {
 	// a crash left, or put in the directory by hand; nothing in them was
 	// durable log. Logged at info level. Empty when there was none.
 	RemovedWALSegments []string
+	// RemovedCLOGSegments names the CLOG segment files past the one
+	// holding the last xid recovered that Open removed after a crash: a
+	// checkpoint wrote them for xids handed out just before the crash,
+	// whose records were lost with it, and nothing durable names those
+	// xids. Logged as a warning. Empty when there was none.
+	RemovedCLOGSegments []string
 }
 
 // Open opens (creating if needed) the database in dir and runs crash

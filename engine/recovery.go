@@ -379,6 +379,27 @@ func (db *DB) recover(ctrl controlData) error {
 			db.procs.setNext(heapMaxXid + 1)
 		}
 	}
+	// The next xid is final now. A checkpoint writes the CLOG up to the
+	// next xid it read before its record and the control file carry that
+	// xid: a crash in between, with the latest xids' records not yet
+	// durable, leaves a CLOG segment past the one of the next xid
+	// recovered here (a whole one, when the xids had just crossed into
+	// it). Nothing durable names its xids, which are handed out again;
+	// left in place, the file would read to Verify as put there by another
+	// database. After a clean shutdown (nothing logged since the
+	// checkpoint's record) no crash can have left one, and such a file is
+	// left for Verify to report.
+	if ctrl.CheckpointLSN == 0 || others > 0 || dropped > 0 {
+		removed, err := db.clog.RemoveSegmentsPast(db.procs.next() - 1)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrIOFailure, err)
+		}
+		if len(removed) > 0 {
+			db.recovery.RemovedCLOGSegments = removed
+			db.logger.Warn("removed CLOG segments past the next xid: written for xids whose records the crash lost, they hold no status anything durable names",
+				"files", removed, "nextXid", db.procs.next())
+		}
+	}
 	if !db.vm.Unlogged() {
 		if err := db.clearMapPastHeapEnd(); err != nil {
 			return err
