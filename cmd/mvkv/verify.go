@@ -106,6 +106,11 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		// is not the same as nothing having been there.
 		fmt.Fprintf(stdout, "note: recovery removed WAL segment file(s) %s past the end of the log at %s: prepared ahead or written after the end a crash left, or put there; no record in them could be read as this log's\n", strings.Join(ri.RemovedWALSegments, ", "), wal.LSN(ri.EndLSN))
 	}
+	if len(ri.RemovedCLOGSegments) > 0 {
+		// Not damage either: a checkpoint writes the CLOG ahead of the
+		// record that carries its next xid, and the crash came between.
+		fmt.Fprintf(stdout, "note: recovery removed CLOG segment file(s) %s past the segment of the next xid: written for xids handed out just before a crash, whose records were lost with it\n", strings.Join(ri.RemovedCLOGSegments, ", "))
+	}
 	if ri.DroppedRecords > 0 {
 		fmt.Fprintf(stdout, "note: cut off a torn WAL tail at %s (%d bytes after it dropped: the record there failed its checks, and nothing showed the log durable past it); %s, %d of them commits, lie past the %d damaged bytes, from %s, and were dropped with it: a crash's torn write leaves that, and so does WAL zeroed or damaged after it was durable, in which case those commits were acknowledged and are lost\n",
 			wal.LSN(ri.EndLSN), ri.DroppedBytes, countOf(ri.DroppedRecords, "valid record"), ri.DroppedCommits, ri.DroppedRecordsFrom-ri.EndLSN, wal.LSN(ri.DroppedRecordsFrom))
