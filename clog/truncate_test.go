@@ -454,3 +454,50 @@ func ExampleCLOG_Truncate() {
 	// true
 	// committed
 }
+
+// TestRemoveSegmentsPast checks that RemoveSegmentsPast removes the files
+// and the buffered pages of the segments after the one holding the xid
+// given, and nothing at or below it: a dirty page of a removed segment is
+// never written back, and a status set there later starts on a new page.
+func TestRemoveSegmentsPast(t *testing.T) {
+	fsys, dir := memDir(t)
+	c := mustOpen(t, fsys, dir, Options{Buffers: 64})
+	defer c.Close()
+	xs := fillSegments(t, c, 4)
+	// A dirty page of segment 3, left in the buffers.
+	dirty := 3*segXids + 2*XidsPerPage + 1
+	if err := c.SetStatus(dirty, StatusCommitted, 0); err != nil {
+		t.Fatal(err)
+	}
+	last := segXids + 17 // in segment 1
+	removed, err := c.RemoveSegmentsPast(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{dir + "/000000000002", dir + "/000000000003"}; !slices.Equal(removed, want) {
+		t.Fatalf("removed %v, want %v", removed, want)
+	}
+	if got := segmentsOnDisk(t, fsys, dir); !slices.Equal(got, []uint64{0, 1}) {
+		t.Fatalf("segments %v, want [0 1]", got)
+	}
+	for _, x := range xs {
+		if x >= 2*segXids {
+			continue
+		}
+		if st, err := c.Status(x); err != nil || st != statusFor(x) {
+			t.Fatalf("Status(%d) = %v, %v; want %v", x, st, err, statusFor(x))
+		}
+	}
+	if err := c.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if got := segmentsOnDisk(t, fsys, dir); !slices.Equal(got, []uint64{0, 1}) {
+		t.Fatalf("segments after a checkpoint %v, want [0 1]: a dropped page was written back", got)
+	}
+	if st, err := c.Status(dirty); err != nil || st != StatusInProgress {
+		t.Fatalf("Status(%d) of a removed segment = %v, %v; want in progress", dirty, st, err)
+	}
+	if removed, err := c.RemoveSegmentsPast(last); err != nil || len(removed) != 0 {
+		t.Fatalf("a second call removed %v, %v; want nothing", removed, err)
+	}
+}
