@@ -276,7 +276,7 @@ func (c *CLOG) removeSegmentsIf(doom func(segno uint64) bool) ([]string, error) 
 // durable. No durable record or page names those xids, their status bits
 // mean nothing (a page is started anew when xids reach it), and a file
 // past the next xid's segment is otherwise one that another database put
-// there, which Verify reports. Must not run while xids are handed out or
+// there, which mvkv verify reports. Must not run while xids are handed out or
 // statuses set. Errors: ErrClosed, the sticky I/O failure, or an I/O error
 // naming the file (after which the CLOG stops taking updates).
 func (c *CLOG) RemoveSegmentsPast(lastXid uint64) ([]string, error) {
