@@ -295,6 +295,44 @@ func (c *CLOG) RemoveSegmentsPast(lastXid uint64) ([]string, error) {
 	return c.removeSegmentsIf(func(segno uint64) bool { return segno > last })
 }
 
+// ClearPast sets the status of every xid from xid to the end of its page
+// back to StatusInProgress (PostgreSQL's TrimCLOG). It is for the end of
+// recovery, with xid the next xid: a status can reach a page on disk
+// without a durable record of its xid (a rollback whose abort record could
+// not be logged once the WAL had failed, then a page write), and when a
+// crash loses the xid's records it is handed out again, to a transaction
+// that must not read as already aborted or committed. The later pages need
+// nothing: Extend starts each anew when xids reach it, and
+// RemoveSegmentsPast removes later segments. Must not run while xids are
+// handed out or statuses set. Errors: ErrClosed, ErrTruncated, ErrCorrupt
+// (reading the page), or an I/O or FlushWAL error (evicting a dirty page).
+func (c *CLOG) ClearPast(xid uint64) error {
+	if xid%XidsPerPage == 0 {
+		return nil // Extend starts the page anew
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := c.truncatedErr(xid); err != nil {
+		return err
+	}
+	pageno := xidPage(xid)
+	b := c.bankFor(pageno)
+	c.lock(b)
+	defer b.mu.Unlock()
+	i, _, err := c.slotForLocked(b, pageno)
+	if err != nil {
+		return err
+	}
+	sl := &b.slots[i]
+	for x := xid; x < (pageno+1)*XidsPerPage; x++ {
+		if setStatus(sl.buf[:], x, StatusInProgress) {
+			sl.dirty = true
+		}
+	}
+	return nil
+}
+
 // forget drops segment segno's file from the open set, so no later call
 // uses the handle of a file about to be removed. An unused handle is closed
 // now; one in use (a Checkpoint's fsync holds a reference outside the lock)

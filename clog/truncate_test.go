@@ -501,3 +501,41 @@ func TestRemoveSegmentsPast(t *testing.T) {
 		t.Fatalf("a second call removed %v, %v; want nothing", removed, err)
 	}
 }
+
+// TestClearPast checks that ClearPast sets the statuses from the xid given
+// to the end of its page back to in progress, durably at the next
+// checkpoint, and leaves the xids below it and the other pages alone.
+func TestClearPast(t *testing.T) {
+	fsys, dir := memDir(t)
+	c := mustOpen(t, fsys, dir, Options{Buffers: 64})
+	from := uint64(XidsPerPage + 40)
+	for x := uint64(XidsPerPage); x < 3*XidsPerPage; x++ {
+		if err := c.SetStatus(x, StatusAborted, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ClearPast(from); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ClearPast(2 * XidsPerPage); err != nil { // a page's first xid: nothing
+		t.Fatal(err)
+	}
+	if err := c.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c = mustOpen(t, fsys, dir, Options{Buffers: 64})
+	defer c.Close()
+	for x := uint64(XidsPerPage); x < 3*XidsPerPage; x++ {
+		want := StatusAborted
+		if x >= from && x < 2*XidsPerPage {
+			want = StatusInProgress
+		}
+		if st, err := c.Status(x); err != nil || st != want {
+			t.Fatalf("Status(%d) = %v, %v; want %v", x, st, err, want)
+		}
+	}
+}

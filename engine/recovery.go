@@ -400,6 +400,15 @@ func (db *DB) recover(ctrl controlData) error {
 				"files", removed, "nextXid", db.procs.next())
 		}
 	}
+	// Nor may a status stay past the next xid on its own page: a rollback
+	// that could log no abort record (the WAL had failed) still sets its
+	// status, which a page write may then carry to disk without any
+	// durable record of the xid. Handed out again, the xid would read as
+	// aborted while its new transaction runs: vacuum and pruning would
+	// remove its writes, and its commit would be lost.
+	if err := db.clog.ClearPast(db.procs.next()); err != nil {
+		return errCLOGLost(err)
+	}
 	if !db.vm.Unlogged() {
 		if err := db.clearMapPastHeapEnd(); err != nil {
 			return err
