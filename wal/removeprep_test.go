@@ -135,15 +135,7 @@ func TestRemoveSegmentsWaitsForPreparation(t *testing.T) {
 			default:
 			}
 		}
-		payload := make([]byte, 200_000)
-		for w.Stats().SegmentSwitches < 2 {
-			if _, _, err := w.Insert(16, 1, payload); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.FlushAll(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		writeUntilSwitches(t, w, 2)
 		if LSN(w.curSegA.Load()) != open {
 			t.Fatalf("the log is in %s, want %s", segmentName(LSN(w.curSegA.Load())), segmentName(open))
 		}
@@ -169,14 +161,7 @@ func TestRemoveSegmentsWaitsForPreparation(t *testing.T) {
 		}
 		// The switch uses the prepared segment.
 		before := w.Stats()
-		for w.Stats().SegmentSwitches < 3 {
-			if _, _, err := w.Insert(16, 1, payload); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.FlushAll(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		writeUntilSwitches(t, w, 3)
 		if d := w.Stats().Sub(before); d.SegmentsPrepped != 1 || d.SegmentsInline != 0 {
 			t.Fatalf("%s: the switch into %s found %d segments prepared and created %d inline, want the prepared one", where, segmentName(next), d.SegmentsPrepped, d.SegmentsInline)
 		}
@@ -211,15 +196,7 @@ func TestConcurrentRemoveSegmentsBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	payload := make([]byte, 200_000)
-	for w.Stats().SegmentSwitches < 2 {
-		if _, _, err := w.Insert(16, 1, payload); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.FlushAll(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeUntilSwitches(t, w, 2)
 	open := LSN(w.curSegA.Load())
 	waiting := make(chan struct{}, 2)
 	w.prepWait = func() { waiting <- struct{}{} }

@@ -129,14 +129,7 @@ func TestOpenRemovesStrayTemporariesAndSaysSo(t *testing.T) {
 			if !strings.Contains(line, "removed a leftover temporary segment file") || !strings.Contains(line, c.bytes) {
 				t.Errorf("no log line names the removal of %s (%s): %q", tmp, c.bytes, logs.String())
 			}
-			for w.Stats().SegmentSwitches < 1 {
-				if _, _, err := w.Insert(16, 1, make([]byte, 200_000)); err != nil {
-					t.Fatal(err)
-				}
-				if err := w.FlushAll(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeUntilSwitches(t, w, 1)
 			if n, err := m.Stat("/wal/" + segmentName(second)); err != nil || n != testSeg {
 				t.Errorf("%s: %d bytes (%v), want the segment size %d", segmentName(second), n, err, testSeg)
 			}

@@ -123,3 +123,18 @@ func TestRoundTripAcrossSegments(t *testing.T) {
 	got, _, _ = readAll(t, fsys, dir, want[mid].lsn)
 	checkRecords(t, got, want[mid:])
 }
+
+// writeUntilSwitches inserts records of 200,000 bytes, each flushed, until
+// w has moved on to a new segment n times since it was opened.
+func writeUntilSwitches(t testing.TB, w *Writer, n uint64) {
+	t.Helper()
+	payload := make([]byte, 200_000)
+	for w.Stats().SegmentSwitches < n {
+		if _, _, err := w.Insert(16, 1, payload); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.FlushAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

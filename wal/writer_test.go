@@ -352,15 +352,7 @@ func TestStalePrepareRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	payload := make([]byte, 200_000)
-	for w.Stats().SegmentSwitches < 2 {
-		if _, _, err := w.Insert(16, 1, payload); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.FlushAll(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeUntilSwitches(t, w, 2)
 	cur := LSN(w.curSegA.Load())
 	if err := w.RemoveSegmentsBefore(cur); err != nil {
 		t.Fatal(err)
