@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"mvkv/internal/heap"
 	"mvkv/internal/verify"
 	"mvkv/vfs"
 	"mvkv/visibility"
@@ -174,17 +173,7 @@ func TestVerifyUpdateSeenHalf(t *testing.T) {
 	// Fill the key's page, so that its update goes to another one.
 	mustPut(t, db, "k", "v1")
 	old := db.idx.get([]byte("k")).headTID()
-	free := func() int {
-		buf, err := db.pool.Get(old.Block)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer buf.Release()
-		buf.RLock()
-		defer buf.RUnlock()
-		return heap.FreeSpace(buf.Page())
-	}
-	for i := 0; free() > 1000; i++ {
+	for i := 0; freeSpaceOf(t, db, old.Block) > 1000; i++ {
 		mustPut(t, db, fmt.Sprintf("fill%04d", i), strings.Repeat("f", 500))
 	}
 	if err := db.Checkpoint(); err != nil {
