@@ -262,6 +262,11 @@ func TestVerifyUnreadableCLOGPage(t *testing.T) {
 	for i := range 200 {
 		mustPut(t, db, fmt.Sprintf("key-%05d", i), "v")
 	}
+	// The next xid on the next page: Open reads the next xid's page into
+	// the buffers (to clear what lies past it), and Verify would find
+	// that page there, not read it.
+	db.procs.setNext(clog.XidsPerPage)
+	mustPut(t, db, "on-the-next-page", "v")
 	if _, err := db.Vacuum(context.Background()); err != nil {
 		t.Fatal(err)
 	}
