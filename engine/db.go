@@ -627,6 +627,15 @@ func (db *DB) open() error {
 		OnDamage: func(err error) {
 			db.logger.Warn("visibility map page failed its checks and is read as one with no bit set; vacuum sets the bits again", "err", err)
 		},
+		// A map page newer than the log was written by another copy
+		// of the database; its bits are not this heap's, and its LSN
+		// would fail every WAL flush before writing it.
+		EndOfWAL: func() uint64 {
+			if w := db.wal; w != nil {
+				return uint64(w.InsertLSN())
+			}
+			return 0
+		},
 	}); err != nil {
 		return err
 	}

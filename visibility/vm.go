@@ -12,6 +12,7 @@ import (
 	"mvkv/internal/bufpool"
 	"mvkv/internal/heap"
 	"mvkv/vfs"
+	"mvkv/wal"
 )
 
 // Bits are the visibility map bits of one heap block, as PostgreSQL's
@@ -135,6 +136,14 @@ type Options struct {
 	// time a map page that fails its checks is read into the cache and
 	// taken as a page with no bit set (see Map). It must not call the Map.
 	OnDamage func(err error)
+	// EndOfWAL, if set, returns the end of the WAL (where the next record
+	// goes), or 0 while there is none. A map page read with an LSN past
+	// it was not written by this database (WAL before data), but by a
+	// later copy of it (a file copied while a server wrote, or put back
+	// from a later backup): it is taken as damage, a page with no bit
+	// set. Kept, its LSN would stop every write of it, and so every
+	// checkpoint, at the WAL flush before the write.
+	EndOfWAL func() uint64
 }
 
 // Map is the visibility map fork of the heap, PostgreSQL's visibilitymap.c:
@@ -148,9 +157,11 @@ type Options struct {
 // pages with RBM_ZERO_ON_ERROR: a clear bit only sends a reader or vacuum
 // to the heap page, so clearing is always safe, where an error would stop
 // every change to the 255 MiB of heap the page covers. The damage is
-// reported through Options.OnDamage and counted (MapStats.PagesZeroed);
-// the page on disk stays as it is, and ReadPage still reports it, until a
-// bit is next set on the page and the page is written whole. An I/O error
+// reported through Options.OnDamage and counted (MapStats.PagesZeroed),
+// as is a page whose LSN lies past the end of the WAL (Options.EndOfWAL);
+// the page on disk stays as it is (and ReadPage still reports a page that
+// fails its checks) until a bit is next set on the page and the page is
+// written whole. An I/O error
 // is still returned. Redo after a crash sets again every bit logged since
 // the redo point, and vacuum the others.
 //
@@ -198,7 +209,11 @@ func Open(fsys vfs.FS, dir string, o Options) (*Map, error) {
 	}
 	m := &Map{dir: dir, storage: &vmStorage{Storage: st, dir: dir}, unlogged: o.Unlogged}
 	m.trustedBelow.Store(math.MaxUint32)
-	m.pool = bufpool.New(zeroOnError{m, o.OnDamage}, o.Buffers, flush, pageLSN)
+	endOfWAL := o.EndOfWAL
+	if o.Unlogged {
+		endOfWAL = nil
+	}
+	m.pool = bufpool.New(zeroOnError{m, o.OnDamage, endOfWAL}, o.Buffers, flush, pageLSN)
 	// The pool's own error names a package the map's callers cannot
 	// see.
 	noFree := ErrNoFreeBuffer
@@ -643,15 +658,25 @@ func (s *vmStorage) ReadBlock(block uint32, p []byte) error {
 }
 
 // zeroOnError is the map's storage as its cache sees it: a page that fails
-// its checks reads as a new page (no bit set), is counted and reported;
-// other read errors pass through. See Map.
+// its checks, or whose LSN lies past the end of the WAL, reads as a new
+// page (no bit set), is counted and reported; other read errors pass
+// through. See Map.
 type zeroOnError struct {
 	m        *Map
 	onDamage func(error)
+	endOfWAL func() uint64
 }
 
 func (z zeroOnError) ReadBlock(block uint32, p []byte) error {
 	err := z.m.storage.ReadBlock(block, p)
+	if err == nil && z.endOfWAL != nil {
+		if end, lsn := z.endOfWAL(), heap.PageLSN(p); end != 0 && lsn > end {
+			file := path.Join(z.m.storage.dir, fmt.Sprintf("%08d", block/heap.SegmentBlocks))
+			off := int64(block%heap.SegmentBlocks) * heap.PageSize
+			err = fmt.Errorf("%s at offset %d (visibility map block %d): %w: page LSN %s is beyond the end of the WAL %s: this database did not write it (a file from another copy?)",
+				file, off, block, ErrCorrupt, wal.LSN(lsn), wal.LSN(end))
+		}
+	}
 	if err == nil || !errors.Is(err, ErrCorrupt) {
 		return err
 	}

@@ -2,6 +2,7 @@ package visibility
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -219,6 +220,54 @@ func TestCorruptPageNamesFileAndOffset(t *testing.T) {
 	}
 	if len(reported) != 1 {
 		t.Fatalf("damage reported %d times, want once", len(reported))
+	}
+}
+
+// A map page whose LSN lies past the end of the WAL (a file from a later
+// copy of the database) reads as one with no bit set, reported with its
+// file and offset; kept, its LSN would fail the WAL flush before every
+// write of it.
+func TestPageBeyondEndOfWALReadsAsNoBitSet(t *testing.T) {
+	fs := vfs.NewMemFS()
+	m := openMap(t, fs, Options{})
+	m.Set(5, AllVisible, 0x5000)
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	const end = 0x4000
+	var reported []error
+	m = openMap(t, fs, Options{
+		EndOfWAL: func() uint64 { return end },
+		FlushWAL: func(lsn uint64) error {
+			if lsn > end {
+				return fmt.Errorf("flush to %#x past the end of the WAL %#x", lsn, end)
+			}
+			return nil
+		},
+		OnDamage: func(err error) { reported = append(reported, err) },
+	})
+	if got := mustTest(t, m, 5); got != 0 {
+		t.Fatalf("bits of a page past the end of the WAL: %b, want none", got)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], ErrCorrupt) || !strings.Contains(reported[0].Error(), "/vm/00000000 at offset 0") ||
+		!strings.Contains(reported[0].Error(), "page LSN 0/00005000 is beyond the end of the WAL 0/00004000") {
+		t.Fatalf("damage reported: %v; want one error naming /vm/00000000 at offset 0 and both LSNs", reported)
+	}
+	if st := m.Stats(); st.PagesZeroed != 1 {
+		t.Fatalf("PagesZeroed %d, want 1", st.PagesZeroed)
+	}
+	if _, err := m.Set(7, AllVisible, end); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(); err != nil {
+		t.Fatalf("Flush of the page read again: %v", err)
+	}
+	m.Close()
+	m = openMap(t, fs, Options{EndOfWAL: func() uint64 { return end }, OnDamage: func(err error) { t.Errorf("rewritten page reported: %v", err) }})
+	defer m.Close()
+	if got5, got7 := mustTest(t, m, 5), mustTest(t, m, 7); got5 != 0 || got7 != AllVisible {
+		t.Fatalf("rewritten page bits: %b %b, want 0 %b", got5, got7, AllVisible)
 	}
 }
 
