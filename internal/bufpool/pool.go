@@ -826,3 +826,30 @@ func (r *Ring) victim() (*Buffer, error) {
 	r.ids = append(r.ids, g.id)
 	return g, nil
 }
+
+// CopyBlocks hands blocks 0 to n-1, in order, to write, each copied under
+// its shared content lock (so never half changed) into a buffer write may
+// keep only until it returns, and read through a ring of ringFrames frames
+// (see Ring) so that the copy does not evict the working set: a backup's
+// read of a whole relation. A page is copied as it stands in the pool,
+// changes whose WAL is not durable yet included; the caller flushes the
+// WAL past them before the copy is used. It stops at the first error of
+// a read or of write and returns it.
+func (p *Pool) CopyBlocks(n uint32, ringFrames int, write func(block uint32, page []byte) error) error {
+	r := p.NewRing(ringFrames)
+	buf := make([]byte, PageSize)
+	for blk := uint32(0); blk < n; blk++ {
+		b, err := r.Get(blk)
+		if err != nil {
+			return err
+		}
+		b.RLock()
+		copy(buf, b.page)
+		b.RUnlock()
+		b.Release()
+		if err := write(blk, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,324 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"time"
+
+	"mvkv/internal/heap"
+	"mvkv/vfs"
+	"mvkv/wal"
+)
+
+// ErrBackupTargetExists is returned by Backup when its target directory,
+// or the ".partial" directory it builds the copy in, already exists: a
+// backup never writes into, or over, anything that was there.
+var ErrBackupTargetExists = errors.New("mvkv: backup target already exists")
+
+// BackupInfo describes a copy Backup made.
+type BackupInfo struct {
+	// Dir is the directory holding the copy.
+	Dir string
+	// StartLSN is the redo point of the checkpoint Backup took first, from
+	// which opening the copy replays the WAL; EndLSN the end of the WAL
+	// when the last page was copied: the copy holds every transaction that
+	// committed before Backup was called, and no transaction whose commit
+	// record lies past EndLSN. Which of those in between it holds is
+	// settled when it is opened, as after a crash.
+	StartLSN, EndLSN uint64
+	// HeapPages, MapPages and WALSegments count what was copied; Bytes is
+	// the size of the copy.
+	HeapPages, MapPages, WALSegments uint64
+	Bytes                            uint64
+	// Duration is the time Backup took.
+	Duration time.Duration
+}
+
+// Backup writes a consistent copy of the database into dir, a new
+// directory (on the file system the database was opened with), while
+// transactions keep running: PostgreSQL's base backup, as pg_basebackup
+// takes one, made by the engine itself. The copy is a data directory that
+// Open accepts as it is, recovering it as after a crash; it holds every
+// transaction that committed before Backup was called (see BackupInfo).
+//
+// How: a checkpoint first, whose redo point the copy's recovery starts
+// from; then every heap page and every visibility map page, each copied
+// from the buffer pool under its shared content lock (never torn, and
+// read through a small ring of buffers, as vacuum reads, so the working
+// set stays cached), every CLOG page likewise, the index file and the
+// control file of that checkpoint, and last the WAL from its redo point
+// to its end, flushed first. A page may be copied at any state between the
+// checkpoint and the end of the copy: redo of the copied WAL, which holds
+// every change made to any page after the checkpoint (the first as a
+// full-page image), brings each page to the same end, as recovery does
+// after a crash. A plain copy of the files (cp -r) is no such copy: pages
+// torn by writes in progress, and files copied at different moments (the
+// WAL before a heap page that logged changes after it), can make a copy
+// that recovery cannot repair.
+//
+// The copy is built in dir+".partial" and renamed to dir once every file
+// in it is durable, so a crash or failure partway never leaves a dir that
+// could be taken for a whole copy; a failed Backup removes what it wrote.
+// While Backup runs, checkpoints, vacuum (and its truncations) and bulk
+// loads wait for it, and the WAL written meanwhile stays until the next
+// checkpoint after it: the copy needs that WAL, and pages moved by vacuum
+// or cut off by truncation would make it harder to reason about. Reads
+// and writes run as usual.
+//
+// Errors: ErrBackupTargetExists when dir or dir+".partial" exists; the
+// failure that stopped the database taking writes (Failure), as the copy
+// could not be trusted; ErrClosed after Close (Close waits for a running
+// Backup to stop at its next page); ctx's error; an error wrapping
+// ErrCorruption, naming the file and offset, when a page that must be
+// read from disk fails its checks; I/O errors naming the file. Safe to
+// call concurrently with every other method; one Backup runs at a time.
+func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	begin := time.Now()
+	info := BackupInfo{Dir: filepath.Clean(dir)}
+	if dir == "" {
+		return info, errors.New("mvkv: backup needs a target directory; the empty path names none")
+	}
+	// Not closeMu for the whole copy (see BulkLoad): longOps, which Close
+	// waits for, and db.closing, which ends the copy at its next page.
+	db.closeMu.RLock()
+	if db.closed.Load() {
+		db.closeMu.RUnlock()
+		return info, ErrClosed
+	}
+	db.longOps.Add(1)
+	db.closeMu.RUnlock()
+	defer db.longOps.Done()
+	if err := db.writable(); err != nil {
+		return info, err
+	}
+	partial := info.Dir + ".partial"
+	for _, d := range []string{info.Dir, partial} {
+		if _, err := db.fs.Stat(d); err == nil {
+			return info, fmt.Errorf("%w: %s (give a new directory; a %s left by a backup cut short can be removed)", ErrBackupTargetExists, d, filepath.Base(partial))
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return info, wrapf(err, "backup")
+		}
+	}
+	// Vacuum moves versions between pages and truncates the heap and the
+	// CLOG; a checkpoint would remove WAL the copy needs and rewrite the
+	// control and index files being copied. Both wait, in the order
+	// Verify takes them.
+	db.vac.mu.Lock()
+	defer db.vac.mu.Unlock()
+	db.ckptMu.Lock()
+	defer db.ckptMu.Unlock()
+	if err := db.checkpointLocked(); err != nil {
+		return info, err
+	}
+	if err := db.fs.MkdirAll(partial); err != nil {
+		return info, wrapf(err, "backup")
+	}
+	err := db.backupInto(ctx, partial, &info)
+	if err == nil {
+		if err = db.fs.Rename(partial, info.Dir); err == nil {
+			err = db.fs.SyncDir(filepath.Dir(info.Dir))
+			if err != nil {
+				err = wrapf(err, "backup: fsync the directory holding %s", info.Dir)
+			}
+		} else {
+			err = wrapf(err, "backup")
+		}
+	}
+	if err != nil {
+		if rerr := removeAll(db.fs, partial); rerr != nil {
+			db.logger.Warn("backup: removing the unfinished copy", "dir", partial, "err", rerr)
+		}
+		return info, err
+	}
+	info.Duration = time.Since(begin)
+	db.logger.Info("backup complete", "dir", info.Dir, "startLSN", info.StartLSN, "endLSN", info.EndLSN,
+		"heapPages", info.HeapPages, "mapPages", info.MapPages, "walSegments", info.WALSegments, "bytes", info.Bytes, "took", info.Duration)
+	return info, nil
+}
+
+// backupInto writes the copy into dir, which exists; the caller holds the
+// checkpoint lock and vacuum's, right after a checkpoint.
+func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) error {
+	ctrl, _, err := readControl(db.fs, db.dir)
+	if err != nil {
+		return err
+	}
+	info.StartLSN = uint64(ctrl.RedoLSN)
+	// Read now, written last: a directory with no control file is no
+	// data directory Open would recover (it has WAL, so Open says the
+	// control file is missing).
+	control, err := readWhole(db.fs, filepath.Join(db.dir, controlName))
+	if err != nil {
+		return err
+	}
+	stop := func() error {
+		select {
+		case <-db.closing:
+			return ErrClosed
+		default:
+		}
+		return ctx.Err()
+	}
+
+	// The heap, through a ring.
+	st, err := heap.OpenStorage(db.fs, filepath.Join(dir, heapDir))
+	if err != nil {
+		return wrapf(err, "backup")
+	}
+	err = db.pool.CopyBlocks(db.pool.NBlocks(), vacuumRingFrames, func(blk uint32, p []byte) error {
+		if blk%64 == 0 {
+			if err := stop(); err != nil {
+				return err
+			}
+		}
+		info.HeapPages++
+		return st.WriteBlock(blk, p)
+	})
+	if err == nil {
+		err = st.Sync()
+	}
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return db.backupErr("copying the heap", err)
+	}
+	if err := stop(); err != nil {
+		return err
+	}
+	info.MapPages = uint64(db.vm.NBlocks())
+	if err := db.vm.Backup(db.fs, filepath.Join(dir, vmDir)); err != nil {
+		return db.backupErr("copying the visibility map", err)
+	}
+	// Every xid handed out so far: a status set on a later one comes
+	// with a commit or abort record past this point, which redo of the
+	// copied WAL sets again.
+	if next := db.procs.next(); next > 0 {
+		if err := db.clog.Backup(db.fs, filepath.Join(dir, clogDir), next-1); err != nil {
+			return db.backupErr("copying the CLOG", err)
+		}
+	} else if err := db.fs.MkdirAll(filepath.Join(dir, clogDir)); err != nil {
+		return wrapf(err, "backup")
+	}
+	// The WAL last, flushed to its end: past every LSN on a page copied
+	// above, so that no copied page is newer than the copied WAL.
+	end := db.wal.InsertLSN()
+	if err := db.wal.FlushData(end); err != nil {
+		return db.fail(err)
+	}
+	info.EndLSN = uint64(end)
+	if err := db.wal.Backup(db.fs, filepath.Join(dir, walDir), ctrl.RedoLSN, end); err != nil {
+		return db.backupErr("copying the WAL", err)
+	}
+	size := wal.LSN(db.wal.SegmentSize())
+	info.WALSegments = uint64((end-end%size)-(ctrl.RedoLSN-ctrl.RedoLSN%size))/uint64(size) + 1
+
+	// The index file of the checkpoint (a missing one is rebuilt by
+	// Open), then the control file naming that checkpoint.
+	if index, err := readWhole(db.fs, filepath.Join(db.dir, indexFileName)); err == nil {
+		if err := writeWhole(db.fs, filepath.Join(dir, indexFileName), index); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := writeWhole(db.fs, filepath.Join(dir, controlName), control); err != nil {
+		return err
+	}
+	if err := db.fs.SyncDir(dir); err != nil {
+		return wrapf(err, "backup: fsync directory %s", dir)
+	}
+	info.Bytes = dirBytes(db.fs, dir)
+	return nil
+}
+
+// backupErr wraps a copy's error; one that the source's damage caused
+// matches ErrCorruption, as it does from the read that met it.
+func (db *DB) backupErr(what string, err error) error {
+	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return wrapf(asCorruption(err), "backup: %s", what)
+}
+
+// readWhole reads the file name on fsys.
+func readWhole(fsys vfs.FS, name string) ([]byte, error) {
+	f, err := fsys.OpenReadOnly(name)
+	if err != nil {
+		return nil, withPath("open", name, err)
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, withPath("size of", name, err)
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, withPath("read", name, err)
+	}
+	return b, nil
+}
+
+// writeWhole writes b as the new file name on fsys and fsyncs it.
+func writeWhole(fsys vfs.FS, name string, b []byte) error {
+	f, err := fsys.Create(name)
+	if err != nil {
+		return withPath("create", name, err)
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return withPath("write", name, err)
+	}
+	return nil
+}
+
+// dirBytes sums the sizes of the files under dir (0 for what cannot be
+// read: the figure is for reports).
+func dirBytes(fsys vfs.FS, dir string) uint64 {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		if _, err := fsys.ReadDir(p); err == nil {
+			n += dirBytes(fsys, p)
+		} else if size, err := fsys.Stat(p); err == nil && size >= 0 {
+			n += uint64(size)
+		}
+	}
+	return n
+}
+
+// removeAll removes dir and everything under it from fsys.
+func removeAll(fsys vfs.FS, dir string) error {
+	names, err := fsys.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		for _, name := range names {
+			if err := removeAll(fsys, filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := fsys.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

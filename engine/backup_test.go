@@ -1,0 +1,328 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"mvkv/vfs"
+)
+
+// backupWorkload runs transfers between accounts (the sum of balances
+// never changes), each also counting itself in its writer's ledger key,
+// plus out-of-line values written and deleted, until stop is closed. It
+// returns, per writer, the ledger count acknowledged so far.
+type backupWorkload struct {
+	db       *DB
+	accounts int
+	acked    []atomic.Int64 // per writer: ledger count whose commit returned
+	wg       sync.WaitGroup
+	stop     chan struct{}
+	failed   atomic.Pointer[error]
+}
+
+const backupBalance = 1000
+
+func accountKey(i int) []byte { return fmt.Appendf(nil, "acct%05d", i) }
+func ledgerKey(w int) []byte  { return fmt.Appendf(nil, "ledger%d", w) }
+
+// balanceValue pads a balance so that a page holds few accounts and the
+// heap spans many pages.
+func balanceValue(n int) []byte {
+	return fmt.Appendf(nil, "%d|%s", n, bytes.Repeat([]byte{'x'}, 150))
+}
+
+func parseBalance(v []byte) (int, error) {
+	s, _, _ := bytes.Cut(v, []byte{'|'})
+	return strconv.Atoi(string(s))
+}
+
+func startBackupWorkload(t *testing.T, db *DB, accounts, writers int) *backupWorkload {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.Update(ctx, func(tx *Txn) error {
+		for i := range accounts {
+			if err := tx.Put(accountKey(i), balanceValue(backupBalance)); err != nil {
+				return err
+			}
+		}
+		for w := range writers {
+			if err := tx.Put(ledgerKey(w), []byte("0")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Vacuum sets map bits, so that the map has pages to copy.
+	if _, err := db.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wl := &backupWorkload{db: db, accounts: accounts, acked: make([]atomic.Int64, writers), stop: make(chan struct{})}
+	fail := func(err error) {
+		if !errors.Is(err, ErrClosed) {
+			wl.failed.CompareAndSwap(nil, &err)
+		}
+	}
+	for w := range writers {
+		wl.wg.Add(1)
+		go func() {
+			defer wl.wg.Done()
+			rng := rand.New(rand.NewSource(int64(w) + 1))
+			for n := int64(1); ; n++ {
+				select {
+				case <-wl.stop:
+					return
+				default:
+				}
+				a, b := rng.Intn(accounts), rng.Intn(accounts)
+				amt := rng.Intn(50)
+				err := db.Update(ctx, func(tx *Txn) error {
+					if a == b {
+						return nil
+					}
+					for _, k := range []struct {
+						i, d int
+					}{{a, -amt}, {b, amt}} {
+						if err := tx.Update(accountKey(k.i), func(old []byte, found bool) ([]byte, error) {
+							v, err := parseBalance(old)
+							if err != nil || !found {
+								return nil, fmt.Errorf("account %d: %q %v", k.i, old, err)
+							}
+							return balanceValue(v + k.d), nil
+						}); err != nil {
+							return err
+						}
+					}
+					if w == 0 && n%7 == 0 {
+						// An out-of-line value, written or deleted.
+						key := fmt.Appendf(nil, "big%d", n%5)
+						if n%2 == 0 {
+							return tx.Delete(key)
+						}
+						return tx.Put(key, bytes.Repeat([]byte{byte(n)}, 20000))
+					}
+					return tx.Put(ledgerKey(w), strconv.AppendInt(nil, n, 10))
+				})
+				if err != nil {
+					fail(err)
+					return
+				}
+				if w == 0 && n%7 == 0 {
+					// The ledger was not written: do it alone.
+					if err := db.Update(ctx, func(tx *Txn) error {
+						return tx.Put(ledgerKey(w), strconv.AppendInt(nil, n, 10))
+					}); err != nil {
+						fail(err)
+						return
+					}
+				}
+				wl.acked[w].Store(n)
+			}
+		}()
+	}
+	return wl
+}
+
+// ackedNow returns each writer's acknowledged ledger count.
+func (wl *backupWorkload) ackedNow() []int64 {
+	out := make([]int64, len(wl.acked))
+	for i := range wl.acked {
+		out[i] = wl.acked[i].Load()
+	}
+	return out
+}
+
+func (wl *backupWorkload) finish(t *testing.T) {
+	t.Helper()
+	close(wl.stop)
+	wl.wg.Wait()
+	if p := wl.failed.Load(); p != nil {
+		t.Fatalf("workload: %v", *p)
+	}
+}
+
+// checkBackupCopy opens the copy at dir on fsys and checks it: Verify
+// finds nothing, the balances sum as loaded, and each writer's ledger
+// lies between what was acknowledged before the backup began (lo) and one
+// past what was acknowledged when it returned (hi+1, a commit in flight).
+func checkBackupCopy(t *testing.T, fsys vfs.FS, dir string, accounts int, lo, hi []int64) {
+	t.Helper()
+	db, err := Open(dir, Options{FS: fsys, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
+	if err != nil {
+		t.Fatalf("open the copy: %v", err)
+	}
+	defer db.Close()
+	rep, err := db.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("verify of the copy: %v", rep.Problems)
+	}
+	sum := 0
+	if err := db.View(context.Background(), func(tx *Txn) error {
+		sum = 0
+		for i := range accounts {
+			v, err := tx.Get(accountKey(i))
+			if err != nil {
+				return fmt.Errorf("account %d: %w", i, err)
+			}
+			n, err := parseBalance(v)
+			if err != nil {
+				return err
+			}
+			sum += n
+		}
+		for w := range lo {
+			v, err := tx.Get(ledgerKey(w))
+			if err != nil {
+				return err
+			}
+			n, _ := strconv.ParseInt(string(v), 10, 64)
+			if n < lo[w] || n > hi[w]+1 {
+				return fmt.Errorf("writer %d's ledger reads %d in the copy: acknowledged %d before the backup began, %d when it returned", w, n, lo[w], hi[w])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sum != accounts*backupBalance {
+		t.Fatalf("balances in the copy sum to %d, want %d", sum, accounts*backupBalance)
+	}
+}
+
+// TestBackupWhileWriting takes a backup while writers move balances and
+// out-of-line values change, through a buffer pool much smaller than the
+// heap (so pages are evicted and written while they are copied), across
+// several WAL segments: the copy opens, verifies, keeps the sum of
+// balances, holds every commit acknowledged before Backup began and none
+// begun after it returned. A power loss right after Backup returns loses
+// none of it; one while it runs leaves no target directory, only the
+// ".partial" one, and the source recovers.
+func TestBackupWhileWriting(t *testing.T) {
+	m := vfs.NewMemFS()
+	db := openMem(t, m, Options{SharedBuffers: 160 << 10})
+	defer db.Close()
+	const accounts, writers = 1500, 3
+	wl := startBackupWorkload(t, db, accounts, writers)
+	waitAcked := func(n int64) {
+		for {
+			if a := wl.ackedNow(); a[1] >= n || wl.failed.Load() != nil {
+				return
+			}
+			select {
+			case <-wl.stop:
+				return
+			default:
+			}
+		}
+	}
+	waitAcked(50)
+
+	// Crash copies of the file system at some operations during the
+	// backup.
+	var during atomic.Bool
+	var ops atomic.Int64
+	var mu sync.Mutex
+	var midway []*vfs.MemFS
+	m.SetOpHook(func(p vfs.CrashPoint) {
+		if !during.Load() {
+			return
+		}
+		if n := ops.Add(1); n%97 == 0 && len(midway) < 4 {
+			mu.Lock()
+			midway = append(midway, p.CrashCopy(vfs.DropUnsynced, nil))
+			mu.Unlock()
+		}
+	})
+	lo := wl.ackedNow()
+	during.Store(true)
+	info, err := db.Backup(context.Background(), "/backup")
+	during.Store(false)
+	hi := wl.ackedNow()
+	m.SetOpHook(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	afterPowerLoss := m.CrashCopy(vfs.DropUnsynced, nil)
+	waitAcked(hi[1] + 20)
+	wl.finish(t)
+	t.Logf("backup: %+v; ledgers %v before it, %v after", info, lo, hi)
+	if info.HeapPages < 40 || info.MapPages < 1 || info.EndLSN <= info.StartLSN || info.WALSegments < 1 {
+		t.Fatalf("backup copied too little to test anything: %+v", info)
+	}
+
+	checkBackupCopy(t, m, "/backup", accounts, lo, hi)
+	checkBackupCopy(t, afterPowerLoss, "/backup", accounts, lo, hi)
+	if len(midway) == 0 {
+		t.Fatal("no crash copy taken during the backup")
+	}
+	for i, c := range midway {
+		if _, err := c.Stat("/backup"); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("crash copy %d taken during the backup holds /backup (%v)", i, err)
+		}
+		src, err := Open("/db", Options{FS: c, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
+		if err != nil {
+			t.Fatalf("crash copy %d: open the source: %v", i, err)
+		}
+		src.Close()
+	}
+
+	// A second backup into the same place is refused, as is one where a
+	// cut-short one left its ".partial" directory.
+	if _, err := db.Backup(context.Background(), "/backup"); !errors.Is(err, ErrBackupTargetExists) {
+		t.Fatalf("backup over an existing copy: %v, want ErrBackupTargetExists", err)
+	}
+	if err := m.MkdirAll("/b2.partial"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Backup(context.Background(), "/b2"); !errors.Is(err, ErrBackupTargetExists) {
+		t.Fatalf("backup beside a .partial directory: %v, want ErrBackupTargetExists", err)
+	}
+}
+
+// TestBackupOfIdleDatabase backs up a database nothing writes to, twice
+// (the second checkpoint is skipped as idle), and after Close.
+func TestBackupOfIdleDatabase(t *testing.T) {
+	m := vfs.NewMemFS()
+	db := openMem(t, m, Options{})
+	ctx := context.Background()
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("k"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"/b1", "/b2"} {
+		if _, err := db.Backup(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	if _, err := db.Backup(ctx, "/b3"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("backup after Close: %v, want ErrClosed", err)
+	}
+	for _, dir := range []string{"/b1", "/b2"} {
+		c, err := Open(dir, Options{FS: m, WALSegmentSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.View(ctx, func(tx *Txn) error {
+			v, err := tx.Get([]byte("k"))
+			if err == nil && string(v) != "v" {
+				err = fmt.Errorf("k = %q", v)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		c.Close()
+	}
+}
