@@ -221,6 +221,9 @@ var knobs = withEngineSettings(map[string]knob{
 			return nil
 		},
 	},
+	// Who may run BACKUP (Config.BackupCommand), immutable as Redis's
+	// enable-debug-command.
+	"enable-backup-command": {get: func(s *Server) string { return s.cfg.BackupCommand }},
 	// Where the server listens, as Redis reports it (immutable here).
 	"port": {get: func(s *Server) string { return s.tcpPort() }},
 	"bind": {get: func(s *Server) string { return s.tcpBind() }},

@@ -90,6 +90,7 @@ var commandDocs = map[string]cmdDoc{
 	"shutdown":   {"Stops the server: finishes running commands, takes a checkpoint (none with NOSAVE).", "1.0.0", "server", "O(1)", []argDoc{opt(oneof("save-selector", tok("NOSAVE"), tok("SAVE"))), opt(tok("NOW")), opt(tok("FORCE")), opt(tok("ABORT"))}},
 	"checkpoint": {"Takes a checkpoint, as PostgreSQL's CHECKPOINT.", "0.1.0", "server", "O(N) where N is the number of dirty pages", nil},
 	"vacuum":     {"Runs vacuum, as PostgreSQL's VACUUM.", "0.1.0", "server", "O(N) where N is the number of heap pages", nil},
+	"backup":     {"Writes a copy of the database, taken while clients keep writing, into a new directory on the server's host, as PostgreSQL's pg_basebackup.", "0.1.0", "server", "O(N) where N is the size of the database", []argDoc{str("directory")}},
 }
 
 func expireArgs(name, typ string) []argDoc {

@@ -149,6 +149,7 @@ var redisMeta = map[string]commandMeta{
 	"wait":                    {arity: 3, flags: strs("noscript"), acl: strs("@slow", "@connection"), keyFlags: [][]string{}},
 	"checkpoint":              {arity: 1, flags: strs("admin", "noscript"), acl: strs("@admin", "@slow", "@dangerous")},
 	"vacuum":                  {arity: 1, flags: strs("admin", "noscript"), acl: strs("@admin", "@slow", "@dangerous")},
+	"backup":                  {arity: 2, flags: strs("admin", "noscript", "no_multi"), acl: strs("@admin", "@slow", "@dangerous")},
 	"client|setinfo":          {arity: 4, flags: strs("noscript", "loading", "stale"), acl: strs("@slow", "@connection")},
 	"client|no-touch":         {arity: 3, flags: strs("noscript", "loading", "stale"), acl: strs("@slow", "@connection")},
 }

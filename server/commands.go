@@ -266,6 +266,7 @@ func init() {
 		{"shutdown", -1, flagNoMulti, cmdShutdown},
 		{"checkpoint", 1, flagNoMulti, cmdCheckpoint},
 		{"vacuum", 1, flagNoMulti, cmdVacuum},
+		{"backup", 2, flagNoMulti, cmdBackup},
 		{"flushdb", -1, flagWrite, cmdFlushAll},
 		{"append", 3, flagWrite | flagPipeline, cmdAppend},
 		{"strlen", 2, flagRead, cmdStrlen},

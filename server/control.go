@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,7 +12,7 @@ import (
 )
 
 // Server and connection control commands: TIME, LASTSAVE, SAVE, BGSAVE,
-// WAIT, MONITOR, and CLIENT KILL, REPLY, PAUSE, UNPAUSE, NO-EVICT,
+// BACKUP, WAIT, MONITOR, and CLIENT KILL, REPLY, PAUSE, UNPAUSE, NO-EVICT,
 // NO-TOUCH, as Redis 7 answers them.
 
 func cmdTime(x *execCtx, _ [][]byte) error {
@@ -542,4 +543,38 @@ func (s *Server) unblockClient(id int64, reason string) int64 {
 	target.unblock <- reason // buffered, and cleared below: never blocks
 	target.unblock = nil
 	return 1
+}
+
+// cmdBackup is BACKUP dir: a copy of the database, taken while clients
+// keep reading and writing (engine DB.Backup), into dir, an absolute path
+// on the server's host that must not exist yet. It replies +OK once the
+// copy is durable and whole; the copy opens as a data directory of its
+// own (mvkv serve --dir dir, or mvkv verify). Who may run it:
+// Config.BackupCommand.
+func cmdBackup(x *execCtx, args [][]byte) error {
+	s := x.c.s
+	switch s.cfg.BackupCommand {
+	case "yes":
+	case "local":
+		if isLocal(x.c.nc) {
+			break
+		}
+		fallthrough
+	default:
+		x.errorf(`ERR BACKUP command not allowed. If the enable-backup-command option is set to "local", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.`)
+		return nil
+	}
+	dir := string(args[1])
+	if !filepath.IsAbs(dir) || strings.IndexByte(dir, 0) >= 0 {
+		x.errorf("ERR BACKUP needs an absolute path on the server's host, of a directory that does not exist yet")
+		return nil
+	}
+	info, err := s.db.Backup(x.c.ctx, dir)
+	if err != nil {
+		x.out = appendEngineError(x.out, err)
+		return nil
+	}
+	s.log.Info("backup written", "dir", info.Dir, "bytes", info.Bytes, "startLSN", info.StartLSN, "endLSN", info.EndLSN, "took", info.Duration)
+	x.ok()
+	return nil
 }

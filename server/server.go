@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,15 @@ type Config struct {
 	// answers nobody but the local host. CONFIG SET protected-mode
 	// changes it at run time.
 	ProtectedModeOff bool
+	// BackupCommand says who may run BACKUP, which writes a copy of the
+	// database into a directory on the server's host that the client
+	// names: "local" (the default, for ""), clients on a loopback address
+	// or a Unix socket; "yes", every client; "no", none. The values and
+	// the refusal's text are those of Redis's enable-debug-command; like
+	// it, the setting is fixed for the server's life (CONFIG GET
+	// enable-backup-command shows it). Any other value is taken as "no"
+	// (ParseBackupCommand checks one).
+	BackupCommand string
 }
 
 func (c Config) withDefaults() Config {
@@ -115,7 +125,26 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.BackupCommand == "" {
+		c.BackupCommand = "local"
+	}
+	if v, err := ParseBackupCommand(c.BackupCommand); err == nil {
+		c.BackupCommand = v
+	} else {
+		c.BackupCommand = "no"
+	}
 	return c
+}
+
+// ParseBackupCommand checks a value for Config.BackupCommand (any case)
+// and returns it in lower case; the error says what is taken, as Redis's
+// for enable-debug-command.
+func ParseBackupCommand(v string) (string, error) {
+	switch v = strings.ToLower(v); v {
+	case "yes", "no", "local":
+		return v, nil
+	}
+	return "", errors.New("argument(s) must be one of the following: no, yes, local")
 }
 
 // Server serves one engine.DB over RESP2. Create it with New, run it with
@@ -441,18 +470,24 @@ func (s *Server) deniedByProtectedMode(nc net.Conn) bool {
 	if !s.protected.Load() || s.requirePass() != "" {
 		return false
 	}
+	return !isLocal(nc)
+}
+
+// isLocal reports whether nc's client is on this host: a loopback address
+// or a Unix socket (Redis's connIsLocal).
+func isLocal(nc net.Conn) bool {
 	switch a := nc.RemoteAddr().(type) {
 	case *net.TCPAddr:
-		return !a.IP.IsLoopback()
+		return a.IP.IsLoopback()
 	case *net.UnixAddr:
-		return false
+		return true
 	}
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
-		return true
+		return false
 	}
 	ip := net.ParseIP(host)
-	return ip == nil || !ip.IsLoopback()
+	return ip != nil && ip.IsLoopback()
 }
 
 func (s *Server) checkPassword(p []byte) bool {

@@ -45,6 +45,10 @@ Server options:
   --requirepass=PASS       require AUTH PASS (default: no password)
   --protected-mode=yes|no  with no password, refuse clients that connect
                            from other hosts, as Redis (default: yes)
+  --enable-backup-command=local|yes|no
+                           who may run BACKUP DIR (a copy of the running
+                           database into DIR on this host): local clients,
+                           every client, or none (default: local)
   --tls-port=PORT          also accept TLS connections on this port, on
                            --listen's host (default: 0, off)
   --tls-cert-file=FILE     the server's certificate (PEM), for --tls-port
@@ -125,6 +129,11 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		}
 		protectedMode = v
 		return nil
+	})
+	backupCommand := "local"
+	fs.Func("enable-backup-command", "", func(v string) (err error) {
+		backupCommand, err = server.ParseBackupCommand(v)
+		return err
 	})
 	var tlsPort int
 	var tlsCert, tlsKey, tlsCA, tlsAuth string
@@ -326,6 +335,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}()
 	srv := server.New(db, server.Config{
 		ProtectedModeOff:  protectedMode == "no",
+		BackupCommand:     backupCommand,
 		MaxClients:        maxClients,
 		Timeout:           timeout,
 		RequirePass:       pass,

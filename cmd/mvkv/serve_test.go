@@ -441,3 +441,16 @@ func freePort(t *testing.T) string {
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	return port
 }
+
+// TestServeEnableBackupCommand: the flag takes Redis's three values of
+// enable-debug-command, in any case, and refuses others naming them.
+func TestServeEnableBackupCommand(t *testing.T) {
+	for _, v := range []string{"local", "YES", "no"} {
+		if ok, stderr := serveFlagAccepted(t, "enable-backup-command", v); !ok {
+			t.Errorf("--enable-backup-command=%s refused: %s", v, stderr)
+		}
+	}
+	if ok, stderr := serveFlagAccepted(t, "enable-backup-command", "maybe"); ok || !strings.Contains(stderr, "no, yes, local") {
+		t.Errorf("--enable-backup-command=maybe: accepted %v, stderr %q", ok, stderr)
+	}
+}

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"mvkv/engine"
+)
+
+// TestBackupCommand takes a copy with BACKUP while a client writes, and
+// opens it: every write acknowledged before BACKUP was sent is there. It
+// also checks BACKUP's refusals: a relative path, an existing target,
+// inside MULTI, and enable-backup-command no.
+func TestBackupCommand(t *testing.T) {
+	ts := startServer(t, Config{})
+	rdb := ts.client(t)
+	ctx := context.Background()
+	for i := range 200 {
+		if err := rdb.Set(ctx, "k"+strconv.Itoa(i), "v"+strconv.Itoa(i), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A writer beside the backup.
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := rdb.Incr(ctx, "counter").Err(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	target := filepath.Join(t.TempDir(), "copy")
+	if got := rdb.Do(ctx, "BACKUP", target).Val(); got != "OK" {
+		t.Fatalf("BACKUP: %v (%v)", got, rdb.Do(ctx, "BACKUP", target).Err())
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.Do(ctx, "CONFIG", "GET", "enable-backup-command").String(); !strings.Contains(got, "local") {
+		t.Fatalf("CONFIG GET enable-backup-command: %s", got)
+	}
+	for _, c := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"BACKUP", target}, "backup target already exists"},
+		{[]any{"BACKUP", "relative/dir"}, "ERR BACKUP needs an absolute path"},
+		{[]any{"BACKUP"}, "ERR wrong number of arguments for 'backup' command"},
+		{[]any{"CONFIG", "SET", "enable-backup-command", "yes"}, "can't set immutable config"},
+	} {
+		if err := rdb.Do(ctx, c.args...).Err(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error holding %q", c.args, err, c.want)
+		}
+	}
+	r := ts.raw(t)
+	r.cmd("MULTI")
+	r.reply()
+	r.cmd("BACKUP", filepath.Join(t.TempDir(), "x"))
+	if got := r.reply(); !strings.Contains(got, "not allowed") && !strings.Contains(got, "MULTI") {
+		t.Errorf("BACKUP in MULTI: %q", got)
+	}
+
+	db, err := engine.Open(target, engine.Options{LockTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("open the copy: %v", err)
+	}
+	defer db.Close()
+	if err := db.View(ctx, func(tx *engine.Txn) error {
+		for i := range 200 {
+			v, err := tx.Get([]byte("k" + strconv.Itoa(i)))
+			if err != nil || string(v) != "v"+strconv.Itoa(i) {
+				t.Errorf("k%d in the copy: %q, %v", i, v, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify the copy: %v %v", err, rep.Problems)
+	}
+
+	off := startServer(t, Config{BackupCommand: "no"})
+	err = off.client(t).Do(ctx, "BACKUP", filepath.Join(t.TempDir(), "y")).Err()
+	if err == nil || !strings.Contains(err.Error(), "BACKUP command not allowed") {
+		t.Fatalf("BACKUP with enable-backup-command no: %v", err)
+	}
+}
+
+// TestIsLocal: who "local" lets run BACKUP (and protected mode admits).
+func TestIsLocal(t *testing.T) {
+	for _, c := range []struct {
+		addr net.Addr
+		want bool
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 5}, true},
+		{&net.TCPAddr{IP: net.ParseIP("::1"), Port: 5}, true},
+		{&net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 5}, false},
+		{&net.UnixAddr{Name: "/tmp/s", Net: "unix"}, true},
+	} {
+		if got := isLocal(fakeConn{remote: c.addr}); got != c.want {
+			t.Errorf("isLocal(%v) = %v, want %v", c.addr, got, c.want)
+		}
+	}
+}
+
+type fakeConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c fakeConn) RemoteAddr() net.Addr { return c.remote }
