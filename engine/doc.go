@@ -147,12 +147,24 @@
 // load or none: recovery cuts the heap back to the first block of a load
 // whose commit record is missing.
 //
+// # Backup
+//
+// DB.Backup copies a running database into a new directory, as
+// PostgreSQL's base backup: a checkpoint, every heap, map and CLOG page
+// copied from the buffers under its lock at some moment after it, then the
+// WAL from the checkpoint's redo point, flushed past every page copied.
+// Opening the copy is crash recovery, which replays that WAL over the
+// pages (the first change to each after the checkpoint is a full-page
+// image) and brings them all to one point. Checkpoints and vacuum wait
+// for the copy; reads and writes go on.
+//
 // # Lock order
 //
 // Locks are taken in this order, and only tried (never waited for) against
 // it:
 //
 //	row lock (a key's, held to transaction end; vacuum only tries)
+//	vacuum lock (one run at a time; Verify and Backup hold it throughout)
 //	checkpoint lock (one checkpoint at a time; a bulk load and a heap
 //	    truncation hold it too)
 //	checkpoint interlock, shared (writers, pruning, vacuum per page);
