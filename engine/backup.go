@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"mvkv/internal/heap"
@@ -98,6 +99,9 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := db.writable(); err != nil {
 		return info, err
 	}
+	if insideDir(db.dir, info.Dir) {
+		return info, fmt.Errorf("mvkv: backup: %s lies inside the data directory %s: give a directory outside it", info.Dir, db.dir)
+	}
 	partial := info.Dir + ".partial"
 	for _, d := range []string{info.Dir, partial} {
 		if _, err := db.fs.Stat(d); err == nil {
@@ -141,6 +145,19 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	db.logger.Info("backup complete", "dir", info.Dir, "startLSN", info.StartLSN, "endLSN", info.EndLSN,
 		"heapPages", info.HeapPages, "mapPages", info.MapPages, "walSegments", info.WALSegments, "bytes", info.Bytes, "took", info.Duration)
 	return info, nil
+}
+
+// insideDir reports whether path is dir or lies under it, lexically (both
+// made absolute against the working directory first).
+func insideDir(dir, path string) bool {
+	if a, err := filepath.Abs(dir); err == nil {
+		dir = a
+	}
+	if a, err := filepath.Abs(path); err == nil {
+		path = a
+	}
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // backupInto writes the copy into dir, which exists; the caller holds the

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math/rand"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,6 +283,11 @@ func TestBackupWhileWriting(t *testing.T) {
 	// cut-short one left its ".partial" directory.
 	if _, err := db.Backup(context.Background(), "/backup"); !errors.Is(err, ErrBackupTargetExists) {
 		t.Fatalf("backup over an existing copy: %v, want ErrBackupTargetExists", err)
+	}
+	for _, inside := range []string{"/db", "/db/copy", "/db/heap/x"} {
+		if _, err := db.Backup(context.Background(), inside); err == nil || !strings.Contains(err.Error(), "inside the data directory") {
+			t.Fatalf("backup into %s: %v, want a refusal", inside, err)
+		}
 	}
 	if err := m.MkdirAll("/b2.partial"); err != nil {
 		t.Fatal(err)
