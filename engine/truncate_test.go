@@ -214,7 +214,7 @@ func TestTruncateCrashLadder(t *testing.T) {
 	if sample <= 0 {
 		sample = 2
 		if raceEnabled {
-			sample = 10
+			sample = 20
 		}
 	}
 	// Steps of three pages, so that a cut takes several records.
