@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
+	"io"
+	"os"
 	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,3 +128,42 @@ type fakeConn struct {
 }
 
 func (c fakeConn) RemoteAddr() net.Addr { return c.remote }
+
+// TestShutdownClientWaitsForOnShutdown: the connection of the client that
+// sent SHUTDOWN closes only after Config.OnShutdown has returned (mvkv
+// serve closes the DB there), so that a script's next step after
+// `redis-cli SHUTDOWN` finds the data directory closed.
+func TestShutdownClientWaitsForOnShutdown(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	// On a failure below, the deferred call lets the hook return before
+	// the test's cleanup shuts the server down, which would otherwise
+	// wait for it for ever.
+	defer let()
+	ts := startServer(t, Config{OnShutdown: func() error {
+		close(entered)
+		<-release
+		return nil
+	}})
+	r := ts.raw(t)
+	r.cmd("SET", "k", "v")
+	r.reply()
+	r.cmd("SHUTDOWN")
+	<-entered
+	// The hook is running: the connection must still be open.
+	if err := r.nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	if n, err := r.nc.Read(b[:]); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("while OnShutdown runs, a read of the SHUTDOWN client's connection gave %d bytes, %v; want it still open", n, err)
+	}
+	let()
+	if err := r.nc.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.nc.Read(b[:]); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("after the shutdown, a read gave %d bytes, %v; want EOF", n, err)
+	}
+}

@@ -1615,8 +1615,10 @@ func cmdShutdown(x *execCtx, args [][]byte) error {
 		x.errorf("ERR No shutdown in progress.")
 		return nil
 	}
-	// As Redis: no reply on success, the connection just closes.
+	// As Redis: no reply on success, the connection just closes, once
+	// the shutdown is done (Config.OnShutdown).
 	x.c.quit = true
+	x.c.holdOpen = true
 	x.c.s.log.Info("SHUTDOWN requested", "client", x.c.id, "nosave", nosave)
 	if nosave {
 		x.c.s.nosave.Store(true)

@@ -44,10 +44,13 @@ type conn struct {
 	created time.Time
 
 	// Owned by the serving goroutine.
-	out      []byte // replies not yet written
-	authed   bool
-	more     bool // more request bytes were buffered after the current request
-	quit     bool // close after writing out
+	out    []byte // replies not yet written
+	authed bool
+	more   bool // more request bytes were buffered after the current request
+	quit   bool // close after writing out
+	// holdOpen is set by SHUTDOWN: the connection is handed to the
+	// server when it ends, which closes it once the shutdown is done.
+	holdOpen bool
 	inMulti  bool
 	dirty    bool // a queue-time error: EXEC answers EXECABORT
 	queue    [][][]byte
@@ -250,7 +253,12 @@ const shutdownWriteGrace = time.Second
 
 func (c *conn) serve() {
 	defer c.s.removeConn(c)
-	defer c.nc.Close()
+	defer func() {
+		if c.holdOpen && c.s.hold(c.nc) {
+			return
+		}
+		c.nc.Close()
+	}()
 	defer c.unwatchAll()
 	defer c.s.stopMonitor(c)
 	c.s.met.connected()

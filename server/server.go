@@ -87,6 +87,14 @@ type Config struct {
 	// enable-backup-command shows it). Any other value is taken as "no"
 	// (ParseBackupCommand checks one).
 	BackupCommand string
+	// OnShutdown, if set, runs at the end of the first Shutdown, after its
+	// checkpoint, and its error joins Shutdown's. The connections of
+	// clients that sent SHUTDOWN stay open until it returns, as
+	// redis-server's stay open until the process exits: mvkv serve closes
+	// the DB here, so that such a client sees its connection close only
+	// once the data directory is closed and free for the next process
+	// (a restart, or mvkv verify).
+	OnShutdown func() error
 }
 
 func (c Config) withDefaults() Config {
@@ -231,6 +239,11 @@ type Server struct {
 	// nosave is set by SHUTDOWN NOSAVE: the shutdown skips its
 	// checkpoint, and has the DB's Close skip its own.
 	nosave atomic.Bool
+	// held are the connections of clients that sent SHUTDOWN, closed
+	// when the shutdown is done (after OnShutdown); heldDone says they
+	// were. Guarded by mu.
+	held     []net.Conn
+	heldDone bool
 }
 
 // New returns a server for db. The server does not own db: the caller
@@ -363,6 +376,18 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, isTLS bool) error {
 	}
 }
 
+// hold keeps nc open until the shutdown is done (see Shutdown), unless it
+// is done already; it reports whether it took nc.
+func (s *Server) hold(nc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.heldDone {
+		return false
+	}
+	s.held = append(s.held, nc)
+	return true
+}
+
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -390,6 +415,9 @@ func (s *Server) shutdownAsync() {
 // stays in doubt until recovery, never acknowledged). Shutdown does not
 // close the DB. Calls after the first wait for the first to finish.
 //
+// The connection of a client that sent SHUTDOWN is closed last, after
+// Config.OnShutdown, with no reply, as Redis's.
+//
 // After a SHUTDOWN NOSAVE command, no checkpoint is taken, and the DB is
 // told to close without one (engine.DB.SetCheckpointOnClose), so that the
 // caller's Close skips it too: every acknowledged write is in the WAL,
@@ -398,6 +426,16 @@ func (s *Server) shutdownAsync() {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		s.shutErr = s.shutdown(ctx)
+		if s.cfg.OnShutdown != nil {
+			s.shutErr = errors.Join(s.shutErr, s.cfg.OnShutdown())
+		}
+		s.mu.Lock()
+		held := s.held
+		s.held, s.heldDone = nil, true
+		s.mu.Unlock()
+		for _, nc := range held {
+			nc.Close()
+		}
 		close(s.done)
 	})
 	select {

@@ -315,8 +315,17 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		fmt.Fprintln(stderr, errorLine(err))
 		return 1
 	}
+	// Closed by the server at the end of its shutdown (OnShutdown), so
+	// that a client's SHUTDOWN returns once the directory is free, or
+	// here when serving ends another way.
+	var closeOnce sync.Once
+	var closeErr error
+	closeDB := func() error {
+		closeOnce.Do(func() { closeErr = db.Close() })
+		return closeErr
+	}
 	defer func() {
-		if err := db.Close(); err != nil {
+		if err := closeDB(); err != nil {
 			fmt.Fprintf(stderr, "mvkv: close: %s\n", strings.TrimPrefix(err.Error(), "mvkv: "))
 			status = 1
 		}
@@ -329,10 +338,14 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		defer close(warned)
 		warnDamage(db.Damage, log, damageDone)
 	}()
-	defer func() {
-		close(damageDone)
-		<-warned
-	}()
+	var stopOnce sync.Once
+	stopWarnings := func() {
+		stopOnce.Do(func() {
+			close(damageDone)
+			<-warned
+		})
+	}
+	defer stopWarnings()
 	srv := server.New(db, server.Config{
 		ProtectedModeOff:  protectedMode == "no",
 		BackupCommand:     backupCommand,
@@ -343,6 +356,12 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		ShutdownTimeout:   time.Duration(shutdownTimeout) * time.Second,
 		Logger:            log,
 		LogLevel:          logLevel,
+		OnShutdown: func() error {
+			// The damage warnings are stopped first, as below.
+			stopWarnings()
+			closeDB() // its error is reported below, once
+			return nil
+		},
 	})
 	if mln != nil {
 		mux := http.NewServeMux()

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"mvkv/engine"
 )
 
 // serveChildEnv, when set, makes the test binary run `mvkv serve` with the
@@ -170,5 +172,45 @@ func TestServeKill(t *testing.T) {
 	}
 	if !strings.Contains(srv.stderr.String(), "server shut down") {
 		t.Errorf("no graceful shutdown logged after SIGTERM:\n%s", srv.stderr)
+	}
+}
+
+// TestServeShutdownFreesDirectory: once a client's SHUTDOWN has returned
+// (its connection closed, as redis-cli waits for), the server process has
+// closed the data directory: another process opens it at once, as a
+// restart or `mvkv verify` in the next line of a script would, and finds
+// every write.
+func TestServeShutdownFreesDirectory(t *testing.T) {
+	dir := t.TempDir()
+	for round := range 3 {
+		srv := startServeChild(t, dir)
+		c := redis.NewClient(&redis.Options{Addr: srv.addr, PoolSize: 1, MaxRetries: -1})
+		ctx := context.Background()
+		if err := c.Set(ctx, fmt.Sprint("k", round), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.Shutdown(ctx) // returns when the server closes the connection
+		c.Close()
+		db, err := engine.Open(dir, engine.Options{})
+		if err != nil {
+			srv.cmd.Wait()
+			t.Fatalf("round %d: open right after SHUTDOWN returned: %v\n%s", round, err, srv.stderr)
+		}
+		if err := db.View(ctx, func(tx *engine.Txn) error {
+			for r := range round + 1 {
+				if _, err := tx.Get(fmt.Append(nil, "k", r)); err != nil {
+					return fmt.Errorf("k%d: %w", r, err)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.cmd.Wait(); err != nil {
+			t.Fatalf("round %d: mvkv serve: %v\n%s", round, err, srv.stderr)
+		}
 	}
 }
