@@ -68,7 +68,8 @@ type BackupInfo struct {
 // loads wait for it, and the WAL written meanwhile stays until the next
 // checkpoint after it: the copy needs that WAL, and pages moved by vacuum
 // or cut off by truncation would make it harder to reason about. Reads
-// and writes run as usual.
+// and writes run as usual. A vacuum, checkpoint or bulk load running when
+// Backup is called finishes first (ctx is not looked at meanwhile).
 //
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists; the
 // failure that stopped the database taking writes (Failure), as the copy
