@@ -104,12 +104,18 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		return info, fmt.Errorf("mvkv: backup: %s lies inside the data directory %s: give a directory outside it", info.Dir, db.dir)
 	}
 	partial := info.Dir + ".partial"
-	for _, d := range []string{info.Dir, partial} {
-		if _, err := db.fs.Stat(d); err == nil {
-			return info, fmt.Errorf("%w: %s (give a new directory; a %s left by a backup cut short can be removed)", ErrBackupTargetExists, d, filepath.Base(partial))
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return info, wrapf(err, "backup")
+	targetFree := func() error {
+		for _, d := range []string{info.Dir, partial} {
+			if _, err := db.fs.Stat(d); err == nil {
+				return fmt.Errorf("%w: %s (give a new directory; a %s left by a backup cut short can be removed)", ErrBackupTargetExists, d, filepath.Base(partial))
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return wrapf(err, "backup")
+			}
 		}
+		return nil
+	}
+	if err := targetFree(); err != nil {
+		return info, err
 	}
 	// Vacuum moves versions between pages and truncates the heap and the
 	// CLOG; a checkpoint would remove WAL the copy needs and rewrite the
@@ -119,6 +125,11 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	defer db.vac.mu.Unlock()
 	db.ckptMu.Lock()
 	defer db.ckptMu.Unlock()
+	// Again under the locks: another Backup into the same place may have
+	// finished while this one waited for them.
+	if err := targetFree(); err != nil {
+		return info, err
+	}
 	if err := db.checkpointLocked(); err != nil {
 		return info, err
 	}
