@@ -100,7 +100,7 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := db.writable(); err != nil {
 		return info, err
 	}
-	if insideDir(db.dir, info.Dir) {
+	if insideDir(db.dir, info.Dir) || insideDir(realPath(db.fs, db.dir), realPath(db.fs, info.Dir)) {
 		return info, fmt.Errorf("mvkv: backup: %s lies inside the data directory %s: give a directory outside it", info.Dir, db.dir)
 	}
 	partial := info.Dir + ".partial"
@@ -170,6 +170,31 @@ func insideDir(dir, path string) bool {
 	}
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// realPath resolves the symbolic links in the longest part of path that
+// exists, on the OS file system (the others have none): a target named
+// through a link to the data directory, or a data directory opened through
+// one, is inside it all the same.
+func realPath(fsys vfs.FS, path string) string {
+	if _, ok := fsys.(vfs.OS); !ok {
+		return path
+	}
+	if a, err := filepath.Abs(path); err == nil {
+		path = a
+	}
+	rest := ""
+	for p := path; ; {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return path
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
 }
 
 // backupInto writes the copy into dir, which exists; the caller holds the

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,5 +395,57 @@ func TestConcurrentBackupsIntoOneTarget(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBackupRefusesDataDirectoryThroughLinks: a target inside the data
+// directory is refused however it is named, through a symbolic link to
+// the data directory or to a directory in it, or from a database opened
+// through a link; a target reached through a link to somewhere else is
+// taken. The check used to compare the paths as written only, and a
+// BACKUP into LINK/heap/x wrote the copy into the heap directory, where
+// mvkv verify then reported it as a stray file.
+func TestBackupRefusesDataDirectoryThroughLinks(t *testing.T) {
+	root := t.TempDir()
+	data := filepath.Join(root, "data")
+	for _, l := range [][2]string{{"data", "link"}, {"data/heap", "heaplink"}, {"elsewhere", "out"}} {
+		if err := os.MkdirAll(filepath.Join(root, l[0]), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(root, l[0]), filepath.Join(root, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	for _, opened := range []string{data, filepath.Join(root, "link")} {
+		db := openTest(t, opened, Options{})
+		mustPut(t, db, "k", "v")
+		for _, inside := range []string{"link/copy", "link/heap/x", "heaplink/x", "data/copy", "link/nothere/copy"} {
+			_, err := db.Backup(ctx, filepath.Join(root, inside))
+			if err == nil || !strings.Contains(err.Error(), "inside the data directory") {
+				t.Fatalf("opened as %s: backup into %s: %v, want a refusal", opened, inside, err)
+			}
+		}
+		target := filepath.Join(root, "out", filepath.Base(opened))
+		if _, err := db.Backup(ctx, target); err != nil {
+			t.Fatalf("opened as %s: backup through a link to another directory: %v", opened, err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range names {
+		switch e.Name() {
+		case "control", "LOCK", "wal", "heap", "vm", "clog", "index":
+		default:
+			t.Errorf("data directory holds %s", e.Name())
+		}
+	}
+	if names, err := os.ReadDir(filepath.Join(data, "heap")); err != nil || len(names) != 1 {
+		t.Errorf("heap directory holds %v (%v), want its one segment", names, err)
 	}
 }
