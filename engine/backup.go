@@ -133,15 +133,30 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := db.checkpointLocked(); err != nil {
 		return info, err
 	}
+	// MkdirAll makes the target's missing parents too: the entry of each
+	// is durable once the directory above it is synced, up to the one
+	// that existed.
+	existing := filepath.Dir(info.Dir)
+	for {
+		if _, err := db.fs.Stat(existing); err == nil || filepath.Dir(existing) == existing {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
 	if err := db.fs.MkdirAll(partial); err != nil {
 		return info, wrapf(err, "backup")
 	}
 	err := db.backupInto(ctx, partial, &info)
 	if err == nil {
 		if err = db.fs.Rename(partial, info.Dir); err == nil {
-			err = db.fs.SyncDir(filepath.Dir(info.Dir))
-			if err != nil {
-				err = wrapf(err, "backup: fsync the directory holding %s", info.Dir)
+			for d := filepath.Dir(info.Dir); ; d = filepath.Dir(d) {
+				if err = db.fs.SyncDir(d); err != nil {
+					err = wrapf(err, "backup: fsync directory %s, which holds %s", d, info.Dir)
+					break
+				}
+				if d == existing || filepath.Dir(d) == d {
+					break
+				}
 			}
 		} else {
 			err = wrapf(err, "backup")

@@ -449,3 +449,37 @@ func TestBackupRefusesDataDirectoryThroughLinks(t *testing.T) {
 		t.Errorf("heap directory holds %v (%v), want its one segment", names, err)
 	}
 }
+
+// TestBackupIntoNewParentsSurvivesPowerLoss: a backup into a directory
+// whose parents it had to create (README's /srv/backups/... on a host
+// with no /srv/backups yet) is there after a power loss right after it
+// returned. Only the directory holding the target used to be synced, and
+// the new parents' entries, with the copy under them, were lost.
+func TestBackupIntoNewParentsSurvivesPowerLoss(t *testing.T) {
+	m := vfs.NewMemFS()
+	db := openMem(t, m, Options{})
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	ctx := context.Background()
+	if _, err := db.Backup(ctx, "/srv/backups/b1"); err != nil {
+		t.Fatal(err)
+	}
+	lost := m.CrashCopy(vfs.DropUnsynced, nil)
+	if _, err := lost.Stat("/srv/backups/b1/control"); err != nil {
+		t.Fatalf("after a power loss: %v", err)
+	}
+	c, err := Open("/srv/backups/b1", Options{FS: lost, WALSegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatalf("open the copy after a power loss: %v", err)
+	}
+	defer c.Close()
+	if err := c.View(ctx, func(tx *Txn) error {
+		v, err := tx.Get([]byte("k"))
+		if err == nil && string(v) != "v" {
+			err = fmt.Errorf("k = %q", v)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
