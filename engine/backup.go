@@ -106,8 +106,10 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	partial := info.Dir + ".partial"
 	targetFree := func() error {
 		for _, d := range []string{info.Dir, partial} {
-			if _, err := db.fs.Stat(d); err == nil {
-				return fmt.Errorf("%w: %s (give a new directory; a %s left by a backup cut short can be removed)", ErrBackupTargetExists, d, filepath.Base(partial))
+			if _, err := db.fs.Stat(d); err == nil && d == partial {
+				return fmt.Errorf("%w: %s, where a backup builds its copy (one is running, or one cut short left it, which can then be removed)", ErrBackupTargetExists, d)
+			} else if err == nil {
+				return fmt.Errorf("%w: %s (give a new directory)", ErrBackupTargetExists, d)
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return wrapf(err, "backup")
 			}

@@ -561,7 +561,7 @@ func cmdBackup(x *execCtx, args [][]byte) error {
 		}
 		fallthrough
 	default:
-		x.errorf(`ERR BACKUP command not allowed. If the enable-backup-command option is set to "local", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.`)
+		x.errorf(`ERR BACKUP command not allowed. If the enable-backup-command option is set to "local", you can run it from a local connection, otherwise you need to set this option (mvkv serve --enable-backup-command), and then restart the server.`)
 		return nil
 	}
 	dir := string(args[1])
@@ -569,12 +569,11 @@ func cmdBackup(x *execCtx, args [][]byte) error {
 		x.errorf("ERR BACKUP needs an absolute path on the server's host, of a directory that does not exist yet")
 		return nil
 	}
-	info, err := s.db.Backup(x.c.ctx, dir)
-	if err != nil {
+	if _, err := s.db.Backup(x.c.ctx, dir); err != nil {
 		x.out = appendEngineError(x.out, err)
 		return nil
 	}
-	s.log.Info("backup written", "dir", info.Dir, "bytes", info.Bytes, "startLSN", info.StartLSN, "endLSN", info.EndLSN, "took", info.Duration)
+	// The engine logs the backup ("backup complete").
 	x.ok()
 	return nil
 }

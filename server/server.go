@@ -81,8 +81,8 @@ type Config struct {
 	// BackupCommand says who may run BACKUP, which writes a copy of the
 	// database into a directory on the server's host that the client
 	// names: "local" (the default, for ""), clients on a loopback address
-	// or a Unix socket; "yes", every client; "no", none. The values and
-	// the refusal's text are those of Redis's enable-debug-command; like
+	// or a Unix socket (a listener Serve is given); "yes", every client;
+	// "no", none. The values are those of Redis's enable-debug-command; like
 	// it, the setting is fixed for the server's life (CONFIG GET
 	// enable-backup-command shows it). Any other value is taken as "no"
 	// (ParseBackupCommand checks one).
