@@ -135,15 +135,8 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := db.checkpointLocked(); err != nil {
 		return info, err
 	}
-	// MkdirAll makes the target's missing parents too: the entry of each
-	// is durable once the directory above it is synced, up to the one
-	// that existed.
-	existing := filepath.Dir(info.Dir)
-	for {
-		if _, err := db.fs.Stat(existing); err == nil || filepath.Dir(existing) == existing {
-			break
-		}
-		existing = filepath.Dir(existing)
+	if err := mkdirDurable(db.fs, filepath.Dir(info.Dir)); err != nil {
+		return info, wrapf(err, "backup")
 	}
 	if err := db.fs.MkdirAll(partial); err != nil {
 		return info, wrapf(err, "backup")
@@ -151,14 +144,9 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	err := db.backupInto(ctx, partial, &info)
 	if err == nil {
 		if err = db.fs.Rename(partial, info.Dir); err == nil {
-			for d := filepath.Dir(info.Dir); ; d = filepath.Dir(d) {
-				if err = db.fs.SyncDir(d); err != nil {
-					err = wrapf(err, "backup: fsync directory %s, which holds %s", d, info.Dir)
-					break
-				}
-				if d == existing || filepath.Dir(d) == d {
-					break
-				}
+			// Its parents were made durable before (mkdirDurable).
+			if err = db.fs.SyncDir(filepath.Dir(info.Dir)); err != nil {
+				err = wrapf(err, "backup: fsync the directory holding %s", info.Dir)
 			}
 		} else {
 			err = wrapf(err, "backup")
@@ -174,6 +162,37 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	db.logger.Info("backup complete", "dir", info.Dir, "startLSN", info.StartLSN, "endLSN", info.EndLSN,
 		"heapPages", info.HeapPages, "mapPages", info.MapPages, "walSegments", info.WALSegments, "bytes", info.Bytes, "took", info.Duration)
 	return info, nil
+}
+
+// mkdirDurable creates dir and whatever of its parents is missing, and
+// fsyncs the directory holding each one it created: the final rename's
+// directory fsync makes the copy's name durable in dir, which is of no
+// use if dir itself can vanish in a power loss.
+func mkdirDurable(fsys vfs.FS, dir string) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return fmt.Errorf("fsync the directory holding %s: %w", missing[i], err)
+		}
+	}
+	return nil
 }
 
 // insideDir reports whether path is dir or lies under it, lexically (both
