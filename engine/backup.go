@@ -142,10 +142,16 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		return info, wrapf(err, "backup")
 	}
 	err := db.backupInto(ctx, partial, &info)
+	written := partial
 	if err == nil {
 		if err = db.fs.Rename(partial, info.Dir); err == nil {
-			// Its parents were made durable before (mkdirDurable).
-			if err = db.fs.SyncDir(filepath.Dir(info.Dir)); err != nil {
+			// Renamed but not durably so: a copy whose name a power
+			// loss may undo is no copy to report, nor one to leave
+			// where it would be taken for one. Its parents were made
+			// durable before (mkdirDurable).
+			written = info.Dir
+			err = db.fs.SyncDir(filepath.Dir(info.Dir))
+			if err != nil {
 				err = wrapf(err, "backup: fsync the directory holding %s", info.Dir)
 			}
 		} else {
@@ -153,8 +159,8 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		}
 	}
 	if err != nil {
-		if rerr := removeAll(db.fs, partial); rerr != nil {
-			db.logger.Warn("backup: removing the unfinished copy", "dir", partial, "err", rerr)
+		if rerr := removeAll(db.fs, written); rerr != nil {
+			db.logger.Warn("backup: removing the unfinished copy", "dir", written, "err", rerr)
 		}
 		return info, err
 	}
