@@ -483,3 +483,43 @@ func TestBackupIntoNewParentsSurvivesPowerLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBackupCopiesMapBits backs up a database created in the same run,
+// whose visibility map file vacuum created after Open: the copy's map
+// holds the bits (a map copied empty would open and verify, only slower).
+func TestBackupCopiesMapBits(t *testing.T) {
+	m := vfs.NewMemFS()
+	db := openMem(t, m, Options{})
+	defer db.Close()
+	ctx := context.Background()
+	for i := range 200 {
+		if err := db.Update(ctx, func(tx *Txn) error { return tx.Put(fmt.Appendf(nil, "k%d", i), make([]byte, 300)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := db.Backup(ctx, "/bk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open("/bk", Options{FS: m, WALSegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for blk := range uint32(info.HeapPages) {
+		want, err := db.vm.Test(blk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.vm.TestStored(blk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("heap block %d: map bits %v in the copy, %v in the source", blk, got, want)
+		}
+	}
+}

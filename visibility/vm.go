@@ -713,7 +713,12 @@ func (m *Map) Backup(fsys vfs.FS, dst string) error {
 	if err != nil {
 		return fmt.Errorf("visibility: backup: %w", err)
 	}
-	err = m.pool.CopyBlocks(m.pool.NBlocks(), backupRingFrames, st.WriteBlock)
+	// The pool's count of blocks is the file's at open: pages added
+	// since come through Get, which does not raise it. The file's
+	// count covers those once written, and the caller's checkpoint
+	// wrote every page the map has.
+	n := max(m.pool.NBlocks(), m.storage.NBlocks())
+	err = m.pool.CopyBlocks(n, backupRingFrames, st.WriteBlock)
 	if err == nil {
 		err = st.Sync()
 	}
