@@ -293,6 +293,9 @@ func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) erro
 	if err := db.vm.Backup(db.fs, filepath.Join(dir, vmDir)); err != nil {
 		return db.backupErr("copying the visibility map", err)
 	}
+	if err := stop(); err != nil {
+		return err
+	}
 	// Every xid handed out so far: a status set on a later one comes
 	// with a commit or abort record past this point, which redo of the
 	// copied WAL sets again.
@@ -302,6 +305,9 @@ func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) erro
 		}
 	} else if err := db.fs.MkdirAll(filepath.Join(dir, clogDir)); err != nil {
 		return wrapf(err, "backup")
+	}
+	if err := stop(); err != nil {
+		return err
 	}
 	// The WAL last, flushed to its end: past every LSN on a page copied
 	// above, so that no copied page is newer than the copied WAL.

@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync"
+	"testing"
+
+	"mvkv/vfs"
+)
+
+// gateFS calls onCreate (outside any lock of the file system below) before
+// each Create, so a test can hold a Backup at a chosen file.
+type gateFS struct {
+	vfs.FS
+	onCreate func(name string)
+}
+
+func (g gateFS) Create(name string) (vfs.File, error) {
+	g.onCreate(name)
+	return g.FS.Create(name)
+}
+
+// gatedDB opens a database on m whose Creates of files named with prefix
+// wait, the first time, until release is closed; reached is closed when
+// that first Create arrives.
+func gatedDB(t *testing.T, m *vfs.MemFS, prefix string, o Options) (db *DB, reached, release chan struct{}) {
+	t.Helper()
+	reached, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	o.FS = gateFS{m, func(name string) {
+		if strings.HasPrefix(name, prefix) {
+			once.Do(func() {
+				close(reached)
+				<-release
+			})
+		}
+	}}
+	if o.SharedBuffers == 0 {
+		o.SharedBuffers = 2 << 20
+	}
+	o.WALSegmentSize = 1 << 20
+	o.CheckpointTimeout = -1
+	db, err := Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 300 {
+		if err := db.Update(ctx, func(tx *Txn) error { return tx.Put(fmt.Appendf(nil, "k%d", i), make([]byte, 300)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db, reached, release
+}
+
+func checkNoBackupLeft(t *testing.T, m *vfs.MemFS, dir string) {
+	t.Helper()
+	for _, d := range []string{dir, dir + ".partial"} {
+		if _, err := m.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s left behind (%v)", d, err)
+		}
+	}
+}
+
+// TestBackupCloseMidway closes the database while a Backup is copying the
+// heap: Backup ends with ErrClosed and removes its ".partial" directory,
+// and Close returns once it has.
+func TestBackupCloseMidway(t *testing.T) {
+	m := vfs.NewMemFS()
+	db, reached, release := gatedDB(t, m, "/bk.partial/heap/", Options{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.Backup(context.Background(), "/bk")
+		done <- err
+	}()
+	<-reached
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	<-db.closing
+	close(release)
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Backup: %v, want ErrClosed", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	checkNoBackupLeft(t, m, "/bk")
+}
+
+// TestBackupCanceledMidway cancels a Backup's context while it copies the
+// CLOG, with writes going on meanwhile: Backup returns the context's error
+// and removes its ".partial" directory, and the database goes on.
+func TestBackupCanceledMidway(t *testing.T) {
+	m := vfs.NewMemFS()
+	db, reached, release := gatedDB(t, m, "/bk.partial/clog/", Options{})
+	defer db.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.Backup(ctx, "/bk")
+		done <- err
+	}()
+	<-reached
+	// Writes go on while the Backup is held.
+	for i := range 50 {
+		if err := db.Update(context.Background(), func(tx *Txn) error { return tx.Put(fmt.Appendf(nil, "w%d", i), []byte("v")) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	close(release)
+	err := <-done
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Backup: %v, want context.Canceled", err)
+	}
+	checkNoBackupLeft(t, m, "/bk")
+	if f := db.Failure(); f != nil {
+		t.Fatal(f)
+	}
+}
