@@ -11,15 +11,23 @@ import (
 
 // Backup copies into the directory dst on fsys (created if missing; the
 // caller gives a new one) every segment file holding a byte of the log
-// from from up to to, each whole as it stands, and fsyncs the files and
-// dst: the WAL of a base backup, which recovery of the copy replays from
-// the backup's checkpoint. The caller makes the log durable through to
-// first (Flush), so that every byte up to it is final when it is read,
-// and keeps the segments from being removed meanwhile (no checkpoint
-// runs). Records written after to while the copy runs may be in it
-// whole, in part or not at all: a Reader of the copy stops at the first
-// incomplete one, as at the end of a log cut by a crash. Segments after
-// to's are not copied.
+// from from up to to, and fsyncs the files and dst: the WAL of a base
+// backup, which recovery of the copy replays from the backup's
+// checkpoint. The caller makes the log durable through to first (Flush),
+// so that every byte up to it is final when it is read, and keeps the
+// segments from being removed meanwhile (no checkpoint runs). Segments
+// before to's are copied whole; to's segment up to to, and zeros after
+// it, so that the copy's log ends at to. Segments after to's are not
+// copied.
+//
+// Why not to's segment whole, records written after to and all: the
+// writer appends while the file is read, so the bytes past to are read
+// at different moments. A stretch read before the writer reached it
+// and records read after it wrote further on (a larger segment takes
+// several reads, and no read is atomic against a write on a real file
+// system) make a hole followed by valid records whose durable-LSN marks
+// lie above it, which a Reader rightly takes for durable log lost:
+// recovery of the copy would fail.
 //
 // Errors: ErrClosed after Close; an error wrapping fs.ErrNotExist when a
 // segment in the range is missing (removed, or never written); I/O errors
@@ -40,7 +48,11 @@ func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) error {
 	size := LSN(w.segSize)
 	buf := make([]byte, 1<<20)
 	for seg := from - from%size; seg <= to; seg += size {
-		if err := copySegment(w.fs, path.Join(w.dir, segmentName(seg)), fsys, path.Join(dst, segmentName(seg)), w.segSize, buf); err != nil {
+		keep := w.segSize
+		if seg+size > to {
+			keep = max(int64(to-seg), segHeaderSize)
+		}
+		if err := copySegment(w.fs, path.Join(w.dir, segmentName(seg)), fsys, path.Join(dst, segmentName(seg)), w.segSize, keep, buf); err != nil {
 			return fmt.Errorf("wal: backup: %w", err)
 		}
 	}
@@ -50,9 +62,10 @@ func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) error {
 	return nil
 }
 
-// copySegment copies the file src (at most size bytes of it) on sfs to the
-// new file dst on dfs, and fsyncs dst.
-func copySegment(sfs vfs.FS, src string, dfs vfs.FS, dst string, size int64, buf []byte) (err error) {
+// copySegment copies the first keep bytes of the file src on sfs to the
+// new file dst on dfs, writes zeros after them up to size bytes (or up to
+// the end of src, if shorter and keep reaches it), and fsyncs dst.
+func copySegment(sfs vfs.FS, src string, dfs vfs.FS, dst string, size, keep int64, buf []byte) (err error) {
 	in, err := sfs.OpenReadOnly(src)
 	if err != nil {
 		return err // the path error names the file
@@ -64,7 +77,17 @@ func copySegment(sfs vfs.FS, src string, dfs vfs.FS, dst string, size int64, buf
 	}
 	defer func() { err = errors.Join(err, out.Close()) }()
 	for off := int64(0); off < size; {
-		n, rerr := in.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		if off >= keep {
+			// Zeros, not the bytes there: see Backup.
+			clear(buf)
+			n := min(int64(len(buf)), size-off)
+			if _, err := out.WriteAt(buf[:n], off); err != nil {
+				return fmt.Errorf("write %s at offset %d: %w", dst, off, err)
+			}
+			off += n
+			continue
+		}
+		n, rerr := in.ReadAt(buf[:min(int64(len(buf)), keep-off)], off)
 		if n > 0 {
 			if _, err := out.WriteAt(buf[:n], off); err != nil {
 				return fmt.Errorf("write %s at offset %d: %w", dst, off, err)
