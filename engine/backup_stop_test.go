@@ -122,3 +122,66 @@ func TestBackupCanceledMidway(t *testing.T) {
 		t.Fatal(f)
 	}
 }
+
+// statHookFS calls onStat after each Stat of a name ending in suffix.
+type statHookFS struct {
+	vfs.FS
+	suffix string
+	onStat func()
+}
+
+func (h statHookFS) Stat(name string) (int64, error) {
+	n, err := h.FS.Stat(name)
+	if strings.HasSuffix(name, h.suffix) {
+		h.onStat()
+	}
+	return n, err
+}
+
+// TestBackupTwiceToOneTarget starts two Backups to the same new directory
+// that both find it free before either can start copying (the first
+// waits for vacuum's lock, held here): one succeeds, the other is refused
+// with ErrBackupTargetExists once it gets the locks, instead of copying
+// everything again only to fail at the rename (or, on a file system
+// whose rename replaces a directory, replacing the first copy).
+func TestBackupTwiceToOneTarget(t *testing.T) {
+	m := vfs.NewMemFS()
+	checked := make(chan struct{}, 4) // each Backup checks at most twice
+	db, err := Open("/db", Options{FS: statHookFS{m, "/bk.partial", func() { checked <- struct{}{} }},
+		SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	db.vac.mu.Lock()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := db.Backup(context.Background(), "/bk")
+			errs <- err
+		}()
+	}
+	<-checked
+	<-checked
+	db.vac.mu.Unlock()
+	var ok, exists int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrBackupTargetExists):
+			exists++
+		default:
+			t.Errorf("Backup: %v", err)
+		}
+	}
+	if ok != 1 || exists != 1 {
+		t.Fatalf("%d backups succeeded and %d were refused, want one of each", ok, exists)
+	}
+	c, err := Open("/bk", Options{FS: m, WALSegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}

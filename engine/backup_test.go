@@ -341,69 +341,6 @@ func TestBackupOfIdleDatabase(t *testing.T) {
 	}
 }
 
-// statHookFS calls hook (once) when name is looked up with Stat.
-type statHookFS struct {
-	vfs.FS
-	name string
-	mu   sync.Mutex
-	hook func()
-}
-
-func (fs *statHookFS) Stat(name string) (int64, error) {
-	fs.mu.Lock()
-	fn := fs.hook
-	if name != fs.name {
-		fn = nil
-	} else {
-		fs.hook = nil
-	}
-	fs.mu.Unlock()
-	if fn != nil {
-		fn()
-	}
-	return fs.FS.Stat(name)
-}
-
-// TestConcurrentBackupsIntoOneTarget: two backups into one directory,
-// the second found it free before the first took the locks and finished.
-// The second is refused with ErrBackupTargetExists once it holds them,
-// and the first copy stays whole. It used to copy the whole database
-// again and then fail its rename with the file system's "file exists".
-func TestConcurrentBackupsIntoOneTarget(t *testing.T) {
-	m := vfs.NewMemFS()
-	hfs := &statHookFS{FS: m, name: "/backup.partial"}
-	db := openTest(t, "/db", Options{FS: hfs, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
-	ctx := context.Background()
-	mustPut(t, db, "k", "v")
-	var first error
-	hfs.hook = func() { _, first = db.Backup(ctx, "/backup") }
-	_, err := db.Backup(ctx, "/backup")
-	if first != nil {
-		t.Fatalf("first backup: %v", first)
-	}
-	if !errors.Is(err, ErrBackupTargetExists) {
-		t.Fatalf("second backup into /backup: %v, want ErrBackupTargetExists", err)
-	}
-	if _, err := m.Stat("/backup.partial"); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("/backup.partial left behind (%v)", err)
-	}
-	db.Close()
-	c, err := Open("/backup", Options{FS: m, WALSegmentSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.View(ctx, func(tx *Txn) error {
-		v, err := tx.Get([]byte("k"))
-		if err == nil && string(v) != "v" {
-			err = fmt.Errorf("k = %q", v)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestBackupRefusesDataDirectoryThroughLinks: a target inside the data
 // directory is refused however it is named, through a symbolic link to
 // the data directory or to a directory in it, or from a database opened
