@@ -71,6 +71,15 @@ type BackupInfo struct {
 // and writes run as usual. A vacuum, checkpoint or bulk load running when
 // Backup is called finishes first (ctx is not looked at meanwhile).
 //
+// dir's parent directories are created as needed (and fsynced, so that
+// a power loss cannot take the copy's name away with them); a failed
+// Backup removes its copy but leaves those. A dir inside the data
+// directory is refused, judged from the path as given (made absolute):
+// one that reaches the data directory through a symbolic link is not
+// recognized, so do not give one. The context is looked at while pages
+// are copied and between the parts of the copy, not while Backup waits
+// for a running vacuum or checkpoint to finish.
+//
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists; the
 // failure that stopped the database taking writes (Failure), as the copy
 // could not be trusted; ErrClosed after Close (Close waits for a running
