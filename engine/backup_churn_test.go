@@ -63,7 +63,11 @@ func TestBackupUnderChurn(t *testing.T) {
 					fail(err)
 				}
 			})
-			for b := range 2 {
+			backups := 2
+			if raceEnabled {
+				backups = 1
+			}
+			for b := range backups {
 				for wl.ackedNow()[1] < int64(30*(b+1)) && wl.failed.Load() == nil {
 				}
 				lo := wl.ackedNow()

@@ -43,10 +43,15 @@ func TestBackupTargetFaults(t *testing.T) {
 			put := func(k string) error {
 				return db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte(k), make([]byte, 300)) })
 			}
-			for j := range 200 {
-				if err := put(fmt.Sprint("k", j)); err != nil {
-					t.Fatal(err)
+			if err := db.Update(ctx, func(tx *Txn) error {
+				for j := range 200 {
+					if err := tx.Put(fmt.Append(nil, "k", j), make([]byte, 300)); err != nil {
+						return err
+					}
 				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
 			if _, err := db.Vacuum(ctx); err != nil { // map pages to copy
 				t.Fatal(err)
