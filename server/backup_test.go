@@ -18,10 +18,12 @@ import (
 
 // TestBackupCommand takes a copy with BACKUP while a client writes, and
 // opens it: every write acknowledged before BACKUP was sent is there. It
-// also checks BACKUP's refusals: a relative path, an existing target,
-// inside MULTI, and enable-backup-command no.
+// also checks BACKUP's refusals: a relative path, one holding a NUL, one
+// inside the data directory, an existing target, inside MULTI, and
+// enable-backup-command no.
 func TestBackupCommand(t *testing.T) {
-	ts := startServer(t, Config{})
+	data := t.TempDir()
+	ts := startServerIn(t, Config{}, engine.Options{}, data)
 	rdb := ts.client(t)
 	ctx := context.Background()
 	for i := range 200 {
@@ -63,6 +65,9 @@ func TestBackupCommand(t *testing.T) {
 	}{
 		{[]any{"BACKUP", target}, "backup target already exists"},
 		{[]any{"BACKUP", "relative/dir"}, "ERR BACKUP needs an absolute path"},
+		{[]any{"BACKUP", target + "2\x00x"}, "ERR BACKUP needs an absolute path"},
+		{[]any{"BACKUP", filepath.Join(data, "copy")}, "inside the data directory"},
+		{[]any{"BACKUP", data + "/wal/../x"}, "inside the data directory"},
 		{[]any{"BACKUP"}, "ERR wrong number of arguments for 'backup' command"},
 		{[]any{"CONFIG", "SET", "enable-backup-command", "yes"}, "can't set immutable config"},
 	} {
