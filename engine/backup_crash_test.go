@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +98,21 @@ func TestBackupPowerLossEveryOp(t *testing.T) {
 		if err != nil {
 			t.Fatalf("point %d (%v): open the source: %v", i, p.op, err)
 		}
+		err = src.View(context.Background(), func(tx *Txn) error {
+			for w, acked := range p.acked {
+				v, err := tx.Get(ledgerKey(w))
+				if err != nil {
+					return err
+				}
+				if n, _ := strconv.ParseInt(string(v), 10, 64); n < acked {
+					return fmt.Errorf("writer %d's ledger reads %d, %d was acknowledged", w, n, acked)
+				}
+			}
+			return nil
+		})
 		src.Close()
+		if err != nil {
+			t.Fatalf("point %d (%v): the source after a power loss: %v", i, p.op, err)
+		}
 	}
 }
