@@ -74,9 +74,9 @@ type BackupInfo struct {
 // dir's parent directories are created as needed (and fsynced, so that
 // a power loss cannot take the copy's name away with them); a failed
 // Backup removes its copy but leaves those. A dir inside the data
-// directory is refused, judged from the path as given (made absolute):
-// one that reaches the data directory through a symbolic link is not
-// recognized, so do not give one. The context is looked at while pages
+// directory is refused, judged from the path as given (made absolute)
+// and, on the operating system's file system, with symbolic links
+// resolved (a bind mount is not seen through). The context is looked at while pages
 // are copied and between the parts of the copy, not while Backup waits
 // for a running vacuum or checkpoint to finish.
 //
