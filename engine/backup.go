@@ -69,16 +69,16 @@ type BackupInfo struct {
 // checkpoint after it: the copy needs that WAL, and pages moved by vacuum
 // or cut off by truncation would make it harder to reason about. Reads
 // and writes run as usual. A vacuum, checkpoint or bulk load running when
-// Backup is called finishes first (ctx is not looked at meanwhile).
+// Backup is called finishes first.
 //
 // dir's parent directories are created as needed (and fsynced, so that
 // a power loss cannot take the copy's name away with them); a failed
 // Backup removes its copy but leaves those. A dir inside the data
 // directory is refused, judged from the path as given (made absolute)
 // and, on the operating system's file system, with symbolic links
-// resolved (a bind mount is not seen through). The context is looked at while pages
-// are copied and between the parts of the copy, not while Backup waits
-// for a running vacuum or checkpoint to finish.
+// resolved (a bind mount is not seen through). The context is looked at
+// while pages are copied and between the parts of the copy, not while
+// Backup waits for a running vacuum or checkpoint to finish.
 //
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists; the
 // failure that stopped the database taking writes (Failure), as the copy
