@@ -44,14 +44,7 @@ func TestBackupXidsCrossCLOGSegment(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			c, err := Open("/bk", Options{FS: m, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
-			if err != nil {
-				t.Fatalf("open the copy: %v", err)
-			}
-			defer c.Close()
-			if rep, err := c.Verify(); err != nil || !rep.OK() {
-				t.Fatalf("verify the copy: %v %v", err, rep.Problems)
-			}
+			c := openVerifiedCopy(t, m, "/bk", 1<<20)
 			if err := c.View(context.Background(), func(tx *Txn) error {
 				for i := range 20 {
 					if _, err := tx.Get(fmt.Appendf(nil, "w%d", i)); err != nil {
@@ -89,14 +82,7 @@ func TestBackupAfterCLOGTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustPut(t, db, "after", "v")
-	c, err := Open("/bk", Options{FS: m, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
-	if err != nil {
-		t.Fatalf("open the copy: %v", err)
-	}
-	defer c.Close()
-	if rep, err := c.Verify(); err != nil || !rep.OK() {
-		t.Fatalf("verify the copy: %v %v", err, rep.Problems)
-	}
+	c := openVerifiedCopy(t, m, "/bk", 1<<20)
 	if got := clogSegments(t, m, "/bk"); len(got) != 1 {
 		t.Fatalf("CLOG segments in the copy: %v", got)
 	}

@@ -210,6 +210,22 @@ func checkBackupCopy(t *testing.T, fsys vfs.FS, dir string, accounts int, lo, hi
 	}
 }
 
+// openVerifiedCopy opens the backup at dir on fsys with a WAL segment
+// size of segSize, fails t unless Verify finds nothing in it, and closes
+// it when the test ends.
+func openVerifiedCopy(t *testing.T, fsys vfs.FS, dir string, segSize int64) *DB {
+	t.Helper()
+	c, err := Open(dir, Options{FS: fsys, SharedBuffers: 2 << 20, WALSegmentSize: segSize, CheckpointTimeout: -1})
+	if err != nil {
+		t.Fatalf("open the copy %s: %v", dir, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if rep, err := c.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify the copy %s: %v %v", dir, err, rep.Problems)
+	}
+	return c
+}
+
 // TestBackupWhileWriting takes a backup while writers move balances and
 // out-of-line values change, through a buffer pool much smaller than the
 // heap (so pages are evicted and written while they are copied), across

@@ -84,14 +84,7 @@ func TestBackupWALCopyRacesWriter(t *testing.T) {
 		t.Fatal(hookErr)
 	}
 	t.Logf("backup: %+v", info)
-	c, err := Open("/bk", Options{FS: m, SharedBuffers: 2 << 20, WALSegmentSize: 4 << 20, CheckpointTimeout: -1})
-	if err != nil {
-		t.Fatalf("open the copy: %v", err)
-	}
-	defer c.Close()
-	if rep, err := c.Verify(); err != nil || !rep.OK() {
-		t.Fatalf("verify the copy: %v %v", err, rep.Problems)
-	}
+	openVerifiedCopy(t, m, "/bk", 4<<20)
 }
 
 // TestBackupAcrossSegmentSwitches writes several WAL segments while a
@@ -123,14 +116,7 @@ func TestBackupAcrossSegmentSwitches(t *testing.T) {
 	if info.WALSegments < 3 {
 		t.Fatalf("the copy spans %d WAL segments, want several: %+v", info.WALSegments, info)
 	}
-	c, err := Open("/bk", Options{FS: m, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
-	if err != nil {
-		t.Fatalf("open the copy: %v", err)
-	}
-	defer c.Close()
-	if rep, err := c.Verify(); err != nil || !rep.OK() {
-		t.Fatalf("verify the copy: %v %v", err, rep.Problems)
-	}
+	c := openVerifiedCopy(t, m, "/bk", 1<<20)
 	if err := c.View(context.Background(), func(tx *Txn) error {
 		for i := range 150 {
 			v, err := tx.Get(fmt.Appendf(nil, "big%d", i))
@@ -187,14 +173,7 @@ func TestBackupBesideBulkLoad(t *testing.T) {
 	if err := <-loaded; err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open("/bk", Options{FS: m, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
-	if err != nil {
-		t.Fatalf("open the copy: %v", err)
-	}
-	defer c.Close()
-	if rep, err := c.Verify(); err != nil || !rep.OK() {
-		t.Fatalf("verify the copy: %v %v", err, rep.Problems)
-	}
+	c := openVerifiedCopy(t, m, "/bk", 1<<20)
 	n := 0
 	if err := c.View(context.Background(), func(tx *Txn) error {
 		_, err := tx.Get([]byte("k000000"))
