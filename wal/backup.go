@@ -47,7 +47,9 @@ func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) error {
 	}
 	size := LSN(w.segSize)
 	buf := make([]byte, 1<<20)
-	for seg := from - from%size; seg <= to; seg += size {
+	// seg < to: a log that ends exactly where a segment ends needs no
+	// byte of the next one, which may not exist yet.
+	for seg := from - from%size; seg < to; seg += size {
 		keep := w.segSize
 		if seg+size > to {
 			keep = max(int64(to-seg), segHeaderSize)
