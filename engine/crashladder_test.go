@@ -525,7 +525,7 @@ func TestCrashLadderPruning(t *testing.T) {
 	if sample <= 0 {
 		sample = 3
 		if raceEnabled {
-			sample = 16
+			sample = 32 // .ci/run checks every point without -race
 		}
 	}
 	before := ladderPrunes.Load()
@@ -552,7 +552,7 @@ func TestCrashLadderCLOGPage(t *testing.T) {
 	if sample <= 0 {
 		sample = 2
 		if raceEnabled {
-			sample = 12
+			sample = 24 // .ci/run checks every point without -race
 		}
 	}
 	points, checked, err := crashLadder(seed, work, sample, 16, clog.XidsPerPage-25)

@@ -69,7 +69,8 @@ func TestMemFSSmoke(t *testing.T) {
 // operation of a short workload (commits, a checkpoint, commits again) and
 // checks that the copy opens with every commit acknowledged before that
 // point: DropUnsynced at every point, TearLast at every other one and
-// KeepRandom at every fourth, to keep the run short.
+// KeepRandom at every fourth, to keep the run short (one point in two
+// under -race).
 func TestMemFSEveryCrashPoint(t *testing.T) {
 	m := vfs.NewMemFS()
 	if err := m.MkdirAll("/db"); err != nil {
@@ -82,13 +83,27 @@ func TestMemFSEveryCrashPoint(t *testing.T) {
 	acked := 0 // puts acknowledged; read by the hook while the workload waits on the FS
 	var ackMu sync.Mutex
 	points := 0
+	// Every point, or one in two under -race (-crash.sample=N sets it;
+	// .ci/run checks every one without -race).
+	sample := *ladderSample
+	if sample <= 0 {
+		sample = 1
+		if raceEnabled {
+			sample = 2
+		}
+	}
+	seen := 0
 	m.SetOpHook(func(p vfs.CrashPoint) {
+		seen++
+		if (seen-1)%sample != 0 {
+			return
+		}
 		ackMu.Lock()
 		n := acked
 		ackMu.Unlock()
 		points++
 		modes := []vfs.CrashMode{vfs.DropUnsynced}
-		switch p.Op.Index % 4 {
+		switch points % 4 {
 		case 1, 3:
 			modes = append(modes, vfs.TearLast)
 		case 2:
@@ -200,11 +215,20 @@ func TestFaultFSEverySync(t *testing.T) {
 		{"sync", vfs.SyncOps, clean.Count(vfs.OpSync) + clean.Count(vfs.OpDatasync), syscall.EIO},
 		{"write", vfs.Ops(vfs.OpWrite), clean.Count(vfs.OpWrite), syscall.ENOSPC},
 	}
+	// Every sync and write, or one in two under -race (-crash.sample=N
+	// sets it; .ci/run checks every one without -race).
+	step := int64(*ladderSample)
+	if step <= 0 {
+		step = 1
+		if raceEnabled {
+			step = 2
+		}
+	}
 	n := int64(0)
 	for _, pt := range points {
 		n += pt.n
 		for _, perm := range []vfs.OpSet{vfs.MutatingOps, 0} {
-			for i := int64(1); i <= pt.n; i++ {
+			for i := int64(1); i <= pt.n; i += step {
 				m, ffs := newFS()
 				flt := ffs.Inject(vfs.Rule{Kinds: pt.kinds, Nth: i, Permanent: perm, Err: pt.err})
 				acked, errs, lateOK := run(ffs)

@@ -26,7 +26,7 @@ func TestVacuumCrashLadder(t *testing.T) {
 		if sample <= 0 {
 			sample = 3
 			if raceEnabled {
-				sample = 16
+				sample = 32 // .ci/run checks every point without -race
 			}
 		}
 		points, checked, removed, err := vacuumCrashLadder(seed, work, sample)
