@@ -12,7 +12,6 @@ import (
 
 	"mvkv/internal/heap"
 	"mvkv/vfs"
-	"mvkv/wal"
 )
 
 // ErrBackupTargetExists is returned by Backup when its target directory,
@@ -109,7 +108,9 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := db.writable(); err != nil {
 		return info, err
 	}
-	if insideDir(db.dir, info.Dir) || insideDir(realPath(db.fs, db.dir), realPath(db.fs, info.Dir)) {
+	// realPath leaves a path with no link in it as it is, so this also
+	// judges the paths as given.
+	if insideDir(realPath(db.fs, db.dir), realPath(db.fs, info.Dir)) {
 		return info, fmt.Errorf("mvkv: backup: %s lies inside the data directory %s: give a directory outside it", info.Dir, db.dir)
 	}
 	partial := info.Dir + ".partial"
@@ -256,13 +257,6 @@ func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) erro
 		return err
 	}
 	info.StartLSN = uint64(ctrl.RedoLSN)
-	// Read now, written last: a directory with no control file is no
-	// data directory Open would recover (it has WAL, so Open says the
-	// control file is missing).
-	control, err := readWhole(db.fs, filepath.Join(db.dir, controlName))
-	if err != nil {
-		return err
-	}
 	stop := func() error {
 		select {
 		case <-db.closing:
@@ -325,22 +319,22 @@ func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) erro
 		return db.fail(err)
 	}
 	info.EndLSN = uint64(end)
-	if err := db.wal.Backup(db.fs, filepath.Join(dir, walDir), ctrl.RedoLSN, end); err != nil {
+	segs, err := db.wal.Backup(db.fs, filepath.Join(dir, walDir), ctrl.RedoLSN, end)
+	if err != nil {
 		return db.backupErr("copying the WAL", err)
 	}
-	size := wal.LSN(db.wal.SegmentSize())
-	info.WALSegments = uint64((end-end%size)-(ctrl.RedoLSN-ctrl.RedoLSN%size))/uint64(size) + 1
+	info.WALSegments = uint64(segs)
 
 	// The index file of the checkpoint (a missing one is rebuilt by
-	// Open), then the control file naming that checkpoint.
-	if index, err := readWhole(db.fs, filepath.Join(db.dir, indexFileName)); err == nil {
-		if err := writeWhole(db.fs, filepath.Join(dir, indexFileName), index); err != nil {
-			return err
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	// Open), then, last, the control file naming that checkpoint (no
+	// checkpoint has rewritten either since: the caller holds the
+	// checkpoint lock): a directory with no control file is no data
+	// directory Open would recover (it has WAL, so Open says the control
+	// file is missing).
+	if err := copyFileSynced(db.fs, filepath.Join(db.dir, indexFileName), filepath.Join(dir, indexFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := writeWhole(db.fs, filepath.Join(dir, controlName), control); err != nil {
+	if err := copyFileSynced(db.fs, filepath.Join(db.dir, controlName), filepath.Join(dir, controlName)); err != nil {
 		return err
 	}
 	if err := db.fs.SyncDir(dir); err != nil {
@@ -359,39 +353,42 @@ func (db *DB) backupErr(what string, err error) error {
 	return wrapf(asCorruption(err), "backup: %s", what)
 }
 
-// readWhole reads the file name on fsys.
-func readWhole(fsys vfs.FS, name string) ([]byte, error) {
-	f, err := fsys.OpenReadOnly(name)
+// copyFileSynced copies the file src on fsys to the new file dst, a
+// buffer at a time (an index file can be hundreds of megabytes), and
+// fsyncs dst. A missing src gives an error matching fs.ErrNotExist.
+func copyFileSynced(fsys vfs.FS, src, dst string) (err error) {
+	in, err := fsys.OpenReadOnly(src)
 	if err != nil {
-		return nil, withPath("open", name, err)
+		return withPath("open", src, err)
 	}
-	defer f.Close()
-	n, err := f.Size()
+	defer in.Close()
+	out, err := fsys.Create(dst)
 	if err != nil {
-		return nil, withPath("size of", name, err)
+		return withPath("create", dst, err)
 	}
-	b := make([]byte, n)
-	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, withPath("read", name, err)
+	defer func() {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = withPath("close", dst, cerr)
+		}
+	}()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); ; {
+		n, rerr := in.ReadAt(buf, off)
+		if n > 0 {
+			if _, err := out.WriteAt(buf[:n], off); err != nil {
+				return withPath("write", dst, err)
+			}
+			off += int64(n)
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return withPath("read", src, rerr)
+		}
 	}
-	return b, nil
-}
-
-// writeWhole writes b as the new file name on fsys and fsyncs it.
-func writeWhole(fsys vfs.FS, name string, b []byte) error {
-	f, err := fsys.Create(name)
-	if err != nil {
-		return withPath("create", name, err)
-	}
-	_, err = f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return withPath("write", name, err)
+	if err := out.Sync(); err != nil {
+		return withPath("fsync", dst, err)
 	}
 	return nil
 }

@@ -68,8 +68,7 @@ func TestBackupUnderChurn(t *testing.T) {
 				backups = 1
 			}
 			for b := range backups {
-				for wl.ackedNow()[1] < int64(30*(b+1)) && wl.failed.Load() == nil {
-				}
+				wl.waitAcked(int64(30 * (b + 1)))
 				lo := wl.ackedNow()
 				dir := fmt.Sprintf("/bk%d", b)
 				if _, err := db.Backup(context.Background(), dir); err != nil {

@@ -25,8 +25,7 @@ func TestBackupPowerLossEveryOp(t *testing.T) {
 	defer db.Close()
 	const accounts, writers = 400, 2
 	wl := startBackupWorkload(t, db, accounts, writers)
-	for wl.ackedNow()[1] < 20 && wl.failed.Load() == nil {
-	}
+	wl.waitAcked(20)
 	type point struct {
 		op     vfs.Op
 		fs     *vfs.MemFS

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,6 +144,19 @@ func startBackupWorkload(t *testing.T, db *DB, accounts, writers int) *backupWor
 	return wl
 }
 
+// waitAcked returns once writer 1 has n ledger counts acknowledged, or
+// the workload failed or stopped.
+func (wl *backupWorkload) waitAcked(n int64) {
+	for wl.ackedNow()[1] < n && wl.failed.Load() == nil {
+		select {
+		case <-wl.stop:
+			return
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
 // ackedNow returns each writer's acknowledged ledger count.
 func (wl *backupWorkload) ackedNow() []int64 {
 	out := make([]int64, len(wl.acked))
@@ -231,19 +245,7 @@ func TestBackupWhileWriting(t *testing.T) {
 	defer db.Close()
 	const accounts, writers = 1500, 3
 	wl := startBackupWorkload(t, db, accounts, writers)
-	waitAcked := func(n int64) {
-		for {
-			if a := wl.ackedNow(); a[1] >= n || wl.failed.Load() != nil {
-				return
-			}
-			select {
-			case <-wl.stop:
-				return
-			default:
-			}
-		}
-	}
-	waitAcked(50)
+	wl.waitAcked(50)
 
 	// Crash copies of the file system at some operations during the
 	// backup.
@@ -271,7 +273,7 @@ func TestBackupWhileWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	afterPowerLoss := m.CrashCopy(vfs.DropUnsynced, nil)
-	waitAcked(hi[1] + 20)
+	wl.waitAcked(hi[1] + 20)
 	wl.finish(t)
 	t.Logf("backup: %+v; ledgers %v before it, %v after", info, lo, hi)
 	if info.HeapPages < 40 || info.MapPages < 1 || info.EndLSN <= info.StartLSN || info.WALSegments < 1 {
@@ -335,14 +337,8 @@ func TestBackupOfIdleDatabase(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.View(ctx, func(tx *Txn) error {
-			v, err := tx.Get([]byte("k"))
-			if err == nil && string(v) != "v" {
-				err = fmt.Errorf("k = %q", v)
-			}
-			return err
-		}); err != nil {
-			t.Fatalf("%s: %v", dir, err)
+		if v, ok := get(t, c, "k"); !ok || v != "v" {
+			t.Fatalf("%s: k = %q, found %v", dir, v, ok)
 		}
 		c.Close()
 	}
@@ -423,14 +419,8 @@ func TestBackupIntoNewParentsSurvivesPowerLoss(t *testing.T) {
 		t.Fatalf("open the copy after a power loss: %v", err)
 	}
 	defer c.Close()
-	if err := c.View(ctx, func(tx *Txn) error {
-		v, err := tx.Get([]byte("k"))
-		if err == nil && string(v) != "v" {
-			err = fmt.Errorf("k = %q", v)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	if v, ok := get(t, c, "k"); !ok || v != "v" {
+		t.Fatalf("k = %q, found %v", v, ok)
 	}
 }
 

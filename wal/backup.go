@@ -29,22 +29,24 @@ import (
 // lie above it, which a Reader rightly takes for durable log lost:
 // recovery of the copy would fail.
 //
-// Errors: ErrClosed after Close; an error wrapping fs.ErrNotExist when a
-// segment in the range is missing (removed, or never written); I/O errors
-// naming the file. Safe for concurrent use with Insert and Flush.
-func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) error {
+// It returns the number of segment files copied. Errors: ErrClosed after
+// Close; an error wrapping fs.ErrNotExist when a segment in the range is
+// missing (removed, or never written); I/O errors naming the file. Safe
+// for concurrent use with Insert and Flush.
+func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) (int, error) {
 	w.fmu.Lock()
 	closed := w.closed
 	w.fmu.Unlock()
 	if closed {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	if to < from {
-		return fmt.Errorf("wal: backup: end %#x lies before start %#x", uint64(to), uint64(from))
+		return 0, fmt.Errorf("wal: backup: end %#x lies before start %#x", uint64(to), uint64(from))
 	}
 	if err := fsys.MkdirAll(dst); err != nil {
-		return fmt.Errorf("wal: backup: %w", err)
+		return 0, fmt.Errorf("wal: backup: %w", err)
 	}
+	n := 0
 	size := LSN(w.segSize)
 	buf := make([]byte, 1<<20)
 	// seg < to: a log that ends exactly where a segment ends needs no
@@ -55,13 +57,14 @@ func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) error {
 			keep = max(int64(to-seg), segHeaderSize)
 		}
 		if err := copySegment(w.fs, path.Join(w.dir, segmentName(seg)), fsys, path.Join(dst, segmentName(seg)), w.segSize, keep, buf); err != nil {
-			return fmt.Errorf("wal: backup: %w", err)
+			return n, fmt.Errorf("wal: backup: %w", err)
 		}
+		n++
 	}
 	if err := fsys.SyncDir(dst); err != nil {
-		return fmt.Errorf("wal: backup: fsync directory %s: %w", dst, err)
+		return n, fmt.Errorf("wal: backup: fsync directory %s: %w", dst, err)
 	}
-	return nil
+	return n, nil
 }
 
 // copySegment copies the first keep bytes of the file src on sfs to the

@@ -36,7 +36,8 @@ func TestBackupCopiesUpToItsEnd(t *testing.T) {
 	if to < 2*LSN(MinSegmentSize) {
 		t.Fatalf("record 40 ends at %v, in the first segment: the test wants two", to)
 	}
-	if err := w.Backup(m, "/copy", first, to); err != nil {
+	copied, err := w.Backup(m, "/copy", first, to)
+	if err != nil {
 		t.Fatal(err)
 	}
 	names, err := m.ReadDir("/copy")
@@ -44,8 +45,8 @@ func TestBackupCopiesUpToItsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := int((to-1)/LSN(MinSegmentSize)) - int(first/LSN(MinSegmentSize)) + 1
-	if len(names) != want {
-		t.Fatalf("the copy holds %v, want %d segments", names, want)
+	if len(names) != want || copied != want {
+		t.Fatalf("the copy holds %v (Backup says %d), want %d segments", names, copied, want)
 	}
 	r, err := NewReader(m, "/copy", first)
 	if err != nil {
@@ -73,7 +74,7 @@ func TestBackupCopiesUpToItsEnd(t *testing.T) {
 	if err := m.Rename("/wal/"+segmentName(boundary), "/wal/moved"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Backup(m, "/copy2", first, boundary); err != nil {
+	if _, err := w.Backup(m, "/copy2", first, boundary); err != nil {
 		t.Fatalf("a backup ending at a segment's end: %v", err)
 	}
 }
