@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"mvkv/engine"
+	"mvkv/vfs"
 )
 
 // TestBackupCommand takes a copy with BACKUP while a client writes, and
@@ -170,5 +171,54 @@ func TestShutdownClientWaitsForOnShutdown(t *testing.T) {
 	}
 	if n, err := r.nc.Read(b[:]); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("after the shutdown, a read gave %d bytes, %v; want EOF", n, err)
+	}
+}
+
+// renameGateFS is the OS whose Rename onto target signals entered and
+// waits for release: a BACKUP held at its last step.
+type renameGateFS struct {
+	vfs.OS
+	target           string
+	entered, release chan struct{}
+}
+
+func (f renameGateFS) Rename(oldname, newname string) error {
+	if newname == f.target {
+		close(f.entered)
+		<-f.release
+	}
+	return f.OS.Rename(oldname, newname)
+}
+
+// TestShutdownRepliesToLongBackup: a BACKUP still running more than
+// shutdownWriteGrace after a SHUTDOWN from another client finishes and
+// gets its OK; the grace for writing a reply starts when the reply is
+// written, not when the shutdown began (the client read all along, yet
+// lost the reply of a backup that completed).
+func TestShutdownRepliesToLongBackup(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "bk")
+	gate := renameGateFS{target: target, entered: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	let := func() { once.Do(func() { close(gate.release) }) }
+	defer let()
+	ts := startServerOn(t, Config{}, engine.Options{FS: gate})
+	r := ts.raw(t)
+	r.cmd("SET", "k", "v")
+	r.reply()
+	r.cmd("BACKUP", target)
+	<-gate.entered
+	sd := ts.raw(t)
+	sd.cmd("SHUTDOWN")
+	time.Sleep(shutdownWriteGrace + 300*time.Millisecond)
+	let()
+	if err := r.nc.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := r.br.ReadString('\n')
+	if line != "+OK\r\n" {
+		t.Fatalf("BACKUP finished after the shutdown's first %v: reply %q, %v; want +OK", shutdownWriteGrace, line, err)
+	}
+	if _, err := os.Stat(filepath.Join(target, "control")); err != nil {
+		t.Fatal(err)
 	}
 }

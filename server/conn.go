@@ -239,9 +239,10 @@ func (w *closeWatch) stop() {
 }
 
 // wake interrupts a read the connection is blocked in; called by shutdown.
-// Its replies get shutdownWriteGrace to be taken: a client that does not
-// read them (stalled, or gone without closing) must not hold the shutdown
-// until its timeout, and Redis does not wait for it either.
+// Its replies get shutdownWriteGrace to be taken, counted from each write
+// of them (flush): a client that does not read them (stalled, or gone
+// without closing) must not hold the shutdown until its timeout, and
+// Redis does not wait for it either.
 func (c *conn) wake() {
 	c.nc.SetReadDeadline(time.Unix(1, 0))
 	c.nc.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
@@ -384,6 +385,11 @@ func (c *conn) flush() error {
 		return nil
 	}
 	c.wmu.Lock()
+	if c.s.isClosing() {
+		// The grace starts now: a command that ran past the first
+		// one since the shutdown began (a BACKUP) still gets its reply.
+		c.nc.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
+	}
 	n, err := c.nc.Write(c.out)
 	c.wmu.Unlock()
 	c.s.netOut.Add(uint64(n))
