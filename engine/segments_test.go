@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -210,7 +209,7 @@ func TestShortSegmentAfterCrashIsFilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logged bytes.Buffer
+		var logged syncBuffer
 		db, err := Open(d, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 		if err != nil {
 			t.Fatalf("Open after the crash: %v", err)
