@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -79,7 +80,9 @@ type BackupInfo struct {
 // while pages are copied and between the parts of the copy, not while
 // Backup waits for a running vacuum or checkpoint to finish.
 //
-// Errors: ErrBackupTargetExists when dir or dir+".partial" exists; the
+// Errors: ErrBackupTargetExists when dir or dir+".partial" exists (a
+// symbolic link to nothing counts as existing, as the rename cannot
+// replace it); the
 // failure that stopped the database taking writes (Failure), as the copy
 // could not be trusted; ErrClosed after Close (Close waits for a running
 // Backup to stop at its next page); ctx's error; an error wrapping
@@ -116,7 +119,14 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	partial := info.Dir + ".partial"
 	targetFree := func() error {
 		for _, d := range []string{info.Dir, partial} {
-			if _, err := db.fs.Stat(d); err == nil && d == partial {
+			_, err := db.fs.Stat(d)
+			if errors.Is(err, fs.ErrNotExist) && isLink(db.fs, d) {
+				// A dangling symbolic link: Stat follows it and finds
+				// nothing, but the final rename cannot replace it, and
+				// would fail only once everything had been copied.
+				return fmt.Errorf("%w: %s is a symbolic link to nothing (remove it or give a new directory)", ErrBackupTargetExists, d)
+			}
+			if err == nil && d == partial {
 				return fmt.Errorf("%w: %s, where a backup builds its copy (one is running, or one cut short left it, which can then be removed)", ErrBackupTargetExists, d)
 			} else if err == nil {
 				return fmt.Errorf("%w: %s (give a new directory)", ErrBackupTargetExists, d)
@@ -222,6 +232,16 @@ func insideDir(dir, path string) bool {
 	}
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// isLink reports whether path is a symbolic link on the OS file system
+// (the others have none).
+func isLink(fsys vfs.FS, path string) bool {
+	if _, ok := fsys.(vfs.OS); !ok {
+		return false
+	}
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
 }
 
 // realPath resolves the symbolic links in the longest part of path that

@@ -396,6 +396,37 @@ func TestBackupRefusesDataDirectoryThroughLinks(t *testing.T) {
 	}
 }
 
+// TestBackupRefusesDanglingLink: a target that is a symbolic link to
+// nothing is refused before anything is copied. The existence check
+// followed the link and found nothing, and the backup copied the whole
+// database before its rename failed with "not a directory".
+func TestBackupRefusesDanglingLink(t *testing.T) {
+	root := t.TempDir()
+	db := openTest(t, filepath.Join(root, "data"), Options{})
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	for _, name := range []string{"copy", "copy.partial"} {
+		link := filepath.Join(root, name)
+		if err := os.Symlink(filepath.Join(root, "nowhere"), link); err != nil {
+			t.Fatal(err)
+		}
+		before := db.Stats().Checkpoint.Count
+		_, err := db.Backup(context.Background(), filepath.Join(root, "copy"))
+		if !errors.Is(err, ErrBackupTargetExists) || !strings.Contains(err.Error(), "symbolic link") {
+			t.Fatalf("backup with %s a dangling link: %v, want ErrBackupTargetExists naming the link", name, err)
+		}
+		if after := db.Stats().Checkpoint.Count; after != before {
+			t.Errorf("backup with %s a dangling link ran a checkpoint (%d, then %d) before refusing", name, before, after)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s after the refusal: %v, %v; want the link left", name, fi, err)
+		}
+		if err := os.Remove(link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestBackupIntoNewParentsSurvivesPowerLoss: a backup into a directory
 // whose parents it had to create (README's /srv/backups/... on a host
 // with no /srv/backups yet) is there after a power loss right after it
