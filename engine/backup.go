@@ -77,8 +77,9 @@ type BackupInfo struct {
 // directory is refused, judged from the path as given (made absolute)
 // and, on the operating system's file system, with symbolic links
 // resolved (a bind mount is not seen through). The context is looked at
-// while pages are copied and between the parts of the copy, not while
-// Backup waits for a running vacuum or checkpoint to finish.
+// once Backup holds the locks it waits for (a running vacuum or
+// checkpoint finishes first; it does not end that wait), while pages are
+// copied, and between the parts of the copy.
 //
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists (a
 // symbolic link to nothing counts as existing, as the rename cannot
@@ -147,6 +148,11 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	defer db.vac.mu.Unlock()
 	db.ckptMu.Lock()
 	defer db.ckptMu.Unlock()
+	// A cancel or Close while this waited for a vacuum or checkpoint to
+	// finish ends it here, before it runs a checkpoint of its own.
+	if err := db.backupStop(ctx); err != nil {
+		return info, err
+	}
 	// Again under the locks: another Backup into the same place may have
 	// finished while this one waited for them.
 	if err := targetFree(); err != nil {
@@ -269,6 +275,16 @@ func realPath(fsys vfs.FS, path string) string {
 	}
 }
 
+// backupStop returns ErrClosed once Close has begun, else ctx's error.
+func (db *DB) backupStop(ctx context.Context) error {
+	select {
+	case <-db.closing:
+		return ErrClosed
+	default:
+	}
+	return ctx.Err()
+}
+
 // backupInto writes the copy into dir, which exists; the caller holds the
 // checkpoint lock and vacuum's, right after a checkpoint.
 func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) error {
@@ -277,14 +293,7 @@ func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) erro
 		return err
 	}
 	info.StartLSN = uint64(ctrl.RedoLSN)
-	stop := func() error {
-		select {
-		case <-db.closing:
-			return ErrClosed
-		default:
-		}
-		return ctx.Err()
-	}
+	stop := func() error { return db.backupStop(ctx) }
 
 	// The heap, through a ring.
 	st, err := heap.OpenStorage(db.fs, filepath.Join(dir, heapDir))

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"mvkv/vfs"
@@ -121,6 +122,76 @@ func TestBackupCanceledMidway(t *testing.T) {
 	if f := db.Failure(); f != nil {
 		t.Fatal(f)
 	}
+}
+
+// TestBackupCanceledWhileWaiting cancels a Backup while it waits for a
+// running vacuum (its lock held here): once it gets the locks it returns
+// the context's error without running a checkpoint or creating anything.
+// After a cancel it used to run its checkpoint first and stop only at its
+// first page.
+func TestBackupCanceledWhileWaiting(t *testing.T) {
+	for _, how := range []string{"cancel", "close"} {
+		t.Run(how, func(t *testing.T) {
+			m := vfs.NewMemFS()
+			var made atomic.Bool
+			db, err := Open("/db", Options{FS: mkdirHookFS{m, "/bk", &made}, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20, CheckpointTimeout: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			mustPut(t, db, "k", "v")
+			before := db.Stats().Checkpoint.Count
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			db.vac.mu.Lock()
+			done := make(chan error, 1)
+			go func() {
+				_, err := db.Backup(ctx, "/bk")
+				done <- err
+			}()
+			want, closes := error(context.Canceled), 0
+			closed := make(chan error, 1)
+			if how == "cancel" {
+				cancel()
+			} else {
+				// Close waits for the Backup; its own checkpoint is
+				// the one expected.
+				want, closes = ErrClosed, 1
+				go func() { closed <- db.Close() }()
+				<-db.closing
+			}
+			db.vac.mu.Unlock()
+			if err := <-done; !errors.Is(err, want) {
+				t.Fatalf("Backup: %v, want %v", err, want)
+			}
+			if closes == 1 {
+				if err := <-closed; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if after := db.Stats().Checkpoint.Count; after != before+uint64(closes) {
+				t.Errorf("checkpoints %d, then %d: the stopped Backup ran one", before, after)
+			}
+			if made.Load() {
+				t.Error("the stopped Backup created its directory")
+			}
+			checkNoBackupLeft(t, m, "/bk")
+		})
+	}
+}
+
+// mkdirHookFS sets made when a directory named with prefix is created.
+type mkdirHookFS struct {
+	vfs.FS
+	prefix string
+	made   *atomic.Bool
+}
+
+func (h mkdirHookFS) MkdirAll(name string) error {
+	if strings.HasPrefix(name, h.prefix) {
+		h.made.Store(true)
+	}
+	return h.FS.MkdirAll(name)
 }
 
 // statHookFS calls onStat after each Stat of a name ending in suffix.
