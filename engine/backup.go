@@ -73,7 +73,7 @@ type BackupInfo struct {
 //
 // dir's parent directories are created as needed (and fsynced, so that
 // a power loss cannot take the copy's name away with them); a failed
-// Backup removes its copy but leaves those. A dir inside the data
+// Backup removes its copy and those it created. A dir inside the data
 // directory is refused, judged from the path as given (made absolute)
 // and, on the operating system's file system, with symbolic links
 // resolved (a bind mount is not seen through). The context is looked at
@@ -161,13 +161,15 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := db.checkpointLocked(); err != nil {
 		return info, err
 	}
-	if err := mkdirDurable(db.fs, filepath.Dir(info.Dir)); err != nil {
-		return info, wrapf(err, "backup")
+	parents, err := mkdirDurable(db.fs, filepath.Dir(info.Dir))
+	if err == nil {
+		err = db.fs.MkdirAll(partial)
 	}
-	if err := db.fs.MkdirAll(partial); err != nil {
-		return info, wrapf(err, "backup")
+	if err != nil {
+		err = wrapf(err, "backup")
+	} else {
+		err = db.backupInto(ctx, partial, &info)
 	}
-	err := db.backupInto(ctx, partial, &info)
 	written := partial
 	if err == nil {
 		if err = db.fs.Rename(partial, info.Dir); err == nil {
@@ -188,6 +190,13 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		if rerr := removeAll(db.fs, written); rerr != nil {
 			db.logger.Warn("backup: removing the unfinished copy", "dir", written, "err", rerr)
 		}
+		// And the parents it made, deepest first, while they are empty
+		// (another Backup may have put its own copy in one meanwhile).
+		for _, d := range parents {
+			if names, rerr := db.fs.ReadDir(d); rerr != nil || len(names) > 0 || db.fs.Remove(d) != nil {
+				break
+			}
+		}
 		return info, err
 	}
 	info.Duration = time.Since(begin)
@@ -199,14 +208,15 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 // mkdirDurable creates dir and whatever of its parents is missing, and
 // fsyncs the directory holding each one it created: the final rename's
 // directory fsync makes the copy's name durable in dir, which is of no
-// use if dir itself can vanish in a power loss.
-func mkdirDurable(fsys vfs.FS, dir string) error {
+// use if dir itself can vanish in a power loss. It returns the
+// directories it created, deepest first.
+func mkdirDurable(fsys vfs.FS, dir string) ([]string, error) {
 	var missing []string
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := fsys.Stat(d); err == nil {
 			break
 		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
+			return nil, err
 		}
 		missing = append(missing, d)
 		if filepath.Dir(d) == d {
@@ -214,17 +224,17 @@ func mkdirDurable(fsys vfs.FS, dir string) error {
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		return nil, nil
 	}
 	if err := fsys.MkdirAll(dir); err != nil {
-		return err
+		return nil, err
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
 		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
-			return fmt.Errorf("fsync the directory holding %s: %w", missing[i], err)
+			return missing, fmt.Errorf("fsync the directory holding %s: %w", missing[i], err)
 		}
 	}
-	return nil
+	return missing, nil
 }
 
 // insideDir reports whether path is dir or lies under it, lexically (both

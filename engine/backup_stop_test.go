@@ -124,6 +124,36 @@ func TestBackupCanceledMidway(t *testing.T) {
 	}
 }
 
+// TestBackupFailedRemovesNewParents: a Backup that fails removes the
+// parent directories it created for its target, and leaves those that
+// were there. They used to stay, empty.
+func TestBackupFailedRemovesNewParents(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/srv"); err != nil {
+		t.Fatal(err)
+	}
+	db, reached, release := gatedDB(t, m, "/srv/backups/new/bk.partial/clog/", Options{})
+	defer db.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.Backup(ctx, "/srv/backups/new/bk")
+		done <- err
+	}()
+	<-reached
+	cancel()
+	close(release)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Backup: %v, want context.Canceled", err)
+	}
+	if _, err := m.Stat("/srv/backups"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("/srv/backups after the failed Backup: %v, want it removed", err)
+	}
+	if _, err := m.Stat("/srv"); err != nil {
+		t.Errorf("/srv, there before: %v", err)
+	}
+}
+
 // TestBackupCanceledWhileWaiting cancels a Backup while it waits for a
 // running vacuum (its lock held here): once it gets the locks it returns
 // the context's error without running a checkpoint or creating anything.
