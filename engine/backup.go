@@ -76,10 +76,10 @@ type BackupInfo struct {
 // Backup removes its copy and those it created. A dir inside the data
 // directory is refused, judged from the path as given (made absolute)
 // and, on the operating system's file system, with symbolic links
-// resolved (a bind mount is not seen through). The context is looked at
-// once Backup holds the locks it waits for (a running vacuum or
-// checkpoint finishes first; it does not end that wait), while pages are
-// copied, and between the parts of the copy.
+// resolved and by identity (so a bind mount of it is seen through too).
+// The context is looked at once Backup holds the locks it waits for (a
+// running vacuum or checkpoint finishes first; it does not end that
+// wait), while pages are copied, and between the parts of the copy.
 //
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists (a
 // symbolic link to nothing counts as existing, as the rename cannot
@@ -114,7 +114,7 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	}
 	// realPath leaves a path with no link in it as it is, so this also
 	// judges the paths as given.
-	if insideDir(realPath(db.fs, db.dir), realPath(db.fs, info.Dir)) {
+	if insideDir(realPath(db.fs, db.dir), realPath(db.fs, info.Dir)) || underSameDir(db.fs, db.dir, info.Dir) {
 		return info, fmt.Errorf("mvkv: backup: %s lies inside the data directory %s: give a directory outside it", info.Dir, db.dir)
 	}
 	partial := info.Dir + ".partial"
@@ -248,6 +248,32 @@ func insideDir(dir, path string) bool {
 	}
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// underSameDir reports whether an existing directory on the way from path
+// up to the root is the data directory itself (the same device and inode),
+// on the OS file system: a bind mount of the data directory, or of a
+// directory above it, names it by a path that no resolving of symbolic
+// links reaches.
+func underSameDir(fsys vfs.FS, dataDir, path string) bool {
+	if _, ok := fsys.(vfs.OS); !ok {
+		return false
+	}
+	data, err := os.Stat(dataDir)
+	if err != nil {
+		return false
+	}
+	if a, err := filepath.Abs(path); err == nil {
+		path = a
+	}
+	for p := path; ; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, data) {
+			return true
+		}
+		if filepath.Dir(p) == p {
+			return false
+		}
+	}
 }
 
 // isLink reports whether path is a symbolic link on the OS file system

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -393,6 +394,44 @@ func TestBackupRefusesDataDirectoryThroughLinks(t *testing.T) {
 	}
 	if names, err := os.ReadDir(filepath.Join(data, "heap")); err != nil || len(names) != 1 {
 		t.Errorf("heap directory holds %v (%v), want its one segment", names, err)
+	}
+}
+
+// TestBackupRefusesDataDirectoryThroughBindMount: a target reached through
+// a bind mount of the data directory, or of a directory above it, is
+// refused; the check resolved symbolic links only, and such a target got
+// the copy written into the heap directory. Needs the right to mount
+// (root); skipped without it.
+func TestBackupRefusesDataDirectoryThroughBindMount(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bind mounts are Linux's")
+	}
+	root := t.TempDir()
+	data := filepath.Join(root, "above", "data")
+	for _, d := range []string{data, filepath.Join(root, "m1"), filepath.Join(root, "m2")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mount := func(src, dst string) {
+		if out, err := exec.Command("mount", "--bind", src, dst).CombinedOutput(); err != nil {
+			t.Skipf("cannot bind-mount here: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", dst).Run() })
+	}
+	mount(data, filepath.Join(root, "m1"))
+	mount(filepath.Join(root, "above"), filepath.Join(root, "m2"))
+	db := openTest(t, data, Options{})
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	for _, inside := range []string{"m1/copy", "m1/heap/x", "m2/data/copy", "m2/data/nothere/copy"} {
+		_, err := db.Backup(context.Background(), filepath.Join(root, inside))
+		if err == nil || !strings.Contains(err.Error(), "inside the data directory") {
+			t.Errorf("backup into %s: %v, want a refusal", inside, err)
+		}
+	}
+	if _, err := db.Backup(context.Background(), filepath.Join(root, "m2", "beside")); err != nil {
+		t.Errorf("backup beside the data directory through the mount: %v", err)
 	}
 }
 
