@@ -791,7 +791,11 @@ func (db *DB) Recovery() RecoveryInfo { return db.recovery }
 func (db *DB) Dir() string { return db.dir }
 
 // Close takes a checkpoint (unless a failure stopped writes, or
-// SetCheckpointOnClose turned it off) and closes the database.
+// SetCheckpointOnClose turned it off) and closes the database. A Vacuum
+// running then stops at its next page; before the checkpoint, Close frees
+// the out-of-line value chunks of the versions such a run (or one stopped
+// earlier by its context) removed and did not get to free, which takes a
+// read and a write of each page holding them.
 // Transactions still open afterwards get ErrClosed. Close returns
 // ErrClosed when called twice. After a failure that stopped writes it
 // returns that failure (see Failure), with the files closed all the same;
@@ -807,6 +811,17 @@ func (db *DB) Close() error {
 	db.longOps.Wait()
 	close(db.stopBG)
 	db.bgWG.Wait()
+	// A Vacuum still running stops at its next page (closed is set),
+	// queueing the chunks of versions it removed; vac.mu waits for it.
+	// Freed here, before the checkpoint, because the queue dies with
+	// the process (freeQueuedChunks).
+	db.vac.mu.Lock()
+	if db.writable() == nil {
+		if ferr := db.freeQueuedChunks(); ferr != nil {
+			db.logger.Warn("close: freeing the chunks a stopped vacuum left failed; their space stays used until an index rebuild", "err", ferr)
+		}
+	}
+	db.vac.mu.Unlock()
 	var err error
 	writeCLOG := db.writable() == nil
 	if writeCLOG {

@@ -442,7 +442,7 @@ const maxOrphansNamed = 20
 // directory so named (vacuum frees a directory's data chunks with it), or
 // by vacuum's queue of orphans (an Open that rebuilt the index from the
 // heap, or a run stopped before its second pass, left them there, and the
-// next run frees them). Versions count whatever their state, dead ones
+// next run, or Close, frees them). Versions count whatever their state, dead ones
 // included: vacuum frees a version's chunks after the version, in the same
 // run.
 //

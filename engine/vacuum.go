@@ -60,8 +60,9 @@ import (
 // (never waiting, so a writer waiting for vacuum cannot deadlock) are
 // dropped or moved to the newest committed version and freed; chunks of
 // the out-of-line versions pass 1 freed are freed. A run stopped before it
-// is done (its context, a damaged page) hands the chunks it listed to the
-// next run in the same process (run). A crash between the two
+// is done (its context, a damaged page, Close) hands the chunks it listed
+// to the next run in the same process (run), or to Close, which frees
+// them before its checkpoint (freeQueuedChunks). A crash between the two
 // passes leaves chunks no version names, which an Open that rebuilds the
 // index from the heap finds and hands to the next run (orphans); an Open
 // from the index file leaves them be (see the index file). So a page is read at most twice
@@ -468,9 +469,24 @@ func (v *vacuumRun) run() error {
 	db.vac.orphans = nil
 	db.vac.orphansMu.Unlock()
 	// Index heads first: the chunks of an out-of-line head are known to
-	// be free only once the head is gone. The chunk pass repeats while
-	// freeing directories (toast.go) adds the chunks they list.
-	for _, heads := range []bool{true, false, false} {
+	// be free only once the head is gone.
+	if err := v.revisitRounds(true, db.whileOpen); err != nil {
+		return err
+	}
+	v.keepChunks() // what a damaged directory listed past the rounds
+	return nil
+}
+
+// revisitRounds is pass 2: a round over the pages with index heads to
+// drop, if heads is set, then the chunk rounds, repeated while freeing
+// directories (toast.go) adds the chunks they list. Each page is revisited
+// inside guard (whileOpen, or a plain call for Close).
+func (v *vacuumRun) revisitRounds(heads bool, guard func(func() error) error) error {
+	rounds := []bool{false, false}
+	if heads {
+		rounds = []bool{true, false, false}
+	}
+	for _, heads := range rounds {
 		blocks := make([]uint32, 0, len(v.work))
 		for blk, w := range v.work {
 			if (heads && len(w.heads) > 0) || (!heads && len(w.chunks) > 0) {
@@ -482,14 +498,47 @@ func (v *vacuumRun) run() error {
 			if err := v.ctx.Err(); err != nil {
 				return err
 			}
-			if err := db.whileOpen(func() error { return v.revisit(blk, v.work[blk], heads) }); err != nil {
+			if err := guard(func() error { return v.revisit(blk, v.work[blk], heads) }); err != nil {
 				return err
 			}
 			v.st.PagesRevisited++
 		}
 	}
-	v.keepChunks() // what a damaged directory listed past the rounds above
 	return nil
+}
+
+// freeQueuedChunks frees the chunks in vacuum's queue, for Close. The
+// queue is in memory only: chunks a run stopped after its first pass (its
+// context, Close, a damaged page) had listed, whose versions that pass
+// already removed, are named by nothing once the process ends, and only
+// an Open that rebuilds the index from the heap would find them again; a
+// canceled autovacuum or VACUUM before a clean shutdown leaked their
+// space for good. Close calls it with closed set, the background workers
+// stopped and vac.mu held (no run in progress, no transaction writing),
+// before its checkpoint. Chunks it cannot free stay queued, and leak as
+// before.
+func (db *DB) freeQueuedChunks() error {
+	db.vac.orphansMu.Lock()
+	queued := db.vac.orphans
+	db.vac.orphans = nil
+	db.vac.orphansMu.Unlock()
+	if len(queued) == 0 {
+		return nil
+	}
+	v := &vacuumRun{db: db, ctx: context.Background(), ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
+	defer v.keepChunks()
+	for _, c := range queued {
+		w := v.pageWork(c.tid.Block)
+		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
+	}
+	// Close has set closed, which whileOpen refuses; nothing else can
+	// tear the files down meanwhile.
+	return v.revisitRounds(false, func(fn func() error) error {
+		if err := db.writable(); err != nil {
+			return err
+		}
+		return fn()
+	})
 }
 
 // keepChunks hands the chunks a run stopped before freeing to the next run.
