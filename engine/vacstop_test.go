@@ -155,35 +155,66 @@ func checkFreed(t *testing.T, db *DB) {
 	mustVerify(t, db)
 }
 
-// TestStoppedVacuumChunksFreedAtClose: a run canceled after its first
-// pass removed an out-of-line version leaves that version's chunks in a
-// queue held in memory; Close frees them, with its checkpoint and without
-// it, so that the next Open (from the index file, which does not list
-// them) finds no chunk that no version names.
+// closeAt is a context whose Err, from its n+1st call on, closes the
+// database (once, on another goroutine, since Close waits for the run
+// that asks) and returns nil once Close has marked it closed: the run
+// then stops at its next page with ErrClosed, as it would if Close came
+// at that moment.
+type closeAt struct {
+	context.Context
+	n      atomic.Int64
+	db     *DB
+	closed chan error
+}
+
+func (c *closeAt) Err() error {
+	if c.n.Add(-1) == -1 {
+		go func() { c.closed <- c.db.Close() }()
+		<-c.db.closing
+	}
+	return nil
+}
+
+// TestStoppedVacuumChunksFreedAtClose: a run stopped after its first pass
+// removed an out-of-line version (canceled, or by Close) leaves that
+// version's chunks in a queue held in memory; Close frees them, with its
+// checkpoint and without it, so that the next Open (from the index file,
+// which does not list them) finds no chunk that no version names.
 func TestStoppedVacuumChunksFreedAtClose(t *testing.T) {
-	for _, ckpt := range []bool{true, false} {
-		t.Run(fmt.Sprintf("checkpoint on close %v", ckpt), func(t *testing.T) {
+	for _, stop := range []string{"canceled", "canceled, no checkpoint on close", "closed"} {
+		t.Run(stop, func(t *testing.T) {
 			dir := t.TempDir()
 			opts := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
 			db := openTest(t, dir, opts)
 			mustPut(t, db, "big", string(patterned(3*chunkSize, 1)))
 			old := db.idx.get([]byte("big")).headTID()
 			mustPut(t, db, "big", "small now")
-			// Cancel once the old version's page is done (Err is asked
+			// Stop once the old version's page is done (Err is asked
 			// before each page of pass 1), before pass 2.
-			c := &cancelAfter{Context: context.Background()}
-			c.n.Store(int64(old.Block) + 1)
-			if st, err := db.Vacuum(c); !errors.Is(err, context.Canceled) || st.TuplesRemoved != 1 {
-				t.Fatalf("vacuum: %+v, %v; want one version removed, then context.Canceled", st, err)
-			}
-			if n := chunkTuples(t, db); n != 3 {
-				t.Fatalf("%d chunk tuples after the stopped run; want its 3", n)
-			}
-			if err := db.SetCheckpointOnClose(ckpt); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
+			if stop == "closed" {
+				c := &closeAt{Context: context.Background(), db: db, closed: make(chan error, 1)}
+				c.n.Store(int64(old.Block) + 1)
+				if st, err := db.Vacuum(c); !errors.Is(err, ErrClosed) || st.TuplesRemoved != 1 {
+					t.Fatalf("vacuum: %+v, %v; want one version removed, then ErrClosed", st, err)
+				}
+				if err := <-c.closed; err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				c := &cancelAfter{Context: context.Background()}
+				c.n.Store(int64(old.Block) + 1)
+				if st, err := db.Vacuum(c); !errors.Is(err, context.Canceled) || st.TuplesRemoved != 1 {
+					t.Fatalf("vacuum: %+v, %v; want one version removed, then context.Canceled", st, err)
+				}
+				if n := chunkTuples(t, db); n != 3 {
+					t.Fatalf("%d chunk tuples after the stopped run; want its 3", n)
+				}
+				if err := db.SetCheckpointOnClose(stop == "canceled"); err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			db = openTest(t, dir, opts)
 			defer db.Close()
