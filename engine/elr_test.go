@@ -480,3 +480,53 @@ func TestCommitSiblingsCountsEarlyCommitters(t *testing.T) {
 		t.Errorf("no round waited commit_delay with 7 commits waiting for one flush and commit_siblings 3: %+v elr=%v", db.Stats().WAL, db.EarlyLockRelease())
 	}
 }
+
+// TestAsyncCommitAfterWALFailureStaysInvisible: an asynchronous commit
+// queued behind a synchronous one whose WAL sync then fails does not
+// become visible, and its Wait reports the failure: its record lies in a
+// WAL that takes no more writes, as PostgreSQL stops at such a failure
+// and commits nothing after it. It used to become visible and its Wait
+// returned nil, after the failure had stopped every write.
+func TestAsyncCommitAfterWALFailureStaysInvisible(t *testing.T) {
+	_, ffs := faultMemDir(t)
+	g := newWALGate(ffs)
+	on := true
+	db := openTest(t, "/db", Options{FS: g, CheckpointTimeout: -1, WALWriterDelay: time.Hour, EarlyLockRelease: &on})
+	defer db.Close()
+	defer g.open()
+	ctx := context.Background()
+	mustPut(t, db, "b", "old")
+
+	g.shut()
+	a, _ := db.Begin(ctx, TxnOptions{})
+	if err := a.Put([]byte("a"), []byte("lost")); err != nil {
+		t.Fatal(err)
+	}
+	aw, err := a.CommitAsync(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.blocked // a's flush is under way
+	off := SyncCommitOff
+	b, _ := db.Begin(ctx, TxnOptions{SynchronousCommit: &off})
+	if err := b.Put([]byte("b"), []byte("async")); err != nil {
+		t.Fatal(err)
+	}
+	bw, err := b.CommitAsync(aw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpDatasync), Contains: "/wal/"})
+	g.open()
+	if err := aw.Wait(ctx); !errors.Is(err, ErrWALSyncFailed) {
+		t.Fatalf("the synchronous commit: %v; want ErrWALSyncFailed", err)
+	}
+	if err := bw.Wait(ctx); err == nil {
+		t.Fatal("the asynchronous commit after the failure: Wait returned nil")
+	}
+	r, _ := db.Begin(ctx, TxnOptions{ReadOnly: true})
+	defer r.Rollback()
+	if v, err := r.Get([]byte("b")); err == nil && string(v) == "async" {
+		t.Fatal("the asynchronous commit after the failure is visible")
+	}
+}

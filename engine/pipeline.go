@@ -43,7 +43,9 @@ import (
 // flush concurrently, so one flush normally covers a whole pipeline.
 //
 // With synchronous commit off the flush is not waited for; the commit still
-// completes after after's.
+// completes after after's, and if a failure has stopped writes by then (after's
+// flush failed, say) it does not become visible and Wait returns that
+// failure, as PostgreSQL commits nothing after a failed WAL write.
 //
 // CommitAsync returns the same errors as Commit does before the commit
 // record exists (ErrTxnManaged, doing nothing, inside DB.Update or DB.View;
@@ -218,7 +220,7 @@ func (w *CommitWait) complete(db *DB, it chainItem, err error) {
 		// Durable already (or synchronous commit is off): only the
 		// CLOG, the running table and the row locks remain, then the
 		// dependency.
-		w.err = db.completeCommit(st, w.lsn, false)
+		w.err = db.completeCommit(st, w.lsn, false, !it.sync)
 		if w.err == nil {
 			w.err = db.waitDurable(it.dep)
 		}

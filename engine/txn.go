@@ -1083,7 +1083,7 @@ func (db *DB) commit(st *txnState, sync bool, dep wal.LSN) error {
 		}
 		return nil
 	}
-	if err := db.completeCommit(st, end, sync); err != nil {
+	if err := db.completeCommit(st, end, sync, !sync); err != nil {
 		return err
 	}
 	return db.waitDurable(dep)
@@ -1121,10 +1121,20 @@ func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
 // order of rule 2 with early lock release off (and for asynchronous
 // commits): the flush (with sync), the CLOG, the running table, the row
 // locks. It releases the locks insertCommit left held.
-func (db *DB) completeCommit(st *txnState, end wal.LSN, sync bool) error {
+//
+// sync flushes the WAL to end first; async says the commit is
+// asynchronous (synchronous_commit off), not one flushed already.
+func (db *DB) completeCommit(st *txnState, end wal.LSN, sync, async bool) error {
 	var err error
 	if sync {
 		err = db.wal.Flush(end)
+	} else if async {
+		// An asynchronous commit completing after a failure stopped
+		// writes (its CommitAsync queued behind a commit whose flush
+		// failed) stays invisible too: its record lies in a WAL that may
+		// never write it, and PostgreSQL commits nothing after a failed
+		// WAL write (a PANIC).
+		err = db.writable()
 	}
 	if err != nil {
 		db.ckptInterlock.RUnlock()
