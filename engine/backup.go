@@ -251,24 +251,40 @@ func insideDir(dir, path string) bool {
 }
 
 // underSameDir reports whether an existing directory on the way from path
-// up to the root is the data directory itself (the same device and inode),
-// on the OS file system: a bind mount of the data directory, or of a
-// directory above it, names it by a path that no resolving of symbolic
-// links reaches.
+// up to the root is the data directory or a directory inside it (the same
+// device and inode), on the OS file system: a bind mount of the data
+// directory, of a directory above it or of one inside it (its WAL or heap
+// directory) names it by a path that no resolving of symbolic links
+// reaches.
 func underSameDir(fsys vfs.FS, dataDir, path string) bool {
 	if _, ok := fsys.(vfs.OS); !ok {
 		return false
 	}
-	data, err := os.Stat(dataDir)
-	if err != nil {
+	if r, err := filepath.EvalSymlinks(dataDir); err == nil {
+		dataDir = r
+	}
+	var dirs []os.FileInfo
+	_ = filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			if fi, err := os.Stat(p); err == nil {
+				dirs = append(dirs, fi)
+			}
+		}
+		return nil
+	})
+	if len(dirs) == 0 {
 		return false
 	}
 	if a, err := filepath.Abs(path); err == nil {
 		path = a
 	}
 	for p := path; ; p = filepath.Dir(p) {
-		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, data) {
-			return true
+		if fi, err := os.Stat(p); err == nil {
+			for _, d := range dirs {
+				if os.SameFile(fi, d) {
+					return true
+				}
+			}
 		}
 		if filepath.Dir(p) == p {
 			return false

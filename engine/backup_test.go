@@ -435,6 +435,48 @@ func TestBackupRefusesDataDirectoryThroughBindMount(t *testing.T) {
 	}
 }
 
+// TestBackupRefusesDirectoryInsideDataDirectoryThroughBindMount: a target
+// reached through a bind mount of a directory inside the data directory
+// (its heap or WAL directory) is refused too; only the data directory and
+// the directories above it were compared, and the copy was written into
+// the WAL directory, where verify then reported it as a stray file.
+// Needs the right to mount (root); skipped without it.
+func TestBackupRefusesDirectoryInsideDataDirectoryThroughBindMount(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bind mounts are Linux's")
+	}
+	root := t.TempDir()
+	data := filepath.Join(root, "data")
+	db := openTest(t, data, Options{})
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	for _, sub := range []string{"wal", "heap"} {
+		m := filepath.Join(root, "m-"+sub)
+		if err := os.Mkdir(m, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "--bind", filepath.Join(data, sub), m).CombinedOutput(); err != nil {
+			t.Skipf("cannot bind-mount here: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", m).Run() })
+		for _, target := range []string{filepath.Join(m, "copy"), filepath.Join(m, "a", "b", "copy")} {
+			_, err := db.Backup(context.Background(), target)
+			if err == nil || !strings.Contains(err.Error(), "inside the data directory") {
+				t.Errorf("backup into %s: %v, want a refusal", target, err)
+			}
+		}
+		if names, err := os.ReadDir(filepath.Join(data, sub)); err != nil {
+			t.Fatal(err)
+		} else {
+			for _, n := range names {
+				if n.IsDir() {
+					t.Errorf("%s holds the directory %s after the refused backups", sub, n.Name())
+				}
+			}
+		}
+	}
+}
+
 // TestBackupRefusesDanglingLink: a target that is a symbolic link to
 // nothing is refused before anything is copied. The existence check
 // followed the link and found nothing, and the backup copied the whole
