@@ -118,6 +118,11 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		return info, fmt.Errorf("mvkv: backup: %s lies inside the data directory %s: give a directory outside it", info.Dir, db.dir)
 	}
 	partial := info.Dir + ".partial"
+	// The data directory named X.partial, and X as the target: the
+	// check below would call it a copy cut short, which can be removed.
+	if insideDir(realPath(db.fs, db.dir), realPath(db.fs, partial)) || underSameDir(db.fs, db.dir, partial) {
+		return info, fmt.Errorf("mvkv: backup: %s, where a backup into %s builds its copy, is the data directory %s: give another directory", partial, info.Dir, db.dir)
+	}
 	targetFree := func() error {
 		for _, d := range []string{info.Dir, partial} {
 			_, err := db.fs.Stat(d)

@@ -477,6 +477,30 @@ func TestBackupRefusesDirectoryInsideDataDirectoryThroughBindMount(t *testing.T)
 	}
 }
 
+// TestBackupRefusesTargetWhoseCopyDirectoryIsTheDataDirectory: with the
+// data directory named X.partial, a backup into X is refused as such; it
+// was refused as a target whose ".partial" a backup cut short had left,
+// "which can then be removed", naming the data directory.
+func TestBackupRefusesTargetWhoseCopyDirectoryIsTheDataDirectory(t *testing.T) {
+	root := t.TempDir()
+	data := filepath.Join(root, "live.partial")
+	db := openTest(t, data, Options{})
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	if err := os.Symlink(root, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{filepath.Join(root, "live"), filepath.Join(root, "link", "live")} {
+		_, err := db.Backup(context.Background(), target)
+		if err == nil || !strings.Contains(err.Error(), "is the data directory") || strings.Contains(err.Error(), "removed") {
+			t.Errorf("backup into %s: %v, want a refusal naming the data directory", target, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(data, "control")); err != nil {
+		t.Errorf("the data directory: %v", err)
+	}
+}
+
 // TestBackupRefusesDanglingLink: a target that is a symbolic link to
 // nothing is refused before anything is copied. The existence check
 // followed the link and found nothing, and the backup copied the whole
