@@ -192,6 +192,10 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		}
 	}
 	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("mvkv: backup into %s stopped: %w", info.Dir, err)
+		}
+		db.logger.Warn("backup failed; its unfinished copy is removed", "dir", info.Dir, "err", err)
 		if rerr := removeAll(db.fs, written); rerr != nil {
 			db.logger.Warn("backup: removing the unfinished copy", "dir", written, "err", rerr)
 		}
