@@ -83,10 +83,10 @@ type BackupInfo struct {
 //
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists (a
 // symbolic link to nothing counts as existing, as the rename cannot
-// replace it); the
-// failure that stopped the database taking writes (Failure), as the copy
-// could not be trusted; ErrClosed after Close (Close waits for a running
-// Backup to stop at its next page); ctx's error; an error wrapping
+// replace it); the failure that stopped the database taking writes
+// (Failure), as the copy could not be trusted; ErrClosed after Close
+// (Close waits for a running Backup to stop at its next page); ctx's
+// error, wrapped with dir once the copy has begun; an error wrapping
 // ErrCorruption, naming the file and offset, when a page that must be
 // read from disk fails its checks; I/O errors naming the file. Safe to
 // call concurrently with every other method; one Backup runs at a time.
