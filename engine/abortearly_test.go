@@ -446,6 +446,47 @@ func TestOnAbort(t *testing.T) {
 	}
 }
 
+// An OnAbort function that panics does not keep the row locks: they
+// are released as the panic goes up, whether the transaction had an xid
+// (a Put) or only row locks (a delete of a missing key), so the next
+// writer of the key is not kept waiting for ever.
+func TestOnAbortPanicReleasesLocks(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	ctx := context.Background()
+	for _, write := range []string{"put", "delete of a missing key"} {
+		tx, err := db.Begin(ctx, TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if write == "put" {
+			err = tx.Put([]byte("k"), []byte("v"))
+		} else {
+			err = tx.Delete([]byte("missing"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx.OnAbort(func() { panic("in OnAbort") })
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("%s: Rollback did not pass the panic on", write)
+				}
+			}()
+			tx.Rollback()
+		}()
+		for _, k := range []string{"k", "missing"} {
+			if h := lockHolder(db, k); h != nil {
+				t.Fatalf("%s: %s still locked after the panic", write, k)
+			}
+		}
+	}
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("k"), []byte("after")) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A Scan's (or ScanKeys', DeleteRange's) function that ends its own
 // transaction with Commit or Rollback ends the call there with
 // ErrTxnDone, as Update's does: the scan went on reading with the ended

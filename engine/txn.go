@@ -635,11 +635,13 @@ func (t *Txn) discard() error {
 	st, fn := t.st, t.onAbort
 	t.st, t.onAbort = nil, nil
 	if st == nil || st.xid.Load() == 0 {
+		if st != nil {
+			// Deferred, as in abort: fn is the caller's code and may
+			// panic, and the locks must go all the same.
+			defer t.db.releaseLocks(st)
+		}
 		if fn != nil {
 			fn()
-		}
-		if st != nil {
-			t.db.releaseLocks(st)
 		}
 		return nil
 	}
@@ -656,8 +658,10 @@ func (t *Txn) discard() error {
 // bumped), as a callback PostgreSQL's RegisterXactCallback registers runs
 // at XACT_EVENT_ABORT, before AbortTransaction releases the locks. fn is
 // not run when the transaction commits. It must not call the Txn or the
-// DB: database locks are held. A later OnAbort replaces fn, and a nil fn
-// removes it. Like the Txn, OnAbort is not safe for concurrent use.
+// DB: database locks are held. If fn panics, the panic goes on up through
+// the call that rolled back, the rollback done and the row locks released
+// all the same. A later OnAbort replaces fn, and a nil fn removes it.
+// Like the Txn, OnAbort is not safe for concurrent use.
 func (t *Txn) OnAbort(fn func()) { t.onAbort = fn }
 
 // deleteInfo is what a delete tells DeleteRange: whether it deleted a
@@ -1188,14 +1192,18 @@ func (db *DB) abort(st *txnState, before func()) error {
 	}
 	db.ckptInterlock.RUnlock()
 	db.procs.remove(st)
+	if err != nil {
+		err = db.fail(err)
+	}
+	// before is the caller's code (OnAbort's function) and may panic:
+	// the row locks are released in a defer, or every later writer of
+	// those keys would wait for them for ever (the xid has left the
+	// running table, so nothing else would ever release them).
+	defer db.releaseLocks(st)
 	if before != nil {
 		before()
 	}
-	db.releaseLocks(st)
-	if err != nil {
-		return db.fail(err)
-	}
-	return nil
+	return err
 }
 
 // finish takes a transaction out of the running table and releases its row
