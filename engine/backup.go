@@ -77,9 +77,11 @@ type BackupInfo struct {
 // directory is refused, judged from the path as given (made absolute)
 // and, on the operating system's file system, with symbolic links
 // resolved and by identity (so a bind mount of it is seen through too).
-// The context is looked at once Backup holds the locks it waits for (a
-// running vacuum or checkpoint finishes first; it does not end that
-// wait), while pages are copied, and between the parts of the copy.
+// The context is looked at while Backup waits for a running vacuum,
+// Verify or other Backup to finish, once it holds the locks it waits for
+// (a running checkpoint or bulk load finishes first; the context does not
+// end that wait), while pages are copied, and between the parts of the
+// copy.
 //
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists (a
 // symbolic link to nothing counts as existing, as the rename cannot
@@ -149,7 +151,9 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	// CLOG; a checkpoint would remove WAL the copy needs and rewrite the
 	// control and index files being copied. Both wait, in the order
 	// Verify takes them.
-	db.vac.mu.Lock()
+	if err := db.vac.mu.lockCtx(ctx, db.closing); err != nil {
+		return info, err
+	}
 	defer db.vac.mu.Unlock()
 	db.ckptMu.Lock()
 	defer db.ckptMu.Unlock()

@@ -400,6 +400,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.targets.reset()
 	db.snaps.init()
 	db.fsm.init()
+	db.vac.mu.init()
 	db.closing = make(chan struct{})
 	if err := db.open(); err != nil {
 		// Nothing of the CLOG is written back: a page recovery accepted

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -245,7 +246,9 @@ func (db *DB) Verify() (VerifyReport, error) {
 	// whole check (taken before the checkpoint, so that the files the
 	// scan reads hold no run's partial work either) keeps Verify exact
 	// while autovacuum is on.
-	db.vac.mu.Lock()
+	if err := db.vac.mu.lockCtx(context.Background(), db.closing); err != nil {
+		return rep, err
+	}
 	defer db.vac.mu.Unlock()
 	db.pruneMu.Lock()
 	defer db.pruneMu.Unlock()

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -226,5 +229,50 @@ func TestStoppedVacuumChunksFreedAtClose(t *testing.T) {
 				t.Fatalf("big = %q", v)
 			}
 		})
+	}
+}
+
+// A Vacuum or Backup waiting for vacuum's lock, held by a run, a Verify
+// or a Backup for as long as they take, gives up when its context ends:
+// it used to wait for the lock whatever its context said, a deadline of
+// a second overrun by the whole of a long backup.
+func TestVacuumLockWaitEndsWithContext(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	db.vac.mu.Lock() // as a run in progress holds it
+	locked := true
+	defer func() {
+		if locked { // a failed wait below: let the waiters and Close go on
+			db.vac.mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	vac := make(chan error, 1)
+	go func() {
+		_, err := db.Vacuum(ctx)
+		vac <- err
+	}()
+	bk := make(chan error, 1)
+	target := filepath.Join(t.TempDir(), "copy")
+	go func() {
+		_, err := db.Backup(ctx, target)
+		bk <- err
+	}()
+	cancel()
+	if err := receive(t, vac, "Vacuum waiting for the lock"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Vacuum: %v, want context.Canceled", err)
+	}
+	if err := receive(t, bk, "Backup waiting for the lock"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Backup: %v, want context.Canceled", err)
+	}
+	db.vac.mu.Unlock()
+	locked = false
+	if _, err := os.Stat(target); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a canceled Backup left %s: %v", target, err)
+	}
+	if _, err := db.Vacuum(context.Background()); err != nil {
+		t.Errorf("Vacuum after the lock was released: %v", err)
 	}
 }

@@ -160,8 +160,8 @@ type VacuumStats struct {
 // vacuumState serializes vacuum runs and keeps their cumulative counters.
 type vacuumState struct {
 	// mu is held for a whole run: one vacuum at a time, and none while
-	// Verify reads the files.
-	mu sync.Mutex
+	// Verify reads the files or Backup copies them.
+	mu runLock
 
 	runs, pagesScanned, pagesSkipped, tuplesRemoved, pagesCompacted, tuplesFrozen atomic.Uint64
 	pagesPruned, pagesRead, ringSwept, pagesTruncated, chunksRemoved              atomic.Uint64
@@ -178,6 +178,47 @@ type vacuumState struct {
 	// throughout: Verify reads them.
 	orphansMu sync.Mutex
 	orphans   []chunkID
+}
+
+// runLock is a mutex whose waiter can give up: vacuum's lock is held for
+// a whole vacuum run, Verify or Backup, minutes on a large heap, and a
+// caller's Vacuum or Backup must not wait that long past its context's
+// end. It holds one token in a channel of one; the zero value is not
+// usable (init).
+type runLock struct{ ch chan struct{} }
+
+func (l *runLock) init() { l.ch = make(chan struct{}, 1) }
+
+// Lock waits for the lock as long as it takes.
+func (l *runLock) Lock() { l.ch <- struct{}{} }
+
+// lockCtx takes the lock, or returns ctx's error once ctx ends, or
+// ErrClosed once closing is closed, whichever comes first; a free lock is
+// taken whatever ctx says, as sync.Mutex would take it.
+func (l *runLock) lockCtx(ctx context.Context, closing <-chan struct{}) error {
+	select {
+	case l.ch <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closing:
+		return ErrClosed
+	}
+}
+
+// Unlock releases the lock; it panics if the lock is not held, as
+// sync.Mutex's does (a broken invariant of the engine, not an input).
+func (l *runLock) Unlock() {
+	select {
+	case <-l.ch:
+	default:
+		panic("engine: unlock of an unlocked runLock")
+	}
 }
 
 // vacuumRingFrames is the size of vacuum's buffer ring: 256 KiB, as
@@ -245,14 +286,17 @@ func (db *DB) oldestXmin() uint64 {
 // old ones, records the pages' free space and marks all-visible pages in the
 // visibility map, reading the heap in block order; at the end it cuts the
 // empty pages that end the heap off its files (Options.VacuumTruncate),
-// holding writers off for each step of that cut. Runs are serialized;
+// holding writers off for each step of that cut. Runs are serialized, and
+// none runs beside Verify or Backup: Vacuum waits for the one in progress
+// (autovacuum's included) until it ends, ctx ends or Close begins;
 // transactions go on meanwhile, pruning as they go (a key's index head is
 // moved only if its row lock is free). Everything it changes is WAL-logged,
-// so a crash at any point leaves a consistent database.
+// so a crash at any point leaves a consistent database. A nil ctx is
+// context.Background().
 //
-// It returns ErrClosed after Close, the failure that stopped writes, the
-// context's error (work done so far stays done), or ErrCorruption for a
-// page that fails its checks.
+// It returns ErrClosed after Close (or when Close begins while it waits),
+// the failure that stopped writes, the context's error (work done so far
+// stays done), or ErrCorruption for a page that fails its checks.
 func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -263,7 +307,11 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	if err := db.writable(); err != nil {
 		return VacuumStats{}, err
 	}
-	db.vac.mu.Lock()
+	// A run, a Verify or a Backup may hold the lock for minutes: the
+	// wait ends with ctx, or with Close, as the run itself would.
+	if err := db.vac.mu.lockCtx(ctx, db.closing); err != nil {
+		return VacuumStats{}, err
+	}
 	defer db.vac.mu.Unlock()
 	begin := time.Now()
 	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
