@@ -50,7 +50,8 @@ import (
 // CommitAsync returns the same errors as Commit does before the commit
 // record exists (ErrTxnManaged, doing nothing, inside DB.Update or DB.View;
 // ErrTxnDone; the error that aborted the transaction, after
-// rolling back; the context's error, after rolling back; ErrClosed; an
+// rolling back; the context's error, after rolling back a transaction that
+// placed a version; ErrClosed; an
 // error wrapping ErrIOFailure if the record could not be appended).
 // Errors after the record exists (ErrWALSyncFailed, ErrIOFailure,
 // ErrCorruption) come from Wait, and leave the outcome to recovery, as

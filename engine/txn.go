@@ -942,8 +942,10 @@ func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 // made durable, ErrIOFailure or ErrCorruption if the CLOG could not record
 // the commit (in these cases the commit record may already be durable: the
 // outcome is decided by recovery at the next Open), or the context's error
-// if the context had ended before Commit (the transaction is then rolled
-// back).
+// if the context had ended before Commit of a transaction that placed a
+// version (it is then rolled back; one that placed none, a read-only one
+// say, has nothing to roll back, and its Commit goes on as if the context
+// had not ended).
 func (t *Txn) Commit() error {
 	if t.managed {
 		return ErrTxnManaged
