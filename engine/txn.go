@@ -189,7 +189,9 @@ func checkKey(key []byte) error {
 }
 
 // Get returns the value of key visible to the transaction, or ErrNotFound.
-// The returned slice belongs to the caller. Other errors: ErrEmptyKey,
+// The returned slice belongs to the caller. An empty value (Put of a nil or
+// empty slice) is returned as a nil slice with a nil error: a missing key
+// is told by ErrNotFound, not by a nil value. Other errors: ErrEmptyKey,
 // ErrTooLarge (a key over MaxKeySize), ErrTxnDone, ErrClosed, the error
 // that aborted the transaction, ErrCorruption (naming the page), and,
 // with early lock release, ErrWALSyncFailed when the read may have seen a
@@ -431,7 +433,8 @@ func (t *Txn) abortedInCallback() error {
 }
 
 // Put sets key to value, creating a new version (its row lock is held to
-// the end of the transaction). It reads none of the key's current value:
+// the end of the transaction); a nil or empty value is an empty value, not
+// a delete. The value is copied before Put returns. It reads none of the key's current value:
 // the new version's tuple is written and the old one's xmax set, which
 // needs none of an out-of-line value's chunks, so Put replaces a value
 // that lost a chunk to a damaged page (vacuum frees what is left of the
