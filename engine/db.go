@@ -787,8 +787,10 @@ func (db *DB) SetCommitSiblings(n int) error {
 // Recovery returns what the last Open found and replayed.
 func (db *DB) Recovery() RecoveryInfo { return db.recovery }
 
-// Dir returns the data directory as Open was given it (PostgreSQL's
-// data_directory). Safe for concurrent use.
+// Dir returns the data directory as Open was given it, cleaned lexically
+// as filepath.Clean cleans a path ("d/" and "x/../d" are "d"; relative
+// stays relative, symbolic links stay unresolved): PostgreSQL's
+// data_directory. Safe for concurrent use.
 func (db *DB) Dir() string { return db.dir }
 
 // Close takes a checkpoint (unless a failure stopped writes, or
