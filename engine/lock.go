@@ -190,3 +190,17 @@ func (lm *lockManager) releaseAll(me *txnState) {
 	}
 	me.locks = nil
 }
+
+// ifUnlocked runs fn, and reports true, if no transaction holds key's row
+// lock; no transaction can take it while fn runs (fn runs under the lock's
+// shard mutex, so it must only take leaf locks, such as the index's).
+func (lm *lockManager) ifUnlocked(key []byte, fn func()) bool {
+	sh := lm.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, held := sh.holders[string(key)]; held {
+		return false
+	}
+	fn()
+	return true
+}

@@ -716,13 +716,28 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	}
 	e := db.idx.getOrCreate(key)
 	defer func() {
-		if !e.headTID().Valid() {
-			// No version landed (a delete of a missing key, or a first
-			// write that failed): drop the entry now rather than leave it
-			// to vacuum, which a workload of such deletes never starts.
-			// The row lock, still held, keeps every writer of the key out.
-			db.idx.removeEntry(e)
+		if e.headTID().Valid() {
+			return
 		}
+		// No version landed (a delete of a missing key, or a first write
+		// that failed): drop the entry now rather than leave it to
+		// vacuum, which a workload of such deletes never starts. The row
+		// lock, still held, keeps every writer of the key out.
+		if !t.done {
+			db.idx.removeEntry(e)
+			return
+		}
+		// Unless Update's function ended t (its Commit or Rollback),
+		// which released the lock: another writer may hold it now and
+		// have taken e, to place its version on it, which would then be
+		// committed on an entry no longer in the index, and the key read
+		// as missing. Dropped only if no one holds the lock, and e is
+		// still without a version, checked while no one can take it.
+		db.locks.ifUnlocked(key, func() {
+			if !e.headTID().Valid() {
+				db.idx.removeEntry(e)
+			}
+		})
 	}()
 	fn, del, di := op.fn, op.fn == nil, op.di
 	// Put needs nothing of the current version but its place; Update

@@ -542,6 +542,62 @@ func TestUpdateFunctionEndsTransaction(t *testing.T) {
 	}
 }
 
+// An Update of a new key whose function ends its own transaction has
+// released the key's row lock by the time it returns: another writer of
+// the key may hold the lock then, and may have taken the key's index
+// entry, still without a version. Update used to drop that entry as one
+// its own failed write had left, and the other writer's version then went
+// on an entry no longer in the index: its commit succeeded and the key
+// read as missing.
+func TestUpdateFunctionEndsTransactionKeepsOtherWritersEntry(t *testing.T) {
+	for _, end := range []string{"commit", "rollback"} {
+		db := openTest(t, t.TempDir(), Options{})
+		ctx := context.Background()
+		tx, _ := db.Begin(ctx, TxnOptions{})
+		in2, go2 := make(chan struct{}), make(chan struct{})
+		done2 := make(chan error, 1)
+		err := tx.Update([]byte("k"), func([]byte, bool) ([]byte, error) {
+			var err error
+			if end == "commit" {
+				err = tx.Commit()
+			} else {
+				err = tx.Rollback()
+			}
+			if err != nil {
+				return nil, err
+			}
+			// The lock is free: a second writer takes it and the key's
+			// entry, and waits in its own function until this Update
+			// has returned.
+			go func() {
+				w, _ := db.Begin(ctx, TxnOptions{})
+				err := w.Update([]byte("k"), func([]byte, bool) ([]byte, error) {
+					close(in2)
+					<-go2
+					return []byte("w"), nil
+				})
+				if err == nil {
+					err = w.Commit()
+				}
+				done2 <- err
+			}()
+			<-in2
+			return []byte("t"), nil
+		})
+		if !errors.Is(err, ErrTxnDone) {
+			t.Errorf("%s in the function: Update returned %v, want ErrTxnDone", end, err)
+		}
+		close(go2)
+		if err := receive(t, done2, "the second writer"); err != nil {
+			t.Fatalf("%s in the function: the second writer: %v", end, err)
+		}
+		if v, ok := get(t, db, "k"); !ok || v != "w" {
+			t.Errorf("%s in the function: k = %q (found %v) after the second writer committed w", end, v, ok)
+		}
+		db.Close()
+	}
+}
+
 // A function of Update that writes the key being updated in the same
 // transaction (a misuse) fails the Update with ErrNestedWrite and aborts
 // the transaction, instead of Update's version hiding the function's and
