@@ -799,7 +799,11 @@ func (db *DB) Dir() string { return db.dir }
 // the out-of-line value chunks of the versions such a run (or one stopped
 // earlier by its context) removed and did not get to free, which takes a
 // read and a write of each page holding them.
-// Transactions still open afterwards get ErrClosed. Close returns
+// Transactions still open afterwards get ErrClosed from their reads,
+// writes, Commit and Rollback (a Rollback of one that placed no version
+// has nothing to undo and returns nil); what they wrote never commits
+// (recovery at the next Open finds it aborted). Close does not wait for
+// them to end. Close returns
 // ErrClosed when called twice. After a failure that stopped writes it
 // returns that failure (see Failure), with the files closed all the same;
 // the next Open recovers from the last checkpoint.
