@@ -89,7 +89,10 @@ type Txn struct {
 
 // Begin starts a transaction. The context bounds its row-lock waits (a
 // commit's wait for durability is not interruptible: it lasts one WAL
-// flush); a nil ctx is context.Background(). It returns ErrClosed after Close, the context's error if it is
+// flush), and its waits for a bulk load before a write; reads do not look
+// at it (a Scan stops when its function returns false, and a Commit after
+// it ended rolls back a transaction that wrote); a nil ctx is
+// context.Background(). It returns ErrClosed after Close, the context's error if it is
 // already done (as database/sql's BeginTx), and a *SettingError (matching
 // ErrInvalidSetting) for an isolation level or synchronous_commit that is
 // not one of the constants.
