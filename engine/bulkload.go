@@ -159,7 +159,8 @@ type BulkLoadStats struct {
 // taking writes (ErrIOFailure) until it is reopened; its stats are zero.
 // If the checkpoint after the commit fails, the load stands and the stats
 // describe it, with the checkpoint's error. A nil rows gives
-// ErrNilFunction. The context is checked once a page.
+// ErrNilFunction. The context is checked once a page, not while the load
+// waits for a running checkpoint or Backup to finish before it starts.
 func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (BulkLoadStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
