@@ -154,11 +154,12 @@ func TestBackupFailedRemovesNewParents(t *testing.T) {
 	}
 }
 
-// TestBackupCanceledWhileWaiting cancels a Backup while it waits for a
-// running vacuum (its lock held here): once it gets the locks it returns
-// the context's error without running a checkpoint or creating anything.
-// After a cancel it used to run its checkpoint first and stop only at its
-// first page.
+// TestBackupCanceledWhileWaiting cancels (or closes the database under) a
+// Backup while it waits for a running vacuum (its lock held here): it
+// returns the context's error (ErrClosed) without running a checkpoint or
+// creating anything, whether it notices while waiting or once it has the
+// locks. After a cancel it used to run its checkpoint first and stop only
+// at its first page.
 func TestBackupCanceledWhileWaiting(t *testing.T) {
 	for _, how := range []string{"cancel", "close"} {
 		t.Run(how, func(t *testing.T) {
