@@ -442,9 +442,9 @@ const maxOrphansNamed = 20
 // directory so named (vacuum frees a directory's data chunks with it), or
 // by vacuum's queue of orphans (an Open that rebuilt the index from the
 // heap, or a run stopped before its second pass, left them there, and the
-// next run, or Close, frees them). Versions count whatever their state, dead ones
-// included: vacuum frees a version's chunks after the version, in the same
-// run.
+// next run, or Close, frees them). Versions count whatever their state,
+// dead ones included: vacuum frees a version's chunks after the version, in
+// the same run.
 //
 // Not reported, whoever names them: chunks of a transaction in progress
 // when Verify began (toastValue places a value's chunks before the version

@@ -92,10 +92,10 @@ type Txn struct {
 // flush), and its waits for a bulk load before a write; reads do not look
 // at it (a Scan stops when its function returns false, and a Commit after
 // it ended rolls back a transaction that wrote); a nil ctx is
-// context.Background(). It returns ErrClosed after Close, the context's error if it is
-// already done (as database/sql's BeginTx), and a *SettingError (matching
-// ErrInvalidSetting) for an isolation level or synchronous_commit that is
-// not one of the constants.
+// context.Background(). It returns ErrClosed after Close, the context's
+// error if it is already done (as database/sql's BeginTx), and a
+// *SettingError (matching ErrInvalidSetting) for an isolation level or
+// synchronous_commit that is not one of the constants.
 func (db *DB) Begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed
@@ -437,11 +437,11 @@ func (t *Txn) abortedInCallback() error {
 
 // Put sets key to value, creating a new version (its row lock is held to
 // the end of the transaction); a nil or empty value is an empty value, not
-// a delete. The value is copied before Put returns. It reads none of the key's current value:
-// the new version's tuple is written and the old one's xmax set, which
-// needs none of an out-of-line value's chunks, so Put replaces a value
-// that lost a chunk to a damaged page (vacuum frees what is left of the
-// old one). Errors: ErrEmptyKey, ErrTooLarge (a key over
+// a delete. The value is copied before Put returns. It reads none of the
+// key's current value: the new version's tuple is written and the old one's
+// xmax set, which needs none of an out-of-line value's chunks, so Put
+// replaces a value that lost a chunk to a damaged page (vacuum frees what
+// is left of the old one). Errors: ErrEmptyKey, ErrTooLarge (a key over
 // MaxKeySize, a value over MaxValueSize), ErrReadOnly, ErrTxnDone,
 // ErrClosed; ErrSerializationFailure under REPEATABLE READ when a
 // transaction outside the snapshot changed the key; ErrDeadlock,
