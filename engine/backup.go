@@ -230,6 +230,9 @@ func mkdirDurable(fsys vfs.FS, dir string) ([]string, error) {
 			break
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
+		} else if isLink(fsys, d) {
+			// MkdirAll would fail on it with a bare "file exists".
+			return nil, fmt.Errorf("%s is a symbolic link to nothing, where a directory above the target must go", d)
 		}
 		missing = append(missing, d)
 		if filepath.Dir(d) == d {

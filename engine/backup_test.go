@@ -530,6 +530,15 @@ func TestBackupRefusesDanglingLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A dangling link where a parent of the target goes is named as
+	// such (MkdirAll's error was a bare "file exists").
+	if err := os.Symlink(filepath.Join(root, "nowhere"), filepath.Join(root, "parent")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := db.Backup(context.Background(), filepath.Join(root, "parent", "copy"))
+	if err == nil || !strings.Contains(err.Error(), "parent is a symbolic link to nothing") {
+		t.Fatalf("backup under a dangling link: %v, want an error naming the link", err)
+	}
 }
 
 // TestBackupIntoNewParentsSurvivesPowerLoss: a backup into a directory
