@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"mvkv/internal/filecopy"
 	"mvkv/internal/heap"
 	"mvkv/vfs"
 )
@@ -114,15 +114,14 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := db.writable(); err != nil {
 		return info, err
 	}
-	// realPath leaves a path with no link in it as it is, so this also
-	// judges the paths as given.
-	if insideDir(realPath(db.fs, db.dir), realPath(db.fs, info.Dir)) || underSameDir(db.fs, db.dir, info.Dir) {
+	inside := inDataDir(db.fs, db.dir)
+	if inside(info.Dir) {
 		return info, fmt.Errorf("mvkv: backup: %s lies inside the data directory %s: give a directory outside it", info.Dir, db.dir)
 	}
 	partial := info.Dir + ".partial"
 	// The data directory named X.partial, and X as the target: the
 	// check below would call it a copy cut short, which can be removed.
-	if insideDir(realPath(db.fs, db.dir), realPath(db.fs, partial)) || underSameDir(db.fs, db.dir, partial) {
+	if inside(partial) {
 		return info, fmt.Errorf("mvkv: backup: %s, where a backup into %s builds its copy, is the data directory %s: give another directory", partial, info.Dir, db.dir)
 	}
 	targetFree := func() error {
@@ -266,44 +265,50 @@ func insideDir(dir, path string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-// underSameDir reports whether an existing directory on the way from path
-// up to the root is the data directory or a directory inside it (the same
-// device and inode), on the OS file system: a bind mount of the data
-// directory, of a directory above it or of one inside it (its WAL or heap
-// directory) names it by a path that no resolving of symbolic links
-// reaches.
-func underSameDir(fsys vfs.FS, dataDir, path string) bool {
-	if _, ok := fsys.(vfs.OS); !ok {
-		return false
-	}
-	if r, err := filepath.EvalSymlinks(dataDir); err == nil {
-		dataDir = r
-	}
+// inDataDir returns a test of whether a path lies inside dataDir: by the
+// path as given and with symbolic links resolved (realPath), and, on the
+// OS file system, by identity: whether an existing directory on the way
+// from the path up to the root is dataDir or a directory inside it (the
+// same device and inode), as a bind mount of the data directory, of a
+// directory above it or of one inside it (its WAL or heap directory)
+// names it by a path that no resolving of symbolic links reaches. The
+// data directory is read once, for every path tested.
+func inDataDir(fsys vfs.FS, dataDir string) func(path string) bool {
+	// realPath leaves a path with no link in it as it is, so the
+	// lexical test also judges the paths as given.
+	data := realPath(fsys, dataDir)
 	var dirs []os.FileInfo
-	_ = filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			if fi, err := os.Stat(p); err == nil {
-				dirs = append(dirs, fi)
-			}
-		}
-		return nil
-	})
-	if len(dirs) == 0 {
-		return false
-	}
-	if a, err := filepath.Abs(path); err == nil {
-		path = a
-	}
-	for p := path; ; p = filepath.Dir(p) {
-		if fi, err := os.Stat(p); err == nil {
-			for _, d := range dirs {
-				if os.SameFile(fi, d) {
-					return true
+	if _, ok := fsys.(vfs.OS); ok {
+		_ = filepath.WalkDir(data, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				if fi, err := os.Stat(p); err == nil {
+					dirs = append(dirs, fi)
 				}
 			}
+			return nil
+		})
+	}
+	return func(path string) bool {
+		if insideDir(data, realPath(fsys, path)) {
+			return true
 		}
-		if filepath.Dir(p) == p {
+		if len(dirs) == 0 {
 			return false
+		}
+		if a, err := filepath.Abs(path); err == nil {
+			path = a
+		}
+		for p := path; ; p = filepath.Dir(p) {
+			if fi, err := os.Stat(p); err == nil {
+				for _, d := range dirs {
+					if os.SameFile(fi, d) {
+						return true
+					}
+				}
+			}
+			if filepath.Dir(p) == p {
+				return false
+			}
 		}
 	}
 }
@@ -427,11 +432,13 @@ func (db *DB) backupInto(ctx context.Context, dir string, info *BackupInfo) erro
 	// checkpoint has rewritten either since: the caller holds the
 	// checkpoint lock): a directory with no control file is no data
 	// directory Open would recover (it has WAL, so Open says the control
-	// file is missing).
-	if err := copyFileSynced(db.fs, filepath.Join(db.dir, indexFileName), filepath.Join(dir, indexFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// file is missing). The index file may be hundreds of megabytes:
+	// copied a buffer at a time.
+	buf := make([]byte, 1<<20)
+	if err := filecopy.Synced(db.fs, filepath.Join(db.dir, indexFileName), db.fs, filepath.Join(dir, indexFileName), -1, 0, buf); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := copyFileSynced(db.fs, filepath.Join(db.dir, controlName), filepath.Join(dir, controlName)); err != nil {
+	if err := filecopy.Synced(db.fs, filepath.Join(db.dir, controlName), db.fs, filepath.Join(dir, controlName), -1, 0, buf); err != nil {
 		return err
 	}
 	if err := db.fs.SyncDir(dir); err != nil {
@@ -448,46 +455,6 @@ func (db *DB) backupErr(what string, err error) error {
 		return err
 	}
 	return wrapf(asCorruption(err), "backup: %s", what)
-}
-
-// copyFileSynced copies the file src on fsys to the new file dst, a
-// buffer at a time (an index file can be hundreds of megabytes), and
-// fsyncs dst. A missing src gives an error matching fs.ErrNotExist.
-func copyFileSynced(fsys vfs.FS, src, dst string) (err error) {
-	in, err := fsys.OpenReadOnly(src)
-	if err != nil {
-		return withPath("open", src, err)
-	}
-	defer in.Close()
-	out, err := fsys.Create(dst)
-	if err != nil {
-		return withPath("create", dst, err)
-	}
-	defer func() {
-		if cerr := out.Close(); err == nil && cerr != nil {
-			err = withPath("close", dst, cerr)
-		}
-	}()
-	buf := make([]byte, 1<<20)
-	for off := int64(0); ; {
-		n, rerr := in.ReadAt(buf, off)
-		if n > 0 {
-			if _, err := out.WriteAt(buf[:n], off); err != nil {
-				return withPath("write", dst, err)
-			}
-			off += int64(n)
-		}
-		if errors.Is(rerr, io.EOF) {
-			break
-		}
-		if rerr != nil {
-			return withPath("read", src, rerr)
-		}
-	}
-	if err := out.Sync(); err != nil {
-		return withPath("fsync", dst, err)
-	}
-	return nil
 }
 
 // dirBytes sums the sizes of the files under dir (0 for what cannot be

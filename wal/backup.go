@@ -1,11 +1,10 @@
 package wal
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"path"
 
+	"mvkv/internal/filecopy"
 	"mvkv/vfs"
 )
 
@@ -56,7 +55,7 @@ func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) (int, error) {
 		if seg+size > to {
 			keep = max(int64(to-seg), segHeaderSize)
 		}
-		if err := copySegment(w.fs, path.Join(w.dir, segmentName(seg)), fsys, path.Join(dst, segmentName(seg)), w.segSize, keep, buf); err != nil {
+		if err := filecopy.Synced(w.fs, path.Join(w.dir, segmentName(seg)), fsys, path.Join(dst, segmentName(seg)), keep, w.segSize, buf); err != nil {
 			return n, fmt.Errorf("wal: backup: %w", err)
 		}
 		n++
@@ -65,49 +64,4 @@ func (w *Writer) Backup(fsys vfs.FS, dst string, from, to LSN) (int, error) {
 		return n, fmt.Errorf("wal: backup: fsync directory %s: %w", dst, err)
 	}
 	return n, nil
-}
-
-// copySegment copies the first keep bytes of the file src on sfs to the
-// new file dst on dfs, writes zeros after them up to size bytes (or up to
-// the end of src, if shorter and keep reaches it), and fsyncs dst.
-func copySegment(sfs vfs.FS, src string, dfs vfs.FS, dst string, size, keep int64, buf []byte) (err error) {
-	in, err := sfs.OpenReadOnly(src)
-	if err != nil {
-		return err // the path error names the file
-	}
-	defer in.Close()
-	out, err := dfs.Create(dst)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, out.Close()) }()
-	for off := int64(0); off < size; {
-		if off >= keep {
-			// Zeros, not the bytes there: see Backup.
-			clear(buf)
-			n := min(int64(len(buf)), size-off)
-			if _, err := out.WriteAt(buf[:n], off); err != nil {
-				return fmt.Errorf("write %s at offset %d: %w", dst, off, err)
-			}
-			off += n
-			continue
-		}
-		n, rerr := in.ReadAt(buf[:min(int64(len(buf)), keep-off)], off)
-		if n > 0 {
-			if _, err := out.WriteAt(buf[:n], off); err != nil {
-				return fmt.Errorf("write %s at offset %d: %w", dst, off, err)
-			}
-			off += int64(n)
-		}
-		if errors.Is(rerr, io.EOF) {
-			break
-		}
-		if rerr != nil {
-			return fmt.Errorf("read %s at offset %d: %w", src, off, rerr)
-		}
-	}
-	if err := out.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dst, err)
-	}
-	return nil
 }
