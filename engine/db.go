@@ -819,13 +819,13 @@ func (db *DB) Close() error {
 	close(db.stopBG)
 	db.bgWG.Wait()
 	// A Vacuum still running stops at its next page (closed is set),
-	// queueing the chunks of versions it removed; vac.mu waits for it.
-	// Freed here, before the checkpoint, because the queue dies with
-	// the process (freeQueuedChunks).
+	// leaving the chunks of versions it removed in vacuum's debt; vac.mu
+	// waits for it. Freed here, before the checkpoint, rather than by a
+	// run after the next Open, which may be far off (freeChunkDebt).
 	db.vac.mu.Lock()
 	if db.writable() == nil {
-		if ferr := db.freeQueuedChunks(); ferr != nil {
-			db.logger.Warn("close: freeing the chunks a stopped vacuum left failed; their space stays used until an index rebuild", "err", ferr)
+		if ferr := db.freeChunkDebt(); ferr != nil {
+			db.logger.Warn("close: freeing the chunks a stopped vacuum left failed; the next vacuum after Open frees them", "err", ferr)
 		}
 	}
 	db.vac.mu.Unlock()

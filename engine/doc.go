@@ -180,8 +180,8 @@
 // row-lock wait or the caller's code (Txn.Update's function, BulkLoad's
 // rows, StatTuple's class), which may take it again.
 //
-// The index's and the running table's mutexes, the CLOG's bank locks and
-// the snapshot registry are leaves: held briefly, never across a wait for
+// The index's and the running table's mutexes, the CLOG's bank locks,
+// vacuum's debt of chunks and the snapshot registry are leaves: held briefly, never across a wait for
 // any lock above (the snapshot registry's mutex is taken before the
 // running table's, never after). One exception, as PostgreSQL's
 // XidGenLock across ExtendCLOG: handing out the first xid of a CLOG page
@@ -222,7 +222,7 @@
 // the old format (their size is part of that format) fit only empty
 // pages, which the map keeps in a category of their own. A directory
 // carries its flag, so whoever
-// frees it (vacuum, after the version; or as an orphan after a crash)
+// frees it (vacuum, after the version, or from its debt after a crash)
 // knows to free the chunks it lists too, in a second round of vacuum's
 // chunk pass, and the index rebuild after a crash counts what a directory
 // lists as used. Every count in a pointer or directory is derived from the

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"slices"
 
 	"mvkv/internal/heap"
 	"mvkv/vfs"
@@ -56,23 +57,26 @@ import (
 //
 // It also carries what the heap scan at Open used to gather: the free space
 // map (categories of recorded blocks), the RelFrozenXid of the last vacuum,
-// and autovacuum's count of dead versions. Not the out-of-line chunks that no
-// version names (left by a crash between a vacuum's two passes): a slot
-// listed at a checkpoint may be freed and reused by a new chunk before a
-// crash, and freeing it after the next Open would lose that chunk. They
-// stay until an Open rebuilds the index from the heap, which finds them.
+// and autovacuum's count of dead versions; and vacuum's debt, the
+// out-of-line chunks no version names that vacuum is still to free, read
+// after the redo point was chosen (chunkdebt.go), to which Open adds the
+// chunks the records replayed after it list. A chunk listed there and
+// freed before the crash, its slot then reused by another value's chunk,
+// is left alone by the xmin every entry carries.
 //
 // Format (little-endian; part of the format, do not change):
 //
 //	header, 80 bytes:
 //	 0 magic 8 | 8 version 4 | 12 flags 4 | 16 redo LSN 8 | 24 checkpoint LSN 8
-//	32 keys 8  | 40 RelFrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4 | 60 zero 4
+//	32 keys 8  | 40 RelFrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4
+//	60 vacuum's debt, chunks 4 (zero in version 3)
 //	64 system identifier 8 (the control file's: the database the file is of)
 //	72 checkpoint identifier 8 (the checkpoint record's)
 //	keys, in strictly increasing order, each:
 //	  uvarint bytes shared with the previous key | uvarint length of the rest
 //	  | the rest | head block 4 | head slot 2
 //	FSM: per recorded block, block 4 | category 1
+//	vacuum's debt: per chunk, block 4 | slot 2 | xmin 8
 //	CRC-32C of everything above, 4
 //
 // Rejected: a B-tree file updated in place (pages, WAL records of its own,
@@ -86,8 +90,12 @@ const (
 	// indexFileVersion 1 had a 64-byte header without the system
 	// identifier, version 2 a 72-byte one without the checkpoint
 	// identifier; such a file is refused (the index is rebuilt once).
-	indexFileVersion = 3
-	indexHeaderSize  = 80
+	// Version 3 is version 4 without vacuum's debt (its field is zero),
+	// and is read as a file with none.
+	indexFileVersion = 4
+	// indexFileVersionNoDebt is version 3.
+	indexFileVersionNoDebt = 3
+	indexHeaderSize        = 80
 	// indexEntryMin is the fewest bytes a key entry takes: two one-byte
 	// varints and a TID. It bounds the key count a file can claim.
 	indexEntryMin = 1 + 1 + 6
@@ -108,6 +116,7 @@ type indexFileHeader struct {
 	relFrozenXid     uint64
 	dead             int64
 	fsmBlocks        uint32
+	debtChunks       uint32
 	systemID         uint64
 	checkpointID     uint64
 }
@@ -123,7 +132,7 @@ func (h indexFileHeader) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, h.relFrozenXid)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.dead))
 	b = binary.LittleEndian.AppendUint32(b, h.fsmBlocks)
-	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, h.debtChunks)
 	b = binary.LittleEndian.AppendUint64(b, h.systemID)
 	return binary.LittleEndian.AppendUint64(b, h.checkpointID)
 }
@@ -138,6 +147,7 @@ func decodeIndexHeader(head []byte) indexFileHeader {
 		relFrozenXid: binary.LittleEndian.Uint64(head[40:]),
 		dead:         int64(binary.LittleEndian.Uint64(head[48:])),
 		fsmBlocks:    binary.LittleEndian.Uint32(head[56:]),
+		debtChunks:   binary.LittleEndian.Uint32(head[60:]),
 		systemID:     binary.LittleEndian.Uint64(head[64:]),
 		checkpointID: binary.LittleEndian.Uint64(head[72:]),
 	}
@@ -157,8 +167,8 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeIndexFile writes the index, the free space map and the vacuum
-// counters (not the orphan chunks, which stay in memory: see above) to the index file for the checkpoint with the
+// writeIndexFile writes the index, the free space map, the vacuum
+// counters and vacuum's debt to the index file for the checkpoint with the
 // given redo point and record LSN. The caller is the checkpoint, after the
 // redo point was chosen; the index is read in batches, so writers are not
 // held off. The file is replaced atomically and durably.
@@ -226,9 +236,19 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 			return 0, 0, failed("write", tmp, err)
 		}
 	}
+	// Read after the redo point was chosen: every record before it that
+	// listed chunks has put them in the debt (chunkdebt.go).
+	debt := db.vac.debt.list()
+	for _, c := range debt {
+		rec = appendTID(rec[:0], c.tid)
+		rec = binary.LittleEndian.AppendUint64(rec, c.xmin)
+		if _, err := cw.Write(rec); err != nil {
+			return 0, 0, failed("write", tmp, err)
+		}
+	}
 	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
 		relFrozenXid: db.vac.relFrozenXid.Load(), dead: db.av.dead.Load(),
-		fsmBlocks: uint32(len(fsm)), systemID: db.systemID, checkpointID: ckptID}
+		fsmBlocks: uint32(len(fsm)), debtChunks: uint32(len(debt)), systemID: db.systemID, checkpointID: ckptID}
 	head := hdr.encode()
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], crc32.Update(cw.crc.Sum32(), castagnoli, head))
@@ -278,8 +298,9 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 
 // indexFileData is a decoded index file.
 type indexFileData struct {
-	hdr indexFileHeader
-	fsm []fsmBlock
+	hdr  indexFileHeader
+	fsm  []fsmBlock
+	debt []chunkID
 }
 
 // fileReader reads a vfs file sequentially.
@@ -385,7 +406,8 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		says := fmt.Sprintf("bad magic %#x", m)
 		return d, refuse(bad("%s", says), says)
 	}
-	if v := binary.LittleEndian.Uint32(head[8:]); v != indexFileVersion {
+	v := binary.LittleEndian.Uint32(head[8:])
+	if v != indexFileVersion && v != indexFileVersionNoDebt {
 		says := fmt.Sprintf("format version %d, this build reads %d", v, indexFileVersion)
 		if old, ok := olderIndexHeaderSize[v]; ok {
 			// An older format, whose checksum covers a shorter header
@@ -398,9 +420,9 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	}
 	d.hdr = decodeIndexHeader(head)
 	h := &d.hdr
-	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 {
+	if z := binary.LittleEndian.Uint32(head[60:]); z != 0 && v == indexFileVersionNoDebt {
 		off = 60
-		says := fmt.Sprintf("reserved field is %#x, not zero", z)
+		says := fmt.Sprintf("reserved field of format version %d is %#x, not zero", v, z)
 		return d, refuse(bad("%s", says), says)
 	}
 	if accept != nil {
@@ -408,8 +430,8 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			return d, refuse(err, err.Error())
 		}
 	}
-	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5 > uint64(body) {
-		says := fmt.Sprintf("%d keys and %d free space entries, more than %d bytes hold", h.keys, h.fsmBlocks, body)
+	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5+uint64(h.debtChunks)*14 > uint64(body) {
+		says := fmt.Sprintf("%d keys, %d free space entries and %d chunks of vacuum's debt, more than %d bytes hold", h.keys, h.fsmBlocks, h.debtChunks, body)
 		return d, refuse(bad("header claims %s", says), says)
 	}
 	// The body is read through a buffer that cannot run past it, so that
@@ -538,6 +560,19 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		br.pos += 5
 		d.fsm = append(d.fsm, b)
 	}
+	for i := uint32(0); i < h.debtChunks; i++ {
+		off = at()
+		p := br.fill(14)
+		if len(p) < 14 {
+			return d, badBody("chunk %d of vacuum's debt: %v", i, br.short(0))
+		}
+		c := chunkID{readTID(p), binary.LittleEndian.Uint64(p[6:])}
+		if c.tid.Block >= nblocks || int(c.tid.Slot) >= maxSlotsPerPage {
+			return d, badBody("chunk %d of vacuum's debt: %s lies outside a heap of %d blocks", i, c.tid, nblocks)
+		}
+		br.pos += 14
+		d.debt = append(d.debt, c)
+	}
 	off = at()
 	if off != size-4 {
 		return d, badBody("%d bytes follow the last entry, want 4 (the checksum)", size-off)
@@ -644,13 +679,14 @@ func (db *DB) noteRedoTouched(blk uint32, page []byte) {
 }
 
 // openIndex loads the index file after redo and applies the key changes
-// redo met, then restores the free space map and the vacuum counters the
-// file carries (orphan chunks are found only by a rebuild from the heap). bulkLSN is the LSN of the last bulk
-// load commit redo replayed (0: none); the file of a checkpoint whose redo
-// point is not past it is not used. It returns why the file was not used
-// ("" when it was), in which case the caller rebuilds from the heap; the
-// error is for failures that must stop Open.
-func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, changes map[string]heap.TID, replayedDead int64, bulkLSN wal.LSN) (string, error) {
+// redo met, then restores the free space map, the vacuum counters and
+// vacuum's debt the file carries, the debt with the chunks the replayed
+// records listed (listed, noteListedChunks). bulkLSN is the LSN of the last
+// bulk load commit redo replayed (0: none); the file of a checkpoint whose
+// redo point is not past it is not used. It returns why the file was not
+// used ("" when it was), in which case the caller rebuilds from the heap;
+// the error is for failures that must stop Open.
+func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, changes map[string]heap.TID, listed map[chunkID]struct{}, replayedDead int64, bulkLSN wal.LSN) (string, error) {
 	// Room in the hash table for the keys redo added, so that applying
 	// them does not grow it (a growth moves a shard to a new array).
 	d, err := db.loadIndexFile(len(changes), func(h indexFileHeader) error {
@@ -709,6 +745,15 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, ch
 	}
 	db.vac.relFrozenXid.Store(max(d.hdr.relFrozenXid, db.clog.OldestXid()))
 	db.av.dead.Store(d.hdr.dead + replayedDead)
+	// Slots past the heap's end now went with a truncation, which cuts
+	// off only pages without tuples.
+	debt := d.debt
+	for c := range listed {
+		debt = append(debt, c)
+	}
+	n := db.pool.NBlocks()
+	debt = slices.DeleteFunc(debt, func(c chunkID) bool { return c.tid.Block >= n })
+	db.vac.debt.reset(debt)
 	return "", nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strings"
 
 	"mvkv/clog"
@@ -157,9 +156,11 @@ type VerifyReport struct {
 	// no write can use until vacuum frees them after an Open that
 	// rebuilds the key index from the heap; every value a version names
 	// reads as before. Left by a large value's directory lost with its
-	// page, or a crash between vacuum's two passes; otherwise by a bug.
-	// Not counted: chunks vacuum's next run frees anyway (an Open that
-	// rebuilt the index queued them, or their writer aborted or crashed:
+	// page (zero_damaged_pages) before its value's delete; otherwise by
+	// a bug.
+	// Not counted: chunks vacuum's next run frees anyway (those it owes:
+	// their version removed by a run not finished, or listed by an Open
+	// that rebuilt the index; or their writer aborted or crashed:
 	// pruning frees those, named or not), and those of transactions
 	// running when Verify began or begun since. When
 	// a heap page or tuple could not be read none are looked for (it
@@ -286,10 +287,7 @@ func (t verifyTarget) IsRunning(xid uint64) bool            { return t.db.procs.
 func (t verifyTarget) DidCommit(xid uint64) (bool, error)   { return t.db.didCommit(xid) }
 func (t verifyTarget) ShowKey(key []byte) []byte            { return truncKey(key) }
 func (t verifyTarget) ValueCheck() verify.ValueCheck {
-	t.db.vac.orphansMu.Lock()
-	queued := slices.Clone(t.db.vac.orphans)
-	t.db.vac.orphansMu.Unlock()
-	return &toastCheck{db: t.db, begun: t.begun, queued: queued}
+	return &toastCheck{db: t.db, begun: t.begun, queued: t.db.vac.debt.list()}
 }
 func (t verifyTarget) CheckIndexFile(problem verify.Problemf) {
 	// The control file, the index file and the identifier of the last

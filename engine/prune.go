@@ -35,6 +35,14 @@ import (
 //	| freeze: slot 2, infomask 2, xmax 8 … (12 bytes each)        |
 //	+-------------------------------------------------------------+
 //
+// With flagPruneChunks the page parts are followed by the chunks the
+// record's freed versions (or chunk directories) named, which become
+// vacuum's to free (chunkdebt.go); no page changes for them:
+//
+//	+-----------+-------------------------------------------------------+
+//	| nchunks 4 | chunk: block 4, slot 2, xmin 8 … (14 bytes each)      |
+//	+-----------+-------------------------------------------------------+
+//
 // On each page the prev and freeze changes are made first, then the unused
 // slots are freed and the page compacted with heap.Prune; with
 // flagPruneNoRepair the slots are freed in place (heap.SetUnused) and the
@@ -73,7 +81,12 @@ func (p *prunePage) empty() bool {
 	return len(p.unused) == 0 && len(p.prev) == 0 && len(p.freeze) == 0
 }
 
-func encodePrune(pages []*prunePage) []byte {
+// listedChunkSize is the bytes one listed chunk takes in a pruning record.
+const listedChunkSize = 14
+
+// encodePrune encodes a pruning record's payload: pages, then listed if
+// any (the record then needs flagPruneChunks).
+func encodePrune(pages []*prunePage, listed []chunkID) []byte {
 	b := binary.LittleEndian.AppendUint16(nil, uint16(len(pages)))
 	for _, p := range pages {
 		b = binary.LittleEndian.AppendUint32(b, p.block)
@@ -93,37 +106,76 @@ func encodePrune(pages []*prunePage) []byte {
 			b = binary.LittleEndian.AppendUint64(b, f.xmax)
 		}
 	}
+	if len(listed) > 0 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(listed)))
+		for _, c := range listed {
+			b = appendTID(b, c.tid)
+			b = binary.LittleEndian.AppendUint64(b, c.xmin)
+		}
+	}
 	return b
 }
 
-// decodePrune parses a pruning record payload with the record's flags.
-// Every count is bounded by what fits on a page and every length checked
-// against the payload, so it never panics and allocates at most in
-// proportion to len(data).
-func decodePrune(data []byte, flags uint8) ([]*prunePage, error) {
+// decodePrune parses a pruning record payload with the record's flags into
+// its page parts and the chunks it lists. Every count is bounded by what
+// fits on a page or in the payload and every length checked against the
+// payload, so it never panics and allocates at most in proportion to
+// len(data).
+func decodePrune(data []byte, flags uint8) (pages []*prunePage, listed []chunkID, err error) {
+	pages, data, err = decodePrunePages(data, flags)
+	if err != nil {
+		return nil, nil, err
+	}
+	if flags&flagPruneChunks != 0 {
+		if len(data) < 4 {
+			return nil, nil, fmt.Errorf("%w: pruning record with listed chunks ends before their count", errBadRecord)
+		}
+		n := binary.LittleEndian.Uint32(data)
+		data = data[4:]
+		if n == 0 || uint64(n)*listedChunkSize != uint64(len(data)) {
+			return nil, nil, fmt.Errorf("%w: pruning record lists %d chunks in %d bytes", errBadRecord, n, len(data))
+		}
+		listed = make([]chunkID, 0, n)
+		for ; len(data) > 0; data = data[listedChunkSize:] {
+			c := chunkID{readTID(data), binary.LittleEndian.Uint64(data[6:])}
+			if c.tid.Block == noBlock || int(c.tid.Slot) >= maxSlotsPerPage {
+				return nil, nil, fmt.Errorf("%w: pruning record lists a chunk at %s", errBadRecord, c.tid)
+			}
+			listed = append(listed, c)
+		}
+	}
+	if len(data) != 0 {
+		return nil, nil, fmt.Errorf("%w: %d bytes after the last page of a pruning record", errBadRecord, len(data))
+	}
+	return pages, listed, nil
+}
+
+// decodePrunePages parses the page parts of a pruning record payload and
+// returns what follows them.
+func decodePrunePages(data []byte, flags uint8) ([]*prunePage, []byte, error) {
 	if len(data) < 2 {
-		return nil, errBadRecord
+		return nil, nil, errBadRecord
 	}
 	n := int(binary.LittleEndian.Uint16(data))
 	data = data[2:]
 	if n == 0 || n > maxPrunePages {
-		return nil, fmt.Errorf("%w: pruning record names %d pages", errBadRecord, n)
+		return nil, nil, fmt.Errorf("%w: pruning record names %d pages", errBadRecord, n)
 	}
 	pages := make([]*prunePage, 0, n)
 	seen := make(map[uint32]bool, n)
 	for i := 0; i < n; i++ {
 		if len(data) < 10 {
-			return nil, errBadRecord
+			return nil, nil, errBadRecord
 		}
 		p := &prunePage{block: binary.LittleEndian.Uint32(data)}
 		nu, np, nf := int(binary.LittleEndian.Uint16(data[4:])), int(binary.LittleEndian.Uint16(data[6:])), int(binary.LittleEndian.Uint16(data[8:]))
 		data = data[10:]
 		if p.block == noBlock || seen[p.block] {
-			return nil, fmt.Errorf("%w: pruning record names block %d twice or an invalid block", errBadRecord, p.block)
+			return nil, nil, fmt.Errorf("%w: pruning record names block %d twice or an invalid block", errBadRecord, p.block)
 		}
 		seen[p.block] = true
 		if nu > maxSlotsPerPage || np > maxSlotsPerPage || nf > maxSlotsPerPage || len(data) < 2*nu+8*np+12*nf {
-			return nil, fmt.Errorf("%w: pruning record part for block %d is short", errBadRecord, p.block)
+			return nil, nil, fmt.Errorf("%w: pruning record part for block %d is short", errBadRecord, p.block)
 		}
 		for j := 0; j < nu; j++ {
 			p.unused = append(p.unused, binary.LittleEndian.Uint16(data))
@@ -138,14 +190,11 @@ func decodePrune(data []byte, flags uint8) ([]*prunePage, error) {
 			data = data[12:]
 		}
 		if p.empty() && flags&flagPruneNoRepair != 0 {
-			return nil, fmt.Errorf("%w: pruning record part for block %d changes nothing", errBadRecord, p.block)
+			return nil, nil, fmt.Errorf("%w: pruning record part for block %d changes nothing", errBadRecord, p.block)
 		}
 		pages = append(pages, p)
 	}
-	if len(data) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last page of a pruning record", errBadRecord, len(data))
-	}
-	return pages, nil
+	return pages, data, nil
 }
 
 // applyPrune makes p's changes to page, as a pruning record with flags
@@ -182,9 +231,11 @@ func applyPrune(page []byte, p *prunePage, flags uint8) error {
 
 // describePrune renders a pruning record for describeRecord:
 // "blk 3: unused 1,4 prev 2->(0,1) frozen 5; blk 7: ...", then
-// "(compacted)" unless flagPruneNoRepair says the pages were not.
+// "(compacted)" unless flagPruneNoRepair says the pages were not, then
+// "; lists 3 chunks for vacuum: (9,1) (9,2) (10,0)" with flagPruneChunks
+// (the first few named).
 func describePrune(data []byte, flags uint8) string {
-	pages, err := decodePrune(data, flags)
+	pages, listed, err := decodePrune(data, flags)
 	if err != nil {
 		return "malformed: " + err.Error()
 	}
@@ -216,12 +267,24 @@ func describePrune(data []byte, flags uint8) string {
 	if flags&flagPruneNoRepair == 0 {
 		b.WriteString(" (compacted)")
 	}
+	if len(listed) > 0 {
+		fmt.Fprintf(&b, "; lists %d chunks for vacuum:", len(listed))
+		const named = 8
+		for i, c := range listed {
+			if i == named {
+				b.WriteString(" …")
+				break
+			}
+			fmt.Fprintf(&b, " %s", c.tid)
+		}
+	}
 	return b.String()
 }
 
-// redoPrune replays a pruning record page by page.
+// redoPrune replays a pruning record page by page. The chunks it lists
+// change no page: Open adds them to vacuum's debt (noteListedChunks).
 func (db *DB) redoPrune(rec wal.Record) error {
-	pages, err := decodePrune(rec.Data, rec.Flags)
+	pages, _, err := decodePrune(rec.Data, rec.Flags)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruption, err)
 	}

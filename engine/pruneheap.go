@@ -241,12 +241,12 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 	}
 	frozen := 0
 	hinted := false // a full-page image for hints is logged if needed
-	// The chunks of the out-of-line versions freed here, handed to vac
-	// only once the record freeing the versions is logged: a run that
-	// stops before that (a damaged tuple further down the page, a failed
-	// WAL insert) leaves the versions in place, and their chunks must not
-	// reach the next run's queue (keepChunks), which would free them
-	// under a version that still names them.
+	// The chunks of the out-of-line versions freed here, listed by the
+	// record that frees the versions and put in vacuum's debt only once
+	// it is logged: a run that stops before that (a damaged tuple further
+	// down the page, a failed WAL insert) leaves the versions in place,
+	// and their chunks must not reach the debt, whose next run would free
+	// them under a version that still names them.
 	var chunks []chunkID
 	abortedChunks := 0 // chunks of aborted writes freed, among pp.unused
 	n := heap.NumSlots(page)
@@ -316,7 +316,7 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 			// read visible versions, writers the newest committed one
 			// or their own (latest), and a transaction reads nothing
 			// once it aborted. Vacuum frees the chunks of a version it
-			// removes, and those of its orphan queue, only while the
+			// removes, and those of its debt, only while the
 			// slot holds a chunk of the listed xmin (revisit), and no
 			// tuple of an aborted xid is written again. xidState calls
 			// an xid aborted only from the CLOG, or when it was handed
@@ -469,10 +469,10 @@ func (db *DB) prunePageLocked(buf *bufpool.Buffer, cause pruneCause, vac *vacuum
 		}
 		return res, nil
 	}
-	if err := db.logPrunePage(buf, &pp, 0, "pruning"); err != nil {
+	// chunks is empty without vac: dead out-of-line versions are left to it.
+	if err := db.logPrunePage(buf, &pp, 0, "pruning", chunks); err != nil {
 		return res, err
 	}
-	vac.listChunks(chunks) // none without vac: dead out-of-line versions are left to it
 	setHint()
 	res.removed = len(pp.unused) - abortedChunks
 	switch cause {

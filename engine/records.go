@@ -142,6 +142,11 @@ const (
 	// flagFPIHole on recFPI and recFPIForHint: the image leaves out the
 	// page's free space, which redo restores as zeroes (encodeFPI).
 	flagFPIHole uint8 = 1 << 4
+	// flagPruneChunks on recHeap2Prune: the page parts are followed by
+	// the out-of-line chunks of the versions (or directories) the record
+	// frees, which become vacuum's to free in its second pass; Open keeps
+	// them in vacuum's debt across a crash (engine/chunkdebt.go).
+	flagPruneChunks uint8 = 1 << 5
 )
 
 var errBadRecord = errors.New("malformed WAL record")

@@ -289,6 +289,9 @@ func (db *DB) recover(ctrl controlData) error {
 	// The key index changes the replayed records carry, the last one of
 	// each key: applied to the index file's keys after redo.
 	changes := make(map[string]heap.TID)
+	// The chunks the replayed pruning records list for vacuum: added to
+	// the debt the index file carries.
+	listed := make(map[chunkID]struct{})
 	var replayedDead int64
 	// The last bulk load commit replayed (bulkload.go).
 	var bulkLSN wal.LSN
@@ -313,6 +316,9 @@ func (db *DB) recover(ctrl controlData) error {
 		}
 		if d := noteIndexChange(rec, changes); d {
 			replayedDead++
+		}
+		if rec.Type == recHeap2Prune {
+			noteListedChunks(rec.Data, rec.Flags, listed)
 		}
 		if rec.Type == recBulkLoad {
 			bulkLSN = rec.LSN
@@ -366,7 +372,7 @@ func (db *DB) recover(ctrl controlData) error {
 	db.afterRedo.Store(true)
 	redoTime := time.Since(redoBegin)
 	indexBegin := time.Now()
-	reason, err := db.openIndex(ctrl, ckpts, changes, replayedDead, bulkLSN)
+	reason, err := db.openIndex(ctrl, ckpts, changes, listed, replayedDead, bulkLSN)
 	if err != nil {
 		return err
 	}
@@ -850,14 +856,13 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 			return 0, perr
 		}
 	}
-	db.vac.orphansMu.Lock()
-	db.vac.orphans = nil
+	var orphans []chunkID
 	for _, c := range chunks {
 		if _, ok := usedChunks[c]; !ok {
-			db.vac.orphans = append(db.vac.orphans, c)
+			orphans = append(orphans, c)
 		}
 	}
-	db.vac.orphansMu.Unlock()
+	db.vac.debt.reset(orphans)
 	if relFrozenXid == math.MaxUint64 {
 		relFrozenXid = max(maxXid+1, db.procs.next())
 	}

@@ -440,9 +440,10 @@ const maxOrphansNamed = 20
 // version's pointer naming its slot, with the version's xmin, which every
 // chunk of the value carries: appendChunk's proof of ownership), by a
 // directory so named (vacuum frees a directory's data chunks with it), or
-// by vacuum's queue of orphans (an Open that rebuilt the index from the
-// heap, or a run stopped before its second pass, left them there, and the
-// next run, or Close, frees them). Versions count whatever their state,
+// by vacuum's debt (chunkdebt.go: chunks whose version a run removed
+// before its second pass freed them, or that an Open that rebuilt the
+// index from the heap found, which the next run, or Close, frees).
+// Versions count whatever their state,
 // dead ones included: vacuum frees a version's chunks after the version, in
 // the same run.
 //
@@ -456,9 +457,9 @@ const maxOrphansNamed = 20
 //
 // Who leaves orphans: a directory lost with its page (zero_damaged_pages)
 // after the delete of its value (vacuum frees the directory's slot, but
-// cannot know the data chunks it listed); a crash between vacuum's two
-// passes, with an index file to open from. An Open that rebuilds the index
-// from the heap finds them all for vacuum.
+// cannot know the data chunks it listed). An Open that rebuilds the index
+// from the heap finds them all for vacuum. A crash between vacuum's two
+// passes leaves none: the chunks stay in the debt through recovery.
 func (c *toastCheck) Orphans(note verify.Problemf, unread int) (int, int64) {
 	if len(c.chunks) == 0 {
 		return 0, 0

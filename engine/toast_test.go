@@ -210,9 +210,7 @@ func TestVacuumFreesLargeValueChunks(t *testing.T) {
 	}
 	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
 	defer db.Close()
-	db.vac.orphansMu.Lock()
-	orphans := len(db.vac.orphans)
-	db.vac.orphansMu.Unlock()
+	orphans := db.vac.debt.len()
 	if orphans != 0 {
 		t.Errorf("%d orphan chunks after a clean restart", orphans)
 	}
@@ -260,9 +258,7 @@ func TestOrphanDirectoriesFreedOnce(t *testing.T) {
 	}
 	db = openTest(t, crash, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
 	defer db.Close()
-	db.vac.orphansMu.Lock()
-	orphans := len(db.vac.orphans)
-	db.vac.orphansMu.Unlock()
+	orphans := db.vac.debt.len()
 	// The directories, and the data chunks of the last, partial
 	// directory (none here: every data chunk is listed by a directory).
 	if orphans != dirs {

@@ -53,16 +53,14 @@ func damageTuple(t *testing.T, db *DB, tid heap.TID) (repair func()) {
 	return func() { edit(func(raw []byte) { copy(raw[24:26], saved[:]) }) }
 }
 
-// queuedNamed fails the test if vacuum's queue of chunks to free holds a
+// queuedNamed fails the test if vacuum's debt of chunks to free holds a
 // chunk that a version still on the heap names with its xmin.
 func queuedNamed(t *testing.T, db *DB) {
 	t.Helper()
-	db.vac.orphansMu.Lock()
 	queued := make(map[chunkID]bool)
-	for _, c := range db.vac.orphans {
+	for _, c := range db.vac.debt.list() {
 		queued[c] = true
 	}
-	db.vac.orphansMu.Unlock()
 	eachHeapTuple(t, db, func(tid heap.TID, raw []byte) {
 		h, _, val, err := heap.DecodeTuple(raw)
 		if err != nil || h.Infomask&heap.External == 0 || h.Infomask&heap.Chunk != 0 {

@@ -59,14 +59,15 @@ import (
 // pass 1 listed work for: index heads whose row lock it gets at once
 // (never waiting, so a writer waiting for vacuum cannot deadlock) are
 // dropped or moved to the newest committed version and freed; chunks of
-// the out-of-line versions pass 1 freed are freed. A run stopped before it
-// is done (its context, a damaged page, Close) hands the chunks it listed
-// to the next run in the same process (run), or to Close, which frees
-// them before its checkpoint (freeQueuedChunks). A crash between the two
-// passes leaves chunks no version names, which an Open that rebuilds the
-// index from the heap finds and hands to the next run (orphans); an Open
-// from the index file leaves them be (see the index file). So a page is read at most twice
-// by a run, and changed at most twice.
+// the out-of-line versions pass 1 freed are freed. Those chunks are named
+// by nothing once pass 1 has freed their version: its pruning record lists
+// them, and they stay in vacuum's debt (chunkdebt.go) until a revisit
+// frees them. A run stopped before it is done (its context, a damaged
+// page, Close) leaves them there for the next run, or for Close, which
+// frees them before its checkpoint (freeChunkDebt); a crash between
+// the two passes leaves them in the checkpoint's index file or in the
+// records recovery replays, and the next run after Open frees them. So a
+// page is read at most twice by a run, and changed at most twice.
 //
 // Concurrency. Nothing stops transactions or their pruning for the run:
 // each page is changed under its own exclusive lock only, as pruning by
@@ -170,14 +171,13 @@ type vacuumState struct {
 	// or what an index rebuild found at open.
 	relFrozenXid atomic.Uint64
 
-	// orphans are chunks that the index rebuild found no version pointing
-	// to (a crash between a run's two passes, a directory lost with its
-	// page, a write that failed between placing its chunks and its
-	// version), and those a stopped run listed and did not free. Kept in
-	// memory only. Guarded by orphansMu, not mu, which a run holds
-	// throughout: Verify reads them.
-	orphansMu sync.Mutex
-	orphans   []chunkID
+	// debt are the out-of-line chunks no version names any more that
+	// vacuum is still to free (chunkdebt.go): listed by a logged pruning
+	// record and not yet freed (between a run's passes, or left by a run
+	// that stopped), or found by an index rebuild. The index file keeps
+	// it across a restart. Its own lock, not mu, which a run holds
+	// throughout: Verify and checkpoints read it.
+	debt chunkDebt
 }
 
 // runLock is a mutex whose waiter can give up: vacuum's lock is held for
@@ -394,19 +394,17 @@ type chunkRef struct {
 
 // chunkID is a chunk tuple by its slot and the xmin every chunk of its
 // value carries (appendChunk's proof of ownership): a slot freed and taken
-// by another value's chunk no longer matches. Vacuum's queue of orphans
-// (chunks no version names, for the next run to free), the chunks a
-// prune or revisit lists once its record is logged, and what Verify and
-// the index rebuild match pointers against are all chunkIDs.
+// by another value's chunk no longer matches. Vacuum's debt (chunks no
+// version names, for the next revisit to free), the chunks a pruning
+// record lists, and what Verify and the index rebuild match pointers
+// against are all chunkIDs.
 type chunkID struct {
 	tid  heap.TID
 	xmin uint64
 }
 
-// listChunks hands cs to pass 2, on the pages that hold them. The caller
-// has logged the record that freed the versions (or directories) naming
-// them: listed earlier, a run that stops would queue them (keepChunks)
-// while a version still names them.
+// listChunks hands cs, chunks in vacuum's debt, to pass 2, on the pages
+// that hold them.
 func (v *vacuumRun) listChunks(cs []chunkID) {
 	for _, c := range cs {
 		w := v.pageWork(c.tid.Block)
@@ -464,16 +462,15 @@ func (db *DB) whileOpen(fn func() error) error {
 }
 
 // run is the two passes. Whatever stops it (a damaged page, the context,
-// a failed write), the chunks it listed and did not free go to the next
-// run's queue (keepChunks): a chunk is listed only once the record that
-// freed the version (or directory) naming it is logged, so every listed
-// chunk is garbage whether or not this run gets to it. The queue lives in
-// memory only (the index file does not carry it), and the run that frees a
-// queued chunk logs that after the record that freed its version, so
-// recovery never replays the one without the other.
+// a failed write), the chunks its first pass listed and it did not free
+// stay in vacuum's debt for the next run, or Close (chunkdebt.go): a chunk
+// enters the debt only once the record that freed the version (or
+// directory) naming it is logged, so every chunk there is garbage whether
+// or not this run gets to it, and the run that frees it logs that after
+// the record that freed its version, so recovery never replays the one
+// without the other.
 func (v *vacuumRun) run() error {
 	db := v.db
-	defer v.keepChunks()
 	oldest := v.st.OldestXmin
 	nblocks := db.pool.NBlocks()
 	for blk := uint32(0); blk < nblocks; blk++ {
@@ -509,24 +506,14 @@ func (v *vacuumRun) run() error {
 		}
 	}
 	v.st.RelFrozenXid = oldest
-	db.vac.orphansMu.Lock()
-	for _, c := range db.vac.orphans {
-		w := v.pageWork(c.tid.Block)
-		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
-	}
-	db.vac.orphans = nil
-	db.vac.orphansMu.Unlock()
 	// Index heads first: the chunks of an out-of-line head are known to
 	// be free only once the head is gone.
-	if err := v.revisitRounds(true, db.whileOpen); err != nil {
-		return err
-	}
-	v.keepChunks() // what a damaged directory listed past the rounds
-	return nil
+	return v.revisitRounds(true, db.whileOpen)
 }
 
 // revisitRounds is pass 2: a round over the pages with index heads to
-// drop, if heads is set, then the chunk rounds, repeated while freeing
+// drop, if heads is set, then the chunk rounds over vacuum's whole debt
+// (this run's first pass listed its chunks there), repeated while freeing
 // directories (toast.go) adds the chunks they list. Each page is revisited
 // inside guard (whileOpen, or a plain call for Close).
 func (v *vacuumRun) revisitRounds(heads bool, guard func(func() error) error) error {
@@ -534,7 +521,14 @@ func (v *vacuumRun) revisitRounds(heads bool, guard func(func() error) error) er
 	if heads {
 		rounds = []bool{true, false, false}
 	}
-	for _, heads := range rounds {
+	for i, heads := range rounds {
+		if !heads && (i == 0 || rounds[i-1]) {
+			// The debt holds the chunks of the heads just freed too.
+			for _, w := range v.work {
+				w.chunks = nil
+			}
+			v.listChunks(v.db.vac.debt.list())
+		}
 		blocks := make([]uint32, 0, len(v.work))
 		for blk, w := range v.work {
 			if (heads && len(w.heads) > 0) || (!heads && len(w.chunks) > 0) {
@@ -555,30 +549,18 @@ func (v *vacuumRun) revisitRounds(heads bool, guard func(func() error) error) er
 	return nil
 }
 
-// freeQueuedChunks frees the chunks in vacuum's queue, for Close. The
-// queue is in memory only: chunks a run stopped after its first pass (its
-// context, Close, a damaged page) had listed, whose versions that pass
-// already removed, are named by nothing once the process ends, and only
-// an Open that rebuilds the index from the heap would find them again; a
-// canceled autovacuum or VACUUM before a clean shutdown leaked their
-// space for good. Close calls it with closed set, the background workers
-// stopped and vac.mu held (no run in progress, no transaction writing),
-// before its checkpoint. Chunks it cannot free stay queued, and leak as
-// before.
-func (db *DB) freeQueuedChunks() error {
-	db.vac.orphansMu.Lock()
-	queued := db.vac.orphans
-	db.vac.orphans = nil
-	db.vac.orphansMu.Unlock()
-	if len(queued) == 0 {
+// freeChunkDebt frees the chunks in vacuum's debt, for Close: those a
+// run stopped after its first pass (its context, Close, a damaged page) had
+// listed, whose versions that pass already removed. The index file would
+// carry them to the next Open, but the next run there may be far off, and
+// the space is free now. Close calls it with closed set, the background
+// workers stopped and vac.mu held (no run in progress, no transaction
+// writing), before its checkpoint. Chunks it cannot free stay in the debt.
+func (db *DB) freeChunkDebt() error {
+	if db.vac.debt.len() == 0 {
 		return nil
 	}
 	v := &vacuumRun{db: db, ctx: context.Background(), ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
-	defer v.keepChunks()
-	for _, c := range queued {
-		w := v.pageWork(c.tid.Block)
-		w.chunks = append(w.chunks, chunkRef{c.tid.Slot, c.xmin})
-	}
 	// Close has set closed, which whileOpen refuses; nothing else can
 	// tear the files down meanwhile.
 	return v.revisitRounds(false, func(fn func() error) error {
@@ -587,18 +569,6 @@ func (db *DB) freeQueuedChunks() error {
 		}
 		return fn()
 	})
-}
-
-// keepChunks hands the chunks a run stopped before freeing to the next run.
-func (v *vacuumRun) keepChunks() {
-	v.db.vac.orphansMu.Lock()
-	defer v.db.vac.orphansMu.Unlock()
-	for blk, w := range v.work {
-		for _, c := range w.chunks {
-			v.db.vac.orphans = append(v.db.vac.orphans, chunkID{heap.TID{Block: blk, Slot: c.slot}, c.xmin})
-		}
-		w.chunks = nil
-	}
 }
 
 // lockPage pins heap block blk through the run's ring of buffers, then
@@ -720,24 +690,12 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		chunks = w.chunks
 		w.chunks = nil
 	}
-	// Until this page's record is logged, the chunks taken off w go back
-	// on it if the revisit fails (run hands them to the next run); the
-	// chunks the record's freeing lists elsewhere (an out-of-line head's,
-	// a directory's) are staged, and listed only once it is logged.
-	// A directory that does not decode is not handed on: it would fail
-	// every later run the same way, and only leaks what it lists.
+	// The chunks taken off w stay in vacuum's debt until this page's
+	// record frees them (a later run, or Close, tries again if this one
+	// fails); the chunks the record's freeing lists elsewhere (an
+	// out-of-line head's, a directory's) are staged, and listed only
+	// with it.
 	var staged []chunkID
-	logged, damaged := false, -1
-	defer func() {
-		if logged {
-			return
-		}
-		for _, c := range chunks {
-			if int(c.slot) != damaged {
-				w.chunks = append(w.chunks, c)
-			}
-		}
-	}()
 	var pinned []heap.TID
 	defer func() {
 		for _, tid := range pinned {
@@ -818,7 +776,9 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		// pages holding no tuple: these chunks were lost with it (it was
 		// read as empty under zero_damaged_pages), and nothing is left
 		// to free.
-		logged = true
+		for _, c := range chunks {
+			db.vac.debt.drop(chunkID{heap.TID{Block: blk, Slot: c.slot}, c.xmin})
+		}
 		return nil
 	}
 	if err != nil {
@@ -855,8 +815,11 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 		pp.unused = append(pp.unused, m.slot)
 		done = append(done, m)
 	}
+	var gone []chunkID // listed, and freed by this record or found gone
 	for _, c := range chunks {
 		s := c.slot
+		id := chunkID{heap.TID{Block: blk, Slot: s}, c.xmin}
+		gone = append(gone, id)
 		raw, err := heap.Tuple(page, s)
 		if err == nil && heap.TupleInfomask(raw)&heap.Chunk != 0 && heap.TupleXmin(raw) == c.xmin && !slices.Contains(pp.unused, s) {
 			if isDirectory(heap.TupleInfomask(raw)) {
@@ -868,8 +831,11 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 					ctids, err = parseDirectory(dv, -1)
 				}
 				if err != nil {
-					damaged = int(s)
-					return db.corrupt(heap.TID{Block: blk, Slot: s}, err)
+					// Not kept in the debt: it would fail every
+					// later run the same way, and only leaks what
+					// it lists.
+					db.vac.debt.drop(id)
+					return db.corrupt(id.tid, err)
 				}
 				for _, dc := range ctids {
 					staged = append(staged, chunkID{dc, c.xmin})
@@ -880,7 +846,9 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	}
 	if len(pp.unused) == 0 {
 		// Nothing listed is here any more.
-		logged = true
+		for _, c := range gone {
+			db.vac.debt.drop(c)
+		}
 		return nil
 	}
 	slices.Sort(pp.unused)
@@ -894,10 +862,12 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 			return db.fail(err)
 		}
 	}
-	if err := db.logPrunePage(buf, pp, 0, "vacuum of"); err != nil {
+	if err := db.logPrunePage(buf, pp, 0, "vacuum of", staged); err != nil {
 		return err
 	}
-	logged = true
+	for _, c := range gone {
+		db.vac.debt.drop(c)
+	}
 	v.st.ChunksRemoved += uint64(len(pp.unused) - len(done))
 	v.listChunks(staged)
 	// Still under the page lock: a reader that finds a removed head's
@@ -1015,17 +985,19 @@ func chunkTIDs(ptr []byte) ([]heap.TID, error) {
 // fits a page only with its holes. The caller holds the page's exclusive
 // lock and ckptInterlock shared.
 func (db *DB) repairFragmentation(buf *bufpool.Buffer) error {
-	return db.logPrunePage(buf, &prunePage{block: buf.Block()}, 0, "compaction of")
+	return db.logPrunePage(buf, &prunePage{block: buf.Block()}, 0, "compaction of", nil)
 }
 
 // logPrunePage applies p, a pruning record's part for buf's page, and logs
 // it as a record of its own with flags (a full-page image first if the page
 // needs one): the one-page pruning done under a lock the caller already
 // holds, by vacuum's page pass, placeTuple and pruneChainOnPage (logPrune
-// locks the pages of a batch itself). what names the change in the
-// corruption error. The caller holds the page's exclusive lock and
-// ckptInterlock shared.
-func (db *DB) logPrunePage(buf *bufpool.Buffer, p *prunePage, flags uint8, what string) error {
+// locks the pages of a batch itself). listed are the chunks of the
+// out-of-line versions (or directories) p frees: the record lists them
+// (flagPruneChunks) and they enter vacuum's debt once it is logged
+// (chunkdebt.go). what names the change in the corruption error. The
+// caller holds the page's exclusive lock and ckptInterlock shared.
+func (db *DB) logPrunePage(buf *bufpool.Buffer, p *prunePage, flags uint8, what string, listed []chunkID) error {
 	if err := db.logFPIIfNeeded(buf); err != nil {
 		return err
 	}
@@ -1033,11 +1005,15 @@ func (db *DB) logPrunePage(buf *bufpool.Buffer, p *prunePage, flags uint8, what 
 		return db.fail(fmt.Errorf("%w: %s heap block %d: %v", ErrCorruption, what, buf.Block(), err))
 	}
 	buf.MarkDirty()
-	_, end, err := db.wal.InsertFlags(recHeap2Prune, flags, 0, encodePrune([]*prunePage{p}))
+	if len(listed) > 0 {
+		flags |= flagPruneChunks
+	}
+	_, end, err := db.wal.InsertFlags(recHeap2Prune, flags, 0, encodePrune([]*prunePage{p}, listed))
 	if err != nil {
 		return db.fail(err)
 	}
 	heap.SetPageLSN(buf.Page(), uint64(end))
+	db.vac.debt.add(listed)
 	return nil
 }
 

@@ -540,43 +540,64 @@ func TestPruneRecordRoundTrip(t *testing.T) {
 		{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}, freeze: []freezeOp{{5, heap.Frozen | heap.XminCommitted, 0}}},
 		{block: 9, prev: []prevFix{{0, heap.InvalidTID}}},
 	}
-	for _, flags := range []uint8{0, flagPruneNoRepair} {
-		got, err := decodePrune(encodePrune(pages), flags)
+	listed := []chunkID{{heap.TID{Block: 12, Slot: 0}, 77}, {heap.TID{Block: 4, Slot: 9}, 78}}
+	for _, flags := range []uint8{0, flagPruneNoRepair, flagPruneChunks, flagPruneNoRepair | flagPruneChunks} {
+		var want []chunkID
+		if flags&flagPruneChunks != 0 {
+			want = listed
+		}
+		enc := encodePrune(pages, want)
+		got, gotListed, err := decodePrune(enc, flags)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(got, pages) {
-			t.Errorf("round trip: %+v, want %+v", got[0], pages[0])
+		if !reflect.DeepEqual(got, pages) || !reflect.DeepEqual(gotListed, want) {
+			t.Errorf("round trip with flags %#x: %+v %+v, want %+v %+v", flags, got[0], gotListed, pages[0], want)
 		}
-		for _, bad := range [][]byte{nil, {0, 0}, encodePrune(pages)[:20], append(encodePrune(pages), 0)} {
-			if _, err := decodePrune(bad, flags); err == nil {
+		for _, bad := range [][]byte{nil, {0, 0}, enc[:20], append(enc, 0), enc[:len(enc)-1]} {
+			if _, _, err := decodePrune(bad, flags); err == nil {
 				t.Errorf("decodePrune(%x, %#x) accepted", bad, flags)
 			}
 		}
 	}
+	// The flag with no list, and a list without the flag.
+	if _, _, err := decodePrune(encodePrune(pages, nil), flagPruneChunks); err == nil {
+		t.Error("flagPruneChunks without listed chunks accepted")
+	}
+	if _, _, err := decodePrune(encodePrune(pages, listed), 0); err == nil {
+		t.Error("listed chunks without flagPruneChunks accepted")
+	}
+	if _, _, err := decodePrune(append(encodePrune(pages, nil), 0, 0, 0, 0), flagPruneChunks); err == nil {
+		t.Error("a list of no chunks accepted")
+	}
 	// A part that changes nothing compacts the page, which a record that
 	// does not compact cannot say.
-	empty := encodePrune([]*prunePage{{block: 1}})
-	if _, err := decodePrune(empty, 0); err != nil {
+	empty := encodePrune([]*prunePage{{block: 1}}, nil)
+	if _, _, err := decodePrune(empty, 0); err != nil {
 		t.Errorf("compaction-only part refused: %v", err)
 	}
-	if _, err := decodePrune(empty, flagPruneNoRepair); err == nil {
+	if _, _, err := decodePrune(empty, flagPruneNoRepair); err == nil {
 		t.Error("empty part accepted with flagPruneNoRepair")
 	}
 }
 
 func FuzzDecodePrune(f *testing.F) {
-	f.Add(uint8(0), encodePrune([]*prunePage{{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}}}))
-	f.Add(flagPruneNoRepair, encodePrune([]*prunePage{{block: 1, freeze: []freezeOp{{5, 0x11, 7}}}, {block: 2, unused: []uint16{0}}}))
-	f.Add(uint8(0), encodePrune([]*prunePage{{block: 4}}))
+	f.Add(uint8(0), encodePrune([]*prunePage{{block: 3, unused: []uint16{1, 4}, prev: []prevFix{{2, heap.TID{Block: 0, Slot: 1}}}}}, nil))
+	f.Add(flagPruneNoRepair, encodePrune([]*prunePage{{block: 1, freeze: []freezeOp{{5, 0x11, 7}}}, {block: 2, unused: []uint16{0}}}, nil))
+	f.Add(uint8(0), encodePrune([]*prunePage{{block: 4}}, nil))
+	f.Add(flagPruneChunks, encodePrune([]*prunePage{{block: 4, unused: []uint16{2}}}, []chunkID{{heap.TID{Block: 5, Slot: 1}, 9}}))
 	f.Fuzz(func(t *testing.T, flags uint8, data []byte) {
-		pages, err := decodePrune(data, flags)
+		pages, listed, err := decodePrune(data, flags)
 		if err != nil {
 			return
 		}
-		if again := encodePrune(pages); string(again) != string(data) {
+		if again := encodePrune(pages, listed); string(again) != string(data) {
 			t.Fatalf("decode then encode changed %x into %x", data, again)
 		}
+		if (len(listed) > 0) != (flags&flagPruneChunks != 0) {
+			t.Fatalf("flags %#x, %d chunks listed", flags, len(listed))
+		}
+		_ = describePrune(data, flags)
 		page := make([]byte, heap.PageSize)
 		heap.InitPage(page)
 		for _, p := range pages {

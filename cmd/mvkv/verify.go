@@ -37,9 +37,8 @@ directories hold only their own files.
 
 Out-of-line value chunks that no version names are printed as "note:"
 lines, with their count and bytes and the first twenty by file, block and
-slot: space leaked (a crash between vacuum's passes or in the middle of a
-large write, or a lost directory chunk), not damage, and they leave the exit
-status 0. An Open that rebuilds the index (remove the index file from the
+slot: space leaked (a lost directory chunk of a large value), not damage,
+and they leave the exit status 0. An Open that rebuilds the index (remove the index file from the
 stopped directory) hands them to the next vacuum.
 
 With --lost-keys it also prints every key whose newest version lies on a
