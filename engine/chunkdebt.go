@@ -6,6 +6,10 @@ import (
 	"sync"
 )
 
+// chunkIDSize is the bytes a chunkID takes in a pruning record's list and
+// in the index file's debt: block 4, slot 2, xmin 8.
+const chunkIDSize = 14
+
 // Vacuum's debt of out-of-line chunks, and how it survives a crash.
 //
 // A value too large for its page lives in chunk tuples on other pages

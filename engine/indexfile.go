@@ -430,7 +430,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 			return d, refuse(err, err.Error())
 		}
 	}
-	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5+uint64(h.debtChunks)*14 > uint64(body) {
+	if h.keys > uint64(body)/indexEntryMin || uint64(h.fsmBlocks)*5+uint64(h.debtChunks)*chunkIDSize > uint64(body) {
 		says := fmt.Sprintf("%d keys, %d free space entries and %d chunks of vacuum's debt, more than %d bytes hold", h.keys, h.fsmBlocks, h.debtChunks, body)
 		return d, refuse(bad("header claims %s", says), says)
 	}
@@ -562,15 +562,15 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	}
 	for i := uint32(0); i < h.debtChunks; i++ {
 		off = at()
-		p := br.fill(14)
-		if len(p) < 14 {
+		p := br.fill(chunkIDSize)
+		if len(p) < chunkIDSize {
 			return d, badBody("chunk %d of vacuum's debt: %v", i, br.short(0))
 		}
 		c := chunkID{readTID(p), binary.LittleEndian.Uint64(p[6:])}
 		if c.tid.Block >= nblocks || int(c.tid.Slot) >= maxSlotsPerPage {
 			return d, badBody("chunk %d of vacuum's debt: %s lies outside a heap of %d blocks", i, c.tid, nblocks)
 		}
-		br.pos += 14
+		br.pos += chunkIDSize
 		d.debt = append(d.debt, c)
 	}
 	off = at()

@@ -81,9 +81,6 @@ func (p *prunePage) empty() bool {
 	return len(p.unused) == 0 && len(p.prev) == 0 && len(p.freeze) == 0
 }
 
-// listedChunkSize is the bytes one listed chunk takes in a pruning record.
-const listedChunkSize = 14
-
 // encodePrune encodes a pruning record's payload: pages, then listed if
 // any (the record then needs flagPruneChunks).
 func encodePrune(pages []*prunePage, listed []chunkID) []byte {
@@ -132,11 +129,11 @@ func decodePrune(data []byte, flags uint8) (pages []*prunePage, listed []chunkID
 		}
 		n := binary.LittleEndian.Uint32(data)
 		data = data[4:]
-		if n == 0 || uint64(n)*listedChunkSize != uint64(len(data)) {
+		if n == 0 || uint64(n)*chunkIDSize != uint64(len(data)) {
 			return nil, nil, fmt.Errorf("%w: pruning record lists %d chunks in %d bytes", errBadRecord, n, len(data))
 		}
 		listed = make([]chunkID, 0, n)
-		for ; len(data) > 0; data = data[listedChunkSize:] {
+		for ; len(data) > 0; data = data[chunkIDSize:] {
 			c := chunkID{readTID(data), binary.LittleEndian.Uint64(data[6:])}
 			if c.tid.Block == noBlock || int(c.tid.Slot) >= maxSlotsPerPage {
 				return nil, nil, fmt.Errorf("%w: pruning record lists a chunk at %s", errBadRecord, c.tid)
