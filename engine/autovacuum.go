@@ -79,6 +79,21 @@ func (db *DB) autovacuumDue() (bool, int64) {
 	return float64(dead) > limit, dead
 }
 
+// payChunkDebtNow frees the chunks in vacuum's debt when no run is due:
+// a VACUUM stopped by its context between its passes, or an Open after a
+// crash there, leaves chunks no version names, whose space the next run
+// would free but which nothing else may start for a long time. It reads
+// only the pages that hold them, and skips the nap if a run, Verify or
+// Backup holds vacuum's lock. Failures are the next run's to report.
+func (db *DB) payChunkDebtNow(ctx context.Context) {
+	if db.vac.debt.len() == 0 || !db.vac.mu.tryLock() {
+		return
+	}
+	defer db.vac.mu.Unlock()
+	freed, err := db.payChunkDebt(ctx, db.whileOpen)
+	db.logger.Debug("autovacuum: chunks vacuum owed", "freed", freed, "err", err)
+}
+
 // autovacuumFirstCheck is how long after open the worker first compares
 // the dead-tuple count with the threshold.
 const autovacuumFirstCheck = time.Second
@@ -116,7 +131,11 @@ func (db *DB) autovacuumWorker() {
 		}
 		timer.Reset(db.opts.AutovacuumNaptime)
 		due, dead := db.autovacuumDue()
-		if !due || db.writable() != nil {
+		if db.writable() != nil {
+			continue
+		}
+		if !due {
+			db.payChunkDebtNow(ctx)
 			continue
 		}
 		st, err := db.Vacuum(ctx)

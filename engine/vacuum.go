@@ -211,6 +211,16 @@ func (l *runLock) lockCtx(ctx context.Context, closing <-chan struct{}) error {
 	}
 }
 
+// tryLock takes the lock if it is free, and reports whether it did.
+func (l *runLock) tryLock() bool {
+	select {
+	case l.ch <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 // Unlock releases the lock; it panics if the lock is not held, as
 // sync.Mutex's does (a broken invariant of the engine, not an input).
 func (l *runLock) Unlock() {
@@ -557,18 +567,30 @@ func (v *vacuumRun) revisitRounds(heads bool, guard func(func() error) error) er
 // workers stopped and vac.mu held (no run in progress, no transaction
 // writing), before its checkpoint. Chunks it cannot free stay in the debt.
 func (db *DB) freeChunkDebt() error {
-	if db.vac.debt.len() == 0 {
-		return nil
-	}
-	v := &vacuumRun{db: db, ctx: context.Background(), ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
 	// Close has set closed, which whileOpen refuses; nothing else can
 	// tear the files down meanwhile.
-	return v.revisitRounds(false, func(fn func() error) error {
+	_, err := db.payChunkDebt(context.Background(), func(fn func() error) error {
 		if err := db.writable(); err != nil {
 			return err
 		}
 		return fn()
 	})
+	return err
+}
+
+// payChunkDebt is pass 2's chunk rounds alone, over vacuum's debt, each
+// page inside guard; it returns how many chunks it freed. Autovacuum calls
+// it when the debt is all there is to do (a run stopped by its context, or
+// an Open after a crash between a run's passes), Close before its
+// checkpoint. The caller holds vac.mu.
+func (db *DB) payChunkDebt(ctx context.Context, guard func(func() error) error) (uint64, error) {
+	if db.vac.debt.len() == 0 {
+		return 0, nil
+	}
+	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
+	err := v.revisitRounds(false, guard)
+	db.vac.chunksRemoved.Add(v.st.ChunksRemoved)
+	return v.st.ChunksRemoved, err
 }
 
 // lockPage pins heap block blk through the run's ring of buffers, then
