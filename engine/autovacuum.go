@@ -30,6 +30,12 @@ import (
 // to do; its debt is then only what pruning cannot reach (deleted keys'
 // index heads, out-of-line values, freezing), which the threshold covers.
 //
+// At a nap with no run due, the worker still frees the out-of-line chunks
+// vacuum owes (chunkdebt.go: those of versions a run stopped between its
+// passes, or cut off by a crash there, removed), reading only their pages:
+// nothing else would start the run that frees them while the rest of the
+// heap stays clean.
+//
 // A restart does not forget the debt: the heap scan at open counts the dead
 // versions it meets (aborted, deleted or replaced) and starts the count
 // there, where PostgreSQL's statistics start from zero after a crash. The
