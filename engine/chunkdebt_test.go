@@ -87,12 +87,18 @@ func TestChunkDebtSurvivesCrash(t *testing.T) {
 			if n := chunkTuples(t, cdb); n != 3 {
 				t.Fatalf("%d chunk tuples in the copy; want the 3 the first pass listed", n)
 			}
+			if owed := cdb.Stats().Vacuum.ChunksOwed; owed != 3 {
+				t.Fatalf("the copy's vacuum owes %d chunks, want 3", owed)
+			}
 			st, err := cdb.Vacuum(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if n := chunkTuples(t, cdb); n != 0 || st.ChunksRemoved != 3 {
 				t.Fatalf("vacuum of the copy freed %d chunks, %d left: the chunks the crash came between leaked", st.ChunksRemoved, n)
+			}
+			if owed := cdb.Stats().Vacuum.ChunksOwed; owed != 0 {
+				t.Fatalf("after its vacuum, the copy's vacuum owes %d chunks", owed)
 			}
 			if v, _ := get(t, cdb, "big"); v != "small now" {
 				t.Fatalf("big = %q", v)

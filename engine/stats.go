@@ -195,6 +195,15 @@ type VacuumTotals struct {
 	// (VacuumStats.ChunksRemoved summed): those of aborted writes its
 	// pruning freed, and those of the versions it removed.
 	ChunksRemoved uint64
+	// ChunksOwed, a gauge, is how many out-of-line value chunks vacuum
+	// still owes a free: those of versions a run's first pass removed and
+	// its second has not freed yet (mid-run, or left by a run that
+	// stopped, or found after a crash), and those an Open that rebuilt the
+	// index found no version naming. Autovacuum, the next run or Close
+	// frees them; some may already be gone, which the run that looks
+	// finds. A count that stays up with autovacuum on says vacuum cannot
+	// finish (see its log).
+	ChunksOwed uint64
 }
 
 // Sub returns s minus o, counter by counter.
@@ -206,6 +215,7 @@ func (s VacuumTotals) Sub(o VacuumTotals) VacuumTotals {
 		TuplesRemoved: s.TuplesRemoved - o.TuplesRemoved, PagesCompacted: s.PagesCompacted - o.PagesCompacted,
 		TuplesFrozen: s.TuplesFrozen - o.TuplesFrozen, PagesTruncated: s.PagesTruncated - o.PagesTruncated,
 		ChunksRemoved: s.ChunksRemoved - o.ChunksRemoved,
+		ChunksOwed:    s.ChunksOwed,
 	}
 }
 
@@ -256,7 +266,7 @@ func (db *DB) Stats() Stats {
 			PagesPruned: db.vac.pagesPruned.Load(), PagesRead: db.vac.pagesRead.Load(), RingSwept: db.vac.ringSwept.Load(),
 			TuplesRemoved: db.vac.tuplesRemoved.Load(), PagesCompacted: db.vac.pagesCompacted.Load(),
 			TuplesFrozen: db.vac.tuplesFrozen.Load(), PagesTruncated: db.vac.pagesTruncated.Load(),
-			ChunksRemoved: db.vac.chunksRemoved.Load(),
+			ChunksRemoved: db.vac.chunksRemoved.Load(), ChunksOwed: uint64(db.vac.debt.len()),
 		},
 	}
 }

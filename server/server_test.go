@@ -1495,7 +1495,7 @@ func TestInfoChunkCounters(t *testing.T) {
 	r.expect(":1\r\n")
 	r.cmd("VACUUM")
 	r.expect("+OK\r\n")
-	for name, want := range map[string]string{"vacuum_chunks_removed": "3", "chunks_pruned_by_update": "0", "chunks_pruned_by_read": "0"} {
+	for name, want := range map[string]string{"vacuum_chunks_removed": "3", "vacuum_chunks_owed": "0", "chunks_pruned_by_update": "0", "chunks_pruned_by_read": "0"} {
 		if got := r.info("mvkv", name); got != want {
 			t.Errorf("INFO mvkv %s:%s, want %s", name, got, want)
 		}
