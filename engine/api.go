@@ -275,7 +275,8 @@ type Options struct {
 	LockTimeout time.Duration
 	// MaxRetries bounds how many times DB.Update and DB.View run their
 	// function after serialization failures and deadlocks (default 10; a
-	// negative value means the default too).
+	// negative value means the default too). They pause between runs, for
+	// 10 µs at first and at most 4 ms (see DB.Update).
 	MaxRetries int
 
 	// Autovacuum is PostgreSQL's autovacuum: a background worker that runs

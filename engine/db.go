@@ -130,6 +130,11 @@ type DB struct {
 	// for good (it stays in the running table until recovery decides).
 	failed chan struct{}
 
+	// testRetryWait, if set by a test, is given each backoff of DB.Update's
+	// and DB.View's retry loop (the rerun's number and the wait drawn) and
+	// returns the wait to use.
+	testRetryWait func(n int, d time.Duration) time.Duration
+
 	stopBG chan struct{}
 	bgWG   sync.WaitGroup
 	// closing is closed by Close, waking row-lock waiters so that no

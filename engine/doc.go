@@ -30,7 +30,8 @@
 // key-only reads that answer from the visibility map where a page is
 // all-visible; Commit makes it durable and visible.
 // DB.Update and DB.View wrap a function in a REPEATABLE READ transaction
-// and retry serialization failures and deadlocks.
+// and retry serialization failures and deadlocks, after a short randomized
+// pause that grows with each retry.
 //
 // # How a write works
 //
