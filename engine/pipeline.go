@@ -51,8 +51,12 @@ import (
 // record exists (ErrTxnManaged, doing nothing, inside DB.Update or DB.View;
 // ErrTxnDone; the error that aborted the transaction, after
 // rolling back; the context's error, after rolling back a transaction that
-// placed a version; ErrClosed; an
-// error wrapping ErrIOFailure if the record could not be appended).
+// placed a version; ErrClosed; the failure that stopped writes,
+// ErrWALSyncFailed or ErrIOFailure, if the WAL refused the record, having
+// failed a write or sync since the transaction began: the transaction is
+// then rolled back as an abort does, its xid aborted, out of the running
+// table, its row locks released, since a commit whose record was never
+// appended cannot be found by recovery).
 // Errors after the record exists (ErrWALSyncFailed, ErrIOFailure,
 // ErrCorruption) come from Wait, and leave the outcome to recovery, as
 // Commit's do. Close waits for every commit in progress to complete.

@@ -963,8 +963,12 @@ func truncKey(k []byte) []byte { return clip.Prefix(k, 64) }
 // aborted it (after rolling back), ErrWALSyncFailed if the WAL could not be
 // made durable, ErrIOFailure or ErrCorruption if the CLOG could not record
 // the commit (in these cases the commit record may already be durable: the
-// outcome is decided by recovery at the next Open), or the context's error
-// if the context had ended before Commit of a transaction that placed a
+// outcome is decided by recovery at the next Open; but when the WAL
+// refused the commit record itself, having failed a write or sync since
+// the transaction began, the transaction is rolled back, as an abort
+// does, its row locks released, and the error is that failure), or the
+// context's error if the context had ended before Commit of a transaction
+// that placed a
 // version (it is then rolled back; one that placed none, a read-only one
 // say, has nothing to roll back, and its Commit goes on as if the context
 // had not ended).
@@ -1136,11 +1140,25 @@ func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
 	db.ckptInterlock.RLock()
 	_, end, err := db.wal.Insert(recCommit, st.xid.Load(), timestampPayload())
 	if err != nil {
+		// Nothing was inserted: the WAL refuses every insert after a
+		// write or sync of it failed (the background WAL writer's, say,
+		// before anything told the database), so this transaction can
+		// never commit, and recovery will find no commit record of it.
+		// It ends now as an abort does, less the abort record the WAL
+		// refuses (a lost abort record means the same as none): aborted
+		// in the CLOG, out of the running table, its row locks
+		// released. Left running, it would hold its row locks and the
+		// vacuum horizon until Close, and read as in progress.
+		err = db.fail(err)
+		cerr := db.clog.SetStatus(st.xid.Load(), clog.StatusAborted, 0)
 		db.ckptInterlock.RUnlock()
 		db.closeMu.RUnlock()
-		// Nothing was inserted: the transaction stays in the running
-		// table, invisible, until recovery decides.
-		return 0, db.fail(err)
+		db.finish(st)
+		db.stats.aborts.Add(1)
+		if cerr != nil {
+			db.fail(cerr) // the first failure is the one reported
+		}
+		return 0, err
 	}
 	return end, nil
 }
