@@ -78,10 +78,9 @@ type BackupInfo struct {
 // and, on the operating system's file system, with symbolic links
 // resolved and by identity (so a bind mount of it is seen through too).
 // The context is looked at while Backup waits for a running vacuum,
-// Verify or other Backup to finish, once it holds the locks it waits for
-// (a running checkpoint or bulk load finishes first; the context does not
-// end that wait), while pages are copied, and between the parts of the
-// copy.
+// Verify, checkpoint, bulk load or other Backup to finish, once it holds
+// the locks it waits for, while pages are copied, and between the parts
+// of the copy.
 //
 // Errors: ErrBackupTargetExists when dir or dir+".partial" exists (a
 // symbolic link to nothing counts as existing, as the rename cannot
@@ -154,7 +153,9 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		return info, err
 	}
 	defer db.vac.mu.Unlock()
-	db.ckptMu.Lock()
+	if err := db.ckptMu.lockCtx(ctx, db.closing); err != nil {
+		return info, err
+	}
 	defer db.ckptMu.Unlock()
 	// A cancel or Close while this waited for a vacuum or checkpoint to
 	// finish ends it here, before it runs a checkpoint of its own.

@@ -159,8 +159,13 @@ type BulkLoadStats struct {
 // taking writes (ErrIOFailure) until it is reopened; its stats are zero.
 // If the checkpoint after the commit fails, the load stands and the stats
 // describe it, with the checkpoint's error. A nil rows gives
-// ErrNilFunction. The context is checked once a page, not while the load
-// waits for a running checkpoint or Backup to finish before it starts.
+// ErrNilFunction. The context is checked once a page, and while the load
+// waits for a running checkpoint, Backup or other bulk load to finish
+// before it starts: it then fails with an error wrapping the context's,
+// having loaded nothing. Its last wait before it starts, for the
+// transactions in the middle of a change or commit to leave the checkpoint
+// interlock, is not interruptible (a sync.RWMutex); it lasts at most about
+// a WAL flush, or a vacuum truncation step.
 func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (BulkLoadStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -209,7 +214,14 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 // bulkLoadLocked is BulkLoad up to its commit, under the checkpoint lock
 // and the checkpoint interlock.
 func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (st BulkLoadStats, err error) {
-	db.ckptMu.Lock()
+	// A checkpoint, a Backup (for its whole copy) or another bulk load
+	// may hold the lock for long: the wait ends with ctx or Close.
+	if err := db.ckptMu.lockCtx(ctx, db.closing); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return st, err
+		}
+		return st, fmt.Errorf("mvkv: bulk load: %w while waiting for a running checkpoint, Backup or bulk load to end; nothing was loaded", err)
+	}
 	defer db.ckptMu.Unlock()
 	if t := db.lastTruncate.Load(); t != 0 && t >= db.lastRedo.Load() {
 		// A HEAP_TRUNCATE lies past the redo point of the last

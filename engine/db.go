@@ -91,8 +91,12 @@ type DB struct {
 	// pending counts, per heap block (hashed), the xmaxes set on it since
 	// it was last pruned (pruneheap.go).
 	pending pendingCounts
-	// ckptMu lets one checkpoint run at a time.
-	ckptMu   sync.Mutex
+	// ckptMu lets one checkpoint run at a time; a bulk load, a Backup and
+	// a vacuum's truncation step hold it too. A runLock, so that a bulk
+	// load or Backup waiting for a long holder (a Backup copying the
+	// database, a bulk load) gives up when its context ends or Close
+	// begins.
+	ckptMu   runLock
 	lastCkpt atomic.Int64 // unix nanoseconds of the last checkpoint's end
 	// ckptCommits is stats.commits read at the last checkpoint's redo
 	// point (CheckpointStats.CommitsAtRedo).
@@ -134,6 +138,9 @@ type DB struct {
 	// and DB.View's retry loop (the rerun's number and the wait drawn) and
 	// returns the wait to use.
 	testRetryWait func(n int, d time.Duration) time.Duration
+	// testBulkWait, if set by a test, is called when waitBulkLoad is
+	// about to wait for a bulk load.
+	testBulkWait func()
 
 	stopBG chan struct{}
 	bgWG   sync.WaitGroup
@@ -406,6 +413,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.snaps.init()
 	db.fsm.init()
 	db.vac.mu.init()
+	db.ckptMu.init()
 	db.closing = make(chan struct{})
 	if err := db.open(); err != nil {
 		// Nothing of the CLOG is written back: a page recovery accepted
@@ -455,6 +463,9 @@ func (db *DB) waitBulkLoad(ctx context.Context) error {
 	ch := db.bulkRunning.Load()
 	if ch == nil {
 		return nil
+	}
+	if db.testBulkWait != nil {
+		db.testBulkWait()
 	}
 	select {
 	case <-*ch:

@@ -90,7 +90,9 @@ type Txn struct {
 
 // Begin starts a transaction. The context bounds its row-lock waits (a
 // commit's wait for durability is not interruptible: it lasts one WAL
-// flush), and its waits for a bulk load before a write; reads do not look
+// flush), and its waits for a bulk load before a write and before its
+// commit record (a Commit that gives up there writes no commit record and
+// rolls the transaction back); reads do not look
 // at it (a Scan stops when its function returns false, and a Commit after
 // it ended rolls back a transaction that wrote); a nil ctx is
 // context.Background(). It returns ErrClosed after Close, the context's
@@ -1032,6 +1034,17 @@ func (t *Txn) end() (*txnState, error) {
 	if err == nil {
 		err = t.ctx.Err()
 	}
+	if err == nil {
+		// A running bulk load holds off every commit record; the wait
+		// ends with the context, before anything of the commit is
+		// written, and the transaction is rolled back as for a context
+		// that ended before Commit. (In practice the wait is short: a
+		// load fails with ErrBulkLoadNotEmpty as soon as it finds the
+		// versions this transaction placed.)
+		if err = t.db.waitBulkLoad(t.ctx); err != nil && !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("mvkv: commit: %w while waiting for a bulk load to end; the transaction was rolled back", err)
+		}
+	}
 	if err != nil {
 		t.discard()
 		return nil, err
@@ -1129,6 +1142,9 @@ func (db *DB) commit(st *txnState, sync bool, dep wal.LSN) error {
 // could write a CLOG page without this commit while redo starts after the
 // commit record.
 func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
+	// Txn.end waited for a bulk load with the transaction's context; one
+	// that began since then fails at once (ErrBulkLoadNotEmpty: this
+	// transaction placed versions), so this wait is short.
 	if err := db.waitBulkLoad(context.Background()); err != nil {
 		return 0, err
 	}
