@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"iter"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	"mvkv/clog"
@@ -149,11 +151,16 @@ type BulkLoadStats struct {
 // The database must be empty: no key in the index, not even a deleted or
 // uncommitted one (else ErrBulkLoadNotEmpty). Meanwhile every other write
 // and commit waits, and checkpoints too, until the load ends: a write's
-// wait ends early with its transaction's context, and every wait with
-// Close (ErrClosed). rows must not write to the database (the write would
+// or commit's wait ends early with its transaction's context (the commit
+// then rolls the transaction back), a Backup's with its context, and
+// every wait with Close (ErrClosed). rows must not write to the database (the write would
 // wait until its context ends, or Close); it may read it. Reads go on and
-// see the loaded keys from the commit on. A Close meanwhile ends the load
-// at its next page with ErrClosed, loading nothing. If rows panics, the
+// see the loaded keys from the commit on. A Close meanwhile, from any
+// goroutine, rows's own or one rows waits for included, ends the load
+// with ErrClosed, loading nothing: at its next page, or, when rows is
+// running then, at once: Close ends the load itself, without waiting for
+// rows to return, and closes the database; rows's next yield returns
+// false, and BulkLoad returns ErrClosed when rows returns. If rows panics, the
 // load ends as a failed one and the panic continues. A load that fails
 // leaves the database as it was, except an I/O failure, which stops it
 // taking writes (ErrIOFailure) until it is reopened; its stats are zero.
@@ -178,21 +185,21 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 	// is the caller's code, which may read the database, and a Close
 	// waiting for closeMu's write side would stop those reads from
 	// taking its read side while the load waits for them. The load
-	// counts itself in longOps instead, which Close waits for before it
-	// tears anything down, and ends with ErrClosed at the next page once
-	// Close has begun.
+	// registers a bulkRun instead, which Close stops before it tears
+	// anything down (see bulkRun), and ends with ErrClosed at the next
+	// page once Close has begun.
 	db.closeMu.RLock()
 	if db.closed.Load() {
 		db.closeMu.RUnlock()
 		return BulkLoadStats{}, ErrClosed
 	}
-	db.longOps.Add(1)
+	r := db.startBulkRun()
 	db.closeMu.RUnlock()
-	defer db.longOps.Done()
+	defer db.endBulkRun(r)
 	if err := db.writable(); err != nil {
 		return BulkLoadStats{}, err
 	}
-	st, err := db.bulkLoadLocked(ctx, rows)
+	st, err := db.bulkLoadLocked(ctx, rows, r)
 	if err != nil {
 		// Nothing was loaded: no stats that would say otherwise.
 		return BulkLoadStats{}, err
@@ -211,9 +218,103 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 	return st, nil
 }
 
+// bulkRun is a bulk load in progress as Close sees it. rows, the caller's
+// code, may call Close, directly or on a goroutine it waits for: Close
+// cannot wait for the load to end then, as it waits for Close. So the
+// load holds mu while it runs its own code and releases it while rows
+// runs; Close takes mu, and so finds the load either ended or inside
+// rows, where nothing of the load is in flight but its background fsync
+// and index goroutine. It then ends the load itself, as a failed one
+// ends (abandon: pages cut off, ABORT logged, locks released), and marks
+// it killed, so that the load, once rows yields again or returns, stops
+// with ErrClosed and touches nothing more.
+//
+//	load                          Close
+//	mu held: own code             closed = true
+//	leave (mu released)           for each run: mu.Lock()
+//	  rows (caller's code)  ----->  (inside rows) abandon(), killed
+//	enter: killed? ErrClosed      mu.Unlock(); tear down
+//	mu held: own code ...
+//	ended (mu released)
+type bulkRun struct {
+	mu sync.Mutex
+	// held says the load's goroutine holds mu; only that goroutine
+	// reads or writes it.
+	held bool
+	// Guarded by mu:
+	ended   bool   // the load returned, or Close ended it
+	killed  bool   // Close ended it: abandon ran
+	abandon func() // set by the load while rows may run: ends it as a failed load
+}
+
+// enter takes r.mu for the load's own code after rows ran, and reports
+// false, without it, when Close ended the load meanwhile.
+func (r *bulkRun) enter() bool {
+	r.mu.Lock()
+	if r.killed {
+		r.mu.Unlock()
+		return false
+	}
+	r.held = true
+	return true
+}
+
+// leave releases r.mu before rows, the caller's code, runs.
+func (r *bulkRun) leave() {
+	r.held = false
+	r.mu.Unlock()
+}
+
+// startBulkRun registers a new bulk load, its mu held; the caller holds
+// closeMu shared and found the database open.
+func (db *DB) startBulkRun() *bulkRun {
+	r := &bulkRun{held: true}
+	r.mu.Lock()
+	db.bulkMu.Lock()
+	db.bulkRuns = append(db.bulkRuns, r)
+	db.bulkMu.Unlock()
+	return r
+}
+
+// endBulkRun marks r ended and unregisters it.
+func (db *DB) endBulkRun(r *bulkRun) {
+	if r.held || r.enter() {
+		r.ended = true
+		r.leave()
+	}
+	db.bulkMu.Lock()
+	for i, x := range db.bulkRuns {
+		if x == r {
+			db.bulkRuns = append(db.bulkRuns[:i], db.bulkRuns[i+1:]...)
+			break
+		}
+	}
+	db.bulkMu.Unlock()
+}
+
+// stopBulkRuns is Close's part in the protocol of bulkRun: once closed is
+// set, it waits for each running load to end or to be inside rows, and
+// ends the latter.
+func (db *DB) stopBulkRuns() {
+	db.bulkMu.Lock()
+	runs := slices.Clone(db.bulkRuns)
+	db.bulkMu.Unlock()
+	for _, r := range runs {
+		r.mu.Lock()
+		if !r.ended {
+			if r.abandon != nil {
+				r.abandon()
+			}
+			r.ended, r.killed = true, true
+		}
+		r.mu.Unlock()
+	}
+}
+
 // bulkLoadLocked is BulkLoad up to its commit, under the checkpoint lock
-// and the checkpoint interlock.
-func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (st BulkLoadStats, err error) {
+// and the checkpoint interlock. When Close ends the load inside rows
+// (r.killed), it returns ErrClosed having touched nothing after rows.
+func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte], r *bulkRun) (st BulkLoadStats, err error) {
 	// A checkpoint, a Backup (for its whole copy) or another bulk load
 	// may hold the lock for long: the wait ends with ctx or Close.
 	if err := db.ckptMu.lockCtx(ctx, db.closing); err != nil {
@@ -222,7 +323,14 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 		}
 		return st, fmt.Errorf("mvkv: bulk load: %w while waiting for a running checkpoint, Backup or bulk load to end; nothing was loaded", err)
 	}
-	defer db.ckptMu.Unlock()
+	// What the load holds is released by the load, unless Close ended it
+	// inside rows, and released it then (abandon). r.killed is read
+	// after enter failed, or with mu held (then false).
+	defer func() {
+		if !r.killed {
+			db.ckptMu.Unlock()
+		}
+	}()
 	if t := db.lastTruncate.Load(); t != 0 && t >= db.lastRedo.Load() {
 		// A HEAP_TRUNCATE lies past the redo point of the last
 		// checkpoint that completed (lastRedo, not redoPtr, which a
@@ -235,14 +343,19 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 		}
 	}
 	db.ckptInterlock.Lock()
-	defer db.ckptInterlock.Unlock()
 	// Writers, commits and aborts wait on this instead of the interlock
 	// (waitBulkLoad), so that their wait ends with their context or Close.
 	running := make(chan struct{})
 	db.bulkRunning.Store(&running)
-	defer func() {
+	release := func() {
 		db.bulkRunning.Store(nil)
 		close(running)
+		db.ckptInterlock.Unlock()
+	}
+	defer func() {
+		if !r.killed {
+			release()
+		}
 	}()
 	if n := db.idx.len(); n > 0 {
 		return st, fmt.Errorf("%w: its index holds %d keys", ErrBulkLoadNotEmpty, n)
@@ -269,8 +382,8 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 	b := newBulkBuilder(db, xid, first)
 	finished := false
 	defer func() {
-		if finished {
-			return
+		if finished || (!r.held && !r.enter()) {
+			return // done, or Close ended the load (abandon)
 		}
 		// rows panicked: the load ends as a failed one does, its xid out
 		// of the running table (else it would hold back vacuum's horizon
@@ -279,7 +392,21 @@ func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte]
 		b.finishIndex()
 		db.abortBulkLoad(txn, first, b.pages > 0)
 	}()
-	loadErr := b.run(ctx, rows)
+	// While rows runs, Close may end the load in its place (bulkRun):
+	// as a failed load ends, then releasing what the load holds.
+	r.abandon = func() {
+		b.waitSync()
+		b.finishIndex()
+		db.abortBulkLoad(txn, first, b.pages > 0)
+		release()
+		db.ckptMu.Unlock()
+	}
+	loadErr := b.run(ctx, rows, r)
+	if r.killed {
+		finished = true
+		return st, ErrClosed
+	}
+	r.abandon = nil
 	finished = true
 	if err := b.waitSync(); loadErr == nil {
 		loadErr = err
@@ -631,51 +758,26 @@ func (b *bulkBuilder) waitSync() error {
 	return nil
 }
 
-// run builds and writes the pages of rows, and the index entries.
-func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (err error) {
+// run builds and writes the pages of rows, and the index entries. It
+// releases r.mu while rows runs (bulkRun), and returns with it held, or
+// with r.killed set and nothing touched after Close ended the load.
+func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte], r *bulkRun) (err error) {
 	var tup, prev []byte
 	hdr := heap.TupleHeader{Xmin: b.xid, Prev: heap.InvalidTID, Infomask: heap.Frozen | heap.XminCommitted}
+	r.leave()
 	for key, val := range rows {
-		if err = checkKey(key); err != nil {
+		if !r.enter() {
+			err = ErrClosed
 			break
 		}
-		if b.keys > 0 && bytes.Compare(key, prev) <= 0 {
-			err = fmt.Errorf("%w: key %q after %q", ErrBulkLoadOrder, truncKey(key), truncKey(prev))
+		err = b.add(ctx, hdr, key, val, &tup, &prev)
+		r.leave()
+		if err != nil {
 			break
 		}
-		if n := heap.TupleHeaderSize + len(key) + len(val); n > toastThreshold {
-			err = fmt.Errorf("%w: key %q with a value of %d bytes: a tuple of %d bytes, a bulk load stores tuples of at most %d inline (use Put for larger values)",
-				ErrTooLarge, truncKey(key), len(val), n, toastThreshold)
-			break
-		}
-		tup = heap.AppendTuple(tup[:0], hdr, key, val)
-		if b.inChunk == 0 || !heap.Fits(b.page(), len(tup)+b.reserve) {
-			if err = ctx.Err(); err != nil {
-				break
-			}
-			if b.db.closed.Load() {
-				err = ErrClosed
-				break
-			}
-			if err = b.newPage(); err != nil {
-				break
-			}
-		}
-		slot, aerr := heap.AddTuple(b.page(), tup)
-		if aerr != nil {
-			err = wrapf(aerr, "bulk load: key %q", truncKey(key))
-			break
-		}
-		if !b.started {
-			b.startIndex()
-		}
-		e := b.arena.new(key, heap.TID{Block: b.first + b.pages - 1, Slot: slot}.Pack(), 0)
-		b.batch = append(b.batch, e)
-		if len(b.batch) == bulkIndexBatch {
-			b.sendBatch()
-		}
-		b.keys++
-		prev = append(prev[:0], key...)
+	}
+	if !r.enter() {
+		return ErrClosed
 	}
 	if err != nil {
 		return err
@@ -684,6 +786,49 @@ func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (
 		b.closePage()
 		return b.writeChunk()
 	}
+	return nil
+}
+
+// add adds one row to the load: its tuple on the page being filled (a new
+// page when it does not fit, after checking ctx and Close), its entry to
+// the index. tup and prev are run's buffers: the tuple, and the last key.
+func (b *bulkBuilder) add(ctx context.Context, hdr heap.TupleHeader, key, val []byte, tup, prev *[]byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if b.keys > 0 && bytes.Compare(key, *prev) <= 0 {
+		return fmt.Errorf("%w: key %q after %q", ErrBulkLoadOrder, truncKey(key), truncKey(*prev))
+	}
+	if n := heap.TupleHeaderSize + len(key) + len(val); n > toastThreshold {
+		return fmt.Errorf("%w: key %q with a value of %d bytes: a tuple of %d bytes, a bulk load stores tuples of at most %d inline (use Put for larger values)",
+			ErrTooLarge, truncKey(key), len(val), n, toastThreshold)
+	}
+	*tup = heap.AppendTuple((*tup)[:0], hdr, key, val)
+	if b.inChunk == 0 || !heap.Fits(b.page(), len(*tup)+b.reserve) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if b.db.closed.Load() {
+			return ErrClosed
+		}
+		if err := b.newPage(); err != nil {
+			return err
+		}
+	}
+	slot, aerr := heap.AddTuple(b.page(), *tup)
+	if aerr != nil {
+		return wrapf(aerr, "bulk load: key %q", truncKey(key))
+	}
+	if !b.started {
+		b.startIndex()
+	}
+	e := b.arena.new(key, heap.TID{Block: b.first + b.pages - 1, Slot: slot}.Pack(), 0)
+	b.batch = append(b.batch, e)
+	if len(b.batch) == bulkIndexBatch {
+		b.sendBatch()
+	}
+	b.keys++
+	*prev = append((*prev)[:0], key...)
 	return nil
 }
 

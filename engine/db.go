@@ -120,10 +120,15 @@ type DB struct {
 	// noCloseCheckpoint makes Close skip its checkpoint
 	// (SetCheckpointOnClose).
 	noCloseCheckpoint atomic.Bool
-	// longOps counts the operations that run the caller's code for long
-	// and so cannot hold closeMu throughout (BulkLoad): Close waits for
-	// them, after it has set closed, which they check as they go.
+	// longOps counts the long operations that cannot hold closeMu
+	// throughout (Backup): Close waits for them, after it has set closed,
+	// which they check as they go.
 	longOps sync.WaitGroup
+	// bulkRuns are the bulk loads in progress, which Close stops before it
+	// waits for longOps (bulkRun: a load runs the caller's code, which may
+	// call Close). Guarded by bulkMu.
+	bulkMu   sync.Mutex
+	bulkRuns []*bulkRun
 	// bulkRunning is a channel closed when the bulk load under way ends,
 	// nil when none is (waitBulkLoad).
 	bulkRunning atomic.Pointer[chan struct{}]
@@ -811,7 +816,9 @@ func (db *DB) Dir() string { return db.dir }
 
 // Close takes a checkpoint (unless a failure stopped writes, or
 // SetCheckpointOnClose turned it off) and closes the database. A Vacuum
-// running then stops at its next page; before the checkpoint, Close frees
+// or Backup running then stops at its next page, and a BulkLoad too, or
+// at once, loading nothing, when it is running its rows function (which
+// may call Close itself: see DB.BulkLoad); before the checkpoint, Close frees
 // the out-of-line value chunks of the versions such a run (or one stopped
 // earlier by its context) removed and did not get to free, which takes a
 // read and a write of each page holding them.
@@ -831,6 +838,7 @@ func (db *DB) Close() error {
 	}
 	close(db.closing)
 	db.closeMu.Unlock()
+	db.stopBulkRuns()
 	db.longOps.Wait()
 	close(db.stopBG)
 	db.bgWG.Wait()
