@@ -166,8 +166,11 @@
 //
 //	row lock (a key's, held to transaction end; vacuum only tries)
 //	vacuum lock (one run at a time; Verify and Backup hold it throughout)
-//	checkpoint lock (one checkpoint at a time; a bulk load and a heap
-//	    truncation hold it too)
+//	bulk load's run lock (held by the load except while its rows runs;
+//	    Close takes it to end a load found inside rows)
+//	checkpoint lock (one checkpoint at a time; a bulk load, a Backup and
+//	    a heap truncation hold it too; a bulk load and a Backup wait for
+//	    it until their context ends or Close)
 //	checkpoint interlock, shared (writers, pruning, vacuum per page);
 //	    exclusively by a checkpoint choosing its redo point, a bulk load
 //	    and a heap truncation
