@@ -137,7 +137,10 @@ var (
 // retry. Nothing else is: ErrLockTimeout means a lock holder stayed too
 // long and a rerun would likely wait as long again, and the other
 // sentinels describe the request or the database, not a race. DB.Update
-// and DB.View retry exactly these errors.
+// and DB.View retry exactly these errors; one they return because their
+// context ended while they paused before a rerun wraps the context's error
+// and the last of these, so IsRetryable is true for it: a caller that
+// retries should look at its context first.
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrSerializationFailure) || errors.Is(err, ErrDeadlock)
 }
