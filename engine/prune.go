@@ -265,7 +265,11 @@ func describePrune(data []byte, flags uint8) string {
 		b.WriteString(" (compacted)")
 	}
 	if len(listed) > 0 {
-		fmt.Fprintf(&b, "; lists %d chunks for vacuum:", len(listed))
+		noun := "chunks"
+		if len(listed) == 1 {
+			noun = "chunk"
+		}
+		fmt.Fprintf(&b, "; lists %d %s for vacuum:", len(listed), noun)
 		const named = 8
 		for i, c := range listed {
 			if i == named {

@@ -1675,3 +1675,20 @@ func TestAutovacuumRepeatedFailureLoggedOnce(t *testing.T) {
 		t.Fatalf("%d autovacuum failure messages, want 1:\n%s", n, logged.String())
 	}
 }
+
+// describePrune names the chunks a pruning record lists for vacuum, the
+// first eight, in the singular for one.
+func TestDescribePruneListedChunks(t *testing.T) {
+	pages := []*prunePage{{block: 7, unused: []uint16{1, 3}}}
+	one := describePrune(encodePrune(pages, []chunkID{{heap.TID{Block: 8, Slot: 0}, 5}}), flagPruneChunks)
+	if !strings.HasSuffix(one, " (compacted); lists 1 chunk for vacuum: (8,0)") {
+		t.Errorf("one chunk: %q", one)
+	}
+	var many []chunkID
+	for i := range 10 {
+		many = append(many, chunkID{heap.TID{Block: uint32(i), Slot: 1}, 5})
+	}
+	if got := describePrune(encodePrune(pages, many), flagPruneChunks); !strings.HasSuffix(got, "; lists 10 chunks for vacuum: (0,1) (1,1) (2,1) (3,1) (4,1) (5,1) (6,1) (7,1) …") {
+		t.Errorf("ten chunks: %q", got)
+	}
+}
