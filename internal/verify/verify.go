@@ -380,6 +380,11 @@ func Run(t Target, problem, note Problemf) Counts {
 	// began: a writer goes on appending while it is read.
 	t.HoldWAL(func(durable wal.LSN) {
 		ctrl, ctrlFound, ctrlErr := rmgr.Engine.ReadControl(t.FS(), t.Dir())
+		// The bound for the control file's next xid, read after it: a
+		// checkpoint that completed since the checks began (the
+		// checkpointer's, beside writers) wrote one above the next xid
+		// read then.
+		ctrlNext := t.NextXid()
 		walPath := filepath.Join(t.Dir(), rmgr.Engine.WALDir)
 		walBad := newCLOGFindings(filepath.Join(t.Dir(), rmgr.Engine.CLOGDir))
 		// check reads the log from start to where it was durable,
@@ -447,8 +452,8 @@ func Run(t Target, problem, note Problemf) Counts {
 		case !ctrlFound:
 			problem("control file missing after a checkpoint")
 		default:
-			if ctrl.NextXid > next {
-				problem("control file: next xid %d is above the running next xid %d", ctrl.NextXid, next)
+			if ctrl.NextXid > ctrlNext {
+				problem("control file: next xid %d is above the running next xid %d", ctrl.NextXid, ctrlNext)
 			}
 			if err := checkCheckpointRecord(t.FS(), walPath, ctrl); err != nil {
 				problem("control file against WAL: %v", err)
