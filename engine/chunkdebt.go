@@ -28,7 +28,10 @@ const chunkIDSize = 14
 // Open replaces it with the chunks it found no version naming. What
 // leaves it: a chunk its revisit freed, or found gone (freed by a prune as
 // an aborted write's chunk, lost with a page zero_damaged_pages emptied),
-// after that revisit's record is logged.
+// after that revisit's record is logged. A chunk on a page that fails its
+// checks stays, without holding up the others: the revisit goes on past
+// the page and the run reports the damage (revisitRounds); the entry goes
+// once the page is repaired, or read as empty under zero_damaged_pages.
 //
 // How it is kept. By chunk and xmin, not by slot alone: a version whose
 // writer aborted may name slots that pruning freed as its chunks and that

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -387,4 +388,96 @@ func TestAutovacuumPaysChunkDebt(t *testing.T) {
 		t.Fatalf("stats %+v: want no autovacuum run and 3 chunks removed", st)
 	}
 	mustVerify(t, db)
+}
+
+// TestChunkDebtDamagedPageHoldsUpNoOther: a page holding a chunk in
+// vacuum's debt fails its checks after a restart (the debt came through
+// the index file). The page is all-frozen, so the first pass skips it, and
+// only the second reads it: each run must still free the debt's chunks on
+// other pages, and report the damage; the damaged page's entry stays until
+// zero_damaged_pages reads the page as empty. Before, every run stopped at
+// the damaged page, and the chunks of later pages were never freed.
+func TestChunkDebtDamagedPageHoldsUpNoOther(t *testing.T) {
+	dir, crash := t.TempDir(), t.TempDir()
+	opts := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1, VacuumFreezeMinAge: -1}
+	db := openTest(t, dir, opts)
+	defer db.Close()
+	mustPut(t, db, "big1", string(patterned(3*chunkSize, 1)))
+	mustPut(t, db, "big2", string(patterned(3*chunkSize, 2)))
+	_, ptr := rawPointer(t, db, "big1")
+	p, err := parseToastPointer(ptr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ptr2 := rawPointer(t, db, "big2")
+	p2, err := parseToastPointer(ptr2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := p.tids[0].Block
+	for _, tid := range append(p.tids[1:], p2.tids...) {
+		if tid.Block == damaged {
+			t.Fatalf("chunks %v and %v: the test needs the first alone on its page", p.tids, p2.tids)
+		}
+	}
+	// Frozen, so that the page is all-frozen and skipped by pass 1.
+	for range 2 {
+		if _, err := db.Vacuum(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, af := db.pageAllVisible(damaged); !af {
+		t.Fatalf("chunk page %d is not all-frozen", damaged)
+	}
+	mustPut(t, db, "big1", "small 1")
+	mustPut(t, db, "big2", "small 2")
+	ctx := &cancelAfter{Context: context.Background()}
+	ctx.n.Store(int64(db.pool.NBlocks()))
+	if _, err := db.Vacuum(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("vacuum: %v; want it stopped after its first pass", err)
+	}
+	if n := db.vac.debt.len(); n != 6 {
+		t.Fatalf("debt of %d chunks after the first pass; want the 6 of the two values", n)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, crash)
+	flipFileBits(t, filepath.Join(crash, heapDir, "00000000"), int64(damaged)*heap.PageSize+3000, 0x01)
+
+	cdb := openTest(t, crash, opts)
+	defer cdb.Close()
+	if n := cdb.vac.debt.len(); n != 6 {
+		t.Fatalf("debt of %d chunks in the copy; want 6", n)
+	}
+	// Open's scan trusts the map's bits once it has read the page; a
+	// damaged page keeps them.
+	cdb.waitOpenScan()
+	if _, af := cdb.pageAllVisible(damaged); !af {
+		t.Fatalf("damaged chunk page %d is not all-frozen after Open's scan", damaged)
+	}
+	for i := range 2 {
+		st, err := cdb.Vacuum(context.Background())
+		if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "00000000") {
+			t.Fatalf("vacuum %d of the copy: %v; want the damaged page named", i, err)
+		}
+		if want := uint64(5 * (1 - i)); st.ChunksRemoved != want {
+			t.Fatalf("vacuum %d of the copy freed %d chunks; want %d: the damaged page held up the rest of the debt", i, st.ChunksRemoved, want)
+		}
+		if got := cdb.vac.debt.list(); len(got) != 1 || got[0].tid != p.tids[0] {
+			t.Fatalf("debt after vacuum %d of the copy: %v; want only %s, on the damaged page", i, got, p.tids[0])
+		}
+	}
+	cdb.SetZeroDamagedPages(true)
+	if _, err := cdb.Vacuum(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := cdb.vac.debt.len(); n != 0 {
+		t.Fatalf("debt of %d chunks once the damaged page reads as empty", n)
+	}
+	for k, v := range map[string]string{"big1": "small 1", "big2": "small 2"} {
+		if got, _ := get(t, cdb, k); got != v {
+			t.Fatalf("%s = %q", k, got)
+		}
+	}
 }

@@ -526,11 +526,21 @@ func (v *vacuumRun) run() error {
 // (this run's first pass listed its chunks there), repeated while freeing
 // directories (toast.go) adds the chunks they list. Each page is revisited
 // inside guard (whileOpen, or a plain call for Close).
+//
+// A chunk round goes on past a page it finds damaged (ErrCorruption, the
+// database still taking writes) and returns that error at its end: the
+// page's entries stay in the debt for a later run (the damage repaired,
+// or read as an empty page under zero_damaged_pages), and the chunks on
+// other pages are freed meanwhile. The debt outlives a restart, and its
+// pages may be all-frozen ones the first pass skips, so a run stopped
+// there would stop at the same page every time, and the debt's chunks on
+// every later page would never be freed.
 func (v *vacuumRun) revisitRounds(heads bool, guard func(func() error) error) error {
 	rounds := []bool{false, false}
 	if heads {
 		rounds = []bool{true, false, false}
 	}
+	var damaged error // the first damaged page a chunk round went past
 	for i, heads := range rounds {
 		if !heads && (i == 0 || rounds[i-1]) {
 			// The debt holds the chunks of the heads just freed too.
@@ -550,13 +560,20 @@ func (v *vacuumRun) revisitRounds(heads bool, guard func(func() error) error) er
 			if err := v.ctx.Err(); err != nil {
 				return err
 			}
-			if err := guard(func() error { return v.revisit(blk, v.work[blk], heads) }); err != nil {
+			err := guard(func() error { return v.revisit(blk, v.work[blk], heads) })
+			if err != nil && !heads && errors.Is(err, ErrCorruption) && v.db.writable() == nil {
+				if damaged == nil {
+					damaged = err
+				}
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			v.st.PagesRevisited++
 		}
 	}
-	return nil
+	return damaged
 }
 
 // freeChunkDebt frees the chunks in vacuum's debt, for Close: those a
