@@ -41,14 +41,16 @@ const chunkIDSize = 14
 // How it survives. The checkpoint writes the debt into the index file; it
 // reads it after releasing the interlock it chose the redo point under, so
 // every record before the redo point that listed chunks had already added
-// them. Open loads the file's debt and adds the chunks of every replayed
-// record that lists some, so the debt after recovery holds every chunk a
-// record listed and no record after it freed, as well as some that were
-// freed (listed before the redo point, freed after it, or freed after
-// being read): those no longer match and are dropped by the next run that
-// looks. Without this, a crash between the passes (or after
-// a stopped run) left the chunks named by nothing until an Open rebuilt
-// the index from every heap page.
+// them; it flushes the WAL before making the file durable, so that every
+// record that listed a chunk the file holds (some after the checkpoint's
+// record) survives with it. Open loads the file's debt and adds the chunks
+// of every replayed record that lists some, so the debt after recovery
+// holds every chunk a record listed and no record after it freed, as well
+// as some that were freed (listed before the redo point, freed after it, or
+// freed after being read): those no longer match and are dropped by the
+// next run that looks. Without this, a crash between the passes (or after a
+// stopped run) left the chunks named by nothing until an Open rebuilt the
+// index from every heap page.
 //
 // Why a stale entry is safe. A chunk carries the xmin of the one
 // transaction that wrote its value; it enters the debt only once that

@@ -265,7 +265,11 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 	// Rule 1 for the file: a head it names was set after its record was
 	// inserted, possibly after this checkpoint's record, and that record
 	// must be durable before the file is, or a crash would leave the file
-	// naming a version the WAL never held and no page has.
+	// naming a version the WAL never held and no page has. Likewise the
+	// records that listed the debt's chunks (a first pass may have logged
+	// one since the checkpoint's record): lost with the file kept, the
+	// version they removed would be back after recovery, naming chunks
+	// the debt says are free.
 	if err := db.flushWAL(uint64(db.wal.InsertLSN())); err != nil {
 		return 0, 0, err
 	}
