@@ -306,7 +306,10 @@ func (db *DB) oldestXmin() uint64 {
 //
 // It returns ErrClosed after Close (or when Close begins while it waits),
 // the failure that stopped writes, the context's error (work done so far
-// stays done), or ErrCorruption for a page that fails its checks.
+// stays done), or ErrCorruption for a page that fails its checks: the
+// first such page stops the run, but one met only while freeing the
+// out-of-line chunks of versions already removed is passed over, the
+// chunks on the other pages freed, and reported at the end.
 func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
