@@ -500,3 +500,32 @@ func TestChunkDebtDamagedPageHoldsUpNoOther(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkDebtPastHeapEndDropped: an entry of vacuum's debt in the index
+// file that names a block past the heap (stale: a truncation cuts off only
+// pages without tuples) is dropped at Open; the file is still used, where
+// refusing it would rebuild the whole index from the heap for one stale
+// entry.
+func TestChunkDebtPastHeapEndDropped(t *testing.T) {
+	dir, crash := t.TempDir(), t.TempDir()
+	opts := Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+	db := openTest(t, dir, opts)
+	defer db.Close()
+	mustPut(t, db, "k", "v")
+	db.vac.debt.add([]chunkID{{heap.TID{Block: db.pool.NBlocks() + 100, Slot: 1}, 7}})
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, crash)
+	cdb := openTest(t, crash, opts)
+	defer cdb.Close()
+	if ri := cdb.Recovery(); !ri.IndexFromFile {
+		t.Fatalf("the index file was not used: %q", ri.IndexRebuildReason)
+	}
+	if n := cdb.vac.debt.len(); n != 0 {
+		t.Fatalf("the debt holds %d chunks after Open, want the stale one dropped", n)
+	}
+	if v, _ := get(t, cdb, "k"); v != "v" {
+		t.Fatalf("k = %q", v)
+	}
+}

@@ -570,9 +570,12 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 		if len(p) < chunkIDSize {
 			return d, badBody("chunk %d of vacuum's debt: %v", i, br.short(0))
 		}
+		// A block past the heap is not refused: the entry is stale
+		// (a truncation cuts off only pages without tuples), and Open
+		// drops it rather than rebuild the whole index for it.
 		c := chunkID{readTID(p), binary.LittleEndian.Uint64(p[6:])}
-		if c.tid.Block >= nblocks || int(c.tid.Slot) >= maxSlotsPerPage {
-			return d, badBody("chunk %d of vacuum's debt: %s lies outside a heap of %d blocks", i, c.tid, nblocks)
+		if c.tid.Block == noBlock || int(c.tid.Slot) >= maxSlotsPerPage {
+			return d, badBody("chunk %d of vacuum's debt: %s is not a heap slot", i, c.tid)
 		}
 		br.pos += chunkIDSize
 		d.debt = append(d.debt, c)

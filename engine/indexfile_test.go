@@ -365,8 +365,8 @@ func FuzzDecodeIndexFile(f *testing.F) {
 			t.Fatalf("%d chunks of vacuum's debt decoded, the header says %d", len(d.debt), d.hdr.debtChunks)
 		}
 		for _, c := range d.debt {
-			if c.tid.Block >= 1<<20 {
-				t.Fatalf("debt chunk %s past the heap", c.tid)
+			if c.tid.Block == noBlock || int(c.tid.Slot) >= maxSlotsPerPage {
+				t.Fatalf("debt chunk %s is not a heap slot", c.tid)
 			}
 		}
 		prev := ""
