@@ -501,19 +501,30 @@ func chunkDebtCrashModel(t *testing.T, beside bool) {
 // model (nil: no model), before its vacuum and after: no chunk in the debt
 // named by a version, no orphan chunk, and the debt paid by the vacuum.
 func checkDebtModel(fsys *vfs.MemFS, dir string, model *debtModel) error {
+	return checkDebtCopy(fsys, dir, func(db *DB) error {
+		if model != nil {
+			if err := model.check(db); err != nil {
+				return err
+			}
+		}
+		return debtChunkNamed(db)
+	})
+}
+
+// checkDebtCopy opens the database in dir on fsys and checks it before its
+// vacuum and after: extra, if not nil, then Verify with no problem and no
+// orphan chunk; and that the vacuum paid the whole debt.
+func checkDebtCopy(fsys *vfs.MemFS, dir string, extra func(*DB) error) error {
 	db, err := Open(dir, Options{FS: fsys, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
 	defer db.Close()
 	check := func(when string) error {
-		if model != nil {
-			if err := model.check(db); err != nil {
+		if extra != nil {
+			if err := extra(db); err != nil {
 				return fmt.Errorf("%s: %w", when, err)
 			}
-		}
-		if err := debtChunkNamed(db); err != nil {
-			return fmt.Errorf("%s: %w", when, err)
 		}
 		rep, err := db.Verify()
 		if err != nil {

@@ -346,33 +346,7 @@ func TestChunkDebtCrashPoints(t *testing.T) {
 
 // checkChunkDebt opens the crash copy c and checks that no chunk is an
 // orphan, before its vacuum and after, and that the vacuum paid the debt.
-func checkChunkDebt(c *vfs.MemFS) error {
-	db, err := Open("/db", Options{FS: c, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
-	if err != nil {
-		return fmt.Errorf("open: %w", err)
-	}
-	defer db.Close()
-	check := func(when string) error {
-		rep, err := db.Verify()
-		if err != nil {
-			return fmt.Errorf("verify %s: %w", when, err)
-		}
-		if !rep.OK() || rep.OrphanChunks != 0 {
-			return fmt.Errorf("verify %s (index from file %v): %d orphan chunks:\n%s", when, db.Recovery().IndexFromFile, rep.OrphanChunks, rep)
-		}
-		return nil
-	}
-	if err := check("after recovery"); err != nil {
-		return err
-	}
-	if _, err := db.Vacuum(context.Background()); err != nil {
-		return fmt.Errorf("vacuum: %w", err)
-	}
-	if n := db.vac.debt.len(); n != 0 {
-		return fmt.Errorf("vacuum after recovery left %d chunks in its debt: %v", n, db.vac.debt.list())
-	}
-	return check("after vacuum")
-}
+func checkChunkDebt(c *vfs.MemFS) error { return checkDebtCopy(c, "/db", nil) }
 
 // TestAutovacuumPaysChunkDebt: a VACUUM canceled between its passes leaves
 // the chunks of the version its first pass removed in the debt, and no
