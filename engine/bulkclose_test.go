@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // TestBulkLoadRowsClosesDB: a bulk load's rows function that calls Close,
@@ -70,6 +71,129 @@ func TestBulkLoadRowsClosesDB(t *testing.T) {
 				t.Fatalf("BulkLoad after the reopen: %v", err)
 			}
 			checkState(t, db, bulkState(100, 10))
+		})
+	}
+}
+
+// TestCloseWithWriterBehindBulkLoad: a write that found no bulk load under
+// way, then took the close lock just as a load began, waits for the load
+// with that lock held (its entry made after the load found the index
+// empty; see bulkLoadLocked). Close must not wait for that write first, as
+// the write waits for the load, which may wait for Close: its rows
+// function calls Close, or waits for a Close on another goroutine to
+// return. Close ends the load inside rows, the write goes on and either
+// commits or gets ErrClosed, and the reopened database holds the key
+// exactly when the write reported success, and nothing of the load.
+func TestCloseWithWriterBehindBulkLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		spawned bool // Close on another goroutine, which rows waits for
+	}{
+		{"rows-closes", false},
+		{"rows-waits-for-close", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db := openTest(t, dir, Options{Autovacuum: noAutovacuum})
+			holding := make(chan struct{})
+			goOn := make(chan struct{})
+			placing := make(chan struct{})
+			db.testWriteStep = func(step string) {
+				switch step {
+				case "lookup":
+					close(holding)
+					<-goOn
+				case "place":
+					close(placing)
+				}
+			}
+			wrote := make(chan error, 1)
+			go func() {
+				wrote <- db.Update(context.Background(), func(tx *Txn) error {
+					return tx.Put([]byte("w"), []byte("written beside the load"))
+				})
+			}()
+			<-holding // the write holds closeMu shared, no load yet
+			closed := make(chan error, 1)
+			rows := func(yield func(k, v []byte) bool) {
+				for i := 0; i < 100; i++ {
+					if i == 10 {
+						// The load holds the interlock and found the
+						// index empty; the write now looks its key up
+						// and, closeMu held, goes to place its version,
+						// where it waits for the load.
+						close(goOn)
+						<-placing
+						if tc.spawned {
+							done := make(chan struct{})
+							go func() { closed <- db.Close(); close(done) }()
+							<-done
+						} else {
+							closed <- db.Close()
+						}
+					}
+					if !yield(bulkKey(i), bulkVal(i, 100)) {
+						return
+					}
+				}
+			}
+			loaded := make(chan error, 1)
+			go func() {
+				_, err := db.BulkLoad(context.Background(), rows)
+				loaded <- err
+			}()
+			var lerr error
+			select {
+			case lerr = <-loaded:
+			case <-time.After(time.Minute):
+				t.Fatal("BulkLoad and Close did not return within a minute (deadlock)")
+			}
+			if !errors.Is(lerr, ErrClosed) {
+				t.Errorf("BulkLoad = %v; want ErrClosed", lerr)
+			}
+			if tc.spawned {
+				if err := <-closed; err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			} else if err := <-closed; err != nil {
+				t.Fatalf("Close from rows: %v", err)
+			}
+			var werr error
+			select {
+			case werr = <-wrote:
+			case <-time.After(time.Minute):
+				t.Fatal("the write beside the load did not return within a minute")
+			}
+			if werr != nil && !errors.Is(werr, ErrClosed) {
+				t.Fatalf("the write beside the load: %v; want nil or ErrClosed", werr)
+			}
+			db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+			defer db.Close()
+			var got []byte
+			found := false
+			if err := db.View(context.Background(), func(tx *Txn) error {
+				var err error
+				got, err = tx.Get([]byte("w"))
+				found = err == nil
+				if errors.Is(err, ErrNotFound) {
+					err = nil
+				}
+				return err
+			}); err != nil {
+				t.Fatalf("read after the reopen: %v", err)
+			}
+			if found != (werr == nil) {
+				t.Fatalf("after the reopen the key is found=%v (%q), the write having returned %v", found, got, werr)
+			}
+			n := 0
+			if err := db.View(context.Background(), func(tx *Txn) error {
+				return tx.Scan(nil, nil, func(k, v []byte) bool { n++; return true })
+			}); err != nil {
+				t.Fatalf("scan after the reopen: %v", err)
+			}
+			if want := map[bool]int{true: 1, false: 0}[found]; n != want {
+				t.Fatalf("%d keys after the reopen; want %d (nothing of the load)", n, want)
+			}
 		})
 	}
 }

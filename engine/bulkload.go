@@ -195,6 +195,9 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 	}
 	r := db.startBulkRun()
 	db.closeMu.RUnlock()
+	if r == nil {
+		return BulkLoadStats{}, ErrClosed // Close has begun
+	}
 	defer db.endBulkRun(r)
 	if err := db.writable(); err != nil {
 		return BulkLoadStats{}, err
@@ -229,8 +232,8 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 // it killed, so that the load, once rows yields again or returns, stops
 // with ErrClosed and touches nothing more.
 //
-//	load                          Close
-//	mu held: own code             closed = true
+//	load                          Close (before closeMu)
+//	mu held: own code             refuse new loads
 //	leave (mu released)           for each run: mu.Lock()
 //	  rows (caller's code)  ----->  (inside rows) abandon(), killed
 //	enter: killed? ErrClosed      mu.Unlock(); tear down
@@ -265,14 +268,18 @@ func (r *bulkRun) leave() {
 	r.mu.Unlock()
 }
 
-// startBulkRun registers a new bulk load, its mu held; the caller holds
-// closeMu shared and found the database open.
+// startBulkRun registers a new bulk load, its mu held, or returns nil once
+// Close has begun; the caller holds closeMu shared and found the database
+// open.
 func (db *DB) startBulkRun() *bulkRun {
+	db.bulkMu.Lock()
+	defer db.bulkMu.Unlock()
+	if db.bulkClosing {
+		return nil
+	}
 	r := &bulkRun{held: true}
 	r.mu.Lock()
-	db.bulkMu.Lock()
 	db.bulkRuns = append(db.bulkRuns, r)
-	db.bulkMu.Unlock()
 	return r
 }
 
@@ -292,11 +299,17 @@ func (db *DB) endBulkRun(r *bulkRun) {
 	db.bulkMu.Unlock()
 }
 
-// stopBulkRuns is Close's part in the protocol of bulkRun: once closed is
-// set, it waits for each running load to end or to be inside rows, and
-// ends the latter.
+// stopBulkRuns is Close's first step and its part in the protocol of
+// bulkRun: it refuses new loads, wakes a load waiting for the checkpoint
+// lock, then waits for each running load to end or to be inside rows, and
+// ends the latter. It runs before Close takes closeMu, and so before
+// closed is set: a write waiting for a load may hold closeMu shared.
 func (db *DB) stopBulkRuns() {
 	db.bulkMu.Lock()
+	if !db.bulkClosing {
+		db.bulkClosing = true
+		close(db.closeBegun)
+	}
 	runs := slices.Clone(db.bulkRuns)
 	db.bulkMu.Unlock()
 	for _, r := range runs {
@@ -317,7 +330,7 @@ func (db *DB) stopBulkRuns() {
 func (db *DB) bulkLoadLocked(ctx context.Context, rows iter.Seq2[[]byte, []byte], r *bulkRun) (st BulkLoadStats, err error) {
 	// A checkpoint, a Backup (for its whole copy) or another bulk load
 	// may hold the lock for long: the wait ends with ctx or Close.
-	if err := db.ckptMu.lockCtx(ctx, db.closing); err != nil {
+	if err := db.ckptMu.lockCtx(ctx, db.closeBegun); err != nil {
 		if errors.Is(err, ErrClosed) {
 			return st, err
 		}

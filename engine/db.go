@@ -125,10 +125,17 @@ type DB struct {
 	// which they check as they go.
 	longOps sync.WaitGroup
 	// bulkRuns are the bulk loads in progress, which Close stops before it
-	// waits for longOps (bulkRun: a load runs the caller's code, which may
-	// call Close). Guarded by bulkMu.
-	bulkMu   sync.Mutex
-	bulkRuns []*bulkRun
+	// takes closeMu (bulkRun: a load runs the caller's code, which may
+	// call Close, and a write may wait for a load with closeMu held).
+	// bulkClosing, set by Close's first step, refuses new ones. Guarded
+	// by bulkMu.
+	bulkMu      sync.Mutex
+	bulkRuns    []*bulkRun
+	bulkClosing bool
+	// closeBegun is closed by Close's first step, before closing: it ends
+	// a bulk load's wait for the checkpoint lock, which the load makes
+	// with its bulkRun held, so that Close is not kept waiting behind it.
+	closeBegun chan struct{}
 	// bulkRunning is a channel closed when the bulk load under way ends,
 	// nil when none is (waitBulkLoad).
 	bulkRunning atomic.Pointer[chan struct{}]
@@ -146,6 +153,11 @@ type DB struct {
 	// testBulkWait, if set by a test, is called when waitBulkLoad is
 	// about to wait for a bulk load.
 	testBulkWait func()
+	// testWriteStep, if set by a test, is called by a write holding
+	// closeMu shared, having found no bulk load under way: with "lookup"
+	// before it looks its key up, and with "place" before it places its
+	// version.
+	testWriteStep func(step string)
 
 	stopBG chan struct{}
 	bgWG   sync.WaitGroup
@@ -420,6 +432,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.vac.mu.init()
 	db.ckptMu.init()
 	db.closing = make(chan struct{})
+	db.closeBegun = make(chan struct{})
 	if err := db.open(); err != nil {
 		// Nothing of the CLOG is written back: a page recovery accepted
 		// as torn and then found damaged would otherwise be rewritten
@@ -831,6 +844,11 @@ func (db *DB) Dir() string { return db.dir }
 // returns that failure (see Failure), with the files closed all the same;
 // the next Open recovers from the last checkpoint.
 func (db *DB) Close() error {
+	// Bulk loads are ended first, before closeMu: a write that found no
+	// load under way and took closeMu shared just as one began waits for
+	// that load with closeMu held (bulkLoadLocked), and the load may wait
+	// for this Close (its rows function calls Close, or waits for it).
+	db.stopBulkRuns()
 	db.closeMu.Lock()
 	if db.closed.Swap(true) {
 		db.closeMu.Unlock()
@@ -838,7 +856,6 @@ func (db *DB) Close() error {
 	}
 	close(db.closing)
 	db.closeMu.Unlock()
-	db.stopBulkRuns()
 	db.longOps.Wait()
 	close(db.stopBG)
 	db.bgWG.Wait()

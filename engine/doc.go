@@ -182,7 +182,10 @@
 // Beside them, every operation holds the close lock shared while it uses
 // the files, and Close holds it exclusively; it is never held across a
 // row-lock wait or the caller's code (Txn.Update's function, BulkLoad's
-// rows, StatTuple's class), which may take it again.
+// rows, StatTuple's class), which may take it again. One wait happens with
+// it held: a write that found no bulk load under way, then met one that
+// began meanwhile, waits for the checkpoint interlock. So Close ends bulk
+// loads (their run locks) before it takes the close lock.
 //
 // The index's and the running table's mutexes, the CLOG's bank locks,
 // vacuum's debt of chunks and the snapshot registry are leaves: held briefly, never across a wait for

@@ -720,6 +720,9 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
+	if db.testWriteStep != nil {
+		db.testWriteStep("lookup")
+	}
 	e := db.idx.getOrCreate(key)
 	defer func() {
 		if e.headTID().Valid() {
@@ -893,6 +896,9 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	oldTID := heap.InvalidTID
 	if live {
 		oldTID = cur.tid
+	}
+	if db.testWriteStep != nil {
+		db.testWriteStep("place")
 	}
 	_, err = db.placeTuple(me, oldTID, tup, e)
 	putScratch(scratch, tup) // the page and the WAL have copied it
