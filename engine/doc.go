@@ -174,18 +174,32 @@
 //	checkpoint interlock, shared (writers, pruning, vacuum per page);
 //	    exclusively by a checkpoint choosing its redo point, a bulk load
 //	    and a heap truncation
-//	prune lock, shared (pruning only tries it; Verify holds it exclusively)
+//	prune lock, shared (pruning and a heap truncation only try it;
+//	    Verify holds it exclusively)
 //	heap page content locks, in block order
 //	visibility map page
 //	WAL insertion
 //
+// One exception: Verify takes the prune lock exclusively before its
+// checkpoint, and so waits for the checkpoint lock and takes the
+// checkpoint interlock exclusively with it held. This cannot close a
+// cycle: the holders of the checkpoint lock that Verify can meet (a
+// checkpoint, a bulk load) never take the prune lock, and a heap
+// truncation, which only tries it, runs under the vacuum lock Verify
+// holds.
+//
 // Beside them, every operation holds the close lock shared while it uses
 // the files, and Close holds it exclusively; it is never held across a
 // row-lock wait or the caller's code (Txn.Update's function, BulkLoad's
-// rows, StatTuple's class), which may take it again. One wait happens with
-// it held: a write that found no bulk load under way, then met one that
-// began meanwhile, waits for the checkpoint interlock. So Close ends bulk
-// loads (their run locks) before it takes the close lock.
+// rows, StatTuple's class), which may take it again. Two waits happen with
+// it held, for what a bulk load holds: DB.Checkpoint, Verify (which reads
+// the index file under the checkpoint lock) and a vacuum's truncation step
+// wait for the checkpoint lock, and a write that found no bulk load under
+// way, then met one that began meanwhile, waits for the checkpoint
+// interlock. A load holds both while its rows function, the caller's code,
+// runs. So Close ends bulk loads (their run locks) before it takes the
+// close lock: else it would wait behind those holders for the load, and
+// new shared holders (rows reading the database) behind it.
 //
 // The index's and the running table's mutexes, the CLOG's bank locks,
 // vacuum's debt of chunks and the snapshot registry are leaves: held briefly, never across a wait for
