@@ -12,7 +12,8 @@ import (
 // (PostgreSQL's BLCKSZ).
 const PageSize = 8192
 
-// Page header layout; see doc.go for the diagram.
+// Page header layout, byte offsets into the page; the package
+// documentation draws it.
 const (
 	offLSN      = 0
 	offChecksum = 8
@@ -31,6 +32,8 @@ const (
 	PageLayoutVersion = 1
 
 	// tupleAlign is the alignment of tuple storage (PostgreSQL's MAXALIGN).
+	// MaxTupleSize spells it out as 8, so that its documentation names
+	// no unexported constant.
 	tupleAlign = 8
 
 	lpLenMask    = 0x3FFF
@@ -39,9 +42,9 @@ const (
 
 // MaxTupleSize is the largest tuple, in bytes, that fits on an empty page: the
 // page minus its header and one line pointer, rounded down to the tuple
-// alignment (PostgreSQL's MaxHeapTupleSize). Larger values must be stored out
-// of line (External/Chunk).
-const MaxTupleSize = (PageSize - PageHeaderSize - ItemIDSize) / tupleAlign * tupleAlign
+// alignment of 8 bytes: 8,160 (PostgreSQL's MaxHeapTupleSize). Larger values
+// must be stored out of line (External/Chunk).
+const MaxTupleSize = (PageSize - PageHeaderSize - ItemIDSize) / 8 * 8
 
 // Page flags, stored in the header's flags field.
 const (
@@ -311,7 +314,7 @@ func tupleRoom(n int) int {
 // not beside a new line pointer. A writer asks this of every page it tries,
 // several times a write, and on a page whose slots vacuum freed
 // (PDHasFreeLines) FreeSpace's scan of the line pointers was one of the
-// larger costs of an update (docs/BENCHMARKS.md).
+// larger costs of an update in the engine's CPU profiles.
 func Fits(p []byte, n int) bool {
 	if n <= 0 {
 		return true // FreeSpace is never negative
@@ -523,8 +526,8 @@ func Prune(p []byte, dead, unused []uint16) error {
 // it. It returns ErrBadSlot for a slot that is out of range or unused and
 // an error wrapping ErrCorrupt for a malformed header; p is unchanged on
 // error. Unlike Prune it does not prove the line pointers free of overlaps
-// (it moves no tuple; see markLinePointers): the page was verified when it
-// was read, and the Prune that compacts it checks again.
+// (it moves no tuple, so an overlap cannot spread): the page was verified
+// when it was read, and the Prune that compacts it checks again.
 func SetUnused(p []byte, unused []uint16) error {
 	lower, _, err := header(p)
 	if err != nil {

@@ -28,7 +28,8 @@ type TupleHeader struct {
 // 8, so a tuple's key starts aligned).
 const TupleHeaderSize = 32
 
-// Tuple header layout; see doc.go.
+// Tuple header layout, byte offsets into the tuple; the package
+// documentation draws it.
 const (
 	tOffXmin      = 0
 	tOffXmax      = 8
