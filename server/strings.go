@@ -636,7 +636,9 @@ func cmdLCS(x *execCtx, args [][]byte) error {
 	return nil
 }
 
-// maxBitOffset is Redis's bound on a bit offset: proto-max-bulk-len bytes.
+// bitOffset parses the bit offset of SETBIT and GETBIT; one that is not an
+// integer, is negative, or lies past Redis's bound (proto-max-bulk-len
+// bytes) gets Redis's error reply, and bitOffset reports false.
 func (x *execCtx) bitOffset(b []byte) (int64, bool) {
 	n, ok := parseInt(b)
 	if !ok || n < 0 || n>>3 >= int64(x.c.s.limits().MaxBulkLen) {
