@@ -1033,8 +1033,9 @@ func (db *DB) repairFragmentation(buf *bufpool.Buffer) error {
 // logPrunePage applies p, a pruning record's part for buf's page, and logs
 // it as a record of its own with flags (a full-page image first if the page
 // needs one): the one-page pruning done under a lock the caller already
-// holds, by vacuum's page pass, placeTuple and pruneChainOnPage (logPrune
-// locks the pages of a batch itself). listed are the chunks of the
+// holds, by vacuum's page pass (revisit), by prunePageLocked for a writer
+// or reader that prunes a page, and by repairFragmentation. listed are
+// the chunks of the
 // out-of-line versions (or directories) p frees: the record lists them
 // (flagPruneChunks) and they enter vacuum's debt once it is logged
 // (chunkdebt.go). what names the change in the corruption error. The
