@@ -171,7 +171,9 @@
 //	checkpoint lock (one checkpoint at a time; a bulk load, a Backup and
 //	    a heap truncation hold it too; a bulk load and a Backup wait for
 //	    it until their context ends or Close)
-//	checkpoint interlock, shared (writers, pruning, vacuum per page);
+//	checkpoint interlock, shared (writers, from a change to its record,
+//	    and commits, from the commit record to the CLOG; pruning, hint
+//	    bits, CLOG truncation, vacuum per page);
 //	    exclusively by a checkpoint choosing its redo point, a bulk load
 //	    and a heap truncation
 //	prune lock, shared (pruning and a heap truncation only try it;
@@ -202,8 +204,10 @@
 // new shared holders (rows reading the database) behind it.
 //
 // The index's and the running table's mutexes, the CLOG's bank locks,
-// vacuum's debt of chunks and the snapshot registry are leaves: held briefly, never across a wait for
-// any lock above (the snapshot registry's mutex is taken before the
+// vacuum's debt of chunks, the free space map, the row lock table's
+// shards and its deadlock checker, the list of bulk loads Close stops
+// and the snapshot registry are leaves: held briefly, never across a
+// wait for any lock above (the snapshot registry's mutex is taken before the
 // running table's, never after). One exception, as PostgreSQL's
 // XidGenLock across ExtendCLOG: handing out the first xid of a CLOG page
 // takes that page's bank lock under the running table's mutex, and may
