@@ -831,10 +831,10 @@ func (db *DB) Dir() string { return db.dir }
 // SetCheckpointOnClose turned it off) and closes the database. A Vacuum
 // or Backup running then stops at its next page, and a BulkLoad too, or
 // at once, loading nothing, when it is running its rows function (which
-// may call Close itself: see DB.BulkLoad), unless a Checkpoint, Verify or
-// vacuum truncation is waiting then for the checkpoint lock such a Backup
-// or BulkLoad holds, which keeps Close from beginning until that run
-// ends (see the package's documentation, "Lock order"); before the
+// may call Close itself: see DB.BulkLoad), unless a Checkpoint is waiting
+// then for the checkpoint lock such a Backup or BulkLoad holds (or a Verify
+// or vacuum truncation for a BulkLoad's), which keeps Close from beginning
+// until that run ends (see the package's documentation, "Lock order"); before the
 // checkpoint, Close frees
 // the out-of-line value chunks of the versions such a run (or one stopped
 // earlier by its context) removed and did not get to free, which takes a
