@@ -25,8 +25,10 @@ import (
 //	+----------+-----------+-------------+------------------+-----------+--------------+-------------+----------+
 //
 // The CRC covers everything before it. heapBlocks is the heap's size in
-// blocks once the checkpoint had written every page: the heap never
-// shrinks, so a shorter heap at the next Open means lost data. systemID
+// blocks once the checkpoint had written every page: the heap shrinks only
+// by a logged HEAP_TRUNCATE (vacuum's truncation), so a heap shorter at the
+// next Open than this, or than the shortest length such a record logged
+// after the checkpoint leaves, means lost data. systemID
 // names the database, as PostgreSQL's system_identifier: a random number
 // drawn when the directory is created, copied into every index file, so
 // that an index file from another database is refused even when its
