@@ -9,17 +9,22 @@ import (
 	"mvkv/wal"
 )
 
-// The pruning record (recHeap2Prune) and its application, shared by vacuum
-// and redo so that both produce the same page bytes (docs/DESIGN.md rule 8).
+// The pruning record (recHeap2Prune) and its application, shared by the
+// code that prunes (vacuum, and writers and readers pruning a page) and
+// redo, so that both produce the same page bytes (docs/DESIGN.md rule 8).
 //
-// One record covers every page a step of vacuum changes, because removing a
-// version also rewrites the Prev link of the version above it, which may
-// live on another page: both changes must survive a crash together, or a
-// chain would point into a freed (perhaps reused) slot. The record carries
-// after-images only: the slots that end up unused, the Prev value each
-// rewritten link ends up with, the infomask and xmax each frozen tuple ends
-// up with. Redo applies a page's part only if the page LSN is below the
-// record's end, so replaying it twice changes nothing.
+// The engine writes one record per page (logPrunePage): chains are kept so
+// that a page can be pruned alone, the only Prev links a prune rewrites
+// being those of versions on the page itself that every walk stops at
+// (set to InvalidTID), so no change on one page needs another page's to
+// survive a crash with it. The format still takes several pages, as vacuum
+// once wrote it (one record for every page a step changed, when removing a
+// version rewrote the Prev link above it on another page), and redo reads
+// such records in an old WAL. The record carries after-images only: the
+// slots that end up unused, the Prev value each rewritten link ends up
+// with, the infomask and xmax each frozen tuple ends up with. Redo applies
+// a page's part only if the page LSN is below the record's end, so
+// replaying it twice changes nothing.
 //
 // Payload (little-endian). Part of the format; do not change.
 //

@@ -51,11 +51,13 @@ const (
 	// is then applied on top. Payload: block 4, then the page, without
 	// its free space when the record carries flagFPIHole (encodeFPI).
 	recFPI wal.RecordType = 22
-	// recHeap2Prune is vacuum's pruning record, as PostgreSQL's
-	// XLOG_HEAP2_PRUNE (with freezing folded in, as PostgreSQL 17's
-	// XLOG_HEAP2_PRUNE_VACUUM_SCAN): for each of several pages, the slots
-	// that become unused, the Prev links rewritten around them and the
-	// tuples frozen, all as after-images. The payload is drawn in prune.go.
+	// recHeap2Prune is the pruning record, vacuum's and that of a writer
+	// or reader pruning a page, as PostgreSQL's XLOG_HEAP2_PRUNE (with
+	// freezing folded in, as PostgreSQL 17's XLOG_HEAP2_PRUNE_VACUUM_SCAN):
+	// for each page it names (one in every record the engine writes now;
+	// older ones named several), the slots that become unused, the Prev
+	// links rewritten and the tuples frozen, all as after-images. The
+	// payload is drawn in prune.go.
 	recHeap2Prune wal.RecordType = 25
 	// recFPIForHint is a full-page image logged before the first hint-bit
 	// change to a page after a checkpoint's redo point, as PostgreSQL's
@@ -136,8 +138,12 @@ const (
 	// but no tuple moves (heap.SetUnused), so the freed storage stays a
 	// hole in the page. Without the flag the page is compacted after the
 	// changes (heap.Prune), and a page part may then be empty: compaction
-	// alone, which is how vacuum repairs a page once it has finished
-	// freeing slots on it (engine/vacuum.go, scanPage).
+	// alone (repairFragmentation). The engine no longer sets it (every
+	// pruning record compacts its page); vacuum used to free slots in
+	// place and compact each page once a run, and redo still applies such
+	// records from an older WAL. The holes they left are packed by the
+	// page's next prune, by vacuum (which compacts a page with holes in
+	// its record of it) or by repairFragmentation.
 	flagPruneNoRepair uint8 = 1 << 3
 	// flagFPIHole on recFPI and recFPIForHint: the image leaves out the
 	// page's free space, which redo restores as zeroes (encodeFPI).

@@ -1022,10 +1022,11 @@ func chunkTIDs(ptr []byte) ([]heap.TID, error) {
 
 // repairFragmentation compacts buf's page, as PostgreSQL's
 // PageRepairFragmentation, with a pruning record whose one page part is
-// empty (a full-page image first if the page needs one). Vacuum calls it
-// once for each page it left holes in; placeTuple calls it when a tuple
-// fits a page only with its holes. The caller holds the page's exclusive
-// lock and ckptInterlock shared.
+// empty (a full-page image first if the page needs one). placeTuple calls
+// it when a tuple fits a page only with its holes, which records that
+// freed slots in place (flagPruneNoRepair, no longer written) left; vacuum
+// compacts such a page in its own pruning record of it instead. The
+// caller holds the page's exclusive lock and ckptInterlock shared.
 func (db *DB) repairFragmentation(buf *bufpool.Buffer) error {
 	return db.logPrunePage(buf, &prunePage{block: buf.Block()}, 0, "compaction of", nil)
 }

@@ -520,10 +520,10 @@ func Prune(p []byte, dead, unused []uint16) error {
 // SetUnused is Prune without the compaction: each slot in unused becomes
 // LPUnused and trailing unused line pointers are cut off, but no tuple
 // moves, so the storage of the freed tuples stays where it was (a hole
-// that HoleBytes counts) until a Prune of the page packs the rest. Vacuum
-// frees the versions of many keys a page at a time, several times a run
-// for the same page; it compacts each page once, when it has finished with
-// it. It returns ErrBadSlot for a slot that is out of range or unused and
+// that HoleBytes counts) until a Prune of the page packs the rest: for a
+// caller that frees slots on a page several times and compacts it once at
+// the end (the engine's vacuum did, and its redo still replays such
+// records). It returns ErrBadSlot for a slot that is out of range or unused and
 // an error wrapping ErrCorrupt for a malformed header; p is unchanged on
 // error. Unlike Prune it does not prove the line pointers free of overlaps
 // (it moves no tuple, so an overlap cannot spread): the page was verified
