@@ -234,10 +234,12 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry)
 		page := tgt.Page()
 		wasNew := heap.IsNew(page)
 		if !wasNew && !heap.Fits(page, len(tup)) && heap.MayHaveHoles(page) && heap.FreeSpace(page)+heap.HoleBytes(page) >= len(tup) {
-			// Vacuum freed slots here in place and has not compacted
-			// the page yet: compact it now rather than leave the space
-			// unused until the end of vacuum's run, as PostgreSQL's
-			// heap_page_prune_opt repairs a page that is nearly full.
+			// Slots freed in place (by the pruning records of an
+			// older version of mvkv, flagPruneNoRepair) left holes
+			// that no prune has packed since: compact the page now
+			// rather than leave the space unused until its next prune,
+			// as PostgreSQL's heap_page_prune_opt repairs a page that
+			// is nearly full.
 			if err := db.repairFragmentation(tgt); err != nil {
 				unlock()
 				return heap.InvalidTID, err
