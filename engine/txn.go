@@ -710,8 +710,10 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	t.noteDependency()
 	// From here on no other transaction can add a version of key until
 	// this one ends. The closeMu read lock keeps Close from tearing down
-	// the WAL and buffer pool under us; it is never held across a lock wait
-	// (a bulk load's included).
+	// the WAL and buffer pool under us; it is not held across the wait for
+	// a running bulk load, but a load that begins right after this check
+	// holds ckptInterlock, which placeTuple then waits for with closeMu
+	// held (the package doc's "Lock order" says what that can cost).
 	if err := db.waitBulkLoad(t.ctx); err != nil {
 		return err
 	}
