@@ -649,7 +649,8 @@ func (w *Writer) FlushData(upTo LSN) error {
 	return w.flush(upTo, false)
 }
 
-// FlushAll flushes everything inserted so far.
+// FlushAll flushes everything inserted so far, as Flush(InsertLSN()) does.
+// Errors as Flush.
 func (w *Writer) FlushAll() error {
 	return w.Flush(w.InsertLSN())
 }
@@ -1249,7 +1250,10 @@ func (w *Writer) Stats() Stats { return w.c.snapshot() }
 // after each. Each removal holds the lock under which segments are
 // prepared and created, and checks the open segment under it, so a
 // segment being prepared or switched into, which always lies after the
-// open one, is never touched. Safe for concurrent use.
+// open one, is never touched. Safe for concurrent use. Errors: listing
+// the directory, removing a segment or fsyncing the directory, as the file
+// system reports them; segments removed before the failure stay removed,
+// and later ones stay.
 func (w *Writer) RemoveSegmentsBefore(lsn LSN) error {
 	segs, _, err := listSegments(w.fs, w.dir)
 	if err != nil {
