@@ -80,7 +80,8 @@ type DidCommitFunc func(xid uint64) (bool, error)
 // XidVisible reports whether the effects of xid are visible to a reader
 // running as transaction cur (0 if it has no xid) with snapshot s: its own
 // writes are visible; otherwise xid must be finished for the snapshot and
-// committed. FrozenXid is visible to everyone; InvalidXid to no one.
+// committed. FrozenXid is visible to everyone; InvalidXid to no one. The
+// only error is didCommit's, returned as it is.
 func (s *Snapshot) XidVisible(xid, cur uint64, didCommit DidCommitFunc) (bool, error) {
 	switch {
 	case xid == InvalidXid:

@@ -244,6 +244,11 @@ func (m *Map) get(heapBlk uint32) (*bufpool.Buffer, error) {
 //
 // The caller holds the heap page's exclusive content lock, so that the bit
 // and PD_ALL_VISIBLE change together for every reader of the heap page.
+// Errors: ErrClosed after Close; ErrNoFreeBuffer (or
+// Options.NoFreeBufferError) when every cached map page is pinned; the
+// failure of reading the map page, or of writing out the page its cache
+// evicts for it. A map page that fails its checks is no error: it reads
+// as a page with no bit set, reported to Options.OnDamage.
 func (m *Map) Set(heapBlk uint32, bits Bits, lsn uint64) (bool, error) {
 	bits &= ValidBits
 	buf, err := m.get(heapBlk)
@@ -280,7 +285,7 @@ func (m *Map) Set(heapBlk uint32, bits Bits, lsn uint64) (bool, error) {
 // the page LSN: the heap record of the change that clears it carries a
 // flag, and redo clears the bit again whatever the page LSN says. A
 // cleared bit that reaches disk early is always safe (it only makes a
-// reader do the per-tuple work).
+// reader do the per-tuple work). Errors as Set's.
 func (m *Map) Clear(heapBlk uint32, bits Bits) (bool, error) {
 	bits &= ValidBits
 	buf, err := m.get(heapBlk)
@@ -386,6 +391,8 @@ func (m *Map) clearRange(from uint32, to uint64, each func(uint32)) (bool, error
 // heapBlk's bits are distrusted (see Distrust). The answer can be stale as
 // soon as it is returned; a caller that relies on a set bit must read what
 // it protects (the heap TID it is about to trust) before calling Test.
+// Errors as Set's (a distrusted block's bits are read all the same, so
+// that the same errors show).
 func (m *Map) Test(heapBlk uint32) (Bits, error) {
 	// The limit before the bits: a check that clears a wrong bit does so
 	// before it moves the limit past the block, so bits read after a
@@ -463,7 +470,10 @@ func (m *Map) NBlocks() uint32 { return m.storage.NBlocks() }
 
 // ReadPage reads map page vmBlock from disk (not from the cache) into p
 // (PageSize bytes) and verifies it; a page never written reads as zeros.
-// Verification uses it to check what a crash would leave.
+// Verification uses it to check what a crash would leave. Errors:
+// ErrClosed after Close; an error matching ErrCorrupt, naming the file
+// and offset, for a page that fails its checks (not zeroed here, unlike a
+// read through the cache); the read's I/O error.
 func (m *Map) ReadPage(vmBlock uint32, p []byte) error {
 	if m.closed.Load() {
 		return ErrClosed
@@ -616,7 +626,8 @@ type Reader struct {
 func (m *Map) NewReader() *Reader { return &Reader{m: m} }
 
 // Test returns heapBlk's bits as Map.Test would if called now. The same
-// rule applies: read what the bit protects before calling Test.
+// rule applies: read what the bit protects before calling Test. Errors as
+// Map.Test's.
 func (r *Reader) Test(heapBlk uint32) (Bits, error) {
 	c := r.m.clears.Load()
 	if r.valid && r.blk == heapBlk && r.clears == c {
