@@ -25,6 +25,9 @@ const loadBatchRows = 10000
 // they go in transactions of 10,000 rows, then the target's FinishLoad
 // runs. Progress goes to log in pgbench -i's words. The last batch is
 // durable; on the engine and pebble FinishLoad makes the rest durable.
+// Errors: a scale outside 1 to MaxScale; ctx's error once it ends between
+// batches (what was loaded stays); the target's errors from creating its
+// tables, its bulk load or a batch, and FinishLoad's, wrapped.
 func Load(ctx context.Context, t Target, scale, accounts int, log io.Writer) error {
 	if scale < 1 || scale > MaxScale {
 		return fmt.Errorf("bench: scale %d: must be 1 to %d", scale, MaxScale)

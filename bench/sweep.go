@@ -150,7 +150,7 @@ func engineKnob(name string, apply func(c *Config, o *engine.Options)) func(c *C
 // update (global, bank, global+group, bank+group: the pgsql-hackers
 // thread's master, granular-locking and group-update variants and their
 // combination). It returns the engine's CLOGLocking and whether group
-// update is on.
+// update is on, or, for any other text, an error saying what it takes.
 func ParseCLOGVariant(v string) (locking string, group bool, err error) {
 	locking, suffix, group := strings.Cut(v, "+")
 	if (locking != "global" && locking != "bank") || (group && suffix != "group") {
