@@ -43,7 +43,9 @@ type wireResult struct {
 
 // ChildMain is the kill-mode child: it opens the engine on dir, prints
 // "ready", and runs clients clients of the workload of seed and cycle until
-// it is killed, reporting every operation on out.
+// it is killed, reporting every operation on out. It returns only on
+// failure: Open's error (an error wrapping engine.ErrLocked when another
+// process has dir open, say).
 func ChildMain(dir string, seed uint64, clients, cycle int, out io.Writer) error {
 	db, err := engine.Open(dir, engineOptions(nil))
 	if err != nil {
@@ -155,7 +157,9 @@ func dataDir(cfg Config) (string, error) {
 }
 
 // ImportDir returns a MemFS holding a durable copy of the real directory
-// src under /db, the starting point of an in-process replay.
+// src under /db, the starting point of an in-process replay. The LOCK
+// file is left out. Errors are those of reading src, as the os package
+// gives them.
 func ImportDir(src string) (*vfs.MemFS, error) {
 	m := newMemFS()
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {

@@ -378,6 +378,8 @@ func failPower(ctx context.Context, cfg Config, res Result, startFS *vfs.MemFS, 
 
 // ExportMemFS copies the directory tree dir of m into the real directory
 // dst, so that a crash copy can be inspected with mvkv verify and waldump.
+// dst and its parents are created as needed; files already there are
+// overwritten. Errors are those of reading m or writing dst, as they are.
 func ExportMemFS(m *vfs.MemFS, dir, dst string) error {
 	names, err := m.ReadDir(dir)
 	if err != nil {
