@@ -313,7 +313,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // ServeTLS is Serve on TLS connections: it accepts on ln, a TCP listener,
 // and runs the TLS handshake of config (crypto/tls's server side) on each
 // connection. CONFIG GET tls-port reports its port; port and INFO's
-// tcp_port report Serve's.
+// tcp_port report Serve's. It returns as Serve does: ErrServerClosed after
+// a shutdown has completed, or the listener's error.
 func (s *Server) ServeTLS(ctx context.Context, ln net.Listener, config *tls.Config) error {
 	return s.serve(ctx, tls.NewListener(ln, config), true)
 }
