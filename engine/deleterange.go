@@ -71,8 +71,8 @@ func (t *Txn) DeleteRange(start, end []byte, fn func(key, old []byte)) (int, err
 // whose first bytes cannot be read (a chunk of its value lost, or its
 // pointer damaged) is deleted all the same, and counted; fn then gets a
 // nil prefix, length 0 and unreadable, the ErrCorruption naming the
-// chunk's file and offset. fn may be nil; n must not be negative. Errors
-// otherwise as DeleteRange's.
+// chunk's file and offset. fn may be nil. A negative n gets a plain
+// error, nothing deleted; errors otherwise as DeleteRange's.
 func (t *Txn) DeleteRangePrefix(start, end []byte, n int, fn func(key, prefix []byte, length int, unreadable error)) (int, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("mvkv: DeleteRangePrefix of %d bytes", n)

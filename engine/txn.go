@@ -306,8 +306,8 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 
 // ScanPrefix is Scan that hands fn, for each key, at most the first n
 // bytes of its value and the value's whole length, as GetPrefix: of an
-// out-of-line value it reads only the chunks holding those bytes. n must
-// not be negative.
+// out-of-line value it reads only the chunks holding those bytes. Errors
+// as Scan's, and a plain error for a negative n.
 func (t *Txn) ScanPrefix(start, end []byte, n int, fn func(key, prefix []byte, length int) bool) error {
 	if n < 0 {
 		return fmt.Errorf("mvkv: ScanPrefix of %d bytes", n)
