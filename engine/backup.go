@@ -101,7 +101,9 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		return info, errors.New("mvkv: backup needs a target directory; the empty path names none")
 	}
 	// Not closeMu for the whole copy (see BulkLoad): longOps, which Close
-	// waits for, and db.closing, which ends the copy at its next page.
+	// waits for, and db.closeBegun, which ends the copy at its next page.
+	// closeBegun, not closing, which Close closes only once it has
+	// closeMu: a Checkpoint may wait for this copy with closeMu held.
 	db.closeMu.RLock()
 	if db.closed.Load() {
 		db.closeMu.RUnlock()
@@ -149,11 +151,11 @@ func (db *DB) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	// CLOG; a checkpoint would remove WAL the copy needs and rewrite the
 	// control and index files being copied. Both wait, in the order
 	// Verify takes them.
-	if err := db.vac.mu.lockCtx(ctx, db.closing); err != nil {
+	if err := db.vac.mu.lockCtx(ctx, db.closeBegun); err != nil {
 		return info, err
 	}
 	defer db.vac.mu.Unlock()
-	if err := db.ckptMu.lockCtx(ctx, db.closing); err != nil {
+	if err := db.ckptMu.lockCtx(ctx, db.closeBegun); err != nil {
 		return info, err
 	}
 	defer db.ckptMu.Unlock()
@@ -352,7 +354,7 @@ func realPath(fsys vfs.FS, path string) string {
 // backupStop returns ErrClosed once Close has begun, else ctx's error.
 func (db *DB) backupStop(ctx context.Context) error {
 	select {
-	case <-db.closing:
+	case <-db.closeBegun:
 		return ErrClosed
 	default:
 	}

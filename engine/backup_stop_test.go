@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -286,4 +287,42 @@ func TestBackupTwiceToOneTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// TestCloseWithCheckpointBehindBackup: a Checkpoint waits, with the close
+// lock held shared, for the checkpoint lock a Backup holds for its whole
+// copy. Close must not wait for the copy to end: the Backup stops at its
+// next page once Close has begun (ErrClosed, its partial directory
+// removed), the Checkpoint goes on, and Close returns. Before, Close
+// could tell the Backup nothing until it had the close lock, so the copy
+// ran to its end first.
+func TestCloseWithCheckpointBehindBackup(t *testing.T) {
+	m := vfs.NewMemFS()
+	db, reached, release := gatedDB(t, m, "/bk.partial/heap/", Options{Autovacuum: noAutovacuum})
+	backedUp := make(chan error, 1)
+	go func() {
+		_, err := db.Backup(context.Background(), "/bk")
+		backedUp <- err
+	}()
+	<-reached // the Backup holds the checkpoint lock
+	checkpointed := make(chan error, 1)
+	go func() { checkpointed <- db.Checkpoint() }()
+	for db.closeMu.TryLock() { // until the Checkpoint holds it shared
+		db.closeMu.Unlock()
+		runtime.Gosched()
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	<-db.closeBegun
+	close(release)
+	if err := <-backedUp; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Backup: %v; want ErrClosed (it copied to the end with Close waiting)", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-checkpointed; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("Checkpoint: %v; want nil or ErrClosed", err)
+	}
+	checkNoBackupLeft(t, m, "/bk")
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -196,4 +197,62 @@ func TestCloseWithWriterBehindBulkLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCloseWithCheckpointBehindBulkLoad: a Checkpoint waits for the
+// checkpoint lock a bulk load holds while its rows function runs, with the
+// close lock held shared; rows then waits for a Close on another
+// goroutine. Close ends the load inside rows, the Checkpoint goes on, and
+// Close returns: before, Close waited for the close lock behind the
+// Checkpoint, which waited for the load, which waited for Close.
+func TestCloseWithCheckpointBehindBulkLoad(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	checkpointed := make(chan error, 1)
+	closed := make(chan error, 1)
+	rows := func(yield func(k, v []byte) bool) {
+		for i := 0; i < 100; i++ {
+			if i == 10 {
+				go func() { checkpointed <- db.Checkpoint() }()
+				// The Checkpoint holds closeMu shared once it is
+				// waiting for the load's checkpoint lock: nothing else
+				// takes closeMu here.
+				for db.closeMu.TryLock() {
+					db.closeMu.Unlock()
+					runtime.Gosched()
+				}
+				done := make(chan struct{})
+				go func() { closed <- db.Close(); close(done) }()
+				<-done
+			}
+			if !yield(bulkKey(i), bulkVal(i, 100)) {
+				return
+			}
+		}
+	}
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := db.BulkLoad(context.Background(), rows)
+		loaded <- err
+	}()
+	select {
+	case err := <-loaded:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("BulkLoad = %v; want ErrClosed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("BulkLoad, Checkpoint and Close did not return within a minute (deadlock)")
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-checkpointed; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("Checkpoint: %v; want nil or ErrClosed", err)
+	}
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	if _, err := db.BulkLoad(context.Background(), bulkRows(100, 10)); err != nil {
+		t.Fatalf("BulkLoad after the reopen: %v", err)
+	}
+	checkState(t, db, bulkState(100, 10))
 }

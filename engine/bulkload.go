@@ -153,11 +153,8 @@ type BulkLoadStats struct {
 // and commit waits, and checkpoints too, until the load ends: a write's
 // or commit's wait ends early with its transaction's context (the commit
 // then rolls the transaction back), a Backup's with its context, and
-// those with Close (ErrClosed). A Checkpoint's, Verify's or a vacuum
-// truncation's wait does not end with Close: it holds off Close until
-// the load ends, and if rows reads the database while such a wait and a
-// Close are both pending, the read waits behind Close and the three never
-// end (see the package's documentation, "Lock order"). rows must not
+// those with Close (ErrClosed); a Checkpoint's, Verify's or a vacuum
+// truncation's ends when Close ends the load. rows must not
 // write to the database (the write would wait until its context ends, or
 // Close); it may read it. Reads go on and
 // see the loaded keys from the commit on. A Close meanwhile, from any

@@ -132,9 +132,11 @@ type DB struct {
 	bulkMu      sync.Mutex
 	bulkRuns    []*bulkRun
 	bulkClosing bool
-	// closeBegun is closed by Close's first step, before closing: it ends
-	// a bulk load's wait for the checkpoint lock, which the load makes
-	// with its bulkRun held, so that Close is not kept waiting behind it.
+	// closeBegun is closed by Close's first step, before it takes closeMu
+	// (closing comes after): it ends a bulk load's wait for the checkpoint
+	// lock, which the load makes with its bulkRun held, and a Backup's
+	// copy, which a Checkpoint may wait for with closeMu held, so that
+	// Close is not kept waiting behind either.
 	closeBegun chan struct{}
 	// bulkRunning is a channel closed when the bulk load under way ends,
 	// nil when none is (waitBulkLoad).
@@ -831,10 +833,10 @@ func (db *DB) Dir() string { return db.dir }
 // SetCheckpointOnClose turned it off) and closes the database. A Vacuum
 // or Backup running then stops at its next page, and a BulkLoad too, or
 // at once, loading nothing, when it is running its rows function (which
-// may call Close itself: see DB.BulkLoad), unless a Checkpoint is waiting
-// then for the checkpoint lock such a Backup or BulkLoad holds (or a Verify
-// or vacuum truncation for a BulkLoad's), which keeps Close from beginning
-// until that run ends (see the package's documentation, "Lock order"); before the
+// may call Close itself: see DB.BulkLoad). Bulk loads and Backups are
+// stopped before Close waits for the operations under way to leave the
+// database, as some of those may be waiting for the load or the copy (see
+// the package's documentation, "Lock order"). Before the
 // checkpoint, Close frees
 // the out-of-line value chunks of the versions such a run (or one stopped
 // earlier by its context) removed and did not get to free, which takes a
@@ -848,10 +850,13 @@ func (db *DB) Dir() string { return db.dir }
 // returns that failure (see Failure), with the files closed all the same;
 // the next Open recovers from the last checkpoint.
 func (db *DB) Close() error {
-	// Bulk loads are ended first, before closeMu: a write that found no
-	// load under way and took closeMu shared just as one began waits for
-	// that load with closeMu held (bulkLoadLocked), and the load may wait
-	// for this Close (its rows function calls Close, or waits for it).
+	// Bulk loads are ended first, before closeMu, and Backups told to
+	// stop (closeBegun): a Checkpoint, Verify or vacuum truncation waits
+	// for the checkpoint lock a load or a Backup holds with closeMu held,
+	// and so does a write or commit that found no load under way just as
+	// one began (for the interlock); the load may wait for this Close (its
+	// rows function calls Close, or waits for it, or reads the database
+	// and would wait behind Close for closeMu).
 	db.stopBulkRuns()
 	db.closeMu.Lock()
 	if db.closed.Swap(true) {

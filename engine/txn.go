@@ -713,7 +713,7 @@ func (t *Txn) writeLocked(key []byte, op writeOp) error {
 	// the WAL and buffer pool under us; it is not held across the wait for
 	// a running bulk load, but a load that begins right after this check
 	// holds ckptInterlock, which placeTuple then waits for with closeMu
-	// held (the package doc's "Lock order" says what that can cost).
+	// held (so Close ends bulk loads before it takes closeMu).
 	if err := db.waitBulkLoad(t.ctx); err != nil {
 		return err
 	}
