@@ -199,9 +199,11 @@
 // wait for the checkpoint lock, and a write that found no bulk load under
 // way, then met one that began meanwhile, waits for the checkpoint
 // interlock. A load holds both while its rows function, the caller's code,
-// runs. So Close ends bulk loads (their run locks) before it takes the
-// close lock: else it would wait behind those holders for the load, and
-// new shared holders (rows reading the database) behind it.
+// runs, and a Backup holds the checkpoint lock for its whole copy. So
+// Close ends bulk loads (their run locks) and tells Backups to stop before
+// it takes the close lock: else it would wait behind those holders for the
+// load or the copy, and new shared holders (rows reading the database)
+// behind it.
 //
 // The index's and the running table's mutexes, the CLOG's bank locks,
 // vacuum's debt of chunks, the free space map, the row lock table's
