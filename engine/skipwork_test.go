@@ -1,0 +1,328 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"mvkv/internal/heap"
+	"mvkv/vfs"
+)
+
+// Tests of the parts that let a reader skip work (hint bits, the
+// visibility map, freezing, CLOG truncation, index-only reads): whatever
+// they skip, a reader returns what the per-tuple rules would.
+
+// belowTruncationState writes keys whose versions all carry xids of CLOG
+// segment 0: plain, updated, deleted, updated and deleted by transactions
+// that rolled back (an aborted xmax), some out of line. It returns what a
+// reader must see.
+func belowTruncationState(t *testing.T, db *DB) ladderState {
+	t.Helper()
+	ctx := context.Background()
+	want := ladderState{}
+	for i := range 40 {
+		k, v := fmt.Sprintf("k%02d", i), fmt.Sprintf("%s%d", strings.Repeat("v", 200), i)
+		if i%10 == 3 {
+			v = fmt.Sprintf("%s%d", strings.Repeat("B", 12000), i)
+		}
+		mustPut(t, db, k, v)
+		want[k] = v
+	}
+	for i := 0; i < 40; i += 4 {
+		k := fmt.Sprintf("k%02d", i)
+		mustPut(t, db, k, "updated "+k)
+		want[k] = "updated " + k
+		mustDelete(t, db, fmt.Sprintf("k%02d", i+1))
+		delete(want, fmt.Sprintf("k%02d", i+1))
+		tx, err := db.Begin(ctx, TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%8 == 0 {
+			err = tx.Delete(fmt.Appendf(nil, "k%02d", i+2))
+		} else {
+			err = tx.Put(fmt.Appendf(nil, "k%02d", i+2), []byte("rolled back"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+// checkReadPaths reads db through every read path at both isolation
+// levels and compares with want.
+func checkReadPaths(t *testing.T, db *DB, want ladderState, when string) {
+	t.Helper()
+	ctx := context.Background()
+	keys := slices.Sorted(maps.Keys(want))
+	for _, iso := range []IsolationLevel{RepeatableRead, ReadCommitted} {
+		tx, err := db.Begin(ctx, TxnOptions{Isolation: iso, ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fail := func(format string, args ...any) {
+			t.Helper()
+			tx.Rollback()
+			t.Fatalf("%s, %v: %s", when, iso, fmt.Sprintf(format, args...))
+		}
+		for i := range 45 {
+			k := fmt.Sprintf("k%02d", i)
+			v, err := tx.Get([]byte(k))
+			w, ok := want[k]
+			switch {
+			case ok && (err != nil || string(v) != w):
+				fail("Get %s = %.20q, %v; want %.20q", k, v, err, w)
+			case !ok && !errors.Is(err, ErrNotFound):
+				fail("Get %s = %.20q, %v; want ErrNotFound", k, v, err)
+			}
+			p, n, err := tx.GetPrefix([]byte(k), 5)
+			switch {
+			case ok && (err != nil || string(p) != w[:min(5, len(w))] || n != len(w)):
+				fail("GetPrefix %s = %q, %d, %v", k, p, n, err)
+			case !ok && !errors.Is(err, ErrNotFound):
+				fail("GetPrefix %s: %v, want ErrNotFound", k, err)
+			}
+			if e, err := tx.Exists([]byte(k)); err != nil || e != ok {
+				fail("Exists %s = %v, %v; want %v", k, e, err, ok)
+			}
+		}
+		got := ladderState{}
+		if err := tx.Scan(nil, nil, func(k, v []byte) bool { got[string(k)] = string(v); return true }); err != nil {
+			fail("Scan: %v", err)
+		}
+		if d := diffState(got, want); d != "" {
+			fail("Scan: %s", d)
+		}
+		var pk []string
+		err = tx.ScanPrefix(nil, nil, 3, func(k, p []byte, n int) bool {
+			if w := want[string(k)]; string(p) != w[:min(3, len(w))] || n != len(w) {
+				pk = append(pk, "bad "+string(k))
+			}
+			pk = append(pk, string(k))
+			return true
+		})
+		if err != nil || !slices.Equal(pk, keys) {
+			fail("ScanPrefix: %v, %v; want %v", pk, err, keys)
+		}
+		var sk []string
+		if err := tx.ScanKeys(nil, nil, func(k []byte) bool { sk = append(sk, string(k)); return true }); err != nil || !slices.Equal(sk, keys) {
+			fail("ScanKeys: %v, %v; want %v", sk, err, keys)
+		}
+		if n, err := tx.Count(nil, nil); err != nil || n != len(want) {
+			fail("Count = %d, %v; want %d", n, err, len(want))
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := db.StatTuple(ctx, func(k []byte) string { return string(k[:min(1, len(k))]) }); err != nil {
+		t.Fatalf("%s: StatTuple: %v", when, err)
+	}
+	mustVerify(t, db)
+}
+
+// writeBelowTruncation writes every key of want through Update, Delete
+// and DeleteRange at both isolation levels, rolling each transaction
+// back (state unchanged) but the last, whose changes it applies to want.
+func writeBelowTruncation(t *testing.T, db *DB, want ladderState, when string) {
+	t.Helper()
+	ctx := context.Background()
+	for round, iso := range []IsolationLevel{RepeatableRead, ReadCommitted, RepeatableRead} {
+		commit := round == 2
+		tx, err := db.Begin(ctx, TxnOptions{Isolation: iso})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := maps.Clone(want)
+		for i := range 45 {
+			k := fmt.Sprintf("k%02d", i)
+			if i%3 == 0 {
+				err = tx.Update([]byte(k), func(old []byte, found bool) ([]byte, error) {
+					if w, ok := want[k]; found != ok || string(old) != w {
+						return nil, fmt.Errorf("Update %s saw %.20q, %v; want %.20q", k, old, found, w)
+					}
+					return []byte("rewritten " + k), nil
+				})
+				next[k] = "rewritten " + k
+			} else if i%3 == 1 && i < 30 {
+				err = tx.Delete([]byte(k))
+				delete(next, k)
+			}
+			if err != nil {
+				tx.Rollback()
+				t.Fatalf("%s, %v: %v", when, iso, err)
+			}
+		}
+		var gone []string
+		n, err := tx.DeleteRange([]byte("k30"), []byte("k40"), func(k, old []byte) {
+			if w := want[string(k)]; string(old) != w && string(old) != "rewritten "+string(k) {
+				gone = append(gone, "bad old value of "+string(k))
+			}
+			gone = append(gone, string(k))
+		})
+		if err != nil {
+			tx.Rollback()
+			t.Fatalf("%s, %v: DeleteRange: %v", when, iso, err)
+		}
+		for _, k := range gone {
+			delete(next, k)
+		}
+		if n != len(gone) {
+			t.Fatalf("%s, %v: DeleteRange said %d, called back %d", when, iso, n, len(gone))
+		}
+		if !commit {
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("%s, %v: Commit: %v", when, iso, err)
+		}
+		clear(want)
+		maps.Copy(want, next)
+	}
+}
+
+// TestReadPathsBelowCLOGTruncation: versions written in CLOG segment 0,
+// some of them then updated or deleted in segment 3 while a snapshot
+// older than those changes stays open, are frozen by a vacuum that
+// truncates segments 0 to 2. Every read and write path, the open
+// snapshot's included, must read them as before, and so must a backup of
+// the database, a crash copy and the database reopened; then the old
+// snapshot ends, vacuum removes what it held, and it all holds again,
+// down to a bulk load into the emptied database.
+func TestReadPathsBelowCLOGTruncation(t *testing.T) {
+	m := memDB(t)
+	opts := Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1, SharedBuffers: 16 * heap.PageSize}
+	db := openTest(t, "/db", opts)
+	defer func() { db.Close() }()
+	ctx := context.Background()
+	want := belowTruncationState(t, db)
+	db.procs.setNext(3*clogSegXids + 10)
+
+	// A snapshot older than the changes below, which keeps the versions
+	// they replace (xmin frozen below the truncation point, xmax above).
+	old, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback()
+	if _, err := old.Get([]byte("k00")); err != nil {
+		t.Fatal(err)
+	}
+	oldWant := maps.Clone(want)
+	mustPut(t, db, "k00", "seg 3 value")
+	want["k00"] = "seg 3 value"
+	mustDelete(t, db, "k02")
+	delete(want, "k02")
+	mustPut(t, db, "k03", "seg3 over an out-of-line value")
+	want["k03"] = "seg3 over an out-of-line value"
+	tx, _ := db.Begin(ctx, TxnOptions{})
+	if err := tx.Delete([]byte("k06")); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback()
+
+	st := mustVacuum(t, db)
+	if st.TuplesFrozen == 0 || db.clog.OldestXid() < 3*clogSegXids {
+		t.Fatalf("vacuum froze %d versions, CLOG truncated below %d: the test tests nothing", st.TuplesFrozen, db.clog.OldestXid())
+	}
+	checkOld := func(when string) {
+		t.Helper()
+		got := ladderState{}
+		if err := old.Scan(nil, nil, func(k, v []byte) bool { got[string(k)] = string(v); return true }); err != nil {
+			t.Fatalf("%s: old snapshot's Scan: %v", when, err)
+		}
+		if d := diffState(got, oldWant); d != "" {
+			t.Fatalf("%s: old snapshot's Scan: %s", when, d)
+		}
+		for _, k := range []string{"k00", "k02", "k03", "k06"} {
+			v, err := old.Get([]byte(k))
+			if w, ok := oldWant[k]; err != nil || string(v) != w || !ok {
+				t.Fatalf("%s: old snapshot's Get %s = %.20q, %v; want %.20q", when, k, v, err, w)
+			}
+		}
+		if n, err := old.Count(nil, nil); err != nil || n != len(oldWant) {
+			t.Fatalf("%s: old snapshot's Count = %d, %v; want %d", when, n, err, len(oldWant))
+		}
+	}
+	checkOld("after the truncating vacuum")
+	checkReadPaths(t, db, want, "after the truncating vacuum")
+	crash := m.CrashCopy(vfs.DropUnsynced, nil)
+	if _, err := db.Backup(ctx, "/bk"); err != nil {
+		t.Fatal(err)
+	}
+	checkOld("after the backup")
+	writeBelowTruncation(t, db, want, "with the old snapshot open")
+	checkReadPaths(t, db, want, "after writes")
+	checkOld("after writes")
+
+	bk := openVerifiedCopy(t, m, "/bk", 1<<20)
+	bkWant := maps.Clone(oldWant)
+	bkWant["k00"], bkWant["k03"] = "seg 3 value", "seg3 over an out-of-line value"
+	delete(bkWant, "k02")
+	crashWant := maps.Clone(bkWant)
+	checkReadPaths(t, bk, bkWant, "backup copy")
+	writeBelowTruncation(t, bk, bkWant, "backup copy")
+	checkReadPaths(t, bk, bkWant, "backup copy after writes")
+	bk.Close()
+
+	c := openTest(t, "/db", Options{FS: crash, Autovacuum: noAutovacuum})
+	if c.clog.OldestXid() < 3*clogSegXids {
+		t.Fatalf("crash copy: CLOG truncation point %d", c.clog.OldestXid())
+	}
+	checkReadPaths(t, c, crashWant, "crash copy")
+	c.Close()
+
+	old.Rollback()
+	st = mustVacuum(t, db)
+	checkReadPaths(t, db, want, "after the old snapshot ended and vacuum ran")
+	db.procs.setNext(5*clogSegXids + 10)
+	mustPut(t, db, "k44", "seg 5 value")
+	want["k44"] = "seg 5 value"
+	mustVacuum(t, db)
+	if db.clog.OldestXid() < 5*clogSegXids {
+		t.Fatalf("second truncation: point %d", db.clog.OldestXid())
+	}
+	checkReadPaths(t, db, want, "after the second truncation")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1})
+	checkReadPaths(t, db, want, "reopened")
+	writeBelowTruncation(t, db, want, "reopened")
+	checkReadPaths(t, db, want, "reopened, after writes")
+
+	// Empty it, and load it again in bulk.
+	if err := db.Update(ctx, func(tx *Txn) error { _, err := tx.DeleteRange(nil, nil, nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	mustVacuum(t, db)
+	rng := rand.New(rand.NewPCG(1, 2))
+	want = ladderState{}
+	for i := range 45 {
+		want[fmt.Sprintf("k%02d", i)] = fmt.Sprint("bulk ", rng.IntN(1000))
+	}
+	_, err = db.BulkLoad(ctx, func(yield func([]byte, []byte) bool) {
+		for _, k := range slices.Sorted(maps.Keys(want)) {
+			if !yield([]byte(k), []byte(want[k])) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadPaths(t, db, want, "after a bulk load")
+}
