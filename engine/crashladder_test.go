@@ -151,6 +151,18 @@ func shrinkLadder(seed uint64, work []ladderTxn) []ladderTxn {
 // operation in every sample, vacuuming once every vacuumEvery transactions.
 // It returns the operations seen, the copies checked and the first failure.
 func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXid uint64) (points, checked int, failure error) {
+	return crashLadderWith(seed, work, sample, vacuumEvery, startXid, ladderConfig{})
+}
+
+// ladderConfig changes a crash ladder's run: tweak the options it opens
+// the database with, between runs after each transaction.
+type ladderConfig struct {
+	tweak   func(o *Options)
+	between func(ctx context.Context, db *DB, i int) error
+}
+
+// crashLadderWith is crashLadder with cfg's changes.
+func crashLadderWith(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXid uint64, cfg ladderConfig) (points, checked int, failure error) {
 	nTxn := len(work)
 	states, commitOf := ladderStates(ladderState{}, work)
 
@@ -159,6 +171,9 @@ func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXi
 	m.SyncDir("/")
 	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: 5 * time.Millisecond}
 	opts.SharedBuffers, opts.WALSegmentSize = 2<<20, 1<<20
+	if cfg.tweak != nil {
+		cfg.tweak(&opts)
+	}
 	db, err := Open("/db", opts)
 	if err != nil {
 		return 0, 0, err
@@ -219,6 +234,12 @@ func crashLadder(seed uint64, work []ladderTxn, sample, vacuumEvery int, startXi
 		}
 		if failure != nil {
 			break
+		}
+		if cfg.between != nil {
+			if err := cfg.between(ctx, db, i); err != nil {
+				failure = fmt.Errorf("after txn %d: %v", i, err)
+				break
+			}
 		}
 	}
 	if startXid != 0 && failure == nil && db.procs.next() <= (startXid/clog.XidsPerPage+1)*clog.XidsPerPage {

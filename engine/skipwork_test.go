@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"mvkv/internal/heap"
 	"mvkv/vfs"
@@ -325,4 +326,68 @@ func TestReadPathsBelowCLOGTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReadPaths(t, db, want, "after a bulk load")
+}
+
+// TestCrashLadderHintsAndFreezing is the crash ladder with the work
+// skippers busy around commits that are not durable yet: a third of the
+// commits asynchronous and the rest released early (the default), a WAL
+// writer that never runs (an asynchronous commit stays in the WAL buffer
+// until a later flush), a buffer pool of 16 pages (evictions write pages
+// between checkpoints), readers after every commit (hint bits), and an
+// aggressive vacuum every few transactions (freezing every committed
+// version below the horizon, setting all-visible and all-frozen bits).
+// At every crash point checked the copy must recover to a commit prefix
+// that includes every acknowledged commit: a hint, a frozen version or a
+// map bit that reached disk ahead of its commit record would show a
+// transaction whose commit was lost.
+func TestCrashLadderHintsAndFreezing(t *testing.T) {
+	seed := testSeed(t, *ladderSeed)
+	work := ladderWorkload(seed, 90)
+	for i := range work {
+		work[i].sync = i%3 != 0
+	}
+	sample := *ladderSample
+	if sample <= 0 {
+		sample = 3
+		if raceEnabled {
+			sample = 32
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 11))
+	var hints, frozen, visible uint64
+	cfg := ladderConfig{
+		tweak: func(o *Options) {
+			o.WALWriterDelay = time.Hour
+			o.VacuumFreezeMinAge = -1
+			o.SharedBuffers = 16 * heap.PageSize
+			o.Autovacuum = noAutovacuum
+		},
+		between: func(ctx context.Context, db *DB, i int) error {
+			for range 3 {
+				k := fmt.Appendf(nil, "k%02d", rng.IntN(30))
+				err := db.View(ctx, func(tx *Txn) error { _, err := tx.Get(k); return err })
+				if err != nil && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+			}
+			if i%5 == 2 {
+				st, err := db.Vacuum(ctx)
+				if err != nil {
+					return err
+				}
+				frozen += st.TuplesFrozen
+				visible += st.PagesAllVisible
+			}
+			hints = db.Stats().Heap.HintBitsSet
+			return nil
+		},
+	}
+	points, checked, err := crashLadderWith(seed, work, sample, 1<<30, 0, cfg)
+	if err != nil {
+		t.Fatalf("seed %d (-crash.seed reproduces it): %v", seed, err)
+	}
+	if hints == 0 || frozen == 0 || visible == 0 {
+		t.Fatalf("seed %d: %d hint bits set, %d versions frozen, %d pages marked all-visible: the workload no longer tests them", seed, hints, frozen, visible)
+	}
+	t.Logf("seed %d: %d file-system operations, %d crash copies checked; %d hint bits set, %d versions frozen, %d pages marked all-visible", seed, points, checked, hints, frozen, visible)
 }
