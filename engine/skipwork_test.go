@@ -8,9 +8,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"mvkv/clog"
 	"mvkv/internal/heap"
 	"mvkv/vfs"
 )
@@ -390,4 +393,181 @@ func TestCrashLadderHintsAndFreezing(t *testing.T) {
 		t.Fatalf("seed %d: %d hint bits set, %d versions frozen, %d pages marked all-visible: the workload no longer tests them", seed, hints, frozen, visible)
 	}
 	t.Logf("seed %d: %d file-system operations, %d crash copies checked; %d hint bits set, %d versions frozen, %d pages marked all-visible", seed, points, checked, hints, frozen, visible)
+}
+
+// TestCLOGEvictionAndTruncationUnderLoad: writers commit and roll back
+// over their own keys while the xids jump from CLOG page to CLOG page (a
+// pool of 16 CLOG buffers, so the pages of older xids are evicted and
+// read back), vacuum freezes and truncates the CLOG behind them, and
+// REPEATABLE READ readers hold snapshots across the jumps. Every writer
+// reads back what it committed, every reader reads the same state twice
+// in its transaction, and at the end every key holds its last committed
+// value, Verify finds nothing, and so does a reopened database.
+func TestCLOGEvictionAndTruncationUnderLoad(t *testing.T) {
+	m := memDB(t)
+	opts := Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum, VacuumFreezeMinAge: -1,
+		CLOGBuffers: 16, SharedBuffers: 64 * heap.PageSize}
+	db := openTest(t, "/db", opts)
+	defer func() { db.Close() }()
+	ctx := context.Background()
+	const writers, keysEach, rounds = 4, 12, 150
+	models := make([]ladderState, writers)
+	stop := make(chan struct{})
+	tick := make(chan struct{}, 1) // a writer finished a round
+	var wg, bg sync.WaitGroup
+	var reads atomic.Uint64
+	for w := range writers {
+		models[w] = ladderState{}
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			model := models[w]
+			for n := range rounds {
+				k := fmt.Sprintf("w%d-%02d", w, rng.IntN(keysEach))
+				v := fmt.Sprintf("%d", n)
+				abort := rng.IntN(4) == 0
+				del := rng.IntN(6) == 0
+				errAbort := errors.New("rolled back")
+				err := db.Update(ctx, func(tx *Txn) error {
+					var err error
+					if del {
+						err = tx.Delete([]byte(k))
+					} else {
+						err = tx.Put([]byte(k), []byte(v))
+					}
+					if err == nil && abort {
+						err = errAbort
+					}
+					return err
+				})
+				switch {
+				case abort && errors.Is(err, errAbort):
+				case err != nil:
+					t.Errorf("writer %d: %s: %v", w, k, err)
+					return
+				case del:
+					delete(model, k)
+				default:
+					model[k] = v
+				}
+				select {
+				case tick <- struct{}{}:
+				default:
+				}
+				for i := range 2 {
+					if i == 1 {
+						k = fmt.Sprintf("w%d-%02d", w, rng.IntN(keysEach))
+					}
+					got, ok := get(t, db, k)
+					if want, wok := model[k]; ok != wok || got != want {
+						t.Errorf("writer %d after round %d: %s = %q, %v; want %q, %v", w, n, k, got, ok, want, wok)
+						return
+					}
+				}
+			}
+		})
+	}
+	for r := range 2 {
+		bg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				iso := []IsolationLevel{RepeatableRead, ReadCommitted}[r]
+				tx, err := db.Begin(ctx, TxnOptions{Isolation: iso, ReadOnly: true})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var first ladderState
+				for range 2 {
+					st := ladderState{}
+					err := tx.Scan(nil, nil, func(k, v []byte) bool { st[string(k)] = string(v); return true })
+					if err != nil {
+						t.Errorf("reader: %v", err)
+						tx.Rollback()
+						return
+					}
+					n, err := tx.Count(nil, nil)
+					if err != nil || (iso == RepeatableRead && n != len(st)) {
+						t.Errorf("reader: Count = %d, %v; Scan found %d", n, err, len(st))
+						tx.Rollback()
+						return
+					}
+					if first == nil {
+						first = st
+					} else if d := diffState(st, first); iso == RepeatableRead && d != "" {
+						t.Errorf("REPEATABLE READ reader: the second scan differs: %s", d)
+					}
+				}
+				reads.Add(1)
+				tx.Rollback()
+			}
+		})
+	}
+	var truncations int
+	bg.Go(func() {
+		for jumps := 0; ; jumps++ {
+			select {
+			case <-stop:
+				return
+			case <-tick:
+			}
+			// To the first xid of a CLOG page further on, so that the
+			// next assignment extends it as usual.
+			db.procs.mu.Lock()
+			db.procs.nextXid = (db.procs.nextXid/clog.XidsPerPage + 3) * clog.XidsPerPage
+			db.procs.mu.Unlock()
+			if jumps%4 == 3 {
+				before := db.clog.OldestXid()
+				if _, err := db.Vacuum(ctx); err != nil {
+					t.Errorf("vacuum: %v", err)
+					return
+				}
+				if db.clog.OldestXid() > before {
+					truncations++
+				}
+			}
+			if jumps%9 == 8 {
+				if err := db.Checkpoint(); err != nil {
+					t.Errorf("checkpoint: %v", err)
+					return
+				}
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	bg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	want := ladderState{}
+	for _, m := range models {
+		maps.Copy(want, m)
+	}
+	mustVacuum(t, db)
+	check := func(when string) {
+		t.Helper()
+		got, err := scanState(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffState(got, want); d != "" {
+			t.Fatalf("%s: %s", when, d)
+		}
+		mustVerify(t, db)
+	}
+	check("at the end")
+	st := db.Stats()
+	if truncations == 0 || st.CLOG.Misses == 0 {
+		t.Fatalf("%d truncations, %d CLOG misses: the test tests nothing", truncations, st.CLOG.Misses)
+	}
+	t.Logf("%d truncations (CLOG from xid %d), %d CLOG misses, %d reader transactions", truncations, db.clog.OldestXid(), st.CLOG.Misses, reads.Load())
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, "/db", opts)
+	check("reopened")
 }
