@@ -27,6 +27,20 @@ import (
 // version this snapshot must not see. The answers also rely on vacuum
 // setting bits only for tuples older than every open snapshot, and on the
 // index never naming a tuple vacuum removed.
+//
+// And the head is read again after the bit: a set bit vouches for the
+// page as it is when the bit is read, not for a head read before. Between
+// the two, vacuum's second pass may remove that head (its key deleted
+// below the horizon, or its inserter aborted) and, in the same step, mark
+// the page all-visible, the dead head having been all that kept it from
+// being so; the bit then says nothing about the key. Vacuum moves or
+// clears the key's head before it sets the bit, both under the heap
+// page's lock, and the map page's lock orders that set before any Test
+// that sees it, so a head read after such a Test is the new one: if it
+// differs from the first, the key's chain is walked instead.
+// PostgreSQL's index-only scans need no such check, since vacuum cannot
+// remove an index entry from a page a scan holds pinned, and removes
+// index entries before the heap tuples they name.
 
 // Exists reports whether key has a version visible to the transaction, as
 // Get would find, without reading the value: from the visibility map alone
@@ -184,11 +198,14 @@ func (db *DB) keyVisible(e *indexEntry, snap *visibility.Snapshot, me uint64, r 
 	if !head.Valid() {
 		return false, nil
 	}
+	if db.testHeadRead != nil {
+		db.testHeadRead()
+	}
 	bits, err := r.Test(head.Block)
 	if err != nil {
 		return false, err
 	}
-	if bits&visibility.AllVisible != 0 {
+	if bits&visibility.AllVisible != 0 && e.headTID() == head {
 		c.visible++
 		return true, nil
 	}

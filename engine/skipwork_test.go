@@ -571,3 +571,57 @@ func TestCLOGEvictionAndTruncationUnderLoad(t *testing.T) {
 	db = openTest(t, "/db", opts)
 	check("reopened")
 }
+
+// TestIndexOnlyReadOfHeadVacuumRemoves: an index-only check reads a key's
+// head, then vacuum's second pass removes that head (the key was deleted
+// below the horizon) and marks its page all-visible, all before the check
+// tests the page's bit. The bit vouches for what the page holds now, not
+// for the removed head: Exists and Count must not find the deleted key.
+func TestIndexOnlyReadOfHeadVacuumRemoves(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	ctx := context.Background()
+	for i := range 20 {
+		mustPut(t, db, fmt.Sprintf("a%02d", i), "v")
+	}
+	mustDelete(t, db, "a05")
+	blk := headBlock(t, db, "a05")
+	for _, what := range []string{"Exists", "Count"} {
+		t.Run(what, func(t *testing.T) {
+			tx, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			if _, err := tx.Get([]byte("a00")); err != nil { // the snapshot, after the delete
+				t.Fatal(err)
+			}
+			var vs VacuumStats
+			var once sync.Once
+			db.testHeadRead = func() {
+				once.Do(func() { vs, err = db.Vacuum(ctx) })
+			}
+			defer func() { db.testHeadRead = nil }()
+			if what == "Exists" {
+				ok, xerr := tx.Exists([]byte("a05"))
+				if err != nil || xerr != nil || ok {
+					t.Fatalf("Exists of a deleted key = %v, %v (vacuum: %v)", ok, xerr, err)
+				}
+			} else {
+				n, xerr := tx.Count([]byte("a05"), []byte("a06"))
+				if err != nil || xerr != nil || n != 0 {
+					t.Fatalf("Count of a deleted key = %d, %v (vacuum: %v)", n, xerr, err)
+				}
+			}
+			if what == "Exists" && (vs.KeysRemoved != 1 || !allVisible(db, blk)) {
+				t.Fatalf("vacuum removed %d keys and the page is all-visible: %v; the test tests nothing", vs.KeysRemoved, allVisible(db, blk))
+			}
+		})
+		if what == "Exists" {
+			// Deleted again, for Count.
+			mustPut(t, db, "a05", "v")
+			mustDelete(t, db, "a05")
+			blk = headBlock(t, db, "a05")
+		}
+	}
+}
