@@ -625,3 +625,95 @@ func TestIndexOnlyReadOfHeadVacuumRemoves(t *testing.T) {
 		}
 	}
 }
+
+// TestHintBitWaitsForEarlyReleasedCommit: a commit released early is
+// visible while its record's sync is still under way. A reader that meets
+// it then (Get and Exists) must not hint it committed, so that the heap
+// page, written meanwhile as an eviction would write it, carries no hint
+// for a commit a power loss can still take away; recovering a crash copy
+// taken then must not show the row. Once the sync completes the next
+// reader sets the hint.
+func TestHintBitWaitsForEarlyReleasedCommit(t *testing.T) {
+	m := memDB(t)
+	g := newWALGate(m)
+	db := openTest(t, "/db", Options{FS: g, CheckpointTimeout: -1, WALWriterDelay: time.Hour, Autovacuum: noAutovacuum})
+	defer db.Close()
+	ctx := context.Background()
+	mustPut(t, db, "other", "durable")
+	tx, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte("k"), []byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	// The version's record is durable, so writing its page flushes
+	// nothing; the commit record will not be.
+	if err := db.wal.Flush(db.wal.InsertLSN()); err != nil {
+		t.Fatal(err)
+	}
+	g.shut()
+	committed := make(chan error, 1)
+	go func() { committed <- tx.Commit() }()
+	released := false
+	defer func() {
+		if !released {
+			g.open()
+			<-committed
+		}
+	}()
+	<-g.blocked // the commit is visible, its record written and not synced
+	hintsBefore := db.Stats().Heap.HintBitsSet
+	r, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r.Get([]byte("k")); err != nil || string(v) != "early" {
+		t.Fatalf("Get of an early-released commit = %q, %v", v, err)
+	}
+	if ok, err := r.Exists([]byte("k")); err != nil || !ok {
+		t.Fatalf("Exists of an early-released commit = %v, %v", ok, err)
+	}
+	r.Rollback()
+	if n := db.Stats().Heap.HintBitsSet - hintsBefore; n != 0 {
+		t.Fatalf("%d hint bits set for a commit whose record is not durable", n)
+	}
+	if err := db.pool.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	crash := m.CrashCopy(vfs.DropUnsynced, nil)
+	tid := db.idx.get([]byte("k")).headTID()
+	st, err := heap.OpenStorage(crash, "/db/heap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := make([]byte, heap.PageSize)
+	if err := st.ReadBlock(tid.Block, page); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if raw, err := heap.Tuple(page, tid.Slot); err != nil || heap.TupleInfomask(raw)&(heap.XminCommitted|heap.Frozen) != 0 {
+		t.Fatalf("tuple on disk: %v, infomask %#x: a committed hint ahead of its commit record", err, heap.TupleInfomask(raw))
+	}
+	re := openTest(t, "/db", Options{FS: crash, Autovacuum: noAutovacuum})
+	if v, ok := get(t, re, "k"); ok {
+		t.Errorf("after the crash k = %q: a commit whose record was lost is visible", v)
+	}
+	if v, ok := get(t, re, "other"); !ok || v != "durable" {
+		t.Errorf("after the crash other = %q, %v", v, ok)
+	}
+	mustVerify(t, re)
+	re.Close()
+
+	g.open()
+	released = true
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := get(t, db, "k"); !ok || v != "early" {
+		t.Fatalf("k = %q, %v", v, ok)
+	}
+	if db.Stats().Heap.HintBitsSet == hintsBefore {
+		t.Fatal("no hint set once the commit record was durable")
+	}
+}
