@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"mvkv/internal/heap"
 	"mvkv/vfs"
 )
 
@@ -255,12 +256,27 @@ func TestEarlyLockReleaseCrashLadder(t *testing.T) {
 			sample = 12
 		}
 	}
+	elrCrashLadder(t, seed, sample, false)
+}
+
+// elrCrashLadder is TestEarlyLockReleaseCrashLadder's workload and checks.
+// With skip set, the parts that let readers skip work run beside it: a
+// buffer pool of 16 pages (evictions write pages between checkpoints), a
+// vacuum in a loop that freezes every committed version below the horizon
+// and sets map bits, and readers that list the markers with ScanKeys,
+// answered from the visibility map where a page is all-visible, and
+// require every synchronous commit whose marker a committed listing saw.
+func elrCrashLadder(t *testing.T, seed uint64, sample int, skip bool) {
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")
 	on := true
-	db := openTest(t, "/db", Options{FS: slowWAL{m, 300 * time.Microsecond}, CheckpointTimeout: -1,
-		WALWriterDelay: 5 * time.Millisecond, EarlyLockRelease: &on, SharedBuffers: 2 << 20})
+	opts := Options{FS: slowWAL{m, 300 * time.Microsecond}, CheckpointTimeout: -1,
+		WALWriterDelay: 5 * time.Millisecond, EarlyLockRelease: &on, SharedBuffers: 2 << 20}
+	if skip {
+		opts.SharedBuffers, opts.VacuumFreezeMinAge, opts.Autovacuum = 16*heap.PageSize, -1, noAutovacuum
+	}
+	db := openTest(t, "/db", opts)
 
 	var mu sync.Mutex
 	required := map[string]string{} // marker key -> what returned it; guarded by mu
@@ -311,7 +327,7 @@ func TestEarlyLockReleaseCrashLadder(t *testing.T) {
 	const writers, readers, perWriter = 3, 3, 40
 	var wg, wwg sync.WaitGroup // all, writers
 	var stop atomic.Bool
-	errc := make(chan error, writers+readers)
+	errc := make(chan error, writers+readers+1)
 	for w := range writers {
 		wg.Add(1)
 		wwg.Add(1)
@@ -360,11 +376,47 @@ func TestEarlyLockReleaseCrashLadder(t *testing.T) {
 			}
 		}()
 	}
+	var vacuums, frozen, listings atomic.Uint64
+	if skip {
+		wg.Go(func() {
+			for !stop.Load() {
+				vs, err := db.Vacuum(ctx)
+				if err != nil {
+					errc <- err
+					return
+				}
+				vacuums.Add(1)
+				frozen.Add(vs.TuplesFrozen)
+			}
+		})
+	}
 	for rd := range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for n := 0; !stop.Load(); n++ {
+				if skip && n%2 == 0 {
+					// The markers, from the map where it allows.
+					var seen []string
+					err := db.View(ctx, func(tx *Txn) error {
+						seen = seen[:0]
+						return tx.ScanKeys([]byte("m/"), []byte("m0"), func(k []byte) bool {
+							seen = append(seen, string(k))
+							return true
+						})
+					})
+					if err != nil {
+						errc <- err
+						return
+					}
+					listings.Add(1)
+					for _, k := range seen {
+						if strings.HasPrefix(k, "m/s") {
+							require(k, "a committed ScanKeys had listed it")
+						}
+					}
+					continue
+				}
 				var seen string
 				var err error
 				switch (rd + n) % 3 {
@@ -429,6 +481,14 @@ func TestEarlyLockReleaseCrashLadder(t *testing.T) {
 	}
 	t.Logf("seed %d: %d file-system operations, %d crash copies checked, %d results required durable, %d early commits, %d dependency waits",
 		seed, points, checked, len(required), st.Txn.EarlyCommits, st.Txn.DependencyWaits)
+	if skip {
+		if vacuums.Load() == 0 || frozen.Load() == 0 || st.Index.AllVisible == 0 {
+			t.Fatalf("seed %d: %d vacuums froze %d versions, %d keys answered from the map: the workload no longer lets readers skip work",
+				seed, vacuums.Load(), frozen.Load(), st.Index.AllVisible)
+		}
+		t.Logf("seed %d: %d vacuums froze %d versions; %d marker listings, %d keys answered from the map, %d hint bits set",
+			seed, vacuums.Load(), frozen.Load(), listings.Load(), st.Index.AllVisible, st.Heap.HintBitsSet)
+	}
 }
 
 // TestCommitSiblingsCountsEarlyCommitters checks that a transaction whose

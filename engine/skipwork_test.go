@@ -717,3 +717,22 @@ func TestHintBitWaitsForEarlyReleasedCommit(t *testing.T) {
 		t.Fatal("no hint set once the commit record was durable")
 	}
 }
+
+// TestEarlyLockReleaseCrashLadderSkippingWork is the early lock release
+// crash ladder with vacuum freezing and setting map bits in a loop, a
+// 16-page buffer pool and readers listing keys from the visibility map:
+// a frozen version, a map bit or a hint that reached disk ahead of a
+// commit record, or a listing answered from a bit for a commit not yet
+// durable, would recover without a commit that was acknowledged or that
+// a committed reader had seen.
+func TestEarlyLockReleaseCrashLadderSkippingWork(t *testing.T) {
+	seed := testSeed(t, *ladderSeed)
+	sample := *ladderSample
+	if sample <= 0 {
+		sample = 4
+		if raceEnabled {
+			sample = 12
+		}
+	}
+	elrCrashLadder(t, seed, sample, true)
+}
