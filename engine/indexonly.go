@@ -37,7 +37,10 @@ import (
 // clears the key's head before it sets the bit, both under the heap
 // page's lock, and the map page's lock orders that set before any Test
 // that sees it, so a head read after such a Test is the new one: if it
-// differs from the first, the key's chain is walked instead.
+// differs from the first, the key's chain is walked instead. (A bit the
+// Reader reuses without a lookup was read for an earlier key, before this
+// head, and no bit was cleared since: the page was all-visible when the
+// head was read, and a head on an all-visible page is visible to all.)
 // PostgreSQL's index-only scans need no such check, since vacuum cannot
 // remove an index entry from a page a scan holds pinned, and removes
 // index entries before the heap tuples they name.
