@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -735,4 +736,162 @@ func TestEarlyLockReleaseCrashLadderSkippingWork(t *testing.T) {
 		}
 	}
 	elrCrashLadder(t, seed, sample, true)
+}
+
+var modelSteps = flag.Int("freeze.steps", 500, "TestFreezeTruncateModel: steps per run (250 by default under -race)")
+
+// TestFreezeTruncateModel runs random transactions over a few keys (puts,
+// deletes, rollbacks, out-of-line values), REPEATABLE READ snapshots held
+// across other steps, xid jumps of up to two CLOG segments, vacuums with a
+// random vacuum_freeze_min_age and vacuum_freeze_table_age (lazy and
+// aggressive runs, freezing and truncating the CLOG), checkpoints and
+// reopens, and compares every read path with a model: the database, and
+// each snapshot with the state it began in. Verify after every vacuum
+// checks that no tuple names an xid below the truncation point unfrozen.
+func TestFreezeTruncateModel(t *testing.T) {
+	seed := testSeed(t, *ladderSeed)
+	steps := *modelSteps
+	if raceEnabled && steps == 500 {
+		steps = 250
+	}
+	rng := rand.New(rand.NewPCG(seed, 13))
+	m := memDB(t)
+	opts := Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum, SharedBuffers: 16 * heap.PageSize}
+	db := openTest(t, "/db", opts)
+	defer func() { db.Close() }()
+	ctx := context.Background()
+	model := ladderState{}
+	type held struct {
+		tx   *Txn
+		want ladderState
+	}
+	var snaps []held
+	checkSnap := func(h held, when string) {
+		t.Helper()
+		got := ladderState{}
+		if err := h.tx.Scan(nil, nil, func(k, v []byte) bool { got[string(k)] = string(v); return true }); err != nil {
+			t.Fatalf("seed %d, %s: snapshot Scan: %v", seed, when, err)
+		}
+		if d := diffState(got, h.want); d != "" {
+			t.Fatalf("seed %d, %s: snapshot Scan: %s", seed, when, d)
+		}
+		if n, err := h.tx.Count(nil, nil); err != nil || n != len(h.want) {
+			t.Fatalf("seed %d, %s: snapshot Count = %d, %v; want %d", seed, when, n, err, len(h.want))
+		}
+	}
+	var vacuums, truncations, frozen, aggressive int
+	for step := range steps {
+		when := fmt.Sprintf("step %d", step)
+		switch r := rng.IntN(100); {
+		case r < 45:
+			tx, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := maps.Clone(model)
+			for range 1 + rng.IntN(3) {
+				k := fmt.Sprintf("k%02d", rng.IntN(30))
+				switch {
+				case rng.IntN(5) == 0:
+					err = tx.Delete([]byte(k))
+					delete(next, k)
+				case rng.IntN(15) == 0:
+					v := fmt.Sprintf("%d:%s", step, strings.Repeat("L", 9000))
+					err = tx.Put([]byte(k), []byte(v))
+					next[k] = v
+				default:
+					v := fmt.Sprintf("%d:%s", step, k)
+					err = tx.Put([]byte(k), []byte(v))
+					next[k] = v
+				}
+				if err != nil {
+					t.Fatalf("seed %d, %s: %v", seed, when, err)
+				}
+			}
+			if rng.IntN(7) == 0 {
+				tx.Rollback()
+				continue
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("seed %d, %s: commit: %v", seed, when, err)
+			}
+			model = next
+		case r < 52 && len(snaps) < 2:
+			tx, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead, ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exists([]byte("k00")); err != nil {
+				t.Fatal(err)
+			}
+			snaps = append(snaps, held{tx, maps.Clone(model)})
+		case r < 60 && len(snaps) > 0:
+			checkSnap(snaps[0], when)
+			snaps[0].tx.Rollback()
+			snaps = snaps[1:]
+		case r < 70:
+			db.procs.mu.Lock()
+			db.procs.nextXid += uint64(rng.Int64N(int64(2*clogSegXids))) + clog.XidsPerPage/2
+			db.procs.mu.Unlock()
+		case r < 85:
+			// The settings as Open resolved them (no vacuum runs now).
+			minAge := []int64{0, 3, 1_000_000}[rng.IntN(3)]
+			tableAge := []int64{0, 2_000_000_000}[rng.IntN(2)]
+			db.opts.VacuumFreezeMinAge, db.opts.VacuumFreezeTableAge = minAge, tableAge
+			before := db.clog.OldestXid()
+			vs, err := db.Vacuum(ctx)
+			if err != nil {
+				t.Fatalf("seed %d, %s: vacuum: %v", seed, when, err)
+			}
+			vacuums++
+			frozen += int(vs.TuplesFrozen)
+			if vs.Aggressive {
+				aggressive++
+			}
+			if db.clog.OldestXid() > before {
+				truncations++
+			}
+			rep, err := db.Verify()
+			if err != nil || !rep.OK() {
+				t.Fatalf("seed %d, %s: verify after vacuum (min age %d, table age %d): %v %v", seed, when, minAge, tableAge, err, rep.Problems)
+			}
+			for _, h := range snaps {
+				checkSnap(h, when)
+			}
+		case r < 90:
+			if err := db.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		case r < 93:
+			for _, h := range snaps {
+				checkSnap(h, when)
+				h.tx.Rollback()
+			}
+			snaps = nil
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db = openTest(t, "/db", opts)
+		}
+		if step%25 == 24 || step == steps-1 {
+			got, err := scanState(db)
+			if err != nil {
+				t.Fatalf("seed %d, %s: %v", seed, when, err)
+			}
+			if d := diffState(got, model); d != "" {
+				t.Fatalf("seed %d, %s: %s", seed, when, d)
+			}
+			if _, count := countKeys(nil, db); count != len(model) {
+				t.Fatalf("seed %d, %s: Count %d, model %d", seed, when, count, len(model))
+			}
+		}
+	}
+	for _, h := range snaps {
+		checkSnap(h, "end")
+		h.tx.Rollback()
+	}
+	if truncations == 0 || frozen == 0 || aggressive == 0 || aggressive == vacuums {
+		t.Fatalf("seed %d: %d vacuums (%d aggressive), %d versions frozen, %d truncations: the test tests too little", seed, vacuums, aggressive, frozen, truncations)
+	}
+	t.Logf("seed %d: %d steps, %d vacuums (%d aggressive), %d versions frozen, %d CLOG truncations (point %d)", seed, steps, vacuums, aggressive, frozen, truncations, db.clog.OldestXid())
 }
