@@ -779,7 +779,7 @@ func TestFreezeTruncateModel(t *testing.T) {
 			t.Fatalf("seed %d, %s: snapshot Count = %d, %v; want %d", seed, when, n, err, len(h.want))
 		}
 	}
-	var vacuums, truncations, frozen, aggressive int
+	var vacuums, truncations, frozen, aggressive, crashes int
 	for step := range steps {
 		when := fmt.Sprintf("step %d", step)
 		switch r := rng.IntN(100); {
@@ -868,6 +868,13 @@ func TestFreezeTruncateModel(t *testing.T) {
 				h.tx.Rollback()
 			}
 			snaps = nil
+			if rng.IntN(2) == 0 {
+				// A power loss instead of a Close: every commit was
+				// synchronous, so the copy must hold the model.
+				opts.FS = m.CrashCopy(vfs.DropUnsynced, nil)
+				m = opts.FS.(*vfs.MemFS)
+				crashes++
+			}
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -893,5 +900,5 @@ func TestFreezeTruncateModel(t *testing.T) {
 	if truncations == 0 || frozen == 0 || aggressive == 0 || aggressive == vacuums {
 		t.Fatalf("seed %d: %d vacuums (%d aggressive), %d versions frozen, %d truncations: the test tests too little", seed, vacuums, aggressive, frozen, truncations)
 	}
-	t.Logf("seed %d: %d steps, %d vacuums (%d aggressive), %d versions frozen, %d CLOG truncations (point %d)", seed, steps, vacuums, aggressive, frozen, truncations, db.clog.OldestXid())
+	t.Logf("seed %d: %d steps, %d vacuums (%d aggressive), %d versions frozen, %d CLOG truncations (point %d), %d crash copies reopened", seed, steps, vacuums, aggressive, frozen, truncations, db.clog.OldestXid(), crashes)
 }
