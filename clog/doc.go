@@ -146,12 +146,15 @@
 // The engine then compares every status on a page taken for torn with the
 // commit and abort records its WAL still holds (TornPages): a tear keeps
 // every status decided before the checkpoint, so a disagreement is damage,
-// and the page is refused. A page cut short by the end of its file is
-// never a tear (CheckWritten). The gap left: damage, coinciding with a
-// crash, to statuses whose records the WAL no longer holds is taken for a
-// tear. Rejected: refusing every such page, which turns a real
-// tear of the page being filled at a checkpoint into a database that does
-// not open; telling a tear from a flip by when the page was last written,
+// and the page is refused; so is one on which an xid below the next xid
+// reads sub-committed, a status no write stores and so no tear leaves,
+// whether or not the WAL still holds its record. A page cut short by the
+// end of its file is never a tear (CheckWritten). The gap left: other
+// damage, coinciding with a crash, to statuses whose records the WAL no
+// longer holds is taken for a tear (a committed xid flipped to in progress
+// or aborted reads so). Rejected: refusing every such page, which turns a
+// real tear of the page being filled at a checkpoint into a database that
+// does not open; telling a tear from a flip by when the page was last written,
 // which the page does not record. Logging an image of the pages that can
 // still change (from the oldest running xid's page to the next xid's) with
 // each checkpoint, as a base for redo, as PostgreSQL's full-page images do

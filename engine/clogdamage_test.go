@@ -13,6 +13,7 @@ import (
 
 	"mvkv/clog"
 	"mvkv/vfs"
+	"mvkv/wal"
 )
 
 // flipCLOGBit flips the lowest bit of the byte at off of CLOG segment 0.
@@ -522,5 +523,72 @@ func TestSegmentNamedDirectoryInWAL(t *testing.T) {
 				t.Fatalf("a = %q, %v after the directory was moved away", v, ok)
 			}
 		})
+	}
+}
+
+// After a crash, a CLOG page taken for torn is checked against the commit
+// and abort records the WAL still holds; a status whose record went with
+// a removed segment cannot be checked that way. A flip that makes such a
+// status sub-committed, which no write stores, is damage all the same:
+// Open refuses the page, naming it and the xid, and leaves it as it found
+// it. Before, the page was accepted as torn and the key of that xid read
+// as never written.
+func TestCLOGTornPageSubCommittedWithoutRecord(t *testing.T) {
+	m := memDB(t)
+	opts := Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1, WALSegmentSize: 1 << 20}
+	db := openTest(t, "/db", opts)
+	mustPut(t, db, "old", "v")
+	oldXid := db.procs.next() - 1
+	if st, err := db.clog.Status(oldXid); err != nil || st != clog.StatusCommitted {
+		t.Fatalf("xid %d of the put: %v, %v", oldXid, st, err)
+	}
+	// Past two segments, so that the checkpoint removes the one holding
+	// the put's commit record.
+	big := strings.Repeat("x", 1000)
+	for i := range 2500 {
+		mustPut(t, db, fmt.Sprintf("fill%04d", i), big)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// Commits on page 0 after the checkpoint: page 0 may be written
+	// again, and torn.
+	for i := range 3 {
+		mustPut(t, db, fmt.Sprintf("mid%d", i), "m")
+	}
+	if err := db.clog.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := m.CrashCopy(vfs.DropUnsynced, nil)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := wal.NewReader(crashed, "/db/"+walDir, 0); err == nil {
+		for {
+			rec, err := r.Next()
+			if err != nil {
+				break
+			}
+			if rec.XID == oldXid {
+				t.Fatalf("the WAL still holds a record of xid %d: the test needs it gone", oldXid)
+			}
+		}
+		r.Close()
+	}
+	// Committed (01) to sub-committed (11).
+	const clogFile = "/db/clog/000000000000"
+	flipFileBitsIn(t, crashed, clogFile, int64(16+oldXid/4), 2<<(2*(oldXid%4)))
+	damaged, err := readMemFile(crashed, clogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("xid %d reads sub-committed", oldXid)
+	_, err = Open("/db", Options{FS: crashed, Autovacuum: noAutovacuum})
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), clogFile+" at offset 0") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v; want ErrCorruption naming %s and saying %q", err, clogFile, want)
+	}
+	t.Log(err)
+	if got, err := readMemFile(crashed, clogFile); err != nil || !bytes.Equal(got, damaged) {
+		t.Fatalf("the refused Open wrote to the CLOG (%d bytes, were %d; %v)", len(got), len(damaged), err)
 	}
 }

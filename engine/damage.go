@@ -344,10 +344,12 @@ func errCLOGLost(err error) error {
 // WAL is damage, and the whole page is then refused as corruption. ended
 // maps the xids with such a record (true: commit) from the redo point on;
 // the records before it are read from walPath here, only when a page was
-// taken for torn. Statuses whose records the WAL no longer holds (most of
-// those decided before the checkpoint: segments below its redo point are
-// removed) cannot be checked, and damage among them alone still reads as
-// a tear: the gap the clog package's "Crash contract" names.
+// taken for torn. Nor does any write store sub-committed, so an xid below
+// the next xid that reads so is damage too, record or none. Other statuses
+// whose records the WAL no longer holds (most of those decided before the
+// checkpoint: segments below its redo point are removed) cannot be
+// checked, and damage among them alone still reads as a tear: the gap the
+// clog package's "Crash contract" names.
 func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool) error {
 	torn := db.clog.TornPages()
 	if len(torn) == 0 {
@@ -376,6 +378,22 @@ func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool)
 		got, want clog.Status
 	}
 	var bad []mismatch
+	// Nor does a tear make a status mvkv never writes (sub-committed): each
+	// sector holds bits some write of the page stored, and no write stores
+	// that one. So any xid below the next xid that reads so on a page taken
+	// for torn is damage, wherever its record went.
+	next := db.procs.next()
+	for _, page := range slices.Sorted(maps.Keys(torn)) {
+		for xid := max(page*clog.XidsPerPage, oldest); xid < min((page+1)*clog.XidsPerPage, next); xid++ {
+			got, err := db.clog.Status(xid)
+			if err != nil {
+				return errCLOGLost(err)
+			}
+			if got == clog.StatusSubCommitted {
+				bad = append(bad, mismatch{xid, got, clog.StatusSubCommitted})
+			}
+		}
+	}
 	for xid, committed := range ended {
 		if xid < oldest {
 			continue
@@ -399,8 +417,19 @@ func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool)
 		return nil
 	}
 	slices.SortFunc(bad, func(a, b mismatch) int { return cmp.Compare(a.xid, b.xid) })
+	how := "it holds a status no write stores"
+	for _, m := range bad {
+		if m.want != clog.StatusSubCommitted {
+			how = "it disagrees with the WAL"
+			break
+		}
+	}
 	var parts []string // "; " between them: each holds a comma
 	for _, m := range bad[:min(len(bad), 5)] {
+		if m.want == clog.StatusSubCommitted {
+			parts = append(parts, fmt.Sprintf("xid %d reads %s", m.xid, m.got))
+			continue
+		}
 		rec := "commit"
 		if m.want == clog.StatusAborted {
 			rec = "abort"
@@ -408,8 +437,8 @@ func (db *DB) checkTornCLOG(walPath string, redo wal.LSN, ended map[uint64]bool)
 		parts = append(parts, fmt.Sprintf("xid %d reads %s, its %s record says %s", m.xid, m.got, rec, m.want))
 	}
 	page := bad[0].xid / clog.XidsPerPage
-	return fmt.Errorf("%w: CLOG page %d (%s) failed its checksum after the crash and was taken for a write torn by it, but it disagrees with the WAL: %s%s: a torn write keeps every status decided before the last checkpoint, so the page is damaged, and the statuses on it whose records the WAL no longer holds cannot be trusted either",
-		ErrCorruption, page, torn[page], strings.Join(parts, "; "), listMore(nil, len(bad)-len(parts)))
+	return fmt.Errorf("%w: CLOG page %d (%s) failed its checksum after the crash and was taken for a write torn by it, but %s: %s%s: a torn write keeps every status decided before the last checkpoint and makes no sub-committed one, so the page is damaged, and the statuses on it whose records the WAL no longer holds cannot be trusted either",
+		ErrCorruption, page, torn[page], how, strings.Join(parts, "; "), listMore(nil, len(bad)-len(parts)))
 }
 
 // scanForDamagedPages is Open's check of the heap pages when the index came
