@@ -203,26 +203,13 @@ func TestDeleteRangeConcurrentWriters(t *testing.T) {
 // commit; the loads are not timed.
 func BenchmarkDeleteRange(b *testing.B) {
 	const n = 200_000
-	val := make([]byte, 100)
 	for _, order := range []string{"heap", "key"} {
 		b.Run("order="+order, func(b *testing.B) {
 			ctx := context.Background()
 			for range b.N {
 				b.StopTimer()
 				db := openTest(b, b.TempDir(), Options{SharedBuffers: 8 << 20, SynchronousCommit: SyncCommitOff})
-				perm := rand.Perm(n)
-				for i := 0; i < n; i += 10_000 {
-					if err := db.Update(ctx, func(tx *Txn) error {
-						for _, k := range perm[i : i+10_000] {
-							if err := tx.Put(fmt.Appendf(nil, "key:%012d", k), val); err != nil {
-								return err
-							}
-						}
-						return nil
-					}); err != nil {
-						b.Fatal(err)
-					}
-				}
+				loadRandomOrder(b, db, n)
 				b.StartTimer()
 				tx, err := db.Begin(ctx, TxnOptions{})
 				if err != nil {
@@ -362,25 +349,12 @@ func TestDeleteRangeVisibilityErrorAborts(t *testing.T) {
 // the delete are not timed.
 func BenchmarkVacuumAfterDeleteRange(b *testing.B) {
 	const n = 200_000
-	val := make([]byte, 100)
 	ctx := context.Background()
 	var removed uint64
 	for range b.N {
 		b.StopTimer()
 		db := openTest(b, b.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 8 << 20, SynchronousCommit: SyncCommitOff})
-		perm := rand.Perm(n)
-		for i := 0; i < n; i += 10_000 {
-			if err := db.Update(ctx, func(tx *Txn) error {
-				for _, k := range perm[i : i+10_000] {
-					if err := tx.Put(fmt.Appendf(nil, "key:%012d", k), val); err != nil {
-						return err
-					}
-				}
-				return nil
-			}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		loadRandomOrder(b, db, n)
 		if err := db.Update(ctx, func(tx *Txn) error {
 			_, err := tx.DeleteRange(nil, nil, nil)
 			return err
@@ -395,5 +369,24 @@ func BenchmarkVacuumAfterDeleteRange(b *testing.B) {
 	}
 	if removed != uint64(b.N)*n {
 		b.Fatalf("vacuum removed %d keys in %d runs; want %d a run", removed, b.N, n)
+	}
+}
+
+// loadRandomOrder puts keys "key:000000000000" to n-1 with 100-byte
+// values, in random order, 10,000 a transaction (n a multiple of 10,000).
+func loadRandomOrder(b *testing.B, db *DB, n int) {
+	val := make([]byte, 100)
+	perm := rand.Perm(n)
+	for i := 0; i < n; i += 10_000 {
+		if err := db.Update(context.Background(), func(tx *Txn) error {
+			for _, k := range perm[i : i+10_000] {
+				if err := tx.Put(fmt.Appendf(nil, "key:%012d", k), val); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

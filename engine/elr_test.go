@@ -248,15 +248,7 @@ func (f slowFile) Sync() error     { time.Sleep(f.delay); return f.File.Sync() }
 // of asynchronous commits are exempt, as PostgreSQL's synchronous_commit
 // off allows, and so are results whose transaction had not returned.
 func TestEarlyLockReleaseCrashLadder(t *testing.T) {
-	seed := testSeed(t, *ladderSeed)
-	sample := *ladderSample
-	if sample <= 0 {
-		sample = 4
-		if raceEnabled {
-			sample = 12
-		}
-	}
-	elrCrashLadder(t, seed, sample, false)
+	elrCrashLadder(t, false)
 }
 
 // elrCrashLadder is TestEarlyLockReleaseCrashLadder's workload and checks.
@@ -266,7 +258,15 @@ func TestEarlyLockReleaseCrashLadder(t *testing.T) {
 // and sets map bits, and readers that list the markers with ScanKeys,
 // answered from the visibility map where a page is all-visible, and
 // require every synchronous commit whose marker a committed listing saw.
-func elrCrashLadder(t *testing.T, seed uint64, sample int, skip bool) {
+func elrCrashLadder(t *testing.T, skip bool) {
+	seed := testSeed(t, *ladderSeed)
+	sample := *ladderSample
+	if sample <= 0 {
+		sample = 4
+		if raceEnabled {
+			sample = 12
+		}
+	}
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
 	m.SyncDir("/")

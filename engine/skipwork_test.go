@@ -727,15 +727,7 @@ func TestHintBitWaitsForEarlyReleasedCommit(t *testing.T) {
 // durable, would recover without a commit that was acknowledged or that
 // a committed reader had seen.
 func TestEarlyLockReleaseCrashLadderSkippingWork(t *testing.T) {
-	seed := testSeed(t, *ladderSeed)
-	sample := *ladderSample
-	if sample <= 0 {
-		sample = 4
-		if raceEnabled {
-			sample = 12
-		}
-	}
-	elrCrashLadder(t, seed, sample, true)
+	elrCrashLadder(t, true)
 }
 
 var modelSteps = flag.Int("freeze.steps", 500, "TestFreezeTruncateModel: steps per run (250 by default under -race)")
