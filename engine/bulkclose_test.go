@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -253,5 +254,75 @@ func bulkLoadLiveness(t *testing.T, db *DB, rows func(yield func(k, v []byte) bo
 	case <-time.After(time.Minute):
 		t.Fatal("BulkLoad did not return within a minute (deadlock)")
 		return nil
+	}
+}
+
+// TestCloseFromLoadWhileAnotherCheckpoints: a bulk load that loaded
+// nothing goes on to its checkpoint, which waits for the checkpoint lock a
+// second load took as the first released it; the second load's rows calls
+// Close. Close ends the second load, the first one's checkpoint goes on,
+// and everything returns. Before, the first load ran its checkpoint as
+// part of the load Close waits for, so Close waited for that checkpoint,
+// which waited for the second load, which waited for Close.
+func TestCloseFromLoadWhileAnotherCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	inA, goA := make(chan struct{}), make(chan struct{})
+	doneA := make(chan error, 1)
+	go func() {
+		_, err := db.BulkLoad(context.Background(), func(yield func(k, v []byte) bool) {
+			close(inA)
+			<-goA // loads nothing
+		})
+		doneA <- err
+	}()
+	<-inA // the first load holds the checkpoint lock
+	closed := make(chan error, 1)
+	doneB := make(chan error, 1)
+	go func() {
+		_, err := db.BulkLoad(context.Background(), func(yield func(k, v []byte) bool) {
+			closed <- db.Close()
+		})
+		doneB <- err
+	}()
+	// The second load waits for the checkpoint lock: it gets it as the
+	// first releases it, before the first one's checkpoint asks for it.
+	waitParkedIn(t, "(*runLock).lockCtx")
+	close(goA)
+	select {
+	case err := <-doneB:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("second BulkLoad = %v; want ErrClosed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the second load and its Close did not return within a minute (deadlock)")
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-doneA; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("first BulkLoad = %v; want nil or ErrClosed (from its checkpoint)", err)
+	}
+	db = openTest(t, dir, Options{Autovacuum: noAutovacuum})
+	defer db.Close()
+	if _, err := db.BulkLoad(context.Background(), bulkRows(100, 10)); err != nil {
+		t.Fatalf("BulkLoad after the reopen: %v", err)
+	}
+	checkState(t, db, bulkState(100, 10))
+}
+
+// waitParkedIn returns once a goroutine is parked in a select or a channel
+// send inside fn, a function as runtime.Stack names it.
+func waitParkedIn(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, fn) && (strings.Contains(g, "[select") || strings.Contains(g, "[chan send")) {
+				return
+			}
+		}
+		runtime.Gosched()
 	}
 }

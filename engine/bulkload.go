@@ -200,11 +200,22 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 	if r == nil {
 		return BulkLoadStats{}, ErrClosed // Close has begun
 	}
-	defer db.endBulkRun(r)
+	running := true
+	defer func() {
+		if running { // it never began, or rows panicked
+			db.endBulkRun(r)
+		}
+	}()
 	if err := db.writable(); err != nil {
 		return BulkLoadStats{}, err
 	}
 	st, err := db.bulkLoadLocked(ctx, rows, r)
+	// The load is over before its checkpoint, which Close then need not
+	// wait for: that checkpoint may wait for the checkpoint lock of
+	// another load whose rows calls Close, or waits for it. It runs as
+	// DB.Checkpoint does instead, under the close lock.
+	db.endBulkRun(r)
+	running = false
 	if err != nil {
 		// Nothing was loaded: no stats that would say otherwise.
 		return BulkLoadStats{}, err
@@ -212,7 +223,7 @@ func (db *DB) BulkLoad(ctx context.Context, rows iter.Seq2[[]byte, []byte]) (Bul
 	// The index file now, rather than at the next checkpoint: a crash
 	// before it would make Open rebuild the index from the heap.
 	ck := time.Now()
-	if err := db.checkpoint(); err != nil {
+	if err := db.Checkpoint(); err != nil {
 		return st, wrapf(err, "bulk load committed, but the checkpoint after it failed")
 	}
 	st.Checkpoint = time.Since(ck)
