@@ -57,9 +57,9 @@ type DB struct {
 	fsm     freeSpaceMap     // pages with room for new tuples (fsm.go)
 	vac     vacuumState      // vacuum's serialization and results (vacuum.go)
 	av      autovacuumState  // dead-tuple counts and the worker (autovacuum.go)
-	// testHeadRead, set only by tests before the database is used, runs
-	// in an index-only check between reading a key's head and testing
-	// its map bit (keyVisible).
+	// testHeadRead, if set by a test while no other goroutine reads the
+	// database, runs in an index-only check between reading a key's head
+	// and testing its map bit (keyVisible).
 	testHeadRead func()
 
 	syncCommit atomic.Int32 // SynchronousCommit default for new transactions
