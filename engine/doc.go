@@ -203,7 +203,10 @@
 // Close ends bulk loads (their run locks) and tells Backups to stop before
 // it takes the close lock: else it would wait behind those holders for the
 // load or the copy, and new shared holders (rows reading the database)
-// behind it.
+// behind it. A bulk load's own checkpoint after its commit comes once its
+// run lock is released, as a DB.Checkpoint: under the run lock, Close
+// would wait for it, and it may wait for the checkpoint lock of another
+// load whose rows waits for Close.
 //
 // The index's and the running table's mutexes, the CLOG's bank locks,
 // vacuum's debt of chunks, the free space map, the row lock table's
