@@ -64,9 +64,9 @@ func CheckPlotFile(file string) error {
 // knob when clients was not swept, one line per combination of the other
 // knobs, plus the optimum clients x sync rate when there is a disk model.
 // The format follows file's extension (see CheckPlotFile). Errors: one
-// wrapping ErrBadPlot for a file CheckPlotFile refuses or a sweep with no
-// numeric knob to put on the x axis; the error of drawing or saving the
-// image.
+// wrapping ErrBadPlot for a file CheckPlotFile refuses, a sweep with no
+// numeric knob to put on the x axis, or one with no finished run to draw;
+// the error of drawing or saving the image.
 func WritePlot(file string, t *SweepTable) error {
 	if err := CheckPlotFile(file); err != nil {
 		return err
