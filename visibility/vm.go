@@ -390,7 +390,10 @@ func (m *Map) clearRange(from uint32, to uint64, each func(uint32)) (bool, error
 // Test returns heapBlk's bits, as visibilitymap_get_status, or none while
 // heapBlk's bits are distrusted (see Distrust). The answer can be stale as
 // soon as it is returned; a caller that relies on a set bit must read what
-// it protects (the heap TID it is about to trust) before calling Test.
+// it protects (the heap TID it is about to trust) before calling Test,
+// and, as the bit may have been set by the same step that removed that
+// tuple (a vacuum pass marking a page all-visible once its dead tuples are
+// gone), check after Test that what it read still names the tuple.
 // Errors as Set's (a distrusted block's bits are read all the same, so
 // that the same errors show).
 func (m *Map) Test(heapBlk uint32) (Bits, error) {
