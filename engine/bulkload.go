@@ -167,7 +167,9 @@ type BulkLoadStats struct {
 // leaves the database as it was, except an I/O failure, which stops it
 // taking writes (ErrIOFailure) until it is reopened; its stats are zero.
 // If the checkpoint after the commit fails, the load stands and the stats
-// describe it, with the checkpoint's error. A nil rows gives
+// describe it, with the checkpoint's error: ErrClosed among them, when a
+// Close came between the commit and that checkpoint, which Close does not
+// wait for (nonzero stats tell it from a load Close ended). A nil rows gives
 // ErrNilFunction. The context is checked once a page, and while the load
 // waits for a running checkpoint, Backup or other bulk load to finish
 // before it starts: it then fails with an error wrapping the context's,
