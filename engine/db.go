@@ -840,12 +840,11 @@ func (db *DB) Dir() string { return db.dir }
 // may call Close itself: see DB.BulkLoad). Bulk loads and Backups are
 // stopped before Close waits for the operations under way to leave the
 // database, as some of those may be waiting for the load or the copy (see
-// the package's documentation, "Lock order"). Before the
-// checkpoint, Close frees
-// the out-of-line value chunks of the versions such a run (or one stopped
-// earlier by its context) removed and did not get to free, which takes a
-// read and a write of each page holding them.
-// Transactions still open afterwards get ErrClosed from their reads,
+// the package's documentation, "Lock order"). Before the checkpoint,
+// Close frees the out-of-line value chunks of the versions such a run (or
+// one stopped earlier by its context) removed and did not get to free,
+// which takes a read and a write of each page holding them. Transactions
+// still open afterwards get ErrClosed from their reads,
 // writes, Commit and Rollback (a Rollback of one that placed no version
 // has nothing to undo and returns nil); what they wrote never commits
 // (recovery at the next Open finds it aborted). Close does not wait for
