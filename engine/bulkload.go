@@ -152,11 +152,12 @@ type BulkLoadStats struct {
 // uncommitted one (else ErrBulkLoadNotEmpty). Meanwhile every other write
 // and commit waits, and checkpoints too, until the load ends: a write's
 // or commit's wait ends early with its transaction's context (the commit
-// then rolls the transaction back), a Backup's with its context, and
-// those with Close (ErrClosed); a Checkpoint's, Verify's or a vacuum
-// truncation's ends when Close ends the load. rows must not
-// write to the database (the write would wait until its context ends, or
-// Close); it may read it. Reads go on and
+// then rolls the transaction back), a Backup's with its context or once
+// Close begins (ErrClosed). Close ends the load first, and so every other
+// wait: the write or commit then goes on, or gets ErrClosed once Close
+// has closed the database. rows must not write to the database (the write
+// would wait until its context ends, or Close); it may read it. Reads go
+// on and
 // see the loaded keys from the commit on. A Close meanwhile, from any
 // goroutine, rows's own or one rows waits for included, ends the load
 // with ErrClosed, loading nothing: at its next page, or, when rows is
