@@ -276,7 +276,11 @@ func TestCloseFromLoadWhileAnotherCheckpoints(t *testing.T) {
 		})
 		doneA <- err
 	}()
-	<-inA // the first load holds the checkpoint lock
+	select {
+	case <-inA: // the first load holds the checkpoint lock
+	case err := <-doneA:
+		t.Fatalf("the first BulkLoad returned before its rows ran: %v", err)
+	}
 	closed := make(chan error, 1)
 	doneB := make(chan error, 1)
 	go func() {
