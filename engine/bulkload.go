@@ -156,8 +156,8 @@ type BulkLoadStats struct {
 // Close begins (ErrClosed). Close ends the load first, and so every other
 // wait: the write or commit then goes on, or gets ErrClosed once Close
 // has closed the database. rows must not write to the database (the write
-// would wait until its context ends, or Close); it may read it. Reads go
-// on and
+// would wait until its context ends, or Close), nor call Checkpoint or
+// Verify (they would wait until Close); it may read it. Reads go on and
 // see the loaded keys from the commit on. A Close meanwhile, from any
 // goroutine, rows's own or one rows waits for included, ends the load
 // with ErrClosed, loading nothing: at its next page, or, when rows is
