@@ -563,18 +563,20 @@ func TestCLOGTornPageSubCommittedWithoutRecord(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := wal.NewReader(crashed, "/db/"+walDir, 0); err == nil {
-		for {
-			rec, err := r.Next()
-			if err != nil {
-				break
-			}
-			if rec.XID == oldXid {
-				t.Fatalf("the WAL still holds a record of xid %d: the test needs it gone", oldXid)
-			}
-		}
-		r.Close()
+	r, err := wal.NewReader(crashed, "/db/"+walDir, 0)
+	if err != nil {
+		t.Fatalf("reading the crash copy's WAL, to check that xid %d's record is gone: %v", oldXid, err)
 	}
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		if rec.XID == oldXid {
+			t.Fatalf("the WAL still holds a record of xid %d: the test needs it gone", oldXid)
+		}
+	}
+	r.Close()
 	// Committed (01) to sub-committed (11).
 	const clogFile = "/db/clog/000000000000"
 	flipFileBitsIn(t, crashed, clogFile, int64(16+oldXid/4), 2<<(2*(oldXid%4)))
