@@ -160,9 +160,10 @@ type BulkLoadStats struct {
 // Verify (they would wait until Close); it may read it. Reads go on and
 // see the loaded keys from the commit on. A Close meanwhile, from any
 // goroutine, rows's own or one rows waits for included, ends the load
-// with ErrClosed, loading nothing: at its next page, or, when rows is
-// running then, at once: Close ends the load itself, without waiting for
-// rows to return, and closes the database; rows's next yield returns
+// with ErrClosed, loading nothing: once the row being added is (at most a
+// page write), or, when rows is running then, at once: Close ends the
+// load itself, without waiting for rows to return, and closes the
+// database; rows's next yield returns
 // false, and BulkLoad returns ErrClosed when rows returns. If rows panics, the
 // load ends as a failed one and the panic continues. A load that fails
 // leaves the database as it was, except an I/O failure, which stops it

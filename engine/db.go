@@ -835,8 +835,9 @@ func (db *DB) Dir() string { return db.dir }
 
 // Close takes a checkpoint (unless a failure stopped writes, or
 // SetCheckpointOnClose turned it off) and closes the database. A Vacuum
-// or Backup running then stops at its next page, and a BulkLoad too, or
-// at once, loading nothing, when it is running its rows function (which
+// or Backup running then stops at its next page, and a BulkLoad once the
+// row it is adding is added, or at once when it is running its rows
+// function, loading nothing either way (rows
 // may call Close itself: see DB.BulkLoad). Bulk loads and Backups are
 // stopped before Close waits for the operations under way to leave the
 // database, as some of those may be waiting for the load or the copy (see
