@@ -1,0 +1,653 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mvkv/vfs"
+)
+
+var (
+	closeAllRounds = flag.Int("closeall.rounds", 24, "TestCloseAmidEverything: rounds (databases) per run")
+	closeAllSeed   = flag.Uint64("closeall.seed", 0, "TestCloseAmidEverything: first seed (0: from the clock, logged)")
+)
+
+// liveness is how long any wait of these tests may take before the test
+// calls the engine stuck: far beyond anything a loaded machine needs.
+const liveness = time.Minute
+
+// waitLive waits for ch, or fails the test with every goroutine's stack
+// once liveness has passed.
+func waitLive(t testing.TB, ch <-chan struct{}, what string) bool {
+	t.Helper()
+	timer := time.NewTimer(liveness)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+		t.Errorf("%s: still waiting after %v (goroutines dumped)", what, liveness)
+		return false
+	}
+}
+
+// closeRound is one database of TestCloseAmidEverything: its workers, the
+// Close they race with, and what was acknowledged.
+type closeRound struct {
+	t    *testing.T
+	db   *DB
+	rng  *rand.Rand // the round's own, for choices made before the workers start
+	bulk bool       // the database starts empty, for bulk loads
+
+	ops       atomic.Int64 // operations begun, all workers
+	loadTried atomic.Bool  // a bulk load has returned
+	closeAt   int64        // the operation count at which a worker closes
+	claim     atomic.Bool  // some goroutine has taken the Close
+	closed    chan struct{}
+	trigger   chan struct{}
+	trigOne   sync.Once
+
+	mu        sync.Mutex
+	acked     map[string]string // written and acknowledged: must survive
+	loaded    []string          // prefixes of bulk loads that returned nil
+	notLoaded []string          // prefixes of bulk loads that failed
+	closeErrs []error
+	errs      []string
+}
+
+func (r *closeRound) fail(format string, args ...any) {
+	r.mu.Lock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+// check records an error that is neither nil nor one the operation may
+// meet beside a Close: ErrClosed, a context's error, a retryable conflict,
+// or what extra allows.
+func (r *closeRound) check(op string, err error, extra ...error) {
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || IsRetryable(err) {
+		return
+	}
+	for _, e := range extra {
+		if errors.Is(err, e) {
+			return
+		}
+	}
+	r.fail("%s: %v", op, err)
+}
+
+// tick counts an operation and, at closeAt, wakes the round's Close.
+func (r *closeRound) tick() {
+	if r.ops.Add(1) == r.closeAt {
+		r.trigOne.Do(func() { close(r.trigger) })
+	}
+}
+
+// maybeClose closes the database if the moment has come and nobody else
+// has; a second Close now and then runs beside it.
+func (r *closeRound) maybeClose() {
+	select {
+	case <-r.trigger:
+	default:
+		return
+	}
+	r.doClose()
+}
+
+func (r *closeRound) doClose() {
+	if !r.claim.CompareAndSwap(false, true) {
+		return
+	}
+	var second chan struct{}
+	if rand.IntN(3) == 0 {
+		second = make(chan struct{})
+		go func() {
+			defer close(second)
+			err := r.db.Close()
+			r.mu.Lock()
+			r.closeErrs = append(r.closeErrs, err)
+			r.mu.Unlock()
+		}()
+	}
+	err := r.db.Close()
+	r.mu.Lock()
+	r.closeErrs = append(r.closeErrs, err)
+	r.mu.Unlock()
+	if second != nil {
+		<-second
+	}
+	close(r.closed)
+}
+
+func (r *closeRound) isClosed() bool {
+	select {
+	case <-r.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// ctx returns a context that, at random, is canceled: at once, by a
+// goroutine of its own, or never.
+func (r *closeRound) ctx(rng *rand.Rand) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	switch rng.IntN(6) {
+	case 0:
+		cancel()
+	case 1:
+		go cancel()
+	}
+	return ctx, cancel
+}
+
+func (r *closeRound) ack(k, v string) {
+	r.mu.Lock()
+	r.acked[k] = v
+	r.mu.Unlock()
+}
+
+// value makes the value of key k: now and then too large for a page, so
+// that it goes out of line and vacuum has chunks to free.
+func closeAllValue(rng *rand.Rand, k string) string {
+	if rng.IntN(8) == 0 {
+		return k + strings.Repeat("x", 2*chunkSize+rng.IntN(chunkSize))
+	}
+	return k + strings.Repeat("v", rng.IntN(64))
+}
+
+// worker runs random operations until the database is closed, and one
+// more after.
+func (r *closeRound) worker(id int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, uint64(id)))
+	db := r.db
+	n := 0
+	for after := 0; after < 2; {
+		if r.isClosed() {
+			after++
+		}
+		r.tick()
+		r.maybeClose()
+		n++
+		key := fmt.Sprintf("w/%d/%d", id, n)
+		val := closeAllValue(rng, key)
+		op := rng.IntN(17)
+		if r.bulk && op <= 7 && op != 2 && op != 6 && (!r.loadTried.Load() || rng.IntN(4) != 0) && rng.IntN(8) != 0 {
+			// Writes would leave no empty database to load into.
+			op = 8
+		}
+		switch op {
+		case 0, 1: // Update, the Close now and then from inside it
+			ctx, cancel := r.ctx(rng)
+			inside := rng.IntN(4) == 0
+			err := db.Update(ctx, func(tx *Txn) error {
+				if inside {
+					r.maybeClose()
+				}
+				if err := tx.Put([]byte(key), []byte(val)); err != nil {
+					return err
+				}
+				if rng.IntN(3) == 0 {
+					_, err := tx.Get([]byte(fmt.Sprintf("d/%04d", rng.IntN(200))))
+					if err != nil && !errors.Is(err, ErrNotFound) {
+						return err
+					}
+				}
+				return nil
+			})
+			cancel()
+			r.check("Update", err)
+			if err == nil {
+				r.ack(key, val)
+			}
+		case 2: // View
+			ctx, cancel := r.ctx(rng)
+			err := db.View(ctx, func(tx *Txn) error {
+				r.maybeClose()
+				_, err := tx.Get([]byte(fmt.Sprintf("d/%04d", rng.IntN(200))))
+				if errors.Is(err, ErrNotFound) {
+					err = nil
+				}
+				return err
+			})
+			cancel()
+			r.check("View", err)
+		case 3, 4: // Begin, Put, Commit or Rollback
+			ctx, cancel := r.ctx(rng)
+			tx, err := db.Begin(ctx, TxnOptions{})
+			r.check("Begin", err)
+			if err == nil {
+				err = tx.Put([]byte(key), []byte(val))
+				r.check("Put", err, ErrTxnDone)
+				r.maybeClose()
+				if rng.IntN(4) == 0 {
+					r.check("Rollback", tx.Rollback(), ErrTxnDone)
+				} else if cerr := tx.Commit(); err == nil && cerr == nil {
+					r.ack(key, val)
+				} else {
+					r.check("Commit", cerr, ErrTxnDone)
+				}
+			}
+			cancel()
+		case 5: // a pipeline of CommitAsync, as the server runs them
+			var prev *CommitWait
+			var waits []*CommitWait
+			var keys, vals []string
+			for i := 0; i < 1+rng.IntN(4); i++ {
+				k := fmt.Sprintf("%s/%d", key, i)
+				v := closeAllValue(rng, k)
+				tx, err := db.Begin(context.Background(), TxnOptions{})
+				if err != nil {
+					r.check("Begin (pipeline)", err)
+					break
+				}
+				if err := tx.Put([]byte(k), []byte(v)); err != nil {
+					r.check("Put (pipeline)", err)
+					r.check("Rollback (pipeline)", tx.Rollback(), ErrTxnDone)
+					break
+				}
+				w, err := tx.CommitAsync(prev)
+				if err != nil {
+					r.check("CommitAsync", err)
+					break
+				}
+				prev = w
+				waits, keys, vals = append(waits, w), append(keys, k), append(vals, v)
+			}
+			r.maybeClose()
+			for i, w := range waits {
+				ctx, cancel := context.WithTimeout(context.Background(), liveness)
+				err := w.Wait(ctx)
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					r.fail("CommitWait.Wait: still waiting after %v", liveness)
+				}
+				r.check("CommitWait.Wait", err)
+				if err == nil {
+					r.ack(keys[i], vals[i])
+				}
+			}
+		case 6: // Scan and ScanKeys, the Close now and then from the callback
+			ctx, cancel := r.ctx(rng)
+			err := db.View(ctx, func(tx *Txn) error {
+				if err := tx.Scan([]byte("d/"), []byte("d0"), func(k, v []byte) bool {
+					if rng.IntN(50) == 0 {
+						r.maybeClose()
+					}
+					return true
+				}); err != nil {
+					return err
+				}
+				return tx.ScanKeys(nil, nil, func(k []byte) bool {
+					if rng.IntN(50) == 0 {
+						r.maybeClose()
+					}
+					return true
+				})
+			})
+			cancel()
+			r.check("Scan", err)
+		case 7: // DeleteRange of the preloaded keys, never of acknowledged ones
+			ctx, cancel := r.ctx(rng)
+			lo := rng.IntN(200)
+			err := db.Update(ctx, func(tx *Txn) error {
+				_, err := tx.DeleteRange([]byte(fmt.Sprintf("d/%04d", lo)), []byte(fmt.Sprintf("d/%04d", lo+20)), nil)
+				return err
+			})
+			cancel()
+			r.check("DeleteRange", err)
+		case 8, 9: // BulkLoad, into the empty database of a bulk round
+			if !r.bulk {
+				continue
+			}
+			r.bulkLoad(rng, fmt.Sprintf("b/%d/%d/", id, n))
+		case 10: // Backup to a directory of its own
+			ctx, cancel := r.ctx(rng)
+			_, err := db.Backup(ctx, fmt.Sprintf("/bk/%d-%d", id, n))
+			cancel()
+			r.check("Backup", err)
+		case 11:
+			r.check("Checkpoint", db.Checkpoint())
+		case 12: // Vacuum, canceled now and then
+			ctx, cancel := r.ctx(rng)
+			_, err := db.Vacuum(ctx)
+			cancel()
+			r.check("Vacuum", err)
+		case 13:
+			rep, err := db.Verify()
+			r.check("Verify", err)
+			if err == nil && !rep.OK() {
+				r.fail("Verify: %v", rep.Problems)
+			}
+		case 14: // StatTuple, the Close now and then from its class
+			ctx, cancel := r.ctx(rng)
+			_, _, err := db.StatTuple(ctx, func(k []byte) string {
+				if rand.IntN(50) == 0 {
+					r.maybeClose()
+				}
+				return string(k[:min(len(k), 1)])
+			})
+			cancel()
+			r.check("StatTuple", err)
+		case 15:
+			_ = db.Stats()
+		case 16: // Close itself, when its moment has come
+			r.maybeClose()
+		}
+	}
+}
+
+// bulkLoad runs one BulkLoad of keys under prefix, its rows reading the
+// database, closing it, or waiting for the Close, at random.
+func (r *closeRound) bulkLoad(rng *rand.Rand, prefix string) {
+	db := r.db
+	n := 1 + rng.IntN(3000)
+	if rng.IntN(8) == 0 {
+		n = 0 // nothing to load: BulkLoad returns nil, after a checkpoint
+	}
+	mode := rng.IntN(4) // 0 plain, 1 reads, 2 closes, 3 waits for the Close
+	at := rng.IntN(n + 1)
+	var rows iter.Seq2[[]byte, []byte] = func(yield func(k, v []byte) bool) {
+		for i := 0; i <= n; i++ {
+			if i == at {
+				switch mode {
+				case 1:
+					err := db.View(context.Background(), func(tx *Txn) error {
+						_, err := tx.Get([]byte("d/0001"))
+						if errors.Is(err, ErrNotFound) {
+							err = nil
+						}
+						return err
+					})
+					r.check("View (in rows)", err)
+				case 2:
+					r.tick()
+					r.doClose()
+				case 3:
+					r.trigOne.Do(func() { close(r.trigger) })
+					if !waitLive(r.t, r.closed, "rows waiting for Close") {
+						return
+					}
+				}
+			}
+			if i == n || !yield(fmt.Appendf(nil, "%s%06d", prefix, i), fmt.Appendf(nil, "%d", i)) {
+				return
+			}
+		}
+	}
+	ctx, cancel := r.ctx(rng)
+	if rng.IntN(2) == 0 {
+		cancel()
+		ctx, cancel = context.WithCancel(context.Background())
+	}
+	_, err := db.BulkLoad(ctx, rows)
+	cancel()
+	r.loadTried.Store(true)
+	r.check("BulkLoad", err, ErrBulkLoadNotEmpty)
+	r.mu.Lock()
+	if err == nil {
+		r.loaded = append(r.loaded, fmt.Sprintf("%s\x00%d", prefix, n))
+	} else {
+		r.notLoaded = append(r.notLoaded, prefix)
+	}
+	r.mu.Unlock()
+}
+
+// TestCloseAmidEverything closes a database at a random moment, from a
+// random goroutine (a worker, an Update's function, a Scan's or
+// StatTuple's callback, a bulk load's rows), while other goroutines run
+// every kind of operation beside it, some with contexts canceled. Every
+// call must return, with nil or ErrClosed, a context's error or a
+// retryable conflict; exactly one Close returns nil; and the database
+// must reopen, pass Verify, and hold every acknowledged write and bulk
+// load and nothing of a failed load.
+func TestCloseAmidEverything(t *testing.T) {
+	seed := *closeAllSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	rounds := *closeAllRounds
+	if testing.Short() {
+		rounds = min(rounds, 4)
+	}
+	t.Logf("seeds %d..%d", seed, seed+uint64(rounds)-1)
+	for i := 0; i < rounds && !t.Failed(); i++ {
+		closeAllRound(t, seed+uint64(i))
+	}
+}
+
+func closeAllRound(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	m := vfs.NewMemFS()
+	opts := Options{FS: m, SharedBuffers: 512 << 10, WALSegmentSize: 1 << 20, CheckpointTimeout: -1}
+	if rng.IntN(2) == 0 {
+		opts.Autovacuum = noAutovacuum
+	} else {
+		opts.AutovacuumNaptime = time.Millisecond
+		opts.AutovacuumVacuumThreshold = 1
+		opts.AutovacuumVacuumScaleFactor = -1
+	}
+	db := openTest(t, "/db", opts)
+	r := &closeRound{t: t, db: db, rng: rng, bulk: rng.IntN(3) == 0,
+		closeAt: 1 + rng.Int64N(300), closed: make(chan struct{}), trigger: make(chan struct{}),
+		acked: map[string]string{}}
+	if !r.bulk {
+		err := db.Update(context.Background(), func(tx *Txn) error {
+			for i := 0; i < 200; i++ {
+				k := fmt.Sprintf("d/%04d", i)
+				if err := tx.Put([]byte(k), []byte(closeAllValue(rng, k))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("seed %d: preload: %v", seed, err)
+		}
+	}
+	workers := 3 + rng.IntN(4)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.worker(w, seed)
+		}()
+	}
+	// The Close's moment, should every worker be waiting for something
+	// only a Close ends (a bulk load's rows waiting for it, say).
+	go func() {
+		timer := time.NewTimer(time.Duration(rng.IntN(100)) * time.Millisecond)
+		defer timer.Stop()
+		select {
+		case <-r.trigger:
+		case <-timer.C:
+			r.trigOne.Do(func() { close(r.trigger) })
+		}
+		r.doClose()
+	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	if !waitLive(t, r.closed, fmt.Sprintf("seed %d: Close", seed)) || !waitLive(t, done, fmt.Sprintf("seed %d: workers", seed)) {
+		t.FailNow()
+	}
+	for _, e := range r.errs {
+		t.Errorf("seed %d: %s", seed, e)
+	}
+	nilCloses := 0
+	for _, err := range r.closeErrs {
+		if err == nil {
+			nilCloses++
+		} else if !errors.Is(err, ErrClosed) {
+			t.Errorf("seed %d: Close: %v", seed, err)
+		}
+	}
+	if nilCloses != 1 {
+		t.Errorf("seed %d: %d Closes returned nil of %d; want exactly one", seed, nilCloses, len(r.closeErrs))
+	}
+
+	db = openTest(t, "/db", Options{FS: m, SharedBuffers: 512 << 10, WALSegmentSize: 1 << 20, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+	defer db.Close()
+	rep, err := db.Verify()
+	if err != nil || !rep.OK() {
+		t.Fatalf("seed %d: Verify after reopening: %v, %v", seed, err, rep.Problems)
+	}
+	err = db.View(context.Background(), func(tx *Txn) error {
+		for k, v := range r.acked {
+			got, err := tx.Get([]byte(k))
+			if err != nil || string(got) != v {
+				t.Errorf("seed %d: acknowledged %q: %d bytes, %v; want its %d bytes", seed, k, len(got), err, len(v))
+			}
+		}
+		for _, l := range r.loaded {
+			prefix, n, _ := strings.Cut(l, "\x00")
+			c, err := tx.Count([]byte(prefix), []byte(prefix+"\xff"))
+			if err != nil || fmt.Sprint(c) != n {
+				t.Errorf("seed %d: bulk load %s: %d keys, %v; want %s", seed, prefix, c, err, n)
+			}
+		}
+		for _, prefix := range r.notLoaded {
+			c, err := tx.Count([]byte(prefix), []byte(prefix+"\xff"))
+			if err != nil || c != 0 {
+				t.Errorf("seed %d: failed bulk load %s: %d keys, %v; want none", seed, prefix, c, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	t.Logf("seed %d: %d workers, bulk %v, %d ops, %d acknowledged, %d loads committed, %d failed, %d Closes",
+		seed, workers, r.bulk, r.ops.Load(), len(r.acked), len(r.loaded), len(r.notLoaded), len(r.closeErrs))
+}
+
+// waitBlocked waits until some goroutine other than the caller's is
+// blocked in a channel operation with every one of fns on its stack (and
+// none of those written with a leading "!"): a goroutine stopped at a
+// runLock, say. It fails the test after liveness.
+func waitBlocked(t testing.TB, fns ...string) bool {
+	t.Helper()
+	deadline := time.Now().Add(liveness)
+	buf := make([]byte, 1<<20)
+	for time.Now().Before(deadline) {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			head, _, _ := strings.Cut(g, "\n")
+			if !strings.Contains(head, "[select") && !strings.Contains(head, "[chan send") {
+				continue
+			}
+			all := true
+			for _, fn := range fns {
+				if not, ok := strings.CutPrefix(fn, "!"); ok {
+					all = all && !strings.Contains(g, not)
+				} else {
+					all = all && strings.Contains(g, fn)
+				}
+			}
+			if all {
+				return true
+			}
+		}
+		runtime.Gosched()
+	}
+	pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	t.Errorf("no goroutine blocked in %s after %v (goroutines dumped)", strings.Join(fns, " and "), liveness)
+	return false
+}
+
+// TestCloseWithLoadCheckpointBehindLoad: a bulk load that loaded nothing
+// (its rows yielded no row) ends with a checkpoint, which waits for the
+// checkpoint lock another bulk load, begun meanwhile, holds while its rows
+// runs; that rows then closes the database, itself or on a goroutine it
+// waits for. Close ends the second load inside rows, the first one's
+// checkpoint goes on or gives way, and everything returns: before, Close
+// waited for the first load, registered first, which waited for the
+// second, which waited for Close.
+func TestCloseWithLoadCheckpointBehindLoad(t *testing.T) {
+	for _, spawned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spawned=%v", spawned), func(t *testing.T) {
+			m := vfs.NewMemFS()
+			db := openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+			second := make(chan error, 1)
+			closed := make(chan error, 1)
+			rowsB := func(yield func(k, v []byte) bool) {
+				for i := 0; i < 100; i++ {
+					if i == 10 {
+						// The first load has returned from its rows and
+						// waits for the lock this load holds.
+						if !waitBlocked(t, "engine.(*DB).BulkLoad(", "runLock).", "!bulkLoadLocked") {
+							return
+						}
+						if spawned {
+							done := make(chan struct{})
+							go func() { closed <- db.Close(); close(done) }()
+							<-done
+						} else {
+							closed <- db.Close()
+						}
+					}
+					if !yield(bulkKey(i), bulkVal(i, 100)) {
+						return
+					}
+				}
+			}
+			rowsA := func(yield func(k, v []byte) bool) {
+				// The second load registers after this one and waits
+				// for the checkpoint lock this one holds; it takes the
+				// lock when this one lets it go, before this one's
+				// checkpoint asks for it again.
+				go func() {
+					_, err := db.BulkLoad(context.Background(), rowsB)
+					second <- err
+				}()
+				waitBlocked(t, "runLock).lockCtx", "bulkLoadLocked")
+			}
+			first := make(chan error, 1)
+			go func() {
+				_, err := db.BulkLoad(context.Background(), rowsA)
+				first <- err
+			}()
+			var errA, errB, errC error
+			for _, w := range []struct {
+				name string
+				ch   chan error
+				err  *error
+			}{{"the first BulkLoad", first, &errA}, {"the second BulkLoad", second, &errB}, {"Close", closed, &errC}} {
+				got := make(chan struct{})
+				go func() { *w.err = <-w.ch; close(got) }()
+				if !waitLive(t, got, w.name) {
+					t.FailNow()
+				}
+			}
+			if errA != nil && !errors.Is(errA, ErrClosed) {
+				t.Errorf("the first BulkLoad (no rows) = %v; want nil or ErrClosed", errA)
+			}
+			if !errors.Is(errB, ErrClosed) {
+				t.Errorf("the second BulkLoad = %v; want ErrClosed", errB)
+			}
+			if errC != nil {
+				t.Errorf("Close: %v", errC)
+			}
+			db = openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+			defer db.Close()
+			if rep, err := db.Verify(); err != nil || !rep.OK() {
+				t.Fatalf("Verify after the reopen: %v, %v", err, rep.Problems)
+			}
+			checkState(t, db, map[string]string{})
+		})
+	}
+}
