@@ -442,6 +442,16 @@ func closeAllRound(t *testing.T, seed uint64) {
 		opts.AutovacuumVacuumScaleFactor = -1
 	}
 	db := openTest(t, "/db", opts)
+	// Early lock release and asynchronous commits too: a commit
+	// acknowledged before its flush must survive a Close all the same,
+	// which flushes the WAL to its end.
+	elr, async := rng.IntN(3) == 0, rng.IntN(3) == 0
+	db.SetEarlyLockRelease(elr)
+	if async {
+		if err := db.SetSynchronousCommit(SyncCommitOff); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := &closeRound{t: t, db: db, rng: rng, bulk: rng.IntN(3) == 0,
 		closeAt: 1 + rng.Int64N(300), closed: make(chan struct{}), trigger: make(chan struct{}),
 		acked: map[string]string{}}
@@ -531,41 +541,47 @@ func closeAllRound(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	t.Logf("seed %d: %d workers, bulk %v, %d ops, %d acknowledged, %d loads committed, %d failed, %d Closes",
-		seed, workers, r.bulk, r.ops.Load(), len(r.acked), len(r.loaded), len(r.notLoaded), len(r.closeErrs))
+	t.Logf("seed %d: %d workers, bulk %v, early lock release %v, asynchronous commits %v, %d ops, %d acknowledged, %d loads committed, %d failed, %d Closes",
+		seed, workers, r.bulk, elr, async, r.ops.Load(), len(r.acked), len(r.loaded), len(r.notLoaded), len(r.closeErrs))
 }
 
-// waitBlocked waits until some goroutine other than the caller's is
-// blocked in a channel operation with every one of fns on its stack (and
-// none of those written with a leading "!"): a goroutine stopped at a
-// runLock, say. It fails the test after liveness.
+// waitBlocked waits until blockedNow(fns...), or fails the test after
+// liveness with every goroutine's stack.
 func waitBlocked(t testing.TB, fns ...string) bool {
 	t.Helper()
-	deadline := time.Now().Add(liveness)
-	buf := make([]byte, 1<<20)
-	for time.Now().Before(deadline) {
-		n := runtime.Stack(buf, true)
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			head, _, _ := strings.Cut(g, "\n")
-			if !strings.Contains(head, "[select") && !strings.Contains(head, "[chan send") {
-				continue
-			}
-			all := true
-			for _, fn := range fns {
-				if not, ok := strings.CutPrefix(fn, "!"); ok {
-					all = all && !strings.Contains(g, not)
-				} else {
-					all = all && strings.Contains(g, fn)
-				}
-			}
-			if all {
-				return true
-			}
+	for deadline := time.Now().Add(liveness); time.Now().Before(deadline); runtime.Gosched() {
+		if blockedNow(fns...) {
+			return true
 		}
-		runtime.Gosched()
 	}
 	pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
 	t.Errorf("no goroutine blocked in %s after %v (goroutines dumped)", strings.Join(fns, " and "), liveness)
+	return false
+}
+
+// blockedNow reports whether some goroutine is blocked in a channel
+// operation with every one of fns on its stack (and none of those written
+// with a leading "!"): a goroutine stopped at a runLock, say.
+func blockedNow(fns ...string) bool {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(head, "[select") && !strings.Contains(head, "[chan send") && !strings.Contains(head, "[chan receive") {
+			continue
+		}
+		all := true
+		for _, fn := range fns {
+			if not, ok := strings.CutPrefix(fn, "!"); ok {
+				all = all && !strings.Contains(g, not)
+			} else {
+				all = all && strings.Contains(g, fn)
+			}
+		}
+		if all {
+			return true
+		}
+	}
 	return false
 }
 
@@ -649,5 +665,69 @@ func TestCloseWithLoadCheckpointBehindLoad(t *testing.T) {
 			}
 			checkState(t, db, map[string]string{})
 		})
+	}
+}
+
+// TestCloseTwiceConcurrently: a second Close while the first is still
+// closing returns ErrClosed only once the first has returned, the files
+// closed: a caller that reopens the directory or exits on the second's
+// return must not find the first's checkpoint unfinished or the directory
+// still locked. The first Close is held by a Backup stopped at its first
+// file, which Close waits for; before, the second returned at once.
+func TestCloseTwiceConcurrently(t *testing.T) {
+	m := vfs.NewMemFS()
+	db, reached, release := gatedDB(t, m, "/bk.partial/heap/", Options{Autovacuum: noAutovacuum})
+	backedUp := make(chan error, 1)
+	go func() {
+		_, err := db.Backup(context.Background(), "/bk")
+		backedUp <- err
+	}()
+	<-reached // the Backup waits at its first heap file
+	first := make(chan error, 1)
+	go func() { first <- db.Close() }()
+	<-db.closeBegun
+	second := make(chan error, 1)
+	go func() { second <- db.Close() }()
+	// The Backup cannot go on, so neither can the first Close: the second
+	// must be waiting, not returned.
+	for deadline := time.Now().Add(liveness); !blockedNow("engine.(*DB).Close(", "!stopBulkRuns"); runtime.Gosched() {
+		select {
+		case err := <-second:
+			close(release)
+			t.Fatalf("the second Close returned (%v) while the first was still closing", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+			t.Fatalf("the second Close neither returned nor waited after %v (goroutines dumped)", liveness)
+		}
+	}
+	close(release)
+	for name, ch := range map[string]chan error{"Backup": backedUp, "the first Close": first} {
+		got := make(chan struct{})
+		var err error
+		go func() { err = <-ch; close(got) }()
+		if !waitLive(t, got, name) {
+			t.FailNow()
+		}
+		if name == "Backup" && !errors.Is(err, ErrClosed) {
+			t.Errorf("Backup: %v; want ErrClosed", err)
+		} else if name != "Backup" && err != nil {
+			t.Errorf("the first Close: %v", err)
+		}
+	}
+	got := make(chan struct{})
+	var err2 error
+	go func() { err2 = <-second; close(got) }()
+	if !waitLive(t, got, "the second Close") {
+		t.FailNow()
+	}
+	if !errors.Is(err2, ErrClosed) {
+		t.Errorf("the second Close: %v; want ErrClosed", err2)
+	}
+	db = openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("Verify after the reopen: %v, %v", err, rep.Problems)
 	}
 }

@@ -142,6 +142,9 @@ type DB struct {
 	// copy, which a Checkpoint may wait for with closeMu held, so that
 	// Close is not kept waiting behind either.
 	closeBegun chan struct{}
+	// closeDone is closed when the first Close returns; a second one
+	// waits for it.
+	closeDone chan struct{}
 	// bulkRunning is a channel closed when the bulk load under way ends,
 	// nil when none is (waitBulkLoad).
 	bulkRunning atomic.Pointer[chan struct{}]
@@ -439,6 +442,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.ckptMu.init()
 	db.closing = make(chan struct{})
 	db.closeBegun = make(chan struct{})
+	db.closeDone = make(chan struct{})
 	if err := db.open(); err != nil {
 		// Nothing of the CLOG is written back: a page recovery accepted
 		// as torn and then found damaged would otherwise be rewritten
@@ -850,7 +854,8 @@ func (db *DB) Dir() string { return db.dir }
 // has nothing to undo and returns nil); what they wrote never commits
 // (recovery at the next Open finds it aborted). Close does not wait for
 // them to end. Close returns
-// ErrClosed when called twice. After a failure that stopped writes it
+// ErrClosed when called twice; called while another Close is under way,
+// once that one has returned. After a failure that stopped writes it
 // returns that failure (see Failure), with the files closed all the same;
 // the next Open recovers from the last checkpoint.
 func (db *DB) Close() error {
@@ -865,10 +870,17 @@ func (db *DB) Close() error {
 	db.closeMu.Lock()
 	if db.closed.Swap(true) {
 		db.closeMu.Unlock()
+		// Not before the first Close is done: a caller that reopens
+		// the directory, or exits, on this return must find the files
+		// closed and the checkpoint written. Nothing the first waits
+		// for waits for a Close (bulk loads' rows are ended, not
+		// waited for).
+		<-db.closeDone
 		return ErrClosed
 	}
 	close(db.closing)
 	db.closeMu.Unlock()
+	defer close(db.closeDone)
 	db.longOps.Wait()
 	close(db.stopBG)
 	db.bgWG.Wait()
