@@ -731,3 +731,127 @@ func TestCloseTwiceConcurrently(t *testing.T) {
 		t.Fatalf("Verify after the reopen: %v, %v", err, rep.Problems)
 	}
 }
+
+// errStuck is what recv returns for a wait that did not end.
+var errStuck = errors.New("still waiting")
+
+// recv waits for ch's value, or marks the test failed after liveness and
+// returns errStuck; it may run on any goroutine.
+func recv(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	timer := time.NewTimer(liveness)
+	defer timer.Stop()
+	select {
+	case err := <-ch:
+		return err
+	case <-timer.C:
+		pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+		t.Errorf("%s: still waiting after %v (goroutines dumped)", what, liveness)
+		return errStuck
+	}
+}
+
+// reopenCount reopens the database on m, checks it with Verify, and
+// counts its keys.
+func reopenCount(t *testing.T, m *vfs.MemFS) int {
+	t.Helper()
+	db := openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	if rep, err := db.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("Verify after the reopen: %v, %v", err, rep.Problems)
+	}
+	n := 0
+	if err := db.View(context.Background(), func(tx *Txn) error {
+		var err error
+		n, err = tx.Count(nil, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCloseWithBulkLoadBehindBackup: a bulk load waits for the checkpoint
+// lock a Backup holds for its whole copy, here stopped at its first file.
+// Close's start ends the load's wait (ErrClosed) before the Backup has
+// gone on; then the Backup stops too, and Close returns.
+func TestCloseWithBulkLoadBehindBackup(t *testing.T) {
+	m := vfs.NewMemFS()
+	db, reached, release := gatedDB(t, m, "/bk.partial/heap/", Options{Autovacuum: noAutovacuum})
+	backedUp, loaded, closed := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := db.Backup(context.Background(), "/bk")
+		backedUp <- err
+	}()
+	<-reached
+	go func() {
+		_, err := db.BulkLoad(context.Background(), bulkRows(100, 10))
+		loaded <- err
+	}()
+	if !waitBlocked(t, "bulkLoadLocked", "runLock).lockCtx") {
+		close(release)
+		t.FailNow()
+	}
+	go func() { closed <- db.Close() }()
+	err := recv(t, loaded, "BulkLoad behind the Backup")
+	close(release)
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("BulkLoad: %v; want ErrClosed", err)
+	}
+	if err := recv(t, backedUp, "Backup"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Backup: %v; want ErrClosed", err)
+	}
+	if err := recv(t, closed, "Close"); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	checkNoBackupLeft(t, m, "/bk")
+	if n := reopenCount(t, m); n != 300 {
+		t.Fatalf("%d keys after the reopen; want the 300 written before", n)
+	}
+}
+
+// TestCloseWithBackupBehindVacuum: a Backup waits for vacuum's lock behind
+// a Vacuum, here held at its first page. Close's start ends the Backup's
+// wait (ErrClosed) while the Vacuum is still held; the Vacuum then stops at
+// its next page or ends, and Close returns.
+func TestCloseWithBackupBehindVacuum(t *testing.T) {
+	m := vfs.NewMemFS()
+	db := openTest(t, "/db", Options{FS: m, Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	ctx := context.Background()
+	for i := range 300 {
+		mustPut(t, db, fmt.Sprintf("k%d", i), strings.Repeat("v", 300))
+		if i%2 == 0 {
+			mustPut(t, db, fmt.Sprintf("k%d", i), "overwritten")
+		}
+	}
+	backedUp, closed := make(chan error, 1), make(chan error, 1)
+	hook := &hookCtx{Context: ctx, n: 1, fn: func() {
+		go func() {
+			_, err := db.Backup(ctx, "/bk")
+			backedUp <- err
+		}()
+		if !waitBlocked(t, "(*DB).Backup(", "runLock).lockCtx") {
+			return
+		}
+		go func() { closed <- db.Close() }()
+		if err := recv(t, backedUp, "Backup behind the Vacuum"); !errors.Is(err, ErrClosed) {
+			t.Errorf("Backup: %v; want ErrClosed", err)
+		}
+	}}
+	vacuumed := make(chan error, 1)
+	go func() {
+		_, err := db.Vacuum(hook)
+		vacuumed <- err
+	}()
+	if err := recv(t, vacuumed, "Vacuum"); err != nil && !errors.Is(err, ErrClosed) {
+		t.Errorf("Vacuum: %v; want nil or ErrClosed", err)
+	}
+	mustHaveRun(t, hook)
+	if err := recv(t, closed, "Close"); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	checkNoBackupLeft(t, m, "/bk")
+	if n := reopenCount(t, m); n != 300 {
+		t.Fatalf("%d keys after the reopen; want 300", n)
+	}
+}
