@@ -855,3 +855,56 @@ func TestCloseWithBackupBehindVacuum(t *testing.T) {
 		t.Fatalf("%d keys after the reopen; want 300", n)
 	}
 }
+
+// TestCloseWhileAutovacuumPaysChunkDebt: a Vacuum canceled between its
+// passes leaves the out-of-line chunks of the versions it removed in
+// vacuum's debt, which autovacuum, with no run due, pays at its next nap.
+// Close comes at a random moment of that (before, during, after): the
+// worker stops, Close frees what is left before its checkpoint, and the
+// reopened database holds no chunk, passes Verify and reads every key.
+func TestCloseWhileAutovacuumPaysChunkDebt(t *testing.T) {
+	rounds := 12
+	if testing.Short() {
+		rounds = 3
+	}
+	for round := range rounds {
+		m := vfs.NewMemFS()
+		opts := Options{FS: m, CheckpointTimeout: -1, AutovacuumNaptime: time.Millisecond, AutovacuumVacuumThreshold: 1 << 30}
+		db := openTest(t, "/db", opts)
+		const keys = 40
+		for i := range keys {
+			k := fmt.Sprintf("k%02d", i)
+			mustPut(t, db, k, string(patterned(3*chunkSize, uint32(i))))
+			mustPut(t, db, k, "small "+k)
+		}
+		// Err is asked before each page of pass 1: cancel once it is
+		// done, before pass 2 frees a chunk.
+		ctx := &cancelAfter{Context: context.Background()}
+		ctx.n.Store(int64(db.pool.NBlocks()))
+		if _, err := db.Vacuum(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: vacuum: %v; want context.Canceled between its passes", round, err)
+		}
+		for range rand.IntN(20000) {
+			runtime.Gosched()
+		}
+		owed := db.Stats().Vacuum.ChunksOwed
+		if err := db.Close(); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+		db = openTest(t, "/db", Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+		if n := chunkTuples(t, db); n != 0 {
+			t.Errorf("round %d: %d chunk tuples after the reopen (%d owed just before Close); want none", round, n, owed)
+		}
+		if rep, err := db.Verify(); err != nil || !rep.OK() {
+			t.Errorf("round %d: Verify after the reopen: %v, %v", round, err, rep.Problems)
+		}
+		for i := range keys {
+			k := fmt.Sprintf("k%02d", i)
+			if v, ok := get(t, db, k); !ok || v != "small "+k {
+				t.Errorf("round %d: %s = %q, %v after the reopen", round, k, v, ok)
+			}
+		}
+		db.Close()
+		t.Logf("round %d: %d chunks owed just before Close", round, owed)
+	}
+}
