@@ -908,3 +908,117 @@ func TestCloseWhileAutovacuumPaysChunkDebt(t *testing.T) {
 		t.Logf("round %d: %d chunks owed just before Close", round, owed)
 	}
 }
+
+// TestCloseAmidCommitPipelines: clients commit as the server does, each a
+// pipeline of CommitAsync calls chained by after, then Wait for each before
+// acknowledging, with early lock release on or off, while Close comes at a
+// random moment. Every CommitAsync and Wait returns, with nil or ErrClosed,
+// and the reopened database holds every acknowledged commit.
+func TestCloseAmidCommitPipelines(t *testing.T) {
+	for round := range 8 {
+		m := vfs.NewMemFS()
+		db := openTest(t, "/db", Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+		db.SetEarlyLockRelease(round%2 == 1)
+		var mu sync.Mutex
+		acked := map[string]string{}
+		// The client's last acknowledged transaction, {pipeline, index};
+		// its own key holds that one's write or a later one's.
+		last := [4][2]int{{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}}
+		var wg sync.WaitGroup
+		var commits atomic.Int64
+		closeAt := int64(1 + rand.IntN(400))
+		closed := make(chan struct{})
+		var closeOnce sync.Once
+		var closeErr error
+		for c := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					var prev *CommitWait
+					var waits []*CommitWait
+					var keys []string
+					stop := false
+					for i := range 8 {
+						if commits.Add(1) == closeAt {
+							closeOnce.Do(func() { go func() { closeErr = db.Close(); close(closed) }() })
+						}
+						// Two keys: one of the client's own, written by
+						// every transaction of the pipeline (its row lock
+						// passed along), and one new.
+						k := fmt.Sprintf("c%d/%d/%d", c, n, i)
+						tx, err := db.Begin(context.Background(), TxnOptions{})
+						if err == nil {
+							err = tx.Put([]byte(fmt.Sprintf("c%d", c)), []byte(k))
+							if err == nil {
+								err = tx.Put([]byte(k), []byte(k))
+							}
+							if err != nil {
+								tx.Rollback()
+							}
+						}
+						if err == nil {
+							var w *CommitWait
+							if w, err = tx.CommitAsync(prev); err == nil {
+								prev = w
+								waits, keys = append(waits, w), append(keys, k)
+							}
+						}
+						if err != nil {
+							if !errors.Is(err, ErrClosed) {
+								t.Errorf("client %d: %v", c, err)
+							}
+							stop = true
+							break
+						}
+					}
+					for i, w := range waits {
+						ctx, cancel := context.WithTimeout(context.Background(), liveness)
+						err := w.Wait(ctx)
+						cancel()
+						if err == nil {
+							mu.Lock()
+							acked[keys[i]] = keys[i]
+							last[c] = [2]int{n, i}
+							mu.Unlock()
+						} else if !errors.Is(err, ErrClosed) {
+							t.Errorf("client %d: Wait: %v", c, err)
+						}
+					}
+					if stop {
+						return
+					}
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		if !waitLive(t, done, "clients") || !waitLive(t, closed, "Close") {
+			t.FailNow()
+		}
+		if closeErr != nil {
+			t.Fatalf("round %d: Close: %v", round, closeErr)
+		}
+		db = openTest(t, "/db", Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+		for k, v := range acked {
+			if got, ok := get(t, db, k); !ok || got != v {
+				t.Errorf("round %d: acknowledged %s = %q, %v after the reopen", round, k, got, ok)
+			}
+		}
+		for c, l := range last {
+			got, ok := get(t, db, fmt.Sprintf("c%d", c))
+			var n, i int
+			if ok {
+				fmt.Sscanf(got, fmt.Sprintf("c%d/%%d/%%d", c), &n, &i)
+			}
+			if l[0] >= 0 && (!ok || n < l[0] || n == l[0] && i < l[1]) {
+				t.Errorf("round %d: client %d's key holds %q (%v) after the reopen; want c%d/%d/%d or later", round, c, got, ok, c, l[0], l[1])
+			}
+		}
+		if rep, err := db.Verify(); err != nil || !rep.OK() {
+			t.Errorf("round %d: Verify after the reopen: %v, %v", round, err, rep.Problems)
+		}
+		db.Close()
+		t.Logf("round %d: early lock release %v, %d commits begun, %d acknowledged", round, round%2 == 1, commits.Load(), len(acked))
+	}
+}
