@@ -1022,3 +1022,69 @@ func TestCloseAmidCommitPipelines(t *testing.T) {
 		t.Logf("round %d: early lock release %v, %d commits begun, %d acknowledged", round, round%2 == 1, commits.Load(), len(acked))
 	}
 }
+
+// TestCloseRacesBulkLoadStart: a Close started together with a bulk load
+// into an empty database, and with a Checkpoint or a Backup beside them,
+// each after a random number of yields, meets the load at every point of
+// its start: before it registers, waiting for the checkpoint lock behind
+// the Checkpoint or the Backup, taking the interlock, loading. The load
+// returns nil or ErrClosed, Close nil, and the reopened database holds
+// the whole load or none of it.
+func TestCloseRacesBulkLoadStart(t *testing.T) {
+	rounds := 150
+	if testing.Short() {
+		rounds = 20
+	}
+	results := map[string]int{}
+	for round := range rounds {
+		m := vfs.NewMemFS()
+		db := openTest(t, "/db", Options{FS: m, CheckpointTimeout: -1, Autovacuum: noAutovacuum})
+		const keys = 2000
+		start := make(chan struct{})
+		loaded, closed, beside := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+		spin := func() {
+			<-start
+			for range rand.IntN(3000) {
+				runtime.Gosched()
+			}
+		}
+		go func() {
+			spin()
+			_, err := db.BulkLoad(context.Background(), bulkRows(keys, 20))
+			loaded <- err
+		}()
+		go func() { spin(); closed <- db.Close() }()
+		withBackup := round%2 == 1
+		go func() {
+			spin()
+			if withBackup {
+				_, err := db.Backup(context.Background(), "/bk")
+				beside <- err
+			} else {
+				beside <- db.Checkpoint()
+			}
+		}()
+		close(start)
+		lerr := recv(t, loaded, "BulkLoad")
+		if err := recv(t, closed, "Close"); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+		if err := recv(t, beside, "the Checkpoint or Backup beside"); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("round %d: Checkpoint or Backup: %v", round, err)
+		}
+		if lerr != nil && !errors.Is(lerr, ErrClosed) {
+			t.Fatalf("round %d: BulkLoad: %v; want nil or ErrClosed", round, lerr)
+		}
+		want := 0
+		if lerr == nil {
+			want = keys
+			results["loaded"]++
+		} else {
+			results["closed"]++
+		}
+		if n := reopenCount(t, m); n != want {
+			t.Fatalf("round %d: %d keys after the reopen, BulkLoad having returned %v; want %d", round, n, lerr, want)
+		}
+	}
+	t.Logf("%d rounds: %v", rounds, results)
+}
