@@ -66,6 +66,8 @@ type closeRound struct {
 	notLoaded []string          // prefixes of bulk loads that failed
 	closeErrs []error
 	errs      []string
+	from      string // where the Close that won came from
+	site      string // where the round wants it to come from
 }
 
 func (r *closeRound) fail(format string, args ...any) {
@@ -99,19 +101,28 @@ func (r *closeRound) tick() {
 
 // maybeClose closes the database if the moment has come and nobody else
 // has; a second Close now and then runs beside it.
-func (r *closeRound) maybeClose() {
+func (r *closeRound) maybeClose(from string) {
 	select {
 	case <-r.trigger:
 	default:
 		return
 	}
-	r.doClose()
+	// The round's chosen place first; any, should it not come soon.
+	if from == r.site || r.ops.Load() > r.closeAt+1000 {
+		r.doClose(from)
+	}
 }
 
-func (r *closeRound) doClose() {
+// closeSites are the places a round's Close may come from.
+var closeSites = []string{"a worker", "an Update's function", "a View's function", "an open transaction's goroutine",
+	"a goroutine with commits in flight", "a Scan's function", "a ScanKeys function", "StatTuple's class",
+	"a bulk load's rows", "the test's goroutine"}
+
+func (r *closeRound) doClose(from string) {
 	if !r.claim.CompareAndSwap(false, true) {
 		return
 	}
+	r.from = from
 	var second chan struct{}
 	if rand.IntN(3) == 0 {
 		second = make(chan struct{})
@@ -181,7 +192,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 			after++
 		}
 		r.tick()
-		r.maybeClose()
+		r.maybeClose("a worker")
 		n++
 		key := fmt.Sprintf("w/%d/%d", id, n)
 		val := closeAllValue(rng, key)
@@ -196,7 +207,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 			inside := rng.IntN(4) == 0
 			err := db.Update(ctx, func(tx *Txn) error {
 				if inside {
-					r.maybeClose()
+					r.maybeClose("an Update's function")
 				}
 				if err := tx.Put([]byte(key), []byte(val)); err != nil {
 					return err
@@ -217,7 +228,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 		case 2: // View
 			ctx, cancel := r.ctx(rng)
 			err := db.View(ctx, func(tx *Txn) error {
-				r.maybeClose()
+				r.maybeClose("a View's function")
 				_, err := tx.Get([]byte(fmt.Sprintf("d/%04d", rng.IntN(200))))
 				if errors.Is(err, ErrNotFound) {
 					err = nil
@@ -233,7 +244,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 			if err == nil {
 				err = tx.Put([]byte(key), []byte(val))
 				r.check("Put", err, ErrTxnDone)
-				r.maybeClose()
+				r.maybeClose("an open transaction's goroutine")
 				if rng.IntN(4) == 0 {
 					r.check("Rollback", tx.Rollback(), ErrTxnDone)
 				} else if cerr := tx.Commit(); err == nil && cerr == nil {
@@ -268,7 +279,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 				prev = w
 				waits, keys, vals = append(waits, w), append(keys, k), append(vals, v)
 			}
-			r.maybeClose()
+			r.maybeClose("a goroutine with commits in flight")
 			for i, w := range waits {
 				ctx, cancel := context.WithTimeout(context.Background(), liveness)
 				err := w.Wait(ctx)
@@ -286,7 +297,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 			err := db.View(ctx, func(tx *Txn) error {
 				if err := tx.Scan([]byte("d/"), []byte("d0"), func(k, v []byte) bool {
 					if rng.IntN(50) == 0 {
-						r.maybeClose()
+						r.maybeClose("a Scan's function")
 					}
 					return true
 				}); err != nil {
@@ -294,7 +305,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 				}
 				return tx.ScanKeys(nil, nil, func(k []byte) bool {
 					if rng.IntN(50) == 0 {
-						r.maybeClose()
+						r.maybeClose("a ScanKeys function")
 					}
 					return true
 				})
@@ -337,7 +348,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 			ctx, cancel := r.ctx(rng)
 			_, _, err := db.StatTuple(ctx, func(k []byte) string {
 				if rand.IntN(50) == 0 {
-					r.maybeClose()
+					r.maybeClose("StatTuple's class")
 				}
 				return string(k[:min(len(k), 1)])
 			})
@@ -346,7 +357,7 @@ func (r *closeRound) worker(id int, seed uint64) {
 		case 15:
 			_ = db.Stats()
 		case 16: // Close itself, when its moment has come
-			r.maybeClose()
+			r.maybeClose("a worker")
 		}
 	}
 }
@@ -360,6 +371,9 @@ func (r *closeRound) bulkLoad(rng *rand.Rand, prefix string) {
 		n = 0 // nothing to load: BulkLoad returns nil, after a checkpoint
 	}
 	mode := rng.IntN(4) // 0 plain, 1 reads, 2 closes, 3 waits for the Close
+	if r.site == "a bulk load's rows" && rng.IntN(2) == 0 {
+		mode = 2
+	}
 	at := rng.IntN(n + 1)
 	var rows iter.Seq2[[]byte, []byte] = func(yield func(k, v []byte) bool) {
 		for i := 0; i <= n; i++ {
@@ -376,7 +390,8 @@ func (r *closeRound) bulkLoad(rng *rand.Rand, prefix string) {
 					r.check("View (in rows)", err)
 				case 2:
 					r.tick()
-					r.doClose()
+					r.trigOne.Do(func() { close(r.trigger) })
+					r.maybeClose("a bulk load's rows")
 				case 3:
 					r.trigOne.Do(func() { close(r.trigger) })
 					if !waitLive(r.t, r.closed, "rows waiting for Close") {
@@ -425,12 +440,14 @@ func TestCloseAmidEverything(t *testing.T) {
 		rounds = min(rounds, 4)
 	}
 	t.Logf("seeds %d..%d", seed, seed+uint64(rounds)-1)
+	from := map[string]int{}
 	for i := 0; i < rounds && !t.Failed(); i++ {
-		closeAllRound(t, seed+uint64(i))
+		from[closeAllRound(t, seed+uint64(i))]++
 	}
+	t.Logf("%d rounds; the Close came from: %v", rounds, from)
 }
 
-func closeAllRound(t *testing.T, seed uint64) {
+func closeAllRound(t *testing.T, seed uint64) (closedFrom string) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	m := vfs.NewMemFS()
 	opts := Options{FS: m, SharedBuffers: 512 << 10, WALSegmentSize: 1 << 20, CheckpointTimeout: -1}
@@ -455,6 +472,10 @@ func closeAllRound(t *testing.T, seed uint64) {
 	r := &closeRound{t: t, db: db, rng: rng, bulk: rng.IntN(3) == 0,
 		closeAt: 1 + rng.Int64N(300), closed: make(chan struct{}), trigger: make(chan struct{}),
 		acked: map[string]string{}}
+	r.site = closeSites[rng.IntN(len(closeSites))]
+	if !r.bulk && r.site == "a bulk load's rows" {
+		r.site = "a worker"
+	}
 	if !r.bulk {
 		err := db.Update(context.Background(), func(tx *Txn) error {
 			for i := 0; i < 200; i++ {
@@ -481,14 +502,17 @@ func closeAllRound(t *testing.T, seed uint64) {
 	// The Close's moment, should every worker be waiting for something
 	// only a Close ends (a bulk load's rows waiting for it, say).
 	go func() {
-		timer := time.NewTimer(time.Duration(rng.IntN(100)) * time.Millisecond)
-		defer timer.Stop()
-		select {
-		case <-r.trigger:
-		case <-timer.C:
-			r.trigOne.Do(func() { close(r.trigger) })
+		<-r.trigger
+		if r.site != "the test's goroutine" {
+			timer := time.NewTimer(time.Second)
+			defer timer.Stop()
+			select {
+			case <-r.closed:
+				return
+			case <-timer.C:
+			}
 		}
-		r.doClose()
+		r.doClose("the test's goroutine")
 	}()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -543,6 +567,7 @@ func closeAllRound(t *testing.T, seed uint64) {
 	}
 	t.Logf("seed %d: %d workers, bulk %v, early lock release %v, asynchronous commits %v, %d ops, %d acknowledged, %d loads committed, %d failed, %d Closes",
 		seed, workers, r.bulk, elr, async, r.ops.Load(), len(r.acked), len(r.loaded), len(r.notLoaded), len(r.closeErrs))
+	return r.from
 }
 
 // waitBlocked waits until blockedNow(fns...), or fails the test after
