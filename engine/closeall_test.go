@@ -438,6 +438,8 @@ func TestCloseAmidEverything(t *testing.T) {
 	rounds := *closeAllRounds
 	if testing.Short() {
 		rounds = min(rounds, 4)
+	} else if raceEnabled && !isFlagSet("closeall.rounds") {
+		rounds = 8 // about 10 s under -race on two cores
 	}
 	t.Logf("seeds %d..%d", seed, seed+uint64(rounds)-1)
 	from := map[string]int{}
@@ -1057,8 +1059,8 @@ func TestCloseAmidCommitPipelines(t *testing.T) {
 // the whole load or none of it.
 func TestCloseRacesBulkLoadStart(t *testing.T) {
 	rounds := 150
-	if testing.Short() {
-		rounds = 20
+	if testing.Short() || raceEnabled {
+		rounds = 30
 	}
 	results := map[string]int{}
 	for round := range rounds {
@@ -1112,4 +1114,11 @@ func TestCloseRacesBulkLoadStart(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds: %v", rounds, results)
+}
+
+// isFlagSet reports whether the named flag was given on the command line.
+func isFlagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
