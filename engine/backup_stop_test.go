@@ -299,11 +299,7 @@ func TestBackupTwiceToOneTarget(t *testing.T) {
 func TestCloseWithCheckpointBehindBackup(t *testing.T) {
 	m := vfs.NewMemFS()
 	db, reached, release := gatedDB(t, m, "/bk.partial/heap/", Options{Autovacuum: noAutovacuum})
-	backedUp := make(chan error, 1)
-	go func() {
-		_, err := db.Backup(context.Background(), "/bk")
-		backedUp <- err
-	}()
+	backedUp := backupInBackground(db, "/bk")
 	<-reached // the Backup holds the checkpoint lock
 	checkpointed := make(chan error, 1)
 	go func() { checkpointed <- db.Checkpoint() }()
@@ -325,4 +321,15 @@ func TestCloseWithCheckpointBehindBackup(t *testing.T) {
 		t.Fatalf("Checkpoint: %v; want nil or ErrClosed", err)
 	}
 	checkNoBackupLeft(t, m, "/bk")
+}
+
+// backupInBackground starts db.Backup into dir on another goroutine and
+// returns the channel its error comes on.
+func backupInBackground(db *DB, dir string) <-chan error {
+	backedUp := make(chan error, 1)
+	go func() {
+		_, err := db.Backup(context.Background(), dir)
+		backedUp <- err
+	}()
+	return backedUp
 }

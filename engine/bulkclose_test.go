@@ -126,13 +126,7 @@ func TestCloseWithWriterBehindBulkLoad(t *testing.T) {
 						// where it waits for the load.
 						close(goOn)
 						<-placing
-						if tc.spawned {
-							done := make(chan struct{})
-							go func() { closed <- db.Close(); close(done) }()
-							<-done
-						} else {
-							closed <- db.Close()
-						}
+						closeFromRows(db, tc.spawned, closed)
 					}
 					if !yield(bulkKey(i), bulkVal(i, 100)) {
 						return
@@ -329,4 +323,17 @@ func waitParkedIn(t *testing.T, fn string) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// closeFromRows closes db from a bulk load's rows function, as rows may:
+// directly, or on another goroutine rows waits for (spawned), sending
+// Close's result on closed.
+func closeFromRows(db *DB, spawned bool, closed chan<- error) {
+	if !spawned {
+		closed <- db.Close()
+		return
+	}
+	done := make(chan struct{})
+	go func() { closed <- db.Close(); close(done) }()
+	<-done
 }

@@ -635,13 +635,7 @@ func TestCloseWithLoadCheckpointBehindLoad(t *testing.T) {
 						if !waitBlocked(t, "engine.(*DB).BulkLoad(", "runLock).", "!bulkLoadLocked") {
 							return
 						}
-						if spawned {
-							done := make(chan struct{})
-							go func() { closed <- db.Close(); close(done) }()
-							<-done
-						} else {
-							closed <- db.Close()
-						}
+						closeFromRows(db, spawned, closed)
 					}
 					if !yield(bulkKey(i), bulkVal(i, 100)) {
 						return
@@ -704,11 +698,7 @@ func TestCloseWithLoadCheckpointBehindLoad(t *testing.T) {
 func TestCloseTwiceConcurrently(t *testing.T) {
 	m := vfs.NewMemFS()
 	db, reached, release := gatedDB(t, m, "/bk.partial/heap/", Options{Autovacuum: noAutovacuum})
-	backedUp := make(chan error, 1)
-	go func() {
-		_, err := db.Backup(context.Background(), "/bk")
-		backedUp <- err
-	}()
+	backedUp := backupInBackground(db, "/bk")
 	<-reached // the Backup waits at its first heap file
 	first := make(chan error, 1)
 	go func() { first <- db.Close() }()
@@ -730,7 +720,7 @@ func TestCloseTwiceConcurrently(t *testing.T) {
 		}
 	}
 	close(release)
-	for name, ch := range map[string]chan error{"Backup": backedUp, "the first Close": first} {
+	for name, ch := range map[string]<-chan error{"Backup": backedUp, "the first Close": first} {
 		got := make(chan struct{})
 		var err error
 		go func() { err = <-ch; close(got) }()
