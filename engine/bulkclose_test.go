@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 )
@@ -285,7 +284,9 @@ func TestCloseFromLoadWhileAnotherCheckpoints(t *testing.T) {
 	}()
 	// The second load waits for the checkpoint lock: it gets it as the
 	// first releases it, before the first one's checkpoint asks for it.
-	waitParkedIn(t, "(*runLock).lockCtx")
+	if !waitBlocked(t, "(*runLock).lockCtx") {
+		t.FailNow()
+	}
 	close(goA)
 	select {
 	case err := <-doneB:
@@ -307,22 +308,6 @@ func TestCloseFromLoadWhileAnotherCheckpoints(t *testing.T) {
 		t.Fatalf("BulkLoad after the reopen: %v", err)
 	}
 	checkState(t, db, bulkState(100, 10))
-}
-
-// waitParkedIn returns once a goroutine is parked in a select or a channel
-// send inside fn, a function as runtime.Stack names it.
-func waitParkedIn(t *testing.T, fn string) {
-	t.Helper()
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, fn) && (strings.Contains(g, "[select") || strings.Contains(g, "[chan send")) {
-				return
-			}
-		}
-		runtime.Gosched()
-	}
 }
 
 // closeFromRows closes db from a bulk load's rows function, as rows may:

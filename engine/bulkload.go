@@ -291,7 +291,7 @@ func (r *bulkRun) leave() {
 func (db *DB) startBulkRun() *bulkRun {
 	db.bulkMu.Lock()
 	defer db.bulkMu.Unlock()
-	if db.bulkClosing {
+	if db.closeHasBegun() {
 		return nil
 	}
 	r := &bulkRun{held: true}
@@ -316,6 +316,17 @@ func (db *DB) endBulkRun(r *bulkRun) {
 	db.bulkMu.Unlock()
 }
 
+// closeHasBegun reports whether Close's first step has run (closeBegun is
+// closed); stopBulkRuns closes it under bulkMu.
+func (db *DB) closeHasBegun() bool {
+	select {
+	case <-db.closeBegun:
+		return true
+	default:
+		return false
+	}
+}
+
 // stopBulkRuns is Close's first step and its part in the protocol of
 // bulkRun: it refuses new loads, wakes a load waiting for the checkpoint
 // lock, then waits for each running load to end or to be inside rows, and
@@ -323,8 +334,7 @@ func (db *DB) endBulkRun(r *bulkRun) {
 // closed is set: a write waiting for a load may hold closeMu shared.
 func (db *DB) stopBulkRuns() {
 	db.bulkMu.Lock()
-	if !db.bulkClosing {
-		db.bulkClosing = true
+	if !db.closeHasBegun() {
 		close(db.closeBegun)
 	}
 	runs := slices.Clone(db.bulkRuns)
@@ -820,7 +830,8 @@ func (b *bulkBuilder) run(ctx context.Context, rows iter.Seq2[[]byte, []byte], r
 }
 
 // add adds one row to the load: its tuple on the page being filled (a new
-// page when it does not fit, after checking ctx and Close), its entry to
+// page when it does not fit, after checking ctx; Close ends the load
+// through its bulkRun), its entry to
 // the index. tup and prev are run's buffers: the tuple, and the last key.
 func (b *bulkBuilder) add(ctx context.Context, hdr heap.TupleHeader, key, val []byte, tup, prev *[]byte) error {
 	if err := checkKey(key); err != nil {
@@ -837,9 +848,6 @@ func (b *bulkBuilder) add(ctx context.Context, hdr heap.TupleHeader, key, val []
 	if b.inChunk == 0 || !heap.Fits(b.page(), len(*tup)+b.reserve) {
 		if err := ctx.Err(); err != nil {
 			return err
-		}
-		if b.db.closed.Load() {
-			return ErrClosed
 		}
 		if err := b.newPage(); err != nil {
 			return err

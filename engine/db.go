@@ -131,11 +131,10 @@ type DB struct {
 	// bulkRuns are the bulk loads in progress, which Close stops before it
 	// takes closeMu (bulkRun: a load runs the caller's code, which may
 	// call Close, and a write may wait for a load with closeMu held).
-	// bulkClosing, set by Close's first step, refuses new ones. Guarded
-	// by bulkMu.
-	bulkMu      sync.Mutex
-	bulkRuns    []*bulkRun
-	bulkClosing bool
+	// Once closeBegun is closed, under bulkMu, no new one registers.
+	// Guarded by bulkMu.
+	bulkMu   sync.Mutex
+	bulkRuns []*bulkRun
 	// closeBegun is closed by Close's first step, before it takes closeMu
 	// (closing comes after): it ends a bulk load's wait for the checkpoint
 	// lock, which the load makes with its bulkRun held, and a Backup's
