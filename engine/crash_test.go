@@ -81,8 +81,13 @@ func tpcbTxn(ctx context.Context, db *DB, r *rand.Rand, client, seq int, run int
 	return hk, delta, tx.Commit()
 }
 
+// loadTPCB creates a data directory in dir holding the TPC-B tables. Its
+// WAL segments are the smallest allowed (1 MiB), which the directory keeps
+// whatever later Opens ask: the tests that copy it, once per crash they
+// simulate, then copy and preallocate a sixteenth of the default's bytes,
+// and cross segment boundaries more often.
 func loadTPCB(t *testing.T, dir string) {
-	db := openTest(t, dir, Options{})
+	db := openTest(t, dir, Options{WALSegmentSize: 1 << 20})
 	err := db.Update(context.Background(), func(tx *Txn) error {
 		for i := 0; i < crashAccounts; i++ {
 			if err := tx.Put([]byte(fmt.Sprintf("a:%04d", i)), enc64(0)); err != nil {
