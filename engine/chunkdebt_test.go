@@ -243,7 +243,7 @@ func TestChunkDebtCrashPoints(t *testing.T) {
 	m.MkdirAll("/db")
 	m.SyncDir("/")
 	opts := Options{FS: m, CheckpointTimeout: -1, WALWriterDelay: 5 * time.Millisecond,
-		SharedBuffers: 16 * heap.PageSize, Autovacuum: noAutovacuum}
+		SharedBuffers: 16 * heap.PageSize, WALSegmentSize: 1 << 20, Autovacuum: noAutovacuum}
 	db, err := Open("/db", opts)
 	if err != nil {
 		t.Fatal(err)
