@@ -196,7 +196,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 	// The checksum covers the body, then the header (crc32.Update
 	// continues a CRC), so that it can be computed in one pass.
 	fw := &fileWriter{f: f, off: indexHeaderSize}
-	bw := bufio.NewWriterSize(fw, 1<<20)
+	bw := bufio.NewWriterSize(fw, indexFileBuffer)
 	cw := &crcWriter{w: bw, crc: crc32.New(castagnoli)}
 	var prev []byte
 	var rec []byte
@@ -441,7 +441,7 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	// The body is read through a buffer that cannot run past it, so that
 	// the checksum after it is read apart.
 	crc := crc32.New(castagnoli)
-	br := &bodyReader{r: io.TeeReader(io.LimitReader(r, body), crc), buf: make([]byte, 1<<20)}
+	br := &bodyReader{r: io.TeeReader(io.LimitReader(r, body), crc), buf: make([]byte, indexFileBuffer)}
 	at := func() int64 { return indexHeaderSize + br.base + int64(br.pos) }
 	// badBody reports what decoding the body found wrong, unless the
 	// file's checksum fails: then the file is damaged, and what decoding
@@ -601,6 +601,12 @@ func noEOF(err error) error {
 	}
 	return err
 }
+
+// indexFileBuffer is the size of the buffers the index file is written and
+// read through (bytes): large enough to hold any record (a key is at most
+// MaxKeySize) many times over and to keep the calls few, small enough that
+// allocating it at every Open and checkpoint costs little.
+const indexFileBuffer = 256 << 10
 
 // bodyReader reads the index file's body through a buffer that decoding
 // works on directly: a key's record is parsed from the buffer's bytes, not

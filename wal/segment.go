@@ -21,6 +21,16 @@ const tempSuffix = ".tmp"
 // zeroChunk is the size of the zero buffer used to fill segments (bytes).
 const zeroChunk = 1 << 20
 
+// scanChunk is the size of the reads that check a segment's unused tail
+// for zeros (bytes). Smaller than zeroChunk: these checks run at every
+// Open, and a fresh 1 MiB buffer each time (cleared, and faulted in by the
+// kernel) cost more than the reads.
+const scanChunk = 64 << 10
+
+// zeroBlock is scanChunk zero bytes, compared against and written from;
+// never written to.
+var zeroBlock [scanChunk]byte
+
 // createSegment makes the segment starting at start durable under its final
 // name: it writes the header and zeros to the full segment size into a
 // temporary file, fsyncs it, renames it into place and fsyncs the directory
@@ -124,11 +134,10 @@ func preparedEmpty(fsys vfs.FS, dir string, start LSN, size int64) (tag uint16, 
 	if err != nil {
 		return 0, false
 	}
-	buf := make([]byte, min(zeroChunk, size))
-	zeros := make([]byte, len(buf))
+	buf := make([]byte, min(scanChunk, size))
 	for off := int64(segHeaderSize); off < size; {
 		n := min(int64(len(buf)), size-off)
-		if _, err := f.ReadAt(buf[:n], off); err != nil || !bytes.Equal(buf[:n], zeros[:n]) {
+		if _, err := f.ReadAt(buf[:n], off); err != nil || !bytes.Equal(buf[:n], zeroBlock[:n]) {
 			return 0, false
 		}
 		off += n

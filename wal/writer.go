@@ -493,11 +493,10 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 // zeroTail overwrites with zeros every chunk of f from off to size that is
 // not already all zeros, then fsyncs f if it wrote anything.
 func zeroTail(f vfs.File, off, size int64) error {
-	buf := make([]byte, zeroChunk)
-	zeros := make([]byte, zeroChunk)
+	buf := make([]byte, scanChunk)
 	wrote := false
 	for off < size {
-		n := min(int64(zeroChunk), size-off)
+		n := min(int64(scanChunk), size-off)
 		got, err := f.ReadAt(buf[:n], off)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("wal: read %s at offset %d: %w", f.Name(), off, err)
@@ -510,7 +509,7 @@ func zeroTail(f vfs.File, off, size int64) error {
 			}
 		}
 		if dirty {
-			if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			if _, err := f.WriteAt(zeroBlock[:n], off); err != nil {
 				return fmt.Errorf("wal: zero %s at offset %d: %w", f.Name(), off, err)
 			}
 			wrote = true
