@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // ErrBadValue is returned when a stored value does not have the shape of
@@ -75,6 +76,31 @@ func appendPadded(dst []byte, v uint64, width int) []byte {
 		dst = append(dst, '0')
 	}
 	return append(dst, s...)
+}
+
+// isRowKey reports whether key, found under one of the table prefixes, has
+// the shape of that table's keys above: prefix and 10 digits, or for history
+// "h:", 20 digits, "-", 5 digits, "-", 10 digits. On a RESP server other keys
+// can share a prefix ("a:hello"); they are not rows.
+func isRowKey(prefix, key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return false
+	}
+	if prefix != prefixHistory {
+		return len(rest) == idDigits && allDigits(rest)
+	}
+	return len(rest) == 20+1+5+1+10 && rest[20] == '-' && rest[26] == '-' &&
+		allDigits(rest[:20]) && allDigits(rest[21:26]) && allDigits(rest[27:])
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // prefixEnd returns the smallest key greater than every key with prefix p

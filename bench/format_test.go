@@ -26,6 +26,26 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// The keys the tables write are rows; other keys under the same prefixes,
+// which a RESP server may hold, are not.
+func TestIsRowKey(t *testing.T) {
+	for _, k := range [][]byte{accountKey(1), accountKey(9999999999), tellerKey(42), branchKey(7), historyKey(1700000000123456789, 3, 17)} {
+		if p := string(k[:2]); !isRowKey(p, string(k)) {
+			t.Errorf("%q is not a row key of %q", k, p)
+		}
+	}
+	for _, c := range []struct{ prefix, key string }{
+		{prefixAccount, "a:hello"}, {prefixAccount, "a:"}, {prefixAccount, "a:000000001"}, {prefixAccount, "a:00000000001"},
+		{prefixAccount, "t:0000000001"}, {prefixTeller, "t:1"}, {prefixBranch, "b:x"}, {prefixBranch, "b:000000000x"},
+		{prefixHistory, "h:note"}, {prefixHistory, "h:01700000000123456789_00003-0000000017"},
+		{prefixHistory, "h:01700000000123456789-00003-000000001"}, {prefixHistory, "h:0170000000012345678x-00003-0000000017"},
+	} {
+		if isRowKey(c.prefix, c.key) {
+			t.Errorf("%q taken for a row key of %q", c.key, c.prefix)
+		}
+	}
+}
+
 func TestValues(t *testing.T) {
 	for _, tc := range []struct {
 		v    []byte

@@ -19,9 +19,10 @@ var (
 	ErrInvariantViolated = errors.New("bench: invariant violated")
 	// ErrAlreadyLoaded: -i on a directory that already holds data.
 	ErrAlreadyLoaded = errors.New("bench: directory is already initialized")
-	// ErrIncompleteLoad: the directory holds the branches of a load but not
-	// its last account: the load was killed before it finished.
-	ErrIncompleteLoad = errors.New("bench: the load into the directory did not finish")
+	// ErrIncompleteLoad: the directory (or the server) holds the branches
+	// of a load but not its last account: the load was killed before it
+	// finished.
+	ErrIncompleteLoad = errors.New("bench: the load did not finish")
 	// ErrForeignData: the directory holds keys that are not pgbench's
 	// (written by mvkv serve or another program); loading beside them
 	// would mix the two, and the invariant check would not hold.
@@ -156,7 +157,7 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 		// A server has no directory to choose instead, so -i reloads it,
 		// as pgbench -i does.
 		if scale > 0 && !server {
-			if err := checkLoaded(ctx, t, cfg.Dir, scale, cfg.Accounts); err != nil {
+			if err := checkLoaded(ctx, t, cfg.Dir, false, scale, cfg.Accounts); err != nil {
 				return err
 			}
 			return fmt.Errorf("%w: %s is already loaded at scale %d; remove it or choose another directory", ErrAlreadyLoaded, cfg.Dir, scale)
@@ -164,7 +165,11 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 		return Load(ctx, t, cfg.Scale, cfg.Accounts, log)
 	}
 	if scale > 0 {
-		if err := checkLoaded(ctx, t, cfg.Dir, scale, cfg.Accounts); err != nil {
+		where := cfg.Dir
+		if server {
+			where = cfg.Target
+		}
+		if err := checkLoaded(ctx, t, where, server, scale, cfg.Accounts); err != nil {
 			return err
 		}
 	}
@@ -248,8 +253,9 @@ func Main(ctx context.Context, cfg Config, out, log io.Writer) (err error) {
 // checkLoaded returns ErrIncompleteLoad when the last account of a load of
 // the given scale is missing. Load writes the branches first and the
 // accounts in order, each batch atomically and the last one durably, so the
-// last account is there exactly when the load finished.
-func checkLoaded(ctx context.Context, t Target, dir string, scale, accounts int) error {
+// last account is there exactly when the load finished. where names the
+// directory, or for a server (which -i reloads) the target.
+func checkLoaded(ctx context.Context, t Target, where string, server bool, scale, accounts int) error {
 	if accounts <= 0 {
 		accounts = defaultAccounts
 	}
@@ -261,7 +267,11 @@ func checkLoaded(ctx context.Context, t Target, dir string, scale, accounts int)
 	last := int64(scale) * int64(accounts)
 	if err := c.SelectOnly(ctx, last); err != nil {
 		if errors.Is(err, errMissingRow) {
-			return fmt.Errorf("%w: %s is loaded at scale %d but lacks account %d; remove it and load again", ErrIncompleteLoad, dir, scale, last)
+			again := "remove it and load again"
+			if server {
+				again = "load it again with -i"
+			}
+			return fmt.Errorf("%w: %s is loaded at scale %d but lacks account %d; %s", ErrIncompleteLoad, where, scale, last, again)
 		}
 		return fmt.Errorf("bench: check the load: %w", err)
 	}

@@ -64,14 +64,22 @@ func (t *respTarget) Name() string { return "resp" }
 
 func (t *respTarget) Close() error { return t.admin.Close() }
 
-// scanKeys calls fn with every batch of keys under prefix that SCAN
-// returns (up to about 1,000 at a time, never empty).
+// scanKeys calls fn with every batch of pgbench's keys under prefix that
+// SCAN returns (up to about 1,000 at a time, never empty). Keys of other
+// shapes under the prefix (isRowKey) are the server's other data: the
+// reload leaves them, and neither the scale nor the sums count them.
 func (t *respTarget) scanKeys(ctx context.Context, prefix string, fn func(keys []string) error) error {
 	var cursor uint64
 	for {
-		keys, next, err := t.admin.Scan(ctx, cursor, prefix+"*", 1000).Result()
+		all, next, err := t.admin.Scan(ctx, cursor, prefix+"*", 1000).Result()
 		if err != nil {
 			return err
+		}
+		keys := all[:0]
+		for _, k := range all {
+			if isRowKey(prefix, k) {
+				keys = append(keys, k)
+			}
 		}
 		if len(keys) > 0 {
 			if err := fn(keys); err != nil {

@@ -122,7 +122,9 @@ func TestRESPBadMode(t *testing.T) {
 
 // TestRESPInitializeReloads: -i against a loaded RESP server deletes
 // pgbench's rows, history included, and loads the scale asked for, as
-// pgbench -i does to PostgreSQL; other keys stay.
+// pgbench -i does to PostgreSQL; other keys stay, those that share a
+// table's prefix ("b:x") too, and neither the scale nor the sums count
+// them.
 func TestRESPInitializeReloads(t *testing.T) {
 	addr := startRESP(t)
 	ctx := context.Background()
@@ -140,8 +142,20 @@ func TestRESPInitializeReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := tg.(*respTarget)
-	if err := rt.admin.Set(ctx, "other", "kept", 0).Err(); err != nil {
-		t.Fatal(err)
+	others := map[string]string{"other": "kept", "a:hello": "1000", "t:1": "7", "b:x": "3", "b:00000000012": "5", "h:note": "x"}
+	for k, v := range others {
+		if err := rt.admin.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := tg.DetectScale(ctx); err != nil || n != 1 {
+		t.Fatalf("with other keys under the prefixes: scale %d (%v), want 1", n, err)
+	}
+	if s, err := tg.Sums(ctx); err != nil || !CheckInvariant(s).OK {
+		t.Fatalf("with other keys under the prefixes: sums %+v, %v", s, err)
+	}
+	if _, err := Run(ctx, tg, RunConfig{Workload: TPCB, Scale: 1, Accounts: testAccounts, Clients: 1, Threads: 1, Transactions: 5, Log: &log, Seed: 2}); err != nil {
+		t.Fatalf("a run beside other keys under the prefixes: %v", err)
 	}
 	cfg.Scale = 2
 	if err := Main(ctx, cfg, &out, &log); err != nil {
@@ -154,8 +168,37 @@ func TestRESPInitializeReloads(t *testing.T) {
 	if n, err := tg.DetectScale(ctx); err != nil || n != 2 || s.HistoryRows != 0 || !CheckInvariant(s).OK {
 		t.Fatalf("after reloading at scale 2: scale %d (%v), sums %+v", n, err, s)
 	}
-	if v, err := rt.admin.Get(ctx, "other").Result(); err != nil || v != "kept" {
-		t.Fatalf("other = %q, %v", v, err)
+	for k, want := range others {
+		if v, err := rt.admin.Get(ctx, k).Result(); err != nil || v != want {
+			t.Fatalf("%s = %q, %v; want %q", k, v, err, want)
+		}
+	}
+}
+
+// TestRESPIncompleteLoadNamesTheServer: a server whose load lacks its last
+// account is refused naming the target and -i, which reloads it, not the
+// unused temporary directory.
+func TestRESPIncompleteLoadNamesTheServer(t *testing.T) {
+	addr := startRESP(t)
+	ctx := context.Background()
+	var out, log bytes.Buffer
+	cfg := Config{Target: "resp=" + addr, Dir: t.TempDir(), Initialize: true, Scale: 1, Accounts: testAccounts}
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatal(err)
+	}
+	tg, err := OpenTarget("resp="+addr, "", TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if err := tg.(*respTarget).admin.Del(ctx, string(accountKey(testAccounts))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Initialize, cfg.Clients, cfg.Threads, cfg.Transactions = false, 1, 1, 1
+	err = Main(ctx, cfg, &out, &log)
+	if !errors.Is(err, ErrIncompleteLoad) || !strings.Contains(err.Error(), "resp="+addr) ||
+		!strings.Contains(err.Error(), "-i") || strings.Contains(err.Error(), cfg.Dir) {
+		t.Fatalf("run on a server lacking its last account: %v, want ErrIncompleteLoad naming resp=%s and -i", err, addr)
 	}
 }
 
