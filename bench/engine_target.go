@@ -93,8 +93,10 @@ func (t *engineTarget) DetectScale(ctx context.Context) (int, error) {
 	}
 	defer txn.Rollback()
 	n := 0
-	if err := txn.Scan([]byte(prefixBranch), prefixEnd(prefixBranch), func(_, _ []byte) bool {
-		n++
+	if err := txn.Scan([]byte(prefixBranch), prefixEnd(prefixBranch), func(k, _ []byte) bool {
+		if isRowKey(prefixBranch, string(k)) {
+			n++
+		}
 		return true
 	}); err != nil {
 		return 0, err
@@ -119,7 +121,7 @@ func (t *engineTarget) ForeignKey(ctx context.Context) ([]byte, bool, error) {
 	var found []byte
 	err = txn.Scan(nil, nil, func(k, _ []byte) bool {
 		for _, p := range []string{prefixAccount, prefixTeller, prefixBranch, prefixHistory} {
-			if bytes.HasPrefix(k, []byte(p)) {
+			if isRowKey(p, string(k)) {
 				return true
 			}
 		}

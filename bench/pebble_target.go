@@ -116,7 +116,12 @@ func scanPrefix(r pebble.Reader, prefix string, fn func(k, v []byte) error) erro
 
 func (t *pebbleTarget) DetectScale(ctx context.Context) (int, error) {
 	n := 0
-	err := t.scan(prefixBranch, func(_, _ []byte) error { n++; return nil })
+	err := t.scan(prefixBranch, func(k, _ []byte) error {
+		if isRowKey(prefixBranch, string(k)) {
+			n++
+		}
+		return nil
+	})
 	return n, err
 }
 

@@ -400,38 +400,43 @@ func TestBenchErrorOnePrefix(t *testing.T) {
 }
 
 // TestBenchRefusesForeignData: a directory that holds keys other than
-// pgbench's (here one mvkv serve could have written) is refused, with -i
-// and without, instead of loading 100,000 rows beside them; nothing is
+// pgbench's (here ones mvkv serve could have written, "b:x" under the
+// branches' prefix too, which is no branch) is refused, with -i and
+// without, instead of loading 100,000 rows beside them; nothing is
 // written to it.
 func TestBenchRefusesForeignData(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	db, err := engine.Open(dir, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(context.Background(), func(tx *engine.Txn) error { return tx.Put([]byte("user:1"), []byte("x")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, extra := range [][]string{{"-i"}, {"-t", "5"}} {
-		var out, errb bytes.Buffer
-		args := append([]string{"bench", "--target", "engine", "--dir", dir}, extra...)
-		if code := run(args, &out, &errb); code == 0 || !strings.Contains(errb.String(), `holds key "user:1"`) {
-			t.Fatalf("%v: exit %d: %s", extra, code, errb.String())
+	for _, key := range []string{"user:1", "b:x"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		db, err := engine.Open(dir, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	db, err = engine.Open(dir, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	n := 0
-	db.View(context.Background(), func(tx *engine.Txn) error {
-		return tx.Scan(nil, nil, func(_, _ []byte) bool { n++; return true })
-	})
-	if n != 1 {
-		t.Fatalf("%d keys after the refused runs, want 1", n)
+		if err := db.Update(context.Background(), func(tx *engine.Txn) error { return tx.Put([]byte(key), []byte("x")) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, extra := range [][]string{{"-i"}, {"-t", "5"}} {
+			var out, errb bytes.Buffer
+			args := append([]string{"bench", "--target", "engine", "--dir", dir}, extra...)
+			if code := run(args, &out, &errb); code == 0 || !strings.Contains(errb.String(), `holds key "`+key+`"`) {
+				t.Fatalf("%s, %v: exit %d: %s", key, extra, code, errb.String())
+			}
+		}
+		db, err = engine.Open(dir, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		db.View(context.Background(), func(tx *engine.Txn) error {
+			return tx.Scan(nil, nil, func(_, _ []byte) bool { n++; return true })
+		})
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("%s: %d keys after the refused runs, want 1", key, n)
+		}
 	}
 }
