@@ -114,8 +114,9 @@ Sweep options:
                            difference exceeds the run-to-run variation
   --plot=FILE.png|FILE.svg draw tps against clients per series, with the
                            optimum line when a disk model is set
-  --pivot                  also print tps as one table with a row per value
-                           of the other knobs and a column per client count
+  --pivot                  with a sweep of clients: also print tps as one
+                           table with a row per value of the other knobs
+                           and a column per client count
   --fresh                  with --sweep or --repeat: run every run on a fresh
                            copy of the loaded data (engine and pebble; the
                            copy is a new directory DIR.fresh-* beside the
@@ -353,8 +354,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if init && (len(sweeps) > 0 || repeat > 1 || plotFile != "" || pivot) {
 		return fail("-i cannot be combined with --sweep, --repeat, --plot or --pivot")
 	}
-	if pivot && len(sweeps) == 0 {
-		return fail("--pivot needs --sweep")
+	if pivot && !slices.ContainsFunc(sweeps, func(a bench.Axis) bool { return a.Name == "clients" }) {
+		// Its columns are the client counts: without them it would
+		// print nothing.
+		return fail("--pivot needs a sweep of clients (--sweep clients=N1,N2,...): its columns are the client counts")
 	}
 	if fresh && len(sweeps) == 0 && repeat < 2 {
 		return fail("--fresh needs --sweep or --repeat")

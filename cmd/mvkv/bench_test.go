@@ -89,6 +89,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--clog-group-update", "sometimes"},
 		{"--sweep", "clog=global,bank+groups"},
 		{"--pivot"},
+		{"--pivot", "--sweep", "clog=global,bank"},
 		{"--fresh"},
 		{"-i", "--dir", "x", "--fresh"},
 		{"-i", "--dir", "x", "-c", "4"},
