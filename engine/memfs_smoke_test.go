@@ -83,13 +83,13 @@ func TestMemFSEveryCrashPoint(t *testing.T) {
 	acked := 0 // puts acknowledged; read by the hook while the workload waits on the FS
 	var ackMu sync.Mutex
 	points := 0
-	// Every point, or one in two under -race (-crash.sample=N sets it;
+	// Every point, or one in four under -race (-crash.sample=N sets it;
 	// .ci/run checks every one without -race).
 	sample := *ladderSample
 	if sample <= 0 {
 		sample = 1
 		if raceEnabled {
-			sample = 2
+			sample = 4
 		}
 	}
 	seen := 0
@@ -215,13 +215,13 @@ func TestFaultFSEverySync(t *testing.T) {
 		{"sync", vfs.SyncOps, clean.Count(vfs.OpSync) + clean.Count(vfs.OpDatasync), syscall.EIO},
 		{"write", vfs.Ops(vfs.OpWrite), clean.Count(vfs.OpWrite), syscall.ENOSPC},
 	}
-	// Every sync and write, or one in two under -race (-crash.sample=N
+	// Every sync and write, or one in four under -race (-crash.sample=N
 	// sets it; .ci/run checks every one without -race).
 	step := int64(*ladderSample)
 	if step <= 0 {
 		step = 1
 		if raceEnabled {
-			step = 2
+			step = 4
 		}
 	}
 	n := int64(0)
