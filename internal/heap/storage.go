@@ -285,12 +285,40 @@ func (s *Storage) WriteBlock(block uint32, p []byte) error {
 	// sees the end only once the fills below it are written.
 	s.extendMu.Lock()
 	defer s.extendMu.Unlock()
-	for b := s.nblocks.Load(); b < block; b++ {
-		if err := s.writeBlock(b, make([]byte, PageSize)); err != nil {
-			return err
-		}
+	if err := s.fillTo(block); err != nil {
+		return err
 	}
 	return s.writeBlock(block, p)
+}
+
+// fillRun is how many empty pages fillTo writes with one call (1 MiB).
+const fillRun = 128
+
+// fillTo writes empty pages (initialized, checksummed) from the end of the
+// relation up to block, exclusive, fillRun pages a write call: a write far
+// past the end (the first block of a new segment, say) fills 1 GiB, which a
+// call a page took about 131,072 calls and allocations for. The caller
+// holds extendMu.
+func (s *Storage) fillTo(block uint32) error {
+	var buf []byte
+	for b := s.nblocks.Load(); b < block; {
+		n := min(block-b, fillRun, SegmentBlocks-b%SegmentBlocks)
+		if buf == nil {
+			buf = make([]byte, min(block-b, fillRun)*PageSize)
+		}
+		pages := buf[:n*PageSize]
+		for i := uint32(0); i < n; i++ {
+			p := pages[i*PageSize : (i+1)*PageSize]
+			clear(p)
+			InitPage(p)
+			SetChecksum(p, b+i)
+		}
+		if err := s.writeRun(b, pages); err != nil {
+			return err
+		}
+		b += n
+	}
+	return nil
 }
 
 func (s *Storage) writeBlock(block uint32, p []byte) error {
@@ -509,11 +537,17 @@ func (s *Storage) WriteBlocks(first uint32, pages []byte) error {
 	}
 	s.extendMu.Lock()
 	defer s.extendMu.Unlock()
-	for b := s.nblocks.Load(); b < first; b++ {
-		if err := s.writeBlock(b, make([]byte, PageSize)); err != nil {
-			return err
-		}
+	if err := s.fillTo(first); err != nil {
+		return err
 	}
+	return s.writeRun(first, pages)
+}
+
+// writeRun writes pages, initialized and checksummed, as the blocks from
+// first on, with one write call per segment file it touches, and moves the
+// end of the relation past them.
+func (s *Storage) writeRun(first uint32, pages []byte) error {
+	n := uint64(len(pages) / PageSize)
 	for done := uint64(0); done < n; {
 		blk := first + uint32(done)
 		seg := blk / SegmentBlocks
