@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -592,7 +593,16 @@ func (r *Reader) checkDurableAfter() error {
 			break
 		}
 		lsn := r.seg + LSN(off)
-		if LSN(binary.LittleEndian.Uint64(hb[8:])) != lsn {
+		if named := binary.LittleEndian.Uint64(hb[8:]); named == 0 {
+			// Most often the zeros of the segment's unused tail. A
+			// record names its own position, never 0, in its bytes 8
+			// to 16: in a run of zeros from off only an offset whose
+			// bytes 8 to 16 reach past the run can start one.
+			if z, err := r.bytesAt(off, scanChunk); err == nil && len(z) == scanChunk && bytes.Equal(z, zeroBlock[:]) {
+				off += scanChunk - 16 // the loop adds 8
+			}
+			continue
+		} else if LSN(named) != lsn {
 			continue // cheap filter: a record names its own position
 		}
 		h, ok := decodeRecHeader(hb, lsn, r.segSize-off, r.maxPayload)
@@ -712,11 +722,8 @@ func (r *Reader) finish() {
 		if err != nil || len(b) == 0 {
 			break
 		}
-		for i := len(b) - 1; i >= 0; i-- {
-			if b[i] != 0 {
-				last = off + int64(i) + 1
-				break
-			}
+		if i := lastNonZero(b); i >= 0 {
+			last = off + int64(i) + 1
 		}
 		off += int64(len(b))
 	}
@@ -987,4 +994,23 @@ func (r *Reader) Close() error {
 		r.err = ErrClosed
 	}
 	return nil
+}
+
+// lastNonZero returns the index of the last byte of b that is not zero, or
+// -1 if all are. It compares 4 KiB pieces against zeroBlock first, so that
+// a tail of zeros costs a memory comparison, not a loop a byte.
+func lastNonZero(b []byte) int {
+	const piece = 4 << 10
+	for end := len(b); end > 0; {
+		start := max(0, end-piece)
+		if !bytes.Equal(b[start:end], zeroBlock[:end-start]) {
+			for i := end - 1; i >= start; i-- {
+				if b[i] != 0 {
+					return i
+				}
+			}
+		}
+		end = start
+	}
+	return -1
 }

@@ -1186,3 +1186,69 @@ func TestSegmentOfAnotherLogAfterGap(t *testing.T) {
 		t.Fatalf("reading a log with another log's segment after a gap: %v", err)
 	}
 }
+
+// TestDurableMarkFoundPastZeros: the log seems to end at a damaged record,
+// and the evidence that it was durable past there (a later record's
+// durable mark) lies after a run of zeros longer than the chunks the search
+// skips zeros by, at every 8-byte alignment against those chunks: the search
+// must still find it and report the damage, not take the damage for the
+// torn end of the log.
+func TestDurableMarkFoundPastZeros(t *testing.T) {
+	for j := range 10 {
+		fsys, dir := vfs.OS{}, t.TempDir()
+		w, err := OpenWriter(fsys, dir, 0, Options{SegmentSize: MinSegmentSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		insert := func(payload []byte) LSN {
+			t.Helper()
+			start, end, err := w.Insert(MinUserRecordType, 1, payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Flush(end); err != nil {
+				t.Fatal(err)
+			}
+			return start
+		}
+		damaged := insert(bytes.Repeat([]byte{7}, 100))
+		// A record of zeros whose header is then zeroed too: with it, a
+		// run of zeros of about 70 KiB, its length varied by 8 bytes.
+		zeroed := insert(make([]byte, scanChunk+4096+8*j))
+		insert(bytes.Repeat([]byte{9}, 100))
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		seg := path.Join(dir, segmentName(testSeg))
+		b := readFile(t, seg)
+		b[damaged-testSeg+40] ^= 0x01
+		clear(b[zeroed-testSeg : zeroed-testSeg+recHeaderSize])
+		writeFile(t, seg, b)
+		n, err := countRecords(t, fsys, dir, nil)
+		want := fmt.Sprintf("%s at offset %d", seg, damaged-testSeg)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "durable up to") {
+			t.Fatalf("zero run %d: %d records, %v; want ErrCorrupt naming %q and the later durable mark", j, n, err, want)
+		}
+	}
+}
+
+// TestLastNonZero checks the search for the end of a torn tail at every
+// place around its 4 KiB pieces' edges.
+func TestLastNonZero(t *testing.T) {
+	for _, n := range []int{0, 1, 4095, 4096, 4097, 3*4096 + 5} {
+		b := make([]byte, n)
+		if got := lastNonZero(b); got != -1 {
+			t.Fatalf("%d zeros: %d, want -1", n, got)
+		}
+		for _, i := range []int{0, 1, 4095, 4096, 4097, n - 1} {
+			if i < 0 || i >= n {
+				continue
+			}
+			clear(b)
+			b[0], b[i] = 1, 0x80
+			if got := lastNonZero(b); got != i {
+				t.Fatalf("%d bytes, last non-zero at %d: got %d", n, i, got)
+			}
+		}
+	}
+}
