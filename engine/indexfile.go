@@ -23,8 +23,10 @@ import (
 // What it holds. The in-memory index maps each key to its newest version
 // (index.go), and every change to that mapping is in the WAL: a new
 // version's insert or update record names its key and TID, and vacuum logs
-// an index-head record (recIndexHead) before it moves a head off a version
-// it frees or drops a key. So the index at any LSN is the index at an
+// an index-heads record (recIndexHeads, one for each page it prunes, with
+// every head of that page it moves or drops; recIndexHead, a key a record,
+// in a WAL written before) before it moves a head off a version it frees
+// or drops a key. So the index at any LSN is the index at an
 // earlier one with the key changes logged in between applied in order.
 // The file is a copy of the index taken after the checkpoint chose its redo
 // point: each entry is read at some moment after the redo point, and every
@@ -671,6 +673,13 @@ func noteIndexChange(rec wal.Record, changes map[string]heap.TID) (dead bool) {
 	case recIndexHead:
 		if key, head, err := decodeIndexHead(rec.Data); err == nil {
 			changes[string(key)] = head
+		}
+	case recIndexHeads:
+		// In the record's order, as if each were a record of its own.
+		if cs, err := decodeIndexHeads(rec.Data); err == nil {
+			for _, c := range cs {
+				changes[string(c.key)] = c.head
+			}
 		}
 	}
 	return false

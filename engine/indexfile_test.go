@@ -715,3 +715,94 @@ func TestIndexFileDamagedAfterBulkLoad(t *testing.T) {
 		t.Errorf("damaged redo point: rebuild reason %q; want the file reported as damaged, with its name and offset", ri.IndexRebuildReason)
 	}
 }
+
+// TestIndexFileReplaysIndexHeadRecords: vacuum's head changes reach the
+// index Open loads from the index file and the WAL after it, whether one
+// INDEX_HEADS record carries a page's changes or, in a WAL written before
+// that record existed, an INDEX_HEAD record each, which Open still
+// applies. The records are written as vacuum writes them, before the
+// page's pruning record, and the crash comes before that record: one key's
+// head moves off its rolled-back version to the committed one below, and
+// another key, deleted, leaves the index.
+func TestIndexFileReplaysIndexHeadRecords(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		name := "INDEX_HEADS"
+		if old {
+			name = "INDEX_HEAD"
+		}
+		t.Run(name, func(t *testing.T) { replayIndexHeadRecords(t, old) })
+	}
+}
+
+func replayIndexHeadRecords(t *testing.T, old bool) {
+	m, db := indexTestDB(t)
+	defer db.Close()
+	ctx := context.Background()
+	for _, k := range []string{"kept", "moved", "dropped"} {
+		if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte(k), []byte("v "+k)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	below := db.idx.get([]byte("moved")).headTID()
+	tx, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put([]byte("moved"), []byte("rolled back")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Delete([]byte("dropped")) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := db.idx.get([]byte("moved")).headTID(); got == below {
+		t.Fatalf("the rolled-back put left the head at %v; the test needs it moved", got)
+	}
+	changes := []headChange{{[]byte("moved"), below}, {[]byte("dropped"), heap.InvalidTID}}
+	if old {
+		for _, c := range changes {
+			if _, _, err := db.wal.Insert(recIndexHead, 0, encodeIndexHead(c.key, c.head)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else if _, _, err := db.wal.Insert(recIndexHeads, 0, encodeIndexHeads(changes)); err != nil {
+		t.Fatal(err)
+	}
+	// A synchronous commit after them makes them durable.
+	if err := db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("after"), []byte("v after")) }); err != nil {
+		t.Fatal(err)
+	}
+	want := indexHeads(db)
+	want["moved"] = below
+	delete(want, "dropped")
+	c := m.CrashCopy(vfs.DropUnsynced, nil)
+	cdb, err := Open("/db", Options{FS: c, CheckpointTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cdb.Close()
+	if !cdb.Recovery().IndexFromFile {
+		t.Fatalf("recovery %+v: want the index file", cdb.Recovery())
+	}
+	if got := indexHeads(cdb); !maps.Equal(got, want) {
+		t.Fatalf("heads after recovery %v, want %v", got, want)
+	}
+	if e := cdb.idx.get([]byte("dropped")); e != nil {
+		t.Fatalf("the dropped key is still in the index, head %v", e.headTID())
+	}
+	if rep, err := cdb.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %v", err, rep.Problems)
+	}
+	st, err := scanState(cdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ladderState{"kept": "v kept", "moved": "v moved", "after": "v after"}); !maps.Equal(st, want) {
+		t.Fatalf("after recovery the keys are %v, want %v", st, want)
+	}
+}

@@ -127,6 +127,8 @@ func describeRecord(rec wal.Record) string {
 		} else {
 			desc = fmt.Sprintf("key %q dropped", truncKey(key))
 		}
+	case recIndexHeads:
+		desc = describeIndexHeads(rec.Data)
 	case recBulkLoadBegin, recBulkLoad, recBulkVisible:
 		desc = describeBulkLoad(rec)
 	case recHeapTruncate:
@@ -365,6 +367,38 @@ func (r VerifyReport) String() string {
 		b.WriteString("1 problem\n")
 	} else {
 		fmt.Fprintf(&b, "%d problems\n", len(r.Problems))
+	}
+	return b.String()
+}
+
+// describeIndexHeads renders a recIndexHeads record for describeRecord:
+// `3 keys: "a" dropped, "b" head (4,2), "c" dropped`, the first few keys
+// named (each cut to 64 bytes), then "…".
+func describeIndexHeads(data []byte) string {
+	changes, err := decodeIndexHeads(data)
+	if err != nil {
+		return "malformed: " + err.Error()
+	}
+	var b strings.Builder
+	noun := "keys"
+	if len(changes) == 1 {
+		noun = "key"
+	}
+	fmt.Fprintf(&b, "%d %s:", len(changes), noun)
+	const named = 8
+	for i, c := range changes {
+		if i == named {
+			b.WriteString(" …")
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if c.head.Valid() {
+			fmt.Fprintf(&b, " %q head %s", truncKey(c.key), c.head)
+		} else {
+			fmt.Fprintf(&b, " %q dropped", truncKey(c.key))
+		}
 	}
 	return b.String()
 }

@@ -87,8 +87,25 @@ const (
 	//	| block 4 | slot 2 | key (rest)  |
 	//	+---------+--------+-------------+
 	//
-	// An invalid TID (block and slot all ones) drops the key.
+	// An invalid TID (block and slot all ones) drops the key. The engine
+	// no longer writes it (recIndexHeads carries a page's changes in one
+	// record); Open still applies it from a WAL written before.
 	recIndexHead wal.RecordType = 28
+	// recIndexHeads is recIndexHead for every head one vacuum of a heap
+	// page moves or drops, in one record logged before the page's pruning
+	// record (vacuum.go's revisit, zerodamaged.go), so that vacuum after a
+	// mass delete writes one index record a page, not one a removed key,
+	// as PostgreSQL's vacuum removes index entries page by page. Redo
+	// changes no page; Open applies the changes in order to the index
+	// loaded from the index file. Payload (encodeIndexHeads):
+	//
+	//	+---------+----------------------------------------------------+
+	//	| count 2 | count times: block 4 | slot 2 | keyLen 2 | key     |
+	//	+---------+----------------------------------------------------+
+	//
+	// count is at least 1; each keyLen at most MaxKeySize, and the
+	// entries fill the payload exactly. An invalid TID drops the key.
+	recIndexHeads wal.RecordType = 33
 	// recBulkLoadBegin starts a bulk load (bulkload.go) by transaction
 	// XID: its pages will be written from block first on, outside the
 	// WAL. It is made durable before the first page is written, so that
@@ -183,6 +200,8 @@ func recordTypeName(t wal.RecordType) string {
 		return "CLOG_TRUNCATE"
 	case recIndexHead:
 		return "INDEX_HEAD"
+	case recIndexHeads:
+		return "INDEX_HEADS"
 	case recBulkLoadBegin:
 		return "BULK_LOAD_BEGIN"
 	case recBulkLoad:
@@ -413,6 +432,74 @@ func decodeIndexHead(data []byte) (key []byte, head heap.TID, err error) {
 		return nil, heap.InvalidTID, fmt.Errorf("%w: index head record of %d bytes", errBadRecord, len(data))
 	}
 	return data[6:], readTID(data), nil
+}
+
+// headChange is one change a recIndexHeads record carries: key's head
+// becomes head, or the key is dropped when head is invalid. Decoded, key
+// points into the record's payload.
+type headChange struct {
+	key  []byte
+	head heap.TID
+}
+
+// maxHeadChanges is the most changes a recIndexHeads record carries: its
+// count is 2 bytes. One page's vacuum moves at most a head a slot, far
+// fewer.
+const maxHeadChanges = 1<<16 - 1
+
+// encodeIndexHeads is recIndexHeads's payload for changes (1 to
+// maxHeadChanges of them, keys at most MaxKeySize bytes).
+func encodeIndexHeads(changes []headChange) []byte {
+	n := 2
+	for _, c := range changes {
+		n += 8 + len(c.key)
+	}
+	b := binary.LittleEndian.AppendUint16(make([]byte, 0, n), uint16(len(changes)))
+	for _, c := range changes {
+		b = appendTID(b, c.head)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(c.key)))
+		b = append(b, c.key...)
+	}
+	return b
+}
+
+// decodeIndexHeads decodes recIndexHeads's payload. Every length it reads
+// is checked against the payload and MaxKeySize, so a malformed record
+// gives an error wrapping errBadRecord that says what is wrong and where,
+// never a panic; nothing is returned unless the whole payload decodes.
+// The keys point into data.
+func decodeIndexHeads(data []byte) ([]headChange, error) {
+	if len(data) < 2 {
+		return nil, fmt.Errorf("%w: index heads record of %d bytes", errBadRecord, len(data))
+	}
+	count := int(binary.LittleEndian.Uint16(data))
+	if count == 0 {
+		return nil, fmt.Errorf("%w: index heads record of no change", errBadRecord)
+	}
+	// Each change takes 8 bytes at least: a count the payload cannot
+	// hold is refused before anything is allocated for it.
+	if count > (len(data)-2)/8 {
+		return nil, fmt.Errorf("%w: index heads record of %d changes in %d bytes", errBadRecord, count, len(data))
+	}
+	out := make([]headChange, 0, count)
+	off := 2
+	for i := range count {
+		if len(data)-off < 8 {
+			return nil, fmt.Errorf("%w: index heads record: change %d of %d at offset %d is cut short", errBadRecord, i, count, off)
+		}
+		head := readTID(data[off:])
+		n := int(binary.LittleEndian.Uint16(data[off+6:]))
+		off += 8
+		if n > MaxKeySize || n > len(data)-off {
+			return nil, fmt.Errorf("%w: index heads record: change %d of %d has a key of %d bytes at offset %d, %d left", errBadRecord, i, count, n, off, len(data)-off)
+		}
+		out = append(out, headChange{key: data[off : off+n : off+n], head: head})
+		off += n
+	}
+	if off != len(data) {
+		return nil, fmt.Errorf("%w: index heads record: %d bytes after its %d changes", errBadRecord, len(data)-off, count)
+	}
+	return out, nil
 }
 
 // bulkLoadRecord is the payload of recBulkLoadBegin (first only),

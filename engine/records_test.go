@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -213,8 +214,8 @@ func FuzzDecodeFPI(f *testing.F) {
 // FuzzDescribeRecord gives describeRecord, which mvkv waldump runs over
 // every record of a WAL it is pointed at, any type, flags and payload: it
 // must never panic, whatever the payload, and every record type's decoder
-// is reached through it (the bulk load records, HEAP_TRUNCATE and
-// INDEX_HEAD have no fuzz target of their own). A payload those three
+// is reached through it (the bulk load records, HEAP_TRUNCATE, INDEX_HEAD
+// and INDEX_HEADS have no fuzz target of their own). A payload those
 // decoders accept encodes back to the same bytes.
 func FuzzDescribeRecord(f *testing.F) {
 	tup := heap.AppendTuple(nil, heap.TupleHeader{Xmin: 7}, []byte("k"), []byte("v"))
@@ -239,6 +240,7 @@ func FuzzDescribeRecord(f *testing.F) {
 		{recCLOGTruncate, 0, encodeCLOGTruncate(1 << 20)},
 		{recIndexHead, 0, encodeIndexHead([]byte("key"), heap.TID{Block: 6, Slot: 7})},
 		{recIndexHead, 0, encodeIndexHead([]byte("gone"), heap.InvalidTID)},
+		{recIndexHeads, 0, encodeIndexHeads([]headChange{{[]byte("key"), heap.TID{Block: 6, Slot: 7}}, {[]byte("gone"), heap.InvalidTID}})},
 		{recBulkLoadBegin, 0, encodeBulkLoadBegin(8)},
 		{recBulkLoad, 0, encodeBulkLoad(8, 100, 4500)},
 		{recBulkVisible, 0, encodeBulkVisible(8, 100, visibility.AllVisible|visibility.AllFrozen)},
@@ -257,6 +259,20 @@ func FuzzDescribeRecord(f *testing.F) {
 			if key, head, err := decodeIndexHead(data); err == nil {
 				if got := encodeIndexHead(key, head); !bytes.Equal(got, data) {
 					t.Fatalf("INDEX_HEAD %x decodes to %q %v, which encodes to %x", data, key, head, got)
+				}
+			}
+		case recIndexHeads:
+			if cs, err := decodeIndexHeads(data); err == nil {
+				if len(cs) == 0 || len(cs) > maxHeadChanges {
+					t.Fatalf("INDEX_HEADS %x decodes to %d changes", data, len(cs))
+				}
+				for _, c := range cs {
+					if len(c.key) > MaxKeySize {
+						t.Fatalf("INDEX_HEADS %x decodes to a key of %d bytes", data, len(c.key))
+					}
+				}
+				if got := encodeIndexHeads(cs); !bytes.Equal(got, data) {
+					t.Fatalf("INDEX_HEADS %x decodes to %v, which encodes to %x", data, cs, got)
 				}
 			}
 		case recHeapTruncate:
@@ -288,4 +304,48 @@ func FuzzDescribeRecord(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestIndexHeadsRecord: a page's head changes round-trip in order, and a
+// payload cut short, carrying bytes after its changes, a count of zero or
+// one it cannot hold, or a key over MaxKeySize is refused with
+// errBadRecord, not decoded in part.
+func TestIndexHeadsRecord(t *testing.T) {
+	want := []headChange{
+		{[]byte("a"), heap.InvalidTID},
+		{[]byte("bb"), heap.TID{Block: 3, Slot: 9}},
+		{bytes.Repeat([]byte("k"), MaxKeySize), heap.InvalidTID},
+	}
+	data := encodeIndexHeads(want)
+	got, err := decodeIndexHeads(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("decoded %d changes, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i].key, want[i].key) || got[i].head != want[i].head {
+			t.Fatalf("change %d decodes to %q %v, want %q %v", i, got[i].key, got[i].head, want[i].key, want[i].head)
+		}
+	}
+	for n := range len(data) {
+		if _, err := decodeIndexHeads(data[:n]); !errors.Is(err, errBadRecord) {
+			t.Fatalf("a payload cut to %d of %d bytes: %v, want errBadRecord", n, len(data), err)
+		}
+	}
+	bad := map[string][]byte{
+		"trailing byte": append(slices.Clone(data), 0),
+		"no change":     {0, 0},
+		"count too big": {0xff, 0xff, 1, 0, 0, 0, 2, 0, 0, 0},
+		"key too long":  encodeIndexHeads([]headChange{{bytes.Repeat([]byte("k"), MaxKeySize+1), heap.InvalidTID}}),
+	}
+	for name, b := range bad {
+		if _, err := decodeIndexHeads(b); !errors.Is(err, errBadRecord) {
+			t.Errorf("%s: %v, want errBadRecord", name, err)
+		}
+	}
+	if d := describeRecord(wal.Record{Type: recIndexHeads, Data: data}); !strings.Contains(d, `3 keys: "a" dropped, "bb" head (3,9)`) {
+		t.Errorf("waldump describes the record as %q", d)
+	}
 }

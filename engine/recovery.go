@@ -581,6 +581,9 @@ func (db *DB) redo(rec wal.Record) error {
 	case recIndexHead:
 		_, _, err := decodeIndexHead(rec.Data)
 		return err
+	case recIndexHeads:
+		_, err := decodeIndexHeads(rec.Data)
+		return err
 	case recBulkLoadBegin, recBulkLoad, recBulkVisible:
 		return db.redoBulkLoad(rec)
 	case recHeapTruncate:

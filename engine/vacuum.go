@@ -899,8 +899,15 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	// page's record, a crash between the two leaves the index naming the
 	// version below (committed) or no version (the key was deleted below
 	// the horizon): either is right with the old head still on the page.
-	for _, m := range done {
-		if _, _, err := db.wal.Insert(recIndexHead, 0, encodeIndexHead([]byte(m.e.key()), m.newHead)); err != nil {
+	// One record carries the page's changes (a slot each at most, far
+	// below maxHeadChanges): a record a key was a fifth of the WAL a
+	// vacuum after a mass delete wrote.
+	if len(done) > 0 {
+		changes := make([]headChange, len(done))
+		for i, m := range done {
+			changes[i] = headChange{key: []byte(m.e.key()), head: m.newHead}
+		}
+		if _, _, err := db.wal.Insert(recIndexHeads, 0, encodeIndexHeads(changes)); err != nil {
 			return db.fail(err)
 		}
 	}

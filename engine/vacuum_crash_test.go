@@ -9,6 +9,7 @@ import (
 
 	"mvkv/internal/heap"
 	"mvkv/vfs"
+	"mvkv/wal"
 )
 
 // The crash ladder of crashladder_test.go with a vacuum (freezing
@@ -219,4 +220,135 @@ func TestHintBitLogsFullPageImage(t *testing.T) {
 		t.Fatalf("after tearing the hinted page: k = %q, %v", v, ok)
 	}
 	mustVerify(t, db)
+}
+
+// TestVacuumCrashManyHeadsOnePage crashes at every file-system operation
+// of one vacuum that moves and drops many index heads of one page, and of
+// the flush and checkpoint after it: the
+// heads of five keys move off their rolled-back versions to the
+// committed ones below, and fifty deleted keys leave the index. The
+// page's changes are logged in one INDEX_HEADS record before its pruning
+// record; every crash copy, in both crash modes (and with a crash during
+// its recovery), must recover the same keys, with the index file of the
+// checkpoint before the vacuum and the records after it, and verify.
+func TestVacuumCrashManyHeadsOnePage(t *testing.T) {
+	m := vfs.NewMemFS()
+	m.MkdirAll("/db")
+	m.SyncDir("/")
+	db, err := Open("/db", Options{FS: m, CheckpointTimeout: -1, SharedBuffers: 16 * heap.PageSize,
+		WALSegmentSize: 1 << 20, Autovacuum: noAutovacuum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	const keys, kept, rolledBack = 60, 10, 5
+	want := ladderState{}
+	if err := db.Update(ctx, func(tx *Txn) error {
+		for i := range keys {
+			k, v := fmt.Sprintf("m%02d", i), fmt.Sprintf("v%02d", i)
+			if i < kept {
+				want[k] = v
+			}
+			if err := tx.Put([]byte(k), []byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rolledBack {
+		if err := tx.Put(fmt.Appendf(nil, "m%02d", i), []byte("rolled back")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(tx *Txn) error {
+		for i := kept; i < keys; i++ {
+			if err := tx.Delete(fmt.Appendf(nil, "m%02d", i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var points, checked int
+	var failure error
+	m.SetOpHook(func(p vfs.CrashPoint) {
+		points++
+		if failure != nil {
+			return
+		}
+		for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast} {
+			checked++
+			c := p.CrashCopy(mode, rand.New(rand.NewPCG(3, uint64(p.Op.Index))))
+			if err := checkRecovered(c, []ladderState{want}, 0, 0, rng); err != nil {
+				failure = fmt.Errorf("crash after op %v (%v): %v", p.Op, mode, err)
+				return
+			}
+		}
+	})
+	// The vacuum logs without flushing: the crash points go on through
+	// the flush of its records (a torn write may keep the INDEX_HEADS
+	// record and lose the pruning record after it) and the checkpoint
+	// that writes its page and the index file.
+	st, err := db.Vacuum(ctx)
+	if err == nil {
+		err = db.wal.Flush(db.wal.InsertLSN())
+	}
+	if err == nil {
+		err = db.Checkpoint()
+	}
+	m.SetOpHook(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failure != nil {
+		t.Fatal(failure)
+	}
+	heads := keys - kept + rolledBack
+	if st.KeysRemoved != keys-kept || st.TuplesRemoved != uint64(heads) {
+		t.Fatalf("vacuum removed %d keys and %d versions, want %d and %d: %+v", st.KeysRemoved, st.TuplesRemoved, keys-kept, heads, st)
+	}
+	// The vacuum's head changes (the only ones in the WAL), in records of
+	// a page each.
+	r, err := wal.NewReader(m, "/db/"+walDir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	records, changes := 0, 0
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		switch rec.Type {
+		case recIndexHead:
+			t.Fatalf("vacuum logged an INDEX_HEAD record: %s", describeRecord(rec))
+		case recIndexHeads:
+			cs, err := decodeIndexHeads(rec.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			records++
+			changes += len(cs)
+		}
+	}
+	if changes != heads || uint64(records) > st.PagesCompacted {
+		t.Fatalf("vacuum logged %d head changes in %d INDEX_HEADS records; want %d changes in a record for each of the %d pages it compacted", changes, records, heads, st.PagesCompacted)
+	}
+	t.Logf("%d file-system operations, %d crash copies checked, %d head changes in %d records", points, checked, changes, records)
 }

@@ -146,10 +146,21 @@ func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 				}
 			}
 		}
-		if _, _, err := db.wal.Insert(recIndexHead, 0, encodeIndexHead([]byte(e.key()), heap.InvalidTID)); err != nil {
+		dropped = append(dropped, e)
+	}
+	// The drops are logged before the page is, in records of the
+	// page's changes (recIndexHeads): one, unless the index named more
+	// slots of the page than a record holds.
+	for rest := dropped; len(rest) > 0; {
+		batch := rest[:min(len(rest), maxHeadChanges)]
+		rest = rest[len(batch):]
+		changes := make([]headChange, len(batch))
+		for i, e := range batch {
+			changes[i] = headChange{key: []byte(e.key()), head: heap.InvalidTID}
+		}
+		if _, _, err := db.wal.Insert(recIndexHeads, 0, encodeIndexHeads(changes)); err != nil {
 			return db.fail(err)
 		}
-		dropped = append(dropped, e)
 	}
 	for _, e := range dropped {
 		e.head.Store(heap.InvalidTID.Pack())
