@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -652,4 +654,56 @@ func TestDeadlockReportOfALongCycle(t *testing.T) {
 	if got != want {
 		t.Errorf("describeCycle:\n got %s\nwant %s", got, want)
 	}
+}
+
+// TestLockShardMapRenewedAfterManyLocks: once the row locks of a
+// transaction that held many keys are released, each lock shard's map
+// that grew past lockShardShrink is made anew (a Go map keeps the room it
+// grew to, and later locks missed the cache on it), and a shard that never
+// grew keeps its map. The locks still work after.
+func TestLockShardMapRenewedAfterManyLocks(t *testing.T) {
+	lm := newLockManager()
+	small := lm.shard([]byte("small"))
+	smallMap := reflect.ValueOf(small.holders).Pointer()
+	one := newTxnState()
+	if !lm.tryAcquire("small", one) {
+		t.Fatal("a free key's lock was refused")
+	}
+	lm.releaseAll(one)
+	if reflect.ValueOf(small.holders).Pointer() != smallMap {
+		t.Fatal("the map of a shard that held one key was made anew")
+	}
+	before := make([]uintptr, len(lm.shards))
+	for i := range lm.shards {
+		before[i] = reflect.ValueOf(lm.shards[i].holders).Pointer()
+	}
+	many := newTxnState()
+	n := 4 * lockShardShrink * len(lm.shards)
+	for i := range n {
+		if err := lm.acquire(context.Background(), fmt.Appendf(nil, "key:%08d", i), many, 0, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown := make([]bool, len(lm.shards))
+	for i := range lm.shards {
+		grown[i] = lm.shards[i].peak > lockShardShrink
+	}
+	if !slices.Contains(grown, true) {
+		t.Fatalf("no shard held more than %d of %d keys", lockShardShrink, n)
+	}
+	lm.releaseAll(many)
+	for i := range lm.shards {
+		sh := &lm.shards[i]
+		if len(sh.holders) != 0 {
+			t.Fatalf("shard %d holds %d keys after the release", i, len(sh.holders))
+		}
+		if grown[i] && (sh.peak != 0 || reflect.ValueOf(sh.holders).Pointer() == before[i]) {
+			t.Fatalf("shard %d: the map that held more than %d keys was kept (peak %d)", i, lockShardShrink, sh.peak)
+		}
+	}
+	other := newTxnState()
+	if !lm.tryAcquire("key:00000001", other) || lm.tryAcquire("key:00000001", newTxnState()) {
+		t.Fatal("a renewed shard lost track of its holder")
+	}
+	lm.releaseAll(other)
 }

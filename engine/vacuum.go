@@ -1013,7 +1013,7 @@ func (lm *lockManager) tryAcquire(key string, me *txnState) bool {
 	if h := sh.holders[key]; h != nil {
 		return h == me
 	}
-	sh.holders[key] = me
+	sh.hold(key, me)
 	me.locks = append(me.locks, key)
 	return true
 }
