@@ -223,14 +223,15 @@ func TestHintBitLogsFullPageImage(t *testing.T) {
 }
 
 // TestVacuumCrashManyHeadsOnePage crashes at every file-system operation
-// (one in -crash.sample, by default every one, one in 6 under -race) of one vacuum that moves and drops many index heads of one page, and of
-// the flush and checkpoint after it: the
-// heads of five keys move off their rolled-back versions to the
-// committed ones below, and fifty deleted keys leave the index. The
-// page's changes are logged in one INDEX_HEADS record before its pruning
-// record; every crash copy, in both crash modes (and with a crash during
-// its recovery), must recover the same keys, with the index file of the
-// checkpoint before the vacuum and the records after it, and verify.
+// (one in -crash.sample if given, one in 6 under -race) of one vacuum that
+// moves and drops many index heads of one page, and of the flush and
+// checkpoint after it: the heads of five keys move off their rolled-back
+// versions to the committed ones below, and fifty deleted keys leave the
+// index. The page's changes are logged in one INDEX_HEADS record before
+// its pruning record; every crash copy, in both crash modes (and with a
+// crash during its recovery), must recover the same keys, with the index
+// file of the checkpoint before the vacuum and the records after it, and
+// verify.
 func TestVacuumCrashManyHeadsOnePage(t *testing.T) {
 	m := vfs.NewMemFS()
 	m.MkdirAll("/db")
