@@ -100,8 +100,10 @@ func (d *damageLog) zeroedOutNames(db *DB) string {
 // was the one that emptied the page.
 func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 	db := v.db
-	// The entries first, with no page lock held (the index's lock is
-	// never taken under a page lock).
+	// The entries first, with no page lock held: the walk reads the
+	// whole index, too long to hold a page lock across (the index's
+	// mutex is a leaf, which the removals below take under the page
+	// lock, as vacuum's second pass does).
 	var entries []*indexEntry
 	db.idx.mu.RLock()
 	db.idx.tree.Ascend(func(e *indexEntry) bool {
