@@ -61,6 +61,12 @@ type TxnStats struct {
 	EarlyCommits, DependencyWaits uint64
 	// Deadlocks counts row lock waits refused with ErrDeadlock.
 	Deadlocks uint64
+	// LockWaiters is the number of transactions waiting for a row lock
+	// when Stats was called (a gauge, kept as it is by Sub), as
+	// PostgreSQL's pg_stat_activity shows backends with a Lock wait
+	// event: a caller can tell that a transaction has reached a wait
+	// behind another's write.
+	LockWaiters uint64
 }
 
 // Sub returns s minus o, counter by counter.
@@ -68,7 +74,7 @@ func (s TxnStats) Sub(o TxnStats) TxnStats {
 	return TxnStats{
 		Commits: s.Commits - o.Commits, Aborts: s.Aborts - o.Aborts,
 		EarlyCommits: s.EarlyCommits - o.EarlyCommits, DependencyWaits: s.DependencyWaits - o.DependencyWaits,
-		Deadlocks: s.Deadlocks - o.Deadlocks,
+		Deadlocks: s.Deadlocks - o.Deadlocks, LockWaiters: s.LockWaiters,
 	}
 }
 
@@ -242,7 +248,7 @@ func (db *DB) Stats() Stats {
 		Txn: TxnStats{
 			Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(),
 			EarlyCommits: db.earlyCommits.Load(), DependencyWaits: db.dependencyWaits.Load(),
-			Deadlocks: db.locks.deadlocks.Load(),
+			Deadlocks: db.locks.deadlocks.Load(), LockWaiters: uint64(max(db.locks.waiting.Load(), 0)),
 		},
 		WAL:        db.wal.Stats(),
 		Checkpoint: CheckpointStats{Count: db.stats.checkpoints.Load(), FullPageImages: db.stats.fpis.Load(), CommitsAtRedo: db.ckptCommits.Load()},

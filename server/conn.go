@@ -757,9 +757,30 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			locks = sortedKeyStrings(writeKeys(args))
 		}
 	}
+	// FLUSHALL locks every key, then deletes what the snapshot taken
+	// after those locks sees, as in a block: it is then as if it ran
+	// alone at that snapshot. At READ COMMITTED, deleting what a
+	// snapshot taken before the locks saw, it kept keys created after
+	// that snapshot but deleted the versions of older keys committed
+	// after them, which no serial order allows. A key created between
+	// the listing and the snapshot is locked by the delete itself, out
+	// of key order (a deadlock reruns the command), and one changed
+	// after the snapshot fails the delete with a serialization failure,
+	// which reruns it too.
+	lockAll := cmd.name == "flushall" || cmd.name == "flushdb"
+	if lockAll {
+		iso = engine.RepeatableRead
+	}
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
-		tx, err := c.begin(write, iso)
+		var tx *engine.Txn
+		var err error
+		if lockAll {
+			locks, err = c.withEveryKey(nil)
+		}
+		if err == nil {
+			tx, err = c.begin(write, iso)
+		}
 		if err == nil {
 			err = lockKeys(tx, locks)
 		}
@@ -962,6 +983,26 @@ func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all
 	return keys, all
 }
 
+// withEveryKey returns keys with every stored key added, sorted and
+// without repeats, for a FLUSHALL that locks them all before its
+// snapshot. keys is not changed, so that a rerun starts afresh from the
+// same ones. The keys are listed by a transaction of their own, since a
+// scan in the caller's would take its snapshot before the locks.
+func (c *conn) withEveryKey(keys []string) ([]string, error) {
+	keys = slices.Clip(keys)
+	err := c.s.db.View(c.ctx, func(tx *engine.Txn) error {
+		return tx.ScanKeys(nil, nil, func(k []byte) bool {
+			keys = append(keys, string(k))
+			return true
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(keys)
+	return slices.Compact(keys), nil
+}
+
 // execOnce runs the block once: one REPEATABLE READ transaction that
 // first locks keys (and, for FLUSHALL, every stored key), so that its
 // snapshot, taken at its first read or write, comes after the locks were
@@ -970,22 +1011,11 @@ func lockOrder(watched map[string]watched, queue [][][]byte) (keys []string, all
 func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, mark int) error {
 	if all {
 		// FLUSHALL will lock every key: take them now, in one key order
-		// with the rest. Clipped, so that a rerun's keys start afresh
-		// from lockOrder's. The keys are listed by a transaction of
-		// their own, since a scan in the block's would take its
-		// snapshot before the locks.
-		keys = slices.Clip(keys)
-		err := c.s.db.View(c.ctx, func(tx *engine.Txn) error {
-			return tx.ScanKeys(nil, nil, func(k []byte) bool {
-				keys = append(keys, string(k))
-				return true
-			})
-		})
-		if err != nil {
+		// with the rest.
+		var err error
+		if keys, err = c.withEveryKey(keys); err != nil {
 			return err
 		}
-		sort.Strings(keys)
-		keys = slices.Compact(keys)
 	}
 	tx, err := c.begin(true, engine.RepeatableRead)
 	if err != nil {

@@ -679,3 +679,40 @@ func TestExecClientReply(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushAllAsOfOneMoment: FLUSHALL removes what one moment's keyspace
+// held. Here it waits for b's row lock, held by a transaction that
+// updates b; meanwhile another client creates a, and then b's writer
+// commits. FLUSHALL then removes b's new value, so it comes after b's
+// commit, and so after a's: a must be gone too. Deleting every key its
+// snapshot saw at READ COMMITTED, FLUSHALL removed b (committed after
+// that snapshot) and kept a (created after it), an order no serial run
+// gives.
+func TestFlushAllAsOfOneMoment(t *testing.T) {
+	ts := startServer(t, Config{})
+	ctx := context.Background()
+	r, other := ts.raw(t), ts.raw(t)
+	r.cmd("SET", "b", "old")
+	r.expect("+OK\r\n")
+	hold, err := ts.db.Begin(ctx, engine.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback()
+	if err := hold.Put([]byte("b"), []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	r.cmd("FLUSHALL")
+	waitFor(t, "FLUSHALL to wait for b's row lock", func() bool { return ts.db.Stats().Txn.LockWaiters == 1 })
+	other.cmd("SET", "a", "1")
+	other.expect("+OK\r\n")
+	if err := hold.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r.expect("+OK\r\n")
+	other.cmd("EXISTS", "a", "b")
+	if got := other.reply(); got != ":0\r\n" {
+		other.cmd("MGET", "a", "b")
+		t.Fatalf("after FLUSHALL, which removed b's new value, EXISTS a b = %q (MGET: %q)", got, other.reply())
+	}
+}
