@@ -31,7 +31,18 @@ var deleteRangeSnapshotTaken func()
 // committed after the snapshot (a key another transaction deleted
 // meanwhile is passed over), under REPEATABLE READ a key changed since
 // the snapshot fails with ErrSerializationFailure. A key created after
-// the snapshot is left alone. The row locks of a batch's keys (of every
+// the snapshot is left alone. In a REPEATABLE READ transaction that has
+// not taken its snapshot yet (it has read and written nothing), the row
+// locks of every key in the range are taken first, in key order, and the
+// snapshot after them, as a server's EXEC block takes its keys' locks
+// before its first read: no key it saw can then change before its
+// delete, so the call deletes the range as it was at one moment, and
+// fails with ErrSerializationFailure only for a key that appeared
+// between those locks and the snapshot and changed after it. Otherwise a
+// concurrent write between the snapshot and a key's lock is read as
+// above: at READ COMMITTED, a key created after the snapshot stays while
+// a newer version of another key, even one committed after it, is
+// deleted. The row locks of a batch's keys (of every
 // key in the index's range, visible or not) are taken in key order before
 // any of them is deleted, as MSET and DEL take theirs, so that
 // DeleteRange queues behind such writers instead of deadlocking with
@@ -109,6 +120,11 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 	t.nest++
 	defer t.leave()
 	db := t.db
+	if t.opts.Isolation == RepeatableRead && t.snap == nil {
+		if err := t.lockRange(start, end); err != nil {
+			return 0, err
+		}
+	}
 	snap, release := t.snapshot()
 	defer release()
 	if deleteRangeSnapshotTaken != nil {
@@ -191,5 +207,30 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 			return deleted, nil
 		}
 		from = append([]byte(last), 0)
+	}
+}
+
+// lockRange takes the row lock of every key in the index's [start, end),
+// in key order, a batch of deleteRangeBatch keys at a time: the index's
+// lock is a leaf, so the keys are listed under it and locked after.
+func (t *Txn) lockRange(start, end []byte) error {
+	var batch []*indexEntry
+	from := start
+	for {
+		batch = batch[:0]
+		n := deleteRangeBatch
+		t.db.idx.ascendRange(from, end, func(e *indexEntry) bool {
+			batch = append(batch, e)
+			return len(batch) < n
+		})
+		for _, e := range batch {
+			if err := t.Lock([]byte(e.key())); err != nil {
+				return err
+			}
+		}
+		if len(batch) < n {
+			return nil
+		}
+		from = append([]byte(batch[len(batch)-1].key()), 0)
 	}
 }

@@ -119,6 +119,14 @@ func TestDeleteRangeConcurrentWriters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if iso == RepeatableRead {
+				// A read first: the snapshot is then older than
+				// DeleteRange, which does not lock the range before
+				// it (TestDeleteRangeLocksBeforeSnapshot).
+				if _, err := tx.Get([]byte("a")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			// Between the snapshot and the locks, another transaction
 			// updates "c", deletes "d" and creates "e", and commits.
 			deleteRangeSnapshotTaken = func() {
@@ -388,5 +396,78 @@ func loadRandomOrder(b *testing.B, db *DB, n int) {
 		}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A REPEATABLE READ transaction that has not read yet locks the whole
+// range before its snapshot: a writer that got in first is waited for and
+// its commit deleted, a writer that comes after waits for the delete's
+// commit, and nothing fails with a serialization failure. At READ
+// COMMITTED the snapshot comes first: a key created while DeleteRange
+// waits for a lock is left, while the newer version of the key it waited
+// for is deleted.
+func TestDeleteRangeLocksBeforeSnapshot(t *testing.T) {
+	ctx := context.Background()
+	for _, iso := range []IsolationLevel{ReadCommitted, RepeatableRead} {
+		t.Run(iso.String(), func(t *testing.T) {
+			defer func(n int) { deleteRangeBatch = n }(deleteRangeBatch)
+			deleteRangeBatch = 2
+			db := openTest(t, t.TempDir(), Options{})
+			defer db.Close()
+			for _, k := range []string{"b", "c", "d", "e", "f"} {
+				mustPut(t, db, k, "old-"+k)
+			}
+			// The writer holds "e", in the range's second batch.
+			w, err := db.Begin(ctx, TxnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Rollback()
+			if err := w.Put([]byte("e"), []byte("new-e")); err != nil {
+				t.Fatal(err)
+			}
+			d, err := db.Begin(ctx, TxnOptions{Isolation: iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			var n int
+			go func() {
+				var err error
+				n, err = d.DeleteRange(nil, nil, nil)
+				if err == nil {
+					err = d.Commit()
+				}
+				done <- err
+			}()
+			waitUntilWaiting(t, db)
+			// A new key while the delete waits, then the writer's commit.
+			mustPut(t, db, "a", "new-a")
+			if err := w.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("DeleteRange: %v", err)
+			}
+			_, aLeft := get(t, db, "a")
+			want := 6
+			if iso == ReadCommitted {
+				// The snapshot came before "a": it stays.
+				want = 5
+				if !aLeft {
+					t.Fatal("a, created after the snapshot, was deleted")
+				}
+			} else if aLeft {
+				t.Fatal("a, created before the snapshot taken after the locks, was left")
+			}
+			if n != want {
+				t.Fatalf("deleted %d keys, want %d", n, want)
+			}
+			for _, k := range []string{"b", "c", "d", "e", "f"} {
+				if v, ok := get(t, db, k); ok {
+					t.Fatalf("%s = %q after DeleteRange", k, v)
+				}
+			}
+		})
 	}
 }

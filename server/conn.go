@@ -757,30 +757,21 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			locks = sortedKeyStrings(writeKeys(args))
 		}
 	}
-	// FLUSHALL locks every key, then deletes what the snapshot taken
-	// after those locks sees, as in a block: it is then as if it ran
-	// alone at that snapshot. At READ COMMITTED, deleting what a
-	// snapshot taken before the locks saw, it kept keys created after
-	// that snapshot but deleted the versions of older keys committed
-	// after them, which no serial order allows. A key created between
-	// the listing and the snapshot is locked by the delete itself, out
-	// of key order (a deadlock reruns the command), and one changed
-	// after the snapshot fails the delete with a serialization failure,
-	// which reruns it too.
-	lockAll := cmd.name == "flushall" || cmd.name == "flushdb"
-	if lockAll {
+	// FLUSHALL runs at REPEATABLE READ: in a transaction that has not
+	// read yet, the engine's DeleteRange locks every key before its
+	// snapshot, as a block does, and deletes what that snapshot sees, so
+	// that it is as if it ran alone at that moment. At READ COMMITTED,
+	// deleting what a snapshot taken before the locks saw, it kept keys
+	// created after that snapshot but deleted the versions of older keys
+	// committed after them, which no serial order allows. A key created
+	// between the locks and the snapshot and changed after it fails the
+	// delete with a serialization failure, which reruns it.
+	if cmd.name == "flushall" || cmd.name == "flushdb" {
 		iso = engine.RepeatableRead
 	}
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
-		var tx *engine.Txn
-		var err error
-		if lockAll {
-			locks, err = c.withEveryKey(nil)
-		}
-		if err == nil {
-			tx, err = c.begin(write, iso)
-		}
+		tx, err := c.begin(write, iso)
 		if err == nil {
 			err = lockKeys(tx, locks)
 		}
