@@ -38,7 +38,10 @@ var deleteRangeSnapshotTaken func()
 // before its first read: no key it saw can then change before its
 // delete, so the call deletes the range as it was at one moment, and
 // fails with ErrSerializationFailure only for a key that appeared
-// between those locks and the snapshot and changed after it. Otherwise a
+// between those locks and the snapshot and changed after it (such a key
+// is locked by its delete, out of key order, which can also meet a
+// deadlock; a key that appeared after the snapshot is neither locked nor
+// deleted). Otherwise a
 // concurrent write between the snapshot and a key's lock is read as
 // above: at READ COMMITTED, a key created after the snapshot stays while
 // a newer version of another key, even one committed after it, is
@@ -120,7 +123,8 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 	t.nest++
 	defer t.leave()
 	db := t.db
-	if t.opts.Isolation == RepeatableRead && t.snap == nil {
+	prelocked := t.opts.Isolation == RepeatableRead && t.snap == nil
+	if prelocked {
 		if err := t.lockRange(start, end); err != nil {
 			return 0, err
 		}
@@ -155,9 +159,14 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 		// server's EXEC blocks take theirs, so that a delete of many
 		// keys queues behind them instead of closing a cycle with one;
 		// then the deletes, in heap order. A key that turns out not to
-		// be visible keeps its lock to the end, as a Lock would.
-		for _, tg := range batch {
-			if err := t.Lock([]byte(tg.e.key())); err != nil {
+		// be visible keeps its lock to the end, as a Lock would. Not
+		// when lockRange took them before the snapshot: a key it did
+		// not lock came after it, and is locked by its delete only if
+		// the snapshot sees it. Locking it here, out of key order,
+		// would wait for a writer that created it and may be waiting
+		// for one of the range's locks, a deadlock.
+		for i := 0; i < len(batch) && !prelocked; i++ {
+			if err := t.Lock([]byte(batch[i].e.key())); err != nil {
 				return deleted, err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -469,5 +470,78 @@ func TestDeleteRangeLocksBeforeSnapshot(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A DeleteRange that locked its range before its snapshot does not lock a
+// key created after those locks that its snapshot does not see: here the
+// key's writer, which has not committed, waits for a key of the range,
+// and locking the new key would close a cycle with it (ErrDeadlock).
+func TestDeleteRangeSkipsLaterKeys(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	for _, k := range []string{"b", "c", "e"} {
+		mustPut(t, db, k, "old-"+k)
+	}
+	w, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Rollback()
+	if err := w.Put([]byte("e"), []byte("new-e")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := db.Begin(ctx, TxnOptions{Isolation: RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.DeleteRange(nil, nil, nil)
+		if err == nil {
+			err = d.Commit()
+		}
+		done <- err
+	}()
+	waitUntilWaiting(t, db)
+	// m creates "a", before the range's locks, then waits for "b".
+	m, err := db.Begin(ctx, TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Rollback()
+	if err := m.Put([]byte("a"), []byte("new-a")); err != nil {
+		t.Fatal(err)
+	}
+	mDone := make(chan error, 1)
+	go func() { mDone <- m.Put([]byte("b"), []byte("new-b")) }()
+	for db.locks.waiting.Load() < 2 {
+		runtime.Gosched()
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// Both ended before either is judged: m is not used on two
+	// goroutines at once, even by the deferred Rollback.
+	errD, errM := <-done, <-mDone
+	if errD != nil {
+		t.Fatalf("DeleteRange: %v", errD)
+	}
+	if errM != nil {
+		t.Fatalf("the writer of a and b: %v", errM)
+	}
+	if err := m.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"a": "new-a", "b": "new-b"} {
+		if v, ok := get(t, db, k); !ok || v != want {
+			t.Fatalf("%s = %q %v, want %q", k, v, ok, want)
+		}
+	}
+	for _, k := range []string{"c", "e"} {
+		if v, ok := get(t, db, k); ok {
+			t.Fatalf("%s = %q after DeleteRange", k, v)
+		}
 	}
 }
