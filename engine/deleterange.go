@@ -31,26 +31,25 @@ var deleteRangeSnapshotTaken func()
 // committed after the snapshot (a key another transaction deleted
 // meanwhile is passed over), under REPEATABLE READ a key changed since
 // the snapshot fails with ErrSerializationFailure. A key created after
-// the snapshot is left alone. In a REPEATABLE READ transaction that has
-// not taken its snapshot yet (it has read and written nothing), the row
-// locks of every key in the range are taken first, in key order, and the
-// snapshot after them, as a server's EXEC block takes its keys' locks
-// before its first read: no key it saw can then change before its
-// delete, so the call deletes the range as it was at one moment, and
-// fails with ErrSerializationFailure only for a key that appeared
-// between those locks and the snapshot and changed after it (such a key
-// is locked by its delete, out of key order, which can also meet a
-// deadlock; a key that appeared after the snapshot is neither locked nor
-// deleted). Otherwise a
-// concurrent write between the snapshot and a key's lock is read as
-// above: at READ COMMITTED, a key created after the snapshot stays while
-// a newer version of another key, even one committed after it, is
-// deleted. The row locks of a batch's keys (of every
-// key in the index's range, visible or not) are taken in key order before
-// any of them is deleted, as MSET and DEL take theirs, so that
-// DeleteRange queues behind such writers instead of deadlocking with
-// them; they are held to the end of the transaction, as for Delete, so a
-// large range holds many.
+// the snapshot is left alone; so at READ COMMITTED a key created after
+// the snapshot stays while another key's version committed after it is
+// deleted, which no serial order of the two gives. The row locks of a
+// batch's keys (of every key in the index's range, visible or not) are
+// taken in key order before any of them is deleted, as MSET and DEL take
+// theirs, so that DeleteRange queues behind such writers instead of
+// deadlocking with them; they are held to the end of the transaction, as
+// for Delete, so a large range holds many.
+//
+// In a REPEATABLE READ transaction that has not taken its snapshot yet
+// (it has read and written nothing), the row locks of every key in the
+// range are taken first, in key order, and the snapshot after them, as a
+// server's EXEC block takes its keys' locks before its first read: no key
+// the snapshot sees can change before its delete, so the call deletes
+// the range as it was at one moment. A key that appeared while those
+// locks were taken is locked only by its delete, out of key order, if the
+// snapshot sees it (it may then meet ErrDeadlock, or
+// ErrSerializationFailure if it changed after the snapshot); one the
+// snapshot does not see is neither locked nor deleted.
 //
 // Why not Scan and then Delete: the keys are visited in the order of the
 // heap blocks holding their newest versions, a batch of up to about a
