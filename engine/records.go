@@ -103,8 +103,9 @@ const (
 	//	| count 2 | count times: block 4 | slot 2 | keyLen 2 | key     |
 	//	+---------+----------------------------------------------------+
 	//
-	// count is at least 1; each keyLen at most MaxKeySize, and the
-	// entries fill the payload exactly. An invalid TID drops the key.
+	// count is at least 1; each keyLen 1 to MaxKeySize (keys are never
+	// empty), and the entries fill the payload exactly. An invalid TID
+	// drops the key.
 	recIndexHeads wal.RecordType = 33
 	// recBulkLoadBegin starts a bulk load (bulkload.go) by transaction
 	// XID: its pages will be written from block first on, outside the
@@ -428,7 +429,8 @@ func encodeIndexHead(key []byte, head heap.TID) []byte {
 
 // decodeIndexHead decodes recIndexHead's payload.
 func decodeIndexHead(data []byte) (key []byte, head heap.TID, err error) {
-	if len(data) < 6 || len(data)-6 > MaxKeySize {
+	// A key is 1 to MaxKeySize bytes: a record of an empty key is damage.
+	if len(data) <= 6 || len(data)-6 > MaxKeySize {
 		return nil, heap.InvalidTID, fmt.Errorf("%w: index head record of %d bytes", errBadRecord, len(data))
 	}
 	return data[6:], readTID(data), nil
@@ -464,7 +466,8 @@ func encodeIndexHeads(changes []headChange) []byte {
 }
 
 // decodeIndexHeads decodes recIndexHeads's payload. Every length it reads
-// is checked against the payload and MaxKeySize, so a malformed record
+// is checked against the payload, MaxKeySize and the empty key (which no
+// write makes), so a malformed record
 // gives an error wrapping errBadRecord that says what is wrong and where,
 // never a panic; nothing is returned unless the whole payload decodes.
 // The keys point into data.
@@ -490,7 +493,7 @@ func decodeIndexHeads(data []byte) ([]headChange, error) {
 		head := readTID(data[off:])
 		n := int(binary.LittleEndian.Uint16(data[off+6:]))
 		off += 8
-		if n > MaxKeySize || n > len(data)-off {
+		if n == 0 || n > MaxKeySize || n > len(data)-off {
 			return nil, fmt.Errorf("%w: index heads record: change %d of %d has a key of %d bytes at offset %d, %d left", errBadRecord, i, count, n, off, len(data)-off)
 		}
 		out = append(out, headChange{key: data[off : off+n : off+n], head: head})

@@ -308,8 +308,9 @@ func FuzzDescribeRecord(f *testing.F) {
 
 // TestIndexHeadsRecord: a page's head changes round-trip in order, and a
 // payload cut short, carrying bytes after its changes, a count of zero or
-// one it cannot hold, or a key over MaxKeySize is refused with
-// errBadRecord, not decoded in part.
+// one it cannot hold, or a key that is empty or over MaxKeySize is refused
+// with errBadRecord, not decoded in part; so is an INDEX_HEAD record of an
+// empty key.
 func TestIndexHeadsRecord(t *testing.T) {
 	want := []headChange{
 		{[]byte("a"), heap.InvalidTID},
@@ -339,11 +340,15 @@ func TestIndexHeadsRecord(t *testing.T) {
 		"no change":     {0, 0},
 		"count too big": {0xff, 0xff, 1, 0, 0, 0, 2, 0, 0, 0},
 		"key too long":  encodeIndexHeads([]headChange{{bytes.Repeat([]byte("k"), MaxKeySize+1), heap.InvalidTID}}),
+		"empty key":     encodeIndexHeads([]headChange{{[]byte("a"), heap.InvalidTID}, {nil, heap.InvalidTID}}),
 	}
 	for name, b := range bad {
 		if _, err := decodeIndexHeads(b); !errors.Is(err, errBadRecord) {
 			t.Errorf("%s: %v, want errBadRecord", name, err)
 		}
+	}
+	if _, _, err := decodeIndexHead(encodeIndexHead(nil, heap.InvalidTID)); !errors.Is(err, errBadRecord) {
+		t.Errorf("an INDEX_HEAD record of an empty key: %v, want errBadRecord", err)
 	}
 	if d := describeRecord(wal.Record{Type: recIndexHeads, Data: data}); !strings.Contains(d, `3 keys: "a" dropped, "bb" head (3,9)`) {
 		t.Errorf("waldump describes the record as %q", d)
