@@ -594,12 +594,16 @@ func (r *Reader) checkDurableAfter() error {
 		}
 		lsn := r.seg + LSN(off)
 		if named := binary.LittleEndian.Uint64(hb[8:]); named == 0 {
-			// Most often the zeros of the segment's unused tail. A
-			// record names its own position, never 0, in its bytes 8
-			// to 16: in a run of zeros from off only an offset whose
-			// bytes 8 to 16 reach past the run can start one.
-			if z, err := r.bytesAt(off, scanChunk); err == nil && len(z) == scanChunk && bytes.Equal(z, zeroBlock[:]) {
-				off += scanChunk - 16 // the loop adds 8
+			// Most often the zeros of the segment's unused tail, or of
+			// a page image. A record names its own position, never 0,
+			// in its bytes 8 to 16: of the offsets from off on, only
+			// one whose bytes 8 to 16 reach past the run of zeros
+			// from off+8 (looked at up to scanChunk bytes ahead) can
+			// start one. The run is measured once, not again at each
+			// offset inside it.
+			if z, err := r.bytesAt(off, int(min(scanChunk, r.segSize-off))); err == nil && len(z) >= 16 {
+				run := 8 + firstNonZero(z[8:]) // zeros from off+8 to off+run
+				off += int64(run-16) / 8 * 8   // the loop adds 8
 			}
 			continue
 		} else if LSN(named) != lsn {
@@ -994,6 +998,23 @@ func (r *Reader) Close() error {
 		r.err = ErrClosed
 	}
 	return nil
+}
+
+// firstNonZero returns the index of the first byte of b that is not zero,
+// or len(b) if all are, comparing 4 KiB pieces against zeroBlock first.
+func firstNonZero(b []byte) int {
+	const piece = 4 << 10
+	for start := 0; start < len(b); start += piece {
+		end := min(len(b), start+piece)
+		if !bytes.Equal(b[start:end], zeroBlock[:end-start]) {
+			for i := start; i < end; i++ {
+				if b[i] != 0 {
+					return i
+				}
+			}
+		}
+	}
+	return len(b)
 }
 
 // lastNonZero returns the index of the last byte of b that is not zero, or

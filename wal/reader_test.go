@@ -1189,12 +1189,18 @@ func TestSegmentOfAnotherLogAfterGap(t *testing.T) {
 
 // TestDurableMarkFoundPastZeros: the log seems to end at a damaged record,
 // and the evidence that it was durable past there (a later record's
-// durable mark) lies after a run of zeros longer than the chunks the search
-// skips zeros by, at every 8-byte alignment against those chunks: the search
-// must still find it and report the damage, not take the damage for the
-// torn end of the log.
+// durable mark) lies after a run of zeros, short (a record's header and
+// a few bytes, at each 8-byte length), across the 4 KiB pieces the run is
+// measured in, or longer than the chunks the search skips zeros by, at
+// every 8-byte alignment against those chunks: the search must still find
+// it and report the damage, not take the damage for the torn end of the
+// log.
 func TestDurableMarkFoundPastZeros(t *testing.T) {
+	var sizes []int
 	for j := range 10 {
+		sizes = append(sizes, 8*j, 4096-64+8*j, scanChunk+4096+8*j)
+	}
+	for _, size := range sizes {
 		fsys, dir := vfs.OS{}, t.TempDir()
 		w, err := OpenWriter(fsys, dir, 0, Options{SegmentSize: MinSegmentSize})
 		if err != nil {
@@ -1213,8 +1219,8 @@ func TestDurableMarkFoundPastZeros(t *testing.T) {
 		}
 		damaged := insert(bytes.Repeat([]byte{7}, 100))
 		// A record of zeros whose header is then zeroed too: with it, a
-		// run of zeros of about 70 KiB, its length varied by 8 bytes.
-		zeroed := insert(make([]byte, scanChunk+4096+8*j))
+		// run of zeros of size and a header.
+		zeroed := insert(make([]byte, size))
 		insert(bytes.Repeat([]byte{9}, 100))
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
@@ -1227,7 +1233,28 @@ func TestDurableMarkFoundPastZeros(t *testing.T) {
 		n, err := countRecords(t, fsys, dir, nil)
 		want := fmt.Sprintf("%s at offset %d", seg, damaged-testSeg)
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "durable up to") {
-			t.Fatalf("zero run %d: %d records, %v; want ErrCorrupt naming %q and the later durable mark", j, n, err, want)
+			t.Fatalf("zero run of a %d-byte payload: %d records, %v; want ErrCorrupt naming %q and the later durable mark", size, n, err, want)
+		}
+	}
+}
+
+// TestFirstNonZero checks the measure of a run of zeros at every place
+// around its 4 KiB pieces' edges.
+func TestFirstNonZero(t *testing.T) {
+	for _, n := range []int{0, 1, 4095, 4096, 4097, 3*4096 + 5} {
+		b := make([]byte, n)
+		if got := firstNonZero(b); got != n {
+			t.Fatalf("%d zeros: %d, want %d", n, got, n)
+		}
+		for _, i := range []int{0, 1, 4095, 4096, 4097, n - 1} {
+			if i < 0 || i >= n {
+				continue
+			}
+			clear(b)
+			b[i], b[n-1] = 0x80, 1
+			if got := firstNonZero(b); got != i {
+				t.Fatalf("%d bytes, first non-zero at %d: got %d", n, i, got)
+			}
 		}
 	}
 }
