@@ -46,8 +46,9 @@ type lockShard struct {
 	// never gives back the room it grew to, and one transaction that
 	// held a lock on a million keys (a DeleteRange) left every shard's
 	// map thousands of slots wide for good, spread over megabytes, so
-	// that each later lock and release missed the cache on it (0.7 µs a
-	// key of vacuum's second pass after a mass delete). Guarded by mu.
+	// that each later lock and release missed the cache on it (vacuum's
+	// row-lock try and release after a mass delete: 0.9 to 1.0 µs a key,
+	// 0.25 µs with the map made anew). Guarded by mu.
 	peak int
 }
 
