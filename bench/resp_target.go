@@ -92,7 +92,8 @@ func (t *respTarget) scanKeys(ctx context.Context, prefix string, fn func(keys [
 	}
 }
 
-// scanPrefix calls fn with every key under prefix and its value.
+// scanPrefix calls fn with every key of pgbench's shape under prefix
+// (scanKeys) and its value.
 func (t *respTarget) scanPrefix(ctx context.Context, prefix string, fn func(k, v string) error) error {
 	return t.scanKeys(ctx, prefix, func(keys []string) error {
 		vals, err := t.admin.MGet(ctx, keys...).Result()
@@ -112,9 +113,10 @@ func (t *respTarget) scanPrefix(ctx context.Context, prefix string, fn func(k, v
 	})
 }
 
-// CreateTables deletes pgbench's rows (the keys under the four table
-// prefixes) from the server, so that -i reloads a loaded server as pgbench
-// -i drops and creates its tables. Other keys are left alone.
+// CreateTables deletes pgbench's rows (the keys of their shape under the
+// four table prefixes, isRowKey) from the server, so that -i reloads a
+// loaded server as pgbench -i drops and creates its tables. Other keys,
+// a:hello under a table's prefix too, are left alone.
 func (t *respTarget) CreateTables(ctx context.Context) error {
 	for _, prefix := range []string{prefixAccount, prefixTeller, prefixBranch, prefixHistory} {
 		err := t.scanKeys(ctx, prefix, func(keys []string) error { return t.admin.Del(ctx, keys...).Err() })
