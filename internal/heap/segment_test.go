@@ -166,3 +166,55 @@ func TestStorageReadPastEndBelowWritten(t *testing.T) {
 		t.Fatalf("block of a missing segment below the written length: %v", err)
 	}
 }
+
+// TestStorageFillFailsPartway: a write past the end whose fill of the gap
+// below fails partway leaves the end at the last fill written whole, with
+// every block below it an initialized empty page; written again, it fills
+// the rest and lands, and no block below it reads as zeros.
+func TestStorageFillFailsPartway(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.NewMemFS())
+	s, err := OpenStorage(ffs, "/db/heap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const target = 3*fillRun + 5
+	fault := ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpWrite), Nth: 2})
+	if err := s.WriteBlock(target, pageWith(t, target, 7)); err == nil {
+		t.Fatal("the write whose fill failed succeeded")
+	}
+	if fault.Fired() != 1 {
+		t.Fatalf("the fault fired %d times", fault.Fired())
+	}
+	ffs.Clear()
+	if n := s.NBlocks(); n != fillRun {
+		t.Fatalf("after the failed fill the relation is %d blocks, want the %d of the fill written", n, fillRun)
+	}
+	p := make([]byte, PageSize)
+	for b := range uint32(fillRun) {
+		if err := s.ReadBlock(b, p); err != nil || IsNew(p) || NumSlots(p) != 0 {
+			t.Fatalf("block %d after the failed fill: new %v, %d slots, %v", b, IsNew(p), NumSlots(p), err)
+		}
+	}
+	if err := s.WriteBlock(target, pageWith(t, target, 7)); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.NBlocks(); n != target+1 {
+		t.Fatalf("NBlocks %d, want %d", n, target+1)
+	}
+	for b := range uint32(target) {
+		if err := s.ReadBlock(b, p); err != nil || IsNew(p) || NumSlots(p) != 0 {
+			t.Fatalf("filled block %d: new %v, %d slots, %v", b, IsNew(p), NumSlots(p), err)
+		}
+	}
+	if err := s.ReadBlock(target, p); err != nil || NumSlots(p) != 1 {
+		t.Fatalf("block %d: %d slots, %v", target, NumSlots(p), err)
+	}
+	s.SetWritten(target + 1)
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if errs := s.CheckSizes(); errs != nil {
+		t.Fatal(errs)
+	}
+}
