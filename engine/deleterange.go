@@ -13,7 +13,8 @@ import (
 var deleteRangeBatch = 1 << 20
 
 // deleteRangeSnapshotTaken, if set (by tests), runs right after
-// DeleteRange took its snapshot, before it takes any row lock.
+// DeleteRange took its snapshot: before it takes any row lock, unless
+// the range was locked before the snapshot (lockRange).
 var deleteRangeSnapshotTaken func()
 
 // DeleteRange deletes every key in [start, end) that has a version visible

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -505,7 +504,8 @@ func TestDeleteRangeSkipsLaterKeys(t *testing.T) {
 		done <- err
 	}()
 	waitUntilWaiting(t, db)
-	// m creates "a", before the range's locks, then waits for "b".
+	// m creates "a" (below the range's keys in key order, after they
+	// were listed), then waits for "b".
 	m, err := db.Begin(ctx, TxnOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -516,9 +516,7 @@ func TestDeleteRangeSkipsLaterKeys(t *testing.T) {
 	}
 	mDone := make(chan error, 1)
 	go func() { mDone <- m.Put([]byte("b"), []byte("new-b")) }()
-	for db.locks.waiting.Load() < 2 {
-		runtime.Gosched()
-	}
+	waitUntilWaitingN(t, db, 2)
 	if err := w.Commit(); err != nil {
 		t.Fatal(err)
 	}

@@ -413,12 +413,19 @@ var vfsOS = vfsOSType{}
 // waitUntilWaiting returns once some transaction is blocked on a row lock.
 func waitUntilWaiting(t *testing.T, db *DB) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if db.locks.waiting.Load() > 0 {
+	waitUntilWaitingN(t, db, 1)
+}
+
+// waitUntilWaitingN waits until n transactions wait for a row lock, and
+// fails the test if they do not within a minute.
+func waitUntilWaitingN(t *testing.T, db *DB, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if db.locks.waiting.Load() >= n {
 			return
 		}
 	}
-	t.Fatal("no transaction started waiting for a row lock")
+	t.Fatalf("%d transactions waiting for a row lock after a minute, want %d", db.locks.waiting.Load(), n)
 }
 
 // BenchmarkUpdate measures one transaction that updates one of 10,000 keys

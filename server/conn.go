@@ -765,7 +765,8 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 	// created after that snapshot but deleted the versions of older keys
 	// committed after them, which no serial order allows. A key created
 	// between the locks and the snapshot and changed after it fails the
-	// delete with a serialization failure, which reruns it.
+	// delete with a serialization failure, or its lock closes a cycle
+	// (a deadlock): either reruns it.
 	if cmd.name == "flushall" || cmd.name == "flushdb" {
 		iso = engine.RepeatableRead
 	}
