@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/google/btree"
+
 	"mvkv/internal/heap"
 )
 
@@ -32,6 +34,17 @@ import (
 // (about 2 KiB) always fit it. A page handed out by take is removed from
 // the map: it becomes an insert target, and vacuum records it again once
 // it has scanned it.
+//
+// Of the pages with room, take hands out the lowest block first (empty
+// pages last, lowest first among them), as PostgreSQL's search leans to
+// the start of the table: new tuples fill the front of the heap, so that
+// its tail can empty and vacuum cut it off. Each category keeps its blocks
+// in an ordered tree for that. Rejected: a map a category, which handed
+// out its blocks in no particular order, so that the keys written after a
+// mass delete and its vacuum spread over the whole heap and kept its tail
+// from emptying again; and best fit (the smallest category that fits,
+// which the map did), which packs pages more tightly but sends a tuple to
+// the tail whenever the tail has the closest fit.
 
 const (
 	// fsmCategoryBytes is the granularity of the map in bytes.
@@ -53,14 +66,19 @@ type freeSpaceMap struct {
 	mu sync.Mutex
 	// cat is the category of every recorded block. Guarded by mu.
 	cat map[uint32]uint8
-	// byCat holds the recorded blocks of each category. Guarded by mu.
-	byCat [fsmEmpty + 1]map[uint32]struct{}
+	// byCat holds the recorded blocks of each category in block order.
+	// Guarded by mu.
+	byCat [fsmEmpty + 1]*btree.BTreeG[uint32]
 }
+
+// fsmTreeDegree is the degree of the per-category trees: nodes of up to 63
+// blocks, a few cache lines each.
+const fsmTreeDegree = 32
 
 func (f *freeSpaceMap) init() {
 	f.cat = make(map[uint32]uint8)
 	for i := range f.byCat {
-		f.byCat[i] = make(map[uint32]struct{})
+		f.byCat[i] = btree.NewOrderedG[uint32](fsmTreeDegree)
 	}
 }
 
@@ -79,30 +97,39 @@ func (f *freeSpaceMap) record(blk uint32, free int) {
 		if int(old) == c {
 			return
 		}
-		delete(f.byCat[old], blk)
+		f.byCat[old].Delete(blk)
 		delete(f.cat, blk)
 	}
 	if c >= 0 {
 		f.cat[blk] = uint8(c)
-		f.byCat[c][blk] = struct{}{}
+		f.byCat[c].ReplaceOrInsert(blk)
 	}
 }
 
-// take returns a recorded block with at least need bytes free and forgets
-// it (the caller makes it an insert target), or false if there is none.
-// Empty pages are handed out last, to the tuples only they can hold first.
+// take returns the lowest recorded block with at least need bytes free
+// that is not empty, else the lowest empty one, and forgets it (the caller
+// makes it an insert target); false if there is none. Empty pages are
+// handed out last, to the tuples only they can hold first.
 func (f *freeSpaceMap) take(need int) (uint32, bool) {
 	c := min((need+fsmCategoryBytes-1)/fsmCategoryBytes, fsmEmpty)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for ; c <= fsmEmpty; c++ {
-		for blk := range f.byCat[c] {
-			delete(f.byCat[c], blk)
-			delete(f.cat, blk)
-			return blk, true
+	best, from := uint32(0), -1
+	for k := c; k < fsmEmpty; k++ {
+		if blk, ok := f.byCat[k].Min(); ok && (from < 0 || blk < best) {
+			best, from = blk, k
 		}
 	}
-	return 0, false
+	if from < 0 {
+		blk, ok := f.byCat[fsmEmpty].Min()
+		if !ok {
+			return 0, false
+		}
+		best, from = blk, fsmEmpty
+	}
+	f.byCat[from].Delete(best)
+	delete(f.cat, best)
+	return best, true
 }
 
 // forgetFrom forgets every recorded block at or past n (a heap cut back
@@ -112,7 +139,7 @@ func (f *freeSpaceMap) forgetFrom(n uint32) {
 	defer f.mu.Unlock()
 	for blk, c := range f.cat {
 		if blk >= n {
-			delete(f.byCat[c], blk)
+			f.byCat[c].Delete(blk)
 			delete(f.cat, blk)
 		}
 	}
@@ -143,9 +170,9 @@ func (f *freeSpaceMap) restore(blocks []fsmBlock) {
 	defer f.mu.Unlock()
 	for _, b := range blocks {
 		if old, ok := f.cat[b.blk]; ok {
-			delete(f.byCat[old], b.blk)
+			f.byCat[old].Delete(b.blk)
 		}
 		f.cat[b.blk] = b.cat
-		f.byCat[b.cat][b.blk] = struct{}{}
+		f.byCat[b.cat].ReplaceOrInsert(b.blk)
 	}
 }

@@ -3,8 +3,11 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"mvkv/internal/heap"
 )
 
 func TestFreeSpaceMapTake(t *testing.T) {
@@ -60,4 +63,82 @@ func TestInsertsReuseVacuumedSpace(t *testing.T) {
 	if n := db.pool.NBlocks(); n > blocks {
 		t.Errorf("the heap grew from %d to %d blocks although vacuum had emptied it", blocks, n)
 	}
+}
+
+// The map hands out the lowest block with room first, whatever its
+// category, and empty pages last (lowest first among them).
+func TestFreeSpaceMapTakesLowestBlockFirst(t *testing.T) {
+	var f freeSpaceMap
+	f.init()
+	for _, b := range []struct {
+		blk  uint32
+		free int
+	}{{90, 7000}, {40, 3000}, {70, 1100}, {10, heap.PageSize}, {55, 3000}, {5, heap.PageSize}, {60, 6000}} {
+		f.record(b.blk, b.free)
+	}
+	var got []uint32
+	for {
+		blk, ok := f.take(900)
+		if !ok {
+			break
+		}
+		got = append(got, blk)
+	}
+	if want := []uint32{40, 55, 60, 70, 90, 5, 10}; !slices.Equal(got, want) {
+		t.Fatalf("take order %v, want %v", got, want)
+	}
+	// A tuple too large for the low blocks goes to the lowest that fits.
+	f.record(3, 1000)
+	f.record(8, 5000)
+	f.record(2, heap.PageSize)
+	if blk, ok := f.take(4000); !ok || blk != 8 {
+		t.Fatalf("take(4000) = %d, %v; want 8", blk, ok)
+	}
+	f.forgetFrom(3)
+	if blk, ok := f.take(1); !ok || blk != 2 {
+		t.Fatalf("after forgetFrom(3): take(1) = %d, %v; want 2", blk, ok)
+	}
+}
+
+// After a mass delete and its vacuum, keys written again that do not fit
+// the insert targets go to the lowest emptied pages, not anywhere in the
+// heap, so that the pages above them stay empty.
+func TestKeysAfterMassDeleteFillTheFront(t *testing.T) {
+	off := false
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, VacuumTruncate: &off})
+	val := strings.Repeat("v", 5000) // one a page
+	for i := range 200 {
+		mustPut(t, db, fmt.Sprintf("old%03d", i), val)
+	}
+	for i := range 200 {
+		mustDelete(t, db, fmt.Sprintf("old%03d", i))
+	}
+	mustVacuum(t, db)
+	blocks := db.pool.NBlocks()
+	targets := map[uint32]bool{}
+	for i := range db.targets.blk {
+		targets[db.targets.blk[i].Load()] = true
+	}
+	var high uint32
+	for i := range 40 {
+		k := fmt.Sprintf("new%03d", i)
+		mustPut(t, db, k, val)
+		e := db.idx.get([]byte(k))
+		if e == nil {
+			t.Fatalf("%s not in the index", k)
+		}
+		if b := e.headTID().Block; !targets[b] {
+			high = max(high, b)
+		}
+	}
+	if n := db.pool.NBlocks(); n != blocks {
+		t.Fatalf("the heap grew from %d to %d blocks with 160 pages free", blocks, n)
+	}
+	// 40 keys, a page each: those not on an insert target on the lowest
+	// 40 blocks.
+	if high >= 40 {
+		t.Fatalf("a new key landed on block %d, above the lowest 40 of %d", high, blocks)
+	}
+	db.Close()
 }
