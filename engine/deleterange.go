@@ -220,26 +220,13 @@ func (t *Txn) deleteRange(start, end []byte, op writeOp, fn func(key []byte, old
 }
 
 // lockRange takes the row lock of every key in the index's [start, end),
-// in key order, a batch of deleteRangeBatch keys at a time: the index's
-// lock is a leaf, so the keys are listed under it and locked after.
+// in key order. The index's walk calls back outside its lock, a leaf,
+// so a lock wait here holds nothing of the index.
 func (t *Txn) lockRange(start, end []byte) error {
-	var batch []*indexEntry
-	from := start
-	for {
-		batch = batch[:0]
-		n := deleteRangeBatch
-		t.db.idx.ascendRange(from, end, func(e *indexEntry) bool {
-			batch = append(batch, e)
-			return len(batch) < n
-		})
-		for _, e := range batch {
-			if err := t.Lock([]byte(e.key())); err != nil {
-				return err
-			}
-		}
-		if len(batch) < n {
-			return nil
-		}
-		from = append([]byte(batch[len(batch)-1].key()), 0)
-	}
+	var err error
+	t.db.idx.ascendRange(start, end, func(e *indexEntry) bool {
+		err = t.Lock([]byte(e.key()))
+		return err == nil
+	})
+	return err
 }

@@ -465,6 +465,20 @@ func encodeIndexHeads(changes []headChange) []byte {
 	return b
 }
 
+// logHeadChanges logs changes (none: nothing) in recIndexHeads records,
+// maxHeadChanges a record, before the caller logs the page they belong
+// to; a failed insert fails the database.
+func (db *DB) logHeadChanges(changes []headChange) error {
+	for len(changes) > 0 {
+		batch := changes[:min(len(changes), maxHeadChanges)]
+		changes = changes[len(batch):]
+		if _, _, err := db.wal.Insert(recIndexHeads, 0, encodeIndexHeads(batch)); err != nil {
+			return db.fail(err)
+		}
+	}
+	return nil
+}
+
 // decodeIndexHeads decodes recIndexHeads's payload. Every length it reads
 // is checked against the payload, MaxKeySize and the empty key (which no
 // write makes), so a malformed record

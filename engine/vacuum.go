@@ -902,14 +902,12 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	// One record carries the page's changes (a slot each at most, far
 	// below maxHeadChanges): a record a key was a fifth of the WAL a
 	// vacuum after a mass delete wrote.
-	if len(done) > 0 {
-		changes := make([]headChange, len(done))
-		for i, m := range done {
-			changes[i] = headChange{key: []byte(m.e.key()), head: m.newHead}
-		}
-		if _, _, err := db.wal.Insert(recIndexHeads, 0, encodeIndexHeads(changes)); err != nil {
-			return db.fail(err)
-		}
+	changes := make([]headChange, len(done))
+	for i, m := range done {
+		changes[i] = headChange{key: []byte(m.e.key()), head: m.newHead}
+	}
+	if err := db.logHeadChanges(changes); err != nil {
+		return err
 	}
 	if err := db.logPrunePage(buf, pp, 0, "vacuum of", staged); err != nil {
 		return err

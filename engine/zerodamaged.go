@@ -153,16 +153,12 @@ func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 	// The drops are logged before the page is, in records of the
 	// page's changes (recIndexHeads): one, unless the index named more
 	// slots of the page than a record holds.
-	for rest := dropped; len(rest) > 0; {
-		batch := rest[:min(len(rest), maxHeadChanges)]
-		rest = rest[len(batch):]
-		changes := make([]headChange, len(batch))
-		for i, e := range batch {
-			changes[i] = headChange{key: []byte(e.key()), head: heap.InvalidTID}
-		}
-		if _, _, err := db.wal.Insert(recIndexHeads, 0, encodeIndexHeads(changes)); err != nil {
-			return db.fail(err)
-		}
+	changes := make([]headChange, len(dropped))
+	for i, e := range dropped {
+		changes[i] = headChange{key: []byte(e.key()), head: heap.InvalidTID}
+	}
+	if err := db.logHeadChanges(changes); err != nil {
+		return err
 	}
 	for _, e := range dropped {
 		e.head.Store(heap.InvalidTID.Pack())
