@@ -92,8 +92,8 @@ var knobs = map[string]func(c *Config, v string) error{
 	// locks when the commit record is in the WAL, off when it is durable.
 	"early_lock_release": engineKnob("early_lock_release", nil),
 	"target": func(c *Config, v string) error {
-		if v != "engine" && v != "pebble" && !strings.HasPrefix(v, "postgres=") {
-			return fmt.Errorf("want engine, pebble or postgres=URL")
+		if v != "engine" && v != "pebble" && !strings.HasPrefix(v, "postgres=") && !strings.HasPrefix(v, "resp=") {
+			return fmt.Errorf("want engine, pebble, postgres=URL or resp=ADDR")
 		}
 		c.Target = v
 		return nil
@@ -472,7 +472,7 @@ func sweep(ctx context.Context, cfg Config, out, log io.Writer) error {
 	}
 	if len(targets) > 1 {
 		for _, t := range targets {
-			if !strings.HasPrefix(t, "postgres=") {
+			if _, server := targetKind(t); !server {
 				dirs[t] = filepath.Join(cfg.Dir, t)
 			}
 		}
@@ -613,29 +613,38 @@ func collapse(names []string, cells []sweepCell) []sweepCell {
 	return out
 }
 
-// knobApplies reports whether a target of kind (engine, pebble, postgres)
-// has any use for the knob.
+// knobApplies reports whether a target of kind (engine, pebble, postgres,
+// resp) has any use for the knob. A disk model wraps the files of the
+// targets the bench opens itself; a RESP server keeps its own settings
+// (the bench sets none of them over the wire).
 func knobApplies(knob, kind string) bool {
 	switch knob {
-	case "wal_flusher", "vm", "visibility_map", "clog_locking", "clog_group_update", "early_lock_release":
+	case "wal_flusher", "vm", "visibility_map", "clog", "clog_locking", "clog_group_update", "early_lock_release":
 		return kind == "engine"
 	case "commit_delay", "commit_siblings":
-		return kind != "pebble"
+		return kind == "engine" || kind == "postgres"
+	case "synchronous_commit":
+		return kind != "resp"
+	case "fsync_latency", "disk_rotation":
+		return kind == "engine" || kind == "pebble"
 	}
 	return true
 }
 
-// targetKind returns a target spec's kind ("postgres" for "postgres=URL")
-// and whether it is a server, to which disk models and calc do not apply.
+// targetKind returns a target spec's kind ("postgres" for "postgres=URL",
+// "resp" for "resp=ADDR") and whether it is a server, to which disk models
+// and calc do not apply.
 func targetKind(spec string) (string, bool) {
-	if strings.HasPrefix(spec, "postgres=") {
-		return "postgres", true
+	for _, kind := range []string{"postgres", "resp"} {
+		if strings.HasPrefix(spec, kind+"=") {
+			return kind, true
+		}
 	}
 	return spec, false
 }
 
-// shown returns knob values as the table shows them: a PostgreSQL target
-// as "postgres", without its URL.
+// shown returns knob values as the table shows them: a server target as
+// its kind ("postgres", "resp"), without its URL or address.
 func shown(names, values []string) []string {
 	out := make([]string, len(values))
 	for i, v := range values {

@@ -331,6 +331,50 @@ func TestSweepTargets(t *testing.T) {
 	}
 }
 
+// TestSweepTargetsWithRESP sweeps the engine against a RESP server: the
+// server is loaded over the wire (no subdirectory is made for it), runs
+// once per client count whatever the engine-only knobs, and its invariant
+// is checked.
+func TestSweepTargetsWithRESP(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	resp := "resp=" + startRESP(t)
+	cfg := Config{
+		Target: "engine", Dir: dir, Scale: 1, Accounts: testAccounts, Workload: TPCB,
+		Clients: 2, Threads: 1, Transactions: 10,
+		Options: TargetOptions{SynchronousCommit: true},
+		Sweep: []Axis{
+			{Name: "target", Values: []string{"engine", resp}},
+			{Name: "wal_flusher", Values: []string{"serial", "pipelined"}},
+			{Name: "clients", Values: []string{"1", "2"}},
+		},
+	}
+	var out, log bytes.Buffer
+	if err := Main(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("sweep: %v\nlog:\n%s", err, log.String())
+	}
+	var got []string
+	for _, r := range tableRows(t, out.String()) {
+		got = append(got, strings.Join(r[:3], " "))
+	}
+	want := []string{"engine serial 1", "engine serial 2", "engine pipelined 1", "engine pipelined 2", "resp  1", "resp  2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows %q, want %q:\n%s", got, want, out.String())
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "engine" {
+		t.Errorf("the sweep's directory holds %v, want the engine's subdirectory only", ents)
+	}
+	for _, want := range []string{"invariant (engine): ok", "invariant (resp): ok"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // A sweep over targets refuses a directory holding anything but its
 // targets' subdirectories: it would put them inside, say, a loaded data
 // directory, which then holds strangers.
@@ -410,7 +454,7 @@ func tableRows(t *testing.T, s string) [][]string {
 func TestCollapse(t *testing.T) {
 	names := []string{"target", "wal_flusher", "commit_delay", "clients"}
 	var cells []sweepCell
-	for _, tg := range []string{"engine", "pebble", "postgres=postgres:///x"} {
+	for _, tg := range []string{"engine", "pebble", "postgres=postgres:///x", "resp=127.0.0.1:7379"} {
 		for _, f := range []string{"serial", "pipelined"} {
 			for _, d := range []string{"0", "10"} {
 				for _, n := range []string{"1", "8"} {
@@ -428,6 +472,7 @@ func TestCollapse(t *testing.T) {
 		"engine pipelined 0 1", "engine pipelined 0 8", "engine pipelined 10 1", "engine pipelined 10 8",
 		"pebble   1", "pebble   8",
 		"postgres  0 1", "postgres  0 8", "postgres  10 1", "postgres  10 8",
+		"resp   1", "resp   8",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("collapse gave\n%q\nwant\n%q", got, want)

@@ -107,7 +107,11 @@ Sweep options:
                            calc = clients x sync rate of the disk model,
                            ratio, WAL syncs/s, commits/sync) instead of
                            the report; data is loaded once per target and
-                           reused
+                           reused. target takes engine, pebble,
+                           postgres=URL and resp=ADDR; a knob a target has
+                           no use for (wal_flusher off the engine, anything
+                           but clients on a RESP server, which keeps its
+                           own settings) runs once for it
   --repeat=NUM             run each cell NUM times; the table shows mean
                            and standard deviation (default: 1), and for a
                            swept knob with two values, whether their
@@ -379,10 +383,18 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if fsyncLatency > 0 && diskRotation > 0 {
 		return fail("--fsync-latency and --disk-rotation are two disk models; give one")
 	}
-	if set["resp-password"] && !strings.HasPrefix(target, "resp=") {
+	// --resp-mode and --resp-password apply to a resp=ADDR target, given
+	// by --target or among a sweep's targets.
+	resp := strings.HasPrefix(target, "resp=")
+	for _, a := range sweeps {
+		if a.Name == "target" && slices.ContainsFunc(a.Values, func(v string) bool { return strings.HasPrefix(v, "resp=") }) {
+			resp = true
+		}
+	}
+	if set["resp-password"] && !resp {
 		return fail("--resp-password applies to a resp=ADDR target only")
 	}
-	if set["resp-mode"] && !strings.HasPrefix(target, "resp=") {
+	if set["resp-mode"] && !resp {
 		return fail("--resp-mode applies to a resp=ADDR target only")
 	}
 	if init && dir == "" && !strings.HasPrefix(target, "postgres=") && !strings.HasPrefix(target, "resp=") {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,11 +113,29 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--commit-delay", "10", "--sweep", "commit_delay=0,10"},
 		{"--fsync-latency", "1ms", "--disk-rotation", "100"},
 		{"--resp-mode", "watch"},
+		{"--resp-mode", "watch", "--sweep", "target=engine,pebble"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %s)", args, code, errb.String())
 		}
+	}
+}
+
+// --resp-mode applies when a sweep's targets include a RESP server: the
+// run goes as far as connecting to it (nothing listens at the address).
+func TestBenchRESPModeWithSweptTarget(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var out, errb bytes.Buffer
+	args := []string{"bench", "--dir", t.TempDir(), "--resp-mode", "watch", "-t", "1", "--sweep", "target=resp=" + addr}
+	code := run(args, &out, &errb)
+	if code == 0 || code == 2 || !strings.Contains(errb.String(), addr) {
+		t.Errorf("exit %d, want a failed connection to %s (stderr %s)", code, addr, errb.String())
 	}
 }
 
