@@ -18,6 +18,9 @@ var (
 	// transaction that committed after this transaction's snapshot was taken
 	// (first updater wins, as PostgreSQL's "could not serialize access due to
 	// concurrent update"). The transaction must be rolled back and retried.
+	// With early lock release that commit may not be durable yet: a
+	// caller that reports the failure rather than retrying calls
+	// Txn.WaitObserved first (DB.Update does).
 	ErrSerializationFailure = errors.New("mvkv: could not serialize access due to concurrent update")
 	// ErrDeadlock: waiting for a row lock would close a cycle of waiters; this
 	// transaction was chosen to fail. Roll back and retry.

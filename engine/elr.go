@@ -117,7 +117,8 @@ func (db *DB) EarlyLockRelease() bool { return db.elr.Load() }
 // Txn.Commit), at once when it already is. Commit waits for this itself;
 // WaitObserved is for a caller that reports something it read in a
 // transaction it rolls back (an error such as "value is not an integer"
-// tells what the value was), and may be called after Rollback. It returns
+// tells what the value was, and ErrSerializationFailure that another
+// transaction changed the key), and may be called after Rollback. It returns
 // ErrWALSyncFailed if the flush failed, and then what was read must not be
 // reported. Like the Txn, it is not safe for concurrent use.
 func (t *Txn) WaitObserved() error { return t.db.waitDurable(t.dep) }

@@ -1298,7 +1298,12 @@ func (db *DB) releaseLocks(st *txnState) {
 // that pause, Update returns an error wrapping both ctx's error and the
 // last failure (errors.Is matches either); after Close, ErrClosed. fn may
 // therefore run more than once: it must not have
-// effects outside the transaction. Any other error from fn rolls back and is
+// effects outside the transaction. A serialization failure tells that
+// another transaction changed a key fn wrote; with early lock release
+// that commit may not be durable yet, so when Update runs out of reruns
+// (or ctx ends) it returns the failure only once the WAL is durable past
+// every commit the last run may have observed, as Commit waits (or
+// ErrWALSyncFailed if that flush fails). Any other error from fn rolls back and is
 // returned. If fn panics, the transaction is rolled back (its row locks
 // released) and the panic continues. fn must not itself write, in another
 // transaction, a key it has written in t: the inner transaction would wait
@@ -1345,9 +1350,14 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 		ctx = context.Background()
 	}
 	var err error
+	var dep wal.LSN // of the last run that failed retryably
 	for attempt := 0; attempt < db.opts.MaxRetries; attempt++ {
 		if attempt > 0 {
 			if werr := db.retryWait(ctx, attempt, err); werr != nil {
+				// It wraps the last failure: held as below.
+				if derr := db.waitDurable(dep); derr != nil {
+					return derr
+				}
 				return werr
 			}
 		}
@@ -1363,6 +1373,7 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 		if err = callFn(t, fn); err != nil {
 			t.Rollback()
 			if IsRetryable(err) {
+				dep = t.dep
 				continue
 			}
 			// What fn returns may rest on what it read (ErrNotFound
@@ -1376,6 +1387,14 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 		if err = t.Commit(); err == nil || !IsRetryable(err) {
 			return err
 		}
+		dep = t.dep
+	}
+	// Out of runs. The last one's serialization failure says that
+	// another transaction changed a key it wrote: with early lock
+	// release, a commit a crash could still take away, so the failure is
+	// returned only once that commit is durable, as a result would be.
+	if werr := db.waitDurable(dep); werr != nil {
+		return werr
 	}
 	return err
 }
