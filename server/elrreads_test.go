@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"mvkv/engine"
+	"mvkv/vfs"
+)
+
+// TestEarlyLockReleaseEveryReadReply holds the WAL sync of another
+// client's SET that creates a key, visible early, while clients send each
+// command that reads it, counts it or lists it (EXISTS, MGET, TYPE,
+// STRLEN, TTL, KEYS, SCAN, DBSIZE, RANDOMKEY, INFO keyspace, a MULTI block
+// reading it): none is answered before the SET is durable. Once the sync
+// is let through each is answered with the key in; when the sync fails
+// instead, none tells of the key: each gets an error (INFO, a
+// keyspace_error line).
+func TestEarlyLockReleaseEveryReadReply(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		name := "sync succeeds"
+		if fail {
+			name = "sync fails"
+		}
+		t.Run(name, func(t *testing.T) { everyReadReply(t, fail) })
+	}
+}
+
+func everyReadReply(t *testing.T, fail bool) {
+	ffs := vfs.NewFaultFS(vfs.OS{})
+	g := &gateFS{FS: ffs, blocked: make(chan struct{}, 64)}
+	on := true
+	db, err := engine.Open(t.TempDir(), engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &on, LockTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{s: New(db, Config{}), db: db, addr: ln.Addr().String()}
+	go ts.s.Serve(context.Background(), ln)
+	defer func() {
+		g.open()
+		// After a failed sync the shutdown checkpoint and Close report it.
+		ts.s.Shutdown(context.Background())
+		db.Close()
+	}()
+	a := ts.raw(t)
+	a.cmd("SET", "k", "old")
+	a.expect("+OK\r\n")
+	// INFO keeps its count of the keys while no commit changes it: one
+	// now, which the SET below must not leave in use.
+	a.cmd("INFO", "keyspace")
+	if got := a.reply(); !strings.Contains(got, "db0:keys=1,") {
+		t.Fatalf("INFO keyspace = %q; want one key", got)
+	}
+	m := ts.raw(t)
+	m.cmd("MULTI")
+	m.expect("+OK\r\n")
+	m.cmd("GET", "n")
+	m.expect("+QUEUED\r\n")
+	m.cmd("EXISTS", "n")
+	m.expect("+QUEUED\r\n")
+
+	setInFlight(t, ts, g, a, "n", "new")
+	type read struct {
+		args []string
+		want string // in the reply once the SET is durable
+	}
+	reads := []read{
+		{[]string{"EXISTS", "n"}, ":1\r\n"},
+		{[]string{"MGET", "k", "n"}, "$3\r\nnew\r\n"},
+		{[]string{"TYPE", "n"}, "+string\r\n"},
+		{[]string{"STRLEN", "n"}, ":3\r\n"},
+		{[]string{"TTL", "n"}, ":-1\r\n"},
+		{[]string{"KEYS", "*"}, "$1\r\nn\r\n"},
+		{[]string{"SCAN", "0"}, "$1\r\nn\r\n"},
+		{[]string{"DBSIZE"}, ":2\r\n"},
+		{[]string{"RANDOMKEY"}, "$1\r\n"},
+		{[]string{"INFO", "keyspace"}, "db0:keys=2,"},
+		{[]string{"EXEC"}, "*2\r\n$3\r\nnew\r\n:1\r\n"},
+	}
+	clients := make([]*raw, len(reads))
+	for i, rd := range reads {
+		if rd.args[0] == "EXEC" {
+			clients[i] = m
+		} else {
+			clients[i] = ts.raw(t)
+		}
+		clients[i].cmd(rd.args...)
+	}
+	noReplyYet(t, a, "SET")
+	for i, rd := range reads {
+		noReplyYet(t, clients[i], strings.Join(rd.args, " ")+" of an undurable write")
+	}
+	if fail {
+		ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpDatasync), Contains: "/wal/"})
+	}
+	g.open()
+	if got := a.reply(); fail != strings.HasPrefix(got, "-") {
+		t.Fatalf("SET replied %q (sync fails: %v)", got, fail)
+	}
+	for i, rd := range reads {
+		got := clients[i].reply()
+		what := strings.Join(rd.args, " ")
+		switch {
+		case !fail && !strings.Contains(got, rd.want):
+			t.Errorf("%s = %q; want %q in it", what, got, rd.want)
+		case fail && rd.args[0] == "INFO":
+			if !strings.Contains(got, "keyspace_error:") || strings.Contains(got, "db0:") {
+				t.Errorf("%s after the SET's sync failed = %q; want a keyspace_error line and no count", what, got)
+			}
+		case fail && !strings.HasPrefix(got, "-"):
+			t.Errorf("%s after the SET's sync failed = %q; want an error", what, got)
+		}
+	}
+}
