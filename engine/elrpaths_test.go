@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -336,4 +337,80 @@ func TestEarlyLockReleaseFailedFlushAfterOverwrite(t *testing.T) {
 	}
 	// And it takes writes again.
 	mustPut(t, db, "a", "again")
+}
+
+// TestBackupOfEarlyReleasedCommit takes a Backup while an early-released
+// commit's WAL sync is held: Backup does not return before that commit is
+// durable; then the copy holds it. When the sync fails instead, Backup
+// fails and leaves no copy, rather than hand out a copy holding (or
+// claiming) a commit the database itself may lose.
+func TestBackupOfEarlyReleasedCommit(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync fails %v", fail), func(t *testing.T) {
+			m, ffs := faultMemDir(t)
+			g := newWALGate(ffs)
+			on := true
+			db := openTest(t, "/db", Options{FS: g, CheckpointTimeout: -1, WALWriterDelay: time.Hour, EarlyLockRelease: &on})
+			defer db.Close()
+			defer g.open()
+			ctx := context.Background()
+			mustPut(t, db, "a", "old")
+			early := db.earlyCommits.Load()
+			g.shut()
+			writer := make(chan error, 1)
+			go func() {
+				writer <- db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("a"), []byte("new")) })
+			}()
+			<-g.blocked
+			for deadline := time.Now().Add(10 * time.Second); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the commit did not become visible while its flush waited")
+				}
+			}
+			before := db.Stats()
+			backup := make(chan error, 1)
+			go func() { _, err := db.Backup(ctx, "/bk"); backup <- err }()
+			// The Backup's checkpoint asks for a flush, which waits for
+			// the held sync.
+			for deadline := time.Now().Add(10 * time.Second); db.Stats().WAL.FlushRequests == before.WAL.FlushRequests; time.Sleep(time.Millisecond) {
+				if err, ok := returned(backup); ok {
+					t.Fatalf("Backup returned %v while the commit's flush is held", err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("Backup asked for no flush in 10 s")
+				}
+			}
+			if err, ok := returned(backup); ok {
+				t.Fatalf("Backup returned %v while the commit's flush is held", err)
+			}
+			if fail {
+				ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpDatasync), Contains: "/wal/"})
+			}
+			g.open()
+			err, werr := <-backup, <-writer
+			if fail {
+				if !errors.Is(err, ErrWALSyncFailed) || !errors.Is(werr, ErrWALSyncFailed) {
+					t.Fatalf("after the WAL sync failed: Backup %v, the commit %v; want ErrWALSyncFailed", err, werr)
+				}
+				for _, d := range []string{"/bk", "/bk.partial"} {
+					if _, err := m.Stat(d); err == nil {
+						t.Fatalf("a failed Backup left %s", d)
+					}
+				}
+				return
+			}
+			if err != nil || werr != nil {
+				t.Fatalf("Backup %v, the commit %v", err, werr)
+			}
+			c := m.CrashCopy(vfs.DropUnsynced, nil)
+			bk, err := Open("/bk", Options{FS: c, CheckpointTimeout: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bk.Close()
+			if v, _ := get(t, bk, "a"); v != "new" {
+				t.Fatalf("the copy holds a = %q; want new", v)
+			}
+		})
+	}
 }
