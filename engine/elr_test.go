@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"mvkv/internal/heap"
 	"mvkv/vfs"
+	"mvkv/wal"
 )
 
 // returned reports whether ch has a value, without waiting.
@@ -248,17 +250,28 @@ func (f slowFile) Sync() error     { time.Sleep(f.delay); return f.File.Sync() }
 // of asynchronous commits are exempt, as PostgreSQL's synchronous_commit
 // off allows, and so are results whose transaction had not returned.
 func TestEarlyLockReleaseCrashLadder(t *testing.T) {
-	elrCrashLadder(t, false)
+	elrCrashLadder(t, false, false)
+}
+
+// TestEarlyLockReleaseCrashLadderCheckpoints is the early lock release
+// crash ladder with checkpoints in a loop racing the commits (each one
+// writes heap, map and CLOG pages holding early-released commits whose
+// records may not be durable yet, then the index and control files) and
+// a buffer pool of 16 pages, which writes pages out between them.
+func TestEarlyLockReleaseCrashLadderCheckpoints(t *testing.T) {
+	elrCrashLadder(t, false, true)
 }
 
 // elrCrashLadder is TestEarlyLockReleaseCrashLadder's workload and checks.
+// With ckpt set, a checkpoint runs in a loop beside it, with a buffer
+// pool of 16 pages.
 // With skip set, the parts that let readers skip work run beside it: a
 // buffer pool of 16 pages (evictions write pages between checkpoints), a
 // vacuum in a loop that freezes every committed version below the horizon
 // and sets map bits, and readers that list the markers with ScanKeys,
 // answered from the visibility map where a page is all-visible, and
 // require every synchronous commit whose marker a committed listing saw.
-func elrCrashLadder(t *testing.T, skip bool) {
+func elrCrashLadder(t *testing.T, skip, ckpt bool) {
 	seed := testSeed(t, *ladderSeed)
 	sample := *ladderSample
 	if sample <= 0 {
@@ -275,6 +288,11 @@ func elrCrashLadder(t *testing.T, skip bool) {
 		WALWriterDelay: 5 * time.Millisecond, EarlyLockRelease: &on, SharedBuffers: 2 << 20}
 	if skip {
 		opts.SharedBuffers, opts.VacuumFreezeMinAge, opts.Autovacuum = 16*heap.PageSize, -1, noAutovacuum
+	}
+	marker := []byte("1")
+	if ckpt {
+		// Markers of 1 KiB fill more pages than the pool holds.
+		opts.SharedBuffers, marker = 16*heap.PageSize, bytes.Repeat([]byte("1"), 1024)
 	}
 	db := openTest(t, "/db", opts)
 
@@ -348,7 +366,7 @@ func elrCrashLadder(t *testing.T, skip bool) {
 					errc <- err
 					return
 				}
-				if err := tx.Put([]byte("m/"+name), []byte("1")); err != nil {
+				if err := tx.Put([]byte("m/"+name), marker); err != nil {
 					errc <- err
 					return
 				}
@@ -376,7 +394,26 @@ func elrCrashLadder(t *testing.T, skip bool) {
 			}
 		}()
 	}
-	var vacuums, frozen, listings atomic.Uint64
+	var vacuums, frozen, listings, checkpoints atomic.Uint64
+	if ckpt {
+		wg.Go(func() {
+			for last := wal.LSN(0); !stop.Load(); {
+				// Paced, not to spin through idle checkpoints on
+				// the cores the commits need.
+				if end := db.wal.InsertLSN(); end == last {
+					time.Sleep(100 * time.Microsecond)
+					continue
+				} else {
+					last = end
+				}
+				if err := db.Checkpoint(); err != nil {
+					errc <- err
+					return
+				}
+				checkpoints.Add(1)
+			}
+		})
+	}
 	if skip {
 		wg.Go(func() {
 			for !stop.Load() {
@@ -492,6 +529,12 @@ func elrCrashLadder(t *testing.T, skip bool) {
 	}
 	t.Logf("seed %d: %d file-system operations, %d crash copies checked, %d results required durable, %d early commits, %d dependency waits",
 		seed, points, checked, len(required), st.Txn.EarlyCommits, st.Txn.DependencyWaits)
+	if ckpt {
+		if checkpoints.Load() == 0 {
+			t.Fatalf("seed %d: no checkpoint ran beside the commits", seed)
+		}
+		t.Logf("seed %d: %d checkpoints, %d buffer evictions", seed, checkpoints.Load(), st.Buffers.Evictions)
+	}
 	if skip {
 		if vacuums.Load() == 0 || frozen.Load() == 0 || st.Index.AllVisible == 0 {
 			t.Fatalf("seed %d: %d vacuums froze %d versions, %d keys answered from the map: the workload no longer lets readers skip work",

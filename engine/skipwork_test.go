@@ -746,7 +746,7 @@ func TestHintBitWaitsForEarlyReleasedCommit(t *testing.T) {
 // durable, would recover without a commit that was acknowledged or that
 // a committed reader had seen.
 func TestEarlyLockReleaseCrashLadderSkippingWork(t *testing.T) {
-	elrCrashLadder(t, true)
+	elrCrashLadder(t, true, false)
 }
 
 var modelSteps = flag.Int("freeze.steps", 500, "TestFreezeTruncateModel: steps per run (250 by default under -race)")
