@@ -19,9 +19,10 @@ import (
 // free, its flush held), then observes it, and returns what its caller
 // would be told. want is what op returns once the flush has succeeded.
 type elrPathCase struct {
-	name string
-	op   func(db *DB, publish func()) error
-	want error
+	name    string
+	op      func(db *DB, publish func()) error
+	want    error
+	retries int // Options.MaxRetries; 1 if 0
 }
 
 // elrPathCases are the read and write paths of TestEarlyLockReleaseEveryPathWaits.
@@ -127,6 +128,24 @@ func elrPathCases() []elrPathCase {
 				})
 			},
 		},
+		{
+			// The same failure, returned (wrapped with the context's
+			// error) because the context ended before the rerun.
+			name: "DB.Update whose context ends before a rerun after a serialization failure", want: ErrSerializationFailure, retries: 2,
+			op: func(db *DB, publish func()) error {
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				return db.Update(cctx, func(tx *Txn) error {
+					if _, err := tx.Get([]byte("b")); err != nil {
+						return err
+					}
+					publish()
+					err := tx.Put([]byte("a"), []byte("mine"))
+					cancel()
+					return err
+				})
+			},
+		},
 	}
 }
 
@@ -150,8 +169,9 @@ func elrPathWaits(t *testing.T, c elrPathCase, fail bool) {
 	m, ffs := faultMemDir(t)
 	g := newWALGate(ffs)
 	on := true
-	// One run of DB.Update, so that a serialization failure is returned.
-	db := openTest(t, "/db", Options{FS: g, CheckpointTimeout: -1, WALWriterDelay: time.Hour, EarlyLockRelease: &on, MaxRetries: 1})
+	// One run of DB.Update unless the case says, so that a serialization
+	// failure is returned.
+	db := openTest(t, "/db", Options{FS: g, CheckpointTimeout: -1, WALWriterDelay: time.Hour, EarlyLockRelease: &on, MaxRetries: max(1, c.retries)})
 	defer db.Close()
 	defer g.open() // before Close, which waits for the held commits, when the test fails
 	ctx := context.Background()
