@@ -100,7 +100,11 @@
 // commits no caller was told of, directly or through what it read. The
 // promise covers what a transaction read once its Commit returned nil: a
 // value returned by Get inside a transaction that is then rolled back (or
-// whose Commit failed) carries none (Txn.WaitObserved gives it one). If the
+// whose Commit failed) carries none (Txn.WaitObserved gives it one). An
+// ErrSerializationFailure tells of a commit too (another transaction
+// changed the key): DB.Update returns one it gives up on only once that
+// commit is durable, and a caller that reports one from its own Txn calls
+// WaitObserved first. If the
 // flush fails, the commit, every transaction that waits for it and every
 // later one that could see it fail with ErrWALSyncFailed, and reopening
 // recovers to the last durable state. The CLOG is set with the record's
