@@ -41,7 +41,9 @@
 // (google/btree) maps a key to the newest version; each checkpoint writes
 // it to the index file, and Open loads that and applies the key changes
 // the WAL holds since, so that opening does not read the heap (it is
-// rebuilt from the heap only when the file is missing or damaged). A version whose creator committed before
+// rebuilt from the heap when the file is missing, damaged, of another
+// checkpoint or database, or names versions of WAL records the log no
+// longer reaches). A version whose creator committed before
 // every open snapshot is where every reader stops, so the versions below
 // it may be freed page by page wherever they lie; a link that leads to a
 // freed or reused slot is recognized as such and ends the walk.

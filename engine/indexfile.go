@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"slices"
 
@@ -46,6 +47,11 @@ import (
 // two copies of one directory that were written differently and reached a
 // checkpoint at the same LSN: their files would otherwise look alike, and
 // each copy's index points at slots that hold other versions in the other.
+// A head may be of a record after the checkpoint's (the file is read
+// after it): the file also says how far past its checkpoint record the WAL
+// must reach, and Open does not use it if the log ends before that (the
+// WAL after the checkpoint was lost, cut or replaced), since its heads
+// would then name versions that no page holds and no record replays.
 // A file from an older checkpoint, another database or another format
 // version, or one whose checksum fails, is not used: the index is rebuilt
 // from the heap and the log says why and how long that took. The header
@@ -69,11 +75,16 @@ import (
 // Format (little-endian; part of the format, do not change):
 //
 //	header, 80 bytes:
-//	 0 magic 8 | 8 version 4 | 12 flags 4 | 16 redo LSN 8 | 24 checkpoint LSN 8
+//	 0 magic 8 | 8 version 4 | 12 WAL needed 4 | 16 redo LSN 8
+//	24 checkpoint LSN 8
 //	32 keys 8  | 40 RelFrozenXid 8 | 48 dead versions 8 | 56 FSM blocks 4
 //	60 vacuum's debt, chunks 4 (zero in version 3)
 //	64 system identifier 8 (the control file's: the database the file is of)
 //	72 checkpoint identifier 8 (the checkpoint record's)
+//	WAL needed: bytes of WAL past the checkpoint record's LSN that the
+//	  heads need (the log was flushed that far before the file was made
+//	  durable), at most 2^32-1 (a larger need is recorded as that, a
+//	  weaker check); zero in files written before the field was used
 //	keys, in strictly increasing order, each:
 //	  uvarint bytes shared with the previous key | uvarint length of the rest
 //	  | the rest | head block 4 | head slot 2
@@ -113,6 +124,9 @@ var errIndexFile = errors.New("index file not usable")
 
 // indexFileHeader is the file's first indexHeaderSize bytes.
 type indexFileHeader struct {
+	// walNeeded is how many bytes of WAL past checkpoint the file's
+	// heads need (0: none recorded).
+	walNeeded        uint32
 	redo, checkpoint wal.LSN
 	keys             uint64
 	relFrozenXid     uint64
@@ -127,7 +141,7 @@ func (h indexFileHeader) encode() []byte {
 	b := make([]byte, 0, indexHeaderSize)
 	b = binary.LittleEndian.AppendUint64(b, indexFileMagic)
 	b = binary.LittleEndian.AppendUint32(b, indexFileVersion)
-	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, h.walNeeded)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.redo))
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.checkpoint))
 	b = binary.LittleEndian.AppendUint64(b, h.keys)
@@ -143,6 +157,7 @@ func (h indexFileHeader) encode() []byte {
 // the caller has checked.
 func decodeIndexHeader(head []byte) indexFileHeader {
 	return indexFileHeader{
+		walNeeded:    binary.LittleEndian.Uint32(head[12:]),
 		redo:         wal.LSN(binary.LittleEndian.Uint64(head[16:])),
 		checkpoint:   wal.LSN(binary.LittleEndian.Uint64(head[24:])),
 		keys:         binary.LittleEndian.Uint64(head[32:]),
@@ -248,7 +263,11 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 			return 0, 0, failed("write", tmp, err)
 		}
 	}
-	hdr := indexFileHeader{redo: redo, checkpoint: ckpt, keys: keys,
+	// Every head above is of a record inserted by now, and the log is
+	// flushed this far below, before the file is made durable.
+	need := db.wal.InsertLSN()
+	hdr := indexFileHeader{walNeeded: uint32(min(uint64(need-min(need, ckpt)), math.MaxUint32)),
+		redo: redo, checkpoint: ckpt, keys: keys,
 		relFrozenXid: db.vac.relFrozenXid.Load(), dead: db.av.dead.Load(),
 		fsmBlocks: uint32(len(fsm)), debtChunks: uint32(len(debt)), systemID: db.systemID, checkpointID: ckptID}
 	head := hdr.encode()
@@ -272,7 +291,7 @@ func (db *DB) writeIndexFile(redo, ckpt wal.LSN, ckptID uint64) (keys uint64, si
 	// one since the checkpoint's record): lost with the file kept, the
 	// version they removed would be back after recovery, naming chunks
 	// the debt says are free.
-	if err := db.flushWAL(uint64(db.wal.InsertLSN())); err != nil {
+	if err := db.flushWAL(uint64(need)); err != nil {
 		return 0, 0, err
 	}
 	if err := f.Sync(); err != nil {
@@ -705,10 +724,11 @@ func (db *DB) noteRedoTouched(blk uint32, page []byte) {
 // vacuum's debt the file carries, the debt with the chunks the replayed
 // records listed (listed, noteListedChunks). bulkLSN is the LSN of the last
 // bulk load commit redo replayed (0: none); the file of a checkpoint whose
-// redo point is not past it is not used. It returns why the file was not
+// redo point is not past it is not used, nor one whose heads need WAL past
+// end, where the log recovered ends. It returns why the file was not
 // used ("" when it was), in which case the caller rebuilds from the heap;
 // the error is for failures that must stop Open.
-func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, changes map[string]heap.TID, listed map[chunkID]struct{}, replayedDead int64, bulkLSN wal.LSN) (string, error) {
+func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, end wal.LSN, changes map[string]heap.TID, listed map[chunkID]struct{}, replayedDead int64, bulkLSN wal.LSN) (string, error) {
 	// Room in the hash table for the keys redo added, so that applying
 	// them does not grow it (a growth moves a shard to a new array).
 	d, err := db.loadIndexFile(len(changes), func(h indexFileHeader) error {
@@ -721,7 +741,10 @@ func (db *DB) openIndex(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, ch
 			// replayed record names one by one.
 			return fmt.Errorf("a bulk load committed at %s, after the index file's checkpoint (redo %s)", bulkLSN, h.redo)
 		}
-		return checkpointMatches(h, ctrl, ckpts)
+		if err := checkpointMatches(h, ctrl, ckpts); err != nil {
+			return err
+		}
+		return walReaches(h, end)
 	})
 	if err != nil {
 		if errors.Is(err, errIndexFile) {
@@ -892,7 +915,7 @@ func checkpointMatches(h indexFileHeader, ctrl controlData, ckpts map[wal.LSN]ch
 // indexFileLooksUsable reads the index file's header only and reports
 // whether it names the checkpoint Open would accept (openIndex decides for
 // good, after redo, checksum included).
-func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]checkpointRecord) bool {
+func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]checkpointRecord, end wal.LSN) bool {
 	f, err := db.fs.OpenReadOnly(filepath.Join(db.dir, indexFileName))
 	if err != nil {
 		return false
@@ -905,5 +928,17 @@ func (db *DB) indexFileLooksUsable(ctrl controlData, ckpts map[wal.LSN]checkpoin
 	if binary.LittleEndian.Uint64(head) != indexFileMagic || binary.LittleEndian.Uint32(head[8:]) != indexFileVersion {
 		return false
 	}
-	return checkpointMatches(decodeIndexHeader(head), ctrl, ckpts) == nil
+	h := decodeIndexHeader(head)
+	return checkpointMatches(h, ctrl, ckpts) == nil && walReaches(h, end) == nil
+}
+
+// walReaches says why an index file whose header is h cannot be used with
+// a WAL that ends at end (nil when it can): its heads may be of records
+// past end, which recovery did not replay.
+func walReaches(h indexFileHeader, end wal.LSN) error {
+	if need := h.checkpoint + wal.LSN(h.walNeeded); end < need {
+		return fmt.Errorf("its heads need the WAL up to %s (%d bytes past its checkpoint at %s), but the log ends at %s: the WAL after its checkpoint was lost or cut",
+			need, h.walNeeded, h.checkpoint, end)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"mvkv/internal/heap"
 	"mvkv/vfs"
+	"mvkv/wal"
 )
 
 // indexTestDB opens a database on a fresh MemFS.
@@ -804,5 +805,70 @@ func replayIndexHeadRecords(t *testing.T, old bool) {
 	}
 	if want := (ladderState{"kept": "v kept", "moved": "v moved", "after": "v after"}); !maps.Equal(st, want) {
 		t.Fatalf("after recovery the keys are %v, want %v", st, want)
+	}
+}
+
+// TestIndexFileNeedsWALPastCheckpoint: the index file is read after its
+// checkpoint's record, so it can name versions of records after it (here
+// written by hand, as a checkpoint whose writers went on while it read the
+// index would). With the WAL from the first such record on lost (cut to
+// zeros, as a WAL that ended there), the file's heads name versions no page
+// holds and no record replays: Open must not use the file, rebuild from the
+// heap, and read the keys as the log left them.
+func TestIndexFileNeedsWALPastCheckpoint(t *testing.T) {
+	m, db := indexTestDB(t)
+	for i := range 20 {
+		mustPut(t, db, fmt.Sprintf("k%02d", i), "v0")
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ctrl, _, err := readControl(m, "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := db.wal.InsertLSN()
+	mustPut(t, db, "late", "v1")
+	mustPut(t, db, "k03", "v1")
+	if err := db.Update(context.Background(), func(tx *Txn) error { return tx.Delete([]byte("k04")) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.writeIndexFile(ctrl.RedoLSN, ctrl.CheckpointLSN, db.ckptID.Load()); err != nil {
+		t.Fatal(err)
+	}
+	c := m.CrashCopy(vfs.DropUnsynced, nil)
+	db.Close()
+	name, off := wal.SegmentFile(cut, db.opts.WALSegmentSize)
+	seg := filepath.Join("/db", walDir, name)
+	b, err := readMemFile(c, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(b[off:])
+	if err := writeMemFile(c, seg, b); err != nil {
+		t.Fatal(err)
+	}
+	for i, fromFile := range []bool{false, true} {
+		cdb, err := Open("/db", Options{FS: c, CheckpointTimeout: -1})
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		ri := cdb.Recovery()
+		st, err := scanState(cdb)
+		if err != nil {
+			cdb.Close()
+			t.Fatalf("open %d (index from the file %v): %v", i, ri.IndexFromFile, err)
+		}
+		rep, verr := cdb.Verify()
+		cdb.Close()
+		if ri.IndexFromFile != fromFile || (!fromFile && !strings.Contains(ri.IndexRebuildReason, "the log ends at")) {
+			t.Fatalf("open %d: index from the file %v (%q), want %v", i, ri.IndexFromFile, ri.IndexRebuildReason, fromFile)
+		}
+		if len(st) != 20 || st["k03"] != "v0" || st["k04"] != "v0" || st["late"] != "" {
+			t.Fatalf("open %d: %d keys, k03 %q, k04 %q, late %q: want the 20 keys as the checkpoint left them", i, len(st), st["k03"], st["k04"], st["late"])
+		}
+		if verr != nil || !rep.OK() {
+			t.Fatalf("open %d: verify: %v %v", i, verr, rep.Problems)
+		}
 	}
 }

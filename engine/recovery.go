@@ -223,7 +223,7 @@ func (db *DB) recover(ctrl controlData) error {
 		// usable one, a zeroed page is reported when it is first read
 		// instead (SetWritten below).
 		db.recovery.WrittenBlocks = uint32(min(ctrl.HeapBlocks, uint64(db.storage.NBlocks())))
-		if !db.indexFileLooksUsable(ctrl, ckpts) {
+		if !db.indexFileLooksUsable(ctrl, ckpts, end) {
 			if err := db.checkZeroedHeapPages(ctrl, scan); err != nil {
 				if !db.zeroDamaged.Load() {
 					return fmt.Errorf("%w; %s", truncNote(err), zeroDamagedHint)
@@ -372,7 +372,7 @@ func (db *DB) recover(ctrl controlData) error {
 	db.afterRedo.Store(true)
 	redoTime := time.Since(redoBegin)
 	indexBegin := time.Now()
-	reason, err := db.openIndex(ctrl, ckpts, changes, listed, replayedDead, bulkLSN)
+	reason, err := db.openIndex(ctrl, ckpts, end, changes, listed, replayedDead, bulkLSN)
 	if err != nil {
 		return err
 	}
