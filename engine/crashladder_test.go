@@ -330,12 +330,14 @@ var ladderPrunes, ladderVacuumPages atomic.Uint64
 // some lo <= k <= hi, that it verifies, and that reopening it, plainly and
 // after a crash during its own recovery, gives the same state.
 func checkRecovered(c *vfs.MemFS, states []ladderState, lo, hi int, rng *rand.Rand) error {
+	var fromFile bool // the last open's index came from the index file
 	open := func(fs vfs.FS) (ladderState, error) {
 		db, err := Open("/db", Options{FS: fs, SharedBuffers: 2 << 20, CheckpointTimeout: -1})
 		if err != nil {
 			return nil, fmt.Errorf("open: %w", err)
 		}
 		defer db.Close()
+		fromFile = db.Recovery().IndexFromFile
 		st, err := scanState(db)
 		if err != nil {
 			return nil, fmt.Errorf("scan: %w", err)
@@ -406,6 +408,11 @@ func checkRecovered(c *vfs.MemFS, states []ladderState, lo, hi int, rng *rand.Ra
 	}
 	if !maps.Equal(again, got) {
 		return fmt.Errorf("second open differs: %s", diffState(again, got))
+	}
+	// The first open ended with a clean Close, whose checkpoint wrote
+	// the index file the second one loads.
+	if !fromFile {
+		return fmt.Errorf("the open after a clean Close rebuilt the index from the heap")
 	}
 	if st, err := open(variant); err != nil {
 		return fmt.Errorf("opened %s: %w", how, err)
