@@ -987,3 +987,100 @@ func TestIndexFileEveryByteDamaged(t *testing.T) {
 	}
 	t.Logf("file of %d bytes (%d keys, %d free space entries): %d damaged copies opened", len(good), d.hdr.keys, d.hdr.fsmBlocks, opens)
 }
+
+// TestIndexFileOfABackup: a backup's index file and its source's, each
+// put in the other's place after both went on writing (and checkpointing)
+// on their own. The copy shares the source's system identifier and its
+// past, so only the checkpoint each file names tells them apart: every
+// swap must rebuild from the heap and read each key as that directory
+// wrote it, as must the source with the file it had when the backup was
+// taken.
+func TestIndexFileOfABackup(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/db"); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{FS: m, CheckpointTimeout: -1, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
+	db, err := Open("/db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	randomWork(t, db, rng, 150, 60)
+	if _, err := db.Backup(context.Background(), "/backup"); err != nil {
+		t.Fatal(err)
+	}
+	atBackup, err := readMemFile(m, "/db/index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each goes on: the same keys written differently, a checkpoint
+	// each, and more writes after it (replayed over the file).
+	dirs := []string{"/db", "/backup"}
+	want := map[string]ladderState{}
+	files := map[string][]byte{}
+	for i, dir := range dirs {
+		o := opts
+		if i > 0 {
+			if db, err = Open(dir, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		randomWork(t, db, rand.New(rand.NewPCG(uint64(i), 23)), 60, 60)
+		if err := db.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		randomWork(t, db, rand.New(rand.NewPCG(uint64(i), 24)), 30, 60)
+		if want[dir], err = scanState(db); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if files[dir], err = readMemFile(m, dir+"/index"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if maps.Equal(want["/db"], want["/backup"]) {
+		t.Fatal("the source and its copy hold the same keys, so the test does not test the case")
+	}
+	for _, c := range []struct {
+		dir  string
+		file []byte
+		what string
+	}{
+		{"/db", files["/backup"], "the copy's file"},
+		{"/backup", files["/db"], "the source's file"},
+		{"/backup", atBackup, "the file the source had when the copy was taken"},
+		{"/db", atBackup, "the file it had when the copy was taken"},
+	} {
+		fs := m.Clone()
+		if err := writeMemFile(fs, c.dir+"/index", c.file); err != nil {
+			t.Fatal(err)
+		}
+		o := opts
+		o.FS = fs
+		db, err := Open(c.dir, o)
+		if err != nil {
+			t.Fatalf("%s with %s: %v", c.dir, c.what, err)
+		}
+		ri := db.Recovery()
+		got, err := scanState(db)
+		if err != nil {
+			db.Close()
+			t.Fatalf("%s with %s (index from the file %v): %v", c.dir, c.what, ri.IndexFromFile, err)
+		}
+		rep, verr := db.Verify()
+		_, count := countKeys(nil, db)
+		db.Close()
+		if ri.IndexFromFile || !strings.Contains(ri.IndexRebuildReason, "belongs to the checkpoint") {
+			t.Fatalf("%s with %s: index from the file %v (%q), want a rebuild", c.dir, c.what, ri.IndexFromFile, ri.IndexRebuildReason)
+		}
+		if !maps.Equal(got, want[c.dir]) || count != len(got) {
+			t.Fatalf("%s with %s: Count %d, %s", c.dir, c.what, count, diffState(got, want[c.dir]))
+		}
+		if verr != nil || !rep.OK() {
+			t.Fatalf("%s with %s: verify: %v %v", c.dir, c.what, verr, rep.Problems)
+		}
+	}
+}
