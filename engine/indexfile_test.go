@@ -1084,3 +1084,98 @@ func TestIndexFileOfABackup(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexFileCrashDuringRecovery: a crash copy with redo to do over its
+// index file (a checkpoint between two runs of random work) is opened and
+// closed, and a power loss is simulated after every file operation of that
+// recovery, its end-of-recovery checkpoint (which writes the next index
+// file) and its Close, in the three crash modes. Each copy must open with
+// every key as before the first crash, verify, and after a clean Close
+// open again from its index file. One workload, and one operation in 3
+// (8 under -race), by default; -crash.sample=N tries one in N, over
+// -crash.seeds workloads.
+func TestIndexFileCrashDuringRecovery(t *testing.T) {
+	sample := 3
+	if raceEnabled {
+		sample = 8
+	}
+	seeds := 1
+	if *ladderSample > 0 {
+		sample, seeds = *ladderSample, *ladderSeeds
+	}
+	base := testSeed(t, *ladderSeed)
+	opts := func(fs *vfs.MemFS) Options {
+		return Options{FS: fs, CheckpointTimeout: -1, SharedBuffers: 2 << 20}
+	}
+	for s := range seeds {
+		seed := base + uint64(s)
+		m, db := indexTestDB(t)
+		rng := rand.New(rand.NewPCG(seed, 1))
+		randomWork(t, db, rng, 100, 60)
+		if err := db.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		randomWork(t, db, rng, 100, 60)
+		want, err := scanState(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := m.CrashCopy(vfs.DropUnsynced, nil)
+		db.Close()
+		// The operations of one recovery, end-of-recovery checkpoint and
+		// Close, counted on a copy.
+		probe := c.Clone()
+		pdb, err := Open("/db", opts(probe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pdb.Recovery().Records < 100 || !pdb.Recovery().IndexFromFile {
+			t.Fatalf("seed %d: recovery %+v: want redo over the index file", seed, pdb.Recovery())
+		}
+		pdb.Close()
+		n := probe.OpCount() - c.OpCount()
+		checked := 0
+		for k := int64(1); k <= n; k++ {
+			if k%int64(sample) != 0 && k != n {
+				continue
+			}
+			d := c.Clone()
+			d.SetCrashAfter(d.OpCount() + k)
+			if ddb, err := Open("/db", opts(d)); err == nil {
+				ddb.Close()
+			}
+			cs := d.CrashState()
+			if cs == nil {
+				t.Fatalf("seed %d: operation %d of %d not reached", seed, k, n)
+			}
+			for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast, vfs.KeepRandom} {
+				cc := cs.CrashCopy(mode, rand.New(rand.NewPCG(seed, uint64(k))))
+				for round := range 2 {
+					rdb, err := Open("/db", opts(cc))
+					if err != nil {
+						t.Fatalf("seed %d, crash after operation %d of %d (%v), open %d: %v", seed, k, n, mode, round, err)
+					}
+					ri := rdb.Recovery()
+					got, err := scanState(rdb)
+					var rep VerifyReport
+					var verr error
+					if round == 0 {
+						rep, verr = rdb.Verify()
+					}
+					rdb.Close()
+					if err != nil || !maps.Equal(got, want) {
+						t.Fatalf("seed %d, crash after operation %d of %d (%v), open %d: %v %s", seed, k, n, mode, round, err, diffState(got, want))
+					}
+					if verr != nil || !rep.OK() {
+						t.Fatalf("seed %d, crash after operation %d of %d (%v): verify: %v %v", seed, k, n, mode, verr, rep.Problems)
+					}
+					if round == 1 && !ri.IndexFromFile {
+						t.Fatalf("seed %d, crash after operation %d of %d (%v): the open after a clean Close rebuilt the index: %s", seed, k, n, mode, ri.IndexRebuildReason)
+					}
+					checked++
+				}
+			}
+		}
+		t.Logf("seed %d: %d operations of recovery and Close, %d opens checked", seed, n, checked)
+	}
+}
