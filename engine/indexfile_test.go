@@ -1146,7 +1146,9 @@ func TestIndexFileCrashDuringRecovery(t *testing.T) {
 			}
 			cs := d.CrashState()
 			if cs == nil {
-				t.Fatalf("seed %d: operation %d of %d not reached", seed, k, n)
+				// Not every run makes as many operations (the WAL
+				// writer and the checkpointer run on their own).
+				continue
 			}
 			for _, mode := range []vfs.CrashMode{vfs.DropUnsynced, vfs.TearLast, vfs.KeepRandom} {
 				cc := cs.CrashCopy(mode, rand.New(rand.NewPCG(seed, uint64(k))))
@@ -1175,6 +1177,9 @@ func TestIndexFileCrashDuringRecovery(t *testing.T) {
 					checked++
 				}
 			}
+		}
+		if checked == 0 {
+			t.Fatalf("seed %d: no crash copy checked", seed)
 		}
 		t.Logf("seed %d: %d operations of recovery and Close, %d opens checked", seed, n, checked)
 	}
