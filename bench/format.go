@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"mvkv/engine"
 )
 
 // ErrBadValue is returned when a stored value does not have the shape of
@@ -103,13 +105,8 @@ func allDigits(s string) bool {
 	return true
 }
 
-// prefixEnd returns the smallest key greater than every key with prefix p
-// (p's last byte incremented; our prefixes end in ':', never 0xff).
-func prefixEnd(p string) []byte {
-	e := []byte(p)
-	e[len(e)-1]++
-	return e
-}
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p string) []byte { return engine.PrefixEnd([]byte(p)) }
 
 func accountValue(balance int64, bid int64) []byte {
 	v := make([]byte, accountValueSize)

@@ -714,3 +714,52 @@ func TestLockShardMapRenewedAfterManyLocks(t *testing.T) {
 	}
 	lm.releaseAll(other)
 }
+
+// TestPrefixEnd: the end PrefixEnd gives bounds a scan to exactly the keys
+// that begin with the prefix, 0xff bytes and all.
+func TestPrefixEnd(t *testing.T) {
+	for _, tc := range []struct{ prefix, want []byte }{
+		{[]byte("a:"), []byte("a;")},
+		{[]byte("a\xff"), []byte("b")},
+		{[]byte("a\xfe\xff\xff"), []byte("a\xff")},
+		{[]byte("\xff\xff"), nil},
+		{nil, nil},
+	} {
+		if got := PrefixEnd(tc.prefix); !bytes.Equal(got, tc.want) || (tc.want == nil) != (got == nil) {
+			t.Errorf("PrefixEnd(%q) = %q, want %q", tc.prefix, got, tc.want)
+		}
+	}
+	p := []byte("a\xff")
+	PrefixEnd(p)[0] = 'z'
+	if string(p) != "a\xff" {
+		t.Errorf("PrefixEnd changed its argument: %q", p)
+	}
+
+	db := openTest(t, t.TempDir(), Options{})
+	defer db.Close()
+	keys := []string{"a", "a\xff", "a\xff\x00", "a\xff\xff", "a\xff\xff\xff", "b", "\xff", "\xff\xff", "\xff\xff\x01"}
+	for _, k := range keys {
+		mustPut(t, db, k, "v")
+	}
+	for _, prefix := range []string{"a", "a\xff", "a\xff\xff", "\xff", "\xff\xff"} {
+		var got []string
+		if err := db.View(context.Background(), func(tx *Txn) error {
+			return tx.Scan([]byte(prefix), PrefixEnd([]byte(prefix)), func(k, _ []byte) bool {
+				got = append(got, string(k))
+				return true
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, k := range keys {
+			if strings.HasPrefix(k, prefix) {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("scan of prefix %q: %q, want %q", prefix, got, want)
+		}
+	}
+}

@@ -280,9 +280,27 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 	return val, length, nil
 }
 
+// PrefixEnd returns the smallest key above every key that begins with
+// prefix, for the end of a scan: Scan(prefix, PrefixEnd(prefix), fn)
+// visits exactly the keys that begin with prefix. It is prefix with its
+// trailing 0xff bytes dropped and its last other byte incremented, in a
+// new slice; nil (no upper bound) when prefix is empty or all 0xff bytes,
+// since then no key is above every key that begins with it.
+func PrefixEnd(prefix []byte) []byte {
+	for i := len(prefix) - 1; i >= 0; i-- {
+		if prefix[i] != 0xff {
+			end := append([]byte(nil), prefix[:i+1]...)
+			end[i]++
+			return end
+		}
+	}
+	return nil
+}
+
 // Scan calls fn for every key in [start, end) visible to the transaction, in
 // key order, with its value; an empty or nil end means no upper
-// bound (no key is empty, so an empty end could bound nothing). fn returning
+// bound (no key is empty, so an empty end could bound nothing). For the
+// keys that begin with a prefix p, give p and PrefixEnd(p). fn returning
 // false stops the scan. Under READ COMMITTED the whole scan uses one
 // snapshot. The slices passed to fn belong to fn. fn may write in this
 // transaction, but whether the scan then visits keys fn wrote ahead of its
@@ -306,8 +324,9 @@ func (t *Txn) Scan(start, end []byte, fn func(key, value []byte) bool) error {
 
 // ScanPrefix is Scan that hands fn, for each key, at most the first n
 // bytes of its value and the value's whole length, as GetPrefix: of an
-// out-of-line value it reads only the chunks holding those bytes. Errors
-// as Scan's, and a plain error for a negative n.
+// out-of-line value it reads only the chunks holding those bytes. The
+// prefix is of each value; for the keys that begin with a prefix, see
+// PrefixEnd. Errors as Scan's, and a plain error for a negative n.
 func (t *Txn) ScanPrefix(start, end []byte, n int, fn func(key, prefix []byte, length int) bool) error {
 	if n < 0 {
 		return fmt.Errorf("mvkv: ScanPrefix of %d bytes", n)
