@@ -277,7 +277,9 @@ type Options struct {
 	MaxWALSize int64
 	// LockTimeout is PostgreSQL's lock_timeout: the longest a write waits for
 	// a row lock before ErrLockTimeout; 0 waits as long as the context allows.
-	// Open refuses a negative value with a *SettingError.
+	// Open refuses a negative value with a *SettingError. It is fixed while
+	// the database is open (PostgreSQL's is per session): for one
+	// transaction's own bound, give its context a deadline.
 	LockTimeout time.Duration
 	// MaxRetries bounds how many times DB.Update and DB.View run their
 	// function after serialization failures and deadlocks (default 10; a

@@ -486,7 +486,8 @@ func (t *Txn) Delete(key []byte) error {
 }
 
 // Update is a read-modify-write of one key: fn receives the current value
-// (found=false if there is none) and returns the new value. Under READ
+// (found=false if there is none) and returns the new value. old belongs to
+// fn, which may change it, keep it, or return it as the new value. Under READ
 // COMMITTED, fn sees the newest committed version even when it committed
 // after the statement began, as PostgreSQL's UPDATE re-evaluates the newest
 // row version (EvalPlanQual), so concurrent increments are never lost. Under
@@ -1315,7 +1316,10 @@ func (db *DB) releaseLocks(st *txnState) {
 // this cut the failed runs per commit from 0.7 to 2.4 to 0.02 to 0.06,
 // the commit rate unchanged within the noise). If ctx ends during
 // that pause, Update returns an error wrapping both ctx's error and the
-// last failure (errors.Is matches either); after Close, ErrClosed. fn may
+// last failure (errors.Is matches either); after Close, ErrClosed. If ctx
+// ends while fn runs, a row-lock wait of fn's fails with ctx's error, and
+// so does the commit of a transaction that wrote (Txn.Commit): Update then
+// rolls back and returns that error, having committed nothing. fn may
 // therefore run more than once: it must not have
 // effects outside the transaction. A serialization failure tells that
 // another transaction changed a key fn wrote; with early lock release
