@@ -35,7 +35,8 @@ Usage:
 
 Server options:
   --dir=DIR                data directory (created if needed; required)
-  --listen=ADDR            address to listen on (default: 127.0.0.1:7379)
+  --listen=ADDR            address to listen on, HOST:PORT with PORT 0 to
+                           65535 (default: 127.0.0.1:7379)
   --bind=HOST, --port=PORT the same in Redis's two parts: either replaces
                            that part of the default (not with --listen);
                            --bind '*' is every IPv4 address, --port 0 no
@@ -176,6 +177,16 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		// the system picks: what an unset shell variable gives.
 		return fail("--listen needs an address, HOST:PORT (default 127.0.0.1:7379)")
 	}
+	// The port is checked as --port's is, and refused the same way (a
+	// usage error naming the flag), rather than by the listen call after
+	// the other options: net.Listen's own error for 70000 names neither
+	// the flag nor the range, and it takes service names ("http") that
+	// Redis's port does not.
+	if _, p, err := net.SplitHostPort(listen); err != nil {
+		return fail("invalid --listen %q: want HOST:PORT, PORT 0 to 65535 (%s)", listen, strings.TrimPrefix(err.Error(), "address "+listen+": "))
+	} else if !validPort(p) {
+		return fail("invalid --listen %q: port %q (want 0 to 65535)", listen, p)
+	}
 	if bind != "" || port != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -194,10 +205,8 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		case "::*":
 			bind = "::"
 		}
-		if port != "" {
-			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-				return fail("invalid --port %q (want 0 to 65535)", port)
-			}
+		if port != "" && !validPort(port) {
+			return fail("invalid --port %q (want 0 to 65535)", port)
 		}
 		host, p, _ := net.SplitHostPort(listen)
 		if bind != "" {
@@ -404,6 +413,16 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	}
 	fmt.Fprintf(stdout, "shut down\n")
 	return status
+}
+
+// validPort reports whether p is a TCP port as Redis's port option takes
+// one: decimal digits only (no sign, no service name) of 0 to 65535.
+func validPort(p string) bool {
+	if p == "" || strings.Trim(p, "0123456789") != "" {
+		return false
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n <= 65535
 }
 
 // serverTLSConfig builds the TLS configuration of --tls-port from Redis's

@@ -124,6 +124,27 @@ func TestServeUsage(t *testing.T) {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errb.String())
 		}
 	}
+	// A port out of range is the same usage error whichever flag gives
+	// it, named with its flag, before the data directory is touched.
+	for _, a := range [][]string{
+		{"--port", "70000"},
+		{"--listen", "127.0.0.1:70000"},
+		{"--listen", "[::1]:65536"},
+		{"--listen", "127.0.0.1:-1"},
+		{"--listen", "127.0.0.1:http"},
+		{"--listen", "127.0.0.1:notaport"},
+		{"--listen", "127.0.0.1"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		errb.Reset()
+		code := run(append([]string{"serve", "--dir", dir}, a...), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "invalid "+a[0]+" ") || !strings.Contains(errb.String(), "mvkv serve --help") {
+			t.Errorf("serve %q: exit %d, %q; want 2 naming %s", a, code, errb.String(), a[0])
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("serve %q: the data directory was made (stat: %v)", a, err)
+		}
+	}
 	// A mistyped value is named even when --dir is missing too.
 	errb.Reset()
 	if code := run([]string{"serve", "--port", "abc"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `invalid --port "abc"`) {
@@ -268,7 +289,7 @@ func TestServeDirIsFile(t *testing.T) {
 	}
 }
 
-// TestServeBadAddress checks that a bad --listen or a busy --metrics
+// TestServeBadAddress checks that a busy --listen or --metrics
 // address fails before the data directory is opened: the directory is not
 // even created.
 func TestServeBadAddress(t *testing.T) {
@@ -278,7 +299,6 @@ func TestServeBadAddress(t *testing.T) {
 	}
 	defer busy.Close()
 	for _, args := range [][]string{
-		{"--listen", "127.0.0.1:notaport"},
 		{"--listen", busy.Addr().String()},
 		{"--listen", "127.0.0.1:0", "--metrics", busy.Addr().String()},
 	} {
