@@ -588,7 +588,19 @@ func cmdConfig(x *execCtx, args [][]byte) error {
 }
 
 func cmdInfo(x *execCtx, args [][]byte) error {
-	info, err := x.c.s.info(x.c.ctx, args[1:])
+	// The keyspace section may count every key: the count stops if the
+	// client goes away meanwhile.
+	stop := func() {}
+	if !x.inExec {
+		stop = x.c.watchGone()
+	}
+	info, err := x.c.s.info(x.c.gone, args[1:])
+	stop()
+	if x.c.clientGone() {
+		// Nobody reads it; it counts the call as failed.
+		x.out = appendEngineError(x.out, errClientGone)
+		return nil
+	}
 	if err != nil {
 		x.out = appendEngineError(x.out, err)
 		return nil
@@ -861,10 +873,21 @@ func (s *Server) keyspaceCount(ctx context.Context, exact bool) (keyspaceCount, 
 		return *c, nil
 	}
 	c := keyspaceCount{commits: commits}
+	stopped := false
 	err := s.db.View(ctx, func(tx *engine.Txn) error {
 		c = keyspaceCount{commits: commits}
 		nowMS := time.Now().UnixMilli()
+		n := 0
 		return tx.ScanPrefix(nil, nil, deadlineHdrSize, func(_, prefix []byte, total int) bool {
+			// A count whose caller's context ended (its client went
+			// away) stops; a waiting caller counts again.
+			if n++; n%goneCheckEvery == 0 {
+				s.goneCheckHook()
+				if ctx.Err() != nil {
+					stopped = true
+					return false
+				}
+			}
 			if _, deadline := decodeMeta(prefix, total); deadline == 0 {
 				c.keys++
 			} else if deadline > nowMS {
@@ -878,6 +901,9 @@ func (s *Server) keyspaceCount(ctx context.Context, exact bool) (keyspaceCount, 
 			return true
 		})
 	})
+	if err == nil && stopped {
+		err = ctx.Err()
+	}
 	if err != nil {
 		return keyspaceCount{}, err
 	}

@@ -1399,8 +1399,13 @@ func cmdDBSize(x *execCtx, _ [][]byte) error {
 	if !x.inExec {
 		// On its own, DBSIZE answers the keyspace count INFO keeps
 		// while it is exact, without reading every key again.
-		c, err := x.c.s.keyspaceCount(x.c.ctx, true)
+		stop := x.c.watchGone()
+		c, err := x.c.s.keyspaceCount(x.c.gone, true)
+		stop()
 		if err != nil {
+			if x.c.clientGone() {
+				return errClientGone
+			}
 			return err
 		}
 		x.out = redcon.AppendInt(x.out, c.keys)
@@ -1454,6 +1459,34 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 	return nil
 }
 
+// scanWatchCount is the least SCAN COUNT for which SCAN watches for its
+// client going away (conn.watchGone): below it a SCAN is short, and the
+// watch would cost more than the scan.
+const scanWatchCount = 1000
+
+// goneCheckEvery is how many keys a scan that stops when its client goes
+// away visits between two looks at conn.gone.
+const goneCheckEvery = 1024
+
+// goneEvery reports, when n is a multiple of goneCheckEvery, whether the
+// client went away (conn.gone), for a scan that stops then; n counts the
+// keys visited so far. A client that went away is closed after the
+// command.
+func (x *execCtx) goneEvery(n int) bool {
+	if n%goneCheckEvery != goneCheckEvery-1 {
+		return false
+	}
+	x.c.s.goneCheckHook()
+	return x.c.clientGone()
+}
+
+// goneCheckHook runs testGoneCheck, if set.
+func (s *Server) goneCheckHook() {
+	if f := s.testGoneCheck.Load(); f != nil {
+		(*f)()
+	}
+}
+
 // cmdScan is SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. Keys are
 // visited in key order; a cursor names the key to resume from in the
 // server's cursor table (see cursorTable).
@@ -1505,7 +1538,14 @@ func cmdScan(x *execCtx, args [][]byte) error {
 	var matched [][]byte
 	var last []byte
 	visited := 0
+	if count >= scanWatchCount && !x.inExec {
+		defer x.c.watchGone()()
+	}
+	gone := false
 	err = x.tx.ScanPrefix(start, nil, deadlineHdrSize, func(k, prefix []byte, total int) bool {
+		if gone = x.goneEvery(visited); gone {
+			return false
+		}
 		visited++
 		last = k
 		if !x.liveMeta(prefix, total) {
@@ -1517,6 +1557,9 @@ func cmdScan(x *execCtx, args [][]byte) error {
 	})
 	if err != nil {
 		return err
+	}
+	if gone {
+		return errClientGone
 	}
 	next := uint64(0)
 	if visited == count {
@@ -1641,7 +1684,16 @@ func cmdCheckpoint(x *execCtx, _ [][]byte) error {
 // cmdVacuum runs a vacuum (engine DB.Vacuum) and replies +OK when it is
 // done; the counters it moved show in INFO mvkv and the metrics.
 func cmdVacuum(x *execCtx, _ [][]byte) error {
-	if _, err := x.c.s.db.Vacuum(x.c.ctx); err != nil {
+	// As BACKUP, a vacuum whose client goes away stops at its next page
+	// (what it did so far stays done; the next vacuum goes on from there).
+	stop := x.c.watchGone()
+	_, err := x.c.s.db.Vacuum(x.c.gone)
+	stop()
+	if err != nil && x.c.clientGone() {
+		x.c.s.log.Info("VACUUM stopped: its client went away", "id", x.c.id, "addr", x.c.nc.RemoteAddr().String(), "err", err)
+		return errClientGone
+	}
+	if err != nil {
 		x.out = appendEngineError(x.out, err)
 		return nil
 	}

@@ -42,6 +42,17 @@ type conn struct {
 	rd      *reader
 	ctx     context.Context
 	created time.Time
+	// gone ends when the client has gone away: CLIENT KILL closed its
+	// connection, or a close watch (watchClose), which the commands that
+	// may run long and write nothing start (BACKUP, VACUUM, KEYS, a SCAN
+	// of many keys, DBSIZE, INFO's count of the keys), saw its socket
+	// close; or when ctx ends. Those commands stop at its end, where
+	// Redis, which runs one command at a time, has nothing to stop.
+	// Transactions keep ctx: a write the server has read is carried out,
+	// or not at all, whether or not its client stays for the reply, as
+	// Redis carries out every command it has read. leave ends it.
+	gone  context.Context
+	leave context.CancelFunc
 
 	// Owned by the serving goroutine.
 	out    []byte // replies not yet written
@@ -123,6 +134,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		authed:  s.requirePass() == "",
 		queuedN: -1,
 	}
+	c.gone, c.leave = context.WithCancel(s.baseCtx)
 	c.rd = newReader(hookReader{c}, s.cfg.ReadBufferSize, s.limits)
 	c.rd.preAuth = c.authRequired
 	c.fd = socketFD(nc)
@@ -217,6 +229,7 @@ func (c *conn) watchClose() *closeWatch {
 				var ne net.Error
 				if !w.stopping.Load() && !(errors.As(err, &ne) && ne.Timeout()) {
 					close(w.gone)
+					c.leave()
 				}
 				return
 			}
@@ -224,6 +237,30 @@ func (c *conn) watchClose() *closeWatch {
 	}()
 	return w
 }
+
+// watchGone watches c's socket (watchClose) while a command that may run
+// long runs, so that c.gone ends if the client goes away meanwhile. The
+// caller must call the returned stop before it reads from the connection
+// again; after a stop, c.gone.Err() says whether the client went away.
+func (c *conn) watchGone() (stop func()) {
+	w := c.watchClose()
+	return w.stop
+}
+
+// clientGone reports whether the client went away (c.gone) and, if so,
+// makes the connection close after the command: there is nobody to
+// answer.
+func (c *conn) clientGone() bool {
+	if c.gone.Err() == nil {
+		return false
+	}
+	c.quit = true
+	return true
+}
+
+// errClientGone ends a command that stopped because its client went
+// away; its reply reaches nobody.
+var errClientGone = errors.New("server: client went away")
 
 // stop ends the watch: it interrupts the read with a deadline in the past
 // and waits for the reading goroutine, after which conn.early is the
@@ -254,6 +291,7 @@ const shutdownWriteGrace = time.Second
 
 func (c *conn) serve() {
 	defer c.s.removeConn(c)
+	defer c.leave()
 	defer func() {
 		if c.holdOpen && c.s.hold(c.nc) {
 			return

@@ -492,6 +492,8 @@ func clientKill(x *execCtx, args [][]byte) {
 		if o == c {
 			c.quit = true // as Redis: closed after the reply
 		} else {
+			// A long command it is running (a BACKUP) stops too.
+			o.leave()
 			o.nc.Close()
 		}
 	}
@@ -569,7 +571,18 @@ func cmdBackup(x *execCtx, args [][]byte) error {
 		x.errorf("ERR BACKUP needs an absolute path on the server's host, of a directory that does not exist yet")
 		return nil
 	}
-	if _, err := s.db.Backup(x.c.ctx, dir); err != nil {
+	// A backup whose client goes away (it closes the connection, or
+	// CLIENT KILL closes it) stops at its next page and removes what it
+	// copied (engine DB.Backup): a copy nobody waits for would take its
+	// I/O, and hold off checkpoints and vacuum, to the end.
+	stop := x.c.watchGone()
+	_, err := s.db.Backup(x.c.gone, dir)
+	stop()
+	if err != nil && x.c.clientGone() {
+		s.log.Warn("BACKUP stopped: its client went away; the partial copy was removed", "dir", dir, "id", x.c.id, "addr", x.c.nc.RemoteAddr().String(), "err", err)
+		return errClientGone
+	}
+	if err != nil {
 		x.out = appendEngineError(x.out, err)
 		return nil
 	}

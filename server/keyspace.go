@@ -18,7 +18,17 @@ import (
 func cmdKeys(x *execCtx, args [][]byte) error {
 	var keys [][]byte
 	size := 0
+	// KEYS reads every key: it stops if its client goes away meanwhile.
+	if !x.inExec {
+		defer x.c.watchGone()()
+	}
+	visited := 0
+	gone := false
 	err := x.tx.ScanPrefix(nil, nil, deadlineHdrSize, func(k, prefix []byte, total int) bool {
+		if gone = x.goneEvery(visited); gone {
+			return false
+		}
+		visited++
 		if !x.liveMeta(prefix, total) {
 			x.noteExpired(k)
 			return true
@@ -31,6 +41,9 @@ func cmdKeys(x *execCtx, args [][]byte) error {
 	})
 	if err != nil {
 		return err
+	}
+	if gone {
+		return errClientGone
 	}
 	if size > replyLimit {
 		x.errorf("ERR reply exceeds %d bytes", replyLimit)

@@ -219,6 +219,9 @@ type Server struct {
 	stats      *serverStats // INFO's stats, commandstats and errorstats
 	replID     string       // INFO's master_replid, random per server
 	pauseUntil atomic.Int64 // pause.until in Unix nanoseconds, for a check without the lock
+	// testGoneCheck, if set, runs each time a scan that stops when its
+	// client goes away looks whether it has (tests only).
+	testGoneCheck atomic.Pointer[func()]
 
 	// baseCtx bounds every engine call; cancel ends in-flight waits when a
 	// shutdown's deadline passes.

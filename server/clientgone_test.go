@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"mvkv/engine"
+	"mvkv/vfs"
+)
+
+// mkdirGateFS is the OS whose MkdirAll of dir signals entered and waits for
+// release: a BACKUP held after its checkpoint, before it copies anything.
+type mkdirGateFS struct {
+	vfs.OS
+	dir              string
+	entered, release chan struct{}
+}
+
+func (f mkdirGateFS) MkdirAll(name string) error {
+	if name == f.dir {
+		close(f.entered)
+		<-f.release
+	}
+	return f.OS.MkdirAll(name)
+}
+
+// connOf returns the server's connection whose CLIENT ID is id.
+func (ts *testServer) connOf(t *testing.T, id string) *conn {
+	t.Helper()
+	ts.s.mu.Lock()
+	defer ts.s.mu.Unlock()
+	for c := range ts.s.conns {
+		if strconv.FormatUint(c.id, 10) == id {
+			return c
+		}
+	}
+	t.Fatalf("no connection with id %s", id)
+	return nil
+}
+
+// waitGone waits until c's client is taken as gone (conn.gone ended).
+func waitGone(t *testing.T, c *conn) {
+	t.Helper()
+	select {
+	case <-c.gone.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the server did not see the client go away within a minute")
+	}
+}
+
+// TestBackupStopsWhenClientGoes: a BACKUP whose client closes its
+// connection, or is killed with CLIENT KILL, while the copy is under way
+// stops instead of running to its end, leaves neither the target nor its
+// .partial directory, and is logged.
+func TestBackupStopsWhenClientGoes(t *testing.T) {
+	for _, how := range []string{"close", "kill"} {
+		t.Run(how, func(t *testing.T) {
+			target := filepath.Join(t.TempDir(), "bk")
+			gate := mkdirGateFS{dir: target + ".partial", entered: make(chan struct{}), release: make(chan struct{})}
+			released := false
+			let := func() {
+				if !released {
+					released = true
+					close(gate.release)
+				}
+			}
+			defer let()
+			var logs logBuffer
+			ts := startServerOn(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, engine.Options{FS: gate})
+			r := ts.raw(t)
+			r.cmd("SET", "k", "v")
+			r.reply()
+			r.cmd("CLIENT", "ID")
+			id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
+			c := ts.connOf(t, id)
+			r.cmd("BACKUP", target)
+			<-gate.entered
+			if how == "close" {
+				r.nc.Close()
+			} else {
+				k := ts.raw(t)
+				k.cmd("CLIENT", "KILL", "ID", id)
+				if got := k.reply(); got != ":1\r\n" {
+					t.Fatalf("CLIENT KILL ID %s: %q", id, got)
+				}
+			}
+			waitGone(t, c)
+			let()
+			// Shutdown waits for the BACKUP's connection to end.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := ts.s.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []string{target, target + ".partial"} {
+				if _, err := os.Stat(d); !os.IsNotExist(err) {
+					t.Errorf("%s after a BACKUP whose client went away: %v; want it absent (the backup stopped)", d, err)
+				}
+			}
+			if !strings.Contains(logs.String(), "BACKUP stopped: its client went away") {
+				t.Errorf("no log line for the stopped BACKUP:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// TestLongReadsStopWhenClientGoes: KEYS, SCAN with a large COUNT, DBSIZE
+// and INFO keyspace, whose client goes away while they read the keys,
+// stop (counted as failed calls in INFO commandstats), where they read
+// every key for nobody. The client goes away at the scan's first look
+// (testGoneCheck), so the test does not race the scan.
+func TestLongReadsStopWhenClientGoes(t *testing.T) {
+	ts := startServer(t, Config{})
+	check := ts.raw(t)
+	for i := 0; i < 3000; i += 500 {
+		args := []string{"MSET"}
+		for j := i; j < i+500; j++ {
+			args = append(args, "key:"+strconv.Itoa(j), "v")
+		}
+		check.cmd(args...)
+		check.reply()
+	}
+	for _, req := range [][]string{
+		{"KEYS", "*"},
+		{"SCAN", "0", "COUNT", "100000"},
+		{"DBSIZE"},
+		{"INFO", "keyspace"},
+	} {
+		name := strings.ToLower(req[0])
+		// A write since the last count makes DBSIZE and INFO count
+		// again rather than answer the count they keep.
+		check.cmd("SET", "bump", name)
+		check.reply()
+		r := ts.raw(t)
+		r.cmd("CLIENT", "ID")
+		id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
+		c := ts.connOf(t, id)
+		looks := 0
+		hook := func() {
+			if looks++; looks == 1 {
+				r.nc.Close()
+				waitGone(t, c)
+			}
+		}
+		ts.s.testGoneCheck.Store(&hook)
+		r.cmd(req...)
+		waitServed(t, ts, c)
+		ts.s.testGoneCheck.Store(nil)
+		if looks != 1 {
+			t.Errorf("%s: %d looks at the client after it went away, want 1 (the scan stops there)", req, looks)
+		}
+		line := check.info("commandstats", "cmdstat_"+name)
+		if !strings.Contains(line, "failed_calls=1") {
+			t.Errorf("%s whose client went away: cmdstat_%s %s, want failed_calls=1 (stopped)", req, name, line)
+		}
+	}
+}
+
+// TestFlushAllRunsOnWhenClientGoes: FLUSHALL, a write, runs to its end
+// when its client closes the connection right after sending it, as Redis
+// runs every command it has read: one transaction, every key gone.
+func TestFlushAllRunsOnWhenClientGoes(t *testing.T) {
+	ts := startServer(t, Config{})
+	check := ts.raw(t)
+	args := []string{"MSET"}
+	for j := range 3000 {
+		args = append(args, "key:"+strconv.Itoa(j), "v")
+	}
+	check.cmd(args...)
+	check.reply()
+	r := ts.raw(t)
+	r.cmd("CLIENT", "ID")
+	id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
+	c := ts.connOf(t, id)
+	r.cmd("FLUSHALL")
+	r.nc.Close()
+	waitServed(t, ts, c)
+	check.cmd("DBSIZE")
+	if got := check.reply(); got != ":0\r\n" {
+		t.Fatalf("DBSIZE after a FLUSHALL whose client left at once: %q, want :0", got)
+	}
+}
+
+// waitServed waits until the server has stopped serving c.
+func waitServed(t *testing.T, ts *testServer, c *conn) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ts.s.mu.Lock()
+		_, ok := ts.s.conns[c]
+		ts.s.mu.Unlock()
+		if !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection was still served a minute after its client went away")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
