@@ -35,11 +35,14 @@ const (
 
 // DB is an open database. All methods are safe for concurrent use.
 type DB struct {
-	dir    string
-	opts   Options
-	fs     vfs.FS
-	logger *slog.Logger
-	lock   io.Closer
+	dir  string
+	opts Options
+	// openCtx is OpenContext's context, looked at by recovery's loops
+	// (openStopped); nil after Open returns.
+	openCtx context.Context
+	fs      vfs.FS
+	logger  *slog.Logger
+	lock    io.Closer
 
 	wal     *wal.Writer
 	clog    *clog.CLOG
@@ -369,6 +372,30 @@ type RecoveryInfo struct {
 // there before is removed, and nothing at all from an existing data
 // directory.
 func Open(dir string, opts Options) (*DB, error) {
+	return OpenContext(context.Background(), dir, opts)
+}
+
+// ErrOpenStopped is returned, wrapping the context's error, by an
+// OpenContext whose context ended while it recovered.
+var ErrOpenStopped = errors.New("mvkv: open stopped before recovery ended")
+
+// OpenContext is Open whose recovery stops when ctx ends: its reading of
+// the WAL, its redo and its rebuild of the key index look at ctx every
+// 1,024 records or 64 heap pages, and stop there, as a crash at that
+// point would. Nothing that recovery has not finished is made durable in
+// the control file, so the next Open starts recovery over from the same
+// checkpoint and finishes it (what the stopped one wrote, the WAL's torn
+// tail zeroed, pages that redo changed and wrote back, is what a crash
+// during recovery leaves, which recovery takes); a new data directory
+// whose first Open stopped is removed, as after any failed first Open.
+// The error wraps ErrOpenStopped and ctx's error. Loading the index file
+// and the end-of-recovery checkpoint that Open waits for (after an index
+// rebuild) do not look at ctx. Use it where a signal must end a long
+// recovery, as `mvkv serve` does.
+func OpenContext(ctx context.Context, dir string, opts Options) (*DB, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if dir == "" {
 		return nil, errors.New("mvkv: Open needs a data directory; the empty path names none")
 	}
@@ -442,7 +469,13 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.closing = make(chan struct{})
 	db.closeBegun = make(chan struct{})
 	db.closeDone = make(chan struct{})
-	if err := db.open(); err != nil {
+	db.openCtx = ctx
+	err = db.open()
+	db.openCtx = nil
+	if err != nil {
+		if errors.Is(err, ErrOpenStopped) {
+			db.logger.Warn("recovery stopped before its end: the next Open starts it over from the same checkpoint", "dir", dir, "err", err)
+		}
 		// Nothing of the CLOG is written back: a page recovery accepted
 		// as torn and then found damaged would otherwise be rewritten
 		// with a valid checksum, and the next Open would trust it.
@@ -478,6 +511,20 @@ func Open(dir string, opts Options) (*DB, error) {
 		go db.autovacuumWorker()
 	}
 	return db, nil
+}
+
+// openStopped returns an error wrapping ErrOpenStopped and the context's
+// error once OpenContext's context has ended. Recovery's loops call it
+// once a record or a page, n counting from 0; it looks at the context when
+// n is a multiple of every.
+func (db *DB) openStopped(n, every int) error {
+	if db.openCtx == nil || n%every != 0 {
+		return nil
+	}
+	if err := db.openCtx.Err(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrOpenStopped, db.dir, err)
+	}
+	return nil
 }
 
 // waitBulkLoad returns once no bulk load is under way, ErrClosed once Close

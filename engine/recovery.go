@@ -108,7 +108,11 @@ func (db *DB) recover(ctrl controlData) error {
 	// means nothing was logged since that checkpoint began (a clean
 	// shutdown, or a crash with nothing written since).
 	others := 0
-	for {
+	for looks := 0; ; looks++ {
+		if err := db.openStopped(looks, 1024); err != nil {
+			r.Close()
+			return err
+		}
 		var rec wal.Record
 		if rec, err = r.Next(); err != nil {
 			break
@@ -299,7 +303,12 @@ func (db *DB) recover(ctrl controlData) error {
 	db.redoTouched = make(map[uint32]int)
 	defer func() { db.redoTouched = nil }()
 	redoBegin := time.Now()
-	for {
+	for looks := 0; ; looks++ {
+		// A stop here is a crash during redo: the control file still
+		// names the same checkpoint, and the WAL is durable to end.
+		if err := db.openStopped(looks, 1024); err != nil {
+			return err
+		}
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) || (err == nil && rec.LSN >= end) {
 			break
@@ -745,6 +754,9 @@ func (db *DB) rebuildIndex() (maxXid uint64, err error) {
 	db.idx.mu.Lock()
 	defer db.idx.mu.Unlock()
 	for blk := uint32(0); blk < nblocks; blk++ {
+		if err := db.openStopped(int(blk), 64); err != nil {
+			return 0, err
+		}
 		buf, err := db.pool.Get(blk)
 		if err != nil {
 			if errors.Is(err, heap.ErrCorrupt) {
