@@ -24,6 +24,7 @@ import (
 
 	"mvkv/engine"
 	"mvkv/server"
+	"mvkv/vfs"
 )
 
 // serveUsage is the help text; its engine options come from the engine's
@@ -75,6 +76,8 @@ Engine options:
 ` + engineUsage() + `
 SIGTERM, SIGINT and the SHUTDOWN command stop the server gracefully: running
 commands finish, a checkpoint is taken, the data directory is closed.
+SIGTERM or SIGINT while the data directory opens stops its recovery where
+it is (the next start recovers it from the same checkpoint) and exits 0.
 After SHUTDOWN NOSAVE no checkpoint is taken: the next start replays the
 WAL written since the last one.
 
@@ -82,8 +85,9 @@ Common options:
   -h, --help               show this help, then exit
 `
 
-// serveMain is `mvkv serve`. Exit status: 0 after a clean shutdown, 1 on an
-// error, 2 on a usage error.
+// serveMain is `mvkv serve`. Exit status: 0 after a clean shutdown (a
+// signal while the data directory opens included), 1 on an error, 2 on a
+// usage error.
 func serveMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -318,8 +322,17 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	// Recovery can take a while (an index rebuilt from a large heap):
 	// meanwhile clients are told so, as Redis answers while it loads.
 	stopLoading := answerLoading(ln)
-	db, err := engine.Open(dir, opts)
+	if testOpenFS != nil {
+		opts.FS = testOpenFS(ctx)
+	}
+	// SIGTERM or SIGINT (ctx) stops a long recovery where it is, as a
+	// crash there would: the next start begins it again.
+	db, err := engine.OpenContext(ctx, dir, opts)
 	stopLoading()
+	if errors.Is(err, engine.ErrOpenStopped) && ctx.Err() != nil {
+		fmt.Fprintf(stderr, "mvkv serve: stopped by a signal while opening %s, before its recovery ended; the next start recovers it from the same checkpoint\n", dir)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, errorLine(err))
 		return 1
@@ -522,6 +535,10 @@ func warnDamage(damage func() engine.DamageInfo, log *slog.Logger, stop <-chan s
 		"INFO persistence counts them; run mvkv verify on a copy of the directory to list the keys, and see the README's damage section",
 		append([]any{"keysLost", d.KeysLost}, attrs...)...)
 }
+
+// testOpenFS, set only by tests, gives the file system the data directory
+// is opened on, for a test to hold the open until a signal (ctx) came.
+var testOpenFS func(ctx context.Context) vfs.FS
 
 // loadingReply is Redis's answer while it loads its dataset; clients such
 // as go-redis retry on it.

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"mvkv/engine"
+	"mvkv/vfs"
 )
 
 // serveChildEnv, when set, makes the test binary run `mvkv serve` with the
@@ -25,6 +26,9 @@ const serveChildEnv = "MVKV_SERVE_CHILD"
 
 func TestMain(m *testing.M) {
 	if a, ok := os.LookupEnv(serveChildEnv); ok {
+		if os.Getenv(openGateEnv) != "" {
+			testOpenFS = func(ctx context.Context) vfs.FS { return &openGateFS{ctx: ctx} }
+		}
 		os.Exit(serveMain(strings.Split(a, "\x1f"), os.Stdout, os.Stderr))
 	}
 	if _, ok := os.LookupEnv(signalChildEnv); ok {
@@ -212,5 +216,104 @@ func TestServeShutdownFreesDirectory(t *testing.T) {
 		if err := srv.cmd.Wait(); err != nil {
 			t.Fatalf("round %d: mvkv serve: %v\n%s", round, err, srv.stderr)
 		}
+	}
+}
+
+// openGateEnv, set beside serveChildEnv, makes the child's data directory
+// open on openGateFS.
+const openGateEnv = "MVKV_SERVE_OPEN_GATE"
+
+// openGateFS is the OS whose first opening of a WAL segment for reading,
+// which recovery's first pass makes, prints "open gate" to stderr and
+// waits for ctx, serve's signal context: an open held until a signal.
+type openGateFS struct {
+	vfs.OS
+	ctx  context.Context
+	once sync.Once
+}
+
+func (f *openGateFS) OpenReadOnly(name string) (vfs.File, error) {
+	if strings.Contains(name, "/wal/") {
+		f.once.Do(func() {
+			fmt.Fprintln(os.Stderr, "open gate")
+			<-f.ctx.Done()
+		})
+	}
+	return f.OS.OpenReadOnly(name)
+}
+
+// TestServeSignalWhileOpening: SIGTERM, and SIGINT, while mvkv serve is
+// still recovering its data directory stop the recovery where it is: the
+// process exits 0 without having served, saying so, and the directory
+// opens afterwards with every key.
+func TestServeSignalWhileOpening(t *testing.T) {
+	dir := t.TempDir()
+	db, err := engine.Open(dir, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if err := db.Update(context.Background(), func(tx *engine.Txn) error {
+			return tx.Put(fmt.Append(nil, "k", i), []byte("v"))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), openGateEnv+"=1",
+			serveChildEnv+"="+strings.Join([]string{"--dir", dir, "--listen", "127.0.0.1:0"}, "\x1f"))
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		errPipe, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		sc := bufio.NewScanner(errPipe)
+		gated := false
+		for !gated && sc.Scan() {
+			stderr.WriteString(sc.Text() + "\n")
+			gated = sc.Text() == "open gate"
+		}
+		if !gated {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%v: the child never reached the open gate\n%s", sig, stderr.String())
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		for sc.Scan() {
+			stderr.WriteString(sc.Text() + "\n")
+		}
+		err = cmd.Wait()
+		if err != nil {
+			t.Errorf("%v while opening: %v, want exit status 0\n%s", sig, err, stderr.String())
+		}
+		if strings.Contains(stdout.String(), "ready to accept") || !strings.Contains(stderr.String(), "stopped by a signal while opening") {
+			t.Errorf("%v while opening: the open went on to serve, or the stop was not said\nstdout: %s\nstderr: %s", sig, stdout.String(), stderr.String())
+		}
+	}
+	db, err = engine.Open(dir, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.View(context.Background(), func(tx *engine.Txn) error {
+		for i := range 100 {
+			if _, err := tx.Get(fmt.Append(nil, "k", i)); err != nil {
+				return fmt.Errorf("k%d: %w", i, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
