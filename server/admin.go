@@ -399,9 +399,12 @@ func ParseTimeout(v string) (time.Duration, error) {
 }
 
 // parseKnobInt parses an integer knob with Redis's CONFIG SET error texts.
+// The integer is written as Redis's string2ll takes it: no sign but a
+// leading minus, no leading zeros, no "-0" (strconv.ParseInt would take
+// "+5", "05" and "-0").
 func parseKnobInt(v string, lo, hi int64) (int64, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
+	n, ok := parseInt([]byte(v))
+	if !ok {
 		return 0, errors.New("argument couldn't be parsed into an integer")
 	}
 	if n < lo || n > hi {
@@ -425,8 +428,12 @@ func parseMemory(v string) (int64, error) {
 			break
 		}
 	}
+	// Digits only, as memtoull takes them: no sign ("+5", "-0").
+	if l == "" || strings.Trim(l, "0123456789") != "" {
+		return 0, bad
+	}
 	n, err := strconv.ParseInt(l, 10, 64)
-	if err != nil || n < 0 || n > math.MaxInt64/mul {
+	if err != nil || n > math.MaxInt64/mul {
 		return 0, bad
 	}
 	return n * mul, nil
