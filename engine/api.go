@@ -27,6 +27,10 @@ var (
 	ErrDeadlock = errors.New("mvkv: deadlock detected")
 	// ErrLockTimeout: a row lock was not granted within Options.LockTimeout.
 	ErrLockTimeout = errors.New("mvkv: canceling statement due to lock timeout")
+	// ErrOpenStopped: OpenContext's context ended while it recovered; the
+	// error wraps the context's error too. The next Open recovers the
+	// directory from the same checkpoint.
+	ErrOpenStopped = errors.New("mvkv: open stopped before recovery ended")
 	// ErrNestedWrite: the function given to Txn.Update (or UpdatePrefix)
 	// placed a version of the key being updated (a Put, an Update) in the
 	// same transaction; Update's own version would hide it, so the

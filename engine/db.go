@@ -375,10 +375,6 @@ func Open(dir string, opts Options) (*DB, error) {
 	return OpenContext(context.Background(), dir, opts)
 }
 
-// ErrOpenStopped is returned, wrapping the context's error, by an
-// OpenContext whose context ended while it recovered.
-var ErrOpenStopped = errors.New("mvkv: open stopped before recovery ended")
-
 // OpenContext is Open whose recovery stops when ctx ends: its reading of
 // the WAL, its redo and its rebuild of the key index look at ctx every
 // 1,024 records or 64 heap pages, and stop there, as a crash at that
