@@ -146,6 +146,26 @@ func elrPathCases() []elrPathCase {
 				})
 			},
 		},
+		{
+			// The same, with the context ending just after the pause,
+			// so that the rerun's Begin is what refuses it.
+			name: "DB.Update whose context ends as the rerun begins after a serialization failure", want: ErrSerializationFailure, retries: 2,
+			op: func(db *DB, publish func()) error {
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				db.testRetryWait = func(int, time.Duration) time.Duration {
+					cancel()
+					return 0 // no pause, which would see the context end
+				}
+				return db.Update(cctx, func(tx *Txn) error {
+					if _, err := tx.Get([]byte("b")); err != nil {
+						return err
+					}
+					publish()
+					return tx.Put([]byte("a"), []byte("mine"))
+				})
+			},
+		},
 	}
 }
 

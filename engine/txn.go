@@ -1388,7 +1388,11 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 		t, berr := db.Begin(ctx, o)
 		if berr != nil {
 			if attempt > 0 && ctx.Err() != nil {
-				// Ended as the wait did: reported as retryWait does.
+				// Ended as the wait did: reported as retryWait does,
+				// and so held as there.
+				if derr := db.waitDurable(dep); derr != nil {
+					return derr
+				}
 				return fmt.Errorf("%w while waiting to run the function again after: %w", berr, err)
 			}
 			return berr
