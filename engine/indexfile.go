@@ -942,3 +942,24 @@ func walReaches(h indexFileHeader, end wal.LSN) error {
 	}
 	return nil
 }
+
+// removeRefusedIndexFile removes the index file recovery did not use, and
+// makes that durable, before anything is logged: the checkpoint after the
+// rebuild replaces it, but a crash or a failed index file write before
+// that leaves it, and each such Open logs a checkpoint record. A file
+// refused because the log ended before what its heads need would
+// otherwise be taken as usable once records logged since (reusing the
+// LSNs of the lost ones) carry the log that far again, and its heads
+// name versions no page holds. A missing file is no error.
+func (db *DB) removeRefusedIndexFile() error {
+	name := filepath.Join(db.dir, indexFileName)
+	if err := db.fs.Remove(name); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("%w: %w", ErrIOFailure, withPath("remove", name, err))
+	}
+	if err := db.fs.SyncDir(db.dir); err != nil {
+		return fmt.Errorf("%w: %w", ErrIOFailure, withPath("fsync", db.dir, err))
+	}
+	return nil
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"mvkv/internal/heap"
@@ -1182,5 +1183,79 @@ func TestIndexFileCrashDuringRecovery(t *testing.T) {
 			t.Fatalf("seed %d: no crash copy checked", seed)
 		}
 		t.Logf("seed %d: %d operations of recovery and Close, %d opens checked", seed, n, checked)
+	}
+}
+
+// TestIndexFileRefusedForWALReachStaysRefused: an index file refused
+// because the WAL ends before what its heads need stays refused although
+// the log grows past that point again. Here each Open's rebuild ends with
+// a checkpoint whose record is logged where the lost records were, and
+// whose index file cannot be written (ENOSPC on its create), so that Open
+// fails and leaves the old file; after enough such Opens the log reaches
+// the file's need with other records, and the next Open must still
+// rebuild and read the keys as the log left them.
+func TestIndexFileRefusedForWALReachStaysRefused(t *testing.T) {
+	m, db := indexTestDB(t)
+	for i := range 20 {
+		mustPut(t, db, fmt.Sprintf("k%02d", i), "v0")
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ctrl, _, err := readControl(m, "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := db.wal.InsertLSN()
+	mustPut(t, db, "late", "v1")
+	mustPut(t, db, "k03", "v1")
+	if _, _, err := db.writeIndexFile(ctrl.RedoLSN, ctrl.CheckpointLSN, db.ckptID.Load()); err != nil {
+		t.Fatal(err)
+	}
+	need := db.wal.InsertLSN()
+	c := m.CrashCopy(vfs.DropUnsynced, nil)
+	db.Close()
+	name, off := wal.SegmentFile(cut, db.opts.WALSegmentSize)
+	seg := filepath.Join("/db", walDir, name)
+	b, err := readMemFile(c, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(b[off:])
+	if err := writeMemFile(c, seg, b); err != nil {
+		t.Fatal(err)
+	}
+	ffs := vfs.NewFaultFS(c)
+	fault := ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpCreate), Base: indexFileTmpName, Err: syscall.ENOSPC})
+	// A checkpoint record is 64 bytes: enough failed Opens to carry the
+	// log past the file's need.
+	for i := range int(need-cut)/64 + 2 {
+		if fdb, err := Open("/db", Options{FS: ffs, CheckpointTimeout: -1}); err == nil {
+			// Only an Open that used the old file succeeds: the
+			// checks below fail it.
+			t.Logf("open %d succeeded, from the index file %v", i, fdb.Recovery().IndexFromFile)
+			fdb.Close()
+			break
+		}
+	}
+	if fault.Fired() == 0 {
+		t.Fatal("no index file create failed: the test does not test the case")
+	}
+	cdb, err := Open("/db", Options{FS: c, CheckpointTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cdb.Close()
+	ri := cdb.Recovery()
+	if ri.EndLSN < uint64(need) {
+		t.Fatalf("the log ends at %d, before the file's need %d: the test does not test the case", ri.EndLSN, need)
+	}
+	st, err := scanState(cdb)
+	if err != nil {
+		t.Fatalf("index from the file %v: %v", ri.IndexFromFile, err)
+	}
+	if ri.IndexFromFile || len(st) != 20 || st["k03"] != "v0" || st["late"] != "" {
+		t.Fatalf("index from the file %v (%q): %d keys, k03 %q, late %q: want a rebuild and the 20 keys as the checkpoint left them",
+			ri.IndexFromFile, ri.IndexRebuildReason, len(st), st["k03"], st["late"])
 	}
 }

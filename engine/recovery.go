@@ -386,6 +386,9 @@ func (db *DB) recover(ctrl controlData) error {
 		return err
 	}
 	if reason != "" {
+		if err := db.removeRefusedIndexFile(); err != nil {
+			return err
+		}
 		heapMaxXid, err := db.rebuildIndex()
 		if err != nil {
 			return err
