@@ -218,7 +218,7 @@ func elrPathWaits(t *testing.T, c elrPathCase, fail bool) {
 			})
 		}()
 		<-g.blocked // the writer's flush waits for the disk
-		for deadline := time.Now().Add(10 * time.Second); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
 				panic("the commit did not become visible while its flush waited")
 			}
@@ -226,7 +226,7 @@ func elrPathWaits(t *testing.T, c elrPathCase, fail bool) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.op(db, publish) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 		if err, ok := returned(done); ok {
 			t.Fatalf("returned %v while the commit it observed waits for its flush (published %v): a crash now would take that commit away", err, published.Load())
 		}
@@ -238,7 +238,7 @@ func elrPathWaits(t *testing.T, c elrPathCase, fail bool) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("not waiting for the flush after 10 s")
+			t.Fatal("not waiting for the flush after a minute")
 		}
 	}
 	got, err := memState(m.CrashCopy(vfs.DropUnsynced, nil))
@@ -291,9 +291,9 @@ func TestEarlyLockReleaseFailedFlushAfterOverwrite(t *testing.T) {
 	early := db.earlyCommits.Load()
 	waitEarly := func(n uint64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); db.earlyCommits.Load() < early+n; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); db.earlyCommits.Load() < early+n; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d commits visible after 10 s", db.earlyCommits.Load()-early, n)
+				t.Fatalf("%d of %d commits visible after a minute", db.earlyCommits.Load()-early, n)
 			}
 		}
 	}
@@ -321,7 +321,7 @@ func TestEarlyLockReleaseFailedFlushAfterOverwrite(t *testing.T) {
 			return err
 		})
 	}()
-	for deadline := time.Now().Add(10 * time.Second); db.Stats().Txn.DependencyWaits == before.Txn.DependencyWaits; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); db.Stats().Txn.DependencyWaits == before.Txn.DependencyWaits; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the View did not wait for the flush")
 		}
@@ -404,7 +404,7 @@ func TestBackupOfEarlyReleasedCommit(t *testing.T) {
 				writer <- db.Update(ctx, func(tx *Txn) error { return tx.Put([]byte("a"), []byte("new")) })
 			}()
 			<-g.blocked
-			for deadline := time.Now().Add(10 * time.Second); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(time.Minute); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the commit did not become visible while its flush waited")
 				}
@@ -414,12 +414,12 @@ func TestBackupOfEarlyReleasedCommit(t *testing.T) {
 			go func() { _, err := db.Backup(ctx, "/bk"); backup <- err }()
 			// The Backup's checkpoint asks for a flush, which waits for
 			// the held sync.
-			for deadline := time.Now().Add(10 * time.Second); db.Stats().WAL.FlushRequests == before.WAL.FlushRequests; time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(time.Minute); db.Stats().WAL.FlushRequests == before.WAL.FlushRequests; time.Sleep(time.Millisecond) {
 				if err, ok := returned(backup); ok {
 					t.Fatalf("Backup returned %v while the commit's flush is held", err)
 				}
 				if time.Now().After(deadline) {
-					t.Fatal("Backup asked for no flush in 10 s")
+					t.Fatal("Backup asked for no flush in a minute")
 				}
 			}
 			if err, ok := returned(backup); ok {
@@ -516,7 +516,7 @@ func TestVacuumOfEarlyReleasedCommitWhoseSyncFails(t *testing.T) {
 	g.shut()
 	writer := make(chan error, 1)
 	go func() { writer <- tx.Commit() }()
-	for deadline := time.Now().Add(30 * time.Second); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); db.earlyCommits.Load() == early; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the commit did not become visible while its flush waited")
 		}
@@ -526,12 +526,12 @@ func TestVacuumOfEarlyReleasedCommitWhoseSyncFails(t *testing.T) {
 	go func() { _, err := db.Vacuum(ctx); vacuum <- err }()
 	// Vacuum works until it needs the WAL durable: to write out a page
 	// it changed (the pool is small) or at its end.
-	for deadline := time.Now().Add(30 * time.Second); db.Stats().WAL.FlushRequests == before.WAL.FlushRequests; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); db.Stats().WAL.FlushRequests == before.WAL.FlushRequests; time.Sleep(time.Millisecond) {
 		if err, ok := returned(vacuum); ok {
 			t.Fatalf("vacuum returned %v while the commit's flush is held", err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("vacuum asked for no flush in 30 s")
+			t.Fatal("vacuum asked for no flush in a minute")
 		}
 	}
 	d := db.Stats().Sub(before)
