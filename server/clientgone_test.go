@@ -204,3 +204,51 @@ func waitServed(t *testing.T, ts *testServer, c *conn) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestExecRunsOnWhenClientKilled: an EXEC block that writes and then
+// reads every key (KEYS, a SCAN of many keys) runs to its end when CLIENT
+// KILL closes its connection while it reads, as FLUSHALL does and as Redis
+// runs every command it has read: the block is one transaction, and its
+// writes are carried out although nobody reads the reply.
+func TestExecRunsOnWhenClientKilled(t *testing.T) {
+	ts := startServer(t, Config{})
+	check := ts.raw(t)
+	args := []string{"MSET"}
+	for j := range 3000 {
+		args = append(args, "key:"+strconv.Itoa(j), "v")
+	}
+	check.cmd(args...)
+	check.reply()
+	for _, read := range [][]string{{"KEYS", "*"}, {"SCAN", "0", "COUNT", "100000"}} {
+		name := strings.ToLower(read[0])
+		r := ts.raw(t)
+		r.cmd("CLIENT", "ID")
+		id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
+		c := ts.connOf(t, id)
+		for _, cmd := range [][]string{{"MULTI"}, {"SET", "written", name}, read} {
+			r.cmd(cmd...)
+			r.reply()
+		}
+		looks := 0
+		hook := func() {
+			if looks++; looks == 1 {
+				check.cmd("CLIENT", "KILL", "ID", id)
+				if got := check.reply(); got != ":1\r\n" {
+					t.Errorf("CLIENT KILL ID %s: %q", id, got)
+				}
+				waitGone(t, c)
+			}
+		}
+		ts.s.testGoneCheck.Store(&hook)
+		r.cmd("EXEC")
+		waitServed(t, ts, c)
+		ts.s.testGoneCheck.Store(nil)
+		if looks == 0 {
+			t.Fatalf("%s in EXEC: no look at the client, so no kill during the block: the test does not test the case", read)
+		}
+		check.cmd("GET", "written")
+		if got := check.reply(); got != "$"+strconv.Itoa(len(name))+"\r\n"+name+"\r\n" {
+			t.Errorf("GET written after an EXEC whose client was killed during its %s: %q, want %q (the block's SET carried out)", read[0], got, name)
+		}
+	}
+}

@@ -1471,13 +1471,15 @@ const goneCheckEvery = 1024
 // goneEvery reports, when n is a multiple of goneCheckEvery, whether the
 // client went away (conn.gone), for a scan that stops then; n counts the
 // keys visited so far. A client that went away is closed after the
-// command.
+// command. In an EXEC block it reports false: a command that stopped
+// there would roll back the block's writes, which are carried out
+// whether or not the client stays for the reply.
 func (x *execCtx) goneEvery(n int) bool {
 	if n%goneCheckEvery != goneCheckEvery-1 {
 		return false
 	}
 	x.c.s.goneCheckHook()
-	return x.c.clientGone()
+	return !x.inExec && x.c.clientGone()
 }
 
 // goneCheckHook runs testGoneCheck, if set.
