@@ -381,8 +381,9 @@ func Open(dir string, opts Options) (*DB, error) {
 // point would. Nothing that recovery has not finished is made durable in
 // the control file, so the next Open starts recovery over from the same
 // checkpoint and finishes it (what the stopped one wrote, the WAL's torn
-// tail zeroed, pages that redo changed and wrote back, is what a crash
-// during recovery leaves, which recovery takes); a new data directory
+// tail zeroed, pages that redo changed and wrote back, an index file it
+// would not use removed, is what a crash during recovery leaves, which
+// recovery takes); a new data directory
 // whose first Open stopped is removed, as after any failed first Open.
 // The error wraps ErrOpenStopped and ctx's error. Loading the index file
 // and the end-of-recovery checkpoint that Open waits for (after an index
