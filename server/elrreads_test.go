@@ -84,6 +84,7 @@ func everyReadReply(t *testing.T, fail bool) {
 		{[]string{"INFO", "keyspace"}, "db0:keys=2,"},
 		{[]string{"EXEC"}, "*2\r\n$3\r\nnew\r\n:1\r\n"},
 	}
+	waits := db.Stats().Txn.DependencyWaits
 	clients := make([]*raw, len(reads))
 	for i, rd := range reads {
 		if rd.args[0] == "EXEC" {
@@ -92,6 +93,15 @@ func everyReadReply(t *testing.T, fail bool) {
 			clients[i] = ts.raw(t)
 		}
 		clients[i].cmd(rd.args...)
+	}
+	// Every read waits for the SET's flush before the sync is let
+	// through (one that came after it would read a durable key and
+	// prove nothing), but one of DBSIZE and INFO, which share one count
+	// of the keys: it waits for the lock the other holds while it counts.
+	for deadline := time.Now().Add(time.Minute); db.Stats().Txn.DependencyWaits < waits+uint64(len(reads)-1); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d reads wait for the SET's flush after a minute", db.Stats().Txn.DependencyWaits-waits, len(reads)-1)
+		}
 	}
 	noReplyYet(t, a, "SET")
 	for i, rd := range reads {
