@@ -870,10 +870,14 @@ func (c *keyspaceCount) exact(commits uint64, now time.Time) bool {
 
 // keyspaceCount returns a count of the keyspace, the last one if it may be
 // reused (see keyspace); with exact, only if it is exact. Callers that ask
-// while a count is being taken wait for it.
+// while a count is being taken wait for it, or until ctx ends.
 func (s *Server) keyspaceCount(ctx context.Context, exact bool) (keyspaceCount, error) {
-	s.ksMu.Lock()
-	defer s.ksMu.Unlock()
+	select {
+	case s.ksSem <- struct{}{}:
+	case <-ctx.Done():
+		return keyspaceCount{}, ctx.Err()
+	}
+	defer s.unlockKeyspace()
 	commits := s.db.Stats().Txn.Commits
 	now := time.Now()
 	if c := s.ks; c != nil && (c.exact(commits, now) || (!exact && c.took >= keyspaceRecountBelow && now.Sub(c.at) < keyspaceStaleFactor*c.took)) {
@@ -920,11 +924,15 @@ func (s *Server) keyspaceCount(ctx context.Context, exact bool) (keyspaceCount, 
 	return c, nil
 }
 
+// lockKeyspace and unlockKeyspace take and give back ksSem.
+func (s *Server) lockKeyspace()   { s.ksSem <- struct{}{} }
+func (s *Server) unlockKeyspace() { <-s.ksSem }
+
 // keyspaceAge returns how old the last count of the keyspace is and how
 // long it took, for INFO's mvkv section; zeros before the first.
 func (s *Server) keyspaceAge() (age, took time.Duration) {
-	s.ksMu.Lock()
-	defer s.ksMu.Unlock()
+	s.lockKeyspace()
+	defer s.unlockKeyspace()
 	if s.ks == nil {
 		return 0, 0
 	}

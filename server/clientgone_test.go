@@ -252,3 +252,57 @@ func TestExecRunsOnWhenClientKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestCountWaitStopsWhenClientGoes: a DBSIZE or INFO keyspace that waits
+// for another client's count of the keyspace stops waiting when its own
+// client goes away, rather than when that count ends.
+func TestCountWaitStopsWhenClientGoes(t *testing.T) {
+	ts := startServer(t, Config{})
+	check := ts.raw(t)
+	for _, req := range [][]string{{"DBSIZE"}, {"INFO", "keyspace"}} {
+		name := strings.ToLower(req[0])
+		check.cmd("SET", "bump", name)
+		check.reply()
+		r := ts.raw(t)
+		r.cmd("CLIENT", "ID")
+		id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
+		c := ts.connOf(t, id)
+		// Another count under way: this one waits for it.
+		ts.s.lockKeyspace()
+		r.cmd(req...)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			c.mu.Lock()
+			running := c.lastCmd == name
+			c.mu.Unlock()
+			if running {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.s.unlockKeyspace()
+				t.Fatalf("%s did not start within a minute", req)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r.nc.Close()
+		waitGone(t, c)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+			ts.s.mu.Lock()
+			_, serving := ts.s.conns[c]
+			ts.s.mu.Unlock()
+			if !serving {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s whose client went away still waits for another's count after a minute", req)
+				break
+			}
+		}
+		ts.s.unlockKeyspace()
+		waitServed(t, ts, c)
+		line := check.info("commandstats", "cmdstat_"+name)
+		if !strings.Contains(line, "failed_calls=1") {
+			t.Errorf("%s whose client went away: cmdstat_%s %s, want failed_calls=1 (stopped)", req, name, line)
+		}
+	}
+}

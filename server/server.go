@@ -169,8 +169,11 @@ type Server struct {
 	expiry  expiryState // the active expiry cycle
 	slowlog slowlog     // SLOWLOG
 
-	ksMu sync.Mutex     // held while the keyspace is counted
-	ks   *keyspaceCount // guarded by ksMu; the last count, nil before the first
+	// ksSem, one slot, is held while the keyspace is counted and while
+	// ks is read or set: a channel, so that a caller whose context ends
+	// (its client went away) stops waiting for another's count.
+	ksSem chan struct{}
+	ks    *keyspaceCount // guarded by ksSem; the last count, nil before the first
 
 	// Runtime knobs changed by CONFIG SET.
 	syncCommit atomic.Int32           // engine.SynchronousCommit
@@ -256,6 +259,7 @@ func New(db *engine.DB, cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
+		ksSem:     make(chan struct{}, 1),
 		db:        db,
 		cfg:       cfg,
 		lingering: make(chan struct{}, maxLingering),

@@ -967,8 +967,8 @@ func TestInfoKeyspaceCountReuse(t *testing.T) {
 		r.reply()
 	}
 	countAt := func() time.Time {
-		ts.s.ksMu.Lock()
-		defer ts.s.ksMu.Unlock()
+		ts.s.lockKeyspace()
+		defer ts.s.unlockKeyspace()
 		return ts.s.ks.at
 	}
 	do("SET", "a", "1")
@@ -996,10 +996,10 @@ func TestInfoKeyspaceCountReuse(t *testing.T) {
 		t.Fatalf("after b's deadline: %q", got)
 	}
 	// A count that took long is reused though writes committed since.
-	ts.s.ksMu.Lock()
+	ts.s.lockKeyspace()
 	ts.s.ks.took = time.Second
 	ts.s.ks.at = time.Now()
-	ts.s.ksMu.Unlock()
+	ts.s.unlockKeyspace()
 	do("SET", "c", "3")
 	if got := keysLine(); got != "db0:keys=1" {
 		t.Fatalf("a long count was not reused: %q", got)
@@ -1008,9 +1008,9 @@ func TestInfoKeyspaceCountReuse(t *testing.T) {
 	if got := r.reply(); !strings.Contains(got, "keyspace_count_seconds:1.000\r\n") || !strings.Contains(got, "keyspace_count_age_seconds:0.") {
 		t.Fatalf("INFO mvkv: %q", got)
 	}
-	ts.s.ksMu.Lock()
+	ts.s.lockKeyspace()
 	ts.s.ks.at = time.Now().Add(-11 * time.Second)
-	ts.s.ksMu.Unlock()
+	ts.s.unlockKeyspace()
 	if got := keysLine(); got != "db0:keys=2" {
 		t.Fatalf("a long count was reused past ten times its duration: %q", got)
 	}
@@ -1126,8 +1126,8 @@ func TestDBSizeReusesExactCount(t *testing.T) {
 	ts := startServer(t, Config{})
 	r := ts.raw(t)
 	countAt := func() time.Time {
-		ts.s.ksMu.Lock()
-		defer ts.s.ksMu.Unlock()
+		ts.s.lockKeyspace()
+		defer ts.s.unlockKeyspace()
 		if ts.s.ks == nil {
 			return time.Time{}
 		}
@@ -1144,9 +1144,9 @@ func TestDBSizeReusesExactCount(t *testing.T) {
 		t.Fatal("DBSIZE counted again with nothing committed since")
 	}
 	// A long count is reused by INFO while stale, never by DBSIZE.
-	ts.s.ksMu.Lock()
+	ts.s.lockKeyspace()
 	ts.s.ks.took = time.Second
-	ts.s.ksMu.Unlock()
+	ts.s.unlockKeyspace()
 	r.cmd("SET", "b", "1")
 	r.expect("+OK\r\n")
 	r.cmd("DBSIZE")
