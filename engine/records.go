@@ -422,11 +422,6 @@ func decodeFPI(data []byte, flags uint8) (block uint32, page []byte, err error) 
 	return block, page, nil
 }
 
-// encodeIndexHead is recIndexHead's payload.
-func encodeIndexHead(key []byte, head heap.TID) []byte {
-	return append(appendTID(make([]byte, 0, 6+len(key)), head), key...)
-}
-
 // decodeIndexHead decodes recIndexHead's payload.
 func decodeIndexHead(data []byte) (key []byte, head heap.TID, err error) {
 	// A key is 1 to MaxKeySize bytes: a record of an empty key is damage.

@@ -1374,14 +1374,21 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 	}
 	var err error
 	var dep wal.LSN // of the last run that failed retryably
+	// held returns e, which tells of the last run's serialization
+	// failure, once the WAL is durable past what that run observed: the
+	// failure says that another transaction changed a key it wrote, with
+	// early lock release a commit a crash could still take away, so it
+	// waits as a result would.
+	held := func(e error) error {
+		if derr := db.waitDurable(dep); derr != nil {
+			return derr
+		}
+		return e
+	}
 	for attempt := 0; attempt < db.opts.MaxRetries; attempt++ {
 		if attempt > 0 {
 			if werr := db.retryWait(ctx, attempt, err); werr != nil {
-				// It wraps the last failure: held as below.
-				if derr := db.waitDurable(dep); derr != nil {
-					return derr
-				}
-				return werr
+				return held(werr) // it wraps the last failure
 			}
 		}
 		var t *Txn
@@ -1390,10 +1397,7 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 			if attempt > 0 && ctx.Err() != nil {
 				// Ended as the wait did: reported as retryWait does,
 				// and so held as there.
-				if derr := db.waitDurable(dep); derr != nil {
-					return derr
-				}
-				return fmt.Errorf("%w while waiting to run the function again after: %w", berr, err)
+				return held(fmt.Errorf("%w while waiting to run the function again after: %w", berr, err))
 			}
 			return berr
 		}
@@ -1416,14 +1420,7 @@ func (db *DB) run(ctx context.Context, o TxnOptions, fn func(*Txn) error) error 
 		}
 		dep = t.dep
 	}
-	// Out of runs. The last one's serialization failure says that
-	// another transaction changed a key it wrote: with early lock
-	// release, a commit a crash could still take away, so the failure is
-	// returned only once that commit is durable, as a result would be.
-	if werr := db.waitDurable(dep); werr != nil {
-		return werr
-	}
-	return err
+	return held(err) // out of runs
 }
 
 // Retry backoff of DB.Update and DB.View: the wait before the nth rerun

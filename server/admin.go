@@ -599,7 +599,7 @@ func cmdInfo(x *execCtx, args [][]byte) error {
 	// client goes away meanwhile.
 	stop := func() {}
 	if !x.inExec {
-		stop = x.c.watchGone()
+		stop = x.c.watchClose().stop
 	}
 	info, err := x.c.s.info(x.c.gone, args[1:])
 	stop()

@@ -1399,7 +1399,7 @@ func cmdDBSize(x *execCtx, _ [][]byte) error {
 	if !x.inExec {
 		// On its own, DBSIZE answers the keyspace count INFO keeps
 		// while it is exact, without reading every key again.
-		stop := x.c.watchGone()
+		stop := x.c.watchClose().stop
 		c, err := x.c.s.keyspaceCount(x.c.gone, true)
 		stop()
 		if err != nil {
@@ -1460,7 +1460,7 @@ func cmdFlushAll(x *execCtx, args [][]byte) error {
 }
 
 // scanWatchCount is the least SCAN COUNT for which SCAN watches for its
-// client going away (conn.watchGone): below it a SCAN is short, and the
+// client going away (conn.watchClose): below it a SCAN is short, and the
 // watch would cost more than the scan.
 const scanWatchCount = 1000
 
@@ -1541,7 +1541,7 @@ func cmdScan(x *execCtx, args [][]byte) error {
 	var last []byte
 	visited := 0
 	if count >= scanWatchCount && !x.inExec {
-		defer x.c.watchGone()()
+		defer x.c.watchClose().stop()
 	}
 	gone := false
 	err = x.tx.ScanPrefix(start, nil, deadlineHdrSize, func(k, prefix []byte, total int) bool {
@@ -1688,7 +1688,7 @@ func cmdCheckpoint(x *execCtx, _ [][]byte) error {
 func cmdVacuum(x *execCtx, _ [][]byte) error {
 	// As BACKUP, a vacuum whose client goes away stops at its next page
 	// (what it did so far stays done; the next vacuum goes on from there).
-	stop := x.c.watchGone()
+	stop := x.c.watchClose().stop
 	_, err := x.c.s.db.Vacuum(x.c.gone)
 	stop()
 	if err != nil && x.c.clientGone() {

@@ -207,8 +207,10 @@ type closeWatch struct {
 	stopping atomic.Bool
 }
 
-// watchClose starts watching c's socket. The caller must call stop before
-// it reads from the connection again.
+// watchClose starts watching c's socket: if the client goes away, w.gone
+// closes and c.gone ends, which a command that may run long stops at. The
+// caller must call stop before it reads from the connection again; after
+// it, c.gone.Err() says whether the client went away.
 func (c *conn) watchClose() *closeWatch {
 	w := &closeWatch{c: c, gone: make(chan struct{}), done: make(chan struct{})}
 	limit := c.s.limits().QueryBufferLimit
@@ -236,15 +238,6 @@ func (c *conn) watchClose() *closeWatch {
 		}
 	}()
 	return w
-}
-
-// watchGone watches c's socket (watchClose) while a command that may run
-// long runs, so that c.gone ends if the client goes away meanwhile. The
-// caller must call the returned stop before it reads from the connection
-// again; after a stop, c.gone.Err() says whether the client went away.
-func (c *conn) watchGone() (stop func()) {
-	w := c.watchClose()
-	return w.stop
 }
 
 // clientGone reports whether the client went away (c.gone) and, if so,

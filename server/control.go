@@ -575,7 +575,7 @@ func cmdBackup(x *execCtx, args [][]byte) error {
 	// CLIENT KILL closes it) stops at its next page and removes what it
 	// copied (engine DB.Backup): a copy nobody waits for would take its
 	// I/O, and hold off checkpoints and vacuum, to the end.
-	stop := x.c.watchGone()
+	stop := x.c.watchClose().stop
 	_, err := s.db.Backup(x.c.gone, dir)
 	stop()
 	if err != nil && x.c.clientGone() {

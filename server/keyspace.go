@@ -20,7 +20,7 @@ func cmdKeys(x *execCtx, args [][]byte) error {
 	size := 0
 	// KEYS reads every key: it stops if its client goes away meanwhile.
 	if !x.inExec {
-		defer x.c.watchGone()()
+		defer x.c.watchClose().stop()
 	}
 	visited := 0
 	gone := false
