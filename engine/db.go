@@ -387,8 +387,10 @@ func Open(dir string, opts Options) (*DB, error) {
 // whose first Open stopped is removed, as after any failed first Open.
 // The error wraps ErrOpenStopped and ctx's error. Loading the index file
 // and the end-of-recovery checkpoint that Open waits for (after an index
-// rebuild) do not look at ctx. Use it where a signal must end a long
-// recovery, as `mvkv serve` does.
+// rebuild) do not look at ctx. Other errors are Open's. Use it where a
+// signal must end a long recovery, as `mvkv serve` does, and as
+// PostgreSQL's startup process exits on a shutdown request in the middle
+// of crash recovery, its next start redoing from the same checkpoint.
 func OpenContext(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if ctx == nil {
 		ctx = context.Background()

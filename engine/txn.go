@@ -285,7 +285,9 @@ func (t *Txn) GetPrefix(key []byte, n int) (prefix []byte, length int, err error
 // visits exactly the keys that begin with prefix. It is prefix with its
 // trailing 0xff bytes dropped and its last other byte incremented, in a
 // new slice; nil (no upper bound) when prefix is empty or all 0xff bytes,
-// since then no key is above every key that begins with it.
+// since then no key is above every key that begins with it. It is the
+// upper bound an ordered key-value store's prefix iteration takes
+// (LevelDB's and pebble's users compute the same), and only reads prefix.
 func PrefixEnd(prefix []byte) []byte {
 	for i := len(prefix) - 1; i >= 0; i-- {
 		if prefix[i] != 0xff {
