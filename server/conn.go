@@ -842,9 +842,27 @@ func (c *conn) runSingle(cmd *command, args [][]byte) {
 			backoff(attempt)
 			continue
 		}
-		c.out = appendEngineError(c.out, err)
+		c.out = appendEngineError(c.out, lastFailure(tx, err))
 		return
 	}
+}
+
+// lastFailure returns err, the error that ended a command's or EXEC
+// block's last run, once it may be told: a serialization failure (or
+// another retryable one) says that another transaction changed a key the
+// run wrote, with early lock release a commit a crash could still take
+// away, so it waits as a result would, until the WAL is durable past what
+// tx, the run's transaction (nil if it never began), observed; if that
+// flush fails, its error is told instead. Other errors are returned at
+// once.
+func lastFailure(tx *engine.Txn, err error) error {
+	if tx == nil || !engine.IsRetryable(err) {
+		return err
+	}
+	if werr := tx.WaitObserved(); werr != nil {
+		return werr
+	}
+	return err
 }
 
 // tooLargeText is the reply to a key or value above the engine's limits.
@@ -949,7 +967,7 @@ func (c *conn) exec() {
 	for attempt := 1; ; attempt++ {
 		c.out = c.out[:mark]
 		c.replyOff, c.replyOn = replyOff, replyOn
-		err := c.execOnce(queue, keys, all, pipelined, mark)
+		tx, err := c.execOnce(queue, keys, all, pipelined, mark)
 		if err == nil {
 			return
 		}
@@ -958,7 +976,7 @@ func (c *conn) exec() {
 			backoff(attempt)
 			continue
 		}
-		c.out = appendEngineError(c.out, err)
+		c.out = appendEngineError(c.out, lastFailure(tx, err))
 		return
 	}
 }
@@ -1030,19 +1048,20 @@ func (c *conn) withEveryKey(keys []string) ([]string, error) {
 // first locks keys (and, for FLUSHALL, every stored key), so that its
 // snapshot, taken at its first read or write, comes after the locks were
 // granted: every read of the block sees that one snapshot, and its writes
-// of the locked keys cannot fail with a serialization failure.
-func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, mark int) error {
+// of the locked keys cannot fail with a serialization failure. It returns
+// the transaction it ran, ended, or nil if it began none.
+func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, mark int) (*engine.Txn, error) {
 	if all {
 		// FLUSHALL will lock every key: take them now, in one key order
 		// with the rest.
 		var err error
 		if keys, err = c.withEveryKey(keys); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	tx, err := c.begin(true, engine.RepeatableRead)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Holding the row lock of every watched key, no transaction can be
 	// between writing one and committing: any commit since WATCH has
@@ -1050,7 +1069,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 	// keys the block writes are locked here too (lockOrder).
 	if err := lockKeys(tx, keys); err != nil {
 		c.rollback(tx)
-		return err
+		return tx, err
 	}
 	if !c.watchValid() {
 		// The abort tells the client that a watched key changed: like a
@@ -1061,10 +1080,10 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		// to wait for.)
 		c.rollback(tx)
 		if err := tx.WaitObserved(); err != nil {
-			return err
+			return tx, err
 		}
 		c.out = append(c.out, "*-1\r\n"...)
-		return nil
+		return tx, nil
 	}
 	// As in Redis, CLIENT REPLY OFF or ON in the block takes effect at
 	// once: the array's header, and each command's reply, is dropped if
@@ -1090,7 +1109,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		c.out = x.out
 		if err != nil {
 			c.rollback(tx)
-			return err
+			return tx, err
 		}
 		runs = append(runs, ran{time.Since(start), len(c.out) > at && c.out[at] == '-'})
 		if c.replyOff {
@@ -1112,7 +1131,7 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 			c.s.slowlog.add(c, args, runs[i].took)
 		}
 	}
-	return err
+	return tx, err
 }
 
 // execPipelined reports whether the EXEC about to run may commit with

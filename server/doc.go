@@ -31,7 +31,8 @@
 // key another client changes before the block commits; WATCH, which is
 // exact, or writing the key in the block closes it. A deadlock or
 // serialization failure reruns the command or block before anything is
-// replied, up to Config.MaxRetries runs in all.
+// replied, up to Config.MaxRetries runs in all; the last run's error is
+// replied only once the writes it met are durable, as a result would be.
 //
 // # Who may connect
 //

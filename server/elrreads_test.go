@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -126,6 +127,94 @@ func everyReadReply(t *testing.T, fail bool) {
 			}
 		case fail && !strings.HasPrefix(got, "-"):
 			t.Errorf("%s after the SET's sync failed = %q; want an error", what, got)
+		}
+	}
+}
+
+// TestEarlyLockReleaseLastSerializationFailureWaits holds the WAL sync of
+// another client's SET, visible early, while a command and an EXEC block
+// read the key it wrote and then fail with a serialization failure on
+// their last run: the error says that a write changed what they read, so,
+// as a result would be, it is held until the SET is durable, and becomes
+// the sync's error when the sync fails. No command of the server's own
+// reaches this on demand (only FLUSHALL can, on a key created between its
+// locks and its snapshot), so the test adds one for its duration.
+func TestEarlyLockReleaseLastSerializationFailureWaits(t *testing.T) {
+	const name = "x-read-then-fail"
+	commandTable[name] = &command{name, 2, flagRead, func(x *execCtx, args [][]byte) error {
+		if _, err := x.get(args[1]); err != nil {
+			return err
+		}
+		return fmt.Errorf("a write changed %q: %w", args[1], engine.ErrSerializationFailure)
+	}}
+	t.Cleanup(func() { delete(commandTable, name) })
+	for _, fail := range []bool{false, true} {
+		what := "sync succeeds"
+		if fail {
+			what = "sync fails"
+		}
+		t.Run(what, func(t *testing.T) { lastSerializationFailure(t, name, fail) })
+	}
+}
+
+func lastSerializationFailure(t *testing.T, name string, fail bool) {
+	ffs := vfs.NewFaultFS(vfs.OS{})
+	g := &gateFS{FS: ffs, blocked: make(chan struct{}, 64)}
+	on := true
+	db, err := engine.Open(t.TempDir(), engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &on, LockTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{s: New(db, Config{MaxRetries: 1}), db: db, addr: ln.Addr().String()}
+	go ts.s.Serve(context.Background(), ln)
+	defer func() {
+		g.open()
+		ts.s.Shutdown(context.Background())
+		db.Close()
+	}()
+	a := ts.raw(t)
+	single := ts.raw(t)
+	block := ts.raw(t)
+	block.cmd("MULTI")
+	block.expect("+OK\r\n")
+	block.cmd(name, "n")
+	block.expect("+QUEUED\r\n")
+
+	setInFlight(t, ts, g, a, "n", "new")
+	waits := db.Stats().Txn.DependencyWaits
+	single.cmd(name, "n")
+	block.cmd("EXEC")
+	// Both wait for the SET's flush, and neither replies meanwhile (a
+	// reply sent at once fails here, before the waits are looked for
+	// any longer).
+	for deadline := time.Now().Add(time.Minute); ; {
+		noReplyYet(t, single, "a serialization failure caused by an undurable write")
+		noReplyYet(t, block, "EXEC's serialization failure caused by an undurable write")
+		if db.Stats().Txn.DependencyWaits >= waits+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 failed runs wait for the SET's flush after a minute", db.Stats().Txn.DependencyWaits-waits)
+		}
+	}
+	if fail {
+		ffs.Inject(vfs.Rule{Kinds: vfs.Ops(vfs.OpDatasync), Contains: "/wal/"})
+	}
+	g.open()
+	if got := a.reply(); fail != strings.HasPrefix(got, "-") {
+		t.Fatalf("SET replied %q (sync fails: %v)", got, fail)
+	}
+	for _, r := range []*raw{single, block} {
+		got := r.reply()
+		switch {
+		case !fail && !strings.Contains(got, "a write changed"):
+			t.Errorf("reply %q; want the serialization failure", got)
+		case fail && (!strings.HasPrefix(got, "-MISCONF") || strings.Contains(got, "a write changed")):
+			t.Errorf("reply after the SET's sync failed = %q; want the WAL's error, not the serialization failure", got)
 		}
 	}
 }
