@@ -240,7 +240,7 @@ func TestLoadedIndexTakesChanges(t *testing.T) {
 	const n = 10_000
 	file := syntheticIndexFile(n)
 	ix := newIndex()
-	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
+	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{}

@@ -343,11 +343,18 @@ func (r *fileReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// indexLoadLook is how many keys loadIndexFile decodes between looks at
+// OpenContext's context: a look costs a few nanoseconds, and ten million
+// keys take about a second.
+const indexLoadLook = 1 << 14
+
 // loadIndexFile reads the index file into db.idx (which must be empty) and
 // returns what else it holds. Any problem with the file (missing,
 // damaged, another format) is returned wrapped in errIndexFile, with the
 // file name and offset; db.idx is then left empty. spare is the number of
-// keys to leave room for beyond the file's.
+// keys to leave room for beyond the file's. It returns an error wrapping
+// ErrOpenStopped, not errIndexFile, when OpenContext's context ends
+// meanwhile.
 func (db *DB) loadIndexFile(spare int, accept func(indexFileHeader) error) (indexFileData, error) {
 	name := filepath.Join(db.dir, indexFileName)
 	size, err := db.fs.Stat(name)
@@ -364,9 +371,15 @@ func (db *DB) loadIndexFile(spare int, accept func(indexFileHeader) error) (inde
 	defer f.Close()
 	// Blocks a truncation replayed since the file's checkpoint cut off
 	// may still be named by keys that redo's changes drop.
-	d, err := decodeIndexFile(&fileReader{f: f}, size, name, db.idx, max(db.pool.NBlocks(), db.redoPeakBlocks), spare, accept)
+	// An OpenContext whose context ends stops the load as it stops redo:
+	// the file is still good, and the next Open loads it.
+	stop := func(i uint64) error { return db.openStopped(int(i%indexLoadLook), indexLoadLook) }
+	d, err := decodeIndexFile(&fileReader{f: f}, size, name, db.idx, max(db.pool.NBlocks(), db.redoPeakBlocks), spare, accept, stop)
 	if err != nil {
 		db.idx.reset()
+		if errors.Is(err, ErrOpenStopped) {
+			return indexFileData{}, err
+		}
 		return indexFileData{}, fmt.Errorf("%w: %w", errIndexFile, err)
 	}
 	return d, nil
@@ -376,8 +389,10 @@ func (db *DB) loadIndexFile(spare int, accept func(indexFileHeader) error) (inde
 // checking every length against what is left of the file, every key
 // against MaxKeySize and the order, every TID against a heap of nblocks
 // blocks, and the checksum at the end. Errors name the file and offset.
-// The hash table is sized for the file's keys and spare more.
-func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks uint32, spare int, accept func(indexFileHeader) error) (indexFileData, error) {
+// The hash table is sized for the file's keys and spare more. stop, if
+// not nil, is called before each key is decoded with the key's number; an
+// error from it ends the decoding and is returned as it is.
+func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks uint32, spare int, accept func(indexFileHeader) error, stop func(i uint64) error) (indexFileData, error) {
 	var d indexFileData
 	var off int64
 	bad := func(format string, args ...any) error {
@@ -530,6 +545,11 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	// The most bytes a key's record takes.
 	const maxRecord = 2*binary.MaxVarintLen64 + MaxKeySize + 6
 	for i := uint64(0); i < h.keys; i++ {
+		if stop != nil {
+			if err := stop(i); err != nil {
+				return d, err
+			}
+		}
 		off = at()
 		p := br.fill(maxRecord)
 		shared, n1 := binary.Uvarint(p)
@@ -827,7 +847,7 @@ func (db *DB) verifyIndexFile(problem func(format string, args ...any), changed 
 		return
 	}
 	defer f.Close()
-	d, err := decodeIndexFile(&fileReader{f: f}, size, name, file, db.pool.NBlocks(), 0, nil)
+	d, err := decodeIndexFile(&fileReader{f: f}, size, name, file, db.pool.NBlocks(), 0, nil, nil)
 	if err != nil {
 		problem("index file: %v", err)
 		return

@@ -87,7 +87,7 @@ func BenchmarkLoadIndexFile(b *testing.B) {
 			var ix *index
 			for range b.N {
 				ix = newIndex()
-				if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
+				if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil, nil); err != nil {
 					b.Fatal(err)
 				}
 				if ix.len() != n {
@@ -122,7 +122,7 @@ func BenchmarkIndexGet(b *testing.B) {
 	const n = 1_000_000
 	file := syntheticIndexFile(n)
 	ix := newIndex()
-	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
+	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil, nil); err != nil {
 		b.Fatal(err)
 	}
 	keys := make([][]byte, 1<<16)
@@ -153,7 +153,7 @@ func BenchmarkIndexRemove(b *testing.B) {
 		if i%n == 0 {
 			b.StopTimer()
 			ix = newIndex()
-			if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
+			if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 			order = rand.Perm(n)
@@ -170,7 +170,7 @@ func BenchmarkIndexInsert(b *testing.B) {
 	const n = 1_000_000
 	file := syntheticIndexFile(n)
 	ix := newIndex()
-	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil); err != nil {
+	if _, err := decodeIndexFile(bytes.NewReader(file), int64(len(file)), "index", ix, 1<<30, 0, nil, nil); err != nil {
 		b.Fatal(err)
 	}
 	keys := make([][]byte, b.N)

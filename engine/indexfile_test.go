@@ -356,7 +356,7 @@ func FuzzDecodeIndexFile(f *testing.F) {
 	f.Add(make([]byte, indexHeaderSize+4))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ix := newIndex()
-		d, err := decodeIndexFile(bytes.NewReader(b), int64(len(b)), "index", ix, 1<<20, 0, nil)
+		d, err := decodeIndexFile(bytes.NewReader(b), int64(len(b)), "index", ix, 1<<20, 0, nil, nil)
 		if err != nil {
 			if !errors.Is(err, ErrCorruption) {
 				t.Fatalf("error %v does not wrap ErrCorruption", err)
@@ -929,7 +929,7 @@ func TestIndexFileEveryByteDamaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := decodeIndexFile(bytes.NewReader(good), int64(len(good)), "index", newIndex(), 1<<20, 0, nil)
+	d, err := decodeIndexFile(bytes.NewReader(good), int64(len(good)), "index", newIndex(), 1<<20, 0, nil, nil)
 	if err != nil || d.hdr.keys == 0 || d.hdr.fsmBlocks == 0 {
 		t.Fatalf("the file does not hold keys and free space entries to damage: %+v, %v", d.hdr, err)
 	}

@@ -107,3 +107,66 @@ func TestOpenContextStopsRecovery(t *testing.T) {
 		t.Errorf("a new data directory whose first Open was stopped is left behind")
 	}
 }
+
+// TestOpenContextStopsIndexFileLoad: an Open after a clean shutdown spends
+// its time loading the index file, so OpenContext looks at its context
+// while it loads (once every indexLoadLook keys), and a stop at any of
+// those looks leaves the file in use for the next Open, with every key.
+func TestOpenContextStopsIndexFileLoad(t *testing.T) {
+	m := vfs.NewMemFS()
+	o := Options{FS: m, Autovacuum: noAutovacuum}
+	db := openTest(t, "/d", o)
+	const keys = 34_000 // over twice indexLoadLook: three looks while loading
+	for i := 0; i < keys; i += 1000 {
+		if err := db.Update(context.Background(), func(tx *Txn) error {
+			for j := i; j < i+1000; j++ {
+				if err := tx.Put(fmt.Appendf(nil, "k%06d", j), []byte("v")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	base := m.Clone()
+	count := &stopAfter{Context: context.Background()}
+	o.FS = base.Clone()
+	db, err := OpenContext(count, "/d", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !db.Recovery().IndexFromFile {
+		t.Fatal("the index was rebuilt after a clean shutdown; the test needs the index file loaded")
+	}
+	db.Close()
+	total := count.looks.Load()
+	loads := int64(keys+indexLoadLook-1) / indexLoadLook
+	if total < loads {
+		t.Fatalf("an Open that loaded %d keys from the index file looked at its context %d times in all; want at least %d (one every %d keys)", keys, total, loads, indexLoadLook)
+	}
+	// The last looks are the load's: nothing after it looks.
+	for at := total - loads + 1; at <= total; at++ {
+		o.FS = base.Clone()
+		if _, err := OpenContext(&stopAfter{Context: context.Background(), at: at}, "/d", o); !errors.Is(err, ErrOpenStopped) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("stop at look %d of %d: %v; want ErrOpenStopped and context.Canceled", at, total, err)
+		}
+		db := openTest(t, "/d", o)
+		if !db.Recovery().IndexFromFile {
+			t.Errorf("stop at look %d of %d, then Open: the index was rebuilt, not loaded from its file", at, total)
+		}
+		n := 0
+		if err := db.View(context.Background(), func(tx *Txn) error {
+			return tx.ScanKeys(nil, nil, func([]byte) bool { n++; return true })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n != keys {
+			t.Errorf("stop at look %d of %d, then Open: %d keys, want %d", at, total, n, keys)
+		}
+		db.Close()
+	}
+}
