@@ -18,6 +18,16 @@ import (
 // cuts a torn write at a multiple of it, never inside a sector.
 const SectorSize = 512
 
+// MaxMemFileSize is the largest size in bytes of a MemFS file (16 GiB). A
+// write or truncation that would make a file longer fails with EFBIG, as one
+// past a real file system's limit does (16 TiB on ext4 with 4 KiB blocks).
+// MemFS keeps a pointer per 4 KiB of a file's length, holes included, so
+// without a limit a stray offset would be an allocation of its size (or a
+// crash) rather than an error; 16 GiB is far above any file mvkv makes (heap
+// segments are 1 GiB, WAL segments smaller) and costs at most 32 MiB of
+// pointers.
+const MaxMemFileSize = 1 << 34
+
 // CrashMode says what a crash copy keeps of the state that was not yet durable
 // when the simulated power loss happened. Whatever was made durable (file
 // data by Sync or Datasync, directory entries by SyncDir of their directory)
@@ -151,8 +161,9 @@ func (o Op) String() string {
 // Names are slash-separated; relative names are taken from the root, so "d"
 // and "/d" are the same directory. Errors are *fs.PathError (*os.LinkError
 // for Rename) wrapping the errno the operating system would return, so
-// errors.Is(err, fs.ErrNotExist) and fs.ErrExist work as with OS. Lock is
-// exclusive within one MemFS: a second Lock of the same file returns
+// errors.Is(err, fs.ErrNotExist) and fs.ErrExist work as with OS. A file
+// holds at most MaxMemFileSize bytes (EFBIG past it). Lock is exclusive
+// within one MemFS: a second Lock of the same file returns
 // ErrLocked until the first is closed.
 //
 // All methods are safe for concurrent use; one lock serializes mutations
@@ -899,6 +910,9 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if off > MaxMemFileSize-int64(len(p)) {
+		return 0, pathErr("write", f.name, syscall.EFBIG)
+	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
 	f.ino.changeLocked(newWrite(f.fs.nextLocked(), off, p))
@@ -912,6 +926,9 @@ func (f *memFile) Truncate(size int64) error {
 	}
 	if size < 0 {
 		return pathErr("truncate", f.name, syscall.EINVAL)
+	}
+	if size > MaxMemFileSize {
+		return pathErr("truncate", f.name, syscall.EFBIG)
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()

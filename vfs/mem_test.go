@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -640,4 +641,49 @@ func TestMemFSConcurrent(t *testing.T) {
 	if n := m.OpCount(); n < workers*writes*2 {
 		t.Fatalf("OpCount = %d, want at least %d", n, workers*writes*2)
 	}
+}
+
+// A write or truncation at an offset past MaxMemFileSize, or one whose end
+// overflows an int64, fails with EFBIG and changes nothing, where it used to
+// panic (index out of range, growslice) or allocate a pointer per 4 KiB of
+// the offset.
+func TestMemFSHugeOffsets(t *testing.T) {
+	m := NewMemFS()
+	f, err := m.Create("/f")
+	check(t, err)
+	_, err = f.WriteAt([]byte("abc"), 0)
+	check(t, err)
+	ops := m.OpCount()
+	for _, off := range []int64{math.MaxInt64 - 1, math.MaxInt64 - 2, 1 << 62, 1 << 40, MaxMemFileSize - 2} {
+		if n, err := f.WriteAt([]byte("xyz"), off); n != 0 || !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("WriteAt(3 bytes, %d) = %d, %v; want 0, EFBIG", off, n, err)
+		}
+	}
+	for _, size := range []int64{math.MaxInt64, 1 << 62, MaxMemFileSize + 1} {
+		if err := f.Truncate(size); !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("Truncate(%d) = %v; want EFBIG", size, err)
+		}
+	}
+	if n, err := f.WriteAt(nil, math.MaxInt64); n != 0 || err != nil {
+		t.Errorf("zero-length WriteAt at MaxInt64 = %d, %v; want 0, nil", n, err)
+	}
+	if got := m.OpCount(); got != ops {
+		t.Errorf("refused operations were counted: OpCount %d, want %d", got, ops)
+	}
+	if got := mustRead(t, m, "/f"); string(got) != "abc" {
+		t.Fatalf("file reads %q after refused operations, want abc", got)
+	}
+	// Up to the limit itself is allowed, and the hole reads as zeros.
+	if _, err := f.WriteAt([]byte("z"), MaxMemFileSize-1); err != nil {
+		t.Fatalf("write ending at MaxMemFileSize: %v", err)
+	}
+	buf := make([]byte, 2)
+	if n, err := f.ReadAt(buf, MaxMemFileSize-2); n != 2 || err != nil || string(buf) != "\x00z" {
+		t.Fatalf("ReadAt at the limit = %d, %v, %q", n, err, buf[:n])
+	}
+	if n, err := f.ReadAt(buf, math.MaxInt64); n != 0 || err != io.EOF {
+		t.Fatalf("ReadAt at MaxInt64 = %d, %v; want 0, EOF", n, err)
+	}
+	check(t, f.Truncate(0))
+	check(t, f.Close())
 }
