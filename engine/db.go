@@ -435,10 +435,12 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*DB, error) {
 	}
 	// The directory's own entry must be durable too, or a crash could lose
 	// a new data directory with every commit in it (initdb's
-	// fsync_parent_path). After the lock, so that its file's entry is
-	// covered, and so that an Open that fails here removes what it made
-	// while no other Open can have begun using it.
-	for _, d := range []string{dir, filepath.Dir(dir)} {
+	// fsync_parent_path), and so must the entry of every parent Open made:
+	// a parent's entry lost takes the data directory with it. After the
+	// lock, so that its file's entry is covered, and so that an Open that
+	// fails here removes what it made while no other Open can have begun
+	// using it.
+	for _, d := range dirsToSync(dir, made) {
 		if err := fsys.SyncDir(d); err != nil {
 			return nil, made.undo(lk, wrapf(err, "fsync %s", d))
 		}

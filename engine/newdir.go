@@ -101,6 +101,24 @@ func noteNewDir(fsys vfs.FS, dir string) (*newDirUndo, error) {
 	return u, nil
 }
 
+// dirsToSync returns the directories whose entries Open syncs once it
+// holds the lock on dir: dir, its parent, and the parent of each missing
+// parent that made (a new data directory's newDirUndo, nil for one that
+// existed) lists, deepest first, so that every directory Open made has a
+// durable entry.
+func dirsToSync(dir string, made *newDirUndo) []string {
+	dirs := []string{dir, filepath.Dir(dir)}
+	if made == nil {
+		return dirs
+	}
+	for _, d := range made.missing {
+		if p := filepath.Dir(d); !slices.Contains(dirs, p) {
+			dirs = append(dirs, p)
+		}
+	}
+	return dirs
+}
+
 // undo removes what Open made since noteNewDir and returns err, the
 // reason Open failed. lock, if not nil, is the data directory's lock,
 // which undo releases (after removing the files, before the directories

@@ -211,3 +211,47 @@ func TestFailedOpenLeavesStrangers(t *testing.T) {
 		t.Fatalf("left %v, want %v", got, want)
 	}
 }
+
+// TestNewDirParentsDurable: a first Open that makes the data directory and
+// missing parents of it makes every one of their entries durable before it
+// returns, so that a power loss after an acknowledged commit finds the
+// commit, where it used to find no directory at all (only the data
+// directory and its parent were synced, not the root that held the parent
+// Open made).
+func TestNewDirParentsDurable(t *testing.T) {
+	for _, dir := range []string{"/db", "/a/db", "/a/b/c/db", "rel/db"} {
+		fsys := vfs.NewMemFS()
+		opts := Options{FS: fsys, WALSegmentSize: 1 << 20, SharedBuffers: 16 * 8192, Autovacuum: noAutovacuum, CheckpointTimeout: -1}
+		db, err := Open(dir, opts)
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		if err := db.Update(t.Context(), func(tx *Txn) error { return tx.Put([]byte("k"), []byte("v")) }); err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		opts.FS = fsys.CrashCopy(vfs.DropUnsynced, nil)
+		if err := db.Close(); err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		if _, err := opts.FS.Stat(filepath.Join(dir, "control")); err != nil {
+			t.Fatalf("%s: after a power loss: %v", dir, err)
+		}
+		cdb, err := Open(dir, opts)
+		if err != nil {
+			t.Fatalf("%s: reopen after a power loss: %v", dir, err)
+		}
+		err = cdb.View(t.Context(), func(tx *Txn) error {
+			v, err := tx.Get([]byte("k"))
+			if err == nil && string(v) != "v" {
+				err = fmt.Errorf("k = %q", v)
+			}
+			return err
+		})
+		if err != nil {
+			t.Errorf("%s: the acknowledged commit after a power loss: %v", dir, err)
+		}
+		if err := cdb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
