@@ -31,7 +31,14 @@
 // there, then run the application's workload. The hook runs while the
 // workload is paused right after the operation, so anything the workload has
 // acknowledged by then was acknowledged before the crash point and must be
-// found in the copy. The package's example "Example (CrashTest)"
+// found in the copy. Hook calls are serialized (the MemFS is locked), so the
+// hook's own counters need no lock; the workload's acknowledgements, made on
+// other goroutines, do. The hook runs only after a file-system operation: a
+// commit that never reaches the file system before it is acknowledged (an
+// asynchronous one, or one the application acknowledged early) is exposed
+// only by a later operation, so take one last crash copy with
+// MemFS.CrashCopy once the workload stops. The package's example
+// "Example (CrashTest)"
 // (Example_crashTest) does this for bank transfers; `mvkv crashtest --mode
 // power` does the same for a randomized workload of its own.
 //

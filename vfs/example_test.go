@@ -85,10 +85,8 @@ func (b bank) check(ctx context.Context, acked int) error {
 // crash point survived.
 func Example_crashTest() {
 	ctx := context.Background()
+	// Open makes /db and syncs the directories that hold its name.
 	fsys := vfs.NewMemFS()
-	// The data directory's own name must be durable too.
-	_ = fsys.MkdirAll("/db")
-	_ = fsys.SyncDir("/")
 	off := false
 	opts := engine.Options{
 		FS:                fsys,
