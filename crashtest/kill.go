@@ -143,17 +143,31 @@ func dataDir(cfg Config) (string, error) {
 	if cfg.Dir == "" {
 		return os.MkdirTemp("", "mvkv-crashtest-")
 	}
-	ents, err := os.ReadDir(cfg.Dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return cfg.Dir, os.MkdirAll(cfg.Dir, 0o755)
-	}
+	missing, err := newDir(cfg.Dir)
 	if err != nil {
 		return "", err
 	}
-	if len(ents) > 0 {
-		return "", fmt.Errorf("crashtest: %s is not empty; give a new directory", cfg.Dir)
+	if missing {
+		return cfg.Dir, os.MkdirAll(cfg.Dir, 0o755)
 	}
 	return cfg.Dir, nil
+}
+
+// newDir returns an error unless dir is missing (missing true) or empty:
+// the directory a run writes its data or a failing crash copy to holds
+// nothing of anyone else's.
+func newDir(dir string) (missing bool, err error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(ents) > 0 {
+		return false, fmt.Errorf("crashtest: %s is not empty; give a new directory", dir)
+	}
+	return false, nil
 }
 
 // ImportDir returns a MemFS holding a durable copy of the real directory

@@ -30,8 +30,8 @@ type Config struct {
 	// Clients is the number of concurrent clients (default 4).
 	Clients int
 	// Dir is where kill and server modes keep the data directory, and
-	// where a failing power-mode crash copy is written; "" makes a
-	// temporary directory.
+	// where a failing power-mode crash copy is written; it must be missing
+	// or empty (Run fails otherwise); "" makes a temporary directory.
 	Dir string
 	// Exe is the mvkv binary that kill and server modes start as a child
 	// (default: this executable).
@@ -217,6 +217,13 @@ func checkCopy(ctx context.Context, fsys vfs.FS, clients int) (*engine.DB, State
 
 func runPower(ctx context.Context, cfg Config) (Result, error) {
 	var res Result
+	if cfg.Dir != "" {
+		// Checked now, not at a failure, which would write the crash
+		// copy over what the directory holds.
+		if _, err := newDir(cfg.Dir); err != nil {
+			return res, err
+		}
+	}
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b9))
 	fsys := newMemFS()
