@@ -42,6 +42,27 @@
 // (Example_crashTest) does this for bank transfers; `mvkv crashtest --mode
 // power` does the same for a randomized workload of its own.
 //
+// # What MemFS does not model
+//
+// A crash copy follows what POSIX promises; where Linux after a power loss
+// may leave something else, a test that passes on MemFS has not seen it:
+//
+//   - Syncing a new file does not make its name durable in MemFS; on ext4
+//     it usually does (fsync commits the journal transaction holding the
+//     directory entry). MemFS is the stricter, as POSIX only promises the
+//     name after a sync of its directory.
+//   - A torn write keeps a prefix (TearLast); a real disk may keep any
+//     subset of the sectors of a large write, since the kernel writes
+//     pages back in any order. KeepRandom keeps or loses whole writes.
+//   - A truncation (or Create of an existing file) is one change: a crash
+//     copy has the file's old length and bytes or its new ones. On ext4 the
+//     zeroed tail of a last block cut in the middle may reach the disk
+//     without the new length, leaving zeros inside the old length.
+//   - There are no hard links, permissions, timestamps or free-space
+//     limit (FaultFS with Rule.Growing and ENOSPC models a full disk), a
+//     file holds at most MaxMemFileSize bytes, and Lock excludes only
+//     within one MemFS.
+//
 // # Design
 //
 // The interface is deliberately small: positional reads and writes (no shared

@@ -49,13 +49,16 @@ type Rule struct {
 	// Kinds are the operations the rule counts and fails; 0 means all.
 	Kinds OpSet
 	// Base, if not empty, is a path.Match pattern the base name must match
-	// (e.g. "*.tmp", "control").
+	// (e.g. "*.tmp", "control"). A malformed pattern (path.ErrBadPattern)
+	// matches nothing, so a test that injects a fault should check
+	// Fault.Fired to know the fault was met.
 	Base string
 	// Contains, if not empty, must be a substring of the name as the caller
 	// passed it (e.g. "/wal/").
 	Contains string
 	// Nth, if positive, fails only the Nth matching operation after the rule
-	// was injected (counting from 1); 0 fails every matching operation.
+	// was injected (counting from 1); 0 fails every matching operation; a
+	// negative Nth fails none.
 	Nth int64
 	// Err is the errno injected, wrapped in *fs.PathError; nil means
 	// syscall.EIO. syscall.ENOSPC is the other usual choice.
