@@ -41,6 +41,10 @@ func init() {
 			c, err := decodeCheckpoint(rec.Data)
 			return c.redo, err
 		},
+		CheckpointSystemID: func(rec wal.Record) (uint64, error) {
+			c, err := decodeCheckpoint(rec.Data)
+			return c.systemID, err
+		},
 		ReadControl: func(fsys vfs.FS, dir string) (rmgr.Control, bool, error) {
 			c, found, err := readControl(fsys, dir)
 			return rmgr.Control(c), found, err

@@ -25,12 +25,14 @@
 //
 // # Checks
 //
-// A dump from the oldest record checks one thing beyond what reading the
+// A dump from the oldest record checks two things beyond what reading the
 // log checks (record and segment CRCs, LSN continuity): the checkpoint
-// record named by the control file must be among the records read. When it
-// is not, a segment is missing or damaged, and Dump returns an error
-// wrapping wal.ErrCorrupt that names the segment file, after printing the
-// records it could read. Without a readable control file the dump still
+// record named by the control file must be among the records read, and it
+// must carry the control file's system identifier. When it is not there, a
+// segment is missing or damaged; when it is another database's, the log (or
+// the control file) was copied from elsewhere, even if every record reads
+// well. Either way Dump returns an error wrapping wal.ErrCorrupt that names
+// the segment file, after printing the records it could read. Without a readable control file the dump still
 // runs and says in a note what it could not check.
 //
 // # Design

@@ -63,8 +63,10 @@ func recordAround(fsys vfs.FS, walPath string, start wal.LSN) (in, next wal.LSN,
 // log returns an error saying where the log ends. A dump from the oldest
 // record to the end that does not meet the checkpoint record the control
 // file names returns an error wrapping wal.ErrCorrupt naming the segment
-// file that should hold it. Errors from writing to w are returned as they
-// are.
+// file that should hold it; one whose checkpoint record there was written by
+// another database (its system identifier is not the control file's), an
+// error wrapping wal.ErrCorrupt that says so, after the records. Errors from
+// writing to w are returned as they are.
 func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 	if fsys == nil {
 		fsys = vfs.OS{}
@@ -116,6 +118,10 @@ func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 	}
 	defer r.Close()
 	sawCheckpoint := false
+	// foreign is the system identifier of the checkpoint record the control
+	// file names, when it is another database's: the log (or the control
+	// file) was copied from elsewhere, and the records are not this one's.
+	var foreign uint64
 	n := 0
 	// A start inside a record reads as damage; say what is more likely.
 	notARecord := func() bool { return n == 0 && start != 0 }
@@ -153,6 +159,11 @@ func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 		}
 		if rec.LSN == ckpt {
 			sawCheckpoint = rmgr.Engine.IsCheckpoint(rec.Type)
+			if sawCheckpoint && ctrl.SystemID != 0 {
+				if id, err := rmgr.Engine.CheckpointSystemID(rec); err == nil && id != 0 && id != ctrl.SystemID {
+					foreign = id
+				}
+			}
 		}
 		n++
 	}
@@ -163,6 +174,10 @@ func Dump(fsys vfs.FS, dir string, start, end wal.LSN, w io.Writer) error {
 	fmt.Fprintln(w)
 	if ctrlNote != "" {
 		fmt.Fprintln(w, "note: "+ctrlNote)
+	}
+	if foreign != 0 {
+		return fmt.Errorf("%w: the checkpoint record at %s that the control file names was written by the database with system identifier %d, and the control file is that of %d: the log in %s is another database's, or the control file is",
+			wal.ErrCorrupt, ckpt, foreign, ctrl.SystemID, segmentPathOf(walPath, ckpt, r.SegmentSize()))
 	}
 	if ckpt != 0 && !sawCheckpoint {
 		return fmt.Errorf("%w: the control file names a checkpoint record at %s (in %s), but the valid log read here, which ends at %s, has no checkpoint there: that segment is missing or damaged",

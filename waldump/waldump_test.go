@@ -188,3 +188,48 @@ func TestDumpMissingCheckpointSegment(t *testing.T) {
 		t.Fatalf("Dump: %v; want wal.ErrCorrupt naming %s", err, seg)
 	}
 }
+
+// The WAL of another database under this one's control file, whose
+// checkpoint record lies at the very LSN the control file names (the same
+// workload run twice): the dump prints the records, then reports
+// corruption naming both system identifiers, where it ended cleanly as if
+// the log were this database's.
+func TestDumpForeignWAL(t *testing.T) {
+	dir, other := filled(t, 50), filled(t, 50)
+	ctrl, _, err := rmgr.Engine.ReadControl(vfs.OS{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octrl, _, err := rmgr.Engine.ReadControl(vfs.OS{}, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctrl.CheckpointLSN != octrl.CheckpointLSN || ctrl.SystemID == octrl.SystemID {
+		t.Fatalf("the two databases' checkpoints: %+v and %+v; want one LSN and two system identifiers", ctrl, octrl)
+	}
+	names, err := os.ReadDir(walPath(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range names {
+		b, err := os.ReadFile(filepath.Join(walPath(other), e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(walPath(dir), e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	err = Dump(nil, dir, 0, 0, &out)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprint(ctrl.SystemID)) || !strings.Contains(err.Error(), fmt.Sprint(octrl.SystemID)) {
+		t.Fatalf("Dump of another database's WAL: %v; want wal.ErrCorrupt naming both system identifiers", err)
+	}
+	if !strings.Contains(out.String(), "records; the valid log ends at") {
+		t.Errorf("the records were not printed before the error:\n%s", out.String()[max(0, out.Len()-300):])
+	}
+	// The database's own WAL still dumps cleanly.
+	if err := Dump(nil, other, 0, 0, io.Discard); err != nil {
+		t.Fatalf("Dump of the other database itself: %v", err)
+	}
+}

@@ -67,6 +67,10 @@ type Table struct {
 	// CheckpointRedo decodes a checkpoint record's payload and returns
 	// its redo point.
 	CheckpointRedo func(rec wal.Record) (redo wal.LSN, err error)
+	// CheckpointSystemID decodes a checkpoint record's payload and returns
+	// the system identifier of the database that wrote it (0 in a record
+	// of the older formats, which carry none).
+	CheckpointSystemID func(rec wal.Record) (id uint64, err error)
 	// ReadControl reads the control file of data directory dir; found is
 	// false (with a nil error) when there is none. A damaged one is an
 	// error naming the file.
