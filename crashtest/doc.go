@@ -33,6 +33,12 @@
 //   - server: `mvkv serve` as a child, real RESP clients in this process,
 //     kill -9.
 //
+// A killed process loses nothing it handed to the kernel, so kill and server
+// modes test recovery from a process crash only: a missing or skipped sync
+// passes them, and only power mode can expose it. (Planting one, every
+// seventh WAL sync skipped, fails power mode in its first cycle: the next
+// Open finds a damaged record below a later record's durable-LSN mark.)
+//
 // # Checks
 //
 // After each crash the state is read back and Check compares it with the
