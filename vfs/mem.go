@@ -313,7 +313,9 @@ func (m *MemFS) SetOpHook(fn func(CrashPoint)) {
 // SetCrashAfter arranges for a Clone of the state to be frozen when the op
 // with Index i completes (i == OpCount() freezes the current state at once);
 // CrashState returns it. The MemFS itself carries on unchanged. i <= 0
-// cancels, as does a later call with another i.
+// cancels, as does a later call with another i. An i below OpCount() names
+// an op already past, whose state is gone: nothing is ever frozen, and
+// CrashState stays nil.
 func (m *MemFS) SetCrashAfter(i int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
