@@ -2,6 +2,7 @@ package crashtest
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -389,9 +390,56 @@ func checkLinearizable(initial State, hist []Entry, final State, clients int) st
 	}
 	switch porcupine.CheckOperationsTimeout(model, ops, 20*time.Second) {
 	case porcupine.Illegal:
-		return "the history of single-key operations, with the reads after recovery, is not linearizable"
+		return "the history of single-key operations, with the reads after recovery, is not linearizable" + illegalKeys(model, ops, hist, final)
 	case porcupine.Unknown:
 		return "" // timed out: no verdict, not a failure
 	}
 	return ""
+}
+
+// illegalKeys names the keys whose own histories are not linearizable (the
+// first, with its value after recovery and the writes of it that were
+// answered, and how many more), so that a failure says what was lost. Each
+// key is checked alone, as the model's partition checks it; a key whose
+// check times out is not named.
+func illegalKeys(model porcupine.Model, ops []porcupine.Operation, hist []Entry, final State) string {
+	by := map[string][]porcupine.Operation{}
+	for _, o := range ops {
+		k := o.Input.(kvInput).key
+		by[k] = append(by[k], o)
+	}
+	model.Partition = nil
+	var bad []string
+	for _, k := range slices.Sorted(maps.Keys(by)) {
+		if porcupine.CheckOperationsTimeout(model, by[k], 5*time.Second) == porcupine.Illegal {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	k := bad[0]
+	v, ok := final[k]
+	msg := fmt.Sprintf(": key %s, which reads %s after recovery", k, describe(v, ok))
+	var answered []string
+	for _, e := range hist {
+		if e.Op.Key != k || e.Status != Acked {
+			continue
+		}
+		a := e.Op.String()
+		switch e.Op.Kind {
+		case Get:
+			a += " -> " + describe(e.Val, e.Found)
+		case Incr:
+			a += fmt.Sprintf(" -> %d", e.Out)
+		}
+		answered = append(answered, a)
+	}
+	if n := len(answered); n > 0 {
+		msg += fmt.Sprintf("; of its %d answered operations the last was %q", n, answered[n-1])
+	}
+	if len(bad) > 1 {
+		msg += fmt.Sprintf(" (and %d more keys: %s)", len(bad)-1, strings.Join(bad[1:min(len(bad), 6)], ", "))
+	}
+	return msg
 }

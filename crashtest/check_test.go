@@ -73,6 +73,9 @@ func TestCheckFindsEachLoss(t *testing.T) {
 	_ = e
 	acked(h2, Op{Kind: Get, Key: sharedKey(0)}, 0, Expand(w1.Tag), true)
 	wantProblem(t, Check(State{}, h2.Snapshot(), State{}, clients), "not linearizable")
+	// The problem says which key, what it reads now and what was answered.
+	wantProblem(t, Check(State{}, h2.Snapshot(), State{}, clients),
+		"not linearizable: key "+sharedKey(0)+", which reads absent after recovery; of its 1 answered operations the last was \"c0 GET "+sharedKey(0)+" -> the value tagged t.c0.1.20\"")
 }
 
 // Shrink finds the one operation a failure needs.
