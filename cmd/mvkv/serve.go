@@ -191,11 +191,18 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	} else if !validPort(p) {
 		return fail("invalid --listen %q: port %q (want 0 to 65535)", listen, p)
 	}
-	if bind != "" || port != "" {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["bind"] || set["port"] {
 		if set["listen"] {
 			return fail("--listen and --bind or --port are two ways to give one address: give one")
+		}
+		// An empty one given is refused, as --listen's is, rather than
+		// taken for the default: it is what an unset shell variable
+		// gives, and redis-server refuses both (port "" is no integer,
+		// bind "" listens nowhere).
+		if set["bind"] && bind == "" {
+			return fail("invalid --bind \"\": want a host name or address")
 		}
 		if strings.ContainsAny(bind, " ,") {
 			return fail("invalid --bind %q: one host name or address (this server listens on one)", bind)
@@ -209,7 +216,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		case "::*":
 			bind = "::"
 		}
-		if port != "" && !validPort(port) {
+		if set["port"] && !validPort(port) {
 			return fail("invalid --port %q (want 0 to 65535)", port)
 		}
 		host, p, _ := net.SplitHostPort(listen)

@@ -145,6 +145,17 @@ func TestServeUsage(t *testing.T) {
 			t.Errorf("serve %q: the data directory was made (stat: %v)", a, err)
 		}
 	}
+	// An empty --port or --bind, what an unset shell variable gives, is
+	// refused as an empty --listen is, not taken for the default address.
+	// The --metrics address no listen takes makes a server that took it
+	// so exit rather than serve.
+	for _, a := range [][]string{{"--port", ""}, {"--bind", ""}} {
+		errb.Reset()
+		code := run(append([]string{"serve", "--dir", t.TempDir(), "--metrics", "nowhere"}, a...), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "invalid "+a[0]+` ""`) {
+			t.Errorf("serve %q: exit %d, %q; want 2 naming %s", a, code, errb.String(), a[0])
+		}
+	}
 	// A mistyped value is named even when --dir is missing too.
 	errb.Reset()
 	if code := run([]string{"serve", "--port", "abc"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `invalid --port "abc"`) {
