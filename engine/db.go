@@ -281,7 +281,10 @@ type RecoveryInfo struct {
 	// checkpoint, damage).
 	IndexFromFile      bool
 	IndexRebuildReason string
-	// IndexKeys is the number of keys in the index after Open.
+	// IndexKeys is the number of keys in the index after Open: live,
+	// deleted (until a vacuum drops their entries) or never committed,
+	// as IndexStats.Keys counts them, so not the number of keys a scan
+	// finds.
 	IndexKeys int
 	// WrittenBlocks is the heap length the last checkpoint wrote; pages
 	// of zeros below it are damage. CheckedBlocks of them were read for
