@@ -617,7 +617,7 @@ func cmdInfo(x *execCtx, args [][]byte) error {
 }
 
 // info renders INFO's sections in Redis's order: server, clients,
-// persistence, stats, keyspace, then mvkv (WAL, group commit, CLOG, buffer
+// persistence, stats, ..., cluster, keyspace, then mvkv (WAL, group commit, CLOG, buffer
 // pool, checkpoints), placed last as Redis places modules' sections.
 // Only the keyspace section reads the keys; when that fails (a damaged
 // heap page), it holds keyspace_error with the error instead of db0.
@@ -738,6 +738,9 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 	if wanted("errorstats") {
 		section("errorstats", s.stats.errorLines()...)
 	}
+	// As a Redis server not in cluster mode: clients and tools look here
+	// to tell a cluster node from a standalone server.
+	section("cluster", "cluster_enabled:0")
 	if wanted("keyspace") {
 		keys, expires, avgTTL, err := s.keyspace(ctx)
 		switch {

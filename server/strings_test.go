@@ -241,10 +241,14 @@ func TestInfoSections(t *testing.T) {
 	for _, want := range []string{"# Memory\r\nused_memory:", "\r\nused_memory_rss:", "\r\nused_memory_peak:", "\r\nmem_allocator:go",
 		"# Replication\r\nrole:master\r\nconnected_slaves:0\r\n", "\r\nmaster_repl_offset:",
 		"# CPU\r\nused_cpu_sys:", "\r\nused_cpu_user_children:", "\r\ntotal_error_replies:3\r\n", "\r\nrejected_calls:2\r\n",
-		"# Errorstats\r\nerrorstat_ERR:count=3\r\n"} {
+		"# Errorstats\r\nerrorstat_ERR:count=3\r\n", "\r\n# Cluster\r\ncluster_enabled:0\r\n\r\n# Keyspace\r\n"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("INFO lacks %q", want)
 		}
+	}
+	r.cmd("INFO", "cluster")
+	if got, want := r.reply(), "$30\r\n# Cluster\r\ncluster_enabled:0\r\n\r\n"; got != want {
+		t.Errorf("INFO cluster = %q; want %q, as a Redis server not in cluster mode", got, want)
 	}
 	if strings.Contains(info, "cmdstat_") {
 		t.Error("INFO without arguments shows commandstats; Redis shows them only when asked")
