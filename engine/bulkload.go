@@ -574,7 +574,7 @@ func (db *DB) abortBulkLoad(txn *txnState, first uint32, wrote bool) error {
 			return db.fail(err)
 		}
 	}
-	_, end, err := db.wal.Insert(recAbort, xid, timestampPayload())
+	_, end, err := db.wal.Insert(recAbort, xid, timestampPayload(new([8]byte)))
 	if err == nil {
 		err = db.clog.SetStatus(xid, clog.StatusAborted, uint64(end))
 	}

@@ -615,9 +615,13 @@ func (t *Txn) write(key []byte, op writeOp) error {
 	t.writes++
 	defer t.leave()
 	err := t.writeLocked(key, op)
+	if err == nil {
+		return nil
+	}
+	// Declared here, not above: errors.As makes it escape, and so
+	// allocate, where it is declared, which every write would pay for.
 	var ue userError
 	switch {
-	case err == nil:
 	case errors.As(err, &ue):
 		return ue.err
 	case errors.Is(err, ErrTooLarge):
@@ -1129,8 +1133,14 @@ func (t *Txn) Rollback() error {
 	return err
 }
 
-func timestampPayload() []byte {
-	return binary.LittleEndian.AppendUint64(nil, uint64(time.Now().UnixMicro()))
+// timestampPayload is the payload of a commit or abort record: the time in
+// microseconds since the Unix epoch, little-endian, in b. A payload
+// escapes (the WAL's checksum code keeps the compiler from proving
+// otherwise), so a caller passes an array it already has on the heap
+// rather than have one allocated per record; wal.Writer.Insert copies it.
+func timestampPayload(b *[8]byte) []byte {
+	binary.LittleEndian.PutUint64(b[:], uint64(time.Now().UnixMicro()))
+	return b[:]
 }
 
 // commit writes st's commit record and completes the commit, in the order
@@ -1184,7 +1194,7 @@ func (db *DB) insertCommit(st *txnState) (wal.LSN, error) {
 		return 0, ErrClosed
 	}
 	db.ckptInterlock.RLock()
-	_, end, err := db.wal.Insert(recCommit, st.xid.Load(), timestampPayload())
+	_, end, err := db.wal.Insert(recCommit, st.xid.Load(), timestampPayload(&st.stamp))
 	if err != nil {
 		// Nothing was inserted: the WAL refuses every insert after a
 		// write or sync of it failed (the background WAL writer's, say,
@@ -1273,7 +1283,7 @@ func (db *DB) abort(st *txnState, before func()) error {
 	db.ckptInterlock.RLock()
 	if db.writable() == nil {
 		// Not flushed: a lost abort record means the same as no record.
-		_, end, err = db.wal.Insert(recAbort, st.xid.Load(), timestampPayload())
+		_, end, err = db.wal.Insert(recAbort, st.xid.Load(), timestampPayload(&st.stamp))
 	}
 	if err == nil {
 		err = db.clog.SetStatus(st.xid.Load(), clog.StatusAborted, uint64(end))

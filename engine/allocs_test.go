@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"mvkv/vfs"
+)
+
+// A one-key write allocates what its work needs and nothing for its own
+// bookkeeping: no row-lock list for its one key (txnState.lock1), no
+// commit record payload (txnState.stamp), no error holder on success
+// (Txn.write). The server runs one such transaction a request.
+func TestOneKeyWriteAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	db, err := Open("db", Options{FS: vfs.NewMemFS(), SynchronousCommit: SyncCommitOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key, val := []byte("key:__rand_int__"), []byte("xxx")
+	put := func() {
+		tx, err := db.Begin(context.Background(), TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Put(key, val); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put()
+	// The Txn, its txnState and done channel, the locked key as the
+	// lock table's string, the version read from the chain.
+	const want = 5
+	if n := testing.AllocsPerRun(1000, put); n > want {
+		t.Fatalf("a one-key write made %v allocations, want at most %d", n, want)
+	}
+}
