@@ -482,6 +482,11 @@ func subcommandError(name string, args [][]byte) string {
 	if len(args) < 2 {
 		return ""
 	}
+	switch name {
+	case "client", "object", "cluster", "acl", "command", "config", "memory", "slowlog":
+	default:
+		return ""
+	}
 	sub := lower(args[1])
 	var arity int
 	var known bool

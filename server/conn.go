@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tidwall/redcon"
 
@@ -441,8 +442,11 @@ func (c *conn) flush() error {
 // then); with it off, Commit returns when the commit record is in the WAL
 // buffer.
 func (c *conn) begin(write bool, iso engine.IsolationLevel) (*engine.Txn, error) {
-	sc := engine.SynchronousCommit(c.s.syncCommit.Load())
-	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: iso, ReadOnly: !write, SynchronousCommit: &sc})
+	sc := &c.s.syncModes[0]
+	if engine.SynchronousCommit(c.s.syncCommit.Load()) == engine.SyncCommitOff {
+		sc = &c.s.syncModes[1]
+	}
+	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: iso, ReadOnly: !write, SynchronousCommit: sc})
 	if err == nil {
 		c.s.openTxns.Add(1)
 	}
@@ -631,7 +635,16 @@ func (c *conn) dispatch(req request) {
 	}
 	c.mu.Unlock()
 	c.s.commands.Add(1)
-	defer func() { c.s.met.observe(cmd, start) }()
+	// The command's time, read once for commandstats, the slow log and
+	// the metrics; 0 until the command has run (a refused one is timed
+	// by the metrics alone).
+	var took time.Duration
+	defer func() {
+		if took == 0 {
+			took = time.Since(start)
+		}
+		c.s.met.observe(cmd, took)
+	}()
 	// CLIENT REPLY OFF or SKIP: the command runs, its reply is dropped.
 	// Its commit is waited for here, so that no pending commit's reply
 	// lies in what is dropped.
@@ -717,9 +730,10 @@ func (c *conn) dispatch(req request) {
 		if failed {
 			c.s.stats.noteError(c.out[runMark:])
 		}
-		c.s.stats.observeCommand(cmd, req.args, start, failed)
+		took = max(time.Since(start), 1)
+		c.s.stats.observeCommand(cmd, req.args, took, failed)
 		if cmd.name != "exec" { // as Redis: its commands are logged instead
-			c.s.slowlog.add(c, req.args, time.Since(start))
+			c.s.slowlog.add(c, req.args, took)
 		}
 	}()
 	if cmd.flags&(flagRead|flagWrite) == 0 {
@@ -921,7 +935,40 @@ func trunc(a []byte, n int) []byte {
 	return clip.Prefix(a, n)
 }
 
+// lower returns b in lower case: bytes.ToLower(b) when b has an ASCII
+// capital, else b as it is (lowerSlow). A command's name
+// (any word that lowers to one, a subcommand such as CONFIG's "set"
+// included) comes back as the command table's own string, so that
+// looking up or comparing the name of every request allocates nothing.
 func lower(b []byte) string {
+	var buf [maxCommandName]byte
+	if len(b) <= len(buf) {
+		l := buf[:len(b)]
+		for i, c := range b {
+			if c >= utf8.RuneSelf {
+				// bytes.ToLower maps more than ASCII.
+				return lowerSlow(b)
+			}
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			l[i] = c
+		}
+		// The conversion in a map index does not allocate.
+		if cmd := commandTable[string(l)]; cmd != nil {
+			return cmd.name
+		}
+		return string(l)
+	}
+	return lowerSlow(b)
+}
+
+// maxCommandName bounds the words lower looks up in the command table:
+// the longest command name is shorter.
+const maxCommandName = 32
+
+// lowerSlow is lower for any b, allocating its result.
+func lowerSlow(b []byte) string {
 	for _, c := range b {
 		if c >= 'A' && c <= 'Z' {
 			return string(bytes.ToLower(b))
@@ -1125,10 +1172,10 @@ func (c *conn) execOnce(queue [][][]byte, keys []string, all, pipelined bool, ma
 		for i, args := range queue {
 			cmd := commandTable[lower(args[0])]
 			c.feedMonitors(cmd, args)
-			start := time.Now().Add(-runs[i].took) // its run, not the commit
-			c.s.stats.observeCommand(cmd, args, start, runs[i].failed)
-			c.s.met.observe(cmd, start)
-			c.s.slowlog.add(c, args, runs[i].took)
+			took := runs[i].took // its run, not the commit
+			c.s.stats.observeCommand(cmd, args, took, runs[i].failed)
+			c.s.met.observe(cmd, took)
+			c.s.slowlog.add(c, args, took)
 		}
 	}
 	return tx, err

@@ -248,13 +248,13 @@ func (s *Server) replicationLines(walBytes uint64) []string {
 
 // observeCommand counts a command that ran, for commandstats: its time,
 // and whether its reply is an error.
-func (st *serverStats) observeCommand(c *command, args [][]byte, start time.Time, failed bool) {
+func (st *serverStats) observeCommand(c *command, args [][]byte, took time.Duration, failed bool) {
 	cs := st.of(c, args)
 	if cs == nil {
 		return
 	}
 	cs.calls.Add(1)
-	cs.usec.Add(uint64(time.Since(start).Microseconds()))
+	cs.usec.Add(uint64(took.Microseconds()))
 	if failed {
 		cs.failed.Add(1)
 	}
