@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"mvkv/engine"
@@ -72,5 +74,61 @@ func TestBeginAllocatesOnlyTheTxn(t *testing.T) {
 	})
 	if n > 1 {
 		t.Fatalf("begin and rollback made %v allocations, want 1", n)
+	}
+}
+
+// Requests of a few short arguments are cut from shared blocks: reading
+// one costs a fraction of an allocation, and each request's arguments
+// and list are its own (an append to one reaches no other request's).
+func TestReaderCarvesSmallRequests(t *testing.T) {
+	const n = 1000
+	set := "*3\r\n$3\r\nSET\r\n$16\r\nkey:__rand_int__\r\n$3\r\nxxx\r\n"
+	data := []byte(strings.Repeat(set+"*2\r\n$4\r\nINCR\r\n$0\r\n\r\n", n))
+	src := bytes.NewReader(data)
+	rd := newReader(src, 16<<10, func() Limits { return DefaultLimits })
+	var reqs []request
+	for range 2 * n {
+		req, err := rd.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+	}
+	for i, req := range reqs {
+		want := [][]byte{[]byte("SET"), []byte("key:__rand_int__"), []byte("xxx")}
+		if i%2 == 1 {
+			want = [][]byte{[]byte("INCR"), {}}
+		}
+		if fmt.Sprintf("%q", req.args) != fmt.Sprintf("%q", want) {
+			t.Fatalf("request %d read as %q, want %q", i, req.args, want)
+		}
+		// Grow every argument and list in place as far as it goes.
+		for j := range req.args {
+			a := req.args[j]
+			req.args[j] = append(a[:len(a):cap(a)], "!!!!"...)
+		}
+		_ = append(req.args, []byte("extra"))
+	}
+	for i, req := range reqs {
+		for _, a := range req.args {
+			if !bytes.HasSuffix(a, []byte("!!!!")) || bytes.Count(a, []byte("!")) != 4 {
+				t.Fatalf("request %d: argument %q was changed by another's append", i, a)
+			}
+		}
+	}
+	if raceOn {
+		return
+	}
+	allocs := testing.AllocsPerRun(10, func() {
+		src.Reset(data)
+		rd := newReader(src, 16<<10, func() Limits { return DefaultLimits })
+		for range 2 * n {
+			if _, err := rd.read(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if per := allocs / (2 * n); per > 0.2 {
+		t.Fatalf("reading a request made %.2f allocations, want at most 0.2", per)
 	}
 }

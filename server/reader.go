@@ -124,6 +124,53 @@ type reader struct {
 	// preAuth reports whether the connection has yet to authenticate,
 	// so that the smaller limits above apply; nil means it never has to.
 	preAuth func() bool
+
+	// bytes and slots are the unused ends of the last blocks small
+	// arguments and argument lists were cut from (carve, carveArgs):
+	// a request of a few short arguments, the common one, so costs no
+	// allocation of its own most of the time. A block is never reused:
+	// each piece belongs to its request for good. A piece that is kept
+	// (a MULTI queue, a key held by a command) keeps its whole block
+	// alive: carveBlock bytes, or for an argument list carveSlots
+	// slots and the arguments of the other requests they point to, at
+	// most carveSlots*carveMax bytes in a few blocks.
+	bytes []byte
+	slots [][]byte
+}
+
+// Sizes of the blocks small arguments are cut from: an argument of up to
+// carveMax bytes, a list of up to carveMaxArgs arguments.
+const (
+	carveBlock   = 512
+	carveMax     = 64
+	carveSlots   = 32
+	carveMaxArgs = 8
+)
+
+// carve returns a new slice of n bytes (n <= carveMax), cut from the
+// current block. Its capacity is n, so an append to it cannot reach the
+// next argument.
+func (r *reader) carve(n int) []byte {
+	if len(r.bytes) < n {
+		r.bytes = make([]byte, carveBlock)
+	}
+	a := r.bytes[:n:n]
+	r.bytes = r.bytes[n:]
+	return a
+}
+
+// carveArgs returns an empty argument list with room for n arguments,
+// cut from the current block when n is at most carveMaxArgs.
+func (r *reader) carveArgs(n int) [][]byte {
+	if n > carveMaxArgs {
+		return make([][]byte, 0, min(n, 16))
+	}
+	if len(r.slots) < n {
+		r.slots = make([][]byte, carveSlots)
+	}
+	a := r.slots[:0:n]
+	r.slots = r.slots[n:]
+	return a
 }
 
 func newReader(r io.Reader, size int, lim func() Limits) *reader {
@@ -241,7 +288,7 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 	}
 	// The declared count only bounds the loop: the slice grows as
 	// arguments arrive.
-	req := request{args: make([][]byte, 0, min(n, 16))}
+	req := request{args: r.carveArgs(int(n))}
 	for i := int64(0); i < n; i++ {
 		b, err := r.br.ReadByte()
 		if err != nil {
@@ -298,6 +345,16 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 // argument peaks at 1.5 times its size, once (growing one buffer by
 // doubling would copy it about twice over and peak higher).
 func (r *reader) readBulk(n int) ([]byte, error) {
+	if n <= carveMax {
+		arg := r.carve(n)
+		if _, err := io.ReadFull(r.br, arg); err != nil {
+			return nil, err
+		}
+		if _, err := r.br.Discard(2); err != nil {
+			return nil, err
+		}
+		return arg, nil
+	}
 	var pieces [][]byte
 	got := 0
 	half := n - n/2
