@@ -80,22 +80,25 @@ func newSyncOverlap() syncOverlap { return syncOverlap{pipelined: true} }
 // overlapping reports whether the current window overlaps syncs.
 func (o *syncOverlap) overlapping() bool { return o.pipelined != o.trial }
 
-// enter counts a committer starting to wait for the flusher at now.
-func (o *syncOverlap) enter(now time.Time) {
+// enter counts a committer starting to wait for the flusher now. The
+// clock is read only when the busy time starts, not by every committer
+// that joins one already waiting.
+func (o *syncOverlap) enter(now func() time.Time) {
 	if o.waiting == 0 {
-		o.busySince = now
+		o.busySince = now()
 	}
 	o.waiting++
 }
 
-// leave counts a committer done waiting at now, its commit durable if ok.
-func (o *syncOverlap) leave(now time.Time, ok bool) {
+// leave counts a committer done waiting now, its commit durable if ok; the
+// clock is read only by the last one.
+func (o *syncOverlap) leave(now func() time.Time, ok bool) {
 	o.waiting--
 	if ok {
 		o.done++
 	}
 	if o.waiting == 0 {
-		o.busy += now.Sub(o.busySince)
+		o.busy += now().Sub(o.busySince)
 	}
 }
 

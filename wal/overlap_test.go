@@ -293,6 +293,7 @@ func TestSyncOverlapRules(t *testing.T) {
 		t.Fatalf("%d slots before any measurement, want 64", o.slots(64))
 	}
 	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
 	// window runs one window at rate commits per second (per way), each
 	// round a millisecond with a second of idle time between windows, and
 	// returns the slots it ran with.
@@ -305,12 +306,12 @@ func TestSyncOverlapRules(t *testing.T) {
 		for w := o.windows; o.windows == w; {
 			k := int(rate / 1000)
 			for range k {
-				o.enter(now)
+				o.enter(clock)
 			}
 			o.issued(now)
 			now = now.Add(time.Millisecond)
 			for range k {
-				o.leave(now, true)
+				o.leave(clock, true)
 			}
 		}
 		now = now.Add(time.Second) // idle: not counted
@@ -360,5 +361,31 @@ func TestSyncOverlapRules(t *testing.T) {
 	}
 	if o.parallel() {
 		t.Fatalf("switched for a 5%% difference (%.0f against %.0f)", o.rate[1], o.rate[0])
+	}
+}
+
+// Committers that join a busy time already begun do not read the clock:
+// only the first to wait and the last to leave do, twice a busy time
+// however many commits it holds.
+func TestOverlapReadsClockOncePerBusyEdge(t *testing.T) {
+	var o syncOverlap
+	reads := 0
+	now := time.Unix(0, 0)
+	clock := func() time.Time {
+		reads++
+		now = now.Add(time.Millisecond)
+		return now
+	}
+	for range 10 {
+		o.enter(clock)
+	}
+	for range 10 {
+		o.leave(clock, true)
+	}
+	if reads != 2 {
+		t.Fatalf("ten committers read the clock %d times, want 2", reads)
+	}
+	if o.busy != time.Millisecond || o.done != 10 {
+		t.Fatalf("busy %v done %d, want 1ms and 10", o.busy, o.done)
 	}
 }

@@ -785,19 +785,19 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 	led := false
 	w.fmu.Lock()
 	if commit {
-		w.overlap.enter(w.now())
+		w.overlap.enter(w.now)
 	}
 	for {
 		if f := w.failed.Load(); f != nil {
 			if commit {
-				w.overlap.leave(w.now(), false)
+				w.overlap.leave(w.now, false)
 			}
 			w.fmu.Unlock()
 			return f.err
 		}
 		if LSN(w.flushed.Load()) >= upTo {
 			if commit {
-				w.overlap.leave(w.now(), true)
+				w.overlap.leave(w.now, true)
 			}
 			w.fmu.Unlock()
 			if !led && commit {
@@ -807,7 +807,7 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		}
 		if w.closed {
 			if commit {
-				w.overlap.leave(w.now(), false)
+				w.overlap.leave(w.now, false)
 			}
 			w.fmu.Unlock()
 			return ErrClosed
@@ -839,7 +839,7 @@ func (w *Writer) flushPipelined(upTo LSN, commit bool) error {
 		w.fmu.Lock()
 		if err != nil {
 			if commit {
-				w.overlap.leave(w.now(), false)
+				w.overlap.leave(w.now, false)
 			}
 			w.fmu.Unlock()
 			return err
