@@ -290,13 +290,13 @@ func Open(fsys vfs.FS, dir string, opts Options) (*CLOG, error) {
 	}
 	if _, err := fsys.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		if err := fsys.MkdirAll(dir); err != nil {
-			return nil, fmt.Errorf("clog: create %s: %w", dir, err)
+			return nil, withPath("create", dir, err)
 		}
 		if err := fsys.SyncDir(path.Dir(dir)); err != nil {
 			return nil, fmt.Errorf("clog: sync parent of %s: %w", dir, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("clog: stat %s: %w", dir, err)
+		return nil, withPath("stat", dir, err)
 	}
 	c.recovering.Store(opts.Recovery)
 	if err := c.loadOldest(); err != nil {

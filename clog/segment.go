@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,7 @@ func (c *CLOG) segment(segno uint64, create bool) (*segFile, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		f, err = c.fs.Create(name)
 		if err != nil {
-			return nil, fmt.Errorf("clog: create %s: %w", name, err)
+			return nil, withPath("create", name, err)
 		}
 		c.stats.fileSyncs.Add(1)
 		if err := c.fs.SyncDir(c.dir); err != nil {
@@ -85,7 +86,7 @@ func (c *CLOG) segment(segno uint64, create bool) (*segFile, error) {
 			return nil, c.fail(fmt.Errorf("clog: sync directory %s after creating %s: %w", c.dir, name, err))
 		}
 	case err != nil:
-		return nil, fmt.Errorf("clog: open %s: %w", name, err)
+		return nil, withPath("open", name, err)
 	}
 	sf := &segFile{f: f, name: name, refs: 1, lastUse: s.clock}
 	s.open[segno] = sf
@@ -154,7 +155,7 @@ func (c *CLOG) readPage(pageno uint64, buf []byte) (rebuilt bool, err error) {
 	defer c.files.release(sf)
 	n, err := sf.f.ReadAt(buf, off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return false, fmt.Errorf("clog: read %s at offset %d: %w", sf.name, off, err)
+		return false, withPathAt("read", sf.name, off, err)
 	}
 	clear(buf[n:])
 	if derr := decodePage(buf, pageno); derr != nil {
@@ -208,7 +209,7 @@ func (c *CLOG) writePage(pageno uint64, img []byte) error {
 	sf.needsSync.Store(true)
 	c.stats.pageWrites.Add(1)
 	if _, err := sf.f.WriteAt(img, off); err != nil {
-		return fmt.Errorf("clog: write %s at offset %d: %w", sf.name, off, err)
+		return withPathAt("write", sf.name, off, err)
 	}
 	return nil
 }
@@ -230,7 +231,7 @@ func (c *CLOG) syncFiles() error {
 		if first == nil && sf.needsSync.CompareAndSwap(true, false) {
 			c.stats.fileSyncs.Add(1)
 			if err := sf.f.Sync(); err != nil {
-				first = fmt.Errorf("clog: fsync %s: %w", sf.name, err)
+				first = withPath("fsync", sf.name, err)
 			}
 		}
 		s.release(sf)
@@ -249,9 +250,36 @@ func (s *segFiles) closeAll() error {
 	var first error
 	for segno, sf := range s.open {
 		if err := sf.f.Close(); err != nil && first == nil {
-			first = fmt.Errorf("clog: close %s: %w", sf.name, err)
+			first = withPath("close", sf.name, err)
 		}
 		delete(s.open, segno)
 	}
 	return first
+}
+
+// withPath returns err, from operation op on the file or directory name,
+// as "clog: op name: err", or as "clog: err" when err names the file
+// itself (an *fs.PathError or *os.LinkError, as the operating system's and
+// the vfs's errors are), so that a message names the file once; err stays
+// matchable with errors.Is and errors.As.
+func withPath(op, name string, err error) error {
+	if namesFile(err) {
+		return fmt.Errorf("clog: %w", err)
+	}
+	return fmt.Errorf("clog: %s %s: %w", op, name, err)
+}
+
+// withPathAt is withPath for an operation at byte offset off of the file.
+func withPathAt(op, name string, off int64, err error) error {
+	if namesFile(err) {
+		return fmt.Errorf("clog: %w (at offset %d)", err, off)
+	}
+	return fmt.Errorf("clog: %s %s at offset %d: %w", op, name, off, err)
+}
+
+// namesFile reports whether err's message names the file it is about.
+func namesFile(err error) bool {
+	var pe *fs.PathError
+	var le *os.LinkError
+	return errors.As(err, &pe) || errors.As(err, &le)
 }

@@ -85,14 +85,14 @@ func (c *CLOG) loadOldest() error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("clog: open %s: %w", name, err)
+		return withPath("open", name, err)
 	}
 	defer f.Close()
 	// One byte more than the format, so a longer file is caught.
 	b := make([]byte, oldestSize+1)
 	n, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("clog: read %s: %w", name, err)
+		return withPath("read", name, err)
 	}
 	xid, err := decodeOldest(b[:n])
 	if err != nil {
@@ -109,7 +109,7 @@ func (c *CLOG) storeOldest(xid uint64) error {
 	tmp, name := path.Join(c.dir, oldestTmpName), path.Join(c.dir, oldestName)
 	f, err := c.fs.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("clog: create %s: %w", tmp, err)
+		return withPath("create", tmp, err)
 	}
 	_, err = f.WriteAt(encodeOldest(xid), 0)
 	if err == nil {
@@ -119,7 +119,7 @@ func (c *CLOG) storeOldest(xid uint64) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("clog: write %s: %w", tmp, err)
+		return withPath("write", tmp, err)
 	}
 	if err := c.fs.Rename(tmp, name); err != nil {
 		return fmt.Errorf("clog: rename %s to %s: %w", tmp, name, err)
@@ -239,7 +239,7 @@ func (c *CLOG) removeSegments(cutoff uint64) error {
 func (c *CLOG) removeSegmentsIf(doom func(segno uint64) bool) ([]string, error) {
 	names, err := c.fs.ReadDir(c.dir)
 	if err != nil {
-		return nil, fmt.Errorf("clog: list %s: %w", c.dir, err)
+		return nil, withPath("list", c.dir, err)
 	}
 	var removed []string
 	for _, n := range names { // sorted, and fixed-width hex sorts numerically

@@ -105,13 +105,13 @@ func (c *CLOG) CheckWritten(below uint64, mayBeTorn func(page uint64) bool) erro
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("clog: open %s: %w", name, err)
+			return withPath("open", name, err)
 		}
 		n, err := f.ReadAt(buf, off)
 		size, serr := f.Size()
 		f.Close()
 		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("clog: read %s at offset %d: %w", name, off, err)
+			return withPathAt("read", name, off, err)
 		}
 		// A page cut short reads as if padded with zeros, as readPage
 		// does: a torn first write whose prefix holds the whole stamped

@@ -164,7 +164,7 @@ func readSegHeader(f vfs.File, start LSN, size int64) (segHeader, error) {
 		if errors.Is(err, io.EOF) {
 			return segHeader{}, fmt.Errorf("%w: %s at offset 0: short segment header", ErrCorrupt, f.Name())
 		}
-		return segHeader{}, fmt.Errorf("wal: read %s: %w", f.Name(), err)
+		return segHeader{}, withPath("read", f.Name(), err)
 	}
 	h, err := decodeSegHeader(b[:])
 	if err != nil {
@@ -280,7 +280,7 @@ func (r *Reader) bytesAt(off int64, n int) ([]byte, error) {
 	got, err := r.f.ReadAt(r.buf, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		r.buf = r.buf[:0]
-		return nil, fmt.Errorf("wal: read %s at offset %d: %w", r.f.Name(), off, err)
+		return nil, withPathAt("read", r.f.Name(), off, err)
 	}
 	r.buf, r.bufOff = r.buf[:got], off
 	if got < n {
@@ -524,7 +524,7 @@ func (r *Reader) validRecordIn(seg LSN) LSN {
 func (r *Reader) checkAfterMissing(missing LSN) error {
 	names, err := r.fs.ReadDir(r.dir)
 	if err != nil {
-		return fmt.Errorf("wal: list %s: %w", r.dir, err)
+		return withPath("list", r.dir, err)
 	}
 	for _, n := range names {
 		start, ok := parseSegmentName(n)
@@ -756,7 +756,7 @@ func (r *Reader) finish() {
 func (r *Reader) checkSegmentsBeyond() error {
 	names, err := r.fs.ReadDir(r.dir)
 	if err != nil {
-		return fmt.Errorf("wal: list %s: %w", r.dir, err)
+		return withPath("list", r.dir, err)
 	}
 	next := r.seg + LSN(r.segSize)
 	for _, n := range names {

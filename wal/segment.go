@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -45,7 +46,7 @@ func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, 
 	tmp := final + tempSuffix
 	f, err := fsys.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("wal: create %s: %w", tmp, err)
+		return withPath("create", tmp, err)
 	}
 	fail := func(err error) error {
 		f.Close()
@@ -63,7 +64,7 @@ func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, 
 			}
 		}
 		if _, err := f.WriteAt(buf, off); err != nil {
-			return fail(fmt.Errorf("wal: write %s at offset %d: %w", tmp, off, err))
+			return fail(withPathAt("write", tmp, off, err))
 		}
 		if off == 0 {
 			clear(buf[:segHeaderSize])
@@ -82,15 +83,15 @@ func createSegment(fsys vfs.FS, dir string, start LSN, size int64, durable LSN, 
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
-		return fail(fmt.Errorf("wal: fsync %s: %w", tmp, err))
+		return fail(withPath("fsync", tmp, err))
 	}
 	if err := f.Close(); err != nil {
 		fsys.Remove(tmp)
-		return fmt.Errorf("wal: close %s: %w", tmp, err)
+		return withPath("close", tmp, err)
 	}
 	if err := fsys.Rename(tmp, final); err != nil {
 		fsys.Remove(tmp)
-		return fmt.Errorf("wal: rename %s: %w", tmp, err)
+		return withPath("rename", tmp, err)
 	}
 	if err := fsys.SyncDir(dir); err != nil {
 		return fmt.Errorf("%w: %s: fsync directory %s: %w", errNameNotDurable, segmentName(start), dir, err)
@@ -153,7 +154,7 @@ func listSegments(fsys vfs.FS, dir string) (segs []LSN, temps []string, err erro
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, nil
 		}
-		return nil, nil, fmt.Errorf("wal: list %s: %w", dir, err)
+		return nil, nil, withPath("list", dir, err)
 	}
 	for _, n := range names {
 		if s, ok := parseSegmentName(n); ok {
@@ -180,4 +181,31 @@ func newLogTag() uint16 {
 			return t
 		}
 	}
+}
+
+// withPath returns err, from operation op on the file or directory name,
+// as "wal: op name: err", or as "wal: err" when err names the file
+// itself (an *fs.PathError or *os.LinkError, as the operating system's and
+// the vfs's errors are), so that a message names the file once; err stays
+// matchable with errors.Is and errors.As.
+func withPath(op, name string, err error) error {
+	if namesFile(err) {
+		return fmt.Errorf("wal: %w", err)
+	}
+	return fmt.Errorf("wal: %s %s: %w", op, name, err)
+}
+
+// withPathAt is withPath for an operation at byte offset off of the file.
+func withPathAt(op, name string, off int64, err error) error {
+	if namesFile(err) {
+		return fmt.Errorf("wal: %w (at offset %d)", err, off)
+	}
+	return fmt.Errorf("wal: %s %s at offset %d: %w", op, name, off, err)
+}
+
+// namesFile reports whether err's message names the file it is about.
+func namesFile(err error) bool {
+	var pe *fs.PathError
+	var le *os.LinkError
+	return errors.As(err, &pe) || errors.As(err, &le)
 }

@@ -340,7 +340,7 @@ func OpenWriter(fsys vfs.FS, dir string, end LSN, opts Options) (*Writer, error)
 		name := path.Join(dir, t)
 		size, serr := fsys.Stat(name)
 		if err := fsys.Remove(name); err != nil {
-			return nil, fmt.Errorf("wal: remove %s: %w", name, err)
+			return nil, withPath("remove", name, err)
 		}
 		if serr != nil {
 			size = -1
@@ -499,7 +499,7 @@ func zeroTail(f vfs.File, off, size int64) error {
 		n := min(int64(scanChunk), size-off)
 		got, err := f.ReadAt(buf[:n], off)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("wal: read %s at offset %d: %w", f.Name(), off, err)
+			return withPathAt("read", f.Name(), off, err)
 		}
 		dirty := int64(got) < n
 		for _, c := range buf[:got] {
@@ -510,7 +510,7 @@ func zeroTail(f vfs.File, off, size int64) error {
 		}
 		if dirty {
 			if _, err := f.WriteAt(zeroBlock[:n], off); err != nil {
-				return fmt.Errorf("wal: zero %s at offset %d: %w", f.Name(), off, err)
+				return withPathAt("zero", f.Name(), off, err)
 			}
 			wrote = true
 		}
@@ -1328,7 +1328,7 @@ func (w *Writer) Close() error {
 	w.fmu.Unlock()
 	w.c.rounds.foldAll()
 	if cerr := w.cur.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("wal: close %s: %w", w.cur.Name(), cerr)
+		err = withPath("close", w.cur.Name(), cerr)
 	}
 	return err
 }
