@@ -381,19 +381,19 @@ func Open(dir string, opts Options) (*DB, error) {
 // OpenContext is Open whose recovery stops when ctx ends: its reading of
 // the WAL, its redo, its load of the index file and its rebuild of the key
 // index look at ctx every 1,024 records, 16,384 keys or 64 heap pages,
-// and stop there, as a crash at that point would. Nothing that recovery has not finished is made durable in
-// the control file, so the next Open starts recovery over from the same
-// checkpoint and finishes it (what the stopped one wrote, the WAL's torn
-// tail zeroed, pages that redo changed and wrote back, an index file it
-// would not use removed, is what a crash during recovery leaves, which
-// recovery takes); a new data directory
+// and stop there, as a crash at that point would. Nothing that recovery
+// has not finished is made durable in the control file, so the next Open
+// starts recovery over from the same checkpoint and finishes it (what the
+// stopped one wrote, the WAL's torn tail zeroed, pages that redo changed
+// and wrote back, an index file it would not use removed, is what a crash
+// during recovery leaves, which recovery takes); a new data directory
 // whose first Open stopped is removed, as after any failed first Open.
 // The error wraps ErrOpenStopped and ctx's error. The end-of-recovery
-// checkpoint that Open waits for (after an index rebuild) does not look at
-// ctx. Other errors are Open's. Use it where a
-// signal must end a long recovery, as `mvkv serve` does, and as
-// PostgreSQL's startup process exits on a shutdown request in the middle
-// of crash recovery, its next start redoing from the same checkpoint.
+// checkpoint that Open waits for (after an index rebuild) does not look
+// at ctx. Other errors are Open's. Use it where a signal must end a long
+// recovery, as `mvkv serve` does, and as PostgreSQL's startup process
+// exits on a shutdown request in the middle of crash recovery, its next
+// start redoing from the same checkpoint.
 func OpenContext(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if ctx == nil {
 		ctx = context.Background()

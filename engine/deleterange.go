@@ -22,8 +22,8 @@ var deleteRangeSnapshotTaken func()
 // from the first key), as PostgreSQL's DELETE FROM t WHERE k >= start AND
 // k < end, and returns how many keys it deleted (0 and nil for an empty
 // range, a non-empty end at or below start, as that WHERE clause). fn, if
-// not nil, is called after each key's delete with the key and the value the delete removed
-// (both belong to fn; fn runs outside the engine's locks and may read or
+// not nil, is called after each key's delete with the key and the value
+// the delete removed (both belong to fn; fn runs outside the engine's locks and may read or
 // write in this transaction, but keys it writes in the range may or may
 // not be deleted).
 //
