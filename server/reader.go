@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"mvkv/engine"
 )
@@ -132,8 +133,9 @@ type reader struct {
 	// each piece belongs to its request for good. A piece that is kept
 	// (a MULTI queue, a key held by a command) keeps its whole block
 	// alive: carveBlock bytes, or for an argument list carveSlots
-	// slots and the arguments of the other requests they point to, at
-	// most carveSlots*carveMax bytes in a few blocks.
+	// slots and the short arguments of the other requests they point to
+	// (a list holding a longer one is moved out of the block, ownList),
+	// at most carveSlots*carveMax bytes in a few blocks.
 	bytes []byte
 	slots [][]byte
 }
@@ -331,7 +333,28 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 		}
 		req.args = append(req.args, arg)
 	}
+	if n <= carveMaxArgs {
+		req.args = ownList(req.args)
+	}
 	return req, nil
+}
+
+// ownList returns args, a list cut from the reader's current block, in a
+// slice of its own when it holds an argument longer than carveMax, and
+// clears its slots in the block: the reader keeps the block to cut the
+// next lists from, and the other lists cut from it may be kept (a MULTI
+// queue), so a long argument left in it would stay alive with them long
+// after its request is done. A list of short arguments stays in the
+// block, which then points only at other short arguments.
+func ownList(args [][]byte) [][]byte {
+	for _, a := range args {
+		if len(a) > carveMax {
+			own := slices.Clone(args)
+			clear(args)
+			return own
+		}
+	}
+	return args
 }
 
 // readBulk reads n bytes and the two bytes after them (Redis does not check
