@@ -2,6 +2,8 @@ package server
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -38,4 +40,45 @@ func TestReaderKeepsNoLongArgument(t *testing.T) {
 		t.Fatal("the reader keeps a 100,000-byte argument alive after its request")
 	}
 	runtime.KeepAlive(rd)
+}
+
+// A command queued in MULTI keeps a copy of its short arguments and list,
+// not the pieces the reader cut from its shared blocks: those blocks also
+// point at requests the queue does not count against its limit (ones
+// refused while queuing), which would stay alive with them until EXEC.
+func TestMultiQueueOwnsItsArguments(t *testing.T) {
+	ts := startServer(t, Config{})
+	nc, peer := net.Pipe()
+	defer peer.Close()
+	c := ts.s.newConn(nc)
+	defer c.leave()
+	defer nc.Close()
+	data := "*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n"
+	c.rd = newReader(bytes.NewReader([]byte(data)), 16<<10, ts.s.limits)
+	var req request
+	for range 2 {
+		var err error
+		if req, err = c.rd.read(); err != nil {
+			t.Fatal(err)
+		}
+		c.dispatch(req)
+	}
+	if got := string(c.out); got != "+OK\r\n+QUEUED\r\n" {
+		t.Fatalf("replies %q", got)
+	}
+	if len(c.queue) != 1 || fmt.Sprintf("%q", c.queue[0]) != `["SET" "k" "vv"]` {
+		t.Fatalf("queue %q", c.queue)
+	}
+	q := c.queue[0]
+	if &q[0] == &req.args[0] {
+		t.Error("the queued list is the one the reader cut from its block")
+	}
+	for i := range q {
+		if &q[i][0] == &req.args[i][0] {
+			t.Errorf("queued argument %d (%q) is the piece the reader cut from its block", i, q[i])
+		}
+		if cap(q[i]) != len(q[i]) {
+			t.Errorf("queued argument %d has capacity %d past its %d bytes", i, cap(q[i]), len(q[i]))
+		}
+	}
 }

@@ -708,7 +708,7 @@ func (c *conn) dispatch(req request) {
 			c.queueError("ERR MULTI queue exceeds client-query-buffer-limit")
 			return
 		}
-		c.queue = append(c.queue, req.args)
+		c.queue = append(c.queue, queuedArgs(req.args))
 		c.mu.Lock()
 		c.queuedN = len(c.queue)
 		c.mu.Unlock()

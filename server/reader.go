@@ -130,12 +130,13 @@ type reader struct {
 	// arguments and argument lists were cut from (carve, carveArgs):
 	// a request of a few short arguments, the common one, so costs no
 	// allocation of its own most of the time. A block is never reused:
-	// each piece belongs to its request for good. A piece that is kept
-	// (a MULTI queue, a key held by a command) keeps its whole block
-	// alive: carveBlock bytes, or for an argument list carveSlots
-	// slots and the short arguments of the other requests they point to
-	// (a list holding a longer one is moved out of the block, ownList),
-	// at most carveSlots*carveMax bytes in a few blocks.
+	// each piece belongs to its request for good. A MULTI queue keeps a
+	// copy (queuedArgs); a piece kept otherwise (a key held by a
+	// command) keeps its whole block alive: carveBlock bytes, or for an
+	// argument list carveSlots slots and the short arguments of the
+	// other requests they point to (a list holding a longer one is moved
+	// out of the block, ownList), at most carveSlots*carveMax bytes in a
+	// few blocks.
 	bytes []byte
 	slots [][]byte
 }
@@ -337,6 +338,34 @@ func (r *reader) readMultibulk(lim Limits, unauth bool) (request, error) {
 		req.args = ownList(req.args)
 	}
 	return req, nil
+}
+
+// queuedArgs returns a copy of args for a MULTI queue: a list of its own,
+// and the arguments of up to carveMax bytes copied into one buffer, each
+// with its length as its capacity. The pieces the reader cut from its
+// shared blocks would keep those blocks alive until EXEC, and with them
+// the arguments of other requests (commands refused while queuing) that
+// the queue does not count against its limit. Longer arguments are their
+// request's own allocations and are kept as they are.
+func queuedArgs(args [][]byte) [][]byte {
+	n := 0
+	for _, a := range args {
+		if len(a) <= carveMax {
+			n += len(a)
+		}
+	}
+	buf := make([]byte, 0, n)
+	own := make([][]byte, len(args))
+	for i, a := range args {
+		if a == nil || len(a) > carveMax {
+			own[i] = a
+			continue
+		}
+		at := len(buf)
+		buf = append(buf, a...)
+		own[i] = buf[at:len(buf):len(buf)]
+	}
+	return own
 }
 
 // ownList returns args, a list cut from the reader's current block, in a
