@@ -371,10 +371,11 @@ func queuedArgs(args [][]byte) [][]byte {
 // ownList returns args, a list cut from the reader's current block, in a
 // slice of its own when it holds an argument longer than carveMax, and
 // clears its slots in the block: the reader keeps the block to cut the
-// next lists from, and the other lists cut from it may be kept (a MULTI
-// queue), so a long argument left in it would stay alive with them long
-// after its request is done. A list of short arguments stays in the
-// block, which then points only at other short arguments.
+// next lists from (and a list cut from it may be kept with it), so a long
+// argument left in it would stay alive long after its request is done,
+// an idle connection holding the last large values it sent. A list of
+// short arguments stays in the block, which then points only at other
+// short arguments.
 func ownList(args [][]byte) [][]byte {
 	for _, a := range args {
 		if len(a) > carveMax {
