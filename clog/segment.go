@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"sync"
 	"sync/atomic"
 
+	"mvkv/internal/fserr"
 	"mvkv/vfs"
 )
 
@@ -257,29 +257,10 @@ func (s *segFiles) closeAll() error {
 	return first
 }
 
-// withPath returns err, from operation op on the file or directory name,
-// as "clog: op name: err", or as "clog: err" when err names the file
-// itself (an *fs.PathError or *os.LinkError, as the operating system's and
-// the vfs's errors are), so that a message names the file once; err stays
-// matchable with errors.Is and errors.As.
-func withPath(op, name string, err error) error {
-	if namesFile(err) {
-		return fmt.Errorf("clog: %w", err)
-	}
-	return fmt.Errorf("clog: %s %s: %w", op, name, err)
-}
+// withPath and withPathAt word a file operation's error so that it names
+// the file once (see internal/fserr).
+func withPath(op, name string, err error) error { return fserr.Wrap("clog", op, name, err) }
 
-// withPathAt is withPath for an operation at byte offset off of the file.
 func withPathAt(op, name string, off int64, err error) error {
-	if namesFile(err) {
-		return fmt.Errorf("clog: %w (at offset %d)", err, off)
-	}
-	return fmt.Errorf("clog: %s %s at offset %d: %w", op, name, off, err)
-}
-
-// namesFile reports whether err's message names the file it is about.
-func namesFile(err error) bool {
-	var pe *fs.PathError
-	var le *os.LinkError
-	return errors.As(err, &pe) || errors.As(err, &le)
+	return fserr.WrapAt("clog", op, name, off, err)
 }

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"strings"
 	"time"
 
+	"mvkv/internal/fserr"
 	"mvkv/vfs"
 )
 
@@ -183,29 +183,10 @@ func newLogTag() uint16 {
 	}
 }
 
-// withPath returns err, from operation op on the file or directory name,
-// as "wal: op name: err", or as "wal: err" when err names the file
-// itself (an *fs.PathError or *os.LinkError, as the operating system's and
-// the vfs's errors are), so that a message names the file once; err stays
-// matchable with errors.Is and errors.As.
-func withPath(op, name string, err error) error {
-	if namesFile(err) {
-		return fmt.Errorf("wal: %w", err)
-	}
-	return fmt.Errorf("wal: %s %s: %w", op, name, err)
-}
+// withPath and withPathAt word a file operation's error so that it names
+// the file once (see internal/fserr).
+func withPath(op, name string, err error) error { return fserr.Wrap("wal", op, name, err) }
 
-// withPathAt is withPath for an operation at byte offset off of the file.
 func withPathAt(op, name string, off int64, err error) error {
-	if namesFile(err) {
-		return fmt.Errorf("wal: %w (at offset %d)", err, off)
-	}
-	return fmt.Errorf("wal: %s %s at offset %d: %w", op, name, off, err)
-}
-
-// namesFile reports whether err's message names the file it is about.
-func namesFile(err error) bool {
-	var pe *fs.PathError
-	var le *os.LinkError
-	return errors.As(err, &pe) || errors.As(err, &le)
+	return fserr.WrapAt("wal", op, name, off, err)
 }
