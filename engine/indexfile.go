@@ -344,8 +344,8 @@ func (r *fileReader) Read(p []byte) (int, error) {
 }
 
 // indexLoadLook is how many keys loadIndexFile decodes between looks at
-// OpenContext's context: a look costs a few nanoseconds, and ten million
-// keys take about a second.
+// OpenContext's context (decodeIndexFile's stop): ten million keys take
+// about a second.
 const indexLoadLook = 1 << 14
 
 // loadIndexFile reads the index file into db.idx (which must be empty) and
@@ -373,7 +373,7 @@ func (db *DB) loadIndexFile(spare int, accept func(indexFileHeader) error) (inde
 	// may still be named by keys that redo's changes drop.
 	// An OpenContext whose context ends stops the load as it stops redo:
 	// the file is still good, and the next Open loads it.
-	stop := func(i uint64) error { return db.openStopped(int(i%indexLoadLook), indexLoadLook) }
+	stop := func() error { return db.openStopped(0, 1) }
 	d, err := decodeIndexFile(&fileReader{f: f}, size, name, db.idx, max(db.pool.NBlocks(), db.redoPeakBlocks), spare, accept, stop)
 	if err != nil {
 		db.idx.reset()
@@ -390,9 +390,9 @@ func (db *DB) loadIndexFile(spare int, accept func(indexFileHeader) error) (inde
 // against MaxKeySize and the order, every TID against a heap of nblocks
 // blocks, and the checksum at the end. Errors name the file and offset.
 // The hash table is sized for the file's keys and spare more. stop, if
-// not nil, is called before each key is decoded with the key's number; an
-// error from it ends the decoding and is returned as it is.
-func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks uint32, spare int, accept func(indexFileHeader) error, stop func(i uint64) error) (indexFileData, error) {
+// not nil, is called before the first key and then every indexLoadLook
+// keys; an error from it ends the decoding and is returned as it is.
+func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks uint32, spare int, accept func(indexFileHeader) error, stop func() error) (indexFileData, error) {
 	var d indexFileData
 	var off int64
 	bad := func(format string, args ...any) error {
@@ -545,8 +545,8 @@ func decodeIndexFile(r io.Reader, size int64, name string, ix *index, nblocks ui
 	// The most bytes a key's record takes.
 	const maxRecord = 2*binary.MaxVarintLen64 + MaxKeySize + 6
 	for i := uint64(0); i < h.keys; i++ {
-		if stop != nil {
-			if err := stop(i); err != nil {
+		if stop != nil && i%indexLoadLook == 0 {
+			if err := stop(); err != nil {
 				return d, err
 			}
 		}

@@ -895,13 +895,10 @@ func (s *Server) keyspaceCount(ctx context.Context, exact bool) (keyspaceCount, 
 		return tx.ScanPrefix(nil, nil, deadlineHdrSize, func(_, prefix []byte, total int) bool {
 			// A count whose caller's context ended (its client went
 			// away) stops; a waiting caller counts again.
-			if n++; n%goneCheckEvery == 0 {
-				s.goneCheckHook()
-				if ctx.Err() != nil {
-					stopped = true
-					return false
-				}
+			if stopped = s.endedEvery(ctx, n); stopped {
+				return false
 			}
+			n++
 			if _, deadline := decodeMeta(prefix, total); deadline == 0 {
 				c.keys++
 			} else if deadline > nowMS {

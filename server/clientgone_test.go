@@ -30,18 +30,21 @@ func (f mkdirGateFS) MkdirAll(name string) error {
 	return f.OS.MkdirAll(name)
 }
 
-// connOf returns the server's connection whose CLIENT ID is id.
-func (ts *testServer) connOf(t *testing.T, id string) *conn {
+// connOf asks r's connection its CLIENT ID and returns the server's
+// connection of that id, and the id.
+func (ts *testServer) connOf(t *testing.T, r *raw) (*conn, string) {
 	t.Helper()
+	r.cmd("CLIENT", "ID")
+	id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
 	ts.s.mu.Lock()
 	defer ts.s.mu.Unlock()
 	for c := range ts.s.conns {
 		if strconv.FormatUint(c.id, 10) == id {
-			return c
+			return c, id
 		}
 	}
 	t.Fatalf("no connection with id %s", id)
-	return nil
+	return nil, ""
 }
 
 // waitGone waits until c's client is taken as gone (conn.gone ended).
@@ -76,9 +79,7 @@ func TestBackupStopsWhenClientGoes(t *testing.T) {
 			r := ts.raw(t)
 			r.cmd("SET", "k", "v")
 			r.reply()
-			r.cmd("CLIENT", "ID")
-			id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
-			c := ts.connOf(t, id)
+			c, id := ts.connOf(t, r)
 			r.cmd("BACKUP", target)
 			<-gate.entered
 			if how == "close" {
@@ -138,9 +139,7 @@ func TestLongReadsStopWhenClientGoes(t *testing.T) {
 		check.cmd("SET", "bump", name)
 		check.reply()
 		r := ts.raw(t)
-		r.cmd("CLIENT", "ID")
-		id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
-		c := ts.connOf(t, id)
+		c, _ := ts.connOf(t, r)
 		looks := 0
 		hook := func() {
 			if looks++; looks == 1 {
@@ -175,9 +174,7 @@ func TestFlushAllRunsOnWhenClientGoes(t *testing.T) {
 	check.cmd(args...)
 	check.reply()
 	r := ts.raw(t)
-	r.cmd("CLIENT", "ID")
-	id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
-	c := ts.connOf(t, id)
+	c, _ := ts.connOf(t, r)
 	r.cmd("FLUSHALL")
 	r.nc.Close()
 	waitServed(t, ts, c)
@@ -222,9 +219,7 @@ func TestExecRunsOnWhenClientKilled(t *testing.T) {
 	for _, read := range [][]string{{"KEYS", "*"}, {"SCAN", "0", "COUNT", "100000"}} {
 		name := strings.ToLower(read[0])
 		r := ts.raw(t)
-		r.cmd("CLIENT", "ID")
-		id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
-		c := ts.connOf(t, id)
+		c, id := ts.connOf(t, r)
 		for _, cmd := range [][]string{{"MULTI"}, {"SET", "written", name}, read} {
 			r.cmd(cmd...)
 			r.reply()
@@ -264,9 +259,7 @@ func TestCountWaitStopsWhenClientGoes(t *testing.T) {
 		check.cmd("SET", "bump", name)
 		check.reply()
 		r := ts.raw(t)
-		r.cmd("CLIENT", "ID")
-		id := strings.TrimSuffix(strings.TrimPrefix(r.reply(), ":"), "\r\n")
-		c := ts.connOf(t, id)
+		c, _ := ts.connOf(t, r)
 		// Another count under way: this one waits for it.
 		ts.s.lockKeyspace()
 		r.cmd(req...)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -482,27 +483,30 @@ func subcommandError(name string, args [][]byte) string {
 	if len(args) < 2 {
 		return ""
 	}
+	// The table is chosen before args[1] is lowered, so that a command
+	// without subcommands costs nothing here.
+	var table map[string]int
 	switch name {
-	case "client", "object", "cluster", "acl", "command", "config", "memory", "slowlog":
+	case "client":
+		table = clientSubcommands
+	case "object":
+		table = objectSubcommands
+	case "cluster":
+		table = clusterSubcommands
+	case "acl", "command", "config", "memory", "slowlog":
+		// Looked up in redisMeta, as "name|sub", below.
 	default:
 		return ""
 	}
 	sub := lower(args[1])
 	var arity int
 	var known bool
-	switch name {
-	case "client":
-		arity, known = clientSubcommands[sub]
-	case "object":
-		arity, known = objectSubcommands[sub]
-	case "cluster":
-		arity, known = clusterSubcommands[sub]
-	case "acl", "command", "config", "memory", "slowlog":
+	if table != nil {
+		arity, known = table[sub]
+	} else {
 		var m commandMeta
 		m, known = redisMeta[name+"|"+sub]
 		arity = m.arity
-	default:
-		return ""
 	}
 	if !known {
 		return fmt.Sprintf("ERR unknown subcommand '%s'. Try %s HELP.", trunc(args[1], 128), strings.ToUpper(name))
@@ -1480,18 +1484,20 @@ const goneCheckEvery = 1024
 // there would roll back the block's writes, which are carried out
 // whether or not the client stays for the reply.
 func (x *execCtx) goneEvery(n int) bool {
+	return x.c.s.endedEvery(x.c.gone, n) && !x.inExec && x.c.clientGone()
+}
+
+// endedEvery reports, when n is a multiple of goneCheckEvery, whether ctx
+// ended, for a scan of the keys that stops then; n counts the keys visited
+// so far. It runs testGoneCheck, if set, at each look.
+func (s *Server) endedEvery(ctx context.Context, n int) bool {
 	if n%goneCheckEvery != goneCheckEvery-1 {
 		return false
 	}
-	x.c.s.goneCheckHook()
-	return !x.inExec && x.c.clientGone()
-}
-
-// goneCheckHook runs testGoneCheck, if set.
-func (s *Server) goneCheckHook() {
 	if f := s.testGoneCheck.Load(); f != nil {
 		(*f)()
 	}
+	return ctx.Err() != nil
 }
 
 // cmdScan is SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. Keys are

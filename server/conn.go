@@ -433,6 +433,12 @@ func (c *conn) flush() error {
 	return err
 }
 
+// syncModes holds the two synchronous_commit settings for a transaction's
+// options to point at (conn.begin): Begin reads the value once, and a
+// pointer to a copy would escape, an allocation a transaction. Never
+// written.
+var syncModes = [2]engine.SynchronousCommit{engine.SyncCommitOn, engine.SyncCommitOff}
+
 // begin starts an engine transaction at isolation level iso (see
 // docs/SERVER.md, "Isolation", for which command runs at which) with the server's current
 // synchronous_commit. With it on, Commit returns only after the commit
@@ -442,9 +448,9 @@ func (c *conn) flush() error {
 // then); with it off, Commit returns when the commit record is in the WAL
 // buffer.
 func (c *conn) begin(write bool, iso engine.IsolationLevel) (*engine.Txn, error) {
-	sc := &c.s.syncModes[0]
+	sc := &syncModes[0]
 	if engine.SynchronousCommit(c.s.syncCommit.Load()) == engine.SyncCommitOff {
-		sc = &c.s.syncModes[1]
+		sc = &syncModes[1]
 	}
 	tx, err := c.s.db.Begin(c.ctx, engine.TxnOptions{Isolation: iso, ReadOnly: !write, SynchronousCommit: sc})
 	if err == nil {
@@ -935,11 +941,11 @@ func trunc(a []byte, n int) []byte {
 	return clip.Prefix(a, n)
 }
 
-// lower returns b in lower case: bytes.ToLower(b) when b has an ASCII
-// capital, else b as it is (lowerSlow). A command's name
-// (any word that lowers to one, a subcommand such as CONFIG's "set"
-// included) comes back as the command table's own string, so that
-// looking up or comparing the name of every request allocates nothing.
+// lower returns b in lower case, as bytes.ToLower does. A word that
+// lowers to a command's name (a subcommand such as CONFIG's "set"
+// included) comes back as the command table's own string, so that looking
+// up or comparing the name of every request allocates nothing; any other
+// word comes back as a string of its own.
 func lower(b []byte) string {
 	var buf [maxCommandName]byte
 	if len(b) <= len(buf) {

@@ -30,9 +30,14 @@ func TestEarlyLockReleaseEveryReadReply(t *testing.T) {
 	}
 }
 
-func everyReadReply(t *testing.T, fail bool) {
-	ffs := vfs.NewFaultFS(vfs.OS{})
-	g := &gateFS{FS: ffs, blocked: make(chan struct{}, 64)}
+// startGatedELRServer starts a server with cfg over a database with early
+// lock release on whose WAL syncs the returned gate can hold and whose
+// faults ffs can inject; the gate opens and the server and database close
+// when the test ends (after a failed sync the shutdown checkpoint and Close
+// report it).
+func startGatedELRServer(t *testing.T, cfg Config) (ts *testServer, g *gateFS, ffs *vfs.FaultFS) {
+	ffs = vfs.NewFaultFS(vfs.OS{})
+	g = &gateFS{FS: ffs, blocked: make(chan struct{}, 64)}
 	on := true
 	db, err := engine.Open(t.TempDir(), engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &on, LockTimeout: 5 * time.Second})
 	if err != nil {
@@ -42,14 +47,19 @@ func everyReadReply(t *testing.T, fail bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{s: New(db, Config{}), db: db, addr: ln.Addr().String()}
+	ts = &testServer{s: New(db, cfg), db: db, addr: ln.Addr().String()}
 	go ts.s.Serve(context.Background(), ln)
-	defer func() {
+	t.Cleanup(func() {
 		g.open()
-		// After a failed sync the shutdown checkpoint and Close report it.
 		ts.s.Shutdown(context.Background())
 		db.Close()
-	}()
+	})
+	return ts, g, ffs
+}
+
+func everyReadReply(t *testing.T, fail bool) {
+	ts, g, ffs := startGatedELRServer(t, Config{})
+	db := ts.db
 	a := ts.raw(t)
 	a.cmd("SET", "k", "old")
 	a.expect("+OK\r\n")
@@ -158,24 +168,8 @@ func TestEarlyLockReleaseLastSerializationFailureWaits(t *testing.T) {
 }
 
 func lastSerializationFailure(t *testing.T, name string, fail bool) {
-	ffs := vfs.NewFaultFS(vfs.OS{})
-	g := &gateFS{FS: ffs, blocked: make(chan struct{}, 64)}
-	on := true
-	db, err := engine.Open(t.TempDir(), engine.Options{FS: g, WALWriterDelay: time.Hour, EarlyLockRelease: &on, LockTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{s: New(db, Config{MaxRetries: 1}), db: db, addr: ln.Addr().String()}
-	go ts.s.Serve(context.Background(), ln)
-	defer func() {
-		g.open()
-		ts.s.Shutdown(context.Background())
-		db.Close()
-	}()
+	ts, g, ffs := startGatedELRServer(t, Config{MaxRetries: 1})
+	db := ts.db
 	a := ts.raw(t)
 	single := ts.raw(t)
 	block := ts.raw(t)

@@ -175,11 +175,6 @@ type Server struct {
 	ksSem chan struct{}
 	ks    *keyspaceCount // guarded by ksSem; the last count, nil before the first
 
-	// syncModes holds the two settings for TxnOptions to point at (see
-	// conn.begin), so that a transaction's options allocate nothing.
-	// Never written after New.
-	syncModes [2]engine.SynchronousCommit
-
 	// Runtime knobs changed by CONFIG SET.
 	syncCommit atomic.Int32           // engine.SynchronousCommit
 	protected  atomic.Bool            // protected-mode
@@ -284,7 +279,6 @@ func New(db *engine.DB, cfg Config) *Server {
 	s.cursor.m = map[uint64][]byte{}
 	s.cursor.next = cursorBase()
 	s.syncCommit.Store(int32(cfg.SynchronousCommit))
-	s.syncModes = [2]engine.SynchronousCommit{engine.SyncCommitOn, engine.SyncCommitOff}
 	_ = db.SetSynchronousCommit(cfg.SynchronousCommit) // on or off: withDefaults
 	s.maxClients.Store(int64(cfg.MaxClients))
 	s.protected.Store(!cfg.ProtectedModeOff)

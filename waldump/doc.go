@@ -32,8 +32,9 @@
 // segment is missing or damaged; when it is another database's, the log (or
 // the control file) was copied from elsewhere, even if every record reads
 // well. Either way Dump returns an error wrapping wal.ErrCorrupt that names
-// the segment file, after printing the records it could read. Without a readable control file the dump still
-// runs and says in a note what it could not check.
+// the segment file, after printing the records it could read. Without a
+// readable control file the dump still runs and says in a note what it
+// could not check.
 //
 // # Design
 //
