@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"strings"
@@ -16,6 +17,21 @@ import (
 // xid that set the tuple's xmax; here the in-memory table plays the role of
 // the tuple header's locker field, so no lock state is ever written to disk).
 //
+// Waiters queue per key, oldest first, and a release wakes only the first
+// of them, as PostgreSQL's lock manager grants a released lock to the head
+// of its wait queue (heap_lock_tuple takes the tuple lock first so that the
+// waiters of a hot row queue there instead of all waiting on the xid). The
+// alternative, every waiter sleeping on the holder's end, woke them all at
+// each release: with n clients writing one key, n-1 wake-ups per commit of
+// which all but one found the key taken again and slept, which on two cores
+// cost more CPU than the commit itself. The woken waiter is not handed the
+// lock: it retries, and a writer that arrives meanwhile and finds the key
+// free may take it first (as sync.Mutex lets a running goroutine barge), in
+// which case the woken waiter queues again at the front. A waiter that
+// leaves the queue without the lock (timeout, cancellation, Close) after a
+// release woke it passes the wake-up on, or the next would sleep on a free
+// key.
+//
 // Deadlock detection: each waiter waits for exactly one transaction, so the
 // waits-for graph is a set of chains. Before it sleeps, a waiter records its
 // edge and follows the chain from the holder under deadlockMu; reaching
@@ -23,7 +39,13 @@ import (
 // of waiting. Because edges are added under one mutex, exactly the
 // transaction that closes a cycle sees it, as with PostgreSQL's deadlock
 // checker (which runs after deadlock_timeout instead of at once; checking at
-// once costs little here because the check is a pointer walk).
+// once costs little here because the check is a pointer walk). A queued
+// waiter sleeps through the holder's end, so whoever takes the key next
+// moves the edges of the waiters still queued to itself: a waiter's edge
+// always names the key's holder, or the holder that has just ended when
+// nobody holds the key, which waits for nothing.
+//
+// Lock order: a shard's mu, then deadlockMu.
 type lockManager struct {
 	seed   maphash.Seed
 	shards [64]lockShard
@@ -36,12 +58,20 @@ type lockManager struct {
 	waiting atomic.Int64
 	// deadlocks counts the waits refused with ErrDeadlock.
 	deadlocks atomic.Uint64
+	// woken counts the waits a release ended, and requeued those of them
+	// that found the key taken again by a writer that barged in: with
+	// one wake-up per release, requeued stays near zero however many
+	// wait.
+	woken, requeued atomic.Uint64
 }
 
 type lockShard struct {
 	mu sync.Mutex
 	// holders maps a key to the transaction holding its lock. Guarded by mu.
 	holders map[string]*txnState
+	// queues maps a key to the transactions waiting for its lock, oldest
+	// first; a key has an entry only while someone waits. Guarded by mu.
+	queues map[string]lockQueue
 	// peak is the most keys holders has held since it was made: a Go map
 	// never gives back the room it grew to, and one transaction that
 	// held a lock on a million keys (a DeleteRange) left every shard's
@@ -56,10 +86,23 @@ type lockShard struct {
 // again, is replaced by a new one: 64 shards of it are 16,384 keys.
 const lockShardShrink = 256
 
-// hold records me as key's holder; sh.mu is held and key is free.
-func (sh *lockShard) hold(key string, me *txnState) {
+// hold records me as key's holder; sh.mu is held and key is free. The
+// waiters queued for key now wait for me: their edges in the waits-for
+// graph move to me (lockManager's comment). me is running, so moving them
+// closes no cycle.
+func (lm *lockManager) hold(sh *lockShard, key string, me *txnState) {
 	sh.holders[key] = me
 	sh.peak = max(sh.peak, len(sh.holders))
+	if len(sh.queues) == 0 {
+		return
+	}
+	if q, ok := sh.queues[key]; ok {
+		lm.deadlockMu.Lock()
+		for w := q.head; w != nil; w = w.next {
+			w.me.waitingFor = me
+		}
+		lm.deadlockMu.Unlock()
+	}
 }
 
 // drop frees key; sh.mu is held. The map is made anew when it empties
@@ -76,6 +119,7 @@ func newLockManager() *lockManager {
 	lm := &lockManager{seed: maphash.MakeSeed()}
 	for i := range lm.shards {
 		lm.shards[i].holders = make(map[string]*txnState)
+		lm.shards[i].queues = make(map[string]lockQueue)
 	}
 	return lm
 }
@@ -90,29 +134,136 @@ func (db *DB) rowLock(ctx context.Context, key []byte, st *txnState) error {
 	return db.locks.acquire(ctx, key, st, db.opts.LockTimeout, db.closing, db.failed, db.writable)
 }
 
-// acquire takes the row lock on key for me, waiting for holders to end.
-// It returns ErrDeadlock, ErrLockTimeout (timeout > 0), ErrClosed when
-// closing is closed, failure() when failed is closed, or the context's
-// error. A holder whose commit failed never ends (it stays running until
-// recovery decides), so the database's failure must end the wait.
+// lockWaiter is one transaction waiting in a key's queue.
+type lockWaiter struct {
+	me *txnState
+	// wake gets a value when a release pops the waiter from the queue;
+	// buffered, so that the release never blocks.
+	wake chan struct{}
+	next *lockWaiter
+}
+
+// wakeChans keeps lockWaiter.wake channels for reuse: a wait ends with
+// its channel empty (its one wake-up received, or drained when it gives
+// up), and the one-key writes of many clients would otherwise make one a
+// wait.
+var wakeChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// lockQueue is a key's waiters, oldest first.
+type lockQueue struct{ head, tail *lockWaiter }
+
+// enqueue adds w to key's queue: at the back, or at the front for a
+// waiter that a release woke and that found the key taken again, so that
+// a barging writer costs it its turn at most once. sh.mu is held.
+func (sh *lockShard) enqueue(key string, w *lockWaiter, front bool) {
+	q := sh.queues[key]
+	w.next = nil
+	switch {
+	case q.head == nil:
+		q.head, q.tail = w, w
+	case front:
+		w.next, q.head = q.head, w
+	default:
+		q.tail.next, q.tail = w, w
+	}
+	sh.queues[key] = q
+}
+
+// dequeue removes w from key's queue and reports whether it was there (a
+// release pops a waiter before it wakes it). sh.mu is held.
+func (sh *lockShard) dequeue(key string, w *lockWaiter) bool {
+	q, ok := sh.queues[key]
+	if !ok {
+		return false
+	}
+	var prev *lockWaiter
+	for x := q.head; x != nil; prev, x = x, x.next {
+		if x != w {
+			continue
+		}
+		if prev == nil {
+			q.head = x.next
+		} else {
+			prev.next = x.next
+		}
+		if q.tail == x {
+			q.tail = prev
+		}
+		x.next = nil
+		if q.head == nil {
+			delete(sh.queues, key)
+		} else {
+			sh.queues[key] = q
+		}
+		return true
+	}
+	return false
+}
+
+// wakeFirst pops key's oldest waiter, if any, and wakes it; key is free.
+// sh.mu is held.
+func (sh *lockShard) wakeFirst(key string) {
+	q, ok := sh.queues[key]
+	if !ok {
+		return
+	}
+	w := q.head
+	q.head, w.next = w.next, nil
+	if q.head == nil {
+		delete(sh.queues, key)
+	} else {
+		sh.queues[key] = q
+	}
+	w.wake <- struct{}{}
+}
+
+// acquire takes the row lock on key for me, waiting in key's queue while
+// another transaction holds it. It returns ErrDeadlock, ErrLockTimeout
+// (timeout > 0), ErrClosed when closing is closed, failure() when failed
+// is closed, or the context's error. A holder whose commit failed never
+// ends (it stays running until recovery decides), so the database's
+// failure must end the wait.
 func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, timeout time.Duration, closing, failed <-chan struct{}, failure func() error) error {
 	sh := lm.shard(key)
 	var deadline <-chan time.Time
+	var w *lockWaiter // me's place in key's queue, once it has waited
+	defer func() {
+		if w != nil {
+			wakeChans.Put(w.wake)
+			w.wake = nil
+		}
+	}()
 	for {
 		sh.mu.Lock()
 		holder := sh.holders[string(key)]
 		if holder == nil {
 			k := string(key)
-			sh.hold(k, me)
+			if w != nil {
+				lm.deadlockMu.Lock()
+				me.waitingFor, me.waitingKey = nil, nil
+				lm.deadlockMu.Unlock()
+			}
+			lm.hold(sh, k, me)
 			sh.mu.Unlock()
 			me.locks = append(me.locks, k)
 			return nil
 		}
-		sh.mu.Unlock()
 		if holder == me {
+			sh.mu.Unlock()
 			return nil
 		}
 
+		// Queued and given its edge under the shard's mutex, so that a
+		// writer taking the key meanwhile finds it in the queue and
+		// moves its edge (hold).
+		front := w != nil
+		if front {
+			lm.requeued.Add(1)
+		} else {
+			w = &me.lockWait
+			w.me, w.wake = me, wakeChans.Get().(chan struct{})
+		}
+		sh.enqueue(string(key), w, front)
 		lm.deadlockMu.Lock()
 		me.waitingFor, me.waitingKey = holder, key
 		cycle := false
@@ -131,9 +282,12 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		}
 		lm.deadlockMu.Unlock()
 		if cycle {
+			sh.dequeue(string(key), w)
+			sh.mu.Unlock()
 			lm.deadlocks.Add(1)
 			return fmt.Errorf("%w: %s", ErrDeadlock, detail)
 		}
+		sh.mu.Unlock()
 
 		if timeout > 0 && deadline == nil {
 			t := time.NewTimer(timeout)
@@ -143,23 +297,48 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		var err error
 		lm.waiting.Add(1)
 		select {
-		case <-holder.done:
+		case <-w.wake:
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-deadline:
-			err = fmt.Errorf("%w: waiting for %s", ErrLockTimeout, holder.name())
+			err = ErrLockTimeout
 		case <-closing:
 			err = ErrClosed
 		case <-failed:
 			err = failure()
 		}
 		lm.waiting.Add(-1)
+		if err == nil {
+			lm.woken.Add(1)
+			continue
+		}
+		sh.mu.Lock()
+		if !sh.dequeue(string(key), w) {
+			// A release popped and woke me as I gave up. Its wake-up
+			// is spent here (the channel is reused), and if the key is
+			// still free the next waiter must hear of it.
+			select {
+			case <-w.wake:
+			default:
+			}
+			if sh.holders[string(key)] == nil {
+				sh.wakeFirst(string(key))
+			}
+		}
 		lm.deadlockMu.Lock()
+		if errors.Is(err, ErrLockTimeout) {
+			// The holder now, which may not be the one first waited
+			// for: edges follow the key's holder.
+			who := "a transaction that has ended"
+			if h := me.waitingFor; h != nil && sh.holders[string(key)] == h {
+				who = h.name()
+			}
+			err = fmt.Errorf("%w: waiting for %s", ErrLockTimeout, who)
+		}
 		me.waitingFor, me.waitingKey = nil, nil
 		lm.deadlockMu.Unlock()
-		if err != nil {
-			return err
-		}
+		sh.mu.Unlock()
+		return err
 	}
 }
 
@@ -205,14 +384,15 @@ func describeCycle(me *txnState) string {
 	return b.String()
 }
 
-// releaseAll drops every lock me holds. The caller closes me.done afterwards
-// so that waiters retry and find the keys free.
+// releaseAll drops every lock me holds and wakes the first waiter of each
+// key.
 func (lm *lockManager) releaseAll(me *txnState) {
 	for _, k := range me.locks {
 		sh := lm.shard([]byte(k))
 		sh.mu.Lock()
 		if sh.holders[k] == me {
 			sh.drop(k)
+			sh.wakeFirst(k)
 		}
 		sh.mu.Unlock()
 	}

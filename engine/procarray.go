@@ -9,9 +9,10 @@ import (
 )
 
 // txnState is the part of a transaction that other transactions see: its
-// xid, whom it waits for, and a channel closed when it has ended (committed
-// or aborted, CLOG set, out of the running table, row locks released).
-// Waiting on done is the analog of PostgreSQL's XactLockTableWait.
+// xid and whom it waits for. A writer that finds a key's row lock held
+// waits in the key's queue until the holder has ended (committed or
+// aborted, CLOG set, out of the running table, row locks released): the
+// analog of PostgreSQL's XactLockTableWait (lockManager).
 //
 // A transaction's txnState exists from its first row lock, its xid only
 // from the first version it places (procArray.assign): a write that places
@@ -21,8 +22,7 @@ import (
 // by the owner, while waiters of its row locks may read it for their
 // error messages, hence the atomic.
 type txnState struct {
-	xid  atomic.Uint64 // 0 until assign
-	done chan struct{}
+	xid atomic.Uint64 // 0 until assign
 
 	// waitingFor is the transaction whose end this one is waiting for, or
 	// nil. Guarded by lockManager.deadlockMu.
@@ -38,6 +38,12 @@ type txnState struct {
 	// allocate for it.
 	locks []string
 	lock1 [1]string
+
+	// lockWait is the transaction's place in a key's queue while it
+	// waits for the key's row lock (it waits for one at a time). Owned
+	// by the transaction's goroutine, its next link guarded by the
+	// shard mutex of the key waited for.
+	lockWait lockWaiter
 
 	// stamp holds the payload of the transaction's commit or abort
 	// record while it is inserted (timestampPayload). Only the owning
@@ -74,7 +80,7 @@ func newProcArray(nextXid uint64, extend func(xid uint64) error) *procArray {
 
 // newTxnState returns the state of a transaction that has no xid yet.
 func newTxnState() *txnState {
-	st := &txnState{done: make(chan struct{})}
+	st := &txnState{}
 	st.locks = st.lock1[:0]
 	return st
 }

@@ -1311,11 +1311,10 @@ func (db *DB) finish(st *txnState) {
 	db.releaseLocks(st)
 }
 
-// releaseLocks releases st's row locks and wakes the transactions waiting
-// for it. On its own it ends a transaction that has no xid.
+// releaseLocks releases st's row locks and wakes the first transaction
+// waiting for each. On its own it ends a transaction that has no xid.
 func (db *DB) releaseLocks(st *txnState) {
 	db.locks.releaseAll(st)
-	close(st.done)
 }
 
 // Update runs fn in a REPEATABLE READ transaction and commits it. When fn or

@@ -710,7 +710,6 @@ func (v *vacuumRun) revisit(blk uint32, w *pageWork, heads bool) error {
 	defer func() {
 		if owner != nil {
 			db.locks.releaseAll(owner)
-			close(owner.done)
 		}
 	}()
 	// Row locks and new heads first, with no page lock held: finding the
@@ -1011,7 +1010,7 @@ func (lm *lockManager) tryAcquire(key string, me *txnState) bool {
 	if h := sh.holders[key]; h != nil {
 		return h == me
 	}
-	sh.hold(key, me)
+	lm.hold(sh, key, me)
 	me.locks = append(me.locks, key)
 	return true
 }

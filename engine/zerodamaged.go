@@ -116,7 +116,6 @@ func (v *vacuumRun) repairZeroedPage(blk uint32) error {
 	owner := newTxnState()
 	defer func() {
 		db.locks.releaseAll(owner)
-		close(owner.done)
 	}()
 	var held []*indexEntry
 	for _, e := range entries {
