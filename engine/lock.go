@@ -56,8 +56,9 @@ type lockManager struct {
 	// may have no xid yet (it gets one when it places its first version),
 	// so the running table does not show it.
 	waiting atomic.Int64
-	// deadlocks counts the waits refused with ErrDeadlock.
-	deadlocks atomic.Uint64
+	// deadlocks counts the waits refused with ErrDeadlock, waits the
+	// sleeps in a key's queue (Stats).
+	deadlocks, waits atomic.Uint64
 	// woken counts the waits a release ended, and requeued those of them
 	// that found the key taken again by a writer that barged in: with
 	// one wake-up per release, requeued stays near zero however many
@@ -295,6 +296,7 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 			deadline = t.C
 		}
 		var err error
+		lm.waits.Add(1)
 		lm.waiting.Add(1)
 		select {
 		case <-w.wake:

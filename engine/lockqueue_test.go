@@ -42,6 +42,9 @@ func TestRowLockWakesOneWaiterAtATimeInOrder(t *testing.T) {
 		waitUntilWaitingN(t, db, int64(i+1))
 	}
 	woken, requeued := db.locks.woken.Load(), db.locks.requeued.Load()
+	if w := db.Stats().Txn.LockWaits; w != n {
+		t.Errorf("Stats counts %d lock waits, want %d", w, n)
+	}
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,12 @@ type TxnStats struct {
 	EarlyCommits, DependencyWaits uint64
 	// Deadlocks counts row lock waits refused with ErrDeadlock.
 	Deadlocks uint64
+	// LockWaits counts the times a transaction slept for a row lock that
+	// another held: the contention on hot keys, as PostgreSQL's
+	// log_lock_waits reports each long one. A waiter that a release woke
+	// and that found the key taken again by a writer that came first
+	// sleeps, and counts, again.
+	LockWaits uint64
 	// LockWaiters is the number of transactions waiting for a row lock
 	// when Stats was called (a gauge, kept as it is by Sub), as
 	// PostgreSQL's pg_stat_activity shows backends with a Lock wait
@@ -74,7 +80,7 @@ func (s TxnStats) Sub(o TxnStats) TxnStats {
 	return TxnStats{
 		Commits: s.Commits - o.Commits, Aborts: s.Aborts - o.Aborts,
 		EarlyCommits: s.EarlyCommits - o.EarlyCommits, DependencyWaits: s.DependencyWaits - o.DependencyWaits,
-		Deadlocks: s.Deadlocks - o.Deadlocks, LockWaiters: s.LockWaiters,
+		Deadlocks: s.Deadlocks - o.Deadlocks, LockWaits: s.LockWaits - o.LockWaits, LockWaiters: s.LockWaiters,
 	}
 }
 
@@ -248,7 +254,7 @@ func (db *DB) Stats() Stats {
 		Txn: TxnStats{
 			Commits: db.stats.commits.Load(), Aborts: db.stats.aborts.Load(),
 			EarlyCommits: db.earlyCommits.Load(), DependencyWaits: db.dependencyWaits.Load(),
-			Deadlocks: db.locks.deadlocks.Load(), LockWaiters: uint64(max(db.locks.waiting.Load(), 0)),
+			Deadlocks: db.locks.deadlocks.Load(), LockWaits: db.locks.waits.Load(), LockWaiters: uint64(max(db.locks.waiting.Load(), 0)),
 		},
 		WAL:        db.wal.Stats(),
 		Checkpoint: CheckpointStats{Count: db.stats.checkpoints.Load(), FullPageImages: db.stats.fpis.Load(), CommitsAtRedo: db.ckptCommits.Load()},

@@ -795,6 +795,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("hint_bits_set:%d", st.Heap.HintBitsSet),
 		fmt.Sprintf("hint_bit_hits:%d", st.Heap.HintHits),
 		fmt.Sprintf("deadlocks:%d", st.Txn.Deadlocks),
+		fmt.Sprintf("lock_waits:%d", st.Txn.LockWaits),
 		fmt.Sprintf("vm_bits_set:%d", st.VisibilityMap.BitsSet),
 		fmt.Sprintf("vm_bits_cleared:%d", st.VisibilityMap.BitsCleared),
 		fmt.Sprintf("index_only_visible:%d", st.Index.AllVisible),
