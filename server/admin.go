@@ -93,6 +93,21 @@ var knobs = withEngineSettings(map[string]knob{
 			return nil
 		},
 	},
+	"hz": {
+		get: func(s *Server) string { return strconv.FormatInt(s.hz.Load(), 10) },
+		set: func(s *Server, v string) error {
+			n, err := ParseHz(v)
+			if err != nil {
+				return err
+			}
+			s.hz.Store(int64(n))
+			select {
+			case s.hzChanged <- struct{}{}:
+			default: // the cron has a change to pick up already
+			}
+			return nil
+		},
+	},
 	"timeout": {
 		get: func(s *Server) string { return strconv.FormatInt(s.timeout.Load()/int64(time.Second), 10) },
 		set: func(s *Server, v string) error {
@@ -413,6 +428,28 @@ func parseKnobInt(v string, lo, hi int64) (int64, error) {
 	return n, nil
 }
 
+// Hz bounds: Redis's CONFIG_MIN_HZ and CONFIG_MAX_HZ, and its default.
+const (
+	minHz     = 1
+	maxHz     = 500
+	defaultHz = 10
+)
+
+// ParseHz parses hz as Redis's CONFIG SET does: an integer from 0 to
+// 2147483647, clamped to 1 to 500 (a value over 100 is seldom useful: the
+// cron's work grows with it while the server is idle). It returns an
+// error naming the range for anything else.
+func ParseHz(v string) (int, error) {
+	n, err := parseKnobInt(v, 0, math.MaxInt32)
+	if err != nil {
+		return 0, err
+	}
+	return clampHz(n), nil
+}
+
+// clampHz clamps hz to minHz..maxHz.
+func clampHz(n int64) int { return int(min(max(n, minHz), maxHz)) }
+
 // parseMemory parses a memory knob as Redis's memtoull: bytes, or a number
 // with k, kb, m, mb, g or gb (k = 1000, kb = 1024).
 func parseMemory(v string) (int64, error) {
@@ -665,6 +702,8 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		"arch_bits:64",
 		"process_id:"+strconv.Itoa(os.Getpid()),
 		"tcp_port:"+s.tcpPort(),
+		fmt.Sprintf("hz:%d", s.hz.Load()),
+		fmt.Sprintf("configured_hz:%d", s.hz.Load()),
 		fmt.Sprintf("uptime_in_seconds:%d", int64(up.Seconds())),
 		fmt.Sprintf("uptime_in_days:%d", int64(up.Hours()/24)))
 	section("clients",

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigSetIntegersAsRedis: CONFIG SET of an integer knob takes the
@@ -24,6 +26,7 @@ func TestConfigSetIntegersAsRedis(t *testing.T) {
 		{"maxclients", []string{"+5", "-0", "05", " 5", "5 ", "", "0x10", "1e3", "5.0", "99999999999999999999"}, "500"},
 		{"timeout", []string{"+5", "-0", "05", "-5", "abc"}, "7"},
 		{"slowlog-max-len", []string{"+5", "-0", "05"}, "64"},
+		{"hz", []string{"+5", "-0", "05", "-1", "abc", "2147483648"}, "50"},
 		{"hash-max-listpack-entries", []string{"+5", "-0", "05"}, "100"},
 		{"maxmemory", []string{"+5", "-0", "-5", "5 ", "kb", ""}, "05"},
 		{"proto-max-bulk-len", []string{"+2097152", "-0", "2mb ", "1"}, "2mb"},
@@ -43,4 +46,36 @@ func TestConfigSetIntegersAsRedis(t *testing.T) {
 			t.Errorf("CONFIG SET %s %q: %q, want +OK", c.knob, c.good, got)
 		}
 	}
+}
+
+// TestConfigHz: hz takes 0 to 2147483647 and clamps it to 1 to 500, as
+// redis-server 7 does (CONFIG GET and INFO's hz and configured_hz show
+// the clamped value), and the server's cron retimes its ticker to it.
+func TestConfigHz(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	waitPeriod := func(want time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ts.s.cronPeriod.Load() != int64(want); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("cron period %v after a minute, want %v", time.Duration(ts.s.cronPeriod.Load()), want)
+			}
+		}
+	}
+	waitPeriod(100 * time.Millisecond) // the default, hz 10
+	for _, c := range []struct{ set, get string }{{"0", "1"}, {"1000", "500"}, {"2147483647", "500"}, {"1", "1"}, {"250", "250"}} {
+		r.cmd("CONFIG", "SET", "hz", c.set)
+		if got := r.reply(); got != "+OK\r\n" {
+			t.Fatalf("CONFIG SET hz %s: %q", c.set, got)
+		}
+		r.cmd("CONFIG", "GET", "hz")
+		if got, want := r.reply(), "*2\r\n$2\r\nhz\r\n$"+strconv.Itoa(len(c.get))+"\r\n"+c.get+"\r\n"; got != want {
+			t.Errorf("CONFIG GET hz after SET %s: %q, want %q", c.set, got, want)
+		}
+	}
+	r.cmd("INFO", "server")
+	if got := r.reply(); !strings.Contains(got, "\r\nhz:250\r\n") || !strings.Contains(got, "\r\nconfigured_hz:250\r\n") {
+		t.Errorf("INFO server does not show hz 250:\n%s", got)
+	}
+	waitPeriod(4 * time.Millisecond)
 }

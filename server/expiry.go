@@ -441,11 +441,12 @@ func cmdTTL(x *execCtx, args [][]byte) error {
 // keys past their deadline as lazy expiry does (a transaction with
 // synchronous_commit off, each key under its row lock, a key some writer
 // holds left for later). As Redis's cycle, it goes on within the tick
-// while more than a tenth of a slice had expired, up to expireCycleBudget:
+// while more than a tenth of a slice had expired, up to a quarter of the
+// tick:
 // a keyspace where many keys expire at once is cleaned at once, one where
 // few do costs a slice a tick. A whole pass over N keys takes about N /
-// 20,000 seconds at the least (a million keys: about 50 s), so an expired
-// key is removed within about that, or when it is next read.
+// (2,000 x hz) seconds at the least (a million keys at hz 10: about 50 s),
+// so an expired key is removed within about that, or when it is next read.
 //
 // Rejected: a second key per expiring key, ordered by deadline (Redis's
 // expires dictionary as an index), which would find expired keys without
@@ -456,11 +457,14 @@ func cmdTTL(x *execCtx, args [][]byte) error {
 // began, stops the cycle until a write stores one (or the server
 // restarts over a keyspace that is not empty).
 const (
-	expireCycleEvery  = 100 * time.Millisecond // Redis's hz 10
-	expireSliceKeys   = 2000
-	expireCycleBudget = 25 * time.Millisecond // Redis's 25% of a tick
-	expireDeleteWait  = 100 * time.Millisecond
+	expireSliceKeys  = 2000
+	expireDeleteWait = 100 * time.Millisecond
 )
+
+// cronTick is the cron's period at hz ticks a second; the expiry cycle
+// may spend a quarter of it (Redis's ACTIVE_EXPIRE_CYCLE_SLOW_TIME_PERC,
+// 25% of a tick).
+func cronTick(hz int64) time.Duration { return time.Second / time.Duration(hz) }
 
 // expiryState is the active expiry cycle's state.
 type expiryState struct {
@@ -503,13 +507,15 @@ func (s *Server) stopCron() {
 	}
 }
 
-// cron is the server's periodic work, as Redis's serverCron at hz 10: it
-// samples the rates INFO reports (trackInstantaneousMetric) and runs the
-// active expiry cycle.
+// cron is the server's periodic work, as Redis's serverCron, hz times a
+// second: it samples the rates INFO reports (trackInstantaneousMetric)
+// and runs the active expiry cycle.
 func (s *Server) cron() {
 	defer close(s.expiry.done)
-	t := time.NewTicker(expireCycleEvery)
+	hz := s.hz.Load()
+	t := time.NewTicker(cronTick(hz))
 	defer t.Stop()
+	s.cronPeriod.Store(int64(cronTick(hz)))
 	var from []byte // where the expiry pass resumes; nil at its start
 	var passDeadlines int64
 	passGen := s.expiry.gen.Load()
@@ -518,6 +524,11 @@ func (s *Server) cron() {
 		select {
 		case <-s.expiry.stop:
 			return
+		case <-s.hzChanged:
+			hz = s.hz.Load()
+			t.Reset(cronTick(hz))
+			s.cronPeriod.Store(int64(cronTick(hz)))
+			continue
 		case now = <-t.C:
 		}
 		s.opsRate.sample(now, s.commands.Load())
@@ -550,7 +561,7 @@ func (s *Server) cron() {
 					s.expiry.maybe.Store(true)
 				}
 			}
-			if from == nil || expired*10 <= scanned || time.Since(start) >= expireCycleBudget {
+			if from == nil || expired*10 <= scanned || time.Since(start) >= cronTick(hz)/4 {
 				break
 			}
 		}

@@ -33,6 +33,12 @@ type Config struct {
 	// beyond it is answered "-ERR max number of clients reached" and
 	// closed.
 	MaxClients int
+	// Hz is Redis's hz: how many times a second the server's cron runs
+	// (the active expiry cycle, which may spend a quarter of each tick,
+	// and the samples of INFO's instantaneous rates). Zero takes Redis's
+	// default, 10; values are clamped to 1 to 500 as Redis clamps them
+	// (ParseHz). CONFIG SET hz changes it while the server runs.
+	Hz int
 	// Timeout is Redis's timeout: a client idle this long between
 	// requests, or stalled this long inside one, is disconnected. Zero
 	// (the default, as Redis) never disconnects.
@@ -180,7 +186,10 @@ type Server struct {
 	protected  atomic.Bool            // protected-mode
 	pass       atomic.Pointer[string] // requirepass; "" for none
 	maxClients atomic.Int64
-	timeout    atomic.Int64 // nanoseconds
+	timeout    atomic.Int64  // nanoseconds
+	hz         atomic.Int64  // Config.Hz, clamped
+	hzChanged  chan struct{} // CONFIG SET hz wakes the cron to retime its ticker
+	cronPeriod atomic.Int64  // the cron's ticker period, nanoseconds; 0 before it starts
 	lim        atomic.Pointer[Limits]
 	limMu      sync.Mutex // serializes CONFIG SET of lim (copy on write)
 
@@ -288,6 +297,12 @@ func New(db *engine.DB, cfg Config) *Server {
 	rand.Read(id[:])
 	s.replID = hex.EncodeToString(id[:])
 	s.timeout.Store(int64(cfg.Timeout))
+	hz := defaultHz
+	if cfg.Hz != 0 {
+		hz = clampHz(int64(cfg.Hz))
+	}
+	s.hz.Store(int64(hz))
+	s.hzChanged = make(chan struct{}, 1)
 	lim := cfg.Limits
 	s.lim.Store(&lim)
 	s.met = newMetrics(s)

@@ -64,6 +64,10 @@ Server options:
                            CONFIG SET takes (default: 10000)
   --timeout=SEC            close clients idle this long; 0 never; 0 to
                            2147483647, as CONFIG SET takes (default: 0)
+  --hz=NUM                 how many times a second the server's background
+                           tasks run (active expiry, INFO's rates); 0 to
+                           2147483647, clamped to 1 to 500 as Redis
+                           (default: 10)
   --loglevel=LEVEL         log messages of this level and above: debug,
                            verbose, notice or warning, as Redis; CONFIG SET
                            loglevel changes it (default: notice)
@@ -107,6 +111,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		dir, listen, metricsAddr, pass string
 		maxClients                     = 10000
 		timeout                        time.Duration
+		hz                             int
 		shutdownTimeout                int
 		cpuprofile                     string
 		opts                           engine.Options
@@ -147,7 +152,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	fs.StringVar(&tlsKey, "tls-key-file", "", "")
 	fs.StringVar(&tlsCA, "tls-ca-cert-file", "", "")
 	fs.StringVar(&tlsAuth, "tls-auth-clients", "yes", "")
-	// protected-mode, maxclients and timeout take what CONFIG SET takes,
+	// protected-mode, maxclients, timeout and hz take what CONFIG SET takes,
 	// with its errors.
 	fs.Func("maxclients", "", func(v string) (err error) {
 		maxClients, err = server.ParseMaxClients(v)
@@ -155,6 +160,10 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 	})
 	fs.Func("timeout", "", func(v string) (err error) {
 		timeout, err = server.ParseTimeout(v)
+		return err
+	})
+	fs.Func("hz", "", func(v string) (err error) {
+		hz, err = server.ParseHz(v)
 		return err
 	})
 	intFlag(fs, &shutdownTimeout, "shutdown-timeout", 30)
@@ -380,6 +389,7 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		BackupCommand:     backupCommand,
 		MaxClients:        maxClients,
 		Timeout:           timeout,
+		Hz:                hz,
 		RequirePass:       pass,
 		SynchronousCommit: opts.SynchronousCommit,
 		ShutdownTimeout:   time.Duration(shutdownTimeout) * time.Second,
