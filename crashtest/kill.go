@@ -153,6 +153,15 @@ func dataDir(cfg Config) (string, error) {
 	return cfg.Dir, nil
 }
 
+// CheckNewDir returns an error unless dir is missing or empty, as Run
+// requires of Config.Dir: the directory a run writes its data or a
+// failing crash copy to holds nothing of anyone else's. A caller can so
+// refuse a directory before it prints anything of a run.
+func CheckNewDir(dir string) error {
+	_, err := newDir(dir)
+	return err
+}
+
 // newDir returns an error unless dir is missing (missing true) or empty:
 // the directory a run writes its data or a failing crash copy to holds
 // nothing of anyone else's.

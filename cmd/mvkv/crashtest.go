@@ -140,6 +140,14 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if dir != "" {
+		// Refused before the run's first line, which would otherwise
+		// read as the start of a run that never came.
+		if err := crashtest.CheckNewDir(dir); err != nil {
+			fmt.Fprintf(stderr, "mvkv crashtest: %s\n", crashtestErrorText(err))
+			return 1
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(stdout, "mvkv crashtest --mode %s --seed %d --clients %d", mode, seed, clients)
@@ -175,7 +183,7 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 			mode, res.Cycles, res.Crashes, float64(res.Crashes)/took.Minutes(), res.Ops, took, seed)
 		return 0
 	}
-	fmt.Fprintf(stdout, "FAIL: mode %s, cycle %d, seed %d, after %s\n", mode, res.Cycles, seed, took)
+	fmt.Fprintf(stdout, "FAIL: mode %s, cycle %d, seed %d, clients %d, after %s\n", mode, res.Cycles, seed, clients, took)
 	for _, p := range res.Problems {
 		fmt.Fprintf(stdout, "  problem: %s\n", p)
 	}

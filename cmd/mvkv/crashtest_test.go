@@ -94,6 +94,9 @@ func TestCrashtestErrorPrefix(t *testing.T) {
 		if code != 1 || errb.String() != want {
 			t.Errorf("--mode %s on a non-empty --dir: exit %d, stderr %q; want exit 1, stderr %q", mode, code, errb.String(), want)
 		}
+		if out.Len() > 0 {
+			t.Errorf("--mode %s on a non-empty --dir printed %q before refusing it", mode, out.String())
+		}
 	}
 	for in, want := range map[string]string{
 		"crashtest: x":       "x",
