@@ -29,6 +29,12 @@ func TestVerifyAndWaldumpCommands(t *testing.T) {
 		t.Fatalf("waldump: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 	out.Reset()
+	for _, flag := range []string{"--start=", "--end="} {
+		errb.Reset()
+		if code := run([]string{"waldump", flag, dir}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `invalid LSN ""`) {
+			t.Fatalf("waldump %s (empty): exit %d, %q; want it refused", flag, code, errb.String())
+		}
+	}
 	if code := run([]string{"waldump", "--start", "zz", dir}, &out, &errb); code != 2 {
 		t.Fatalf("bad LSN: exit %d", code)
 	}

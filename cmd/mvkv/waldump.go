@@ -59,13 +59,17 @@ func waldumpMain(args []string, stdout, stderr io.Writer) int {
 	end := fs.String("end", "", "")
 	var s, e uint64
 	dir, code, ok := parseDirCommand(fs, waldumpUsage, args, stdout, stderr, func() error {
+		// A flag given empty is refused as pg_waldump refuses it, not
+		// taken for its default.
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 		var err error
-		if *start != "" {
+		if given["start"] {
 			if s, err = parseLSN(*start); err != nil {
 				return fmt.Errorf("--start: %v", err)
 			}
 		}
-		if *end != "" {
+		if given["end"] {
 			if e, err = parseLSN(*end); err != nil {
 				return fmt.Errorf("--end: %v", err)
 			}
