@@ -218,7 +218,12 @@ func serveRun(ctx context.Context, args []string, stdout, stderr io.Writer) (sta
 		}
 		// Redis's forms: "*" for every IPv4 address, "::*" for every
 		// IPv6 one, and a leading "-" for an address that may be missing.
-		bind = strings.TrimPrefix(bind, "-")
+		if b, optional := strings.CutPrefix(bind, "-"); optional {
+			if b == "" {
+				return fail("invalid --bind %q: want a host name or address after the '-'", bind)
+			}
+			bind = b
+		}
 		switch bind {
 		case "*":
 			bind = "0.0.0.0"

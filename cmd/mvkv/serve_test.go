@@ -146,13 +146,14 @@ func TestServeUsage(t *testing.T) {
 		}
 	}
 	// An empty --port or --bind, what an unset shell variable gives, is
-	// refused as an empty --listen is, not taken for the default address.
+	// refused as an empty --listen is, not taken for the default address;
+	// so is Redis's '-' (an address that may be missing) with no address.
 	// The --metrics address no listen takes makes a server that took it
 	// so exit rather than serve.
-	for _, a := range [][]string{{"--port", ""}, {"--bind", ""}} {
+	for _, a := range [][]string{{"--port", ""}, {"--bind", ""}, {"--bind", "-"}} {
 		errb.Reset()
 		code := run(append([]string{"serve", "--dir", t.TempDir(), "--metrics", "nowhere"}, a...), &out, &errb)
-		if code != 2 || !strings.Contains(errb.String(), "invalid "+a[0]+` ""`) {
+		if code != 2 || !strings.Contains(errb.String(), "invalid "+a[0]+` "`+a[1]+`"`) {
 			t.Errorf("serve %q: exit %d, %q; want 2 naming %s", a, code, errb.String(), a[0])
 		}
 	}
