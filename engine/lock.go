@@ -329,10 +329,12 @@ func (lm *lockManager) acquire(ctx context.Context, key []byte, me *txnState, ti
 		}
 		lm.deadlockMu.Lock()
 		if errors.Is(err, ErrLockTimeout) {
-			// The holder now, which may not be the one first waited
-			// for: edges follow the key's holder.
+			// The key's holder now, which may not be the one first
+			// waited for, nor the one me's edge names: a woken waiter's
+			// edge names the holder that released until it queues
+			// again, and a writer may have taken the key meanwhile.
 			who := "a transaction that has ended"
-			if h := me.waitingFor; h != nil && sh.holders[string(key)] == h {
+			if h := sh.holders[string(key)]; h != nil {
 				who = h.name()
 			}
 			err = fmt.Errorf("%w: waiting for %s", ErrLockTimeout, who)

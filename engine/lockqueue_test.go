@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,4 +165,81 @@ func TestRowLockWaiterGivingUpPassesTheWakeUpOn(t *testing.T) {
 	if v, _ := get(t, db, "k"); v != "2" {
 		t.Errorf("k = %q, want 2", v)
 	}
+}
+
+// TestLockTimeoutNamesTheKeysHolderAfterABarge times a waiter out just
+// as a release wakes it and another writer, finding the key free, takes
+// it first: the timeout's message must name the transaction holding the
+// key when the wait gave up, not call it a transaction that has ended
+// (the waiter's edge still names the holder that released, as a woken
+// waiter's edge does until it queues again). The test holds the shard's
+// mutex so that the order is certain.
+func TestLockTimeoutNamesTheKeysHolderAfterABarge(t *testing.T) {
+	// A timeout long enough for the test to find the waiter queued;
+	// should it give up first all the same, the test begins again with
+	// a longer one.
+	for timeout := 20 * time.Millisecond; ; timeout *= 2 {
+		ok, err := timeoutAfterABarge(t, timeout)
+		if !ok {
+			if timeout > 10*time.Second {
+				t.Fatal("the waiter's lock timeout always ended its wait before the test found it queued")
+			}
+			continue
+		}
+		if !errors.Is(err, ErrLockTimeout) {
+			t.Fatalf("the waiter: %v, want ErrLockTimeout", err)
+		}
+		if want := "waiting for transaction 42"; !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("the timeout says %q, want it to end %q", err, want)
+		}
+		return
+	}
+}
+
+// timeoutAfterABarge plays TestLockTimeoutNamesTheKeysHolderAfterABarge
+// with the given lock timeout and returns the waiter's error, or false
+// if the waiter had given up before the test held the shard's mutex.
+func timeoutAfterABarge(t *testing.T, timeout time.Duration) (bool, error) {
+	lm := newLockManager()
+	old := newTxnState()
+	if !lm.tryAcquire("k", old) {
+		t.Fatal("k is locked")
+	}
+	me := newTxnState()
+	never := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		got <- lm.acquire(context.Background(), []byte("k"), me, timeout, never, never, func() error { return nil })
+	}()
+	// Sleeping: past the count of waiters, so that once it is back to
+	// zero below, the wait has ended by its timeout.
+	for deadline := time.Now().Add(time.Minute); lm.waiting.Load() != 1; time.Sleep(time.Millisecond) {
+		if len(got) > 0 {
+			return false, nil
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not queue within a minute")
+		}
+	}
+	sh := lm.shard([]byte("k"))
+	sh.mu.Lock()
+	if _, queued := sh.queues["k"]; !queued {
+		sh.mu.Unlock()
+		receive(t, got, "the waiter's acquire")
+		return false, nil
+	}
+	for deadline := time.Now().Add(time.Minute); lm.waiting.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			sh.mu.Unlock()
+			t.Fatal("the waiter's lock timeout did not end its wait within a minute")
+		}
+	}
+	// old's release, as releaseAll makes it, and a writer that barges in.
+	sh.drop("k")
+	sh.wakeFirst("k")
+	barger := newTxnState()
+	barger.xid.Store(42)
+	lm.hold(sh, "k", barger)
+	sh.mu.Unlock()
+	return true, receive(t, got, "the waiter's acquire")
 }
