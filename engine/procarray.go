@@ -24,8 +24,12 @@ import (
 type txnState struct {
 	xid atomic.Uint64 // 0 until assign
 
-	// waitingFor is the transaction whose end this one is waiting for, or
-	// nil. Guarded by lockManager.deadlockMu.
+	// waitingFor is, while this transaction waits for a row lock, the
+	// key's holder, or nil. A queued waiter's edge is moved to whoever
+	// takes the key next; one that a release woke keeps naming the
+	// holder that released, which waits for nothing, until it takes
+	// the key or queues again (lockManager). Guarded by
+	// lockManager.deadlockMu.
 	waitingFor *txnState
 	// waitingKey is the key whose row lock it waits for while waitingFor
 	// is set, for the deadlock report. Guarded by
