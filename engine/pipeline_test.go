@@ -14,13 +14,18 @@ import (
 	"mvkv/vfs"
 )
 
-// walGate holds every WAL sync while shut, so a test can stand between a
-// commit record's insertion and its durability without relying on timing.
+// walGate holds every WAL flush (an fdatasync of a segment) while shut, so
+// a test can stand between a commit record's insertion and its durability
+// without relying on timing. A WAL file's fsync passes: it is the segment
+// preparer's, of the next segment, which it makes in the background at any
+// moment after a segment opens, and a test that took it for a commit's
+// flush reached its gate would go on before the commit it waits for was
+// even inserted.
 type walGate struct {
 	vfs.FS
 	mu      sync.Mutex
 	gate    chan struct{} // guarded by mu; nil when open
-	blocked chan struct{} // a token per WAL sync that reached a shut gate
+	blocked chan struct{} // a token per WAL flush that reached a shut gate
 }
 
 func newWALGate(fs vfs.FS) *walGate { return &walGate{FS: fs, blocked: make(chan struct{}, 1024)} }
@@ -61,7 +66,6 @@ type gatedFile struct {
 	g *walGate
 }
 
-func (f gatedFile) Sync() error     { f.g.wait(); return f.File.Sync() }
 func (f gatedFile) Datasync() error { f.g.wait(); return f.File.Datasync() }
 
 func putAsync(t *testing.T, db *DB, k, v string, after *CommitWait) *CommitWait {
