@@ -79,3 +79,35 @@ func TestConfigHz(t *testing.T) {
 	}
 	waitPeriod(4 * time.Millisecond)
 }
+
+// TestConfigHzKeepsRateSamplesAt100ms: INFO's instantaneous rates are
+// sampled every 100 ms whatever hz is, as Redis's serverCron samples them
+// with run_with_period(100): at hz 500 the cron ticks 50 times between
+// two samples, where a sample a tick made the rates the mean over the
+// last 32 ms only.
+func TestConfigHzKeepsRateSamplesAt100ms(t *testing.T) {
+	ts := startServer(t, Config{Hz: 500})
+	for deadline := time.Now().Add(time.Minute); ts.s.cronPeriod.Load() != int64(2*time.Millisecond); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cron period %v after a minute, want 2ms", time.Duration(ts.s.cronPeriod.Load()))
+		}
+	}
+	samples := func() uint64 {
+		ts.s.opsRate.mu.Lock()
+		defer ts.s.opsRate.mu.Unlock()
+		return ts.s.opsRate.taken
+	}
+	loops0, samples0 := ts.s.cronLoops.Load(), samples()
+	for deadline := time.Now().Add(time.Minute); ts.s.cronLoops.Load()-loops0 < 200; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d cron ticks in a minute at hz 500", ts.s.cronLoops.Load()-loops0)
+		}
+	}
+	loops, n := ts.s.cronLoops.Load()-loops0, samples()-samples0
+	if n > loops/50+2 {
+		t.Errorf("%d rate samples in %d cron ticks at hz 500, want one in 50", n, loops)
+	}
+	if n == 0 {
+		t.Errorf("no rate sample in %d cron ticks at hz 500", loops)
+	}
+}

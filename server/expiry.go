@@ -461,6 +461,19 @@ const (
 	expireDeleteWait = 100 * time.Millisecond
 )
 
+// rateSamplePeriod is how often the cron samples INFO's instantaneous
+// rates, as Redis's serverCron does with run_with_period(100), whatever
+// hz is: sampled every tick at hz 500, the rates were the mean over the
+// last 32 ms, and bursts of traffic showed as rates that came and went.
+const rateSamplePeriod = 100 * time.Millisecond
+
+// rateEveryTicks is the number of cron ticks at hz between two rate
+// samples: one a tick when a tick lasts rateSamplePeriod or longer (hz 10
+// or below), as run_with_period.
+func rateEveryTicks(hz int64) uint64 {
+	return uint64(max(1, rateSamplePeriod/cronTick(hz)))
+}
+
 // cronTick is the cron's period at hz ticks a second; the expiry cycle
 // may spend a quarter of it (Redis's ACTIVE_EXPIRE_CYCLE_SLOW_TIME_PERC,
 // 25% of a tick).
@@ -508,8 +521,8 @@ func (s *Server) stopCron() {
 }
 
 // cron is the server's periodic work, as Redis's serverCron, hz times a
-// second: it samples the rates INFO reports (trackInstantaneousMetric)
-// and runs the active expiry cycle.
+// second: it runs the active expiry cycle, and every rateSamplePeriod
+// samples the rates INFO reports (trackInstantaneousMetric).
 func (s *Server) cron() {
 	defer close(s.expiry.done)
 	hz := s.hz.Load()
@@ -531,9 +544,11 @@ func (s *Server) cron() {
 			continue
 		case now = <-t.C:
 		}
-		s.opsRate.sample(now, s.commands.Load())
-		s.inRate.sample(now, s.netIn.Load())
-		s.outRate.sample(now, s.netOut.Load())
+		if loops := s.cronLoops.Add(1); loops%rateEveryTicks(hz) == 0 {
+			s.opsRate.sample(now, s.commands.Load())
+			s.inRate.sample(now, s.netIn.Load())
+			s.outRate.sample(now, s.netOut.Load())
+		}
 		if !s.expiry.maybe.Load() {
 			continue
 		}
@@ -687,7 +702,8 @@ type rateSampler struct {
 	lastT   time.Time // guarded by mu; zero before the first sample
 	lastN   uint64    // guarded by mu
 	rates   [rateSamples]float64
-	next, n int // guarded by mu
+	next, n int    // guarded by mu
+	taken   uint64 // samples taken; guarded by mu
 }
 
 const rateSamples = 16 // Redis's STATS_METRIC_SAMPLES
@@ -695,6 +711,7 @@ const rateSamples = 16 // Redis's STATS_METRIC_SAMPLES
 func (r *rateSampler) sample(now time.Time, total uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.taken++
 	// A total below the last one was reset (CONFIG RESETSTAT): no
 	// sample for that interval.
 	if !r.lastT.IsZero() && total >= r.lastN {

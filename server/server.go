@@ -34,8 +34,9 @@ type Config struct {
 	// closed.
 	MaxClients int
 	// Hz is Redis's hz: how many times a second the server's cron runs
-	// (the active expiry cycle, which may spend a quarter of each tick,
-	// and the samples of INFO's instantaneous rates). Zero takes Redis's
+	// the active expiry cycle, which may spend a quarter of each tick
+	// (INFO's instantaneous rates are sampled every 100 ms, or every tick
+	// below hz 10, as Redis samples them). Zero takes Redis's
 	// default, 10; values are clamped to 1 to 500 as Redis clamps them
 	// (ParseHz). CONFIG SET hz changes it while the server runs.
 	Hz int
@@ -190,6 +191,7 @@ type Server struct {
 	hz         atomic.Int64  // Config.Hz, clamped
 	hzChanged  chan struct{} // CONFIG SET hz wakes the cron to retime its ticker
 	cronPeriod atomic.Int64  // the cron's ticker period, nanoseconds; 0 before it starts
+	cronLoops  atomic.Uint64 // the cron's ticks so far (Redis's cronloops)
 	lim        atomic.Pointer[Limits]
 	limMu      sync.Mutex // serializes CONFIG SET of lim (copy on write)
 
@@ -219,7 +221,7 @@ type Server struct {
 	keyspaceHits, keyspaceMisses atomic.Uint64
 	netIn, netOut                atomic.Uint64
 	// opsRate, inRate and outRate sample total_commands_processed, netIn
-	// and netOut every cron tick, for INFO's instantaneous rates.
+	// and netOut every rateSamplePeriod, for INFO's instantaneous rates.
 	opsRate, inRate, outRate rateSampler
 
 	bgsave     atomic.Bool  // a BGSAVE checkpoint is running
