@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -50,7 +51,8 @@ Options:
   --dir DIR       the data directory for kill and server modes, and where
                   power mode writes a failing crash copy (must be new or
                   empty; default a temporary one, removed after a PASS)
-  --cpuprofile F  write a CPU profile of the run to F (go tool pprof reads it)
+  --cpuprofile F  write a CPU profile of the run to F, not inside --dir (go
+                  tool pprof reads it)
 
 It prints a line per cycle, then PASS or FAIL with the seed; on failure the
 problems, the shortest operation list found that still fails (replayed in
@@ -127,6 +129,22 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 	if seed == 0 {
 		seed = rand.Uint64() >> 1
 	}
+	if dir != "" {
+		// Refused before the run's first line, which would otherwise
+		// read as the start of a run that never came, and before
+		// --cpuprofile's file is created, which would truncate a file
+		// of that name for nothing.
+		if err := crashtest.CheckNewDir(dir); err != nil {
+			fmt.Fprintf(stderr, "mvkv crashtest: %s\n", crashtestErrorText(err))
+			return 1
+		}
+	}
+	if cpuprofile != "" && dir != "" && pathWithin(cpuprofile, dir) {
+		// The run needs --dir empty, and would refuse it once the
+		// profile was made there, after the run's first line.
+		fmt.Fprintf(stderr, "mvkv crashtest: --cpuprofile %s is inside --dir %s, which the run needs empty\n%s", cpuprofile, dir, tryHelp("crashtest"))
+		return 2
+	}
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
 		if err != nil {
@@ -139,14 +157,6 @@ func crashtestMain(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
-	}
-	if dir != "" {
-		// Refused before the run's first line, which would otherwise
-		// read as the start of a run that never came.
-		if err := crashtest.CheckNewDir(dir); err != nil {
-			fmt.Fprintf(stderr, "mvkv crashtest: %s\n", crashtestErrorText(err))
-			return 1
-		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -220,4 +230,16 @@ func crashtestErrorText(err error) string {
 			return msg
 		}
 	}
+}
+
+// pathWithin reports whether path is dir or lies under it, comparing
+// their absolute, cleaned forms (a symbolic link is not followed).
+func pathWithin(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

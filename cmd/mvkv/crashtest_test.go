@@ -109,3 +109,45 @@ func TestCrashtestErrorPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashtestRefusedDirLeavesProfileAlone: a --dir that is refused is
+// refused before --cpuprofile's file is created, which truncated a file
+// of that name, and made an empty --dir holding the profile not empty.
+func TestCrashtestRefusedDirLeavesProfileAlone(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	if err := os.WriteFile(prof, []byte("an earlier profile"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"crashtest", "--dir", dir, "--cpuprofile", prof, "--cycles", "1", "--seed", "1"}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d on a non-empty --dir, want 1; stderr %q", code, errb.String())
+	}
+	if b, err := os.ReadFile(prof); err != nil || string(b) != "an earlier profile" {
+		t.Errorf("--cpuprofile's file after the refusal: %q, %v; want it unchanged", b, err)
+	}
+}
+
+// TestCrashtestProfileInsideDir: a --cpuprofile inside --dir is refused
+// as bad usage before anything is printed or created, where the profile
+// made the new --dir not empty and the run refused it after its first
+// line.
+func TestCrashtestProfileInsideDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, prof := range []string{filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "sub", "..", "cpu.prof")} {
+		var out, errb bytes.Buffer
+		code := run([]string{"crashtest", "--dir", dir, "--cpuprofile", prof, "--cycles", "1", "--seed", "1"}, &out, &errb)
+		if code != 2 || out.Len() > 0 || !strings.Contains(errb.String(), "inside --dir") {
+			t.Errorf("--cpuprofile %s inside --dir: exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout", prof, code, out.String(), errb.String())
+		}
+		if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
+			t.Errorf("--dir after the refusal: %v, %v; want it empty", ents, err)
+		}
+	}
+	if !pathWithin("/a/b", "/a") || pathWithin("/ab", "/a") || pathWithin("/a/../b", "/a") || !pathWithin("/a/..b", "/a") {
+		t.Error("pathWithin")
+	}
+}
