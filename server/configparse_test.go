@@ -111,3 +111,15 @@ func TestConfigHzKeepsRateSamplesAt100ms(t *testing.T) {
 		t.Errorf("no rate sample in %d cron ticks at hz 500", loops)
 	}
 }
+
+// TestExpireSliceKeysScaleWithHz: the active expiry walk reads the same
+// keys a second at any hz, in slices of 20,000 / hz keys a tick, so that a
+// higher hz does not multiply its CPU (a fixed 2,000-key slice a tick took
+// 37% of a core at hz 500).
+func TestExpireSliceKeysScaleWithHz(t *testing.T) {
+	for hz, want := range map[int64]int64{1: 20000, 10: 2000, 100: 200, 500: 40} {
+		if got := expireSliceKeys(hz); got != want || got*hz != expireKeysPerSecond {
+			t.Errorf("hz %d: %d keys a slice, want %d", hz, got, want)
+		}
+	}
+}
