@@ -123,3 +123,30 @@ func TestExpireSliceKeysScaleWithHz(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigHzStormKeepsTheCronTicking: CONFIG SET hz sent faster than
+// the cron ticks does not hold its ticks off; each change retimes the
+// next tick from the last one, where a ticker restarted at each SET never
+// fired while SETs came more often than a tick (at hz 1 or 2, one every
+// 20 ms: no expiry cycle, no rate sample, for as long as they came).
+func TestConfigHzStormKeepsTheCronTicking(t *testing.T) {
+	ts := startServer(t, Config{Hz: 1})
+	for deadline := time.Now().Add(time.Minute); ts.s.cronPeriod.Load() != int64(time.Second); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cron period %v after a minute, want 1s", time.Duration(ts.s.cronPeriod.Load()))
+		}
+	}
+	r := ts.raw(t)
+	loops0 := ts.s.cronLoops.Load()
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ts.s.cronLoops.Load()-loops0 < 3; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d cron ticks in a minute of CONFIG SET hz 1 and 2 every 20 ms", ts.s.cronLoops.Load()-loops0)
+		}
+		r.cmd("CONFIG", "SET", "hz", strconv.Itoa(1+i%2))
+		if got := r.reply(); got != "+OK\r\n" {
+			t.Fatalf("CONFIG SET hz: %q", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -530,10 +530,17 @@ func (s *Server) stopCron() {
 // samples the rates INFO reports (trackInstantaneousMetric).
 func (s *Server) cron() {
 	defer close(s.expiry.done)
+	// A timer set for the last tick plus the period, not a ticker
+	// restarted at each change of hz: CONFIG SET hz sent more often than
+	// a tick would push the next tick off at each SET, and the cron
+	// would not tick while they came. Timed from the last tick, the next
+	// comes within a second (hz 1) of it whatever is set meanwhile.
 	hz := s.hz.Load()
-	t := time.NewTicker(cronTick(hz))
+	period := cronTick(hz)
+	last := time.Now()
+	t := time.NewTimer(period)
 	defer t.Stop()
-	s.cronPeriod.Store(int64(cronTick(hz)))
+	s.cronPeriod.Store(int64(period))
 	var from []byte // where the expiry pass resumes; nil at its start
 	var passDeadlines int64
 	passGen := s.expiry.gen.Load()
@@ -544,11 +551,21 @@ func (s *Server) cron() {
 			return
 		case <-s.hzChanged:
 			hz = s.hz.Load()
-			t.Reset(cronTick(hz))
-			s.cronPeriod.Store(int64(cronTick(hz)))
+			if p := cronTick(hz); p != period {
+				period = p
+				t.Reset(time.Until(last.Add(period)))
+				s.cronPeriod.Store(int64(period))
+			}
 			continue
 		case now = <-t.C:
 		}
+		// The next tick a period after this one's time, or a period
+		// from now if the cron fell behind by more than one (as a
+		// ticker drops the ticks it could not deliver).
+		if last = last.Add(period); now.Sub(last) >= period {
+			last = now
+		}
+		t.Reset(time.Until(last.Add(period)))
 		if loops := s.cronLoops.Add(1); loops%rateEveryTicks(hz) == 0 {
 			s.opsRate.sample(now, s.commands.Load())
 			s.inRate.sample(now, s.netIn.Load())
