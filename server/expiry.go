@@ -473,8 +473,10 @@ const (
 const rateSamplePeriod = 100 * time.Millisecond
 
 // rateEveryTicks is the number of cron ticks at hz between two rate
-// samples: one a tick when a tick lasts rateSamplePeriod or longer (hz 10
-// or below), as run_with_period.
+// samples, rateSamplePeriod over a tick rounded down and at least one, as
+// run_with_period: one a tick when a tick lasts more than half of
+// rateSamplePeriod (hz 19 or below), so that from hz 11 to 19 the samples
+// are 53 to 91 ms apart, as Redis's.
 func rateEveryTicks(hz int64) uint64 {
 	return uint64(max(1, rateSamplePeriod/cronTick(hz)))
 }

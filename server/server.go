@@ -34,11 +34,14 @@ type Config struct {
 	// closed.
 	MaxClients int
 	// Hz is Redis's hz: how many times a second the server's cron runs
-	// the active expiry cycle, which may spend a quarter of each tick
-	// (INFO's instantaneous rates are sampled every 100 ms, or every tick
-	// below hz 10, as Redis samples them). Zero takes Redis's
-	// default, 10; values are clamped to 1 to 500 as Redis clamps them
-	// (ParseHz). CONFIG SET hz changes it while the server runs.
+	// the active expiry cycle, which may spend a quarter of each tick.
+	// INFO's instantaneous rates are sampled every 100 ms / tick ticks,
+	// rounded down and at least one, as Redis samples them: every tick
+	// at hz 19 or below (every 53 to 91 ms from hz 11 to 19), every
+	// 100 ms where a tick divides it, a little sooner elsewhere (89 ms at
+	// hz 45). Zero takes Redis's default, 10; values are clamped to 1 to
+	// 500 as Redis clamps them (ParseHz). CONFIG SET hz changes it while
+	// the server runs: the next tick comes a new period after the last.
 	Hz int
 	// Timeout is Redis's timeout: a client idle this long between
 	// requests, or stalled this long inside one, is disconnected. Zero

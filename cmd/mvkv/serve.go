@@ -66,7 +66,7 @@ Server options:
                            2147483647, as CONFIG SET takes (default: 0)
   --hz=NUM                 how many times a second the server's background
                            tasks run (active expiry; INFO's rates are
-                           sampled every 100 ms, as Redis); 0 to
+                           sampled about every 100 ms, as Redis); 0 to
                            2147483647, clamped to 1 to 500 as Redis
                            (default: 10)
   --loglevel=LEVEL         log messages of this level and above: debug,
