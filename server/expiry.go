@@ -434,7 +434,8 @@ func cmdTTL(x *execCtx, args [][]byte) error {
 
 // Active expiry, as Redis's activeExpireCycle: without it an expired key
 // that nobody reads again (a session, a cache entry) would stay stored for
-// ever. Redis samples its expires dictionary ten times a second (hz 10);
+// ever. Redis samples its expires dictionary hz times a second (10 by
+// default);
 // mvkv has none, deadlines living in the values, so the cycle walks the
 // keyspace instead, in key order, a slice of expireKeysPerSecond / hz
 // keys each tick, reading of each value only its deadline header, and deletes the
