@@ -218,15 +218,7 @@ func rowLockStress(t *testing.T, mode string) {
 		}
 	}()
 
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(time.Minute):
-		t.Fatalf("workers still running after a minute, %d of them asleep on a row lock: a lost wake-up", lm.waiting.Load())
-	}
+	awaitWorkers(t, &wg, errc, lm)
 	close(stop)
 	<-vacDone
 	select {
@@ -312,15 +304,7 @@ func TestRowLockQueueStressDB(t *testing.T) {
 			}
 		}
 	}()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(time.Minute):
-		t.Fatalf("workers still running after a minute, %d of them asleep on a row lock: a lost wake-up", db.locks.waiting.Load())
-	}
+	awaitWorkers(t, &wg, errc, db.locks)
 	close(vacStop)
 	if err := <-vacDone; err != nil {
 		t.Fatalf("vacuum: %v", err)
@@ -378,4 +362,20 @@ func stressTxn(ctx context.Context, db *DB, rng *rand.Rand, keys []string, range
 		return tx.Rollback()
 	}
 	return tx.Commit()
+}
+
+// awaitWorkers waits for the workers of wg, failing the test on the first
+// error one sends on errc or if they are still running after a minute,
+// the sign of a lost wake-up (lm says how many sleep on a row lock).
+func awaitWorkers(t *testing.T, wg *sync.WaitGroup, errc <-chan error, lm *lockManager) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(time.Minute):
+		t.Fatalf("workers still running after a minute, %d of them asleep on a row lock: a lost wake-up", lm.waiting.Load())
+	}
 }
