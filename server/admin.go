@@ -437,7 +437,7 @@ const (
 
 // ParseHz parses hz as Redis's CONFIG SET does: an integer from 0 to
 // 2147483647, clamped to 1 to 500 (a value over 100 is seldom useful: the
-// cron's work grows with it while the server is idle). It returns an
+// cron wakes the server that much more often while it is idle). It returns an
 // error naming the range for anything else.
 func ParseHz(v string) (int, error) {
 	n, err := parseKnobInt(v, 0, math.MaxInt32)

@@ -48,9 +48,9 @@
 //
 // Expiry works as in Redis 7: an expired key is removed when a command
 // meets it, or by the active expiry cycle, which walks the keyspace in
-// slices Config.Hz times a second (10 by default), 20,000 keys a second at
-// any hz, while keys with a deadline may exist (Redis
-// samples a dictionary of expiring keys instead; mvkv has none, and a
+// slices Config.Hz times a second (10 by default), 20,000 keys a second
+// at any hz, while keys with a deadline may exist (Redis samples a
+// dictionary of expiring keys instead; mvkv has none, and a
 // second key per expiring key, ordered by deadline, would double the
 // writes of every SET EX). A key's deadline is
 // stored with its value, in a header before it (0xFF 0x01, then the Unix

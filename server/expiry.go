@@ -435,17 +435,15 @@ func cmdTTL(x *execCtx, args [][]byte) error {
 // Active expiry, as Redis's activeExpireCycle: without it an expired key
 // that nobody reads again (a session, a cache entry) would stay stored for
 // ever. Redis samples its expires dictionary hz times a second (10 by
-// default);
-// mvkv has none, deadlines living in the values, so the cycle walks the
-// keyspace instead, in key order, a slice of expireKeysPerSecond / hz
-// keys each tick, reading of each value only its deadline header, and deletes the
-// keys past their deadline as lazy expiry does (a transaction with
-// synchronous_commit off, each key under its row lock, a key some writer
-// holds left for later). As Redis's cycle, it goes on within the tick
-// while more than a tenth of a slice had expired, up to a quarter of the
-// tick:
-// a keyspace where many keys expire at once is cleaned at once, one where
-// few do costs a slice a tick. A whole pass over N keys takes about N /
+// default); mvkv has none, deadlines living in the values, so the cycle
+// walks the keyspace instead, in key order, a slice of
+// expireKeysPerSecond / hz keys each tick, reading of each value only its
+// deadline header, and deletes the keys past their deadline as lazy expiry
+// does (a transaction with synchronous_commit off, each key under its row
+// lock, a key some writer holds left for later). As Redis's cycle, it goes
+// on within the tick while more than a tenth of a slice had expired, up to
+// a quarter of the tick: a keyspace where many keys expire at once is
+// cleaned at once, one where few do costs a slice a tick. A whole pass over N keys takes about N /
 // 20,000 seconds at the least at any hz (a million keys: about 50 s), so
 // an expired key is removed within about that, or when it is next read.
 //
