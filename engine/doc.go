@@ -219,7 +219,9 @@
 // shards and its deadlock checker, the list of bulk loads Close stops
 // and the snapshot registry are leaves: held briefly, never across a
 // wait for any lock above (the snapshot registry's mutex is taken before the
-// running table's, never after). One exception, as PostgreSQL's
+// running table's, never after; a row lock shard's mutex before the
+// deadlock checker's, which moves the queued waiters' edges when a key
+// changes hands). One exception, as PostgreSQL's
 // XidGenLock across ExtendCLOG: handing out the first xid of a CLOG page
 // takes that page's bank lock under the running table's mutex, and may
 // write out another page (after a WAL flush) to make room, once in 32,704
