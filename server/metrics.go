@@ -75,6 +75,9 @@ var engineMetrics = func() []metricDesc {
 	return []metricDesc{
 		d("mvkv_commits_total", "Transactions committed.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Txn.Commits) }),
 		d("mvkv_aborts_total", "Transactions rolled back.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Txn.Aborts) }),
+		d("mvkv_deadlocks_total", "Row lock waits refused as deadlocks.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Txn.Deadlocks) }),
+		d("mvkv_lock_waits_total", "Sleeps for a row lock another transaction held (contention on hot keys).", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Txn.LockWaits) }),
+		d("mvkv_lock_waiters", "Transactions waiting for a row lock now.", g, func(e engineCollector) float64 { return float64(e.s.db.Stats().Txn.LockWaiters) }),
 		d("mvkv_wal_records_total", "WAL records inserted.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WAL.Records) }),
 		d("mvkv_wal_bytes_total", "WAL bytes inserted.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WAL.Bytes) }),
 		d("mvkv_wal_writes_total", "WAL writes to the segment files.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().WAL.Writes) }),

@@ -184,7 +184,7 @@ func TestServe(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`mvkv_commands_total{command="set"} 1`, "mvkv_wal_syncs_total", "mvkv_commits_per_sync", "mvkv_command_duration_seconds_bucket", "mvkv_connected_clients 1"} {
+	for _, want := range []string{`mvkv_commands_total{command="set"} 1`, "mvkv_wal_syncs_total", "mvkv_commits_per_sync", "mvkv_command_duration_seconds_bucket", "mvkv_connected_clients 1", "mvkv_deadlocks_total 0", "mvkv_lock_waits_total 0", "mvkv_lock_waiters 0"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
