@@ -210,6 +210,9 @@ func (sh *lockShard) dequeue(key string, w *lockWaiter) bool {
 // wakeFirst pops key's oldest waiter, if any, and wakes it; key is free.
 // sh.mu is held.
 func (sh *lockShard) wakeFirst(key string) {
+	if len(sh.queues) == 0 {
+		return // the common case, at every write's end: nobody waits
+	}
 	q, ok := sh.queues[key]
 	if !ok {
 		return

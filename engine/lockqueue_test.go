@@ -81,11 +81,9 @@ func TestRowLockDeadlockAfterTheHolderChanges(t *testing.T) {
 	a, _ := db.Begin(ctx, TxnOptions{})
 	b := writer(t, db, "l")
 
-	aPut := make(chan error, 1)
-	go func() { aPut <- a.Put([]byte("k"), []byte("a")) }()
+	aPut := putInBackground(a, "k", "a")
 	waitUntilWaitingN(t, db, 1)
-	bPut := make(chan error, 1)
-	go func() { bPut <- b.Put([]byte("k"), []byte("b")) }()
+	bPut := putInBackground(b, "k", "b")
 	waitUntilWaitingN(t, db, 2)
 
 	if err := holder.Commit(); err != nil {
@@ -94,8 +92,7 @@ func TestRowLockDeadlockAfterTheHolderChanges(t *testing.T) {
 	if err := receive(t, aPut, "a's write of k"); err != nil {
 		t.Fatal(err)
 	}
-	aPut2 := make(chan error, 1)
-	go func() { aPut2 <- a.Put([]byte("l"), []byte("a")) }()
+	aPut2 := putInBackground(a, "l", "a")
 	if err := receive(t, aPut2, "a's write of l, closing the cycle"); !errors.Is(err, ErrDeadlock) {
 		t.Fatalf("a's write of l: %v, want ErrDeadlock", err)
 	}
@@ -130,12 +127,10 @@ func TestRowLockWaiterGivingUpPassesTheWakeUpOn(t *testing.T) {
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
 	w1, _ := db.Begin(ctx1, TxnOptions{})
-	put1 := make(chan error, 1)
-	go func() { put1 <- w1.Put([]byte("k"), []byte("1")) }()
+	put1 := putInBackground(w1, "k", "1")
 	waitUntilWaitingN(t, db, 1)
 	w2, _ := db.Begin(context.Background(), TxnOptions{})
-	put2 := make(chan error, 1)
-	go func() { put2 <- w2.Put([]byte("k"), []byte("2")) }()
+	put2 := putInBackground(w2, "k", "2")
 	waitUntilWaitingN(t, db, 2)
 
 	sh := db.locks.shard([]byte("k"))
@@ -242,4 +237,12 @@ func timeoutAfterABarge(t *testing.T, timeout time.Duration) (bool, error) {
 	lm.hold(sh, "k", barger)
 	sh.mu.Unlock()
 	return true, receive(t, got, "the waiter's acquire")
+}
+
+// putInBackground runs tx.Put(key, val) in a goroutine, for a write that
+// is to wait for a row lock, and delivers its error.
+func putInBackground(tx *Txn, key, val string) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- tx.Put([]byte(key), []byte(val)) }()
+	return ch
 }
