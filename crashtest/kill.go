@@ -155,8 +155,11 @@ func dataDir(cfg Config) (string, error) {
 
 // CheckNewDir returns an error unless dir is missing or empty, as Run
 // requires of Config.Dir: the directory a run writes its data or a
-// failing crash copy to holds nothing of anyone else's. A caller can so
-// refuse a directory before it prints anything of a run.
+// failing crash copy to holds nothing of anyone else's. The error names
+// dir when it holds anything, or is the os package's error reading it (a
+// *fs.PathError; not a directory, no permission). A caller can so refuse
+// a directory before it prints anything of a run. Safe for concurrent use;
+// it only reads the directory.
 func CheckNewDir(dir string) error {
 	_, err := newDir(dir)
 	return err
