@@ -233,13 +233,38 @@ func crashtestErrorText(err error) string {
 }
 
 // pathWithin reports whether path is dir or lies under it, comparing
-// their absolute, cleaned forms (a symbolic link is not followed).
+// their absolute, cleaned forms with symbolic links resolved: those of
+// dir, and those of path or, when path does not exist yet (a profile
+// about to be created), of the nearest of its parents that does, so that
+// a profile reaching dir through a link is caught too.
 func pathWithin(path, dir string) bool {
-	p, err1 := filepath.Abs(path)
-	d, err2 := filepath.Abs(dir)
+	p, err1 := resolvePath(path)
+	d, err2 := resolvePath(dir)
 	if err1 != nil || err2 != nil {
 		return false
 	}
 	rel, err := filepath.Rel(d, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// resolvePath is path made absolute, with the symbolic links of its
+// longest existing prefix resolved and the rest, which does not exist
+// yet, appended cleaned.
+func resolvePath(path string) (string, error) {
+	p, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return filepath.Join(p, rest), nil
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
 }

@@ -137,7 +137,12 @@ func TestCrashtestRefusedDirLeavesProfileAlone(t *testing.T) {
 // line.
 func TestCrashtestProfileInsideDir(t *testing.T) {
 	dir := t.TempDir()
-	for _, prof := range []string{filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "sub", "..", "cpu.prof")} {
+	// A link to dir from elsewhere: a profile through it lands in dir.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, prof := range []string{filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "sub", "..", "cpu.prof"), filepath.Join(link, "cpu.prof"), filepath.Join(link, "new", "cpu.prof")} {
 		var out, errb bytes.Buffer
 		code := run([]string{"crashtest", "--dir", dir, "--cpuprofile", prof, "--cycles", "1", "--seed", "1"}, &out, &errb)
 		if code != 2 || out.Len() > 0 || !strings.Contains(errb.String(), "inside --dir") {
