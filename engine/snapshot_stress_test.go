@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -44,11 +45,31 @@ func TestSnapshotModelStressXidJumps(t *testing.T) {
 	snapshotModelStress(t, modelStress{vacuumEvery: 5 * time.Millisecond, xidJumps: true, asyncCommits: true})
 }
 
+// TestSnapshotModelStressPruneOnly is TestSnapshotModelStress with no
+// vacuum at all, on enough keys to fill several pages, at fillfactor 10 and
+// 100: every version is freed by writers and readers pruning pages they
+// visit (heap_page_prune_opt), slots are reused at once by versions of
+// other keys and of the same key, and chains run across pages whose
+// prunes cut them at different moments. Writers also delete key ranges.
+// -stress.time and -stress.seed as there.
+func TestSnapshotModelStressPruneOnly(t *testing.T) {
+	for _, ff := range []int{10, 100} {
+		t.Run(fmt.Sprintf("fillfactor=%d", ff), func(t *testing.T) {
+			snapshotModelStress(t, modelStress{vacuumEvery: -1, nkeys: 300, fillFactor: ff, deleteRanges: true})
+		})
+	}
+}
+
 // modelStress varies snapshotModelStress.
 type modelStress struct {
-	vacuumEvery  time.Duration // pause between vacuum rounds
-	xidJumps     bool          // every third round, advance the xid counter half a CLOG segment
-	asyncCommits bool          // one commit in three with synchronous_commit off
+	// vacuumEvery is the pause between vacuum rounds; negative: no
+	// vacuum, only checkpoints (every 200ms).
+	vacuumEvery  time.Duration
+	nkeys        int  // keys written (0: 40)
+	fillFactor   int  // Options.FillFactor (0: the default)
+	deleteRanges bool // writers also delete ranges of keys
+	xidJumps     bool // every third round, advance the xid counter half a CLOG segment
+	asyncCommits bool // one commit in three with synchronous_commit off
 }
 
 func snapshotModelStress(t *testing.T, cfg modelStress) {
@@ -56,10 +77,10 @@ func snapshotModelStress(t *testing.T, cfg modelStress) {
 	seed := testSeed(t, *stressSeed)
 	t.Logf("seed %d (rerun with -stress.seed=%d)", seed, seed)
 	db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, SharedBuffers: 24 * heap.PageSize,
-		VacuumFreezeMinAge: -1, CheckpointTimeout: -1, WALWriterDelay: time.Millisecond})
+		VacuumFreezeMinAge: -1, CheckpointTimeout: -1, WALWriterDelay: time.Millisecond, FillFactor: cfg.fillFactor})
 	perSeg := uint64(clog.XidsPerPage * clog.PagesPerSegment)
 	defer db.Close()
-	const nkeys = 40
+	nkeys := cmp.Or(cfg.nkeys, 40)
 	key := func(i int) string { return fmt.Sprintf("key%02d-%s", i, strings.Repeat("x", 40)) }
 
 	var mu sync.Mutex // commits and snapshots
@@ -109,6 +130,16 @@ func snapshotModelStress(t *testing.T, cfg modelStress) {
 					s := seq
 					mu.Unlock()
 					switch op := r.IntN(10); {
+					case cfg.deleteRanges && op == 0 && r.IntN(4) == 0:
+						lo := r.IntN(nkeys)
+						hi := min(nkeys, lo+1+r.IntN(8))
+						var del []string
+						_, werr = tx.DeleteRange([]byte(key(lo)), []byte(key(hi)), func(k, _ []byte) { del = append(del, string(k)) })
+						if werr == nil {
+							for _, k := range del {
+								mine[k] = nil
+							}
+						}
 					case op < 3:
 						werr = tx.Delete([]byte(k))
 						if werr == nil {
@@ -137,8 +168,8 @@ func snapshotModelStress(t *testing.T, cfg modelStress) {
 							mine[k] = &v
 						}
 					}
-					if werr == nil {
-						// read-your-writes
+					if _, wrote := mine[k]; werr == nil && wrote {
+						// read-your-writes (k is not written by a range delete)
 						got, gerr := tx.Get([]byte(k))
 						want := mine[k]
 						if (want == nil) != errors.Is(gerr, ErrNotFound) || (want != nil && (gerr != nil || string(got) != *want)) {
@@ -281,6 +312,14 @@ func snapshotModelStress(t *testing.T, cfg modelStress) {
 				db.procs.mu.Lock()
 				db.procs.nextXid += perSeg / 2
 				db.procs.mu.Unlock()
+			}
+			if cfg.vacuumEvery < 0 {
+				if err := db.Checkpoint(); err != nil {
+					report(fmt.Errorf("checkpoint: %w", err))
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+				continue
 			}
 			if _, err := db.Vacuum(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				report(fmt.Errorf("vacuum: %w", err))
