@@ -36,9 +36,12 @@ import (
 // nothing else would start the run that frees them while the rest of the
 // heap stays clean.
 //
-// A restart does not forget the debt: the heap scan at open counts the dead
-// versions it meets (aborted, deleted or replaced) and starts the count
-// there, where PostgreSQL's statistics start from zero after a crash. The
+// A restart does not forget the debt, where PostgreSQL's statistics start
+// from zero after a crash: each checkpoint's index file keeps the count,
+// and Open adds what the transactions it replays left, each counted at its
+// end in the log as noteEnd counts it (replayDead; one the crash cut off
+// is aborted), or, rebuilding the index, the heap scan counts the dead
+// versions it meets (aborted, deleted or replaced) and starts there. The
 // worker's first check comes a second after open rather than a naptime
 // later, so that a process restarted more often than the naptime still
 // pays it.

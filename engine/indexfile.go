@@ -692,23 +692,25 @@ func (b *bodyReader) short(n int) error {
 
 // noteIndexChange notes in changes the key index change rec carries, if
 // any: a new version's key and TID, or a head vacuum moved or dropped
-// (invalid TID). It reports whether rec made a version dead (an update or
-// a delete), for autovacuum's count. Records were checked by redo.
-func noteIndexChange(rec wal.Record, changes map[string]heap.TID) (dead bool) {
+// (invalid TID). It reports whether rec placed a version (an insert or an
+// update, chunks not counted) and whether it set an xmax on one (an update
+// or a delete), which replayDead counts for autovacuum as the writing
+// transaction ends. Records were checked by redo.
+func noteIndexChange(rec wal.Record, changes map[string]heap.TID) (placed, obsoleted bool) {
 	switch rec.Type {
 	case recHeapInsert, recHeapUpdate:
 		hr, err := decodeHeapRecord(rec.Type, rec.Data)
 		if err != nil {
-			return false
+			return false, false
 		}
 		h, key, _, err := heap.DecodeTuple(hr.Tuple)
 		if err != nil || h.Infomask&heap.Chunk != 0 {
-			return false
+			return false, false
 		}
 		changes[string(key)] = hr.New
-		return rec.Type == recHeapUpdate
+		return true, rec.Type == recHeapUpdate
 	case recHeapDelete:
-		return true
+		return false, true
 	case recIndexHead:
 		if key, head, err := decodeIndexHead(rec.Data); err == nil {
 			changes[string(key)] = head
@@ -721,7 +723,69 @@ func noteIndexChange(rec wal.Record, changes map[string]heap.TID) (dead bool) {
 			}
 		}
 	}
-	return false
+	return false, false
+}
+
+// replayDead counts, for autovacuum, the dead versions the transactions
+// recovery replays leave, as each transaction's end counts them in the
+// running system (autovacuumState.noteEnd): a commit the versions it
+// superseded or deleted, an abort (a record, or no end in the log: the
+// crash aborted it) the versions it placed. Counting update and delete
+// records alone, as before, forgot every version an aborted or crashed
+// transaction inserted, and counted an aborted delete's live version.
+//
+// It is close, not exact: a transaction's records before the redo point
+// are not replayed (the index file's count, taken after the checkpoint,
+// holds no such transaction ended later), one that ended between the redo
+// point and the index file's writing is counted twice, and the versions
+// pruned since the redo point are not taken off. Each errs by the
+// transactions around one checkpoint, or toward a vacuum run too many.
+type replayDead struct {
+	open map[uint64]*[2]int64 // xid: versions placed, versions obsoleted
+	dead int64
+}
+
+// note counts rec, which noteIndexChange said placed or obsoleted a version.
+func (r *replayDead) note(rec wal.Record, placed, obsoleted bool) {
+	switch rec.Type {
+	case recCommit, recAbort:
+		if c, ok := r.open[rec.XID]; ok {
+			delete(r.open, rec.XID)
+			if rec.Type == recCommit {
+				r.dead += c[1]
+			} else {
+				r.dead += c[0]
+			}
+		}
+		return
+	}
+	if (!placed && !obsoleted) || rec.XID == 0 {
+		return
+	}
+	if r.open == nil {
+		r.open = make(map[uint64]*[2]int64)
+	}
+	c := r.open[rec.XID]
+	if c == nil {
+		c = new([2]int64)
+		r.open[rec.XID] = c
+	}
+	if placed {
+		c[0]++
+	}
+	if obsoleted {
+		c[1]++
+	}
+}
+
+// total is the count at the end of the log: a transaction still open
+// there was cut off by the crash and is aborted.
+func (r *replayDead) total() int64 {
+	d := r.dead
+	for _, c := range r.open {
+		d += c[0]
+	}
+	return d
 }
 
 // noteRedoTouched remembers that redo changed blk, whose free space the

@@ -296,7 +296,7 @@ func (db *DB) recover(ctrl controlData) error {
 	// The chunks the replayed pruning records list for vacuum: added to
 	// the debt the index file carries.
 	listed := make(map[chunkID]struct{})
-	var replayedDead int64
+	var replayed replayDead
 	// The last bulk load commit replayed (bulkload.go).
 	var bulkLSN wal.LSN
 	changed := false // a record other than the last checkpoint's was replayed
@@ -323,9 +323,8 @@ func (db *DB) recover(ctrl controlData) error {
 		if rec.LSN != ctrl.CheckpointLSN {
 			changed = true
 		}
-		if d := noteIndexChange(rec, changes); d {
-			replayedDead++
-		}
+		placed, obsoleted := noteIndexChange(rec, changes)
+		replayed.note(rec, placed, obsoleted)
 		if rec.Type == recHeap2Prune {
 			noteListedChunks(rec.Data, rec.Flags, listed)
 		}
@@ -381,7 +380,7 @@ func (db *DB) recover(ctrl controlData) error {
 	db.afterRedo.Store(true)
 	redoTime := time.Since(redoBegin)
 	indexBegin := time.Now()
-	reason, err := db.openIndex(ctrl, ckpts, end, changes, listed, replayedDead, bulkLSN)
+	reason, err := db.openIndex(ctrl, ckpts, end, changes, listed, replayed.total(), bulkLSN)
 	if err != nil {
 		return err
 	}

@@ -1419,6 +1419,59 @@ func TestAutovacuumDebtSurvivesRestart(t *testing.T) {
 	}
 }
 
+// The dead-tuple count survives a crash too, where Open takes the index
+// file's count and adds what the replayed transactions left, each as its
+// end counts it: the versions a rolled-back transaction inserted and those
+// of one the crash cut off are dead, and a rolled-back delete kills
+// nothing. Counting update and delete records alone forgot the former and
+// counted the latter.
+func TestAutovacuumDebtSurvivesCrash(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	if err := db.Checkpoint(); err != nil { // the index file Open will read
+		t.Fatal(err)
+	}
+	release := holdSnapshot(t, db) // no pruning
+	defer release()
+	for i := range 30 {
+		mustPut(t, db, fmt.Sprint("k", i), "a")
+		mustPut(t, db, fmt.Sprint("k", i), "b") // 30 dead
+	}
+	write := func(f func(tx *Txn, i int) error, n int) *Txn {
+		tx, err := db.Begin(context.Background(), TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := f(tx, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tx
+	}
+	write(func(tx *Txn, i int) error { return tx.Put([]byte(fmt.Sprint("m", i)), []byte("x")) }, 10).Rollback() // 10 dead
+	write(func(tx *Txn, i int) error { return tx.Delete([]byte(fmt.Sprint("k", i))) }, 5).Rollback()            // none
+	open := write(func(tx *Txn, i int) error { return tx.Put([]byte(fmt.Sprint("n", i)), []byte("x")) }, 20)    // 20 at the crash
+	defer open.Rollback()
+	if err := db.wal.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, dead := db.autovacuumDue(); dead != 40 {
+		t.Fatalf("dead tuples before the crash: %d, want 40 (and 20 of the open transaction)", dead)
+	}
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed) // what a kill leaves: the WAL is flushed
+	db2 := openTest(t, crashed, Options{Autovacuum: noAutovacuum})
+	defer db2.Close()
+	if !db2.Recovery().IndexFromFile {
+		t.Fatal("the index was rebuilt from the heap; the test wants the index file's count")
+	}
+	if _, dead := db2.autovacuumDue(); dead != 60 {
+		t.Fatalf("dead tuples after the crash: %d, want 60 (30 updates, 10 rolled-back inserts, 20 inserts the crash aborted)", dead)
+	}
+}
+
 // Autovacuum pays the debt found at open soon after it, not a naptime
 // later: a process restarted more often than the naptime would otherwise
 // never vacuum.
