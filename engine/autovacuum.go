@@ -18,8 +18,10 @@ import (
 //	autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * live tuples
 //
 // (PostgreSQL's vacuum threshold, live tuples being the keys in the index,
-// our reltuples) and runs Vacuum when it is exceeded. The count Vacuum saw
-// at its start is subtracted afterwards; versions that were still visible
+// our reltuples) and runs Vacuum when it is exceeded. Every Vacuum that
+// completes, autovacuum's or a caller's, subtracts the count it saw at its
+// start, as PostgreSQL's pgstat_report_vacuum sets n_dead_tup after a
+// manual VACUUM too; versions that were still visible
 // to some snapshot are not counted again, so a long-running snapshot cannot
 // make the worker vacuum at every nap for nothing, and later activity
 // triggers the run that removes them.
@@ -154,7 +156,6 @@ func (db *DB) autovacuumWorker() {
 				db.logger.Warn("autovacuum succeeded after failing", "last err", lastErr, "failures not logged since the last message", suppressed)
 			}
 			lastErr, suppressed = "", 0
-			db.av.noteRemoved(dead)
 			db.av.runs.Add(1)
 			db.logger.Debug("autovacuum", "dead", dead, "removed", st.TuplesRemoved, "took", st.Duration)
 		case errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):

@@ -328,6 +328,9 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	defer db.vac.mu.Unlock()
 	begin := time.Now()
 	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
+	// Autovacuum's dead-tuple count before the horizon: what a run that
+	// completes pays (autovacuum.go).
+	dead := db.av.dead.Load()
 	v.st.OldestXmin = db.oldestXmin()
 	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
 	prevFrozen := db.vac.relFrozenXid.Load()
@@ -375,6 +378,10 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	if err := db.flushWAL(uint64(db.wal.InsertLSN())); err != nil {
 		return v.st, err
 	}
+	// Any completed run pays autovacuum's count, a manual one too, as
+	// PostgreSQL's pgstat_report_vacuum resets n_dead_tup after either;
+	// else the next nap after a VACUUM ran another for nothing.
+	db.av.noteRemoved(dead)
 	db.logger.Debug("vacuum", "oldestXmin", v.st.OldestXmin, "removed", v.st.TuplesRemoved,
 		"chunks", v.st.ChunksRemoved, "keys", v.st.KeysRemoved, "frozen", v.st.TuplesFrozen,
 		"scanned", v.st.PagesScanned, "skipped", v.st.PagesSkipped, "read", v.st.PagesRead, "took", v.st.Duration)
