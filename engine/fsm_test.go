@@ -142,3 +142,43 @@ func TestKeysAfterMassDeleteFillTheFront(t *testing.T) {
 	}
 	db.Close()
 }
+
+// A new key at a low fillfactor asks the free space map for its tuple and
+// the room the fillfactor keeps (PostgreSQL's RelationGetBufferForTuple
+// asks for len + saveFreeSpace), not for the tuple alone: every page the
+// map hands out is taken out of it, so at fillfactor 10 an insert that
+// asked for half a page read and locked every half-empty page in turn,
+// found that none kept 90% free, and left them all out of the map until
+// the next vacuum scanned them: the updates that could have used them
+// extended the heap instead.
+func TestLowFillFactorInsertKeepsFreeSpaceMap(t *testing.T) {
+	for _, ff := range []int{10, 30, 100} {
+		t.Run(fmt.Sprint("fillfactor=", ff), func(t *testing.T) {
+			db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, FillFactor: ff})
+			defer db.Close()
+			val := strings.Repeat("v", 200)
+			for i := range 300 {
+				mustPut(t, db, fmt.Sprint("k", i), val)
+			}
+			mustVacuum(t, db) // records every page's free space
+			recorded := func() int {
+				db.fsm.mu.Lock()
+				defer db.fsm.mu.Unlock()
+				return len(db.fsm.cat)
+			}
+			before, blocks := recorded(), db.pool.NBlocks()
+			if before == 0 && ff < 100 {
+				t.Fatal("vacuum recorded no page with free space; the test no longer tests the map")
+			}
+			const n = 30
+			for i := range n {
+				mustPut(t, db, fmt.Sprint("new", i), val)
+			}
+			after := recorded()
+			t.Logf("%d blocks, %d recorded in the map; after %d new keys %d blocks, %d recorded", blocks, before, n, db.pool.NBlocks(), after)
+			if after < before-n {
+				t.Fatalf("%d new keys took %d pages out of the free space map (%d left of %d)", n, before-after, after, before)
+			}
+		})
+	}
+}

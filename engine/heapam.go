@@ -200,7 +200,12 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry)
 		if samePage {
 			tgt, err = db.pool.Get(old.Block)
 		} else {
-			tgt, err = db.targetBuffer(slot, len(tup))
+			// A new key asks for the room the fillfactor keeps too, as
+			// RelationGetBufferForTuple asks for len + saveFreeSpace:
+			// the map forgets every page it hands out, and asked for the
+			// tuple alone at a low fillfactor it handed out every
+			// half-empty page in turn, each refused below.
+			tgt, err = db.targetBuffer(slot, len(tup)+db.fillReserve(old))
 		}
 		if err != nil {
 			return heap.InvalidTID, err
