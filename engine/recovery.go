@@ -24,8 +24,9 @@ import (
 //
 //	pass 1: find the end of the valid log: the first record whose length,
 //	        self-LSN or CRC fails ends it; bytes after it are a torn tail.
-//	        Sync every WAL file, then open the writer at the end, which
-//	        zeroes the torn tail durably before anything is appended.
+//	        Sync every WAL file, and after a crash every heap, map and
+//	        CLOG file (syncDataFiles), then open the writer at the end,
+//	        which zeroes the torn tail durably before anything is appended.
 //	pass 2: redo. Each heap record is applied to a page only if the page's
 //	        LSN is below the record's end LSN (rule 8), so pages written
 //	        after the checkpoint are not changed twice; commit and abort
@@ -33,7 +34,9 @@ import (
 //
 // The first pass exists so that the WAL being replayed is durable before
 // any page changed by redo can be written back (rule 1): after a crash the
-// tail may sit only in the operating system's cache.
+// tail may sit only in the operating system's cache. So may pages a killed
+// process wrote to the data files, which redo reads and may leave alone,
+// and which no later checkpoint of this process would otherwise sync.
 //
 // Transactions seen in the WAL without a commit or abort record were in
 // progress at the crash; they are marked aborted. One whose records all lie
@@ -244,6 +247,11 @@ func (db *DB) recover(ctrl controlData) error {
 	}
 	if err := db.syncWALFiles(walPath); err != nil {
 		return err
+	}
+	if ctrl.CheckpointLSN == 0 || others > 0 || dropped > 0 {
+		if err := db.syncDataFiles(); err != nil {
+			return err
+		}
 	}
 	// After every check, before redo, which rewrites what of them held
 	// data.
@@ -543,31 +551,83 @@ func (db *DB) checkWALDirectories(walPath string, names []string) error {
 // Verify reports: they are not opened, so that a directory or a file
 // another program keeps there does not fail Open.
 func (db *DB) syncWALFiles(dir string) error {
+	return db.syncFilesIn(dir, "WAL", wal.IsSegmentName)
+}
+
+// syncDataFiles fsyncs the heap, visibility map and CLOG files and their
+// directories, as PostgreSQL's SyncDataDirectory does before crash
+// recovery. A process
+// killed after writing a page and before its fsync (a checkpoint's CLOG
+// page, an eviction) leaves that write in the operating system's cache,
+// where recovery reads it: a CLOG page already saying committed is not
+// dirtied by redo of the commit, nor a map page whose bit is already
+// clear by redo of the change that cleared it, so the end-of-recovery
+// checkpoint neither writes nor fsyncs them (each layer fsyncs only the
+// files it wrote), and moves the redo point past the records that could
+// rebuild them. A power loss after that would bring back the older page
+// on disk: commits acknowledged before the kill would read as aborted
+// (a map bit would come back set, until Open's check of the map against
+// the heap cleared it again). Heap files are synced too, as PostgreSQL
+// syncs every file, although redo rebuilds every heap page changed since
+// the redo point from its full-page image and writes it again: an fsync
+// of a file holding nothing unsynced costs little. After a clean shutdown
+// (nothing logged since the last checkpoint's record) that checkpoint
+// synced everything written before it and nothing was written after, so
+// the caller skips this.
+func (db *DB) syncDataFiles() error {
+	clogFile := func(n string) bool {
+		_, ok := clog.ParseSegmentName(n)
+		return ok || clog.IsOwnFile(n)
+	}
+	for _, d := range []struct {
+		sub   string
+		owned func(string) bool
+	}{{heapDir, heap.IsSegmentName}, {vmDir, heap.IsSegmentName}, {clogDir, clogFile}} {
+		dir := filepath.Join(db.dir, d.sub)
+		if err := db.syncFilesIn(dir, d.sub, d.owned); err != nil {
+			return err
+		}
+		// And the names: a segment file the killed process removed (a
+		// CLOG truncation's) could otherwise come back.
+		if err := db.fs.SyncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %w", ErrIOFailure, withPath("fsync", dir, err))
+		}
+	}
+	return nil
+}
+
+// syncFilesIn fsyncs the files in dir whose names owned accepts; what
+// names the directory in messages ("WAL", "heap"). A directory that does
+// not exist holds nothing to sync.
+func (db *DB) syncFilesIn(dir, what string, owned func(string) bool) error {
 	names, err := db.fs.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	for _, name := range names {
-		if !wal.IsSegmentName(name) {
+		if !owned(name) {
 			continue
 		}
-		f, err := db.fs.Open(filepath.Join(dir, name))
+		p := filepath.Join(dir, name)
+		f, err := db.fs.Open(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			// Listed, and yet not there: a symbolic link to nothing (Open
 			// holds the directory's lock, so no one removed it since).
-			// The log was read as if the segment were missing.
-			return fmt.Errorf("%w: %s is listed in the WAL directory but cannot be opened (%v; a symbolic link to a file that does not exist?): put the segment file back",
-				ErrCorruption, filepath.Join(dir, name), err)
+			return fmt.Errorf("%w: %s is listed in the %s directory but cannot be opened (%v; a symbolic link to a file that does not exist?): put the file back",
+				ErrCorruption, p, what, err)
 		}
 		if err != nil {
-			return fmt.Errorf("%w: open %s to fsync it: %w", ErrIOFailure, filepath.Join(dir, name), err)
+			return fmt.Errorf("%w: open %s to fsync it: %w", ErrIOFailure, p, err)
 		}
 		err = f.Sync()
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrIOFailure, withPath("fsync", name, err))
+			return fmt.Errorf("%w: %w", ErrIOFailure, withPath("fsync", p, err))
 		}
 	}
 	return nil
