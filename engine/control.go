@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"time"
 
@@ -89,6 +90,12 @@ func decodeControl(b []byte, name string) (controlData, error) {
 	c.CheckpointLSN = wal.LSN(binary.LittleEndian.Uint64(b[20:]))
 	c.NextXid = binary.LittleEndian.Uint64(b[28:])
 	c.HeapBlocks = binary.LittleEndian.Uint64(b[36:])
+	if c.HeapBlocks > math.MaxUint32 {
+		// Block numbers are 32 bits: no checkpoint writes a longer
+		// length, and taken as one it would pass for the length a heap
+		// truncation left (Open compares the two).
+		return c, fmt.Errorf("%w: %s offset 36: heap length %d blocks, more than a heap holds (%d)", ErrCorruption, name, c.HeapBlocks, uint64(math.MaxUint32))
+	}
 	if v == controlVersion {
 		c.SystemID = binary.LittleEndian.Uint64(b[44:])
 		if c.SystemID == 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -139,6 +140,22 @@ func FuzzDecodeControl(f *testing.F) {
 			t.Fatalf("a version 1 file decoded to %+v", c)
 		}
 	})
+}
+
+// A control file whose CRC holds but whose heap length no heap can have
+// (block numbers are 32 bits) is refused naming the field's offset, where
+// Open took it and then blamed a heap truncation that was never logged for
+// the length it compared the files against.
+func TestControlHeapLengthBounded(t *testing.T) {
+	c := controlData{RedoLSN: 5, CheckpointLSN: 6, NextXid: 7, HeapBlocks: math.MaxUint32, SystemID: 8}
+	if _, err := decodeControl(c.encode(), "control"); err != nil {
+		t.Fatalf("the longest heap length refused: %v", err)
+	}
+	c.HeapBlocks = math.MaxUint32 + 1
+	_, err := decodeControl(c.encode(), "control")
+	if !errors.Is(err, ErrCorruption) || !strings.Contains(err.Error(), "control offset 36: heap length 4294967296 blocks") {
+		t.Fatalf("decode of a heap length of 2^32 blocks: %v; want ErrCorruption naming offset 36", err)
+	}
 }
 
 // An FPI leaves out the page's free space when it is long enough and redo
