@@ -67,8 +67,19 @@ const chunkIDSize = 14
 // dropped for the price of one page read).
 type chunkDebt struct {
 	mu sync.Mutex
-	m  map[chunkID]struct{}
+	m  map[chunkID]struct{} // guarded by mu
+	// peak is the most chunks m has held since it was made: a Go map
+	// never gives back the room it grew to, and one run's debt (every
+	// chunk of the large values a run's first pass freed: 63 MiB for a
+	// million chunks) would stay allocated after the debt was paid, for
+	// as long as the database is open. Guarded by mu.
+	peak int
 }
+
+// chunkDebtShrink is the peak above which the debt's map, once it holds
+// under a quarter of that, is copied into one of its size: each copy
+// follows at least three times as many drops, so it costs a drop O(1).
+const chunkDebtShrink = 4096
 
 // add puts cs in the debt. The caller has logged the record that lists
 // them and still holds ckptInterlock shared (the index file's rule,
@@ -85,13 +96,22 @@ func (d *chunkDebt) add(cs []chunkID) {
 	for _, c := range cs {
 		d.m[c] = struct{}{}
 	}
+	d.peak = max(d.peak, len(d.m))
 }
 
-// drop takes c out of the debt.
+// drop takes c out of the debt. The map is made anew, with what is left,
+// when it holds under a quarter of a peak past chunkDebtShrink.
 func (d *chunkDebt) drop(c chunkID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.m, c)
+	if d.peak > chunkDebtShrink && len(d.m) < d.peak/4 {
+		m := make(map[chunkID]struct{}, len(d.m))
+		for c := range d.m {
+			m[c] = struct{}{}
+		}
+		d.m, d.peak = m, len(m)
+	}
 }
 
 // list returns the debt in block and slot order.
@@ -123,6 +143,7 @@ func (d *chunkDebt) reset(cs []chunkID) {
 	for _, c := range cs {
 		d.m[c] = struct{}{}
 	}
+	d.peak = len(d.m)
 }
 
 // noteListedChunks notes in listed the chunks a replayed pruning record

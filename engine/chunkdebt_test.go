@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -501,5 +502,57 @@ func TestChunkDebtPastHeapEndDropped(t *testing.T) {
 	}
 	if v, _ := get(t, cdb, "k"); v != "v" {
 		t.Fatalf("k = %q", v)
+	}
+}
+
+// TestChunkDebtMapRenewedAfterPaid: once a debt that grew past
+// chunkDebtShrink is mostly paid, its map is made anew with what is left
+// (a Go map keeps the room it grew to, so the largest debt a database
+// ever owed stayed allocated while it was open), every chunk still owed
+// stays in it, and a debt that never grew keeps its map.
+func TestChunkDebtMapRenewedAfterPaid(t *testing.T) {
+	var d chunkDebt
+	d.add([]chunkID{{heap.TID{Block: 1, Slot: 1}, 7}})
+	small := reflect.ValueOf(d.m).Pointer()
+	d.drop(chunkID{heap.TID{Block: 1, Slot: 1}, 7})
+	if reflect.ValueOf(d.m).Pointer() != small {
+		t.Fatal("the map of a debt of one chunk was made anew")
+	}
+
+	n := 16 * chunkDebtShrink
+	cs := make([]chunkID, n)
+	for i := range cs {
+		cs[i] = chunkID{heap.TID{Block: uint32(i / 64), Slot: uint16(i % 64)}, uint64(100 + i%3)}
+	}
+	for cycle := range 3 {
+		d.add(cs)
+		grown := reflect.ValueOf(d.m).Pointer()
+		// Pay all but every 16th chunk, the last of them first.
+		for i := n - 1; i >= 0; i-- {
+			if i%16 != 0 {
+				d.drop(cs[i])
+			}
+		}
+		if reflect.ValueOf(d.m).Pointer() == grown {
+			t.Fatalf("cycle %d: the map that held %d chunks was kept with %d left", cycle, n, d.len())
+		}
+		if d.peak > n/4 {
+			t.Fatalf("cycle %d: peak %d after the debt fell to %d", cycle, d.peak, d.len())
+		}
+		got := d.list()
+		if len(got) != n/16 {
+			t.Fatalf("cycle %d: %d chunks owed, want %d", cycle, len(got), n/16)
+		}
+		for j, c := range got {
+			if want := cs[16*j]; c != want {
+				t.Fatalf("cycle %d: chunk %d owed is %v, want %v", cycle, j, c, want)
+			}
+		}
+		for i := 0; i < n; i += 16 {
+			d.drop(cs[i])
+		}
+		if d.len() != 0 {
+			t.Fatalf("cycle %d: %d chunks owed after all were paid", cycle, d.len())
+		}
 	}
 }
