@@ -293,7 +293,8 @@ type Options struct {
 
 	// Autovacuum is PostgreSQL's autovacuum: a background worker that runs
 	// DB.Vacuum when enough dead tuples have piled up (see
-	// AutovacuumVacuumThreshold). nil means on.
+	// AutovacuumVacuumThreshold) or the frozen horizon lags too far (see
+	// AutovacuumFreezeMaxAge). nil means on.
 	Autovacuum *bool
 	// AutovacuumVacuumThreshold is autovacuum_vacuum_threshold (default
 	// 50): vacuum runs once the dead tuples (versions left behind by
@@ -316,6 +317,23 @@ type Options struct {
 	// to 1 ms (Open refuses less with ErrInvalidSetting: 60 here is 60
 	// ns).
 	AutovacuumNaptime time.Duration
+	// AutovacuumFreezeMaxAge is autovacuum_freeze_max_age in transactions
+	// (default 200,000,000; 100,000 to 2,000,000,000, as PostgreSQL's):
+	// autovacuum runs an aggressive vacuum, whatever the dead-tuple count,
+	// once the frozen horizon (VacuumStats.RelFrozenXid) lags the vacuum
+	// horizon by this much, as PostgreSQL's anti-wraparound autovacuum.
+	// xids here are 64 bits and never wrap; what this bounds is the CLOG,
+	// which can be truncated only below the frozen horizon, under a
+	// workload that leaves autovacuum no dead tuples to count (inserts
+	// only, or updates whose pages prune themselves). The lag is measured
+	// from the vacuum horizon, not the next xid, so that a snapshot
+	// holding the horizon back cannot make a run start at every nap for
+	// nothing. 0 means the default. As PostgreSQL caps the freeze ages by
+	// it, a vacuum is aggressive at 95% of this lag even when
+	// VacuumFreezeTableAge is larger, and freezes what is older than half
+	// of it even when VacuumFreezeMinAge is larger, so that the run this
+	// starts advances the frozen horizon well below the lag.
+	AutovacuumFreezeMaxAge int64
 	// VacuumFreezeMinAge is vacuum_freeze_min_age in transactions (default
 	// 50,000,000): vacuum freezes a tuple whose xmin is at least this much
 	// older than the vacuum horizon. 0 means the default; a negative value

@@ -18,7 +18,10 @@ import (
 //	autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * live tuples
 //
 // (PostgreSQL's vacuum threshold, live tuples being the keys in the index,
-// our reltuples) and runs Vacuum when it is exceeded. Every Vacuum that
+// our reltuples) and runs Vacuum when it is exceeded, or when the frozen
+// horizon lags the vacuum horizon by autovacuum_freeze_max_age
+// (freezeDue: PostgreSQL's anti-wraparound run, here what lets the CLOG be
+// truncated under a workload that leaves no dead tuples). Every Vacuum that
 // completes, autovacuum's or a caller's, subtracts the count it saw at its
 // start, as PostgreSQL's pgstat_report_vacuum sets n_dead_tup after a
 // manual VACUUM too; versions that were still visible
@@ -80,14 +83,46 @@ func (a *autovacuumState) noteRemoved(n int64) {
 	}
 }
 
-// autovacuumDue reports whether the dead tuples exceed the threshold, and
-// how many there are.
+// autovacuumDue reports whether the dead tuples exceed the threshold or
+// the frozen horizon lags too far (freezeDue), and how many dead tuples
+// there are.
 func (db *DB) autovacuumDue() (bool, int64) {
 	dead := db.av.dead.Load()
 	scale := max(0, db.opts.AutovacuumVacuumScaleFactor)   // negative: 0 (Options)
 	threshold := max(0, db.opts.AutovacuumVacuumThreshold) // negative: 0 (Options)
 	limit := float64(threshold) + scale*float64(db.idx.len())
-	return float64(dead) > limit, dead
+	return float64(dead) > limit || db.freezeDue(), dead
+}
+
+// freezeDue reports whether the frozen horizon (the last run's
+// RelFrozenXid) lags the vacuum horizon by AutovacuumFreezeMaxAge or
+// more: PostgreSQL's anti-wraparound trigger, which starts a run whatever
+// the dead tuples. Without it a workload that leaves no dead tuples to
+// count (pgbench's history inserts, updates pruned on their own pages)
+// would never vacuum, so never freeze, and the CLOG would grow for ever.
+// The vacuum horizon, not the next xid: a snapshot that holds the horizon
+// back would otherwise start a run at every nap that could not advance
+// the frozen horizon past it.
+func (db *DB) freezeDue() bool {
+	horizon, frozen := db.oldestXmin(), db.vac.relFrozenXid.Load()
+	return horizon-min(horizon, frozen) >= uint64(db.opts.AutovacuumFreezeMaxAge)
+}
+
+// freezeMinAge is VacuumFreezeMinAge capped at half of
+// AutovacuumFreezeMaxAge, as PostgreSQL caps vacuum_freeze_min_age: a run
+// that froze only what is older than the lag that started it would leave
+// the frozen horizon that far behind, and freezeDue would start another
+// at every nap.
+func (db *DB) freezeMinAge() int64 {
+	return min(db.opts.VacuumFreezeMinAge, db.opts.AutovacuumFreezeMaxAge/2)
+}
+
+// freezeTableAge is VacuumFreezeTableAge capped at 95% of
+// AutovacuumFreezeMaxAge, as PostgreSQL caps vacuum_freeze_table_age, so
+// that the run freezeDue starts is aggressive and advances the frozen
+// horizon instead of starting again at every nap.
+func (db *DB) freezeTableAge() int64 {
+	return min(db.opts.VacuumFreezeTableAge, db.opts.AutovacuumFreezeMaxAge/20*19)
 }
 
 // payChunkDebtNow frees the chunks in vacuum's debt when no run is due:

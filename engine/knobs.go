@@ -480,7 +480,7 @@ var settings = []Setting{
 		"on: a synchronous commit becomes visible and releases its row locks once its commit record is in the WAL, and returns once it is durable; whoever read it also waits until then, so many commits to one row share a WAL flush. off: PostgreSQL's order, visible only once durable",
 		func(o *Options) **bool { return &o.EarlyLockRelease }).runtimeBool((*DB).EarlyLockRelease, (*DB).SetEarlyLockRelease),
 	boolSetting("autovacuum",
-		"autovacuum: a background worker that vacuums when enough dead tuples have piled up",
+		"autovacuum: a background worker that vacuums when enough dead tuples have piled up or the frozen horizon lags autovacuum_freeze_max_age",
 		func(o *Options) **bool { return &o.Autovacuum }),
 	{
 		Name: "autovacuum_naptime", Type: "integer", Unit: "s", Min: "1", Max: "2147483", Syntax: "SEC|DURATION", Default: "60",
@@ -532,6 +532,9 @@ var settings = []Setting{
 			return nil
 		},
 	},
+	intSetting("autovacuum_freeze_max_age", "",
+		"autovacuum_freeze_max_age in transactions: autovacuum runs an aggressive vacuum, whatever the dead tuples, once the frozen horizon lags the vacuum horizon this far, so that the CLOG can be truncated",
+		100_000, 2_000_000_000, 200_000_000, false, func(o *Options) *int64 { return &o.AutovacuumFreezeMaxAge }),
 	intSetting("fillfactor", "%",
 		"fillfactor: the percentage of a page new keys may fill, leaving the rest free for their updates",
 		10, 100, 100, false, func(o *Options) *int { return &o.FillFactor }),

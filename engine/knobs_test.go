@@ -28,7 +28,7 @@ func TestEnsureDefaults(t *testing.T) {
 		o.CheckpointTimeout != 5*time.Minute, o.MaxWALSize != 1<<30, o.LockTimeout != 0, o.MaxRetries != 10,
 		o.Autovacuum == nil || !*o.Autovacuum, o.AutovacuumVacuumThreshold != 50, o.AutovacuumVacuumScaleFactor != 0.2,
 		o.AutovacuumNaptime != time.Minute, o.VacuumFreezeMinAge != 50_000_000, o.VacuumFreezeTableAge != 150_000_000,
-		o.VisibilityMap != VisibilityMapCrashSafe, o.FS == nil, o.Logger == nil:
+		o.AutovacuumFreezeMaxAge != 200_000_000, o.VisibilityMap != VisibilityMapCrashSafe, o.FS == nil, o.Logger == nil:
 		t.Fatalf("defaults: %+v", o)
 	}
 	s := Options{CommitSiblings: NoCommitSiblings, CommitDelay: CommitDelayAuto, VacuumFreezeMinAge: -1,
@@ -145,6 +145,7 @@ func TestSettingsTable(t *testing.T) {
 		{Options{AutovacuumVacuumScaleFactor: 1e9}, "autovacuum_vacuum_scale_factor"},
 		{Options{VacuumFreezeMinAge: 1 << 62}, "vacuum_freeze_min_age"},
 		{Options{VacuumFreezeTableAge: 1 << 40}, "vacuum_freeze_table_age"},
+		{Options{AutovacuumFreezeMaxAge: 99_999}, "autovacuum_freeze_max_age"},
 		{Options{AutovacuumVacuumThreshold: math.MaxInt32 + 1}, "autovacuum_vacuum_threshold"},
 		// Open's memory check is Validate's too, where the machine's
 		// memory is known.

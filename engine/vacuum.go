@@ -332,10 +332,10 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 	// completes pays (autovacuum.go).
 	dead := db.av.dead.Load()
 	v.st.OldestXmin = db.oldestXmin()
-	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.opts.VacuumFreezeMinAge))
+	v.st.FreezeCutoff = v.st.OldestXmin - min(v.st.OldestXmin, uint64(db.freezeMinAge()))
 	prevFrozen := db.vac.relFrozenXid.Load()
 	v.st.Aggressive = db.opts.VacuumFreezeMinAge == 0 ||
-		v.st.OldestXmin-min(v.st.OldestXmin, prevFrozen) >= uint64(db.opts.VacuumFreezeTableAge)
+		v.st.OldestXmin-min(v.st.OldestXmin, prevFrozen) >= uint64(db.freezeTableAge())
 	err := v.run()
 	if err == nil {
 		err = v.truncateTail()

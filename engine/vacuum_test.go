@@ -1745,3 +1745,60 @@ func TestDescribePruneListedChunks(t *testing.T) {
 		t.Errorf("ten chunks: %q", got)
 	}
 }
+
+// Autovacuum runs, whatever the dead-tuple count, once the frozen horizon
+// lags the vacuum horizon by autovacuum_freeze_max_age, and its run
+// freezes enough for the CLOG to be truncated: a workload that leaves no
+// dead tuples (inserts only) would otherwise never vacuum, and the CLOG
+// would grow for ever. The run must also leave the trigger off (the freeze
+// ages are capped by it), or it would start again at every nap. Without
+// the trigger no run comes: 20 inserts leave no dead tuple.
+func TestAutovacuumFreezeMaxAge(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{AutovacuumFreezeMaxAge: 100_000, AutovacuumNaptime: 5 * time.Millisecond}
+	db := openTest(t, dir, opts)
+	defer db.Close()
+	for i := 0; i < 20; i++ {
+		mustPut(t, db, fmt.Sprint("k", i), "old")
+	}
+	perSeg := uint64(clog.XidsPerPage * clog.PagesPerSegment)
+	db.procs.mu.Lock()
+	db.procs.nextXid = 3 * perSeg
+	db.procs.mu.Unlock()
+	for i := 20; i < 40; i++ {
+		mustPut(t, db, fmt.Sprint("k", i), "new")
+	}
+	if _, dead := db.autovacuumDue(); dead != 0 {
+		t.Fatalf("%d dead tuples after inserts only, want 0", dead)
+	}
+	// Liveness, not speed: the deadline only bounds a hang.
+	for deadline := time.Now().Add(time.Minute); db.Stats().CLOG.Truncations == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no CLOG truncation within a minute; autovacuum runs %d, frozen horizon %d, vacuum horizon %d",
+				db.Stats().Vacuum.AutovacuumRuns, db.vac.relFrozenXid.Load(), db.oldestXmin())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if db.Stats().Vacuum.AutovacuumRuns == 0 {
+		t.Fatal("the CLOG was truncated without an autovacuum run")
+	}
+	if db.freezeDue() {
+		t.Fatalf("after the run the frozen horizon %d still lags the vacuum horizon %d by the maximum age: every nap would run again",
+			db.vac.relFrozenXid.Load(), db.oldestXmin())
+	}
+	// The old keys' xids lie in segment 0 and are frozen; the new keys'
+	// start segment 3, the frozen horizon now.
+	if got := clogSegment(db.clog.OldestXid()); got != 3 {
+		t.Fatalf("CLOG truncated to segment %d, want 3, the new keys' xids", got)
+	}
+	for i := 0; i < 40; i++ {
+		want := "old"
+		if i >= 20 {
+			want = "new"
+		}
+		if got, ok := get(t, db, fmt.Sprint("k", i)); !ok || got != want {
+			t.Fatalf("k%d = %q, %v; want %q", i, got, ok, want)
+		}
+	}
+	mustVerify(t, db)
+}
