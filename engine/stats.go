@@ -216,6 +216,14 @@ type VacuumTotals struct {
 	// finds. A count that stays up with autovacuum on says vacuum cannot
 	// finish (see its log).
 	ChunksOwed uint64
+	// DeadTuples, a gauge, is the dead-tuple count autovacuum compares
+	// with its threshold (PostgreSQL's n_dead_tup): versions superseded
+	// or deleted by commits and placed by aborts, less what pruning by
+	// updates and reads freed, less the count each completed Vacuum saw
+	// at its start, never below zero. It is an estimate, as n_dead_tup
+	// is (autovacuum.go says how it is kept); a restart restores it
+	// from the last checkpoint plus what the replayed transactions left.
+	DeadTuples uint64
 }
 
 // Sub returns s minus o, counter by counter.
@@ -228,6 +236,7 @@ func (s VacuumTotals) Sub(o VacuumTotals) VacuumTotals {
 		TuplesFrozen: s.TuplesFrozen - o.TuplesFrozen, PagesTruncated: s.PagesTruncated - o.PagesTruncated,
 		ChunksRemoved: s.ChunksRemoved - o.ChunksRemoved,
 		ChunksOwed:    s.ChunksOwed,
+		DeadTuples:    s.DeadTuples,
 	}
 }
 
@@ -279,6 +288,7 @@ func (db *DB) Stats() Stats {
 			TuplesRemoved: db.vac.tuplesRemoved.Load(), PagesCompacted: db.vac.pagesCompacted.Load(),
 			TuplesFrozen: db.vac.tuplesFrozen.Load(), PagesTruncated: db.vac.pagesTruncated.Load(),
 			ChunksRemoved: db.vac.chunksRemoved.Load(), ChunksOwed: uint64(db.vac.debt.len()),
+			DeadTuples: uint64(max(db.av.dead.Load(), 0)),
 		},
 	}
 }

@@ -31,7 +31,7 @@ func TestStatsSubCoversEveryField(t *testing.T) {
 	fillStats(reflect.ValueOf(&a).Elem(), 5)
 	fillStats(reflect.ValueOf(&b).Elem(), 2)
 	d := a.Sub(b)
-	gauges := map[string]bool{"Heap.Blocks": true, "Txn.LockWaiters": true, "Index.Keys": true, "Checkpoint.CommitsAtRedo": true, "Vacuum.ChunksOwed": true}
+	gauges := map[string]bool{"Heap.Blocks": true, "Txn.LockWaiters": true, "Index.Keys": true, "Checkpoint.CommitsAtRedo": true, "Vacuum.ChunksOwed": true, "Vacuum.DeadTuples": true}
 	var check func(path string, v reflect.Value)
 	check = func(path string, v reflect.Value) {
 		switch v.Kind() {
