@@ -335,6 +335,7 @@ func (db *DB) recover(ctrl controlData) error {
 		replayed.note(rec, placed, obsoleted)
 		if rec.Type == recHeap2Prune {
 			noteListedChunks(rec.Data, rec.Flags, listed)
+			replayed.notePrune(rec)
 		}
 		if rec.Type == recBulkLoad {
 			bulkLSN = rec.LSN
