@@ -207,8 +207,10 @@ type Options struct {
 	// (0 means the default, 100): an insert of a new key goes on a page
 	// only if the page keeps 100-FillFactor percent of its bytes free
 	// afterwards, so that later versions of the keys on the page fit on it
-	// too (an update tries its old version's page first). Open returns an
-	// error outside the range.
+	// too (an update tries its old version's page first). The chunks of a
+	// value stored out of line (over about 2 KiB) keep no such room, as
+	// PostgreSQL's TOAST table has none. Open returns an error outside the
+	// range.
 	FillFactor int
 	// SynchronousCommit is the default for transactions (default on).
 	SynchronousCommit SynchronousCommit

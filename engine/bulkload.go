@@ -666,7 +666,7 @@ type bulkBuilder struct {
 func newBulkBuilder(db *DB, xid uint64, first uint32) *bulkBuilder {
 	return &bulkBuilder{
 		db: db, xid: xid, first: first,
-		reserve: db.fillReserve(heap.InvalidTID),
+		reserve: db.fillReserve(heap.InvalidTID, nil),
 		chunk:   make([]byte, bulkChunkPages*heap.PageSize),
 		idx:     newIndex(),
 	}

@@ -182,3 +182,27 @@ func TestLowFillFactorInsertKeepsFreeSpaceMap(t *testing.T) {
 		})
 	}
 }
+
+// An out-of-line value's chunks keep no fillfactor room, as PostgreSQL's
+// TOAST table keeps none: with the room asked for, a chunk larger than the
+// fillfactor's share of a page fitted only a new page, so at fillfactor 10
+// every rewrite of a large value extended the heap, and the pages vacuum
+// emptied of the old value's chunks were never used again.
+func TestLowFillFactorLargeValueReusesFreedPages(t *testing.T) {
+	for _, ff := range []int{10, 50, 100} {
+		t.Run(fmt.Sprint("fillfactor=", ff), func(t *testing.T) {
+			db := openTest(t, t.TempDir(), Options{Autovacuum: noAutovacuum, FillFactor: ff})
+			defer db.Close()
+			for i := range 40 {
+				mustPut(t, db, "big", strings.Repeat(string(rune('a'+i%26)), 20000)) // three chunks
+				mustVacuum(t, db)
+			}
+			// Two copies of the value (the live one and the one being
+			// written) and the key's page need about eight pages; each
+			// rewrite that extends adds three.
+			if n := db.pool.NBlocks(); n > 20 {
+				t.Fatalf("40 rewrites of a 20,000-byte value, each vacuumed after, left a heap of %d blocks", n)
+			}
+		})
+	}
+}

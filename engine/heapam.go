@@ -117,9 +117,15 @@ func (db *DB) targetCandidate(slot, need int) (*bufpool.Buffer, uint32, error) {
 
 // fillReserve is the room in bytes an insert of a new key (old invalid)
 // must leave free on its page: 100-fillfactor percent of the page. A new
-// version of an existing key may fill the page.
-func (db *DB) fillReserve(old heap.TID) int {
-	if old.Valid() {
+// version of an existing key may fill the page, and so may an out-of-line
+// value chunk (tup a heap.Chunk tuple; nil for a key's version), as
+// PostgreSQL's TOAST table keeps no fillfactor: a chunk is never updated
+// in place, and with the reserve a chunk of more than a fillfactor's share
+// of a page fitted no page but a new one, so at fillfactor 10 every large
+// value written extended the heap and the pages vacuum freed of chunks
+// were never used again.
+func (db *DB) fillReserve(old heap.TID, tup []byte) int {
+	if old.Valid() || (len(tup) >= heap.TupleHeaderSize && heap.TupleInfomask(tup)&heap.Chunk != 0) {
 		return 0
 	}
 	return heap.PageSize * (100 - db.opts.FillFactor) / 100
@@ -205,7 +211,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry)
 			// the map forgets every page it hands out, and asked for the
 			// tuple alone at a low fillfactor it handed out every
 			// half-empty page in turn, each refused below.
-			tgt, err = db.targetBuffer(slot, len(tup)+db.fillReserve(old))
+			tgt, err = db.targetBuffer(slot, len(tup)+db.fillReserve(old, tup))
 		}
 		if err != nil {
 			return heap.InvalidTID, err
@@ -291,7 +297,7 @@ func (db *DB) placeTuple(xid uint64, old heap.TID, tup []byte, head *indexEntry)
 				return heap.InvalidTID, err
 			}
 			heap.InitPage(page)
-		} else if !heap.Fits(page, len(tup)+db.fillReserve(old)) {
+		} else if !heap.Fits(page, len(tup)+db.fillReserve(old, tup)) {
 			// The block number is read before unlock releases the pin: a
 			// released frame may be loaded with another block at once.
 			full := tgt.Block()
