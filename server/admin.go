@@ -851,6 +851,7 @@ func (s *Server) info(ctx context.Context, want [][]byte) (string, error) {
 		fmt.Sprintf("vacuum_tuples_removed:%d", st.Vacuum.TuplesRemoved),
 		fmt.Sprintf("vacuum_chunks_removed:%d", st.Vacuum.ChunksRemoved),
 		fmt.Sprintf("vacuum_chunks_owed:%d", st.Vacuum.ChunksOwed),
+		fmt.Sprintf("vacuum_dead_tuples:%d", st.Vacuum.DeadTuples),
 		fmt.Sprintf("vacuum_tuples_frozen:%d", st.Vacuum.TuplesFrozen),
 		fmt.Sprintf("buffer_hits:%d", st.Buffers.Hits),
 		fmt.Sprintf("buffer_misses:%d", st.Buffers.Misses),

@@ -119,6 +119,7 @@ var engineMetrics = func() []metricDesc {
 		d("mvkv_vacuum_tuples_removed_total", "Tuple versions removed by vacuum.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.TuplesRemoved) }),
 		d("mvkv_vacuum_chunks_removed_total", "Out-of-line value chunks freed by vacuum.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.ChunksRemoved) }),
 		d("mvkv_vacuum_chunks_owed", "Out-of-line value chunks no version names that vacuum has yet to free.", g, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.ChunksOwed) }),
+		d("mvkv_vacuum_dead_tuples", "Dead tuple versions autovacuum counts against its threshold (n_dead_tup, an estimate).", g, func(e engineCollector) float64 { return float64(e.s.db.Stats().Vacuum.DeadTuples) }),
 		d("mvkv_checkpoints_total", "Checkpoints completed.", c, func(e engineCollector) float64 { return float64(e.s.db.Stats().Checkpoint.Count) }),
 		d("mvkv_server_open_transactions", "Engine transactions begun by the server and not yet ended.", g, func(e engineCollector) float64 { return float64(e.s.openTxns.Load()) }),
 		d("mvkv_server_connections_received_total", "Connections accepted.", c, func(e engineCollector) float64 { return float64(e.s.connsRecv.Load()) }),

@@ -1501,3 +1501,22 @@ func TestInfoChunkCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoDeadTuples: INFO mvkv shows the dead tuples autovacuum counts
+// (an overwrite leaves one), and VACUUM pays them.
+func TestInfoDeadTuples(t *testing.T) {
+	ts := startServer(t, Config{})
+	r := ts.raw(t)
+	for _, v := range []string{"a", "b"} {
+		r.cmd("SET", "k", v)
+		r.expect("+OK\r\n")
+	}
+	if got := r.info("mvkv", "vacuum_dead_tuples"); got != "1" {
+		t.Errorf("after an overwrite INFO mvkv vacuum_dead_tuples:%s, want 1", got)
+	}
+	r.cmd("VACUUM")
+	r.expect("+OK\r\n")
+	if got := r.info("mvkv", "vacuum_dead_tuples"); got != "0" {
+		t.Errorf("after VACUUM INFO mvkv vacuum_dead_tuples:%s, want 0", got)
+	}
+}
