@@ -54,7 +54,7 @@ import (
 
 // autovacuumState holds the dead-tuple count and the worker's counters.
 type autovacuumState struct {
-	dead     atomic.Int64  // dead tuples since the last autovacuum
+	dead     atomic.Int64  // dead tuples not yet paid by a completed Vacuum or a prune; never below 0
 	runs     atomic.Uint64 // autovacuum runs that completed
 	failures atomic.Uint64 // autovacuum runs that failed
 }
@@ -69,12 +69,13 @@ func (a *autovacuumState) noteEnd(committed bool, newVersions, obsoleted int) {
 	}
 }
 
-// noteRemoved takes n tuples that were removed other than by an autovacuum
-// run off the count: the versions an update pruned from its key's chain, as
-// PostgreSQL's heap_page_prune reports what it reclaimed to pgstat, and
-// what a run removed. The count never goes below zero (pgstat clamps
-// n_dead_tup the same way): a run subtracts the count it started from,
-// which may include versions a prune removed during the run.
+// noteRemoved takes n tuples off the count: the versions a prune by an
+// update or a read removed, as PostgreSQL's heap_page_prune reports what it
+// reclaimed to pgstat, and, once any Vacuum completes (autovacuum's or a
+// caller's), the count as it stood at that run's start. The count never
+// goes below zero (pgstat clamps n_dead_tup the same way): a run subtracts
+// the count it started from, which may include versions a prune removed
+// during the run. Safe for concurrent use.
 func (a *autovacuumState) noteRemoved(n int64) {
 	for {
 		old := a.dead.Load()
@@ -156,7 +157,8 @@ func (db *DB) autovacuumWorker() {
 		cancel()
 	}()
 	// The first check comes soon after open, not a naptime later: the
-	// debt the open's heap scan counted is owed now, and a server
+	// debt open found (the index file's count and what recovery
+	// replayed, or the heap scan's) is owed now, and a server
 	// restarted more often than the naptime would otherwise never vacuum
 	// (PostgreSQL's launcher likewise starts its first worker at once).
 	// The pause lets Open's caller start its work first.
