@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"mvkv/vfs"
@@ -131,4 +133,81 @@ func diffKeys(got, want map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// TestRecoverySyncsDataFilesAfterCrashOnly checks which opens fsync the
+// data files (syncDataFiles) and that a failure there fails Open: after a
+// kill with commits since the last checkpoint, a failed fsync of any heap,
+// map or CLOG file, or of their directories, fails Open with ErrIOFailure
+// naming the path, rather than being lost or letting redo go on over
+// pages that may not be on disk; after a clean shutdown the same opens
+// succeed without fsyncing one of them (the shutdown checkpoint synced
+// everything, and nothing was written after it).
+func TestRecoverySyncsDataFilesAfterCrashOnly(t *testing.T) {
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/db"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	opts := func(fs vfs.FS) Options {
+		return Options{FS: fs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
+	}
+	db, err := Open("/db", opts(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		mustPut(t, db, fmt.Sprintf("k%02d", i), "v")
+	}
+	// A map file to sync.
+	if _, err := markAllVisible(db); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		mustPut(t, db, fmt.Sprintf("n%02d", i), "v")
+	}
+	killed := m.Clone()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clean := m.Clone()
+	for _, c := range []struct {
+		what string
+		r    vfs.Rule
+	}{
+		{"fsync of a heap file", vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: "/db/heap/"}},
+		{"fsync of a map file", vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: "/db/vm/"}},
+		{"fsync of a CLOG file", vfs.Rule{Kinds: vfs.Ops(vfs.OpSync), Contains: "/db/clog/"}},
+		{"fsync of the heap directory", vfs.Rule{Kinds: vfs.Ops(vfs.OpSyncDir), Contains: "/db/heap"}},
+		{"fsync of the map directory", vfs.Rule{Kinds: vfs.Ops(vfs.OpSyncDir), Contains: "/db/vm"}},
+		{"fsync of the CLOG directory", vfs.Rule{Kinds: vfs.Ops(vfs.OpSyncDir), Contains: "/db/clog"}},
+	} {
+		r := c.r
+		ffs := vfs.NewFaultFS(killed.Clone())
+		f := ffs.Inject(r)
+		rdb, err := Open("/db", opts(ffs))
+		if err == nil {
+			rdb.Close()
+			t.Fatalf("%s failing after a kill: Open succeeded (%d failed)", c.what, f.Fired())
+		}
+		if !errors.Is(err, ErrIOFailure) || !strings.Contains(err.Error(), r.Contains) {
+			t.Fatalf("%s failing after a kill: Open: %v; want ErrIOFailure naming %s", c.what, err, r.Contains)
+		}
+
+		ffs = vfs.NewFaultFS(clean.Clone())
+		f = ffs.Inject(r)
+		rdb, err = Open("/db", opts(ffs))
+		if err != nil {
+			t.Fatalf("%s failing after a clean shutdown: Open: %v", c.what, err)
+		}
+		if n := f.Fired(); n != 0 {
+			t.Errorf("after a clean shutdown Open made %d of %s", n, c.what)
+		}
+		rdb.Close()
+	}
 }
