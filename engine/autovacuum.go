@@ -21,7 +21,10 @@ import (
 // our reltuples) and runs Vacuum when it is exceeded, or when the frozen
 // horizon lags the vacuum horizon by autovacuum_freeze_max_age
 // (freezeDue: PostgreSQL's anti-wraparound run, here what lets the CLOG be
-// truncated under a workload that leaves no dead tuples). Every Vacuum that
+// truncated under a workload that leaves no dead tuples); either is
+// checked again once the run holds vacuum's lock (PostgreSQL's
+// table_recheck_autovac: a VACUUM the run waited for has paid the count,
+// or advanced the frozen horizon). Every Vacuum that
 // completes, autovacuum's or a caller's, subtracts the count it saw at its
 // start, as PostgreSQL's pgstat_report_vacuum sets n_dead_tup after a
 // manual VACUUM too; versions that were still visible
@@ -180,6 +183,9 @@ func (db *DB) autovacuumWorker() {
 		}
 		timer.Reset(db.opts.AutovacuumNaptime)
 		due, dead := db.autovacuumDue()
+		if db.testAutovacuumNap != nil {
+			db.testAutovacuumNap(due)
+		}
 		if db.writable() != nil {
 			continue
 		}
@@ -187,8 +193,11 @@ func (db *DB) autovacuumWorker() {
 			db.payChunkDebtNow(ctx)
 			continue
 		}
-		st, err := db.Vacuum(ctx)
+		st, err := db.vacuum(ctx, true)
 		switch {
+		case errors.Is(err, errVacuumNotDue):
+			// A VACUUM ran while this one waited for the lock, and
+			// paid the count.
 		case err == nil:
 			if suppressed > 0 {
 				db.logger.Warn("autovacuum succeeded after failing", "last err", lastErr, "failures not logged since the last message", suppressed)

@@ -161,6 +161,9 @@ type DB struct {
 	// and DB.View's retry loop (the rerun's number and the wait drawn) and
 	// returns the wait to use.
 	testRetryWait func(n int, d time.Duration) time.Duration
+	// testAutovacuumNap, if set by a test, is called by the autovacuum
+	// worker at each nap with what autovacuumDue said, before it acts.
+	testAutovacuumNap func(due bool)
 	// testBulkWait, if set by a test, is called when waitBulkLoad is
 	// about to wait for a bulk load.
 	testBulkWait func()

@@ -311,6 +311,20 @@ func (db *DB) oldestXmin() uint64 {
 // out-of-line chunks of versions already removed is passed over, the
 // chunks on the other pages freed, and reported at the end.
 func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
+	return db.vacuum(ctx, false)
+}
+
+// errVacuumNotDue is vacuum's answer to autovacuum when the run it found
+// due is no longer due once vacuum's lock is held.
+var errVacuumNotDue = errors.New("mvkv: autovacuum: no longer due")
+
+// vacuum is Vacuum; with auto set (the autovacuum worker's run) it checks
+// again, once it holds vacuum's lock, that the dead-tuple count still
+// exceeds the threshold, and returns errVacuumNotDue if not, as
+// PostgreSQL's table_recheck_autovac: a VACUUM that held the lock while
+// the worker waited has paid the count, and a second pass over the heap
+// would find nothing to do.
+func (db *DB) vacuum(ctx context.Context, auto bool) (VacuumStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -326,6 +340,11 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 		return VacuumStats{}, err
 	}
 	defer db.vac.mu.Unlock()
+	if auto {
+		if due, _ := db.autovacuumDue(); !due {
+			return VacuumStats{}, errVacuumNotDue
+		}
+	}
 	begin := time.Now()
 	v := &vacuumRun{db: db, ctx: ctx, ring: db.pool.NewRing(vacuumRingFrames), work: map[uint32]*pageWork{}}
 	// Autovacuum's dead-tuple count before the horizon: what a run that

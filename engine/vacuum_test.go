@@ -1844,3 +1844,60 @@ func TestAutovacuumDebtAfterCrashLessVacuumed(t *testing.T) {
 		t.Fatalf("Stats().Vacuum.DeadTuples = %d, want 7", st.Vacuum.DeadTuples)
 	}
 }
+
+// TestAutovacuumRechecksAfterManualVacuum runs a VACUUM between the
+// worker's finding a run due and its run taking vacuum's lock, as a long
+// manual VACUUM holding the lock would: the VACUUM pays the count, and the
+// worker, checking again once it holds the lock as PostgreSQL's
+// table_recheck_autovac does, must not run a second pass over the heap
+// for the debt just paid.
+func TestAutovacuumRechecksAfterManualVacuum(t *testing.T) {
+	db := openTest(t, t.TempDir(), Options{AutovacuumNaptime: time.Millisecond,
+		AutovacuumVacuumThreshold: 5, AutovacuumVacuumScaleFactor: -1, CheckpointTimeout: -1})
+	defer db.Close()
+	due := make(chan struct{})
+	release := make(chan struct{})
+	naps := make(chan bool, 1)
+	first := true // the worker's goroutine alone reads and writes it
+	db.testAutovacuumNap = func(d bool) {
+		if d && first {
+			first = false
+			close(due)
+			<-release
+			return
+		}
+		select {
+		case naps <- d:
+		default:
+		}
+	}
+	for i := range 10 {
+		mustPut(t, db, "k", fmt.Sprint(i)) // 9 dead versions
+	}
+	select {
+	case <-due:
+	case <-time.After(time.Minute):
+		t.Fatal("autovacuum never found a run due")
+	}
+	mustVacuum(t, db)
+	if d := db.av.dead.Load(); d != 0 {
+		t.Fatalf("dead count after VACUUM: %d, want 0", d)
+	}
+	before := db.vac.runs.Load()
+	// The worker waits in the hook: no nap is reported until the release
+	// but those before it, dropped here.
+	select {
+	case <-naps:
+	default:
+	}
+	close(release)
+	// The next nap: the worker is past the run it found due.
+	select {
+	case <-naps:
+	case <-time.After(time.Minute):
+		t.Fatal("autovacuum stopped napping")
+	}
+	if got := db.vac.runs.Load() - before; got != 0 {
+		t.Errorf("autovacuum ran %d vacuum(s) after a VACUUM had paid the count it found due", got)
+	}
+}
