@@ -319,11 +319,12 @@ func (db *DB) Vacuum(ctx context.Context) (VacuumStats, error) {
 var errVacuumNotDue = errors.New("mvkv: autovacuum: no longer due")
 
 // vacuum is Vacuum; with auto set (the autovacuum worker's run) it checks
-// again, once it holds vacuum's lock, that the dead-tuple count still
-// exceeds the threshold, and returns errVacuumNotDue if not, as
-// PostgreSQL's table_recheck_autovac: a VACUUM that held the lock while
-// the worker waited has paid the count, and a second pass over the heap
-// would find nothing to do.
+// again, once it holds vacuum's lock, that the run is still due (the
+// dead-tuple count over the threshold, or the frozen horizon too far
+// behind), and returns errVacuumNotDue if not, as PostgreSQL's
+// table_recheck_autovac: a VACUUM that held the lock while the worker
+// waited has paid the count and advanced the horizon, and a second pass
+// over the heap would find nothing to do.
 func (db *DB) vacuum(ctx context.Context, auto bool) (VacuumStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
