@@ -221,8 +221,8 @@ type VacuumTotals struct {
 	// or deleted by commits and placed by aborts, less what pruning by
 	// updates and reads freed, less the count each completed Vacuum saw
 	// at its start, never below zero. It is an estimate, as n_dead_tup
-	// is (autovacuum.go says how it is kept); a restart restores it
-	// from the last checkpoint plus what the replayed transactions left.
+	// is; a restart restores it from the last checkpoint plus what the
+	// replayed transactions left, less what the replayed pruning freed.
 	DeadTuples uint64
 }
 
