@@ -334,7 +334,10 @@ type Options struct {
 	// it, a vacuum is aggressive at 95% of this lag even when
 	// VacuumFreezeTableAge is larger, and freezes what is older than half
 	// of it even when VacuumFreezeMinAge is larger, so that the run this
-	// starts advances the frozen horizon well below the lag.
+	// starts advances the frozen horizon well below the lag. The caps
+	// hold for every vacuum, a caller's too. With Autovacuum off no run
+	// starts by age (PostgreSQL's would start one even then): the CLOG
+	// is then truncated only by the caller's Vacuum.
 	AutovacuumFreezeMaxAge int64
 	// VacuumFreezeMinAge is vacuum_freeze_min_age in transactions (default
 	// 50,000,000): vacuum freezes a tuple whose xmin is at least this much

@@ -221,8 +221,10 @@ type VacuumTotals struct {
 	// or deleted by commits and placed by aborts, less what pruning by
 	// updates and reads freed, less the count each completed Vacuum saw
 	// at its start, never below zero. It is an estimate, as n_dead_tup
-	// is; a restart restores it from the last checkpoint plus what the
-	// replayed transactions left, less what the replayed pruning freed.
+	// is; a restart restores it from the index file written at the last
+	// checkpoint, plus what the replayed transactions left, less the
+	// versions the replayed pruning records freed, or, without an index
+	// file, from a scan of the heap.
 	DeadTuples uint64
 }
 
