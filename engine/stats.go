@@ -223,8 +223,9 @@ type VacuumTotals struct {
 	// at its start, never below zero. It is an estimate, as n_dead_tup
 	// is; a restart restores it from the index file written at the last
 	// checkpoint, plus what the replayed transactions left, less the
-	// versions the replayed pruning records freed, or, without an index
-	// file, from a scan of the heap.
+	// versions the replayed pruning records freed (and some chunks,
+	// which recovery cannot tell from versions: after a crash it may err
+	// low), or, without an index file, from a scan of the heap.
 	DeadTuples uint64
 }
 

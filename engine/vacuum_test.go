@@ -1845,6 +1845,50 @@ func TestAutovacuumDebtAfterCrashLessVacuumed(t *testing.T) {
 	}
 }
 
+// The same with out-of-line values: the slots of the chunks vacuum frees
+// in its second pass are not versions, and taking them off as versions
+// made a crash after vacuuming large values forget the versions that died
+// after the run.
+func TestAutovacuumDebtAfterCrashLessVacuumedChunks(t *testing.T) {
+	dir := t.TempDir()
+	db := openTest(t, dir, Options{Autovacuum: noAutovacuum, CheckpointTimeout: -1})
+	defer db.Close()
+	if err := db.Checkpoint(); err != nil { // the index file Open will read
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 12_000) // out of line, in several chunks
+	for i := range 30 {
+		mustPut(t, db, fmt.Sprint("k", i), big)
+		mustPut(t, db, fmt.Sprint("k", i), "b") // 30 dead, with their chunks
+	}
+	st, err := db.Vacuum(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ChunksRemoved <= st.TuplesRemoved {
+		t.Fatalf("vacuum removed %d chunks of %d versions; the test wants several a version", st.ChunksRemoved, st.TuplesRemoved)
+	}
+	for i := range 7 {
+		mustPut(t, db, fmt.Sprint("k", i), "c") // 7 dead after the vacuum
+	}
+	if err := db.wal.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, dead := db.autovacuumDue(); dead != 7 {
+		t.Fatalf("dead tuples before the crash: %d, want 7", dead)
+	}
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed) // what a kill leaves: the WAL is flushed
+	db2 := openTest(t, crashed, Options{Autovacuum: noAutovacuum})
+	defer db2.Close()
+	if !db2.Recovery().IndexFromFile {
+		t.Fatal("the index was rebuilt from the heap; the test wants the index file's count")
+	}
+	if _, dead := db2.autovacuumDue(); dead != 7 {
+		t.Fatalf("dead tuples after the crash: %d, want 7 (the freed chunks taken off as versions?)", dead)
+	}
+}
+
 // TestAutovacuumRechecksAfterManualVacuum runs a VACUUM between the
 // worker's finding a run due and its run taking vacuum's lock, as a long
 // manual VACUUM holding the lock would: the VACUUM pays the count, and the
