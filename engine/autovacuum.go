@@ -24,7 +24,7 @@ import (
 // truncated under a workload that leaves no dead tuples); either is
 // checked again once the run holds vacuum's lock (PostgreSQL's
 // table_recheck_autovac: a VACUUM the run waited for has paid the count,
-// or advanced the frozen horizon). Every Vacuum that
+// and, if aggressive, advanced the frozen horizon). Every Vacuum that
 // completes, autovacuum's or a caller's, subtracts the count it saw at its
 // start, as PostgreSQL's pgstat_report_vacuum sets n_dead_tup after a
 // manual VACUUM too; versions that were still visible

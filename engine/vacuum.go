@@ -323,8 +323,9 @@ var errVacuumNotDue = errors.New("mvkv: autovacuum: no longer due")
 // dead-tuple count over the threshold, or the frozen horizon too far
 // behind), and returns errVacuumNotDue if not, as PostgreSQL's
 // table_recheck_autovac: a VACUUM that held the lock while the worker
-// waited has paid the count and advanced the horizon, and a second pass
-// over the heap would find nothing to do.
+// waited has paid the count (and, if it was aggressive, advanced the
+// frozen horizon), and a second pass over the heap would find nothing to
+// do.
 func (db *DB) vacuum(ctx context.Context, auto bool) (VacuumStats, error) {
 	if ctx == nil {
 		ctx = context.Background()
