@@ -48,9 +48,10 @@ import (
 // from zero after a crash: each checkpoint's index file keeps the count,
 // and Open adds what the transactions it replays left, each counted at its
 // end in the log as noteEnd counts it (replayDead; one the crash cut off
-// is aborted), less the slots the replayed pruning records free, as
-// pruning and vacuum took them off the running count, or, rebuilding the index, the heap scan counts the dead
-// versions it meets (aborted, deleted or replaced) and starts there. The
+// is aborted), less the versions the replayed pruning records free, as
+// pruning and vacuum took them off the running count; or, rebuilding the
+// index, the heap scan counts the dead versions it meets (aborted,
+// deleted or replaced) and starts there. The
 // worker's first check comes a second after open rather than a naptime
 // later, so that a process restarted more often than the naptime still
 // pays it.

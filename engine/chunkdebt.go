@@ -146,16 +146,9 @@ func (d *chunkDebt) reset(cs []chunkID) {
 	d.peak = len(d.m)
 }
 
-// noteListedChunks notes in listed the chunks a replayed pruning record
-// lists. Records were checked by redo.
-func noteListedChunks(data []byte, flags uint8, listed map[chunkID]struct{}) {
-	if flags&flagPruneChunks == 0 {
-		return
-	}
-	_, cs, err := decodePrune(data, flags)
-	if err != nil {
-		return
-	}
+// noteListedChunks notes in listed the chunks cs a replayed pruning
+// record lists.
+func noteListedChunks(cs []chunkID, listed map[chunkID]struct{}) {
 	for _, c := range cs {
 		listed[c] = struct{}{}
 	}

@@ -767,14 +767,10 @@ type replayDead struct {
 	chunks map[heap.TID]struct{}
 }
 
-// notePrune takes the slots a pruning record frees off the count, but
-// for those of the chunks an earlier replayed record listed. A record that
-// does not decode is left to redo, which refuses it.
-func (r *replayDead) notePrune(rec wal.Record) {
-	pages, listed, err := decodePrune(rec.Data, rec.Flags)
-	if err != nil {
-		return
-	}
+// notePrune takes the slots a pruning record frees (its decoded pages)
+// off the count, but for those of the chunks an earlier replayed record
+// listed, and remembers the chunks this one lists.
+func (r *replayDead) notePrune(pages []*prunePage, listed []chunkID) {
 	for _, p := range pages {
 		for _, s := range p.unused {
 			tid := heap.TID{Block: p.block, Slot: s}

@@ -29,13 +29,7 @@ func TestKillThenPowerLoss(t *testing.T) {
 	if *ladderSample > 0 {
 		sample = int64(*ladderSample)
 	}
-	m := vfs.NewMemFS()
-	if err := m.MkdirAll("/db"); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.SyncDir("/"); err != nil {
-		t.Fatal(err)
-	}
+	m := memFSWithDB(t)
 	opts := func(fs vfs.FS) Options {
 		return Options{FS: fs, CheckpointTimeout: -1, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
 	}
@@ -144,13 +138,7 @@ func diffKeys(got, want map[string]string) []string {
 // succeed without fsyncing one of them (the shutdown checkpoint synced
 // everything, and nothing was written after it).
 func TestRecoverySyncsDataFilesAfterCrashOnly(t *testing.T) {
-	m := vfs.NewMemFS()
-	if err := m.MkdirAll("/db"); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.SyncDir("/"); err != nil {
-		t.Fatal(err)
-	}
+	m := memFSWithDB(t)
 	opts := func(fs vfs.FS) Options {
 		return Options{FS: fs, CheckpointTimeout: -1, Autovacuum: noAutovacuum, SharedBuffers: 2 << 20, WALSegmentSize: 1 << 20}
 	}
@@ -210,4 +198,17 @@ func TestRecoverySyncsDataFilesAfterCrashOnly(t *testing.T) {
 		}
 		rdb.Close()
 	}
+}
+
+// memFSWithDB is a MemFS holding an empty, durable directory /db.
+func memFSWithDB(t *testing.T) *vfs.MemFS {
+	t.Helper()
+	m := vfs.NewMemFS()
+	if err := m.MkdirAll("/db"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -334,8 +334,12 @@ func (db *DB) recover(ctrl controlData) error {
 		placed, obsoleted := noteIndexChange(rec, changes)
 		replayed.note(rec, placed, obsoleted)
 		if rec.Type == recHeap2Prune {
-			noteListedChunks(rec.Data, rec.Flags, listed)
-			replayed.notePrune(rec)
+			// Decoded once more for both notes (redo decoded it
+			// too, and refused it if it does not decode).
+			if pages, cs, err := decodePrune(rec.Data, rec.Flags); err == nil {
+				noteListedChunks(cs, listed)
+				replayed.notePrune(pages, cs)
+			}
 		}
 		if rec.Type == recBulkLoad {
 			bulkLSN = rec.LSN

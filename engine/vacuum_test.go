@@ -1454,19 +1454,7 @@ func TestAutovacuumDebtSurvivesCrash(t *testing.T) {
 	write(func(tx *Txn, i int) error { return tx.Delete([]byte(fmt.Sprint("k", i))) }, 5).Rollback()            // none
 	open := write(func(tx *Txn, i int) error { return tx.Put([]byte(fmt.Sprint("n", i)), []byte("x")) }, 20)    // 20 at the crash
 	defer open.Rollback()
-	if err := db.wal.FlushAll(); err != nil {
-		t.Fatal(err)
-	}
-	if _, dead := db.autovacuumDue(); dead != 40 {
-		t.Fatalf("dead tuples before the crash: %d, want 40 (and 20 of the open transaction)", dead)
-	}
-	crashed := t.TempDir()
-	copyDir(t, dir, crashed) // what a kill leaves: the WAL is flushed
-	db2 := openTest(t, crashed, Options{Autovacuum: noAutovacuum})
-	defer db2.Close()
-	if !db2.Recovery().IndexFromFile {
-		t.Fatal("the index was rebuilt from the heap; the test wants the index file's count")
-	}
+	db2 := reopenCrashCopy(t, db, dir, 40, " (and 20 of the open transaction)")
 	if _, dead := db2.autovacuumDue(); dead != 60 {
 		t.Fatalf("dead tuples after the crash: %d, want 60 (30 updates, 10 rolled-back inserts, 20 inserts the crash aborted)", dead)
 	}
@@ -1840,19 +1828,7 @@ func testDebtAfterCrashLessVacuumed(t *testing.T, old string) {
 	for i := range 7 {
 		mustPut(t, db, fmt.Sprint("k", i), "c") // 7 dead after the vacuum
 	}
-	if err := db.wal.FlushAll(); err != nil {
-		t.Fatal(err)
-	}
-	if _, dead := db.autovacuumDue(); dead != 7 {
-		t.Fatalf("dead tuples before the crash: %d, want 7", dead)
-	}
-	crashed := t.TempDir()
-	copyDir(t, dir, crashed) // what a kill leaves: the WAL is flushed
-	db2 := openTest(t, crashed, Options{Autovacuum: noAutovacuum})
-	defer db2.Close()
-	if !db2.Recovery().IndexFromFile {
-		t.Fatal("the index was rebuilt from the heap; the test wants the index file's count")
-	}
+	db2 := reopenCrashCopy(t, db, dir, 7, "")
 	if _, dead := db2.autovacuumDue(); dead != 7 {
 		t.Fatalf("dead tuples after the crash: %d, want 7 (the 30 the vacuum removed, or its freed chunks, taken off or counted again?)", dead)
 	}
@@ -1916,4 +1892,26 @@ func TestAutovacuumRechecksAfterManualVacuum(t *testing.T) {
 	if got := db.vac.runs.Load() - before; got != 0 {
 		t.Errorf("autovacuum ran %d vacuum(s) after a VACUUM had paid the count it found due", got)
 	}
+}
+
+// reopenCrashCopy flushes db's WAL, checks that autovacuum's dead-tuple
+// count is wantBefore (note explains it in the failure), and opens a copy
+// of dir as a kill would leave it, which must load the index file (whose
+// count the tests check); the copy is closed when the test ends.
+func reopenCrashCopy(t *testing.T, db *DB, dir string, wantBefore int64, note string) *DB {
+	t.Helper()
+	if err := db.wal.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, dead := db.autovacuumDue(); dead != wantBefore {
+		t.Fatalf("dead tuples before the crash: %d, want %d%s", dead, wantBefore, note)
+	}
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed) // what a kill leaves: the WAL is flushed
+	db2 := openTest(t, crashed, Options{Autovacuum: noAutovacuum})
+	t.Cleanup(func() { db2.Close() })
+	if !db2.Recovery().IndexFromFile {
+		t.Fatal("the index was rebuilt from the heap; the test wants the index file's count")
+	}
+	return db2
 }
